@@ -1,0 +1,60 @@
+"""Process-wide runtime knobs (DeepGEMM-compatible): SM budget, tensor-core utilisation hint, PDL.
+
+They are plain module state read by the heuristics at plan time; changing them invalidates
+nothing that is already compiled, only the choice of launch configuration for later calls.
+"""
+from __future__ import annotations
+
+_num_sms: int | None = None  # None: use every SM of the current device
+_tc_util: int = 100
+_pdl: bool = False
+
+
+def _device_sm_count() -> int:
+    import torch
+
+    if not torch.cuda.is_available():
+        return 132  # H100/H200 SXM; only used for planning when no GPU is present
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+
+
+def set_num_sms(num_sms: int) -> None:
+    """Limit the number of SMs the persistent kernels use (1 ≤ num_sms ≤ the device's count)."""
+    if isinstance(num_sms, bool) or not isinstance(num_sms, int):
+        raise TypeError(f"num_sms must be an int, got {type(num_sms).__name__}")
+    limit = _device_sm_count()
+    if not 1 <= num_sms <= limit:
+        raise ValueError(f"num_sms must be in [1, {limit}] (the device's SM count), got {num_sms}")
+    global _num_sms
+    _num_sms = num_sms
+
+
+def get_num_sms() -> int:
+    """SMs the kernels may use: set_num_sms's value, else the whole device."""
+    return _num_sms if _num_sms is not None else _device_sm_count()
+
+
+def set_tc_util(tc_util: int) -> None:
+    """Hint (percent, 1..100) of tensor-core throughput this GEMM may take when sharing the GPU."""
+    if isinstance(tc_util, bool) or not isinstance(tc_util, int):
+        raise TypeError(f"tc_util must be an int percentage, got {type(tc_util).__name__}")
+    if not 1 <= tc_util <= 100:
+        raise ValueError(f"tc_util must be in [1, 100], got {tc_util}")
+    global _tc_util
+    _tc_util = tc_util
+
+
+def get_tc_util() -> int:
+    return _tc_util
+
+
+def set_pdl(enable: bool) -> None:
+    """Enable programmatic dependent launch (overlap a kernel's prologue with its predecessor)."""
+    if not isinstance(enable, bool):
+        raise TypeError(f"enable must be a bool, got {type(enable).__name__}")
+    global _pdl
+    _pdl = enable
+
+
+def get_pdl() -> bool:
+    return _pdl
