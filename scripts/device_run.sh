@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# One call on the H200 machine: GPU tests + benchmarks, logs and JSON under $OUT.
+# Usage (from the repo root on the GPU machine):
+#   bash scripts/device_run.sh [all|tests|bench|SUITE...]      (default: all)
+# Every later GPU claim in benchmarks/results/ comes from this script.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+export FINEGEMM_CACHE_DIR="${FINEGEMM_CACHE_DIR:-/tmp/finegemm-cache}"
+OUT="${OUT:-/tmp/finegemm-out}"; mkdir -p "$OUT"
+what="${1:-all}"
+status=0
+
+python3 -m finegemm info 2>&1 | tee "$OUT/info.txt"
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv 2>&1 | tee -a "$OUT/info.txt"
+
+if [[ "$what" == all || "$what" == tests ]]; then
+  python3 -m pytest -q -rs -x -m gpu tests/gpu -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log"
+  status=$(( status | ${PIPESTATUS[0]} ))
+fi
+if [[ "$what" == all || "$what" == bench ]]; then
+  python3 -m finegemm bench dense --out "$OUT/dense.json" 2>&1 | tee "$OUT/bench_dense.log"
+  status=$(( status | ${PIPESTATUS[0]} ))
+fi
+exit $status
