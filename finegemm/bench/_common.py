@@ -1,0 +1,97 @@
+"""Shared pieces of the benchmark suites: kernel-only timing, run metadata, anchors."""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import time
+
+import torch
+
+_FLUSH_KERNEL_MARK = "FillFunctor"  # the kernel of torch's zero_(), used as the L2 flush
+
+
+def kernel_time_us(fn, num_tests: int = 30, flush_l2: bool = True, warmup: int = 3) -> float:
+    """Mean device time per call of every kernel `fn` launches (the L2 flush excluded), in µs.
+
+    Timed as the anchors were: torch profiler (CUPTI) kernel durations, 256 MB L2 flush before
+    each call, so launch gaps and host work are not counted. Contenders that launch helper
+    kernels (scale transposes, split-K reductions) pay for them here.
+    """
+    flush = torch.empty(256 << 20 >> 2, dtype=torch.int32, device="cuda") if flush_l2 else None
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(num_tests):
+            if flush is not None:
+                flush.zero_()
+            fn()
+        torch.cuda.synchronize()
+    total = 0.0
+    for evt in prof.events():
+        if evt.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        if _FLUSH_KERNEL_MARK in evt.name or "Memset" in evt.name or "Memcpy" in evt.name:
+            continue
+        total += evt.device_time if hasattr(evt, "device_time") else evt.cuda_time
+    return total / num_tests
+
+
+def host_time_us(fn, iters: int = 2000) -> float:
+    """Host (Python) time per call with the GPU kept busy enough not to block the launches."""
+    for _ in range(10):
+        fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    elapsed = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return elapsed / iters * 1e6
+
+
+def commit_id() -> str:
+    env = os.environ.get("FINEGEMM_COMMIT")
+    if env:
+        return env
+    root = pathlib.Path(__file__).resolve().parents[2]
+    marker = root / ".commit"
+    if marker.exists():
+        return marker.read_text().strip()
+    try:
+        return subprocess.check_output(["git", "rev-parse", "HEAD"], cwd=root, text=True,
+                                       stderr=subprocess.DEVNULL).strip()
+    except Exception:
+        return "unknown"
+
+
+def run_metadata() -> dict:
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    return {
+        "gpu": f"{props.name} ({props.multi_processor_count} SMs)",
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": commit_id(),
+        "command": " ".join(["python -m finegemm"] + sys.argv[1:]) if sys.argv else "",
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+    }
+
+
+def load_anchors() -> dict:
+    path = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "anchors_h200.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    return {}
+
+
+def geomean(values) -> float | None:
+    import math
+
+    vals = [v for v in values if v is not None and v > 0]
+    if not vals:
+        return None
+    return math.exp(sum(math.log(v) for v in vals) / len(vals))
