@@ -1,0 +1,6 @@
+"""Testing utilities: numeric comparison, GPU timing, benchmark shape sets."""
+
+from finegemm.testing.bench import bench_events, bench_kineto, host_time_per_call
+from finegemm.testing.numeric import calc_diff, count_bytes
+
+__all__ = ["calc_diff", "count_bytes", "bench_kineto", "bench_events", "host_time_per_call"]
