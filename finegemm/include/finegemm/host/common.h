@@ -1,0 +1,231 @@
+// finegemm host-side helpers shared by every kernel family's launcher (host/<family>.cpp).
+//
+// Header-only. The CUDA driver is reached through dlopen("libcuda.so.1") + dlsym, resolved once
+// per process, so host.so has no link-time dependency on the driver and loads on machines
+// without a GPU (every entry point then returns FG_ERROR_NO_DRIVER).
+#pragma once
+
+#include <cuda.h>
+#include <dlfcn.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+
+namespace fg {
+
+// Returned (as an int CUresult) when libcuda.so.1 or one of its symbols cannot be found.
+constexpr int FG_ERROR_NO_DRIVER = 100000;
+// Returned when an argument is rejected before the driver is called.
+constexpr int FG_ERROR_INVALID_ARGUMENT = 100001;
+
+struct Driver {
+  bool ok = false;
+  char error[512] = {0};
+  void* handle = nullptr;
+
+  CUresult (*cuInit)(unsigned int) = nullptr;
+  CUresult (*cuGetErrorString)(CUresult, const char**) = nullptr;
+  CUresult (*cuGetErrorName)(CUresult, const char**) = nullptr;
+  CUresult (*cuDeviceGet)(CUdevice*, int) = nullptr;
+  CUresult (*cuDevicePrimaryCtxRetain)(CUcontext*, CUdevice) = nullptr;
+  CUresult (*cuCtxGetCurrent)(CUcontext*) = nullptr;
+  CUresult (*cuCtxSetCurrent)(CUcontext) = nullptr;
+  CUresult (*cuModuleLoad)(CUmodule*, const char*) = nullptr;
+  CUresult (*cuModuleLoadData)(CUmodule*, const void*) = nullptr;
+  CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*) = nullptr;
+  CUresult (*cuFuncSetAttribute)(CUfunction, CUfunction_attribute, int) = nullptr;
+  CUresult (*cuFuncGetAttribute)(int*, CUfunction_attribute, CUfunction) = nullptr;
+  CUresult (*cuTensorMapEncodeTiled)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
+                                     const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
+                                     const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                     CUtensorMapL2promotion, CUtensorMapFloatOOBfill) = nullptr;
+  CUresult (*cuLaunchKernelEx)(const CUlaunchConfig*, CUfunction, void**, void**) = nullptr;
+  CUresult (*cuPointerGetAttribute)(void*, CUpointer_attribute, CUdeviceptr) = nullptr;
+};
+
+namespace detail {
+
+template <typename Fn>
+inline bool resolve(Driver& d, Fn& slot, const char* symbol) {
+  // The plain (non _ptsz / non _v2) symbols: cuda.h maps none of the names used here to a
+  // versioned symbol in CUDA 13 (checked with grep on cuda.h), and cuLaunchKernelEx's plain
+  // symbol is the legacy-default-stream flavour, which is what the runtime uses too.
+  void* p = dlsym(d.handle, symbol);
+  if (p == nullptr) {
+    std::snprintf(d.error, sizeof(d.error), "finegemm: symbol %s not found in libcuda.so.1", symbol);
+    return false;
+  }
+  slot = reinterpret_cast<Fn>(p);
+  return true;
+}
+
+inline Driver& driver_storage() {
+  static Driver d;
+  return d;
+}
+
+inline void init_driver(Driver& d) {
+  d.handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (d.handle == nullptr) {
+    const char* e = dlerror();
+    std::snprintf(d.error, sizeof(d.error),
+                  "finegemm: cannot dlopen libcuda.so.1 (no NVIDIA driver on this machine?): %s",
+                  e ? e : "unknown error");
+    return;
+  }
+  bool ok = resolve(d, d.cuInit, "cuInit") && resolve(d, d.cuGetErrorString, "cuGetErrorString") &&
+            resolve(d, d.cuGetErrorName, "cuGetErrorName") &&
+            resolve(d, d.cuDeviceGet, "cuDeviceGet") &&
+            resolve(d, d.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain") &&
+            resolve(d, d.cuCtxGetCurrent, "cuCtxGetCurrent") &&
+            resolve(d, d.cuCtxSetCurrent, "cuCtxSetCurrent") &&
+            resolve(d, d.cuModuleLoad, "cuModuleLoad") &&
+            resolve(d, d.cuModuleLoadData, "cuModuleLoadData") &&
+            resolve(d, d.cuModuleGetFunction, "cuModuleGetFunction") &&
+            resolve(d, d.cuFuncSetAttribute, "cuFuncSetAttribute") &&
+            resolve(d, d.cuFuncGetAttribute, "cuFuncGetAttribute") &&
+            resolve(d, d.cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled") &&
+            resolve(d, d.cuLaunchKernelEx, "cuLaunchKernelEx") &&
+            resolve(d, d.cuPointerGetAttribute, "cuPointerGetAttribute");
+  if (!ok) return;
+  CUresult r = d.cuInit(0);
+  if (r != CUDA_SUCCESS) {
+    const char* s = nullptr;
+    d.cuGetErrorString(r, &s);
+    std::snprintf(d.error, sizeof(d.error), "finegemm: cuInit failed (%d): %s", int(r),
+                  s ? s : "unknown error");
+    return;
+  }
+  d.ok = true;
+}
+
+// Primary context retained by fg_load_function; launches use it when the calling thread has
+// no current context (e.g. a fresh Python thread that has not touched torch.cuda yet).
+inline CUcontext& fallback_context() {
+  static CUcontext ctx = nullptr;
+  return ctx;
+}
+
+}  // namespace detail
+
+// The driver entry points, resolved once per process (thread-safe). Check `.ok` before use.
+inline const Driver& driver() {
+  static std::once_flag once;
+  Driver& d = detail::driver_storage();
+  std::call_once(once, [&] { detail::init_driver(d); });
+  return d;
+}
+
+// Make sure the calling thread has a current context; when it has none, retain and make current
+// the primary context of `device` (the one PyTorch's runtime uses).
+inline CUresult ensure_context(int device) {
+  const Driver& d = driver();
+  if (!d.ok) return static_cast<CUresult>(FG_ERROR_NO_DRIVER);
+  CUcontext cur = nullptr;
+  CUresult r = d.cuCtxGetCurrent(&cur);
+  if (r != CUDA_SUCCESS) return r;
+  if (cur != nullptr) {
+    if (detail::fallback_context() == nullptr) detail::fallback_context() = cur;
+    return CUDA_SUCCESS;
+  }
+  CUdevice dev;
+  r = d.cuDeviceGet(&dev, device);
+  if (r != CUDA_SUCCESS) return r;
+  CUcontext ctx = nullptr;
+  r = d.cuDevicePrimaryCtxRetain(&ctx, dev);
+  if (r != CUDA_SUCCESS) return r;
+  r = d.cuCtxSetCurrent(ctx);
+  if (r != CUDA_SUCCESS) return r;
+  if (detail::fallback_context() == nullptr) detail::fallback_context() = ctx;
+  return CUDA_SUCCESS;
+}
+
+// 2-D tiled TMA descriptor for a row-major [outer, inner] tensor (inner contiguous).
+// Interleave none, L2 promotion 256B, out-of-bounds elements filled with zeros (loads) /
+// dropped (stores). Element strides are 1. Requirements (checked by the driver): base 16-byte
+// aligned, outer_stride_bytes a multiple of 16, box dims <= 256, box_inner * elem size <= the
+// swizzle span.
+inline CUresult make_tmap_2d(CUtensorMap* tmap, CUtensorMapDataType dtype, void* base,
+                             uint64_t inner, uint64_t outer, uint64_t outer_stride_bytes,
+                             uint32_t box_inner, uint32_t box_outer, CUtensorMapSwizzle swizzle) {
+  const Driver& d = driver();
+  if (!d.ok) return static_cast<CUresult>(FG_ERROR_NO_DRIVER);
+  if (tmap == nullptr) return static_cast<CUresult>(FG_ERROR_INVALID_ARGUMENT);
+  const cuuint64_t dims[2] = {inner, outer};
+  const cuuint64_t strides[1] = {outer_stride_bytes};  // stride of dim 1 in bytes
+  const cuuint32_t box[2] = {box_inner, box_outer};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  return d.cuTensorMapEncodeTiled(tmap, dtype, 2, base, dims, strides, box, elem_strides,
+                                  CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+                                  CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+}
+
+// dim3-like triple (implicitly built from 1-3 ints or from anything with .x/.y/.z, e.g. dim3).
+struct Dim3 {
+  unsigned x = 1, y = 1, z = 1;
+  Dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+  template <typename T, typename = decltype(T::x), typename = decltype(T::y), typename = decltype(T::z)>
+  Dim3(const T& v) : x(v.x), y(v.y), z(v.z) {}
+};
+
+// Launch through cuLaunchKernelEx. A cluster of (cluster_dim, 1, 1) is requested only when
+// cluster_dim > 1 (grid.x must then be a multiple of cluster_dim). pdl=true allows programmatic
+// dependent launch (the kernel may start before the previous one on the stream finishes; it must
+// call griddepcontrol.wait before reading the previous kernel's outputs).
+inline CUresult launch(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                       unsigned by, unsigned bz, unsigned smem_bytes, unsigned cluster_dim,
+                       CUstream stream, void** params, bool pdl = false) {
+  const Driver& d = driver();
+  if (!d.ok) return static_cast<CUresult>(FG_ERROR_NO_DRIVER);
+  if (fn == nullptr) return static_cast<CUresult>(FG_ERROR_INVALID_ARGUMENT);
+  // A thread without a current context (fresh thread) launches in the retained primary context.
+  CUcontext cur = nullptr;
+  if (d.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur == nullptr &&
+      detail::fallback_context() != nullptr)
+    d.cuCtxSetCurrent(detail::fallback_context());
+
+  CUlaunchAttribute attrs[2];
+  unsigned num_attrs = 0;
+  if (cluster_dim > 1) {
+    std::memset(&attrs[num_attrs], 0, sizeof(CUlaunchAttribute));
+    attrs[num_attrs].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attrs[num_attrs].value.clusterDim.x = cluster_dim;
+    attrs[num_attrs].value.clusterDim.y = 1;
+    attrs[num_attrs].value.clusterDim.z = 1;
+    ++num_attrs;
+  }
+  if (pdl) {
+    std::memset(&attrs[num_attrs], 0, sizeof(CUlaunchAttribute));
+    attrs[num_attrs].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attrs[num_attrs].value.programmaticStreamSerializationAllowed = 1;
+    ++num_attrs;
+  }
+  CUlaunchConfig cfg;
+  std::memset(&cfg, 0, sizeof(cfg));
+  cfg.gridDimX = gx;
+  cfg.gridDimY = gy;
+  cfg.gridDimZ = gz;
+  cfg.blockDimX = bx;
+  cfg.blockDimY = by;
+  cfg.blockDimZ = bz;
+  cfg.sharedMemBytes = smem_bytes;
+  cfg.hStream = stream;
+  cfg.attrs = num_attrs ? attrs : nullptr;
+  cfg.numAttrs = num_attrs;
+  return d.cuLaunchKernelEx(&cfg, fn, params, nullptr);
+}
+
+inline CUresult launch(CUfunction fn, Dim3 grid, Dim3 block, unsigned smem_bytes,
+                       unsigned cluster_dim, CUstream stream, void** params, bool pdl = false) {
+  return launch(fn, grid.x, grid.y, grid.z, block.x, block.y, block.z, smem_bytes, cluster_dim,
+                stream, params, pdl);
+}
+
+// Helpers for the extern "C" launchers, whose arguments are plain integers.
+inline CUfunction as_function(uint64_t fn) { return reinterpret_cast<CUfunction>(static_cast<uintptr_t>(fn)); }
+inline CUstream as_stream(uint64_t stream) { return reinterpret_cast<CUstream>(static_cast<uintptr_t>(stream)); }
+
+}  // namespace fg
