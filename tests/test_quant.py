@@ -1,0 +1,198 @@
+"""FP8 casts (error bounds, UE8M0 scales) and scale-layout helpers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from finegemm import quant
+
+FP8 = torch.float8_e4m3fn
+
+
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _expand(sf: torch.Tensor, rows_per: int, shape) -> torch.Tensor:
+    """Broadcast block scales [ceil(R/rows_per), ceil(K/128)] to a [R, K] tensor."""
+    r, k = shape
+    return sf.repeat_interleave(rows_per, 0)[:r].repeat_interleave(128, 1)[:, :k]
+
+
+def _check_roundtrip(x: torch.Tensor, q: torch.Tensor, scale_full: torch.Tensor) -> None:
+    """|x - q*s| <= 2^-4 |x| (3 mantissa bits) + 2^-10 s (half the smallest subnormal step)."""
+    assert q.dtype == FP8 and q.shape == x.shape
+    qf = q.float()
+    assert torch.isfinite(qf).all() and (qf.abs() <= 448).all()
+    xf = x.float()
+    err = (xf - qf * scale_full).abs()
+    bound = xf.abs() * 2**-4 + scale_full * 2**-10
+    assert (err <= bound * (1 + 1e-6)).all()
+
+
+def _is_pow2(t: torch.Tensor) -> bool:
+    mantissa, _ = torch.frexp(t)
+    return bool((mantissa == 0.5).all())
+
+
+@pytest.mark.parametrize("m,k", [(1, 128), (17, 160), (64, 512), (5, 7), (0, 256)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("ue8m0", [False, True])
+def test_per_token_cast(m, k, dtype, ue8m0):
+    gen = _gen(m * 1000 + k)
+    x = (torch.randn((m, k), generator=gen) * torch.logspace(-3, 3, max(k, 1))[:k]).to(dtype)
+    q, sf = quant.per_token_cast_to_fp8(x, use_ue8m0=ue8m0)
+    assert sf.dtype == torch.float32 and sf.shape == (m, -(-k // 128))
+    full = _expand(sf, 1, (m, k))
+    _check_roundtrip(x, q, full)
+    # Scale is (at least, for ue8m0) amax / 448 of each 1x128 block.
+    padded = torch.nn.functional.pad(x.float(), (0, sf.shape[1] * 128 - k))
+    amax = padded.view(m, sf.shape[1], 128).abs().amax(dim=2).clamp(min=1e-4)
+    exact = amax / 448
+    if ue8m0:
+        assert _is_pow2(sf) and (sf >= exact).all() and (sf < 2 * exact).all()
+    else:
+        torch.testing.assert_close(sf, exact, rtol=0, atol=0)
+        # The block maximum lands exactly on 448.
+        qmax = torch.nn.functional.pad(q.float().abs(), (0, sf.shape[1] * 128 - k)).view(m, sf.shape[1], 128).amax(dim=2)
+        assert (qmax == 448).all()
+
+
+@pytest.mark.parametrize("n,k", [(128, 128), (129, 160), (300, 500), (1, 1)])
+@pytest.mark.parametrize("ue8m0", [False, True])
+def test_per_block_cast(n, k, ue8m0):
+    gen = _gen(n + 31 * k)
+    x = torch.randn((n, k), generator=gen).bfloat16()
+    q, sf = quant.per_block_cast_to_fp8(x, use_ue8m0=ue8m0)
+    assert sf.shape == (-(-n // 128), -(-k // 128)) and sf.dtype == torch.float32
+    _check_roundtrip(x, q, _expand(sf, 128, (n, k)))
+    for nb in range(sf.shape[0]):
+        for kb in range(sf.shape[1]):
+            block = x[nb * 128 : nb * 128 + 128, kb * 128 : kb * 128 + 128].float()
+            exact = block.abs().max().clamp(min=1e-4) / 448
+            if ue8m0:
+                assert _is_pow2(sf[nb, kb]) and exact <= sf[nb, kb] < 2 * exact
+            else:
+                assert sf[nb, kb] == exact
+
+
+@pytest.mark.parametrize("ue8m0", [False, True])
+def test_per_channel_cast(ue8m0):
+    gen = _gen(11)
+    x = torch.randn((9, 300), generator=gen) * torch.arange(1, 10)[:, None]
+    q, sf = quant.per_channel_cast_to_fp8(x, use_ue8m0=ue8m0)
+    assert sf.shape == (9,) and q.shape == x.shape
+    _check_roundtrip(x, q, sf[:, None].expand_as(x))
+    exact = x.abs().amax(dim=1) / 448
+    assert (sf >= exact).all() if ue8m0 else torch.equal(sf, exact)
+
+
+def test_zero_blocks_get_floor_scale():
+    x = torch.zeros((2, 200))
+    x[1, 150] = 3.0
+    q, sf = quant.per_token_cast_to_fp8(x)
+    assert (q[0].float() == 0).all()
+    assert sf[0, 0] == pytest.approx(1e-4 / 448) and sf[1, 0] == pytest.approx(1e-4 / 448)
+    assert sf[1, 1] == pytest.approx(3.0 / 448) and q[1, 150].float() == 448
+
+
+def test_ceil_to_ue8m0_exact():
+    x = torch.tensor([1.0, 1.5, 0.3, 2.0**-20, 3 * 2.0**100, 1.0 + 2**-23, 0.0])
+    expected = torch.tensor([1.0, 2.0, 0.5, 2.0**-20, 2.0**102, 2.0, 0.0])
+    assert torch.equal(quant.ceil_to_ue8m0(x), expected)
+
+
+def test_casts_reject_bad_input():
+    with pytest.raises(ValueError, match="2-D"):
+        quant.per_token_cast_to_fp8(torch.zeros(4))
+    with pytest.raises(ValueError, match="bf16"):
+        quant.per_block_cast_to_fp8(torch.zeros((4, 4), dtype=torch.int32))
+
+
+def test_reexports():
+    assert quant.ceil_div(129, 128) == 2 and quant.align(129, 128) == 256
+
+
+# ---------------------------------------------------------------- layouts
+def test_get_tma_aligned_size():
+    assert quant.get_tma_aligned_size(5, 4) == 8
+    assert quant.get_tma_aligned_size(8, 4) == 8
+    assert quant.get_tma_aligned_size(3, 2) == 8
+    assert quant.get_tma_aligned_size(17, 1) == 32
+    assert quant.get_tma_aligned_size(0, 4) == 0
+    with pytest.raises(ValueError, match="element_size"):
+        quant.get_tma_aligned_size(5, 3)
+
+
+@pytest.mark.parametrize("mn,kb", [(5, 2), (8, 3), (129, 2), (1, 1)])
+def test_mn_major_2d(mn, kb):
+    sf = torch.rand((mn, kb), generator=_gen(mn))
+    out = quant.get_mn_major_tma_aligned_tensor(sf)
+    aligned = -(-mn // 4) * 4
+    assert out.shape == sf.shape and out.stride() == (1, aligned) and torch.equal(out, sf)
+    assert quant.get_mn_major_tma_aligned_tensor(out) is out
+
+
+@pytest.mark.parametrize("g,mn,kb", [(3, 5, 2), (2, 8, 4), (1, 129, 2)])
+def test_mn_major_3d(g, mn, kb):
+    sf = torch.rand((g, mn, kb), generator=_gen(g * mn))
+    out = quant.get_mn_major_tma_aligned_tensor(sf)
+    aligned = -(-mn // 4) * 4
+    assert out.shape == sf.shape and out.stride() == (kb * aligned, 1, aligned) and torch.equal(out, sf)
+    assert quant.get_mn_major_tma_aligned_tensor(out) is out
+
+
+def test_mn_major_returns_input_when_already_laid_out():
+    sf = torch.rand((3, 8)).T  # [8, 3], strides (1, 8)
+    assert quant.get_mn_major_tma_aligned_tensor(sf) is sf
+
+
+def test_mn_major_rejects_bad_rank():
+    with pytest.raises(ValueError, match="2-D or 3-D"):
+        quant.get_mn_major_tma_aligned_tensor(torch.zeros(4))
+
+
+def test_transform_sf_layouts():
+    mn, k = 129, 300
+    sfa = torch.rand((mn, 3))
+    out = quant.transform_sf_into_required_layout(sfa, mn, k, (1, 128, 128), is_sfa=True)
+    assert out.stride() == (1, 132) and torch.equal(out, sfa)
+
+    sfb = torch.rand((3, 2)).T  # non-contiguous [2, 3]
+    out = quant.transform_sf_into_required_layout(sfb, mn, k, (1, 128, 128), is_sfa=False)
+    assert out.is_contiguous() and torch.equal(out, sfb)
+
+    sfb_rows = torch.rand((mn, 3))
+    out = quant.transform_sf_into_required_layout(sfb_rows, mn, k, (1, 1, 128), is_sfa=False)
+    assert out.stride() == (1, 132) and torch.equal(out, sfb_rows)
+
+    grouped = torch.rand((4, mn, 3))
+    out = quant.transform_sf_into_required_layout(grouped, mn, k, (1, 128, 128), num_groups=4)
+    assert out.stride() == (3 * 132, 1, 132) and torch.equal(out, grouped)
+
+
+def test_transform_sf_errors():
+    with pytest.raises(ValueError, match=r"ceil\(mn/1\), ceil\(k/128\)"):
+        quant.transform_sf_into_required_layout(torch.rand((10, 2)), 10, 300, (1, 128, 128))
+    with pytest.raises(ValueError, match="num_groups"):
+        quant.transform_sf_into_required_layout(torch.rand((10, 3)), 10, 300, (1, 128, 128), num_groups=2)
+    with pytest.raises(ValueError, match="granularity"):
+        quant.transform_sf_into_required_layout(torch.rand((10, 3)), 10, 300, (1, 64, 128), is_sfa=False)
+    with pytest.raises(ValueError, match="fp32"):
+        quant.transform_sf_into_required_layout(torch.zeros((10, 3), dtype=torch.int32), 10, 300, (1, 128, 128))
+
+
+def test_mk_alignment_setter():
+    saved = quant.get_mk_alignment_for_contiguous_layout()
+    assert saved == 128
+    try:
+        for v in (16, 32, 64, 128):
+            quant.set_mk_alignment_for_contiguous_layout(v)
+            assert quant.get_mk_alignment_for_contiguous_layout() == v
+            assert quant.get_m_alignment_for_contiguous_layout() == v
+        for bad in (0, 8, 48, 256, -16, True, 128.0):
+            with pytest.raises(ValueError, match="16, 32, 64, 128"):
+                quant.set_mk_alignment_for_contiguous_layout(bad)
+    finally:
+        quant.set_mk_alignment_for_contiguous_layout(saved)
