@@ -1,0 +1,44 @@
+"""`python -m finegemm` subcommands that work without a GPU."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _run(args, cache, timeout=300):
+    env = dict(os.environ, FINEGEMM_CACHE_DIR=str(cache), PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "finegemm", *args], capture_output=True, text=True,
+                          cwd=ROOT, env=env, timeout=timeout)
+
+
+def test_info(tmp_path):
+    r = _run(["info"], tmp_path / "c")
+    assert r.returncode == 0, r.stderr
+    for word in ("finegemm", "torch", "python", "cuda available", "nvcc", "cache dir"):
+        assert word in r.stdout
+    assert str(tmp_path / "c") in r.stdout
+
+
+@pytest.mark.nvcc
+def test_compile_check(tmp_path):
+    r = _run(["compile-check", "--only", "trivial_add"], tmp_path / "c")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "trivial_add/block256" in r.stdout and "ok" in r.stdout
+
+
+def test_warmup_and_missing_suites(tmp_path):
+    r = _run(["warmup", "--shapes", "128,256,512"], tmp_path / "c")
+    assert r.returncode in (0, 1), r.stderr
+    r = _run(["bench", "no_such_suite_xyz"], tmp_path / "c")
+    assert r.returncode == 2 and "not available" in r.stderr
+
+
+def test_bad_shape(tmp_path):
+    r = _run(["warmup", "--shapes", "1,2"], tmp_path / "c")
+    assert r.returncode == 2

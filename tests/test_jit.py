@@ -1,0 +1,270 @@
+"""CPU tests of the JIT layer (need nvcc, no GPU)."""
+from __future__ import annotations
+
+import ctypes
+import multiprocessing as mp
+import os
+import subprocess
+import shutil
+from pathlib import Path
+
+import pytest
+
+from finegemm import jit
+from finegemm.jit import compiler
+
+pytestmark = pytest.mark.nvcc
+
+
+def _unique_source(tag: str, block: int = 256) -> str:
+    # A comment makes the key unique without changing the kernel.
+    return jit.render_trivial_add(block) + f"\n// test tag: {tag}\n"
+
+
+class _CompileCounter:
+    def __init__(self, monkeypatch):
+        self.calls = []
+        real = compiler._run_compiler
+
+        def counting(cmd, cwd=None):
+            self.calls.append(cmd)
+            return real(cmd, cwd=cwd)
+
+        monkeypatch.setattr(compiler, "_run_compiler", counting)
+
+
+def test_nvcc_discovery():
+    path = jit.nvcc_path()
+    assert os.access(path, os.X_OK)
+    ver = jit.nvcc_version()
+    assert len(ver) == 3 and ver[0] >= 12
+    assert (Path(jit.cuda_home()) / "include" / "cuda.h").is_file()
+
+
+def test_nvcc_missing_error(monkeypatch, tmp_path):
+    monkeypatch.setenv("FINEGEMM_NVCC", str(tmp_path / "nope" / "nvcc"))
+    with pytest.raises(RuntimeError, match="FINEGEMM_NVCC"):
+        jit.nvcc_path()
+    monkeypatch.delenv("FINEGEMM_NVCC")
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(RuntimeError, match="CUDA_HOME"):
+        jit.nvcc_path()
+    assert not jit.have_nvcc()
+
+
+def test_cache_dir_env(fg_cache_dir):
+    assert jit.cache_dir() == fg_cache_dir
+
+
+def test_key_changes_with_source_and_flags():
+    src = jit.render_trivial_add(256)
+    k = jit.kernel_key(src)
+    assert k == jit.kernel_key(src)
+    assert k != jit.kernel_key(jit.render_trivial_add(128))
+    assert k != jit.kernel_key(src + "\n")
+    assert k != jit.kernel_key(src, jit.kernel_flags(["-DFOO=1"]))
+    assert len(k) == 64
+
+
+def test_lineinfo_flag_changes_key(monkeypatch):
+    src = jit.render_trivial_add(256)
+    k = jit.kernel_key(src)
+    monkeypatch.setenv("FINEGEMM_LINEINFO", "1")
+    assert "-lineinfo" in jit.kernel_flags()
+    assert jit.kernel_key(src) != k
+
+
+def test_build_valid_cubin_and_report(fg_cache_dir):
+    path = jit.build_cubin("trivial_add", jit.render_trivial_add(256))
+    assert path.name == "kernel.cubin"
+    assert path.parent.parent == fg_cache_dir / "kernels"
+    assert path.parent.name.startswith("trivial_add_")
+    data = path.read_bytes()
+    assert data[:4] == b"\x7fELF" and len(data) > 0
+    assert (path.parent / "build.log").is_file()
+    rep = jit.ptxas_report(path)
+    assert rep["spill_stores"] == 0 and rep["spill_loads"] == 0 and rep["stack_frame"] == 0
+    assert not rep["spilled"]
+    assert 0 < rep["registers"] <= 255
+    assert "finegemm_entry" in rep["functions"]
+    # no temp dirs left behind
+    assert not any((fg_cache_dir / "tmp").iterdir())
+
+
+def test_parse_ptxas_log_spills_and_smem():
+    log = """ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function 'k' for 'sm_90a'
+ptxas info    : Function properties for k
+    48 bytes stack frame, 40 bytes spill stores, 36 bytes spill loads
+ptxas warning : Registers are spilled to local memory in function 'k', 40 bytes spill stores, 36 bytes spill loads
+ptxas info    : Used 168 registers, used 1 barriers, 1024 bytes smem, 400 bytes cmem[0]
+"""
+    rep = jit.parse_ptxas_log(log)
+    assert rep["registers"] == 168 and rep["smem"] == 1024
+    assert rep["stack_frame"] == 48 and rep["spill_stores"] == 40 and rep["spill_loads"] == 36
+    assert rep["spilled"] and rep["warnings"]
+
+
+def test_second_build_is_cache_hit(fg_cache_dir, monkeypatch):
+    src = _unique_source("cache-hit")
+    first = jit.build_cubin("trivial_add", src)
+    counter = _CompileCounter(monkeypatch)
+    before = jit.stats()
+    second = jit.build_cubin("trivial_add", src)
+    assert second == first
+    assert counter.calls == []
+    assert jit.stats()["cache_hits"] == before["cache_hits"] + 1
+
+
+def test_disable_cache_rebuilds(fg_cache_dir, monkeypatch):
+    src = _unique_source("disable")
+    jit.build_cubin("trivial_add", src)
+    counter = _CompileCounter(monkeypatch)
+    monkeypatch.setenv("FINEGEMM_DISABLE_CACHE", "1")
+    p = jit.build_cubin("trivial_add", src)
+    assert len(counter.calls) == 1
+    assert p.read_bytes()[:4] == b"\x7fELF"
+
+
+@pytest.mark.parametrize("damage", ["truncate", "empty", "not_elf", "no_marker"])
+def test_corrupted_entry_is_rebuilt(fg_cache_dir, monkeypatch, damage):
+    src = _unique_source("corrupt-" + damage)
+    path = jit.build_cubin("trivial_add", src)
+    good = path.read_bytes()
+    if damage == "truncate":
+        path.write_bytes(good[: len(good) // 2])
+    elif damage == "empty":
+        path.write_bytes(b"")
+    elif damage == "not_elf":
+        path.write_bytes(b"garbage" + good[7:])
+    else:
+        (path.parent / "ok").unlink()
+    counter = _CompileCounter(monkeypatch)
+    again = jit.build_cubin("trivial_add", src)
+    assert len(counter.calls) == 1
+    assert again == path
+    assert again.read_bytes() == good
+    assert not any((fg_cache_dir / "kernels").glob(".*"))  # the bad entry was removed
+
+
+def test_print_command_and_dump_ptx(fg_cache_dir, monkeypatch, capfd):
+    monkeypatch.setenv("FINEGEMM_PRINT_COMPILER_COMMAND", "1")
+    monkeypatch.setenv("FINEGEMM_DUMP_PTX", "1")
+    p = jit.build_cubin("trivial_add", _unique_source("dump"))
+    err = capfd.readouterr().err
+    assert "--cubin" in err and "sm_90a" in err
+    ptx = (p.parent / "kernel.ptx").read_text()
+    assert ".entry finegemm_entry" in ptx
+
+
+def test_compile_error_is_reported(fg_cache_dir):
+    with pytest.raises(RuntimeError, match="nvcc failed"):
+        jit.build_cubin("broken", "extern \"C\" __global__ void finegemm_entry() { this is not C++; }")
+    assert any((fg_cache_dir / "failed").iterdir())
+
+
+def _child_build(cache: str, source: str, q) -> None:
+    os.environ["FINEGEMM_CACHE_DIR"] = cache
+    from finegemm import jit as j
+
+    try:
+        p = j.build_cubin("race", source)
+        q.put(("ok", str(p), j.stats()["compiles"]))
+    except Exception as exc:  # pragma: no cover - reported to the parent
+        q.put(("err", repr(exc), 0))
+
+
+def test_concurrent_processes_build_same_kernel(tmp_path):
+    cache = str(tmp_path / "race-cache")
+    source = _unique_source("race")
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_child_build, args=(cache, source, q)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    results = [q.get(timeout=180) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    assert all(r[0] == "ok" for r in results), results
+    assert results[0][1] == results[1][1]
+    entries = [e for e in (Path(cache) / "kernels").iterdir()]
+    assert len(entries) == 1 and entries[0].name.startswith("race_")
+    assert compiler._entry_valid(entries[0], "kernel.cubin")
+    assert not any((Path(cache) / "tmp").iterdir())
+
+
+def test_host_library_loads_without_gpu(fg_cache_dir):
+    lib = jit.host_library()
+    assert isinstance(lib, ctypes.CDLL)
+    for sym in ("fg_load_function", "fg_error_string", "fg_launch_trivial_add"):
+        assert hasattr(lib, sym)
+    assert jit.host_library() is lib
+    so = Path(lib._name)
+    assert so.name == "host.so" and so.read_bytes()[:4] == b"\x7fELF"
+    if shutil.which("readelf"):
+        needed = subprocess.run(["readelf", "-d", str(so)], capture_output=True, text=True).stdout
+        assert "libcuda" not in needed and "libcudart" not in needed
+    # error strings work with or without a driver
+    assert "invalid argument" in jit.error_string(100001)
+    assert jit.error_string(1)
+
+
+def test_host_library_reports_missing_driver():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present; covered by tests/gpu")
+    lib = jit.host_library()
+    cubin = jit.build_cubin("trivial_add", jit.render_trivial_add(256))
+    out = ctypes.c_uint64(123)
+    rc = lib.fg_load_function(str(cubin).encode(), b"finegemm_entry", 0, 0, ctypes.byref(out))
+    assert rc != 0 and out.value == 0
+    with pytest.raises(RuntimeError, match="finegemm"):
+        jit.check(rc)
+    assert lib.fg_launch_trivial_add(0, None, None, None, 4, 0) != 0
+    jit.check(0)
+
+
+def test_compile_check_trivial(fg_cache_dir):
+    reports = jit.compile_check(["trivial_add"])
+    assert len(reports) >= 2
+    assert all(r["ok"] and r["spill_stores"] == 0 and r["stack_frame"] == 0 for r in reports)
+    assert "trivial_add" in jit.registered_compile_checks()
+
+
+def test_compile_check_rejects_stack_frame(fg_cache_dir):
+    # Dynamic indexing of a local array forces it into local memory (stack frame).
+    src = r'''
+extern "C" __global__ void __launch_bounds__(128) finegemm_entry(const int* idx, float* out) {
+  float buf[64];
+  #pragma unroll 1
+  for (int i = 0; i < 64; ++i) buf[i] = i * out[i];
+  out[threadIdx.x] = buf[idx[threadIdx.x]];
+}
+'''
+    with pytest.raises(RuntimeError, match="stack"):
+        jit.compile_check([("stacky", src)])
+    reports = jit.compile_check([("stacky", src)], raise_on_failure=False)
+    assert not reports[0]["ok"] and reports[0]["stack_frame"] > 0
+
+
+def test_register_compile_check(fg_cache_dir):
+    jit.register_compile_check("test_family", lambda: [("b64", jit.render_trivial_add(64))])
+    try:
+        reports = jit.compile_check(["test_family"])
+        assert [r["label"] for r in reports] == ["b64"] and reports[0]["ok"]
+    finally:
+        from finegemm.jit import checks
+
+        checks._registry.pop("test_family", None)
+    with pytest.raises(KeyError):
+        jit.compile_check(["no_such_family"])
+
+
+def test_render_validation():
+    with pytest.raises(ValueError):
+        jit.render_trivial_add(100)
+    assert "trivial_add<512>" in jit.render_trivial_add(512)
