@@ -1,0 +1,81 @@
+"""finegemm: FP8/BF16 tensor-core GEMMs for NVIDIA Hopper (SM90) under DeepGEMM's API.
+
+CPU tensors run the exact PyTorch references (``finegemm.reference``); CUDA tensors run the
+JIT-compiled SM90 kernels. See docs/ARCHITECTURE.md.
+"""
+
+__version__ = "0.1.0"
+
+from finegemm import quant, reference, runtime, testing, utils
+from finegemm.api import (
+    bf16_gemm_nn,
+    bf16_gemm_nt,
+    bf16_gemm_tn,
+    bf16_gemm_tt,
+    fp8_gemm_nn,
+    fp8_gemm_nt,
+    fp8_gemm_tn,
+    fp8_gemm_tt,
+    k_grouped_bf16_gemm_tn_contiguous,
+    k_grouped_fp8_gemm_nt_contiguous,
+    m_grouped_bf16_gemm_nt_contiguous,
+    m_grouped_bf16_gemm_nt_masked,
+    m_grouped_fp8_gemm_nt_contiguous,
+    m_grouped_fp8_gemm_nt_masked,
+)
+from finegemm.quant import (
+    get_mk_alignment_for_contiguous_layout,
+    get_mn_major_tma_aligned_tensor,
+    get_tma_aligned_size,
+    per_block_cast_to_fp8,
+    per_channel_cast_to_fp8,
+    per_token_cast_to_fp8,
+    set_mk_alignment_for_contiguous_layout,
+    transform_sf_into_required_layout,
+)
+from finegemm.runtime import get_num_sms, get_pdl, get_tc_util, set_num_sms, set_pdl, set_tc_util
+from finegemm.utils import align, ceil_div
+
+__all__ = [
+    "__version__",
+    # GEMMs
+    "fp8_gemm_nt",
+    "fp8_gemm_nn",
+    "fp8_gemm_tn",
+    "fp8_gemm_tt",
+    "m_grouped_fp8_gemm_nt_contiguous",
+    "m_grouped_fp8_gemm_nt_masked",
+    "k_grouped_fp8_gemm_nt_contiguous",
+    "bf16_gemm_nt",
+    "bf16_gemm_nn",
+    "bf16_gemm_tn",
+    "bf16_gemm_tt",
+    "m_grouped_bf16_gemm_nt_contiguous",
+    "m_grouped_bf16_gemm_nt_masked",
+    "k_grouped_bf16_gemm_tn_contiguous",
+    # runtime knobs
+    "set_num_sms",
+    "get_num_sms",
+    "set_tc_util",
+    "get_tc_util",
+    "set_pdl",
+    "get_pdl",
+    # utils
+    "ceil_div",
+    "align",
+    # quantization and layouts
+    "per_token_cast_to_fp8",
+    "per_block_cast_to_fp8",
+    "per_channel_cast_to_fp8",
+    "get_tma_aligned_size",
+    "get_mn_major_tma_aligned_tensor",
+    "transform_sf_into_required_layout",
+    "get_mk_alignment_for_contiguous_layout",
+    "set_mk_alignment_for_contiguous_layout",
+    # submodules
+    "quant",
+    "reference",
+    "runtime",
+    "testing",
+    "utils",
+]

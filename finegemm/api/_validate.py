@@ -1,0 +1,403 @@
+"""Validation helpers shared by the public API (finegemm.api.*).
+
+Every check raises (never ``assert``): ``TypeError`` for a wrong Python type or tensor dtype,
+``ValueError`` for a wrong shape, stride, device, alignment or value. Every message names the
+public function, the argument (``a[0] (A)``, ``b[1] (sfb)``, ``d``, ...), the rule, and what was
+given, e.g. ``fp8_gemm_nt: a[0] (A) must be torch.float8_e4m3fn, got torch.bfloat16``.
+
+The rules are the same for CPU and CUDA tensors, so that code validated on CPU keeps working on
+the GPU. The memory-layout rules come from TMA (the Hopper tensor-memory accelerator that loads
+operands and stores D): the innermost dimension must have stride 1, every other stride times
+the element size must be a multiple of 16 bytes, and the base address must be 16-byte aligned.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Optional, Sequence
+
+import torch
+
+__all__ = [
+    "FP8",
+    "RECIPE_1D2D",
+    "RECIPE_1D1D",
+    "on_cuda",
+    "check_tensor",
+    "check_optional_tensor",
+    "check_pair",
+    "check_dtype",
+    "check_rank",
+    "check_shape",
+    "check_same_device",
+    "check_tma_layout",
+    "check_contiguous_1d",
+    "check_k_alignment",
+    "check_no_overlap",
+    "check_c_alias",
+    "check_out_dtype_with_c",
+    "normalize_recipe",
+    "check_compiled_dims",
+    "check_bool",
+    "check_int",
+    "check_grouped_layout",
+    "check_masked_m",
+    "check_ks",
+    "fmt_shape",
+]
+
+FP8 = torch.float8_e4m3fn
+RECIPE_1D2D = (1, 128, 128)
+RECIPE_1D1D = (1, 1, 128)
+TMA_ALIGN = 16  # bytes: TMA base-address and stride granularity
+
+_SUPPORTED_DEVICE_TYPES = ("cpu", "cuda")
+
+
+def on_cuda(t: torch.Tensor) -> bool:
+    """True when the op must run on the GPU path (tests monkeypatch this to exercise routing)."""
+    return t.device.type == "cuda"
+
+
+def fmt_shape(shape: Iterable[int]) -> str:
+    return "[" + ", ".join(str(int(s)) for s in shape) + "]"
+
+
+def _type_name(x: object) -> str:
+    return type(x).__name__
+
+
+# ----------------------------------------------------------------------------- basic types
+def check_tensor(fn: str, name: str, x: object) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{fn}: {name} must be a torch.Tensor, got {_type_name(x)}")
+    return x
+
+
+def check_optional_tensor(fn: str, name: str, x: object) -> Optional[torch.Tensor]:
+    if x is None:
+        return None
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{fn}: {name} must be a torch.Tensor or None, got {_type_name(x)}")
+    return x
+
+
+def check_pair(fn: str, name: str, x: object, labels: tuple[str, str]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x`` must be a 2-tuple (or 2-list) ``(data, scales)`` of tensors."""
+    if not isinstance(x, (tuple, list)):
+        raise TypeError(
+            f"{fn}: {name} must be a 2-tuple of tensors ({labels[0]}, {labels[1]}), got {_type_name(x)}"
+        )
+    if len(x) != 2:
+        raise TypeError(
+            f"{fn}: {name} must be a 2-tuple of tensors ({labels[0]}, {labels[1]}), got a {_type_name(x)} "
+            f"of length {len(x)}"
+        )
+    for i in range(2):
+        if not isinstance(x[i], torch.Tensor):
+            raise TypeError(f"{fn}: {name}[{i}] ({labels[i]}) must be a torch.Tensor, got {_type_name(x[i])}")
+    return x[0], x[1]
+
+
+def check_dtype(fn: str, name: str, t: torch.Tensor, allowed: Sequence[torch.dtype], why: str = "") -> None:
+    if t.dtype not in allowed:
+        want = " or ".join(str(d) for d in allowed)
+        raise TypeError(f"{fn}: {name} must be {want}{why}, got {t.dtype}")
+
+
+def check_rank(fn: str, name: str, t: torch.Tensor, rank: int, what: str) -> None:
+    if t.dim() != rank:
+        raise ValueError(
+            f"{fn}: {name} must be a {rank}-D tensor {what}, got {t.dim()}-D with shape {fmt_shape(t.shape)}"
+        )
+
+
+def check_shape(fn: str, name: str, t: torch.Tensor, expected: Sequence[int], what: str) -> None:
+    """``what`` spells the symbolic shape, e.g. ``[M, ceil(K/128)]``."""
+    if tuple(t.shape) != tuple(int(e) for e in expected):
+        raise ValueError(
+            f"{fn}: {name} must have shape {what} = {fmt_shape(expected)}, got {fmt_shape(t.shape)}"
+        )
+
+
+def check_same_device(fn: str, tensors: dict[str, Optional[torch.Tensor]]) -> torch.device:
+    """All tensors on one device, and that device is CPU or CUDA. Returns the device."""
+    items = [(k, v) for k, v in tensors.items() if v is not None]
+    first_name, first = items[0]
+    dev = first.device
+    if dev.type not in _SUPPORTED_DEVICE_TYPES:
+        raise ValueError(
+            f"{fn}: {first_name} must be on a CPU or CUDA device (CPU runs the exact reference, CUDA the "
+            f"SM90 kernels), got device {dev}"
+        )
+    for name, t in items[1:]:
+        if t.device != dev:
+            raise ValueError(
+                f"{fn}: all tensors must be on the same device; {first_name} is on {dev} but {name} is on {t.device}"
+            )
+    return dev
+
+
+# ----------------------------------------------------------------------------- memory layout
+def check_tma_layout(fn: str, name: str, t: torch.Tensor, what: str) -> None:
+    """TMA rule: inner stride 1, other strides * element size % 16 == 0, base pointer 16-byte aligned.
+
+    Strides of dimensions of size <= 1 are irrelevant (never stepped over) and are not checked.
+    ``what`` describes the stored layout, e.g. ``"B [K, N] (N contiguous)"``.
+    """
+    if t.numel() == 0:
+        return
+    es = t.element_size()
+    if t.size(-1) > 1 and t.stride(-1) != 1:
+        raise ValueError(
+            f"{fn}: {name} {what} must have a contiguous last dimension (stride 1; TMA rule), got strides "
+            f"{tuple(t.stride())} for shape {fmt_shape(t.shape)}"
+        )
+    for dim in range(t.dim() - 1):
+        if t.size(dim) > 1 and (t.stride(dim) * es) % TMA_ALIGN != 0:
+            raise ValueError(
+                f"{fn}: {name} {what} must have every outer stride a multiple of 16 bytes (TMA needs a 16-byte "
+                f"row pitch), got stride {t.stride(dim)} elements x {es} bytes = {t.stride(dim) * es} bytes in "
+                f"dimension {dim} (shape {fmt_shape(t.shape)}, strides {tuple(t.stride())}); pad the last "
+                f"dimension to a multiple of {TMA_ALIGN // es} elements and pass a view"
+            )
+    if t.data_ptr() % TMA_ALIGN != 0:
+        raise ValueError(
+            f"{fn}: {name} {what} must start at a 16-byte aligned address (TMA rule), got data_ptr() % 16 = "
+            f"{t.data_ptr() % TMA_ALIGN} (a view offset by {t.storage_offset()} elements)"
+        )
+
+
+def check_contiguous_1d(fn: str, name: str, t: torch.Tensor, what: str, aligned: bool = False) -> None:
+    """A 1-D tensor read through a raw pointer: stride 1 (and 16-byte aligned base when ``aligned``)."""
+    if t.numel() > 1 and t.stride(0) != 1:
+        raise ValueError(f"{fn}: {name} {what} must be contiguous (stride 1), got stride {t.stride(0)}")
+    if aligned and t.numel() > 0 and t.data_ptr() % TMA_ALIGN != 0:
+        raise ValueError(
+            f"{fn}: {name} {what} must start at a 16-byte aligned address (TMA rule), got data_ptr() % 16 = "
+            f"{t.data_ptr() % TMA_ALIGN}"
+        )
+
+
+def check_k_alignment(fn: str, k: int, element_size: int, kind: str) -> None:
+    """K * element size must be a multiple of 16 bytes (a K-major row is one TMA box row)."""
+    mult = TMA_ALIGN // element_size
+    if k % mult != 0:
+        raise ValueError(
+            f"{fn}: K must be a multiple of {mult} ({TMA_ALIGN} bytes of {kind}; TMA rule), got K={k}"
+        )
+
+
+def _byte_span(t: torch.Tensor) -> Optional[tuple[int, int]]:
+    if t.numel() == 0:
+        return None
+    start = t.data_ptr()
+    extent = 1 + sum((s - 1) * st for s, st in zip(t.shape, t.stride()))
+    return start, start + extent * t.element_size()
+
+
+def check_no_overlap(fn: str, out_name: str, out: torch.Tensor, inputs: dict[str, Optional[torch.Tensor]]) -> None:
+    """The output must not share memory with any input (checked on the byte spans, conservatively)."""
+    so = _byte_span(out)
+    if so is None:
+        return
+    for name, t in inputs.items():
+        if t is None or t.device != out.device:
+            continue
+        st = _byte_span(t)
+        if st is None:
+            continue
+        if so[0] < st[1] and st[0] < so[1]:
+            raise ValueError(
+                f"{fn}: {out_name} must not overlap {name} in memory (the kernel reads {name} while writing "
+                f"{out_name}), got {out_name} bytes [{so[0]:#x}, {so[1]:#x}) and {name} bytes [{st[0]:#x}, {st[1]:#x})"
+            )
+
+
+def check_c_alias(fn: str, c: Optional[torch.Tensor], d: torch.Tensor) -> None:
+    """c may be d itself (in-place accumulation, same shape and strides) but must not partially overlap it."""
+    if c is None:
+        return
+    sc, sd = _byte_span(c), _byte_span(d)
+    if sc is None or sd is None or c.device != d.device:
+        return
+    if sc[0] < sd[1] and sd[0] < sc[1]:
+        same = c.data_ptr() == d.data_ptr() and tuple(c.shape) == tuple(d.shape) and c.stride() == d.stride()
+        if not same:
+            raise ValueError(
+                f"{fn}: c must either be d itself (same data_ptr, shape and strides: in-place accumulation) or "
+                f"not overlap d in memory, got c (shape {fmt_shape(c.shape)}, strides {tuple(c.stride())}) "
+                f"partially overlapping d (shape {fmt_shape(d.shape)}, strides {tuple(d.stride())})"
+            )
+
+
+def check_out_dtype_with_c(fn: str, d: torch.Tensor, c: Optional[torch.Tensor]) -> None:
+    """Rule: c (accumulation input) is only allowed with an fp32 d, and c must be fp32 too."""
+    if c is None:
+        return
+    check_dtype(fn, "c", c, (torch.float32,), " (the accumulation input)")
+    if d.dtype != torch.float32:
+        raise TypeError(
+            f"{fn}: d must be torch.float32 when c is given (accumulation happens in fp32: D = C + A @ B), "
+            f"got d of dtype {d.dtype}"
+        )
+
+
+# ----------------------------------------------------------------------------- scalar arguments
+def normalize_recipe(
+    fn: str, recipe: object, allowed: Sequence[tuple[int, int, int]], default: tuple[int, int, int]
+) -> tuple[int, int, int]:
+    """None -> default; else a tuple/list of 3 ints that must be one of ``allowed``."""
+    if recipe is None:
+        return default
+    want = " or ".join(str(r) for r in allowed)
+    if not isinstance(recipe, (tuple, list)):
+        raise TypeError(f"{fn}: recipe must be None or a tuple of 3 ints ({want}), got {_type_name(recipe)}")
+    if len(recipe) != 3 or not all(isinstance(v, int) and not isinstance(v, bool) for v in recipe):
+        raise TypeError(f"{fn}: recipe must be None or a tuple of 3 ints ({want}), got {recipe!r}")
+    r = tuple(int(v) for v in recipe)
+    if r not in [tuple(a) for a in allowed]:
+        raise ValueError(f"{fn}: recipe must be one of {want} on SM90, got {r}")
+    return r  # type: ignore[return-value]
+
+
+def check_compiled_dims(fn: str, compiled_dims: object) -> None:
+    """A hint of which of m/n/k to bake into the kernel: a str of distinct letters from 'mnk'."""
+    if not isinstance(compiled_dims, str):
+        raise TypeError(f"{fn}: compiled_dims must be a str made of the letters 'm', 'n', 'k', got {_type_name(compiled_dims)}")
+    if any(ch not in "mnk" for ch in compiled_dims) or len(set(compiled_dims)) != len(compiled_dims):
+        raise ValueError(
+            f"{fn}: compiled_dims must contain only distinct letters from 'mnk' (e.g. 'nk', 'mn'), got {compiled_dims!r}"
+        )
+
+
+def check_bool(fn: str, name: str, v: object) -> None:
+    if not isinstance(v, bool):
+        raise TypeError(f"{fn}: {name} must be a bool, got {_type_name(v)}")
+
+
+def check_int(fn: str, name: str, v: object, minimum: int) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TypeError(f"{fn}: {name} must be an int, got {_type_name(v)}")
+    if v < minimum:
+        raise ValueError(f"{fn}: {name} must be >= {minimum}, got {v}")
+    return v
+
+
+# ----------------------------------------------------------------------------- grouped layouts
+def check_grouped_layout(
+    fn: str, gl: torch.Tensor, m: int, num_groups: int, use_psum_layout: bool, alignment: int
+) -> None:
+    """Validate an m-grouped contiguous layout (reads the values: synchronizes on CUDA tensors).
+
+    Plain layout: int32 [M], row r belongs to group gl[r] in [0, G) or is padding (-1). The rows of
+    one group form one run, and that run starts at a row index that is a multiple of ``alignment``
+    (get_mk_alignment_for_contiguous_layout()); the kernel reads one group id per aligned block.
+    PSUM layout (``use_psum_layout``): int32 [G] cumulative row ends, non-negative, non-decreasing,
+    last <= M; group g owns rows [align(end_{g-1}, alignment), end_g), so a non-empty group's end
+    must not fall inside the alignment gap after the previous group (rows there would be dropped).
+    """
+    check_dtype(fn, "grouped_layout", gl, (torch.int32,))
+    if use_psum_layout:
+        check_rank(fn, "grouped_layout", gl, 1, "(with use_psum_layout: [G] cumulative row ends)")
+        check_shape(fn, "grouped_layout", gl, (num_groups,), "[G] (with use_psum_layout)")
+    else:
+        check_rank(fn, "grouped_layout", gl, 1, "([M] group id per row)")
+        check_shape(fn, "grouped_layout", gl, (m,), "[M]")
+    check_contiguous_1d(fn, "grouped_layout", gl, "")
+    if gl.numel() == 0:
+        return
+    v = gl.detach().to(device="cpu", dtype=torch.int64)  # synchronizes with the GPU on CUDA tensors
+    if use_psum_layout:
+        lo = int(v.min())
+        if lo < 0:
+            raise ValueError(f"{fn}: grouped_layout (psum row ends) must be >= 0, got minimum {lo}")
+        if v.numel() > 1:
+            dec = (v[1:] < v[:-1]).nonzero()
+            if dec.numel():
+                g = int(dec[0, 0]) + 1
+                raise ValueError(
+                    f"{fn}: grouped_layout (psum row ends) must be non-decreasing, got grouped_layout[{g - 1}] = "
+                    f"{int(v[g - 1])} > grouped_layout[{g}] = {int(v[g])}"
+                )
+        last = int(v[-1])
+        if last > m:
+            raise ValueError(f"{fn}: grouped_layout (psum row ends) must end at <= M = {m}, got last end {last}")
+        if v.numel() > 1:
+            prev, cur = v[:-1], v[1:]
+            start = (prev + alignment - 1) // alignment * alignment
+            bad = ((cur != prev) & (cur < start)).nonzero()
+            if bad.numel():
+                g = int(bad[0, 0]) + 1
+                raise ValueError(
+                    f"{fn}: grouped_layout (psum row ends): group {g} starts at align({int(prev[g - 1])}, {alignment}) "
+                    f"= {int(start[g - 1])} (the mk alignment), so its end must be >= that or equal to the previous "
+                    f"end (empty group), got end {int(cur[g - 1])}"
+                )
+        return
+    lo, hi = int(v.min()), int(v.max())
+    if lo < -1 or hi >= num_groups:
+        raise ValueError(
+            f"{fn}: grouped_layout values must be -1 (padding row) or a group id in [0, G={num_groups}), got values "
+            f"in [{lo}, {hi}]"
+        )
+    change = torch.ones(m, dtype=torch.bool)
+    change[1:] = v[1:] != v[:-1]
+    starts = change.nonzero().flatten()
+    vals = v[starts]
+    real = vals >= 0
+    misaligned = (real & (starts % alignment != 0)).nonzero().flatten()
+    if misaligned.numel():
+        i = int(misaligned[0])
+        raise ValueError(
+            f"{fn}: grouped_layout: each group's first row must be at a multiple of the alignment {alignment} "
+            f"(get_mk_alignment_for_contiguous_layout(); pad with -1 rows), got group {int(vals[i])} starting at "
+            f"row {int(starts[i])}"
+        )
+    counts = torch.bincount(vals[real], minlength=num_groups)
+    split = (counts > 1).nonzero().flatten()
+    if split.numel():
+        g = int(split[0])
+        raise ValueError(
+            f"{fn}: grouped_layout: the rows of one group must be contiguous (one run), got group {g} in "
+            f"{int(counts[g])} separate runs"
+        )
+
+
+def check_masked_m(fn: str, masked_m: torch.Tensor, num_groups: int, m_max: int, check_values: bool) -> None:
+    """int32 [G] with values in [0, Mmax]; the values are only checked when ``check_values``
+    (CPU tensors): on CUDA masked_m stays on the GPU (CUDA graphs) and the kernel clamps."""
+    check_dtype(fn, "masked_m", masked_m, (torch.int32,))
+    check_rank(fn, "masked_m", masked_m, 1, "([G] valid rows per group)")
+    check_shape(fn, "masked_m", masked_m, (num_groups,), "[G]")
+    check_contiguous_1d(fn, "masked_m", masked_m, "")
+    if check_values and masked_m.numel():
+        lo, hi = int(masked_m.min()), int(masked_m.max())
+        if lo < 0 or hi > m_max:
+            raise ValueError(f"{fn}: masked_m values must be in [0, Mmax={m_max}], got values in [{lo}, {hi}]")
+
+
+def check_ks(fn: str, ks: object, ks_tensor: torch.Tensor, num_groups: int, check_values: bool) -> list[int]:
+    """ks: list of G Python ints, each >= 0 and % 128 == 0; ks_tensor: int32 [G] equal to ks.
+
+    The equality of ks_tensor and ks is checked when ``check_values`` (CPU tensors) only: reading
+    a CUDA tensor would synchronize, and the kernel plans from ks alone.
+    """
+    if not isinstance(ks, (list, tuple)):
+        raise TypeError(f"{fn}: ks must be a list of ints (K of each group), got {_type_name(ks)}")
+    for i, k in enumerate(ks):
+        if isinstance(k, bool) or not isinstance(k, int):
+            raise TypeError(f"{fn}: ks must be a list of ints, got ks[{i}] of type {_type_name(k)}")
+        if k < 0 or k % 128 != 0:
+            raise ValueError(
+                f"{fn}: ks values must be non-negative multiples of 128 (one K block), got ks[{i}] = {k}"
+            )
+    if len(ks) != num_groups:
+        raise ValueError(f"{fn}: len(ks) must equal G = d.shape[0] = {num_groups}, got len(ks) = {len(ks)}")
+    check_dtype(fn, "ks_tensor", ks_tensor, (torch.int32,))
+    check_rank(fn, "ks_tensor", ks_tensor, 1, "([G] K of each group)")
+    check_shape(fn, "ks_tensor", ks_tensor, (num_groups,), "[G]")
+    check_contiguous_1d(fn, "ks_tensor", ks_tensor, "")
+    if check_values and num_groups:
+        got = [int(x) for x in ks_tensor.tolist()]
+        if got != [int(k) for k in ks]:
+            raise ValueError(f"{fn}: ks_tensor must hold the same values as ks, got ks = {list(ks)} and ks_tensor = {got}")
+    return [int(k) for k in ks]

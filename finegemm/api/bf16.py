@@ -1,0 +1,324 @@
+"""BF16 GEMMs (DeepGEMM names): dense in every layout, m-grouped (contiguous, masked), k-grouped.
+
+Layout suffix as for the FP8 GEMMs (first letter A, second B; "n" as stored, "t" transposed):
+nt: A [M, K], B [N, K], D = C + A @ B.T;  nn: A [M, K], B [K, N], D = C + A @ B;
+tn: A [K, M], B [K, N], D = C + A.T @ B;  tt: A [K, M], B [N, K], D = C + A.T @ B.T.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import torch
+
+from finegemm import quant, reference
+from finegemm.api import _validate as _v
+from finegemm.api.dense_fp8 import _not_built
+
+__all__ = [
+    "bf16_gemm_nt",
+    "bf16_gemm_nn",
+    "bf16_gemm_tn",
+    "bf16_gemm_tt",
+    "m_grouped_bf16_gemm_nt_contiguous",
+    "m_grouped_bf16_gemm_nt_masked",
+    "k_grouped_bf16_gemm_tn_contiguous",
+]
+
+_BF16 = torch.bfloat16
+_BF16_ISSUE = "#5"
+
+
+def _bf16_gemm(fn: str, layout: str, a: object, b: object, d: object, c: object, compiled_dims: object) -> None:
+    a_mk = layout[0] == "n"
+    b_nk = layout[1] == "t"
+    a = _v.check_tensor(fn, "a", a)
+    b = _v.check_tensor(fn, "b", b)
+    d = _v.check_tensor(fn, "d", d)
+    c = _v.check_optional_tensor(fn, "c", c)
+    _v.check_compiled_dims(fn, compiled_dims)
+    _v.check_dtype(fn, "a", a, (_BF16,))
+    _v.check_dtype(fn, "b", b, (_BF16,))
+    _v.check_dtype(fn, "d", d, (_BF16, torch.float32))
+    _v.check_out_dtype_with_c(fn, d, c)
+    a_what = "[M, K]" if a_mk else "[K, M]"
+    b_what = "[N, K]" if b_nk else "[K, N]"
+    _v.check_rank(fn, "a", a, 2, a_what)
+    _v.check_rank(fn, "b", b, 2, b_what)
+    _v.check_rank(fn, "d", d, 2, "[M, N]")
+    M, K = a.shape if a_mk else (a.shape[1], a.shape[0])
+    N, Kb = b.shape if b_nk else (b.shape[1], b.shape[0])
+    if K != Kb:
+        raise ValueError(
+            f"{fn}: K of a ({a_what} = {_v.fmt_shape(a.shape)}) and b ({b_what} = {_v.fmt_shape(b.shape)}) must "
+            f"agree, got K={K} and K={Kb}"
+        )
+    _v.check_shape(fn, "d", d, (M, N), "[M, N]")
+    if c is not None:
+        _v.check_rank(fn, "c", c, 2, "[M, N]")
+        _v.check_shape(fn, "c", c, (M, N), "[M, N]")
+    _v.check_same_device(fn, {"d": d, "a": a, "b": b, "c": c})
+    _v.check_k_alignment(fn, K, 2, "BF16")
+    _v.check_tma_layout(fn, "a", a, f"(stored {a_what})")
+    _v.check_tma_layout(fn, "b", b, f"(stored {b_what})")
+    _v.check_tma_layout(fn, "d", d, "[M, N]")
+    if c is not None:
+        _v.check_tma_layout(fn, "c", c, "[M, N]")
+    _v.check_no_overlap(fn, "d", d, {"a": a, "b": b})
+    _v.check_c_alias(fn, c, d)
+
+    if M == 0 or N == 0:
+        return
+    if K == 0:
+        if c is None:
+            d.zero_()
+        elif c is not d:
+            d.copy_(c)
+        return
+    if _v.on_cuda(d):
+        raise _not_built(fn, "BF16 GEMMs", _BF16_ISSUE)
+    a_nt = a if a_mk else a.t()
+    b_nt = b if b_nk else b.t()
+    d.copy_(reference.bf16_gemm_nt(a_nt, b_nt, c=c, out_dtype=d.dtype))
+
+
+_DENSE_DOC = """
+    Args:
+        a: ``torch.bfloat16`` {a_shape}.
+        b: ``torch.bfloat16`` {b_shape}.
+        d: ``torch.bfloat16`` or ``torch.float32`` [M, N], written in place.
+        c: optional ``torch.float32`` [M, N] accumulated into d. Rule: c only with an fp32 d; c may
+            be d itself (in-place accumulation) but must not otherwise overlap d.
+        compiled_dims: kernel specialization hint (distinct letters of "mnk").
+
+    Constraints (TypeError for types/dtypes, ValueError for shapes/strides/values):
+        * K % 8 == 0 (16 bytes of BF16; TMA rule).
+        * a, b, d (and c): contiguous last dimension, other strides multiples of 16 bytes (TMA
+          needs a 16-byte row pitch, e.g. N % 8 == 0 for a contiguous bf16 d) and a 16-byte
+          aligned base address.
+        * All tensors on one device; d must not overlap a or b.
+        * M == 0 or N == 0 returns at once after validation; K == 0 writes d = c (or zeros).
+
+    Devices: CPU runs ``finegemm.reference.bf16_gemm_nt`` (exact, fp64 accumulation) on
+    transposed views; CUDA raises NotImplementedError until the SM90 BF16 kernel lands (issue #5).
+"""
+
+
+def bf16_gemm_nt(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: Optional[torch.Tensor] = None,
+                 compiled_dims: str = "nk") -> None:
+    _bf16_gemm("bf16_gemm_nt", "nt", a, b, d, c, compiled_dims)
+
+
+def bf16_gemm_nn(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: Optional[torch.Tensor] = None,
+                 compiled_dims: str = "nk") -> None:
+    _bf16_gemm("bf16_gemm_nn", "nn", a, b, d, c, compiled_dims)
+
+
+def bf16_gemm_tn(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: Optional[torch.Tensor] = None,
+                 compiled_dims: str = "mn") -> None:
+    _bf16_gemm("bf16_gemm_tn", "tn", a, b, d, c, compiled_dims)
+
+
+def bf16_gemm_tt(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: Optional[torch.Tensor] = None,
+                 compiled_dims: str = "mn") -> None:
+    _bf16_gemm("bf16_gemm_tt", "tt", a, b, d, c, compiled_dims)
+
+
+bf16_gemm_nt.__doc__ = "BF16 GEMM D = C + A @ B.T (A [M, K], B [N, K]).\n" + _DENSE_DOC.format(
+    a_shape="[M, K]", b_shape="[N, K]")
+bf16_gemm_nn.__doc__ = "BF16 GEMM D = C + A @ B (A [M, K], B [K, N]).\n" + _DENSE_DOC.format(
+    a_shape="[M, K]", b_shape="[K, N]")
+bf16_gemm_tn.__doc__ = "BF16 GEMM D = C + A.T @ B (A [K, M], B [K, N]).\n" + _DENSE_DOC.format(
+    a_shape="[K, M]", b_shape="[K, N]")
+bf16_gemm_tt.__doc__ = "BF16 GEMM D = C + A.T @ B.T (A [K, M], B [N, K]).\n" + _DENSE_DOC.format(
+    a_shape="[K, M]", b_shape="[N, K]")
+
+
+def _check_grouped_b(fn: str, b: torch.Tensor, k_a: int) -> tuple[int, int]:
+    _v.check_dtype(fn, "b", b, (_BF16,))
+    _v.check_rank(fn, "b", b, 3, "[G, N, K]")
+    G, N, K = b.shape
+    if K != k_a:
+        raise ValueError(f"{fn}: K of a (K={k_a}) and b ([G, N, K] = {_v.fmt_shape(b.shape)}) must agree, got K={k_a} "
+                         f"and K={K}")
+    return G, N
+
+
+def m_grouped_bf16_gemm_nt_contiguous(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    d: torch.Tensor,
+    grouped_layout: torch.Tensor,
+    compiled_dims: str = "nk",
+    use_psum_layout: bool = False,
+) -> None:
+    """M-grouped BF16 GEMM, contiguous layout: D[r] = A[r] @ B[g(r)].T.
+
+    Args:
+        a: ``bfloat16`` [M, K]; b: ``bfloat16`` [G, N, K]; d: ``bfloat16`` [M, N] (written; rows of
+            no group: zeros on CPU, undefined on the GPU).
+        grouped_layout: ``int32`` [M] group per row (-1 = padding; each group one run starting at
+            a multiple of ``get_mk_alignment_for_contiguous_layout()``), or with
+            ``use_psum_layout`` ``int32`` [G] cumulative row ends (non-negative, non-decreasing,
+            last <= M). Validated by reading the values (synchronizes on CUDA tensors).
+        compiled_dims: kernel specialization hint; use_psum_layout: bool.
+
+    Constraints: K % 8 == 0; TMA layout rules for a, b, d; one device; d must not overlap the
+    inputs; M == 0 returns at once after validation.
+    Devices: CPU runs ``finegemm.reference``; CUDA raises NotImplementedError (issue #5).
+    """
+    fn = "m_grouped_bf16_gemm_nt_contiguous"
+    a = _v.check_tensor(fn, "a", a)
+    b = _v.check_tensor(fn, "b", b)
+    d = _v.check_tensor(fn, "d", d)
+    grouped_layout = _v.check_tensor(fn, "grouped_layout", grouped_layout)
+    _v.check_compiled_dims(fn, compiled_dims)
+    _v.check_bool(fn, "use_psum_layout", use_psum_layout)
+    _v.check_dtype(fn, "a", a, (_BF16,))
+    _v.check_dtype(fn, "d", d, (_BF16,))
+    _v.check_rank(fn, "a", a, 2, "[M, K]")
+    M, K = a.shape
+    G, N = _check_grouped_b(fn, b, K)
+    _v.check_rank(fn, "d", d, 2, "[M, N]")
+    _v.check_shape(fn, "d", d, (M, N), "[M, N]")
+    _v.check_same_device(fn, {"d": d, "a": a, "b": b, "grouped_layout": grouped_layout})
+    _v.check_k_alignment(fn, K, 2, "BF16")
+    _v.check_tma_layout(fn, "a", a, "[M, K]")
+    _v.check_tma_layout(fn, "b", b, "[G, N, K]")
+    _v.check_tma_layout(fn, "d", d, "[M, N]")
+    _v.check_no_overlap(fn, "d", d, {"a": a, "b": b, "grouped_layout": grouped_layout})
+    _v.check_grouped_layout(fn, grouped_layout, M, G, use_psum_layout, quant.get_mk_alignment_for_contiguous_layout())
+
+    if M == 0 or N == 0:
+        return
+    if K == 0 or G == 0:
+        d.zero_()
+        return
+    if _v.on_cuda(d):
+        raise _not_built(fn, "m-grouped BF16 GEMMs (contiguous layout)", _BF16_ISSUE)
+    d.copy_(reference.m_grouped_bf16_gemm_nt_contiguous(a, b, grouped_layout, use_psum_layout=use_psum_layout,
+                                                        out_dtype=d.dtype))
+
+
+def m_grouped_bf16_gemm_nt_masked(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    d: torch.Tensor,
+    masked_m: torch.Tensor,
+    expected_m: int,
+    compiled_dims: str = "nk",
+) -> None:
+    """M-grouped BF16 GEMM, masked layout: D[g, :masked_m[g]] = A[g, :masked_m[g]] @ B[g].T.
+
+    Args:
+        a: ``bfloat16`` [G, Mmax, K]; b: ``bfloat16`` [G, N, K]; d: ``bfloat16`` [G, Mmax, N]
+            (only rows m < masked_m[g] are written; the others are left untouched).
+        masked_m: ``int32`` [G] in [0, Mmax]: checked on CPU tensors only (on CUDA it stays on
+            the GPU for CUDA graphs and the kernel clamps it).
+        expected_m: int >= 0, typical masked_m (planning hint).
+        compiled_dims: kernel specialization hint.
+
+    Constraints: K % 8 == 0; TMA layout rules for a, b, d; one device; d must not overlap the
+    inputs. Devices: CPU runs ``finegemm.reference``; CUDA raises NotImplementedError (issue #5).
+    """
+    fn = "m_grouped_bf16_gemm_nt_masked"
+    a = _v.check_tensor(fn, "a", a)
+    b = _v.check_tensor(fn, "b", b)
+    d = _v.check_tensor(fn, "d", d)
+    masked_m = _v.check_tensor(fn, "masked_m", masked_m)
+    _v.check_int(fn, "expected_m", expected_m, 0)
+    _v.check_compiled_dims(fn, compiled_dims)
+    _v.check_dtype(fn, "a", a, (_BF16,))
+    _v.check_dtype(fn, "d", d, (_BF16,))
+    _v.check_rank(fn, "a", a, 3, "[G, Mmax, K]")
+    G, Mmax, K = a.shape
+    Gb, N = _check_grouped_b(fn, b, K)
+    if Gb != G:
+        raise ValueError(f"{fn}: G of a ([G, Mmax, K]) and b ([G, N, K]) must agree, got {G} and {Gb}")
+    _v.check_rank(fn, "d", d, 3, "[G, Mmax, N]")
+    _v.check_shape(fn, "d", d, (G, Mmax, N), "[G, Mmax, N]")
+    _v.check_same_device(fn, {"d": d, "a": a, "b": b, "masked_m": masked_m})
+    _v.check_k_alignment(fn, K, 2, "BF16")
+    _v.check_tma_layout(fn, "a", a, "[G, Mmax, K]")
+    _v.check_tma_layout(fn, "b", b, "[G, N, K]")
+    _v.check_tma_layout(fn, "d", d, "[G, Mmax, N]")
+    _v.check_no_overlap(fn, "d", d, {"a": a, "b": b, "masked_m": masked_m})
+    _v.check_masked_m(fn, masked_m, G, Mmax, check_values=not _v.on_cuda(d))
+
+    if G == 0 or Mmax == 0 or N == 0:
+        return
+    keep = (torch.arange(Mmax, device=d.device)[None, :] < masked_m.to(torch.int64)[:, None]).unsqueeze(-1)
+    if K == 0:
+        d.copy_(d.masked_fill(keep, 0))
+        return
+    if _v.on_cuda(d):
+        raise _not_built(fn, "m-grouped BF16 GEMMs (masked layout)", _BF16_ISSUE)
+    out = reference.m_grouped_bf16_gemm_nt_masked(a, b, masked_m, out_dtype=d.dtype)
+    d.copy_(torch.where(keep, out, d))
+
+
+def k_grouped_bf16_gemm_tn_contiguous(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    d: torch.Tensor,
+    ks: Sequence[int],
+    ks_tensor: torch.Tensor,
+    c: Optional[torch.Tensor] = None,
+    compiled_dims: str = "mn",
+) -> None:
+    """K-grouped BF16 GEMM (MoE weight gradient): D_g = C_g + A_g.T @ B_g, A_g/B_g the k_g rows of group g.
+
+    Args:
+        a: ``bfloat16`` [sum(ks), M] (M contiguous); b: ``bfloat16`` [sum(ks), N].
+        d: ``float32`` [G, M, N], written in place.
+        ks: list of G Python ints, each >= 0 and a multiple of 128.
+        ks_tensor: ``int32`` [G] equal to ks (compared on CPU tensors only).
+        c: optional ``float32`` [G, M, N] accumulated (may be d itself).
+        compiled_dims: kernel specialization hint.
+
+    Constraints: TMA layout rules for a, b (so M % 8 == 0 and N % 8 == 0 for contiguous
+    operands), d and c; one device; d must not overlap the inputs. M == 0, N == 0 or G == 0
+    returns at once after validation.
+    Devices: CPU runs ``finegemm.reference``; CUDA raises NotImplementedError (issue #5).
+    """
+    fn = "k_grouped_bf16_gemm_tn_contiguous"
+    a = _v.check_tensor(fn, "a", a)
+    b = _v.check_tensor(fn, "b", b)
+    d = _v.check_tensor(fn, "d", d)
+    ks_tensor = _v.check_tensor(fn, "ks_tensor", ks_tensor)
+    c = _v.check_optional_tensor(fn, "c", c)
+    _v.check_compiled_dims(fn, compiled_dims)
+    _v.check_dtype(fn, "a", a, (_BF16,))
+    _v.check_dtype(fn, "b", b, (_BF16,))
+    _v.check_dtype(fn, "d", d, (torch.float32,), " (k-grouped GEMMs accumulate weight gradients in fp32)")
+    _v.check_out_dtype_with_c(fn, d, c)
+    _v.check_rank(fn, "d", d, 3, "[G, M, N]")
+    G, M, N = d.shape
+    if c is not None:
+        _v.check_rank(fn, "c", c, 3, "[G, M, N]")
+        _v.check_shape(fn, "c", c, (G, M, N), "[G, M, N]")
+    ks_list = _v.check_ks(fn, ks, ks_tensor, G, check_values=ks_tensor.device.type == "cpu")
+    sum_k = sum(ks_list)
+    _v.check_rank(fn, "a", a, 2, "[sum(ks), M]")
+    _v.check_rank(fn, "b", b, 2, "[sum(ks), N]")
+    _v.check_shape(fn, "a", a, (sum_k, M), "[sum(ks), M]")
+    _v.check_shape(fn, "b", b, (sum_k, N), "[sum(ks), N]")
+    _v.check_same_device(fn, {"d": d, "a": a, "b": b, "ks_tensor": ks_tensor, "c": c})
+    _v.check_tma_layout(fn, "a", a, "[sum(ks), M]")
+    _v.check_tma_layout(fn, "b", b, "[sum(ks), N]")
+    _v.check_tma_layout(fn, "d", d, "[G, M, N]")
+    if c is not None:
+        _v.check_tma_layout(fn, "c", c, "[G, M, N]")
+    _v.check_no_overlap(fn, "d", d, {"a": a, "b": b, "ks_tensor": ks_tensor})
+    _v.check_c_alias(fn, c, d)
+
+    if G == 0 or M == 0 or N == 0:
+        return
+    if sum_k == 0:
+        if c is None:
+            d.zero_()
+        elif c is not d:
+            d.copy_(c)
+        return
+    if _v.on_cuda(d):
+        raise _not_built(fn, "k-grouped BF16 GEMMs (MoE weight gradients)", _BF16_ISSUE)
+    d.copy_(reference.k_grouped_bf16_gemm_tn_contiguous(a, b, ks_list, c=c))

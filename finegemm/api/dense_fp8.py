@@ -1,0 +1,253 @@
+"""Dense FP8 GEMMs with fine-grained scaling: fp8_gemm_nt / _nn / _tn / _tt (DeepGEMM names).
+
+Layout suffix: the first letter describes A, the second B, as in BLAS ("n" = as stored,
+"t" = transposed); the product is always D [M, N] = C + op(A) @ op(B) with
+
+======  ===========  ===========  ========================
+name    A stored     B stored     D
+======  ===========  ===========  ========================
+nt      [M, K]       [N, K]       C + A @ B.T
+nn      [M, K]       [K, N]       C + A @ B
+tn      [K, M]       [K, N]       C + A.T @ B
+tt      [K, M]       [N, K]       C + A.T @ B.T
+======  ===========  ===========  ========================
+
+Scales follow their operand (one fp32 per 128 K values of each row/column of the stored tensor):
+
+* sfa: [M, ceil(K/128)] for A [M, K]; [ceil(K/128), M] for A [K, M].
+* sfb, recipe (1, 128, 128) (the default, weights): one per 128x128 block:
+  [ceil(N/128), ceil(K/128)] for B [N, K]; [ceil(K/128), ceil(N/128)] for B [K, N].
+* sfb, recipe (1, 1, 128) (weight gradients): per row of B, like sfa:
+  [N, ceil(K/128)] for B [N, K]; [ceil(K/128), N] for B [K, N]. D must be fp32.
+
+D[m, n] = C[m, n] + sum_kb sfa[m, kb] * sfb[., kb] * sum_{k in kb} A[m, k] * B[n, k].
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import torch
+
+from finegemm import reference
+from finegemm.api import _validate as _v
+from finegemm.utils import ceil_div
+
+__all__ = ["fp8_gemm_nt", "fp8_gemm_nn", "fp8_gemm_tn", "fp8_gemm_tt"]
+
+_FP8_OUT_DTYPES = (torch.bfloat16, torch.float32)
+
+
+def _not_built(fn: str, capability: str, issue: str) -> NotImplementedError:
+    return NotImplementedError(
+        f"{fn}: the SM90 CUDA kernel for {capability} is not built yet (tracked in issue {issue}); "
+        f"CPU tensors run the exact reference"
+    )
+
+
+def _fp8_gemm(
+    fn: str,
+    layout: str,
+    a: object,
+    b: object,
+    d: object,
+    c: object,
+    recipe: object,
+    compiled_dims: object,
+    disable_ue8m0_cast: object,
+) -> None:
+    a_mk = layout[0] == "n"  # A stored [M, K] (K-major) else [K, M]
+    b_nk = layout[1] == "t"  # B stored [N, K] (K-major) else [K, N]
+
+    # ---- Python-level types
+    A, sfa = _v.check_pair(fn, "a", a, ("A", "sfa"))
+    B, sfb = _v.check_pair(fn, "b", b, ("B", "sfb"))
+    d = _v.check_tensor(fn, "d", d)
+    c = _v.check_optional_tensor(fn, "c", c)
+    rec = _v.normalize_recipe(fn, recipe, (_v.RECIPE_1D2D, _v.RECIPE_1D1D), _v.RECIPE_1D2D)
+    _v.check_compiled_dims(fn, compiled_dims)
+    _v.check_bool(fn, "disable_ue8m0_cast", disable_ue8m0_cast)
+
+    # ---- dtypes
+    _v.check_dtype(fn, "a[0] (A)", A, (_v.FP8,))
+    _v.check_dtype(fn, "b[0] (B)", B, (_v.FP8,))
+    _v.check_dtype(fn, "a[1] (sfa)", sfa, (torch.float32,), " (SM90 scales are fp32)")
+    _v.check_dtype(fn, "b[1] (sfb)", sfb, (torch.float32,), " (SM90 scales are fp32)")
+    _v.check_dtype(fn, "d", d, _FP8_OUT_DTYPES)
+    if rec == _v.RECIPE_1D1D and d.dtype != torch.float32:
+        raise TypeError(f"{fn}: d must be torch.float32 with recipe (1, 1, 128) (weight-gradient GEMM), got {d.dtype}")
+    _v.check_out_dtype_with_c(fn, d, c)
+
+    # ---- ranks and shapes
+    a_what = "[M, K]" if a_mk else "[K, M]"
+    b_what = "[N, K]" if b_nk else "[K, N]"
+    _v.check_rank(fn, "a[0] (A)", A, 2, a_what)
+    _v.check_rank(fn, "b[0] (B)", B, 2, b_what)
+    _v.check_rank(fn, "a[1] (sfa)", sfa, 2, "(scales of A)")
+    _v.check_rank(fn, "b[1] (sfb)", sfb, 2, "(scales of B)")
+    _v.check_rank(fn, "d", d, 2, "[M, N]")
+    M, K = A.shape if a_mk else (A.shape[1], A.shape[0])
+    N, Kb = B.shape if b_nk else (B.shape[1], B.shape[0])
+    if K != Kb:
+        raise ValueError(
+            f"{fn}: K of a[0] (A {a_what} = {_v.fmt_shape(A.shape)}) and b[0] (B {b_what} = "
+            f"{_v.fmt_shape(B.shape)}) must agree, got K={K} and K={Kb}"
+        )
+    _v.check_shape(fn, "d", d, (M, N), "[M, N]")
+    if c is not None:
+        _v.check_rank(fn, "c", c, 2, "[M, N]")
+        _v.check_shape(fn, "c", c, (M, N), "[M, N]")
+    kb = ceil_div(K, 128)
+    if a_mk:
+        _v.check_shape(fn, "a[1] (sfa)", sfa, (M, kb), "[M, ceil(K/128)] for A [M, K]")
+    else:
+        _v.check_shape(fn, "a[1] (sfa)", sfa, (kb, M), "[ceil(K/128), M] for A [K, M]")
+    if rec == _v.RECIPE_1D2D:
+        nb, nb_sym = ceil_div(N, 128), "ceil(N/128)"
+    else:
+        nb, nb_sym = N, "N"
+    if b_nk:
+        _v.check_shape(fn, "b[1] (sfb)", sfb, (nb, kb), f"[{nb_sym}, ceil(K/128)] for B [N, K] with recipe {rec}")
+    else:
+        _v.check_shape(fn, "b[1] (sfb)", sfb, (kb, nb), f"[ceil(K/128), {nb_sym}] for B [K, N] with recipe {rec}")
+
+    # ---- device, alignment and memory layout
+    _v.check_same_device(fn, {"d": d, "a[0] (A)": A, "a[1] (sfa)": sfa, "b[0] (B)": B, "b[1] (sfb)": sfb, "c": c})
+    _v.check_k_alignment(fn, K, 1, "FP8")
+    _v.check_tma_layout(fn, "a[0] (A)", A, f"(stored {a_what})")
+    _v.check_tma_layout(fn, "b[0] (B)", B, f"(stored {b_what})")
+    _v.check_tma_layout(fn, "d", d, "[M, N]")
+    if c is not None:
+        _v.check_tma_layout(fn, "c", c, "[M, N]")
+    _v.check_no_overlap(fn, "d", d, {"a[0] (A)": A, "b[0] (B)": B, "a[1] (sfa)": sfa, "b[1] (sfb)": sfb})
+    _v.check_c_alias(fn, c, d)
+
+    # ---- trivial problems (no kernel needed)
+    if M == 0 or N == 0:
+        return
+    if K == 0:
+        if c is None:
+            d.zero_()
+        elif c is not d:
+            d.copy_(c)
+        return
+
+    # ---- canonical NT views (transposed views, never copies)
+    A_nt = A if a_mk else A.t()
+    sfa_nt = sfa if a_mk else sfa.t()
+    B_nt = B if b_nk else B.t()
+    sfb_nt = sfb if b_nk else sfb.t()
+
+    if _v.on_cuda(d):
+        if rec != _v.RECIPE_1D2D:
+            raise _not_built(fn, "the (1, 1, 128) recipe (1D1D, weight gradients)", "#4")
+        from finegemm.ops import sm90_fp8_gemm  # lazy: the CUDA stack is only needed for CUDA tensors
+
+        # The SM90 kernel takes K-major operands: materialize K-major copies of MN-major inputs.
+        if not a_mk:
+            A_nt = A_nt.contiguous()
+        if not b_nk:
+            B_nt = B_nt.contiguous()
+        sm90_fp8_gemm.fp8_gemm_nt(A_nt, sfa_nt, B_nt, sfb_nt, d, c, rec)
+        return
+
+    out = reference.fp8_gemm_nt(A_nt, sfa_nt, B_nt, sfb_nt, c=c, out_dtype=d.dtype, recipe=rec)
+    d.copy_(out)
+
+
+_COMMON_DOC = """
+    Args:
+        a: ``(A, sfa)``: A ``torch.float8_e4m3fn`` {a_shape}; sfa ``torch.float32`` {sfa_shape}
+            (one scale per row of the product and 128-wide K block; any strides).
+        b: ``(B, sfb)``: B ``torch.float8_e4m3fn`` {b_shape}; sfb ``torch.float32``
+            {sfb_128} with recipe (1, 128, 128) (default), or {sfb_1} with recipe (1, 1, 128).
+        d: output ``torch.bfloat16`` or ``torch.float32`` [M, N], written in place.
+        c: optional ``torch.float32`` [M, N] accumulated into d (D = C + ...). Rule: c is only
+            allowed with an fp32 d. c may be d itself (in-place accumulation) but must not
+            otherwise overlap d.
+        recipe: None (= (1, 128, 128)), (1, 128, 128) or (1, 1, 128); the latter needs fp32 d.
+        compiled_dims: which of "m", "n", "k" the kernel may specialize on (compatibility hint;
+            validated: distinct letters of "mnk").
+        disable_ue8m0_cast: accepted for compatibility (bool); SM90 scales are fp32, no effect.
+
+    Constraints (TypeError for types/dtypes, ValueError for shapes/strides/values):
+        * K % 16 == 0 (16 bytes of FP8; TMA rule). M, N are free (edge tiles are masked).
+        * A, B and d (and c) have a contiguous last dimension, every other stride a multiple of
+          16 bytes (TMA needs a 16-byte row pitch: e.g. a contiguous bf16 d needs N % 8 == 0; pad
+          and pass a view otherwise) and a 16-byte aligned base address. For a stored [K, M] or
+          [K, N] operand this means M (resp. N) rows padded to 16 bytes.
+        * All tensors on the same device; d must not overlap A, B or the scales.
+        * M == 0 or N == 0 returns at once (after validation); K == 0 writes d = c (or zeros).
+
+    Devices: CPU tensors run ``finegemm.reference.fp8_gemm_nt`` (exact, fp64 accumulation) on
+    transposed views. CUDA tensors run the SM90 kernel (recipe (1, 128, 128); non-NT layouts
+    are first copied to K-major); recipe (1, 1, 128) on CUDA raises NotImplementedError.
+
+    Returns:
+        None (d is written).
+"""
+
+
+def fp8_gemm_nt(
+    a: tuple[torch.Tensor, torch.Tensor],
+    b: tuple[torch.Tensor, torch.Tensor],
+    d: torch.Tensor,
+    c: Optional[torch.Tensor] = None,
+    recipe: Optional[Sequence[int]] = None,
+    compiled_dims: str = "nk",
+    disable_ue8m0_cast: bool = False,
+) -> None:
+    _fp8_gemm("fp8_gemm_nt", "nt", a, b, d, c, recipe, compiled_dims, disable_ue8m0_cast)
+
+
+def fp8_gemm_nn(
+    a: tuple[torch.Tensor, torch.Tensor],
+    b: tuple[torch.Tensor, torch.Tensor],
+    d: torch.Tensor,
+    c: Optional[torch.Tensor] = None,
+    recipe: Optional[Sequence[int]] = None,
+    compiled_dims: str = "nk",
+    disable_ue8m0_cast: bool = False,
+) -> None:
+    _fp8_gemm("fp8_gemm_nn", "nn", a, b, d, c, recipe, compiled_dims, disable_ue8m0_cast)
+
+
+def fp8_gemm_tn(
+    a: tuple[torch.Tensor, torch.Tensor],
+    b: tuple[torch.Tensor, torch.Tensor],
+    d: torch.Tensor,
+    c: Optional[torch.Tensor] = None,
+    recipe: Optional[Sequence[int]] = None,
+    compiled_dims: str = "mn",
+    disable_ue8m0_cast: bool = False,
+) -> None:
+    _fp8_gemm("fp8_gemm_tn", "tn", a, b, d, c, recipe, compiled_dims, disable_ue8m0_cast)
+
+
+def fp8_gemm_tt(
+    a: tuple[torch.Tensor, torch.Tensor],
+    b: tuple[torch.Tensor, torch.Tensor],
+    d: torch.Tensor,
+    c: Optional[torch.Tensor] = None,
+    recipe: Optional[Sequence[int]] = None,
+    compiled_dims: str = "mn",
+    disable_ue8m0_cast: bool = False,
+) -> None:
+    _fp8_gemm("fp8_gemm_tt", "tt", a, b, d, c, recipe, compiled_dims, disable_ue8m0_cast)
+
+
+fp8_gemm_nt.__doc__ = "FP8 GEMM D = C + A @ B.T (A [M, K], B [N, K]; both K-major).\n" + _COMMON_DOC.format(
+    a_shape="[M, K]", sfa_shape="[M, ceil(K/128)]", b_shape="[N, K]",
+    sfb_128="[ceil(N/128), ceil(K/128)]", sfb_1="[N, ceil(K/128)]",
+)
+fp8_gemm_nn.__doc__ = "FP8 GEMM D = C + A @ B (A [M, K], B [K, N]).\n" + _COMMON_DOC.format(
+    a_shape="[M, K]", sfa_shape="[M, ceil(K/128)]", b_shape="[K, N]",
+    sfb_128="[ceil(K/128), ceil(N/128)]", sfb_1="[ceil(K/128), N]",
+)
+fp8_gemm_tn.__doc__ = "FP8 GEMM D = C + A.T @ B (A [K, M], B [K, N]; weight-gradient layout).\n" + _COMMON_DOC.format(
+    a_shape="[K, M]", sfa_shape="[ceil(K/128), M]", b_shape="[K, N]",
+    sfb_128="[ceil(K/128), ceil(N/128)]", sfb_1="[ceil(K/128), N]",
+)
+fp8_gemm_tt.__doc__ = "FP8 GEMM D = C + A.T @ B.T (A [K, M], B [N, K]).\n" + _COMMON_DOC.format(
+    a_shape="[K, M]", sfa_shape="[ceil(K/128), M]", b_shape="[N, K]",
+    sfb_128="[ceil(N/128), ceil(K/128)]", sfb_1="[N, ceil(K/128)]",
+)

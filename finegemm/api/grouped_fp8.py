@@ -1,0 +1,286 @@
+"""Grouped FP8 GEMMs for Mixture-of-Experts (DeepGEMM names).
+
+* ``m_grouped_fp8_gemm_nt_contiguous``: MoE forward/prefill. The tokens of all experts are
+  stacked row-wise in one A [M, K]; ``grouped_layout`` says which expert (group) each row uses.
+* ``m_grouped_fp8_gemm_nt_masked``: MoE decode. A [G, Mmax, K] with only the first
+  ``masked_m[g]`` rows of group g valid (masked_m stays on the GPU: CUDA-graph friendly).
+* ``k_grouped_fp8_gemm_nt_contiguous``: MoE weight gradient. Groups differ in K; each group's
+  D_g [M, N] = C_g + A_g @ B_g.T with the 1D1D recipe (per-row scales on both sides).
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import torch
+
+from finegemm import quant, reference
+from finegemm.api import _validate as _v
+from finegemm.api.dense_fp8 import _not_built
+from finegemm.utils import ceil_div
+
+__all__ = [
+    "m_grouped_fp8_gemm_nt_contiguous",
+    "m_grouped_fp8_gemm_nt_masked",
+    "k_grouped_fp8_gemm_nt_contiguous",
+]
+
+
+def _check_common_args(fn: str, a: object, b: object, d: object, recipe: object, compiled_dims: object,
+                       disable_ue8m0_cast: object):
+    A, sfa = _v.check_pair(fn, "a", a, ("A", "sfa"))
+    B, sfb = _v.check_pair(fn, "b", b, ("B", "sfb"))
+    d = _v.check_tensor(fn, "d", d)
+    rec = _v.normalize_recipe(fn, recipe, (_v.RECIPE_1D2D, _v.RECIPE_1D1D), _v.RECIPE_1D2D)
+    if rec != _v.RECIPE_1D2D:
+        raise ValueError(
+            f"{fn}: recipe must be None or (1, 128, 128) for m-grouped GEMMs (sfb per 128x128 block), got {rec}"
+        )
+    _v.check_compiled_dims(fn, compiled_dims)
+    _v.check_bool(fn, "disable_ue8m0_cast", disable_ue8m0_cast)
+    _v.check_dtype(fn, "a[0] (A)", A, (_v.FP8,))
+    _v.check_dtype(fn, "b[0] (B)", B, (_v.FP8,))
+    _v.check_dtype(fn, "a[1] (sfa)", sfa, (torch.float32,), " (SM90 scales are fp32)")
+    _v.check_dtype(fn, "b[1] (sfb)", sfb, (torch.float32,), " (SM90 scales are fp32)")
+    _v.check_dtype(fn, "d", d, (torch.bfloat16,))
+    return A, sfa, B, sfb, d
+
+
+def _check_b(fn: str, B: torch.Tensor, sfb: torch.Tensor, K_a: int) -> tuple[int, int]:
+    _v.check_rank(fn, "b[0] (B)", B, 3, "[G, N, K]")
+    _v.check_rank(fn, "b[1] (sfb)", sfb, 3, "[G, ceil(N/128), ceil(K/128)]")
+    G, N, K = B.shape
+    if K != K_a:
+        raise ValueError(
+            f"{fn}: K of a[0] (A, K={K_a}) and b[0] (B [G, N, K] = {_v.fmt_shape(B.shape)}) must agree, got K={K_a} "
+            f"and K={K}"
+        )
+    _v.check_shape(fn, "b[1] (sfb)", sfb, (G, ceil_div(N, 128), ceil_div(K, 128)), "[G, ceil(N/128), ceil(K/128)]")
+    return G, N
+
+
+def m_grouped_fp8_gemm_nt_contiguous(
+    a: tuple[torch.Tensor, torch.Tensor],
+    b: tuple[torch.Tensor, torch.Tensor],
+    d: torch.Tensor,
+    grouped_layout: torch.Tensor,
+    recipe: Optional[Sequence[int]] = None,
+    compiled_dims: str = "nk",
+    disable_ue8m0_cast: bool = False,
+    use_psum_layout: bool = False,
+) -> None:
+    """M-grouped FP8 GEMM, contiguous layout: D[r] = A[r] @ B[g(r)].T for each row r.
+
+    Args:
+        a: ``(A, sfa)``: A ``float8_e4m3fn`` [M, K] (the rows of all groups stacked);
+            sfa ``float32`` [M, ceil(K/128)].
+        b: ``(B, sfb)``: B ``float8_e4m3fn`` [G, N, K] (one weight per group, K-major);
+            sfb ``float32`` [G, ceil(N/128), ceil(K/128)].
+        d: ``bfloat16`` [M, N], written in place (rows of no group: zeros on CPU; treat them as
+            undefined on the GPU).
+        grouped_layout: ``int32``, contiguous. Plain layout ([M]): group id of each row in
+            [0, G), or -1 for a padding row; the rows of one group form one run that starts at a
+            multiple of ``get_mk_alignment_for_contiguous_layout()`` (pad with -1 rows). With
+            ``use_psum_layout`` ([G]): cumulative row ends, non-negative, non-decreasing, last
+            <= M; group g owns rows [align(end_{g-1}, alignment), end_g).
+            The values are read to validate them (min/max and runs): on CUDA tensors this
+            synchronizes the stream.
+        recipe: None or (1, 128, 128) (the only m-grouped recipe on SM90).
+        compiled_dims: kernel specialization hint (distinct letters of "mnk").
+        disable_ue8m0_cast: accepted for compatibility (bool); no effect on SM90 (fp32 scales).
+        use_psum_layout: bool, selects the grouped_layout encoding above.
+
+    Constraints: K % 16 == 0; A, B, d with a contiguous last dimension, 16-byte multiple
+    strides and 16-byte aligned base (TMA); all tensors on one device; d must not overlap the
+    inputs. M == 0 returns at once after validation.
+
+    Devices: CPU runs ``finegemm.reference``; CUDA raises NotImplementedError (kernel: issue #4).
+    """
+    fn = "m_grouped_fp8_gemm_nt_contiguous"
+    A, sfa, B, sfb, d = _check_common_args(fn, a, b, d, recipe, compiled_dims, disable_ue8m0_cast)
+    _v.check_bool(fn, "use_psum_layout", use_psum_layout)
+    grouped_layout = _v.check_tensor(fn, "grouped_layout", grouped_layout)
+    _v.check_rank(fn, "a[0] (A)", A, 2, "[M, K]")
+    _v.check_rank(fn, "a[1] (sfa)", sfa, 2, "[M, ceil(K/128)]")
+    M, K = A.shape
+    G, N = _check_b(fn, B, sfb, K)
+    _v.check_shape(fn, "a[1] (sfa)", sfa, (M, ceil_div(K, 128)), "[M, ceil(K/128)]")
+    _v.check_rank(fn, "d", d, 2, "[M, N]")
+    _v.check_shape(fn, "d", d, (M, N), "[M, N]")
+    _v.check_same_device(fn, {"d": d, "a[0] (A)": A, "a[1] (sfa)": sfa, "b[0] (B)": B, "b[1] (sfb)": sfb,
+                              "grouped_layout": grouped_layout})
+    _v.check_k_alignment(fn, K, 1, "FP8")
+    _v.check_tma_layout(fn, "a[0] (A)", A, "[M, K]")
+    _v.check_tma_layout(fn, "b[0] (B)", B, "[G, N, K]")
+    _v.check_tma_layout(fn, "d", d, "[M, N]")
+    _v.check_no_overlap(fn, "d", d, {"a[0] (A)": A, "b[0] (B)": B, "a[1] (sfa)": sfa, "b[1] (sfb)": sfb,
+                                     "grouped_layout": grouped_layout})
+    alignment = quant.get_mk_alignment_for_contiguous_layout()
+    _v.check_grouped_layout(fn, grouped_layout, M, G, use_psum_layout, alignment)
+
+    if M == 0 or N == 0:
+        return
+    if K == 0 or G == 0:
+        d.zero_()
+        return
+    if _v.on_cuda(d):
+        raise _not_built(fn, "m-grouped FP8 GEMMs (contiguous layout)", "#4")
+    d.copy_(reference.m_grouped_fp8_gemm_nt_contiguous(
+        A, sfa, B, sfb, grouped_layout, use_psum_layout=use_psum_layout, out_dtype=d.dtype))
+
+
+def m_grouped_fp8_gemm_nt_masked(
+    a: tuple[torch.Tensor, torch.Tensor],
+    b: tuple[torch.Tensor, torch.Tensor],
+    d: torch.Tensor,
+    masked_m: torch.Tensor,
+    expected_m: int,
+    recipe: Optional[Sequence[int]] = None,
+    compiled_dims: str = "nk",
+    disable_ue8m0_cast: bool = False,
+) -> None:
+    """M-grouped FP8 GEMM, masked layout: D[g, :masked_m[g]] = A[g, :masked_m[g]] @ B[g].T.
+
+    Args:
+        a: ``(A, sfa)``: A ``float8_e4m3fn`` [G, Mmax, K]; sfa ``float32`` [G, Mmax, ceil(K/128)].
+        b: ``(B, sfb)``: B ``float8_e4m3fn`` [G, N, K]; sfb ``float32`` [G, ceil(N/128), ceil(K/128)].
+        d: ``bfloat16`` [G, Mmax, N]; only rows m < masked_m[g] are written, the others are left
+            untouched.
+        masked_m: ``int32`` [G], contiguous, valid rows per group, values in [0, Mmax]. The values
+            are checked on CPU tensors only: on CUDA masked_m stays on the GPU (no sync, CUDA
+            graphs) and the kernel clamps it to [0, Mmax].
+        expected_m: int >= 0, a hint of the typical masked_m (planning only).
+        recipe: None or (1, 128, 128).
+        compiled_dims, disable_ue8m0_cast: compatibility arguments (validated; no effect on SM90).
+
+    Constraints: K % 16 == 0; TMA layout rules for A, B, d (contiguous last dim, 16-byte
+    strides and base); one device; d must not overlap the inputs. G == 0 or Mmax == 0 returns at
+    once after validation.
+
+    Devices: CPU runs ``finegemm.reference``; CUDA raises NotImplementedError (kernel: issue #4).
+    """
+    fn = "m_grouped_fp8_gemm_nt_masked"
+    A, sfa, B, sfb, d = _check_common_args(fn, a, b, d, recipe, compiled_dims, disable_ue8m0_cast)
+    masked_m = _v.check_tensor(fn, "masked_m", masked_m)
+    _v.check_int(fn, "expected_m", expected_m, 0)
+    _v.check_rank(fn, "a[0] (A)", A, 3, "[G, Mmax, K]")
+    _v.check_rank(fn, "a[1] (sfa)", sfa, 3, "[G, Mmax, ceil(K/128)]")
+    G, Mmax, K = A.shape
+    Gb, N = _check_b(fn, B, sfb, K)
+    if Gb != G:
+        raise ValueError(f"{fn}: G of a[0] (A [G, Mmax, K]) and b[0] (B [G, N, K]) must agree, got {G} and {Gb}")
+    _v.check_shape(fn, "a[1] (sfa)", sfa, (G, Mmax, ceil_div(K, 128)), "[G, Mmax, ceil(K/128)]")
+    _v.check_rank(fn, "d", d, 3, "[G, Mmax, N]")
+    _v.check_shape(fn, "d", d, (G, Mmax, N), "[G, Mmax, N]")
+    _v.check_same_device(fn, {"d": d, "a[0] (A)": A, "a[1] (sfa)": sfa, "b[0] (B)": B, "b[1] (sfb)": sfb,
+                              "masked_m": masked_m})
+    _v.check_k_alignment(fn, K, 1, "FP8")
+    _v.check_tma_layout(fn, "a[0] (A)", A, "[G, Mmax, K]")
+    _v.check_tma_layout(fn, "b[0] (B)", B, "[G, N, K]")
+    _v.check_tma_layout(fn, "d", d, "[G, Mmax, N]")
+    _v.check_no_overlap(fn, "d", d, {"a[0] (A)": A, "b[0] (B)": B, "a[1] (sfa)": sfa, "b[1] (sfb)": sfb,
+                                     "masked_m": masked_m})
+    _v.check_masked_m(fn, masked_m, G, Mmax, check_values=not _v.on_cuda(d))
+
+    if G == 0 or Mmax == 0 or N == 0:
+        return
+    keep = _masked_rows(masked_m, Mmax, d.device)
+    if K == 0:
+        d.copy_(d.masked_fill(keep, 0))  # no host sync: masked_m may live on the GPU
+        return
+    if _v.on_cuda(d):
+        raise _not_built(fn, "m-grouped FP8 GEMMs (masked layout)", "#4")
+    out = reference.m_grouped_fp8_gemm_nt_masked(A, sfa, B, sfb, masked_m, out_dtype=d.dtype)
+    d.copy_(torch.where(keep, out, d))
+
+
+def _masked_rows(masked_m: torch.Tensor, m_max: int, device: torch.device) -> torch.Tensor:
+    """bool [G, Mmax, 1]: row m of group g is valid (m < masked_m[g]); computed on the device."""
+    rows = torch.arange(m_max, device=device)
+    return (rows[None, :] < masked_m.to(torch.int64)[:, None]).unsqueeze(-1)
+
+
+def k_grouped_fp8_gemm_nt_contiguous(
+    a: tuple[torch.Tensor, torch.Tensor],
+    b: tuple[torch.Tensor, torch.Tensor],
+    d: torch.Tensor,
+    ks: Sequence[int],
+    ks_tensor: torch.Tensor,
+    c: Optional[torch.Tensor] = None,
+    recipe: Optional[Sequence[int]] = (1, 1, 128),
+    compiled_dims: str = "mn",
+) -> None:
+    """K-grouped FP8 GEMM (MoE weight gradient): D_g = C_g + A_g @ B_g.T for g in [0, G).
+
+    Args:
+        a: ``(A, sfa)``: A ``float8_e4m3fn`` 1-D of M * sum(ks) elements: the groups' A_g [M, k_g]
+            (row-major) one after another; sfa ``float32`` [sum(ks)/128, M] (group g's
+            [k_g/128, M] block after group g-1's; any strides).
+        b: ``(B, sfb)``: B ``float8_e4m3fn`` 1-D of N * sum(ks) elements (B_g [N, k_g]);
+            sfb ``float32`` [sum(ks)/128, N].
+        d: ``float32`` [G, M, N] (M and N are taken from d), written in place.
+        ks: list of G Python ints, each >= 0 and a multiple of 128 (k_g = 0: D_g = C_g or 0).
+        ks_tensor: ``int32`` [G], contiguous, the same values as ks on the device (compared on CPU
+            tensors only; on CUDA that would synchronize).
+        c: optional ``float32`` [G, M, N] accumulated (may be d itself).
+        recipe: None or (1, 1, 128) (the only k-grouped recipe).
+        compiled_dims: kernel specialization hint (distinct letters of "mnk").
+
+    Constraints: A and B contiguous with 16-byte aligned base; d (and c) with contiguous last
+    dim, 16-byte strides and base (TMA); one device; d must not overlap the inputs. M == 0,
+    N == 0 or G == 0 returns at once after validation.
+
+    Devices: CPU runs ``finegemm.reference``; CUDA raises NotImplementedError (kernel: issue #4).
+    """
+    fn = "k_grouped_fp8_gemm_nt_contiguous"
+    A, sfa = _v.check_pair(fn, "a", a, ("A", "sfa"))
+    B, sfb = _v.check_pair(fn, "b", b, ("B", "sfb"))
+    d = _v.check_tensor(fn, "d", d)
+    ks_tensor = _v.check_tensor(fn, "ks_tensor", ks_tensor)
+    c = _v.check_optional_tensor(fn, "c", c)
+    _v.normalize_recipe(fn, recipe, (_v.RECIPE_1D1D,), _v.RECIPE_1D1D)
+    _v.check_compiled_dims(fn, compiled_dims)
+    _v.check_dtype(fn, "a[0] (A)", A, (_v.FP8,))
+    _v.check_dtype(fn, "b[0] (B)", B, (_v.FP8,))
+    _v.check_dtype(fn, "a[1] (sfa)", sfa, (torch.float32,), " (SM90 scales are fp32)")
+    _v.check_dtype(fn, "b[1] (sfb)", sfb, (torch.float32,), " (SM90 scales are fp32)")
+    _v.check_dtype(fn, "d", d, (torch.float32,), " (k-grouped GEMMs accumulate weight gradients in fp32)")
+    _v.check_out_dtype_with_c(fn, d, c)
+    _v.check_rank(fn, "d", d, 3, "[G, M, N]")
+    G, M, N = d.shape
+    if c is not None:
+        _v.check_rank(fn, "c", c, 3, "[G, M, N]")
+        _v.check_shape(fn, "c", c, (G, M, N), "[G, M, N]")
+    ks_list = _v.check_ks(fn, ks, ks_tensor, G, check_values=ks_tensor.device.type == "cpu")
+    sum_k = sum(ks_list)
+    _v.check_rank(fn, "a[0] (A)", A, 1, "(the A_g [M, k_g] flattened one after another)")
+    _v.check_rank(fn, "b[0] (B)", B, 1, "(the B_g [N, k_g] flattened one after another)")
+    if A.numel() != M * sum_k:
+        raise ValueError(f"{fn}: a[0] (A) must have M * sum(ks) = {M} * {sum_k} = {M * sum_k} elements, got {A.numel()}")
+    if B.numel() != N * sum_k:
+        raise ValueError(f"{fn}: b[0] (B) must have N * sum(ks) = {N} * {sum_k} = {N * sum_k} elements, got {B.numel()}")
+    _v.check_rank(fn, "a[1] (sfa)", sfa, 2, "[sum(ks)/128, M]")
+    _v.check_rank(fn, "b[1] (sfb)", sfb, 2, "[sum(ks)/128, N]")
+    _v.check_shape(fn, "a[1] (sfa)", sfa, (sum_k // 128, M), "[sum(ks)/128, M]")
+    _v.check_shape(fn, "b[1] (sfb)", sfb, (sum_k // 128, N), "[sum(ks)/128, N]")
+    _v.check_same_device(fn, {"d": d, "a[0] (A)": A, "a[1] (sfa)": sfa, "b[0] (B)": B, "b[1] (sfb)": sfb,
+                              "ks_tensor": ks_tensor, "c": c})
+    _v.check_contiguous_1d(fn, "a[0] (A)", A, "(1-D)", aligned=True)
+    _v.check_contiguous_1d(fn, "b[0] (B)", B, "(1-D)", aligned=True)
+    _v.check_tma_layout(fn, "d", d, "[G, M, N]")
+    if c is not None:
+        _v.check_tma_layout(fn, "c", c, "[G, M, N]")
+    _v.check_no_overlap(fn, "d", d, {"a[0] (A)": A, "b[0] (B)": B, "a[1] (sfa)": sfa, "b[1] (sfb)": sfb,
+                                     "ks_tensor": ks_tensor})
+    _v.check_c_alias(fn, c, d)
+
+    if G == 0 or M == 0 or N == 0:
+        return
+    if sum_k == 0:
+        if c is None:
+            d.zero_()
+        elif c is not d:
+            d.copy_(c)
+        return
+    if _v.on_cuda(d):
+        raise _not_built(fn, "k-grouped FP8 GEMMs (MoE weight gradients)", "#4")
+    d.copy_(reference.k_grouped_fp8_gemm_nt_contiguous(A, sfa, B, sfb, ks_list, M, N, c=c))
