@@ -246,6 +246,16 @@ def _entry_valid(entry: Path, artifact: str) -> bool:
 def _make_tmp_dir(root: Path, prefix: str) -> Path:
     tmp_root = root / "tmp"
     tmp_root.mkdir(parents=True, exist_ok=True)
+    # Leftovers of crashed builds (older than a day) are removed; live builds are minutes old.
+    try:
+        import time
+
+        cutoff = time.time() - 86400
+        for old in tmp_root.iterdir():
+            if old.stat().st_mtime < cutoff:
+                shutil.rmtree(old, ignore_errors=True)
+    except OSError:
+        pass
     return Path(tempfile.mkdtemp(prefix=prefix, dir=tmp_root))
 
 
