@@ -328,7 +328,7 @@ def check_grouped_layout(
             if bad.numel():
                 g = int(bad[0, 0]) + 1
                 raise ValueError(
-                    f"{fn}: grouped_layout (psum row ends): group {g} starts at align({int(prev[g - 1])}, {alignment}) "
+                    f"{fn}: grouped_layout (psum row ends) must not end a group inside the alignment gap: group {g} starts at align({int(prev[g - 1])}, {alignment}) "
                     f"= {int(start[g - 1])} (the mk alignment), so its end must be >= that or equal to the previous "
                     f"end (empty group), got end {int(cur[g - 1])}"
                 )
