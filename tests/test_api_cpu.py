@@ -1,0 +1,439 @@
+"""Every public GEMM on CPU tensors, every layout, against finegemm.reference called on canonical
+NT inputs built independently here (transposes materialized with .t().contiguous()).
+
+Inputs are chosen so that every fp64 partial sum is exact (fp8/bf16 values with few significant
+bits, power-of-two scales): the result then does not depend on summation order and equality is
+exact. The CUDA routing is exercised with a fake ops module (no GPU needed).
+"""
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+import torch
+
+import finegemm
+from finegemm import reference
+from finegemm.api import _validate
+from finegemm.utils import ceil_div
+
+FP8 = torch.float8_e4m3fn
+BF16 = torch.bfloat16
+F32 = torch.float32
+LAYOUTS = ("nt", "nn", "tn", "tt")
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+def rand_fp8(*shape):
+    return torch.randn(*shape).to(FP8)
+
+
+def rand_sf(*shape):
+    return torch.exp2(torch.randint(-3, 4, shape).float())
+
+
+def rand_bf16(*shape):
+    return ((torch.randn(*shape) * 8).round() / 8).to(BF16)
+
+
+def u8(t):
+    return t.contiguous().view(torch.uint8)
+
+
+def fp8_problem(layout, M, N, K, recipe):
+    """Canonical NT operands plus the stored (layout-specific) ones."""
+    kb = ceil_div(K, 128)
+    A, sfa = rand_fp8(M, K), rand_sf(M, kb)
+    B = rand_fp8(N, K)
+    sfb = rand_sf(ceil_div(N, 128), kb) if recipe == (1, 128, 128) else rand_sf(N, kb)
+    a = (A, sfa) if layout[0] == "n" else (A.t().contiguous(), sfa.t().contiguous())
+    b = (B, sfb) if layout[1] == "t" else (B.t().contiguous(), sfb.t().contiguous())
+    return (A, sfa, B, sfb), a, b
+
+
+# ----------------------------------------------------------------------------- dense FP8
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize(
+    "recipe, d_dtype, with_c",
+    [
+        ((1, 128, 128), BF16, False),
+        ((1, 128, 128), F32, False),
+        ((1, 128, 128), F32, True),
+        ((1, 1, 128), F32, False),
+        ((1, 1, 128), F32, True),
+    ],
+)
+def test_fp8_dense_all_layouts(layout, recipe, d_dtype, with_c):
+    M, N, K = 48, 208, 272  # partial N and K blocks
+    (A, sfa, B, sfb), a, b = fp8_problem(layout, M, N, K, recipe)
+    c = torch.randn(M, N) if with_c else None
+    d = torch.full((M, N), 7.0, dtype=d_dtype)
+    getattr(finegemm, f"fp8_gemm_{layout}")(a, b, d, c=c, recipe=None if recipe == (1, 128, 128) else recipe)
+    expected = reference.fp8_gemm_nt(A, sfa, B, sfb, c=c, out_dtype=d_dtype, recipe=recipe)
+    assert d.dtype == d_dtype
+    assert torch.equal(d, expected)
+
+
+def test_fp8_dense_default_recipe_and_compat_args():
+    (A, sfa, B, sfb), a, b = fp8_problem("nt", 32, 128, 256, (1, 128, 128))
+    d = torch.empty(32, 128, dtype=BF16)
+    finegemm.fp8_gemm_nt(a, b, d, None, [1, 128, 128], "mnk", True)
+    assert torch.equal(d, reference.fp8_gemm_nt(A, sfa, B, sfb))
+
+
+def test_fp8_with_quant_casts():
+    x, w = torch.randn(64, 384), torch.randn(256, 384)
+    a = finegemm.per_token_cast_to_fp8(x, use_ue8m0=True)
+    b = finegemm.per_block_cast_to_fp8(w, use_ue8m0=True)
+    d = torch.empty(64, 256, dtype=BF16)
+    finegemm.fp8_gemm_nt(a, b, d)
+    assert torch.equal(d, reference.fp8_gemm_nt(a[0], a[1], b[0], b[1]))
+    # The user's view: close to the unquantized product.
+    diff = finegemm.testing.calc_diff(d.double(), (x @ w.t()).double())
+    assert diff < 1e-3
+
+
+def test_fp8_in_place_accumulation():
+    (A, sfa, B, sfb), a, b = fp8_problem("nt", 32, 128, 256, (1, 1, 128))
+    d = torch.randn(32, 128)
+    c0 = d.clone()
+    finegemm.fp8_gemm_nt(a, b, d, c=d, recipe=(1, 1, 128))
+    assert torch.equal(d, reference.fp8_gemm_nt(A, sfa, B, sfb, c=c0, out_dtype=F32, recipe=(1, 1, 128)))
+
+
+def test_fp8_strided_views():
+    """Padded (non-contiguous but TMA-legal) views of the operands and of d."""
+    M, N, K = 40, 200, 256
+    (A, sfa, B, sfb), _, _ = fp8_problem("nt", M, N, K, (1, 128, 128))
+    A_pad = torch.zeros(M, K + 32, dtype=torch.uint8).view(FP8)
+    A_pad[:, :K] = A
+    d_pad = torch.full((M, N + 8), 3.0, dtype=BF16)
+    finegemm.fp8_gemm_nt((A_pad[:, :K], sfa.t().contiguous().t()), (B, sfb), d_pad[:, :N])
+    assert torch.equal(d_pad[:, :N], reference.fp8_gemm_nt(A, sfa, B, sfb))
+    assert torch.all(d_pad[:, N:] == 3.0)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_fp8_empty_m_n_are_noops(layout):
+    for M, N in ((0, 128), (32, 0)):
+        _, a, b = fp8_problem(layout, M, N, 128, (1, 128, 128))
+        d = torch.empty(M, N, dtype=BF16)
+        getattr(finegemm, f"fp8_gemm_{layout}")(a, b, d)
+
+
+def test_fp8_k_zero():
+    a = (torch.empty(16, 0, dtype=FP8), torch.empty(16, 0))
+    b = (torch.empty(128, 0, dtype=FP8), torch.empty(1, 0))
+    d = torch.full((16, 128), 5.0, dtype=BF16)
+    finegemm.fp8_gemm_nt(a, b, d)
+    assert torch.all(d == 0)
+    c = torch.randn(16, 128)
+    d = torch.empty(16, 128)
+    finegemm.fp8_gemm_nt(a, b, d, c=c)
+    assert torch.equal(d, c)
+
+
+# ----------------------------------------------------------------------------- m-grouped FP8
+def _plain_layout(M, segments):
+    gl = torch.full((M,), -1, dtype=torch.int32)
+    for g, (start, n) in segments.items():
+        gl[start : start + n] = g
+    return gl
+
+
+@pytest.mark.parametrize("use_psum", [False, True])
+def test_m_grouped_contiguous(use_psum):
+    G, N, K = 3, 208, 256
+    M = 3 * 128
+    A, sfa = rand_fp8(M, K), rand_sf(M, 2)
+    B, sfb = rand_fp8(G, N, K), rand_sf(G, 2, 2)
+    if use_psum:
+        layout = torch.tensor([100, 128 + 60, 256 + 90], dtype=torch.int32)
+        ids = _plain_layout(M, {0: (0, 100), 1: (128, 60), 2: (256, 90)})
+    else:
+        layout = ids = _plain_layout(M, {2: (0, 100), 0: (128, 60), 1: (256, 128)})
+    d = torch.full((M, N), 9.0, dtype=BF16)
+    finegemm.m_grouped_fp8_gemm_nt_contiguous((A, sfa), (B, sfb), d, layout, use_psum_layout=use_psum)
+    expected = reference.m_grouped_fp8_gemm_nt_contiguous(A, sfa, B, sfb, layout, use_psum_layout=use_psum)
+    assert torch.equal(d, expected)
+    # Independent check: each row against the dense reference of its group; padding rows zero.
+    for g in range(G):
+        rows = (ids == g).nonzero().flatten()
+        dense = reference.fp8_gemm_nt(A[rows], sfa[rows], B[g], sfb[g])
+        assert torch.equal(d[rows], dense)
+    assert torch.all(d[ids == -1] == 0)
+
+
+def test_m_grouped_contiguous_empty():
+    d = torch.empty(0, 128, dtype=BF16)
+    finegemm.m_grouped_fp8_gemm_nt_contiguous(
+        (torch.empty(0, 128, dtype=FP8), torch.empty(0, 1)),
+        (rand_fp8(2, 128, 128), rand_sf(2, 1, 1)),
+        d,
+        torch.empty(0, dtype=torch.int32),
+    )
+
+
+@pytest.mark.parametrize("dtype_kind", ["fp8", "bf16"])
+def test_m_grouped_masked_leaves_other_rows(dtype_kind):
+    G, Mmax, N, K = 3, 64, 144, 256
+    masked_m = torch.tensor([0, 17, 64], dtype=torch.int32)
+    d = torch.full((G, Mmax, N), 11.0, dtype=BF16)
+    if dtype_kind == "fp8":
+        A, sfa = rand_fp8(G, Mmax, K), rand_sf(G, Mmax, 2)
+        B, sfb = rand_fp8(G, N, K), rand_sf(G, 2, 2)
+        finegemm.m_grouped_fp8_gemm_nt_masked((A, sfa), (B, sfb), d, masked_m, expected_m=32)
+        expected = reference.m_grouped_fp8_gemm_nt_masked(A, sfa, B, sfb, masked_m)
+    else:
+        A, B = rand_bf16(G, Mmax, K), rand_bf16(G, N, K)
+        finegemm.m_grouped_bf16_gemm_nt_masked(A, B, d, masked_m, expected_m=32)
+        expected = reference.m_grouped_bf16_gemm_nt_masked(A, B, masked_m)
+    for g in range(G):
+        m = int(masked_m[g])
+        assert torch.equal(d[g, :m], expected[g, :m])
+        assert torch.all(d[g, m:] == 11.0), f"group {g}: rows >= masked_m were written"
+
+
+def test_m_grouped_masked_empty():
+    d = torch.empty(2, 0, 128, dtype=BF16)
+    finegemm.m_grouped_fp8_gemm_nt_masked(
+        (torch.empty(2, 0, 128, dtype=FP8), torch.empty(2, 0, 1)),
+        (rand_fp8(2, 128, 128), rand_sf(2, 1, 1)),
+        d,
+        torch.zeros(2, dtype=torch.int32),
+        0,
+    )
+
+
+# ----------------------------------------------------------------------------- k-grouped FP8
+@pytest.mark.parametrize("with_c", [False, True])
+def test_k_grouped_fp8(with_c):
+    M, N = 48, 160
+    ks = [128, 0, 384]
+    s = sum(ks)
+    A_groups = [rand_fp8(M, k) for k in ks]
+    B_groups = [rand_fp8(N, k) for k in ks]
+    A = torch.cat([x.reshape(-1) for x in A_groups])
+    B = torch.cat([x.reshape(-1) for x in B_groups])
+    sfa, sfb = rand_sf(s // 128, M), rand_sf(s // 128, N)
+    c = torch.randn(len(ks), M, N) if with_c else None
+    d = torch.full((len(ks), M, N), 4.0)
+    finegemm.k_grouped_fp8_gemm_nt_contiguous((A, sfa), (B, sfb), d, ks, torch.tensor(ks, dtype=torch.int32), c=c)
+    assert torch.equal(d, reference.k_grouped_fp8_gemm_nt_contiguous(A, sfa, B, sfb, ks, M, N, c=c))
+    # Independent check per group against the dense 1D1D reference.
+    kb_off = 0
+    for g, k in enumerate(ks):
+        kb = k // 128
+        base = c[g] if with_c else torch.zeros(M, N)
+        if k:
+            dense = reference.fp8_gemm_nt(
+                A_groups[g], sfa[kb_off : kb_off + kb].t().contiguous(), B_groups[g],
+                sfb[kb_off : kb_off + kb].t().contiguous(), c=base, out_dtype=F32, recipe=(1, 1, 128),
+            )
+        else:
+            dense = base
+        assert torch.equal(d[g], dense)
+        kb_off += kb
+
+
+def test_k_grouped_fp8_all_empty():
+    d = torch.full((2, 16, 128), 1.0)
+    finegemm.k_grouped_fp8_gemm_nt_contiguous(
+        (torch.empty(0, dtype=FP8), torch.empty(0, 16)),
+        (torch.empty(0, dtype=FP8), torch.empty(0, 128)),
+        d, [0, 0], torch.zeros(2, dtype=torch.int32),
+    )
+    assert torch.all(d == 0)
+
+
+# ----------------------------------------------------------------------------- BF16
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("d_dtype, with_c", [(BF16, False), (F32, False), (F32, True)])
+def test_bf16_dense_all_layouts(layout, d_dtype, with_c):
+    M, N, K = 40, 72, 136
+    A, B = rand_bf16(M, K), rand_bf16(N, K)
+    a = A if layout[0] == "n" else A.t().contiguous()
+    b = B if layout[1] == "t" else B.t().contiguous()
+    c = torch.randn(M, N) if with_c else None
+    d = torch.full((M, N), 7.0, dtype=d_dtype)
+    getattr(finegemm, f"bf16_gemm_{layout}")(a, b, d, c=c)
+    assert torch.equal(d, reference.bf16_gemm_nt(A, B, c=c, out_dtype=d_dtype))
+
+
+def test_bf16_empty():
+    finegemm.bf16_gemm_nn(torch.empty(0, 64, dtype=BF16), torch.empty(64, 32, dtype=BF16),
+                          torch.empty(0, 32, dtype=BF16))
+
+
+@pytest.mark.parametrize("use_psum", [False, True])
+def test_m_grouped_bf16_contiguous(use_psum):
+    G, N, K, M = 2, 64, 128, 256
+    A, B = rand_bf16(M, K), rand_bf16(G, N, K)
+    if use_psum:
+        layout = torch.tensor([70, 128 + 33], dtype=torch.int32)
+        ids = _plain_layout(M, {0: (0, 70), 1: (128, 33)})
+    else:
+        layout = ids = _plain_layout(M, {1: (0, 70), 0: (128, 128)})
+    d = torch.full((M, N), 2.0, dtype=BF16)
+    finegemm.m_grouped_bf16_gemm_nt_contiguous(A, B, d, layout, use_psum_layout=use_psum)
+    assert torch.equal(d, reference.m_grouped_bf16_gemm_nt_contiguous(A, B, layout, use_psum_layout=use_psum))
+    for g in range(G):
+        rows = (ids == g).nonzero().flatten()
+        assert torch.equal(d[rows], reference.bf16_gemm_nt(A[rows], B[g]))
+
+
+@pytest.mark.parametrize("with_c", [False, True])
+def test_k_grouped_bf16(with_c):
+    M, N = 24, 40
+    ks = [256, 0, 128]
+    s = sum(ks)
+    A, B = rand_bf16(s, M), rand_bf16(s, N)
+    c = torch.randn(len(ks), M, N) if with_c else None
+    d = torch.empty(len(ks), M, N)
+    finegemm.k_grouped_bf16_gemm_tn_contiguous(A, B, d, ks, torch.tensor(ks, dtype=torch.int32), c=c)
+    assert torch.equal(d, reference.k_grouped_bf16_gemm_tn_contiguous(A, B, ks, c=c))
+    off = 0
+    for g, k in enumerate(ks):
+        base = c[g] if with_c else torch.zeros(M, N)
+        # Canonical NT form of A_g^T @ B_g: a = A_g^T [M, k], b = B_g^T [N, k].
+        dense = reference.bf16_gemm_nt(A[off:off + k].t().contiguous(), B[off:off + k].t().contiguous(), c=base,
+                                       out_dtype=F32)
+        assert torch.equal(d[g], dense)
+        off += k
+
+
+# ----------------------------------------------------------------------------- CUDA routing
+class _FakeOps(types.ModuleType):
+    def __init__(self, fail_if_called=False):
+        super().__init__("finegemm.ops.sm90_fp8_gemm")
+        self.calls = []
+        self.fail_if_called = fail_if_called
+
+    def fp8_gemm_nt(self, *args):
+        if self.fail_if_called:
+            raise AssertionError("the CUDA op was called for CPU tensors")
+        self.calls.append(args)
+
+
+def _install_fake_ops(monkeypatch, fake):
+    monkeypatch.setitem(sys.modules, "finegemm.ops.sm90_fp8_gemm", fake)
+    try:
+        import finegemm.ops as ops_pkg
+    except Exception:  # pragma: no cover - ops package broken/missing: sys.modules entry suffices
+        return
+    monkeypatch.setattr(ops_pkg, "sm90_fp8_gemm", fake, raising=False)
+
+
+def test_cpu_tensors_never_take_the_cuda_path(monkeypatch):
+    fake = _FakeOps(fail_if_called=True)
+    _install_fake_ops(monkeypatch, fake)
+    for layout in LAYOUTS:
+        (A, sfa, B, sfb), a, b = fp8_problem(layout, 32, 128, 128, (1, 128, 128))
+        d = torch.empty(32, 128, dtype=BF16)
+        getattr(finegemm, f"fp8_gemm_{layout}")(a, b, d)
+        assert torch.equal(d, reference.fp8_gemm_nt(A, sfa, B, sfb))
+    assert not fake.calls
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    """Pretend every tensor is a CUDA tensor and capture calls into the SM90 op."""
+    fake = _FakeOps()
+    _install_fake_ops(monkeypatch, fake)
+    monkeypatch.setattr(_validate, "on_cuda", lambda t: True)
+    return fake
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("with_c", [False, True])
+def test_cuda_routing_dense_fp8(fake_cuda, layout, with_c):
+    M, N, K = 32, 256, 384
+    (A, sfa, B, sfb), a, b = fp8_problem(layout, M, N, K, (1, 128, 128))
+    d = torch.full((M, N), 5.0, dtype=F32 if with_c else BF16)
+    c = torch.randn(M, N) if with_c else None
+    getattr(finegemm, f"fp8_gemm_{layout}")(a, b, d, c=c)
+    assert len(fake_cuda.calls) == 1
+    a_, sfa_, b_, sfb_, d_, c_, recipe_ = fake_cuda.calls[0]
+    # K-major operands (copies for MN-major inputs), canonical scale shapes, d/c passed through.
+    assert a_.shape == (M, K) and a_.stride() == (K, 1) and torch.equal(u8(a_), u8(A))
+    assert b_.shape == (N, K) and b_.stride() == (K, 1) and torch.equal(u8(b_), u8(B))
+    assert torch.equal(sfa_, sfa) and torch.equal(sfb_, sfb)
+    if layout == "nt":
+        assert a_ is a[0] and b_ is b[0]
+    assert d_ is d and c_ is c and tuple(recipe_) == (1, 128, 128)
+    assert torch.all(d == 5.0)  # nothing computed on the host
+
+
+_NOT_BUILT = r"the SM90 CUDA kernel for .* is not built yet \(tracked in issue {}\); CPU tensors run the exact reference"
+
+
+def test_cuda_routing_1d1d_not_built(fake_cuda):
+    _, a, b = fp8_problem("tn", 32, 128, 256, (1, 1, 128))
+    d = torch.empty(32, 128)
+    with pytest.raises(NotImplementedError, match="fp8_gemm_tn: " + _NOT_BUILT.format("#4")):
+        finegemm.fp8_gemm_tn(a, b, d, recipe=(1, 1, 128))
+    assert not fake_cuda.calls
+
+
+def test_cuda_routing_grouped_not_built(fake_cuda):
+    M, N, K, G = 128, 128, 128, 2
+    a = (rand_fp8(M, K), rand_sf(M, 1))
+    b = (rand_fp8(G, N, K), rand_sf(G, 1, 1))
+    with pytest.raises(NotImplementedError, match="m_grouped_fp8_gemm_nt_contiguous: " + _NOT_BUILT.format("#4")):
+        finegemm.m_grouped_fp8_gemm_nt_contiguous(a, b, torch.empty(M, N, dtype=BF16),
+                                                  torch.zeros(M, dtype=torch.int32))
+    # masked_m is not read on CUDA (out-of-range values reach the kernel, which clamps).
+    with pytest.raises(NotImplementedError, match="m_grouped_fp8_gemm_nt_masked: " + _NOT_BUILT.format("#4")):
+        finegemm.m_grouped_fp8_gemm_nt_masked(
+            (rand_fp8(G, 16, K), rand_sf(G, 16, 1)), b, torch.empty(G, 16, N, dtype=BF16),
+            torch.tensor([100, -3], dtype=torch.int32), 8)
+    with pytest.raises(NotImplementedError, match="k_grouped_fp8_gemm_nt_contiguous: " + _NOT_BUILT.format("#4")):
+        finegemm.k_grouped_fp8_gemm_nt_contiguous(
+            (rand_fp8(16 * 128), rand_sf(1, 16)), (rand_fp8(32 * 128), rand_sf(1, 32)),
+            torch.empty(1, 16, 32), [128], torch.tensor([128], dtype=torch.int32))
+    assert not fake_cuda.calls
+
+
+def test_cuda_routing_bf16_not_built(fake_cuda):
+    for layout in LAYOUTS:
+        with pytest.raises(NotImplementedError, match=f"bf16_gemm_{layout}: " + _NOT_BUILT.format("#5")):
+            getattr(finegemm, f"bf16_gemm_{layout}")(rand_bf16(32, 32), rand_bf16(32, 32),
+                                                     torch.empty(32, 32, dtype=BF16))
+    with pytest.raises(NotImplementedError, match="m_grouped_bf16_gemm_nt_contiguous: " + _NOT_BUILT.format("#5")):
+        finegemm.m_grouped_bf16_gemm_nt_contiguous(rand_bf16(128, 64), rand_bf16(2, 64, 64),
+                                                   torch.empty(128, 64, dtype=BF16), torch.zeros(128, dtype=torch.int32))
+    with pytest.raises(NotImplementedError, match="m_grouped_bf16_gemm_nt_masked: " + _NOT_BUILT.format("#5")):
+        finegemm.m_grouped_bf16_gemm_nt_masked(rand_bf16(2, 16, 64), rand_bf16(2, 64, 64),
+                                               torch.empty(2, 16, 64, dtype=BF16),
+                                               torch.tensor([3, 4], dtype=torch.int32), 4)
+    with pytest.raises(NotImplementedError, match="k_grouped_bf16_gemm_tn_contiguous: " + _NOT_BUILT.format("#5")):
+        finegemm.k_grouped_bf16_gemm_tn_contiguous(rand_bf16(128, 16), rand_bf16(128, 32), torch.empty(1, 16, 32),
+                                                   [128], torch.tensor([128], dtype=torch.int32))
+
+
+# ----------------------------------------------------------------------------- public surface
+def test_public_surface():
+    names = [
+        "fp8_gemm_nt", "fp8_gemm_nn", "fp8_gemm_tn", "fp8_gemm_tt",
+        "m_grouped_fp8_gemm_nt_contiguous", "m_grouped_fp8_gemm_nt_masked", "k_grouped_fp8_gemm_nt_contiguous",
+        "bf16_gemm_nt", "bf16_gemm_nn", "bf16_gemm_tn", "bf16_gemm_tt",
+        "m_grouped_bf16_gemm_nt_contiguous", "m_grouped_bf16_gemm_nt_masked", "k_grouped_bf16_gemm_tn_contiguous",
+        "set_num_sms", "get_num_sms", "set_tc_util", "get_tc_util", "set_pdl", "get_pdl",
+        "ceil_div", "align",
+        "per_token_cast_to_fp8", "per_block_cast_to_fp8", "per_channel_cast_to_fp8", "get_tma_aligned_size",
+        "get_mn_major_tma_aligned_tensor", "transform_sf_into_required_layout",
+        "get_mk_alignment_for_contiguous_layout", "set_mk_alignment_for_contiguous_layout",
+        "testing", "reference",
+    ]
+    for name in names:
+        assert hasattr(finegemm, name), name
+        assert name in finegemm.__all__, name
+    assert finegemm.__version__ == "0.1.0"
+    for name in names[:14]:
+        doc = getattr(finegemm, name).__doc__
+        assert doc and "[" in doc and ("bfloat16" in doc or "float32" in doc) and "Devices" in doc, name
