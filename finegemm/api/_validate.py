@@ -110,9 +110,12 @@ def check_rank(fn: str, name: str, t: torch.Tensor, rank: int, what: str) -> Non
         )
 
 
-def check_shape(fn: str, name: str, t: torch.Tensor, expected: Sequence[int], what: str) -> None:
-    """``what`` spells the symbolic shape, e.g. ``[M, ceil(K/128)]``."""
-    if tuple(t.shape) != tuple(int(e) for e in expected):
+def check_shape(fn: str, name: str, t: torch.Tensor, expected: tuple, what) -> None:
+    """``expected`` a tuple of ints; ``what`` spells the symbolic shape, e.g. ``[M, ceil(K/128)]``
+    (or a zero-argument callable returning it, formatted only on failure)."""
+    if t.shape != expected:
+        if callable(what):
+            what = what()
         raise ValueError(
             f"{fn}: {name} must have shape {what} = {fmt_shape(expected)}, got {fmt_shape(t.shape)}"
         )
@@ -123,6 +126,9 @@ def check_same_device(fn: str, tensors: dict[str, Optional[torch.Tensor]]) -> to
     items = [(k, v) for k, v in tensors.items() if v is not None]
     first_name, first = items[0]
     dev = first.device
+    if dev.type == "cuda" or dev.type == "cpu":
+        if all(v.device == dev for _, v in items):
+            return dev
     if dev.type not in _SUPPORTED_DEVICE_TYPES:
         raise ValueError(
             f"{fn}: {first_name} must be on a CPU or CUDA device (CPU runs the exact reference, CUDA the "
@@ -143,16 +149,18 @@ def check_tma_layout(fn: str, name: str, t: torch.Tensor, what: str) -> None:
     Strides of dimensions of size <= 1 are irrelevant (never stepped over) and are not checked.
     ``what`` describes the stored layout, e.g. ``"B [K, N] (N contiguous)"``.
     """
-    if t.numel() == 0:
+    shape = t.shape
+    if 0 in shape:
         return
+    strides = t.stride()
     es = t.element_size()
-    if t.size(-1) > 1 and t.stride(-1) != 1:
+    if shape[-1] > 1 and strides[-1] != 1:
         raise ValueError(
             f"{fn}: {name} {what} must have a contiguous last dimension (stride 1; TMA rule), got strides "
             f"{tuple(t.stride())} for shape {fmt_shape(t.shape)}"
         )
-    for dim in range(t.dim() - 1):
-        if t.size(dim) > 1 and (t.stride(dim) * es) % TMA_ALIGN != 0:
+    for dim in range(len(shape) - 1):
+        if shape[dim] > 1 and (strides[dim] * es) % TMA_ALIGN != 0:
             raise ValueError(
                 f"{fn}: {name} {what} must have every outer stride a multiple of 16 bytes (TMA needs a 16-byte "
                 f"row pitch), got stride {t.stride(dim)} elements x {es} bytes = {t.stride(dim) * es} bytes in "
@@ -187,10 +195,13 @@ def check_k_alignment(fn: str, k: int, element_size: int, kind: str) -> None:
 
 
 def _byte_span(t: torch.Tensor) -> Optional[tuple[int, int]]:
-    if t.numel() == 0:
+    shape = t.shape
+    if 0 in shape:
         return None
+    extent = 1
+    for s, st in zip(shape, t.stride()):
+        extent += (s - 1) * st
     start = t.data_ptr()
-    extent = 1 + sum((s - 1) * st for s, st in zip(t.shape, t.stride()))
     return start, start + extent * t.element_size()
 
 
@@ -199,9 +210,16 @@ def check_no_overlap(fn: str, out_name: str, out: torch.Tensor, inputs: dict[str
     so = _byte_span(out)
     if so is None:
         return
+    out_storage = out.untyped_storage()
+    o_lo = out_storage.data_ptr()
+    o_hi = o_lo + out_storage.nbytes()
     for name, t in inputs.items():
         if t is None or t.device != out.device:
             continue
+        storage = t.untyped_storage()
+        lo = storage.data_ptr()
+        if lo >= o_hi or lo + storage.nbytes() <= o_lo:
+            continue  # disjoint allocations (fast path)
         st = _byte_span(t)
         if st is None:
             continue
@@ -259,8 +277,13 @@ def normalize_recipe(
     return r  # type: ignore[return-value]
 
 
+_COMMON_COMPILED_DIMS = frozenset(("", "m", "n", "k", "mn", "nk", "mk", "mnk", "nm", "kn", "km"))
+
+
 def check_compiled_dims(fn: str, compiled_dims: object) -> None:
     """A hint of which of m/n/k to bake into the kernel: a str of distinct letters from 'mnk'."""
+    if compiled_dims in _COMMON_COMPILED_DIMS:
+        return
     if not isinstance(compiled_dims, str):
         raise TypeError(f"{fn}: compiled_dims must be a str made of the letters 'm', 'n', 'k', got {_type_name(compiled_dims)}")
     if any(ch not in "mnk" for ch in compiled_dims) or len(set(compiled_dims)) != len(compiled_dims):

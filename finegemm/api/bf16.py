@@ -58,8 +58,8 @@ def _bf16_gemm(fn: str, layout: str, a: object, b: object, d: object, c: object,
         _v.check_shape(fn, "c", c, (M, N), "[M, N]")
     _v.check_same_device(fn, {"d": d, "a": a, "b": b, "c": c})
     _v.check_k_alignment(fn, K, 2, "BF16")
-    _v.check_tma_layout(fn, "a", a, f"(stored {a_what})")
-    _v.check_tma_layout(fn, "b", b, f"(stored {b_what})")
+    _v.check_tma_layout(fn, "a", a, "(stored [M, K])" if a_mk else "(stored [K, M])")
+    _v.check_tma_layout(fn, "b", b, "(stored [N, K])" if b_nk else "(stored [K, N])")
     _v.check_tma_layout(fn, "d", d, "[M, N]")
     if c is not None:
         _v.check_tma_layout(fn, "c", c, "[M, N]")

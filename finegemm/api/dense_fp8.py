@@ -106,15 +106,15 @@ def _fp8_gemm(
     else:
         nb, nb_sym = N, "N"
     if b_nk:
-        _v.check_shape(fn, "b[1] (sfb)", sfb, (nb, kb), f"[{nb_sym}, ceil(K/128)] for B [N, K] with recipe {rec}")
+        _v.check_shape(fn, "b[1] (sfb)", sfb, (nb, kb), lambda: f"[{nb_sym}, ceil(K/128)] for B [N, K] with recipe {rec}")
     else:
-        _v.check_shape(fn, "b[1] (sfb)", sfb, (kb, nb), f"[ceil(K/128), {nb_sym}] for B [K, N] with recipe {rec}")
+        _v.check_shape(fn, "b[1] (sfb)", sfb, (kb, nb), lambda: f"[ceil(K/128), {nb_sym}] for B [K, N] with recipe {rec}")
 
     # ---- device, alignment and memory layout
     _v.check_same_device(fn, {"d": d, "a[0] (A)": A, "a[1] (sfa)": sfa, "b[0] (B)": B, "b[1] (sfb)": sfb, "c": c})
     _v.check_k_alignment(fn, K, 1, "FP8")
-    _v.check_tma_layout(fn, "a[0] (A)", A, f"(stored {a_what})")
-    _v.check_tma_layout(fn, "b[0] (B)", B, f"(stored {b_what})")
+    _v.check_tma_layout(fn, "a[0] (A)", A, "(stored [M, K])" if a_mk else "(stored [K, M])")
+    _v.check_tma_layout(fn, "b[0] (B)", B, "(stored [N, K])" if b_nk else "(stored [K, N])")
     _v.check_tma_layout(fn, "d", d, "[M, N]")
     if c is not None:
         _v.check_tma_layout(fn, "c", c, "[M, N]")
