@@ -1,0 +1,214 @@
+"""Launch configuration of the SM90 FP8 "1D2D" GEMM (impls/sm90_fp8_gemm_1d2d.cuh).
+
+select_config() lists every candidate (block_m, block_n, num_splits), estimates its time with
+a small roofline model of the persistent kernel and returns the cheapest. The model:
+
+* A work unit is one (tile, split). The grid is min(num_sms, units); the busiest CTA runs
+  ceil(units / grid) units ("waves"), so a partly filled last wave costs a full unit time.
+* A unit's main loop is bound by the tensor cores or by the L2 -> SM operand traffic:
+  - MMA: 2 * block_m * block_n * 128 flops per k-block at the per-SM FP8 peak, derated by
+    (a) shared-memory bandwidth for narrow N (wgmma m64nNk32 reads the 2 KB A slice and
+        32*N bytes of B per N/2 tensor-core cycles, so N < 64 is smem-bound), and
+    (b) the promotion bubble: with one consumer warpgroup (block_m 64) the tensor core idles
+        while the warpgroup promotes; two warpgroups (block_m 128) mostly hide it.
+  - loads: (block_m + block_n) * 128 bytes per k-block at the per-SM share of L2 bandwidth.
+* Epilogue (not overlapped yet): the tile's valid outputs written at a per-SM store rate;
+  split-K adds the partial write per unit and the last CTA's read of all partials.
+* Whole problem: at least the DRAM time of the unique bytes (A, B, D, C, split workspace).
+Wasted work on edge tiles (rows past M, columns past N) is charged automatically because the
+kernel computes whole tiles. Ties go to fewer units, then to the larger tile.
+
+Split-K is considered only when the tile count is below half the SMs and every split keeps
+>= MIN_KB_PER_SPLIT k-blocks.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from dataclasses import dataclass
+
+from finegemm.utils import ceil_div
+
+__all__ = [
+    "Fp8GemmConfig",
+    "select_config",
+    "smem_bytes",
+    "max_stages",
+    "num_threads",
+    "block_n_candidates",
+    "MAX_BLOCK_N",
+    "SMEM_LIMIT",
+    "clear_cache",
+]
+
+BLOCK_K = 128
+SMEM_LIMIT = 232448  # 227 KB: the SM90 per-block dynamic shared memory limit
+MAX_STAGES = 8
+MIN_STAGES = 2
+MAX_SPLITS = 16
+MIN_KB_PER_SPLIT = 4
+# Largest block_n that compiles without spills (checked by tests/test_fp8_kernel_compile.py):
+# the consumer keeps block_n/2 wgmma accumulators + block_n/2 promoted sums per thread, under
+# 232 registers (block_m 128: setmaxnreg 232) or 255 (block_m 64: one consumer warpgroup).
+MAX_BLOCK_N = {64: 208, 128: 192}
+
+# Machine model (H100/H200 SXM; only ratios matter for the choice).
+_PEAK_FLOPS_PER_SM_US = 1979e6 / 132  # dense FP8 flops per microsecond per SM
+_L2_BYTES_PER_SM_US = 10.0e6 / 132  # L2 -> SM operand bandwidth share (10 TB/s total)
+_STORE_BYTES_PER_SM_US = 5.0e6 / 132  # epilogue stores (registers -> global) per SM
+_DRAM_BYTES_US = 4.0e6  # HBM bandwidth (bytes per microsecond)
+_WG_EFFICIENCY = {64: 0.70, 128: 0.92}  # promotion bubble: 1 vs 2 consumer warpgroups
+_FIXED_US = 2.0  # launch + pipeline fill
+
+
+@dataclass(frozen=True)
+class Fp8GemmConfig:
+    m: int
+    n: int
+    k: int
+    block_m: int
+    block_n: int
+    num_stages: int
+    num_splits: int
+    grid: int
+    smem_bytes: int
+    num_threads: int
+    num_tiles: int
+    num_units: int
+    out_fp32: bool
+    has_c: bool
+    est_us: float  # the model's estimate (for comparing candidates, not a prediction)
+
+    @property
+    def split_k(self) -> bool:
+        return self.num_splits > 1
+
+    @property
+    def workspace_floats(self) -> int:
+        """fp32 elements of split-K workspace the launch needs (0 without split-K)."""
+        return self.num_tiles * self.num_splits * self.block_m * self.block_n if self.split_k else 0
+
+    @property
+    def num_counters(self) -> int:
+        """int32 per-tile counters the launch needs (0 without split-K)."""
+        return self.num_tiles if self.split_k else 0
+
+    def kernel_key(self) -> tuple:
+        """What selects the compiled kernel (everything else is a runtime argument)."""
+        return (self.block_m, self.block_n, self.num_stages, self.out_fp32, self.has_c, self.split_k)
+
+
+def num_threads(block_m: int) -> int:
+    """Consumer warpgroups (block_m / 64) + one producer warpgroup."""
+    return (block_m // 64 + 1) * 128
+
+
+def smem_bytes(block_m: int, block_n: int, num_stages: int) -> int:
+    """Dynamic shared memory of a launch; mirrors Sm90Fp8Gemm1d2dTraits::kDynamicSmemBytes:
+    per stage A (block_m x 128 B) + B (block_n x 128 B) + sfa (block_m fp32) + 2 barriers (16 B),
+    a 16-byte flag, and 1024 bytes of slack to align the base to the 128B-swizzle atom."""
+    return 1024 + num_stages * (block_m * BLOCK_K + block_n * BLOCK_K + block_m * 4) + num_stages * 16 + 16
+
+
+def max_stages(block_m: int, block_n: int) -> int:
+    per_stage = block_m * BLOCK_K + block_n * BLOCK_K + block_m * 4 + 16
+    return min(MAX_STAGES, (SMEM_LIMIT - 1024 - 16) // per_stage)
+
+
+def block_n_candidates(block_m: int) -> list[int]:
+    return list(range(16, MAX_BLOCK_N[block_m] + 1, 16))
+
+
+def _mma_efficiency(block_n: int) -> float:
+    # Per wgmma m64nNk32: N/2 tensor-core cycles vs (2048 + 32 N) / 128 smem cycles.
+    return (block_n / 2) / max(block_n / 2, 16 + block_n / 4)
+
+
+def _estimate(m: int, n: int, k: int, bm: int, bn: int, splits: int, num_sms: int, out_bytes: int,
+              has_c: bool) -> tuple[float, int, int]:
+    num_kb = ceil_div(k, BLOCK_K)
+    tiles = ceil_div(m, bm) * ceil_div(n, bn)
+    units = tiles * splits
+    grid = min(num_sms, units)
+    waves = ceil_div(units, grid)
+    kb_unit = ceil_div(num_kb, splits)
+    flops = 2.0 * bm * bn * BLOCK_K * kb_unit
+    t_mma = flops / (_PEAK_FLOPS_PER_SM_US * _mma_efficiency(bn) * _WG_EFFICIENCY[bm])
+    t_load = kb_unit * BLOCK_K * (bm + bn) / _L2_BYTES_PER_SM_US
+    rows = min(bm, m)
+    cols = min(bn, n)
+    t_epi = rows * cols * (out_bytes + (4 if has_c else 0)) / _STORE_BYTES_PER_SM_US
+    t_reduce = 0.0
+    if splits > 1:
+        t_epi += rows * cols * 4 / _STORE_BYTES_PER_SM_US  # partial write
+        t_reduce = splits * rows * cols * 4 / _L2_BYTES_PER_SM_US  # last CTA reads all partials
+    t_unit = max(t_mma, t_load) + t_epi
+    dram = m * k + n * k + m * n * (out_bytes + (4 if has_c else 0))
+    if splits > 1:
+        dram += 2 * splits * m * n * 4
+    total = max(waves * t_unit + t_reduce, dram / _DRAM_BYTES_US) + _FIXED_US
+    return total, tiles, units
+
+
+_cache: dict[tuple, Fp8GemmConfig] = {}
+_cache_lock = threading.Lock()
+
+
+def clear_cache() -> None:
+    with _cache_lock:
+        _cache.clear()
+
+
+def _print_enabled() -> bool:
+    return os.environ.get("FINEGEMM_PRINT_CONFIGS", "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def select_config(m: int, n: int, k: int, num_sms: int, out_fp32: bool = False, has_c: bool = False,
+                  allow_split_k: bool = True) -> Fp8GemmConfig:
+    """The launch configuration for D[m, n] (+C) = A[m, k] . B[n, k] on num_sms SMs (cached).
+
+    m, n >= 1, k >= 16 (k % 16 == 0). has_c requires out_fp32.
+    """
+    key = (m, n, k, num_sms, bool(out_fp32), bool(has_c), bool(allow_split_k))
+    cfg = _cache.get(key)
+    if cfg is not None:
+        return cfg
+    if m < 1 or n < 1 or k < 1 or num_sms < 1:
+        raise ValueError(f"select_config: need m, n, k, num_sms >= 1, got {(m, n, k, num_sms)}")
+    if has_c and not out_fp32:
+        raise ValueError("select_config: C is only supported with an fp32 output")
+    out_bytes = 4 if out_fp32 else 2
+    num_kb = ceil_div(k, BLOCK_K)
+
+    best = None
+    for bm in ([64] if m <= 64 else [64, 128]):
+        for bn in block_n_candidates(bm):
+            tiles = ceil_div(m, bm) * ceil_div(n, bn)
+            split_options = [1]
+            if allow_split_k and 2 * tiles <= num_sms and num_kb >= 2 * MIN_KB_PER_SPLIT:
+                top = min(MAX_SPLITS, num_kb // MIN_KB_PER_SPLIT, num_sms // tiles)
+                split_options += list(range(2, top + 1))
+            for splits in split_options:
+                est, tiles, units = _estimate(m, n, k, bm, bn, splits, num_sms, out_bytes, has_c)
+                # Tie-break: faster, then fewer units, then bigger tiles.
+                rank = (round(est, 4), units, -bm * bn)
+                if best is None or rank < best[0]:
+                    best = (rank, bm, bn, splits, est, tiles, units)
+    _, bm, bn, splits, est, tiles, units = best
+    stages = max_stages(bm, bn)
+    cfg = Fp8GemmConfig(
+        m=m, n=n, k=k, block_m=bm, block_n=bn, num_stages=stages, num_splits=splits,
+        grid=min(num_sms, units), smem_bytes=smem_bytes(bm, bn, stages), num_threads=num_threads(bm),
+        num_tiles=tiles, num_units=units, out_fp32=bool(out_fp32), has_c=bool(has_c), est_us=est,
+    )
+    with _cache_lock:
+        _cache[key] = cfg
+    if _print_enabled():
+        print(
+            f"finegemm: sm90_fp8_gemm m={m} n={n} k={k} out={'fp32' if out_fp32 else 'bf16'}"
+            f"{' +C' if has_c else ''} sms={num_sms} -> block_m={bm} block_n={bn} stages={stages} "
+            f"splits={splits} tiles={tiles} grid={cfg.grid} smem={cfg.smem_bytes} est={est:.1f}us",
+            file=sys.stderr, flush=True,
+        )
+    return cfg

@@ -1,0 +1,79 @@
+// Host launcher of the SM90 FP8 "1D2D" GEMM (impls/sm90_fp8_gemm_1d2d.cuh).
+// Encodes the three TMA descriptors (A, B, sfa) and launches the persistent kernel. No
+// allocation; every size comes from the caller (finegemm/ops/sm90_fp8_gemm.py).
+#include "finegemm/host/common.h"
+
+#include <cstdint>
+
+namespace {
+
+constexpr int kBlockK = 128;
+constexpr uint32_t kFlagVectorStores = 1u;  // mirrors impls::kFlagVectorStores
+
+}  // namespace
+
+extern "C" {
+
+// fn:        CUfunction (from fg_load_function) of the kernel compiled for (block_m, block_n, ...).
+// a, b:      fp8 e4m3 [m, k] / [n, k], K-major, row strides lda / ldb bytes (multiples of 16).
+// sfa:       fp32, element (kb, row) at kb * sfa_ld + row (MN-major, sfa_ld % 4 == 0).
+// sfb:       fp32 [ceil(n/128), ceil(k/128)] contiguous.
+// d:         bf16 or fp32 [m, n], row stride ldd elements; c: fp32 like d, or null.
+// workspace: fp32, >= num_tiles * num_splits * block_m * block_n floats (split-K only, else null).
+// counters:  int32, >= num_tiles, zero before the first call (the kernel leaves them zero).
+// out_fp32:  1 when d is fp32 (selects the vector-store alignment check).
+// Returns a CUresult (0 = success) or fg::FG_ERROR_*.
+int fg_launch_sm90_fp8_gemm(uint64_t fn, void* a, void* b, void* sfa, void* sfb, void* d, void* c,
+                            void* workspace, void* counters, int m, int n, int k, int lda, int ldb,
+                            int ldd, int sfa_ld, int block_m, int block_n, int num_splits, int out_fp32,
+                            int grid, int smem_bytes, uint64_t stream) {
+  if (fn == 0 || a == nullptr || b == nullptr || sfa == nullptr || sfb == nullptr || d == nullptr)
+    return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (m <= 0 || n <= 0 || k <= 0 || k % 16 != 0) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (lda % 16 != 0 || ldb % 16 != 0 || lda < k || ldb < k || ldd < n) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (sfa_ld % 4 != 0 || sfa_ld < m) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if ((block_m != 64 && block_m != 128) || block_n < 16 || block_n > 256 || block_n % 16 != 0)
+    return fg::FG_ERROR_INVALID_ARGUMENT;
+  const int num_kb = (k + kBlockK - 1) / kBlockK;
+  if (num_splits < 1 || num_splits > num_kb) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (num_splits > 1 && (workspace == nullptr || counters == nullptr)) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (grid <= 0 || smem_bytes <= 0) return fg::FG_ERROR_INVALID_ARGUMENT;
+
+  const fg::Driver& drv = fg::driver();
+  if (!drv.ok) return fg::FG_ERROR_NO_DRIVER;
+
+  CUtensorMap tmap_a, tmap_b, tmap_sfa;
+  CUresult r = fg::make_tmap_2d(&tmap_a, CU_TENSOR_MAP_DATA_TYPE_UINT8, a, static_cast<uint64_t>(k),
+                                static_cast<uint64_t>(m), static_cast<uint64_t>(lda), kBlockK,
+                                static_cast<uint32_t>(block_m), CU_TENSOR_MAP_SWIZZLE_128B);
+  if (r != CUDA_SUCCESS) return r;
+  r = fg::make_tmap_2d(&tmap_b, CU_TENSOR_MAP_DATA_TYPE_UINT8, b, static_cast<uint64_t>(k),
+                       static_cast<uint64_t>(n), static_cast<uint64_t>(ldb), kBlockK,
+                       static_cast<uint32_t>(block_n), CU_TENSOR_MAP_SWIZZLE_128B);
+  if (r != CUDA_SUCCESS) return r;
+  r = fg::make_tmap_2d(&tmap_sfa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, sfa, static_cast<uint64_t>(m),
+                       static_cast<uint64_t>(num_kb), static_cast<uint64_t>(sfa_ld) * 4u,
+                       static_cast<uint32_t>(block_m), 1, CU_TENSOR_MAP_SWIZZLE_NONE);
+  if (r != CUDA_SUCCESS) return r;
+
+  // Two-element vector stores (bf16x2 / float2) need an even N, an even row stride and base
+  // pointers aligned to the vector size.
+  const uintptr_t vec_bytes = out_fp32 ? 8u : 4u;
+  bool vec = (n % 2 == 0) && (ldd % 2 == 0) && (reinterpret_cast<uintptr_t>(d) % vec_bytes == 0);
+  if (c != nullptr) vec = vec && (reinterpret_cast<uintptr_t>(c) % 8u == 0);
+  uint32_t flags = vec ? kFlagVectorStores : 0u;
+
+  const float* sfb_p = static_cast<const float*>(sfb);
+  const float* c_p = static_cast<const float*>(c);
+  float* ws_p = static_cast<float*>(workspace);
+  int* cnt_p = static_cast<int*>(counters);
+  uint32_t um = static_cast<uint32_t>(m), un = static_cast<uint32_t>(n), uk = static_cast<uint32_t>(k);
+  uint32_t uldd = static_cast<uint32_t>(ldd), usplits = static_cast<uint32_t>(num_splits);
+  void* params[] = {&tmap_a, &tmap_b, &tmap_sfa, &sfb_p, &d, &c_p, &ws_p, &cnt_p,
+                    &um, &un, &uk, &uldd, &flags, &usplits};
+  const unsigned threads = static_cast<unsigned>((block_m / 64 + 1) * 128);
+  return fg::launch(fg::as_function(fn), static_cast<unsigned>(grid), 1, 1, threads, 1, 1,
+                    static_cast<unsigned>(smem_bytes), 1, fg::as_stream(stream), params);
+}
+
+}  // extern "C"

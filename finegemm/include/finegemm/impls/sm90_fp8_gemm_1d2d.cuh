@@ -1,0 +1,364 @@
+// SM90 FP8 GEMM, "1D2D" scaling recipe (1,128,128):
+//   D[m, n] = C[m, n] + sum_kb sfa[m, kb] * sfb[n / 128, kb] * (A[m, kb-block] . B[n, kb-block])
+// A fp8 e4m3 [M, K] K-major, B fp8 e4m3 [N, K] K-major, sfa fp32 MN-major (element (kb, m) at
+// kb * sfa_ld + m; read through TMA), sfb fp32 [ceil(N/128), ceil(K/128)] contiguous (read from
+// global by the consumers), D bf16 or fp32 [M, N] (row stride ldd), C fp32 (only with fp32 D).
+//
+// Persistent, warp-specialized kernel:
+//   warpgroups 0 .. kNumConsumerWG-1 : consumers (math). Each owns 64 rows of the BLOCK_M tile
+//                                      and issues wgmma m64nBLOCK_Nk32 (4 per 128-wide k-block),
+//                                      then promotes the k-block's partial sums into FP32
+//                                      registers with sfa * sfb.
+//   warpgroup kNumConsumerWG          : producer. One thread issues the TMA loads of A, B and
+//                                      sfa into a ring of kNumStages shared-memory stages.
+// Barriers per stage: full (count 1: the producer's arrive.expect_tx, plus the stage's TMA
+// bytes) and empty (count = number of consumer warps: lane 0 of every consumer warp arrives
+// once its warpgroup's wgmmas on the stage have completed and its sfa reads are done).
+// Producer and consumers walk the same sequence of (work unit, k-block), so they agree on the
+// (stage, phase) of every k-block; the phase flips each time the ring index wraps.
+//
+// Split-K (kSplitK): a work unit is (tile, split); each split covers a contiguous k-block range
+// and writes its FP32 partial tile to the workspace; the CTA that finishes last (per-tile atomic
+// counter) sums all partials in split order 0..S-1 (deterministic), writes D and resets the
+// counter to 0 for the next call.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include <finegemm/ptx/common.cuh>
+#include <finegemm/ptx/mbarrier.cuh>
+#include <finegemm/ptx/tma.cuh>
+#include <finegemm/ptx/wgmma.cuh>
+#include <finegemm/ptx/wgmma_fp8.cuh>
+#include <finegemm/scheduler/persistent.cuh>
+
+namespace finegemm {
+namespace impls {
+
+// Compile-time facts of one configuration; the host mirrors kDynamicSmemBytes and kNumThreads
+// (finegemm/heuristics/sm90_fp8_gemm.py: smem_bytes(), num_threads()).
+template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages>
+struct Sm90Fp8Gemm1d2dTraits {
+  static constexpr uint32_t BLOCK_K = 128;  // one scale block; 128 fp8 = 128 bytes = the swizzle span
+  static constexpr uint32_t kNumConsumerWG = BLOCK_M / 64;
+  static constexpr uint32_t kNumConsumerThreads = kNumConsumerWG * 128;
+  static constexpr uint32_t kNumThreads = kNumConsumerThreads + 128;
+
+  // Shared memory layout (offsets from a 1024-byte aligned base):
+  //   [A stage 0..S-1][B stage 0..S-1][sfa stage 0..S-1][full bar x S][empty bar x S][flag]
+  static constexpr uint32_t kSmemA = BLOCK_M * BLOCK_K;    // multiple of 1024 (swizzle atom)
+  static constexpr uint32_t kSmemB = BLOCK_N * BLOCK_K;    // multiple of 1024 as BLOCK_N % 8 == 0
+  static constexpr uint32_t kSmemSfa = BLOCK_M * 4;        // 256 or 512: keeps 128-byte alignment
+  static constexpr uint32_t kOffA = 0;
+  static constexpr uint32_t kOffB = kOffA + kNumStages * kSmemA;
+  static constexpr uint32_t kOffSfa = kOffB + kNumStages * kSmemB;
+  static constexpr uint32_t kOffFull = kOffSfa + kNumStages * kSmemSfa;
+  static constexpr uint32_t kOffEmpty = kOffFull + kNumStages * 8;
+  static constexpr uint32_t kOffFlag = kOffEmpty + kNumStages * 8;
+  static constexpr uint32_t kUsedBytes = kOffFlag + 16;
+  static constexpr uint32_t kDynamicSmemBytes = kUsedBytes + 1024;  // + slack to align the base
+  // Bytes one stage's TMA loads deliver: always the FULL boxes (out-of-bounds parts are
+  // zero-filled and still counted).
+  static constexpr uint32_t kTxBytes = kSmemA + kSmemB + kSmemSfa;
+
+  // Scale blocks of B: a tile [n0, n0 + BLOCK_N) with n0 a multiple of BLOCK_N starts at an
+  // offset n0 % 128 that is a multiple of g = gcd(BLOCK_N, 128), at most 128 - g (0 when
+  // BLOCK_N % 128 == 0), so it spans at most ceil((128 - g + BLOCK_N) / 128) blocks. 8-column
+  // chunks never straddle a 128 boundary (offsets are multiples of 16).
+  static constexpr uint32_t gcd(uint32_t a, uint32_t b) { return b == 0 ? a : gcd(b, a % b); }
+  static constexpr uint32_t kG = gcd(BLOCK_N, 128);
+  static constexpr uint32_t kMaxOffset = (BLOCK_N % 128 == 0) ? 0 : 128 - kG;
+  static constexpr uint32_t kSfbSpan = (kMaxOffset + BLOCK_N + 127) / 128;
+  // When the offset is always 0, chunk j's block is (8 j) / 128 at compile time.
+  static constexpr bool kStaticChunkBlocks = (kMaxOffset == 0) || (kSfbSpan == 1);
+
+  static_assert(BLOCK_M == 64 || BLOCK_M == 128, "BLOCK_M must be 64 or 128");
+  static_assert(BLOCK_N % 16 == 0 && BLOCK_N >= 16 && BLOCK_N <= 256, "BLOCK_N: multiple of 16 in [16, 256]");
+  static_assert(kNumStages >= 1 && kNumStages <= 16, "kNumStages out of range");
+  static_assert(kSfbSpan >= 1 && kSfbSpan <= 3, "a tile spans at most 3 scale blocks");
+  static_assert(kDynamicSmemBytes <= 232448, "shared memory above the SM90 227 KB limit");
+};
+
+// Kernel parameter flags (bit set by the host launcher).
+constexpr uint32_t kFlagVectorStores = 1u;  // D (and C) pointer/stride allow 2-element vector accesses
+
+template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages, bool kOutFp32, bool kHasC, bool kSplitK>
+__device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, const CUtensorMap* tmap_b,
+                                                   const CUtensorMap* tmap_sfa, const float* sfb, void* d_ptr,
+                                                   const float* c_ptr, float* workspace, int* counters,
+                                                   uint32_t M, uint32_t N, uint32_t K, uint32_t ldd,
+                                                   uint32_t flags, uint32_t num_splits) {
+  using Traits = Sm90Fp8Gemm1d2dTraits<BLOCK_M, BLOCK_N, kNumStages>;
+  using Mma = ptx::WgmmaFp8<BLOCK_N>;
+  constexpr uint32_t kNumConsumerWG = Traits::kNumConsumerWG;
+  constexpr uint32_t kNumConsumerThreads = Traits::kNumConsumerThreads;
+  constexpr uint32_t kNumAcc = BLOCK_N / 2;  // fp32 accumulators per thread (m64 x BLOCK_N / 128)
+  constexpr uint32_t kNumChunks = BLOCK_N / 8;
+  constexpr uint32_t kSpan = Traits::kSfbSpan;
+  static_assert(!kHasC || kOutFp32, "C is only supported with an fp32 output");
+
+  extern __shared__ __align__(1024) uint8_t fg_smem_raw[];
+  const uint32_t raw_addr = ptx::smem_addr(fg_smem_raw);
+  const uint32_t base = (raw_addr + 1023u) & ~1023u;
+  uint8_t* smem = fg_smem_raw + (base - raw_addr);
+
+  auto full_bar = [&](uint32_t s) { return base + Traits::kOffFull + s * 8; };
+  auto empty_bar = [&](uint32_t s) { return base + Traits::kOffEmpty + s * 8; };
+  const float* sfa_smem = reinterpret_cast<const float*>(smem + Traits::kOffSfa);
+  volatile int* flag_smem = reinterpret_cast<volatile int*>(smem + Traits::kOffFlag);
+
+  const uint32_t num_kb = (K + Traits::BLOCK_K - 1) / Traits::BLOCK_K;
+  const uint32_t num_m_blocks = (M + BLOCK_M - 1) / BLOCK_M;
+  const uint32_t num_n_blocks = (N + BLOCK_N - 1) / BLOCK_N;
+  const scheduler::PersistentScheduler<16> sched(num_m_blocks, num_n_blocks, kSplitK ? num_splits : 1u);
+
+  if (threadIdx.x == 0) {
+    // A launch with less dynamic shared memory than this layout needs would corrupt memory.
+    if (ptx::dynamic_smem_size() < Traits::kDynamicSmemBytes) __trap();
+#pragma unroll
+    for (uint32_t s = 0; s < kNumStages; ++s) {
+      ptx::mbar_init(full_bar(s), 1);
+      ptx::mbar_init(empty_bar(s), kNumConsumerWG * 4);
+    }
+    ptx::fence_mbarrier_init();
+    ptx::fence_proxy_async_shared();
+  }
+  __syncthreads();
+
+  if (threadIdx.x >= kNumConsumerThreads) {
+    // ------------------------------------------------------------------ producer warpgroup
+    if constexpr (kNumConsumerWG == 2) ptx::setmaxnreg_dec<40>();
+    if (threadIdx.x == kNumConsumerThreads) {
+      ptx::tma_prefetch_desc(tmap_a);
+      ptx::tma_prefetch_desc(tmap_b);
+      ptx::tma_prefetch_desc(tmap_sfa);
+      uint32_t stage = 0, phase = 0;
+      for (uint32_t unit = blockIdx.x; unit < sched.num_units; unit += gridDim.x) {
+        uint32_t m_block, n_block, split, kb_begin, kb_end;
+        sched.get(unit, m_block, n_block, split);
+        sched.k_range(split, num_kb, kb_begin, kb_end);
+        const int32_t m0 = static_cast<int32_t>(m_block * BLOCK_M);
+        const int32_t n0 = static_cast<int32_t>(n_block * BLOCK_N);
+        for (uint32_t kb = kb_begin; kb < kb_end; ++kb) {
+          // Fresh barrier: waiting for parity 1 returns at once, so the first pass never blocks.
+          ptx::mbar_wait(empty_bar(stage), phase ^ 1u);
+          ptx::mbar_arrive_expect_tx(full_bar(stage), Traits::kTxBytes);
+          const int32_t k0 = static_cast<int32_t>(kb * Traits::BLOCK_K);
+          ptx::tma_load_2d(base + Traits::kOffA + stage * Traits::kSmemA, tmap_a, full_bar(stage), k0, m0);
+          ptx::tma_load_2d(base + Traits::kOffB + stage * Traits::kSmemB, tmap_b, full_bar(stage), k0, n0);
+          ptx::tma_load_2d(base + Traits::kOffSfa + stage * Traits::kSmemSfa, tmap_sfa, full_bar(stage), m0,
+                           static_cast<int32_t>(kb));
+          if (++stage == kNumStages) {
+            stage = 0;
+            phase ^= 1u;
+          }
+        }
+      }
+    }
+  } else {
+    // ------------------------------------------------------------------ consumer warpgroups
+    if constexpr (kNumConsumerWG == 2) ptx::setmaxnreg_inc<232>();
+    const uint32_t wg = threadIdx.x / 128;
+    const uint32_t warp = (threadIdx.x % 128) / 32;
+    const uint32_t lane = threadIdx.x % 32;
+    // This thread's two rows inside the tile (wgmma D fragment: row 16*warp + lane/4, +8).
+    const uint32_t r0 = wg * 64 + warp * 16 + lane / 4;
+    const uint32_t col_in_chunk = 2 * (lane % 4);
+    const uint32_t num_sfb_blocks = (N + 127) / 128;
+
+    float acc[kNumAcc];
+    float fin[kNumAcc];
+#pragma unroll
+    for (uint32_t i = 0; i < kNumAcc; ++i) acc[i] = 0.0f;
+
+    uint32_t stage = 0, phase = 0;
+    for (uint32_t unit = blockIdx.x; unit < sched.num_units; unit += gridDim.x) {
+      uint32_t m_block, n_block, split, kb_begin, kb_end;
+      sched.get(unit, m_block, n_block, split);
+      sched.k_range(split, num_kb, kb_begin, kb_end);
+      const uint32_t m0 = m_block * BLOCK_M;
+      const uint32_t n0 = n_block * BLOCK_N;
+
+      // Scale rows of B this tile touches (clamped: blocks past the end are never selected).
+      const float* sfb_rows[kSpan];
+#pragma unroll
+      for (uint32_t b = 0; b < kSpan; ++b) {
+        uint32_t nb = n0 / 128 + b;
+        nb = nb < num_sfb_blocks ? nb : num_sfb_blocks - 1;
+        sfb_rows[b] = sfb + static_cast<size_t>(nb) * num_kb;
+      }
+      // First chunk index in scale block 1 (runtime case): chunks of block 0 are those with
+      // n0 % 128 + 8 j < 128.
+      const uint32_t j1 = (128u - n0 % 128u) / 8u;
+
+#pragma unroll
+      for (uint32_t i = 0; i < kNumAcc; ++i) fin[i] = 0.0f;
+
+      for (uint32_t kb = kb_begin; kb < kb_end; ++kb) {
+        // Issue the (L2-resident) B-scale loads before waiting: their latency hides behind the MMA.
+        float sb[kSpan];
+#pragma unroll
+        for (uint32_t b = 0; b < kSpan; ++b) sb[b] = __ldg(sfb_rows[b] + kb);
+
+        ptx::mbar_wait(full_bar(stage), phase);
+        const float* sfa_stage = sfa_smem + stage * BLOCK_M;
+        const float sa0 = sfa_stage[r0];
+        const float sa1 = sfa_stage[r0 + 8];
+
+        const uint64_t desc_a = ptx::make_smem_desc_k_sw128(base + Traits::kOffA + stage * Traits::kSmemA +
+                                                            wg * 64 * Traits::BLOCK_K);
+        const uint64_t desc_b = ptx::make_smem_desc_k_sw128(base + Traits::kOffB + stage * Traits::kSmemB);
+        ptx::fence_operands(acc);
+        ptx::wgmma_fence();
+#pragma unroll
+        for (uint32_t k = 0; k < Traits::BLOCK_K / 32; ++k) {
+          // +32 bytes along K per step = +2 in the descriptor's (address >> 4) field.
+          Mma::mma(desc_a + 2 * k, desc_b + 2 * k, acc, k > 0 ? 1u : 0u);
+        }
+        ptx::wgmma_commit();
+        ptx::wgmma_wait<0>();
+        ptx::fence_operands(acc);
+
+        // Combined scales; computing them before the arrive also guarantees the sfa shared
+        // loads have completed before the stage is released (in-order issue).
+        float s0[kSpan], s1[kSpan];
+#pragma unroll
+        for (uint32_t b = 0; b < kSpan; ++b) {
+          s0[b] = sa0 * sb[b];
+          s1[b] = sa1 * sb[b];
+        }
+        __syncwarp();
+        if (lane == 0) ptx::mbar_arrive(empty_bar(stage));
+        if (++stage == kNumStages) {
+          stage = 0;
+          phase ^= 1u;
+        }
+
+        // Promotion: fin += (sfa * sfb) * acc, per 8-column chunk with that chunk's B scale.
+#pragma unroll
+        for (uint32_t j = 0; j < kNumChunks; ++j) {
+          float x0, x1;
+          if constexpr (Traits::kStaticChunkBlocks) {
+            x0 = s0[(8 * j) / 128];
+            x1 = s1[(8 * j) / 128];
+          } else {
+            x0 = s0[0];
+            x1 = s1[0];
+#pragma unroll
+            for (uint32_t b = 1; b < kSpan; ++b) {
+              const bool in_b = j >= j1 + 16 * (b - 1);
+              x0 = in_b ? s0[b] : x0;
+              x1 = in_b ? s1[b] : x1;
+            }
+          }
+          fin[4 * j + 0] = fmaf(x0, acc[4 * j + 0], fin[4 * j + 0]);
+          fin[4 * j + 1] = fmaf(x0, acc[4 * j + 1], fin[4 * j + 1]);
+          fin[4 * j + 2] = fmaf(x1, acc[4 * j + 2], fin[4 * j + 2]);
+          fin[4 * j + 3] = fmaf(x1, acc[4 * j + 3], fin[4 * j + 3]);
+        }
+      }
+
+      // ---------------------------------------------------------------- split-K reduction
+      if constexpr (kSplitK) {
+        // Partial tile layout: float2 index ((2 j + h) * kNumConsumerThreads + tid) holds this
+        // thread's registers 4j + 2h + {0, 1}; a warp's float2 stores are 256 contiguous bytes.
+        const uint32_t tile = sched.tile_index(m_block, n_block);
+        float2* slab = reinterpret_cast<float2*>(workspace) +
+                       static_cast<size_t>(tile) * sched.num_splits * (BLOCK_M * BLOCK_N / 2);
+        float2* mine = slab + static_cast<size_t>(split) * (BLOCK_M * BLOCK_N / 2);
+        const bool row0_ok = m0 + r0 < M, row1_ok = m0 + r0 + 8 < M;
+#pragma unroll
+        for (uint32_t j = 0; j < kNumChunks; ++j) {
+          if (row0_ok) __stcg(mine + (2 * j + 0) * kNumConsumerThreads + threadIdx.x,
+                              make_float2(fin[4 * j + 0], fin[4 * j + 1]));
+          if (row1_ok) __stcg(mine + (2 * j + 1) * kNumConsumerThreads + threadIdx.x,
+                              make_float2(fin[4 * j + 2], fin[4 * j + 3]));
+        }
+        __threadfence();
+        ptx::named_barrier_sync(1, kNumConsumerThreads);
+        if (threadIdx.x == 0) {
+          const int prev = atomicAdd(counters + tile, 1);
+          const bool last = prev == static_cast<int>(sched.num_splits) - 1;
+          if (last) atomicExch(counters + tile, 0);  // every split has arrived: reset for the next call
+          *flag_smem = last ? 1 : 0;
+          __threadfence();
+        }
+        ptx::named_barrier_sync(1, kNumConsumerThreads);
+        const bool last = *flag_smem != 0;
+        if (!last) continue;
+        __threadfence();
+        // Sum every split's partial in split order (independent of arrival order).
+#pragma unroll
+        for (uint32_t i = 0; i < kNumAcc; ++i) fin[i] = 0.0f;
+        for (uint32_t s = 0; s < sched.num_splits; ++s) {
+          const float2* part = slab + static_cast<size_t>(s) * (BLOCK_M * BLOCK_N / 2);
+#pragma unroll
+          for (uint32_t j = 0; j < kNumChunks; ++j) {
+            if (row0_ok) {
+              const float2 v = __ldcg(part + (2 * j + 0) * kNumConsumerThreads + threadIdx.x);
+              fin[4 * j + 0] += v.x;
+              fin[4 * j + 1] += v.y;
+            }
+            if (row1_ok) {
+              const float2 v = __ldcg(part + (2 * j + 1) * kNumConsumerThreads + threadIdx.x);
+              fin[4 * j + 2] += v.x;
+              fin[4 * j + 3] += v.y;
+            }
+          }
+        }
+      }
+
+      // ---------------------------------------------------------------- epilogue (direct stores)
+      // TODO(rung 3): registers -> swizzled smem (stmatrix) -> TMA store, overlapped with the
+      // next tile's main loop.
+      const bool vec = (flags & kFlagVectorStores) != 0;
+#pragma unroll
+      for (uint32_t h = 0; h < 2; ++h) {
+        const uint32_t row = m0 + r0 + 8 * h;
+        if (row >= M) continue;
+        const size_t row_off = static_cast<size_t>(row) * ldd;
+#pragma unroll
+        for (uint32_t j = 0; j < kNumChunks; ++j) {
+          const uint32_t col = n0 + 8 * j + col_in_chunk;
+          if (col >= N) continue;
+          float v0 = fin[4 * j + 2 * h + 0];
+          float v1 = fin[4 * j + 2 * h + 1];
+          const size_t off = row_off + col;
+          if (vec) {
+            // col is even, N is even and ldd is even: both columns are in range and aligned.
+            if constexpr (kHasC) {
+              const float2 cv = *reinterpret_cast<const float2*>(c_ptr + off);
+              v0 += cv.x;
+              v1 += cv.y;
+            }
+            if constexpr (kOutFp32) {
+              *reinterpret_cast<float2*>(static_cast<float*>(d_ptr) + off) = make_float2(v0, v1);
+            } else {
+              *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(d_ptr) + off) =
+                  __floats2bfloat162_rn(v0, v1);
+            }
+          } else {
+            const bool has1 = col + 1 < N;
+            if constexpr (kHasC) {
+              v0 += c_ptr[off];
+              if (has1) v1 += c_ptr[off + 1];
+            }
+            if constexpr (kOutFp32) {
+              static_cast<float*>(d_ptr)[off] = v0;
+              if (has1) static_cast<float*>(d_ptr)[off + 1] = v1;
+            } else {
+              static_cast<__nv_bfloat16*>(d_ptr)[off] = __float2bfloat16_rn(v0);
+              if (has1) static_cast<__nv_bfloat16*>(d_ptr)[off + 1] = __float2bfloat16_rn(v1);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace impls
+}  // namespace finegemm

@@ -1,0 +1,64 @@
+// Small PTX helpers shared by the other ptx/ headers: shared-memory addresses, fences,
+// named barriers, register reallocation (setmaxnreg), lane/warp helpers.
+#pragma once
+
+#include <cstdint>
+
+namespace finegemm {
+namespace ptx {
+
+// 32-bit shared-state-space address of a generic pointer into shared memory.
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Orders this thread's generic-proxy shared-memory accesses before later async-proxy accesses
+// (TMA, wgmma operand reads) — needed after ordinary stores to smem that TMA/wgmma read next.
+__device__ __forceinline__ void fence_proxy_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// Makes mbarrier.init visible to the async proxy / other CTAs of the cluster.
+__device__ __forceinline__ void fence_mbarrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
+// Named barrier over `num_threads` threads (a multiple of 32). Id 0 is __syncthreads'.
+__device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t num_threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(num_threads) : "memory");
+}
+
+// Register reallocation (sm_90a): executed by every thread of a warpgroup. kRegs is a multiple
+// of 8 in [24, 256]. Takes effect only when the kernel has a register cap at entry
+// (__launch_bounds__(threads, 1)).
+template <uint32_t kRegs>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  static_assert(kRegs % 8 == 0 && kRegs >= 24 && kRegs <= 256, "setmaxnreg: multiple of 8 in [24, 256]");
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+template <uint32_t kRegs>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  static_assert(kRegs % 8 == 0 && kRegs >= 24 && kRegs <= 256, "setmaxnreg: multiple of 8 in [24, 256]");
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+
+// Bytes of dynamic shared memory this launch was given.
+__device__ __forceinline__ uint32_t dynamic_smem_size() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%dynamic_smem_size;\n" : "=r"(r));
+  return r;
+}
+
+// Warp index broadcast from lane 0 so the compiler knows it is warp-uniform.
+__device__ __forceinline__ uint32_t warp_idx_uniform() {
+  return __shfl_sync(0xffffffffu, threadIdx.x / 32, 0);
+}
+
+__device__ __forceinline__ uint32_t lane_idx() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%laneid;\n" : "=r"(r));
+  return r;
+}
+
+}  // namespace ptx
+}  // namespace finegemm

@@ -1,0 +1,74 @@
+// TMA (cp.async.bulk.tensor) wrappers for 2-D tiled tensor maps. The tensor map is a
+// `const __grid_constant__ CUtensorMap` kernel parameter; pass its address. Coordinates are
+// in elements, innermost first: (c0 = inner index, c1 = outer index). Out-of-bounds box
+// elements are zero-filled on loads (and still counted in complete_tx bytes: the FULL box) and
+// dropped on stores.
+#pragma once
+
+#include <cstdint>
+
+namespace finegemm {
+namespace ptx {
+
+__device__ __forceinline__ void tma_prefetch_desc(const void* tmap) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(tmap)) : "memory");
+}
+
+// Load a box into shared memory at `dst` (shared address, 128-byte aligned; 1024 for 128B
+// swizzle); completion adds the box bytes to mbarrier `bar`'s transaction count.
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const void* tmap, uint32_t bar, int32_t c0,
+                                            int32_t c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4}], [%2];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(tmap)), "r"(bar), "r"(c0), "r"(c1)
+      : "memory");
+}
+
+// Same with an L2 cache hint (a createpolicy value, e.g. evict-first/evict-last).
+__device__ __forceinline__ void tma_load_2d_hint(uint32_t dst, const void* tmap, uint32_t bar, int32_t c0,
+                                                 int32_t c1, uint64_t cache_policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1, {%3, %4}], [%2], %5;\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(tmap)), "r"(bar), "r"(c0), "r"(c1), "l"(cache_policy)
+      : "memory");
+}
+
+// Multicast load: the box lands at the same smem offset in every CTA of `cta_mask` (cluster),
+// and each destination CTA's barrier at offset `bar` receives the box bytes.
+__device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const void* tmap, uint32_t bar,
+                                                      int32_t c0, int32_t c1, uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%3, %4}], [%2], %5;\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(tmap)), "r"(bar), "r"(c0), "r"(c1), "h"(cta_mask)
+      : "memory");
+}
+
+// Store a box from shared memory (`src`, shared address) to global. Issue
+// fence_proxy_async_shared() (every writing thread) + a barrier before it when the smem tile
+// was written with ordinary stores.
+__device__ __forceinline__ void tma_store_2d(const void* tmap, uint32_t src, int32_t c0, int32_t c1) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(tmap)),
+               "r"(src), "r"(c0), "r"(c1)
+               : "memory");
+}
+
+__device__ __forceinline__ void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+
+// Wait until at most kPending committed store groups are still reading their smem source.
+template <int kPending>
+__device__ __forceinline__ void tma_store_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(kPending) : "memory");
+}
+
+// Wait until at most kPending committed store groups are incomplete (writes performed).
+template <int kPending>
+__device__ __forceinline__ void tma_store_wait() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+}  // namespace ptx
+}  // namespace finegemm

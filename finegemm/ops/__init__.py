@@ -1,0 +1,4 @@
+"""CUDA plan + launch layer: one module per kernel family (inputs already validated by api/)."""
+from finegemm.ops import sm90_fp8_gemm
+
+__all__ = ["sm90_fp8_gemm"]

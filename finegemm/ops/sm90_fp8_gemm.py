@@ -1,0 +1,256 @@
+"""SM90 FP8 GEMM (recipe (1, 128, 128), "1D2D"): plan, compile (cached) and launch.
+
+fp8_gemm_nt(a, sfa, b, sfb, d, c=None) writes d = c + sum_kb sfa * sfb * (A_kb @ B_kb^T) for
+already-validated CUDA tensors (api/dense_fp8.py). Per call: one dict lookup for the plan
+(config + loaded kernel), the scale-layout normalization (no-ops when already in place), and
+one ctypes call into the host launcher, which encodes the TMA descriptors and launches.
+
+Split-K plans need a fp32 workspace and per-tile int32 counters. They live in a per-(device,
+stream) cache, grown on demand; counters are zeroed once when allocated and the kernel leaves
+them at zero, so no memset runs per call. Calls captured into a CUDA graph get buffers of
+their own, allocated during capture (the counters' zero-fill becomes part of the graph) and
+kept alive for the process — so graph replays never share buffers with eager calls.
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+from typing import Optional
+
+import torch
+
+from finegemm import jit, runtime
+from finegemm.heuristics.sm90_fp8_gemm import Fp8GemmConfig, select_config
+from finegemm.quant import get_mn_major_tma_aligned_tensor
+from finegemm.utils import align, ceil_div
+
+__all__ = ["fp8_gemm_nt", "warmup_shape", "render", "plan", "representative_configs"]
+
+_TEMPLATE = """\
+#include <finegemm/impls/sm90_fp8_gemm_1d2d.cuh>
+
+extern "C" __global__ void __launch_bounds__({threads}, 1) finegemm_entry(
+    const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
+    const __grid_constant__ CUtensorMap tmap_sfa, const float* sfb, void* d, const float* c,
+    float* workspace, int* counters, uint32_t m, uint32_t n, uint32_t k, uint32_t ldd,
+    uint32_t flags, uint32_t num_splits) {{
+  finegemm::impls::sm90_fp8_gemm_1d2d<{block_m}, {block_n}, {stages}, {out_fp32}, {has_c}, {split_k}>(
+      &tmap_a, &tmap_b, &tmap_sfa, sfb, d, c, workspace, counters, m, n, k, ldd, flags, num_splits);
+}}
+"""
+
+
+def _b(x: bool) -> str:
+    return "true" if x else "false"
+
+
+def render(block_m: int, block_n: int, num_stages: int, out_fp32: bool, has_c: bool, split_k: bool) -> str:
+    """The instantiation source of one kernel configuration."""
+    if block_m not in (64, 128):
+        raise ValueError(f"block_m must be 64 or 128, got {block_m}")
+    if block_n % 16 or not 16 <= block_n <= 256:
+        raise ValueError(f"block_n must be a multiple of 16 in [16, 256], got {block_n}")
+    if has_c and not out_fp32:
+        raise ValueError("has_c requires out_fp32")
+    return _TEMPLATE.format(threads=(block_m // 64 + 1) * 128, block_m=block_m, block_n=block_n,
+                            stages=num_stages, out_fp32=_b(out_fp32), has_c=_b(has_c), split_k=_b(split_k))
+
+
+def _render_cfg(cfg: Fp8GemmConfig) -> str:
+    return render(cfg.block_m, cfg.block_n, cfg.num_stages, cfg.out_fp32, cfg.has_c, cfg.split_k)
+
+
+def _kernel_name(cfg: Fp8GemmConfig) -> str:
+    return (f"sm90_fp8_gemm_1d2d_bm{cfg.block_m}_bn{cfg.block_n}_s{cfg.num_stages}"
+            f"{'_f32' if cfg.out_fp32 else '_bf16'}{'_c' if cfg.has_c else ''}{'_splitk' if cfg.split_k else ''}")
+
+
+# ----------------------------------------------------------------------------- host launcher
+_launcher = None
+_launcher_lock = threading.Lock()
+
+
+def _get_launcher():
+    global _launcher
+    if _launcher is None:
+        with _launcher_lock:
+            if _launcher is None:
+                lib = jit.host_library()
+                f = lib.fg_launch_sm90_fp8_gemm
+                u64, vp, i = ctypes.c_uint64, ctypes.c_void_p, ctypes.c_int
+                f.argtypes = [u64, vp, vp, vp, vp, vp, vp, vp, vp,  # fn, a, b, sfa, sfb, d, c, ws, counters
+                              i, i, i, i, i, i, i,  # m, n, k, lda, ldb, ldd, sfa_ld
+                              i, i, i, i, i, i,  # block_m, block_n, num_splits, out_fp32, grid, smem
+                              u64]  # stream
+                f.restype = ctypes.c_int
+                _launcher = f
+    return _launcher
+
+
+# ----------------------------------------------------------------------------- plans
+_plans: dict[tuple, tuple[Fp8GemmConfig, int]] = {}  # (m, n, k, out_fp32, has_c, sms, device) -> (cfg, fn)
+_plans_lock = threading.Lock()
+
+
+def _load(cfg: Fp8GemmConfig, device: int) -> int:
+    with torch.cuda.device(device):
+        k = jit.load_kernel(_kernel_name(cfg), _render_cfg(cfg), smem_bytes=cfg.smem_bytes)
+    return k.fn
+
+
+def plan(m: int, n: int, k: int, out_fp32: bool, has_c: bool, device: int) -> tuple[Fp8GemmConfig, int]:
+    """(config, CUfunction) for a problem on `device` (cached; compiles on first use)."""
+    num_sms = runtime.get_num_sms()
+    key = (m, n, k, out_fp32, has_c, num_sms, device)
+    p = _plans.get(key)
+    if p is None:
+        cfg = select_config(m, n, k, num_sms, out_fp32, has_c)
+        fn = _load(cfg, device)
+        p = (cfg, fn)
+        with _plans_lock:
+            _plans[key] = p
+    return p
+
+
+# ----------------------------------------------------------------------------- split-K buffers
+_buffers: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}  # (device, stream) -> (workspace, counters)
+_graph_buffers: list = []  # buffers allocated during CUDA-graph capture (kept alive)
+_buffers_lock = threading.Lock()
+
+
+def _split_buffers(cfg: Fp8GemmConfig, device: torch.device, stream: int) -> tuple[int, int]:
+    need_ws, need_cnt = cfg.workspace_floats, cfg.num_counters
+    if torch.cuda.is_current_stream_capturing():
+        ws = torch.empty(need_ws, dtype=torch.float32, device=device)
+        cnt = torch.zeros(need_cnt, dtype=torch.int32, device=device)
+        with _buffers_lock:
+            _graph_buffers.append((ws, cnt))
+        return ws.data_ptr(), cnt.data_ptr()
+    key = (device.index, stream)
+    buf = _buffers.get(key)
+    if buf is None or buf[0].numel() < need_ws or buf[1].numel() < need_cnt:
+        old_ws = buf[0].numel() if buf is not None else 0
+        old_cnt = buf[1].numel() if buf is not None else 0
+        ws = torch.empty(max(need_ws, old_ws), dtype=torch.float32, device=device)
+        # Zeroed on this stream, before the kernel that first uses them (stream order).
+        cnt = torch.zeros(max(need_cnt, old_cnt, 1024), dtype=torch.int32, device=device)
+        buf = (ws, cnt)
+        with _buffers_lock:
+            _buffers[key] = buf
+    return buf[0].data_ptr(), buf[1].data_ptr()
+
+
+# ----------------------------------------------------------------------------- entry points
+def _aligned16(t: torch.Tensor) -> bool:
+    return t.data_ptr() % 16 == 0
+
+
+def _sfa_for_tma(sfa: torch.Tensor, m: int) -> tuple[torch.Tensor, int]:
+    """sfa [M, Kb] -> (MN-major, TMA-aligned tensor, its Kb stride in elements)."""
+    if sfa.dtype != torch.float32:
+        sfa = sfa.float()
+    sfa = get_mn_major_tma_aligned_tensor(sfa)
+    ld = sfa.stride(1) if sfa.shape[1] > 1 else align(m, 4)
+    if ld % 4 or ld < m or not _aligned16(sfa):
+        # A user tensor that already had the layout but sits at an unaligned offset: copy.
+        fresh = torch.empty((sfa.shape[1], align(m, 4)), dtype=torch.float32, device=sfa.device)
+        fresh[:, :m].copy_(sfa.t())
+        sfa = fresh[:, :m].t()
+        ld = align(m, 4)
+    return sfa, ld
+
+
+def fp8_gemm_nt(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.Tensor, d: torch.Tensor,
+                c: Optional[torch.Tensor] = None, recipe=(1, 128, 128)) -> None:
+    """d = c + A @ B^T with 1x128 (A) and 128x128 (B) fp32 block scales, on the current stream.
+
+    a fp8 e4m3 [M, K] (K-major, 16-byte row pitch and base), sfa fp32 [M, ceil(K/128)] (any
+    strides), b fp8 [N, K] like a, sfb fp32 [ceil(N/128), ceil(K/128)], d bf16/fp32 [M, N]
+    (unit column stride), c fp32 [M, N] or None (fp32 d only; may be d itself).
+    """
+    if tuple(recipe) != (1, 128, 128):
+        raise NotImplementedError(f"sm90_fp8_gemm: recipe {tuple(recipe)} is not supported by this kernel")
+    m, k = a.shape
+    n = b.shape[0]
+    if m == 0 or n == 0:
+        return
+    out_fp32 = d.dtype == torch.float32
+    has_c = c is not None
+    if has_c and not out_fp32:
+        raise ValueError("sm90_fp8_gemm: c is only supported with an fp32 d")
+    if k % 16 or k == 0:
+        raise ValueError(f"sm90_fp8_gemm: K must be a positive multiple of 16, got {k}")
+
+    sfa, sfa_ld = _sfa_for_tma(sfa, m)
+    if sfb.dtype != torch.float32 or not sfb.is_contiguous():
+        sfb = sfb.float().contiguous()
+    if has_c and c is not d and (c.stride(1) != 1 or (m > 1 and c.stride(0) != d.stride(0))):
+        c2 = torch.empty_strided(d.shape, d.stride(), dtype=torch.float32, device=d.device)
+        c2.copy_(c)
+        c = c2
+
+    device = d.device
+    cfg, fn = plan(m, n, k, out_fp32, has_c, device.index)
+    stream = torch.cuda.current_stream(device).cuda_stream
+    ws_ptr = cnt_ptr = None
+    if cfg.split_k:
+        ws_ptr, cnt_ptr = _split_buffers(cfg, device, stream)
+    # The row stride of a one-row operand is never used (and torch may report anything for a
+    # size-1 dim): pass the natural one so the TMA descriptor checks see a valid pitch.
+    lda = a.stride(0) if m > 1 else align(k, 16)
+    ldb = b.stride(0) if n > 1 else align(k, 16)
+    ldd = d.stride(0) if m > 1 else align(n, 8)
+    rc = _get_launcher()(
+        fn, a.data_ptr(), b.data_ptr(), sfa.data_ptr(), sfb.data_ptr(), d.data_ptr(),
+        c.data_ptr() if has_c else None, ws_ptr, cnt_ptr,
+        m, n, k, lda, ldb, ldd, sfa_ld,
+        cfg.block_m, cfg.block_n, cfg.num_splits, 1 if out_fp32 else 0, cfg.grid, cfg.smem_bytes, stream,
+    )
+    if rc != 0:
+        raise RuntimeError(
+            f"finegemm: sm90_fp8_gemm launch failed (m={m}, n={n}, k={k}, block_m={cfg.block_m}, "
+            f"block_n={cfg.block_n}, splits={cfg.num_splits}): {jit.error_string(rc)}"
+        )
+
+
+def warmup_shape(m: int, n: int, k: int, out_fp32: bool = False, has_c: bool = False,
+                 device: Optional[int] = None) -> Fp8GemmConfig:
+    """Compile and load the kernel a shape would use (and nothing else); returns its config."""
+    if device is None:
+        device = torch.cuda.current_device()
+    cfg, _ = plan(m, n, k, out_fp32, has_c, device)
+    return cfg
+
+
+# ----------------------------------------------------------------------------- compile checks
+def representative_configs() -> list[tuple[str, tuple]]:
+    """(label, (block_m, block_n, stages, out_fp32, has_c, split_k)) covering the config space:
+    both block_m, the narrowest and widest block_n, 1/2/3-scale-block spans, split-K, fp32 + C."""
+    from finegemm.heuristics.sm90_fp8_gemm import max_stages
+
+    out = []
+    for bm, bn, f32, has_c, split in [
+        (64, 16, False, False, False),
+        (64, 64, False, False, True),
+        (64, 112, False, False, False),
+        (64, 208, False, False, False),   # widest for one consumer WG; spans 3 scale blocks
+        (64, 208, True, True, True),
+        (128, 128, False, False, False),
+        (128, 144, False, False, False),
+        (128, 160, False, False, False),
+        (128, 176, False, False, False),
+        (128, 192, False, False, False),  # widest for two consumer WGs
+        (128, 192, True, True, True),
+        (128, 112, False, False, True),
+        (128, 128, True, True, False),
+        (128, 128, True, False, False),
+    ]:
+        st = max_stages(bm, bn)
+        label = f"bm{bm}_bn{bn}_s{st}{'_f32' if f32 else ''}{'_c' if has_c else ''}{'_splitk' if split else ''}"
+        out.append((label, (bm, bn, st, f32, has_c, split)))
+    return out
+
+
+jit.register_compile_check(
+    "sm90_fp8_gemm", lambda: [(label, render(*args)) for label, args in representative_configs()]
+)

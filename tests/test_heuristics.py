@@ -1,0 +1,93 @@
+"""Properties of the SM90 FP8 GEMM heuristic (pure Python, no GPU)."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from finegemm.heuristics import sm90_fp8_gemm as h
+from finegemm.utils import ceil_div
+
+MS = [1, 2, 17, 63, 64, 65, 127, 128, 129, 256, 511, 1024, 4096, 4097, 8192]
+NKS = [(576, 7168), (2112, 7168), (7168, 7296), (7168, 512), (24576, 1536), (129280, 7168),
+       (7168, 144), (4096, 7168), (16, 16), (8, 128), (1000, 2048), (7168, 2048), (256, 16384)]
+SMS = [132, 78, 1]
+
+
+def _all():
+    for m, (n, k), sms, (f32, c) in itertools.product(MS, NKS, SMS, [(False, False), (True, False), (True, True)]):
+        yield m, n, k, sms, f32, c, h.select_config(m, n, k, sms, f32, c)
+
+
+def test_properties():
+    for m, n, k, sms, f32, has_c, cfg in _all():
+        where = (m, n, k, sms, f32, has_c, cfg)
+        assert cfg.block_m in (64, 128), where
+        if m <= 64:
+            assert cfg.block_m == 64, where
+        assert cfg.block_n % 16 == 0 and 16 <= cfg.block_n <= h.MAX_BLOCK_N[cfg.block_m], where
+        assert h.MIN_STAGES <= cfg.num_stages <= h.MAX_STAGES, where
+        assert cfg.smem_bytes == h.smem_bytes(cfg.block_m, cfg.block_n, cfg.num_stages), where
+        assert cfg.smem_bytes <= h.SMEM_LIMIT, where
+        assert h.smem_bytes(cfg.block_m, cfg.block_n, cfg.num_stages + 1) > h.SMEM_LIMIT or \
+            cfg.num_stages == h.MAX_STAGES, where  # as many stages as fit
+        assert cfg.num_threads == (cfg.block_m // 64 + 1) * 128, where
+        tiles = ceil_div(m, cfg.block_m) * ceil_div(n, cfg.block_n)
+        assert cfg.num_tiles == tiles and cfg.num_units == tiles * cfg.num_splits, where
+        assert 1 <= cfg.grid <= sms and cfg.grid == min(sms, cfg.num_units), where
+        num_kb = ceil_div(k, 128)
+        assert 1 <= cfg.num_splits <= min(h.MAX_SPLITS, num_kb), where
+        if cfg.num_splits > 1:
+            assert num_kb // cfg.num_splits >= h.MIN_KB_PER_SPLIT, where  # every split has >= 4 k-blocks
+            assert 2 * tiles <= sms and cfg.num_units <= sms, where  # only for skinny problems, one wave
+            assert cfg.workspace_floats == tiles * cfg.num_splits * cfg.block_m * cfg.block_n
+            assert cfg.num_counters == tiles
+        else:
+            assert cfg.workspace_floats == 0 and cfg.num_counters == 0
+        assert cfg.out_fp32 == f32 and cfg.has_c == has_c
+        assert cfg.est_us > 0
+
+
+def test_cached_and_frozen():
+    a = h.select_config(4096, 7168, 7168, 132)
+    assert h.select_config(4096, 7168, 7168, 132) is a
+    with pytest.raises(Exception):
+        a.block_n = 16  # frozen dataclass
+
+
+def test_sensible_choices():
+    # Large square-ish problem: big tiles, two consumer warpgroups, no split.
+    big = h.select_config(4096, 7168, 7168, 132)
+    assert big.block_m == 128 and big.block_n >= 112 and big.num_splits == 1
+    # Skinny problem with a long K: split-K fills the machine.
+    skinny = h.select_config(1, 576, 7168, 132)
+    assert skinny.block_m == 64 and skinny.num_splits > 1 and skinny.num_units > 66
+    # Short K: never split.
+    assert h.select_config(1, 576, 512, 132).num_splits == 1
+    assert h.select_config(64, 7168, 144, 132).num_splits == 1
+    # Splitting can be disabled.
+    assert h.select_config(1, 576, 7168, 132, allow_split_k=False).num_splits == 1
+
+
+def test_invalid_arguments():
+    with pytest.raises(ValueError):
+        h.select_config(0, 16, 16, 132)
+    with pytest.raises(ValueError):
+        h.select_config(16, 16, 16, 132, out_fp32=False, has_c=True)
+
+
+def test_print_configs(monkeypatch, capsys):
+    h.clear_cache()
+    monkeypatch.setenv("FINEGEMM_PRINT_CONFIGS", "1")
+    cfg = h.select_config(777, 4096, 2048, 132)
+    err = capsys.readouterr().err
+    assert "sm90_fp8_gemm" in err and f"block_n={cfg.block_n}" in err
+    h.select_config(777, 4096, 2048, 132)  # cached: printed once
+    assert capsys.readouterr().err == ""
+
+
+def test_smem_formula_matches_kernel_layout():
+    # Mirrors Sm90Fp8Gemm1d2dTraits: stages * (A + B + sfa + 2 barriers) + flag + 1024 alignment slack.
+    assert h.smem_bytes(128, 128, 6) == 1024 + 6 * (16384 + 16384 + 512) + 6 * 16 + 16
+    assert h.max_stages(64, 16) == h.MAX_STAGES
+    assert h.max_stages(128, 192) == 5
