@@ -81,17 +81,24 @@ def test_render_source():
     src = render(128, 160, 6, False, False, False)
     assert "#include <finegemm/impls/sm90_fp8_gemm_1d2d.cuh>" in src
     assert "__launch_bounds__(384, 1)" in src
-    assert "sm90_fp8_gemm_1d2d<128, 160, 6, false, false, false>" in src
+    assert "sm90_fp8_gemm_1d2d<128, 160, 6, false, false, false,\n" in src and "1, false, false>(" in src
     assert 'extern "C" __global__' in src and "finegemm_entry(" in src
     src = render(64, 208, 6, True, True, True)
     assert "__launch_bounds__(256, 1)" in src
-    assert "sm90_fp8_gemm_1d2d<64, 208, 6, true, true, true>" in src
+    assert "sm90_fp8_gemm_1d2d<64, 208, 6, true, true, true,\n" in src
+    src = render(128, 176, 5, False, False, False, 2, True)
+    assert "2, true, false>(" in src
+    assert "1, false, true>(" in render(128, 128, 6, False, False, False, 1, False, True)
     with pytest.raises(ValueError):
         render(96, 128, 4, False, False, False)
     with pytest.raises(ValueError):
         render(128, 120, 4, False, False, False)
     with pytest.raises(ValueError):
         render(128, 128, 4, False, True, False)  # C needs fp32 out
+    with pytest.raises(ValueError):
+        render(128, 128, 4, False, False, True, 2, False)  # split-K + multicast
+    with pytest.raises(ValueError):
+        render(128, 128, 4, False, False, False, 4, False)
 
 
 def test_compile_check_registered():
@@ -158,6 +165,8 @@ def test_representative_configs_compile_spill_free():
         assert "LDL" not in sass and "STL" not in sass, f"{r['label']}: local memory traffic in SASS"
         if r["label"].startswith("bm128"):
             assert "USETMAXREG" in sass, f"{r['label']}: setmaxnreg missing"
+        if "_mc" in r["label"]:
+            assert "UTMALDG.2D.MULTICAST" in sass, f"{r['label']}: no multicast TMA load in SASS"
 
 
 @pytest.mark.nvcc
@@ -174,6 +183,8 @@ def test_every_heuristic_block_n_compiles_spill_free():
             st = max_stages(bm, bn)
             jobs.append((f"bm{bm}_bn{bn}_s{st}", render(bm, bn, st, False, False, False)))
             jobs.append((f"bm{bm}_bn{bn}_s{st}_f32_c_splitk", render(bm, bn, st, True, True, True)))
+            jobs.append((f"bm{bm}_bn{bn}_s{st}_f32_c_mcb", render(bm, bn, st, True, True, False, 2, False)))
+            jobs.append((f"bm{bm}_bn{bn}_s{st}_mca", render(bm, bn, st, False, False, False, 2, True)))
     _check_reports(jit.compile_check(jobs, raise_on_failure=False))
 
 
@@ -200,14 +211,15 @@ def test_host_library_has_launcher():
     launch = ops._get_launcher()
     # Rejected before touching the driver: fn == 0, bad block_m, k % 16, splits > k-blocks.
     args = dict(fn=1, a=16, b=16, sfa=16, sfb=16, d=16, c=None, ws=None, cnt=None, m=64, n=64, k=256,
-                lda=256, ldb=256, ldd=64, sfa_ld=64, block_m=64, block_n=64, splits=1, out_fp32=0,
-                grid=1, smem=100000, stream=0)
+                lda=256, ldb=256, ldd=64, sfa_ld=64, block_m=64, block_n=64, splits=1, mc=1, mc_a=0,
+                out_fp32=0, grid=2, smem=100000, stream=0)
 
     def call(**kw):
         a = dict(args, **kw)
         return launch(a["fn"], a["a"], a["b"], a["sfa"], a["sfb"], a["d"], a["c"], a["ws"], a["cnt"],
                       a["m"], a["n"], a["k"], a["lda"], a["ldb"], a["ldd"], a["sfa_ld"], a["block_m"],
-                      a["block_n"], a["splits"], a["out_fp32"], a["grid"], a["smem"], a["stream"])
+                      a["block_n"], a["splits"], a["mc"], a["mc_a"], a["out_fp32"], a["grid"], a["smem"],
+                      a["stream"])
 
     invalid = 100001  # fg::FG_ERROR_INVALID_ARGUMENT
     assert call(fn=0) == invalid
@@ -218,6 +230,8 @@ def test_host_library_has_launcher():
     assert call(splits=2) == invalid  # split-K without workspace
     assert call(lda=250) == invalid
     assert call(sfa_ld=62) == invalid
+    assert call(mc=3) == invalid
+    assert call(mc=2, grid=3) == invalid  # clusters of 2 need an even grid
     # Valid arguments reach the driver: without one (this machine) the answer is NO_DRIVER.
     rc = call()
     try:

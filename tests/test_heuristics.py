@@ -33,8 +33,19 @@ def test_properties():
             cfg.num_stages == h.MAX_STAGES, where  # as many stages as fit
         assert cfg.num_threads == (cfg.block_m // 64 + 1) * 128, where
         tiles = ceil_div(m, cfg.block_m) * ceil_div(n, cfg.block_n)
-        assert cfg.num_tiles == tiles and cfg.num_units == tiles * cfg.num_splits, where
-        assert 1 <= cfg.grid <= sms and cfg.grid == min(sms, cfg.num_units), where
+        assert cfg.num_tiles == tiles, where
+        assert cfg.num_multicast in (1, 2), where
+        if cfg.num_multicast == 1:
+            assert not cfg.multicast_on_a
+            assert cfg.num_units == tiles * cfg.num_splits, where
+            assert 1 <= cfg.grid <= sms and cfg.grid == min(sms, cfg.num_units), where
+        else:
+            # Pairs of tiles (phantoms at odd edges) on an even grid of 2-CTA clusters; no split-K.
+            assert cfg.num_splits == 1, where
+            mb, nb = ceil_div(m, cfg.block_m), ceil_div(n, cfg.block_n)
+            pairs = mb * ceil_div(nb, 2) if cfg.multicast_on_a else ceil_div(mb, 2) * nb
+            assert cfg.num_units == 2 * pairs, where
+            assert cfg.grid % 2 == 0 and 2 <= cfg.grid <= sms and cfg.grid <= cfg.num_units, where
         num_kb = ceil_div(k, 128)
         assert 1 <= cfg.num_splits <= min(h.MAX_SPLITS, num_kb), where
         if cfg.num_splits > 1:
@@ -65,8 +76,11 @@ def test_sensible_choices():
     # Short K: never split.
     assert h.select_config(1, 576, 512, 132).num_splits == 1
     assert h.select_config(64, 7168, 144, 132).num_splits == 1
-    # Splitting can be disabled.
+    # Splitting and multicast can be disabled.
     assert h.select_config(1, 576, 7168, 132, allow_split_k=False).num_splits == 1
+    assert h.select_config(4096, 7168, 7168, 132, allow_multicast=False).num_multicast == 1
+    # Large problems are L2-bandwidth bound: they share an operand across a 2-CTA cluster.
+    assert big.num_multicast == 2
 
 
 def test_invalid_arguments():
@@ -91,3 +105,4 @@ def test_smem_formula_matches_kernel_layout():
     assert h.smem_bytes(128, 128, 6) == 1024 + 6 * (16384 + 16384 + 512) + 6 * 16 + 16
     assert h.max_stages(64, 16) == h.MAX_STAGES
     assert h.max_stages(128, 192) == 5
+    assert h.MAX_BLOCK_N == {64: 208, 128: 224}

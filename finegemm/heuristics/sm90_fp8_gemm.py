@@ -20,6 +20,11 @@ kernel computes whole tiles. Ties go to fewer units, then to the larger tile.
 
 Split-K is considered only when the tile count is below half the SMs and every split keeps
 >= MIN_KB_PER_SPLIT k-blocks.
+
+TMA multicast (2-CTA clusters, without split-K): the two CTAs of a cluster share A (two
+n-blocks of one m-block) or B (two m-blocks of one n-block); each loads half of the shared box
+for both, so a unit's L2 traffic per k-block drops from (bm + bn) * 128 to (bm/2 + bn) * 128
+or (bm + bn/2) * 128. Pairs that stick out of the tile grid compute a phantom tile (charged).
 """
 from __future__ import annotations
 
@@ -48,14 +53,14 @@ MAX_STAGES = 8
 MIN_STAGES = 2
 MAX_SPLITS = 16
 MIN_KB_PER_SPLIT = 4
-# Largest block_n that compiles without spills (checked by tests/test_fp8_kernel_compile.py):
+# Largest block_n that compiles without spills in every variant (tests/test_fp8_kernel_compile.py):
 # the consumer keeps block_n/2 wgmma accumulators + block_n/2 promoted sums per thread, under
 # 232 registers (block_m 128: setmaxnreg 232) or 255 (block_m 64: one consumer warpgroup).
-MAX_BLOCK_N = {64: 208, 128: 192}
+MAX_BLOCK_N = {64: 208, 128: 224}
 
 # Machine model (H100/H200 SXM; only ratios matter for the choice).
 _PEAK_FLOPS_PER_SM_US = 1979e6 / 132  # dense FP8 flops per microsecond per SM
-_L2_BYTES_PER_SM_US = 10.0e6 / 132  # L2 -> SM operand bandwidth share (10 TB/s total)
+_L2_BYTES_PER_SM_US = 8.0e6 / 132  # L2 -> SM operand bandwidth share (~8 TB/s measured cap)
 _STORE_BYTES_PER_SM_US = 5.0e6 / 132  # epilogue stores (registers -> global) per SM
 _DRAM_BYTES_US = 4.0e6  # HBM bandwidth (bytes per microsecond)
 _WG_EFFICIENCY = {64: 0.70, 128: 0.92}  # promotion bubble: 1 vs 2 consumer warpgroups
@@ -79,6 +84,9 @@ class Fp8GemmConfig:
     out_fp32: bool
     has_c: bool
     est_us: float  # the model's estimate (for comparing candidates, not a prediction)
+    num_multicast: int = 1  # 2: 2-CTA clusters sharing one operand through TMA multicast
+    multicast_on_a: bool = False  # with num_multicast 2: the pair shares A (else B)
+    half_promote: bool = False  # wgmma in two column halves; one half promoted while the other runs
 
     @property
     def split_k(self) -> bool:
@@ -96,7 +104,8 @@ class Fp8GemmConfig:
 
     def kernel_key(self) -> tuple:
         """What selects the compiled kernel (everything else is a runtime argument)."""
-        return (self.block_m, self.block_n, self.num_stages, self.out_fp32, self.has_c, self.split_k)
+        return (self.block_m, self.block_n, self.num_stages, self.out_fp32, self.has_c, self.split_k,
+                self.num_multicast, self.multicast_on_a, self.half_promote)
 
 
 def num_threads(block_m: int) -> int:
@@ -125,17 +134,34 @@ def _mma_efficiency(block_n: int) -> float:
     return (block_n / 2) / max(block_n / 2, 16 + block_n / 4)
 
 
+def _units(m: int, n: int, bm: int, bn: int, splits: int, mc: int, mc_on_a: bool) -> tuple[int, int]:
+    """(tiles, work units in CTAs incl. phantom tiles of clusters)."""
+    mb, nb = ceil_div(m, bm), ceil_div(n, bn)
+    tiles = mb * nb
+    if mc == 1:
+        return tiles, tiles * splits
+    if mc_on_a:
+        return tiles, mb * ceil_div(nb, 2) * 2
+    return tiles, ceil_div(mb, 2) * 2 * nb
+
+
+def _grid(units: int, num_sms: int, mc: int) -> int:
+    if mc == 1:
+        return min(num_sms, units)
+    return 2 * min(num_sms // 2, units // 2)
+
+
 def _estimate(m: int, n: int, k: int, bm: int, bn: int, splits: int, num_sms: int, out_bytes: int,
-              has_c: bool) -> tuple[float, int, int]:
+              has_c: bool, mc: int = 1, mc_on_a: bool = False) -> tuple[float, int, int]:
     num_kb = ceil_div(k, BLOCK_K)
-    tiles = ceil_div(m, bm) * ceil_div(n, bn)
-    units = tiles * splits
-    grid = min(num_sms, units)
+    tiles, units = _units(m, n, bm, bn, splits, mc, mc_on_a)
+    grid = _grid(units, num_sms, mc)
     waves = ceil_div(units, grid)
     kb_unit = ceil_div(num_kb, splits)
     flops = 2.0 * bm * bn * BLOCK_K * kb_unit
     t_mma = flops / (_PEAK_FLOPS_PER_SM_US * _mma_efficiency(bn) * _WG_EFFICIENCY[bm])
-    t_load = kb_unit * BLOCK_K * (bm + bn) / _L2_BYTES_PER_SM_US
+    rows_loaded = (bm // 2 + bn) if (mc == 2 and mc_on_a) else (bm + bn // 2) if mc == 2 else (bm + bn)
+    t_load = kb_unit * BLOCK_K * rows_loaded / _L2_BYTES_PER_SM_US
     rows = min(bm, m)
     cols = min(bn, n)
     t_epi = rows * cols * (out_bytes + (4 if has_c else 0)) / _STORE_BYTES_PER_SM_US
@@ -165,12 +191,12 @@ def _print_enabled() -> bool:
 
 
 def select_config(m: int, n: int, k: int, num_sms: int, out_fp32: bool = False, has_c: bool = False,
-                  allow_split_k: bool = True) -> Fp8GemmConfig:
+                  allow_split_k: bool = True, allow_multicast: bool = True) -> Fp8GemmConfig:
     """The launch configuration for D[m, n] (+C) = A[m, k] . B[n, k] on num_sms SMs (cached).
 
     m, n >= 1, k >= 16 (k % 16 == 0). has_c requires out_fp32.
     """
-    key = (m, n, k, num_sms, bool(out_fp32), bool(has_c), bool(allow_split_k))
+    key = (m, n, k, num_sms, bool(out_fp32), bool(has_c), bool(allow_split_k), bool(allow_multicast))
     cfg = _cache.get(key)
     if cfg is not None:
         return cfg
@@ -189,18 +215,22 @@ def select_config(m: int, n: int, k: int, num_sms: int, out_fp32: bool = False, 
             if allow_split_k and 2 * tiles <= num_sms and num_kb >= 2 * MIN_KB_PER_SPLIT:
                 top = min(MAX_SPLITS, num_kb // MIN_KB_PER_SPLIT, num_sms // tiles)
                 split_options += list(range(2, top + 1))
-            for splits in split_options:
-                est, tiles, units = _estimate(m, n, k, bm, bn, splits, num_sms, out_bytes, has_c)
-                # Tie-break: faster, then fewer units, then bigger tiles.
-                rank = (round(est, 4), units, -bm * bn)
+            options = [(s_, 1, False) for s_ in split_options]
+            if allow_multicast and num_sms >= 2:
+                options += [(1, 2, True), (1, 2, False)]
+            for splits, mc, mc_on_a in options:
+                est, tiles, units = _estimate(m, n, k, bm, bn, splits, num_sms, out_bytes, has_c, mc, mc_on_a)
+                # Tie-break: faster, then fewer units, then no cluster, then bigger tiles.
+                rank = (round(est, 4), units, mc, -bm * bn)
                 if best is None or rank < best[0]:
-                    best = (rank, bm, bn, splits, est, tiles, units)
-    _, bm, bn, splits, est, tiles, units = best
+                    best = (rank, bm, bn, splits, mc, mc_on_a, est, tiles, units)
+    _, bm, bn, splits, mc, mc_on_a, est, tiles, units = best
     stages = max_stages(bm, bn)
     cfg = Fp8GemmConfig(
         m=m, n=n, k=k, block_m=bm, block_n=bn, num_stages=stages, num_splits=splits,
-        grid=min(num_sms, units), smem_bytes=smem_bytes(bm, bn, stages), num_threads=num_threads(bm),
+        grid=_grid(units, num_sms, mc), smem_bytes=smem_bytes(bm, bn, stages), num_threads=num_threads(bm),
         num_tiles=tiles, num_units=units, out_fp32=bool(out_fp32), has_c=bool(has_c), est_us=est,
+        num_multicast=mc, multicast_on_a=bool(mc_on_a and mc == 2),
     )
     with _cache_lock:
         _cache[key] = cfg
@@ -208,7 +238,8 @@ def select_config(m: int, n: int, k: int, num_sms: int, out_fp32: bool = False, 
         print(
             f"finegemm: sm90_fp8_gemm m={m} n={n} k={k} out={'fp32' if out_fp32 else 'bf16'}"
             f"{' +C' if has_c else ''} sms={num_sms} -> block_m={bm} block_n={bn} stages={stages} "
-            f"splits={splits} tiles={tiles} grid={cfg.grid} smem={cfg.smem_bytes} est={est:.1f}us",
+            f"splits={splits} multicast={mc}{'(A)' if cfg.multicast_on_a else '(B)' if mc == 2 else ''} "
+            f"tiles={tiles} grid={cfg.grid} smem={cfg.smem_bytes} est={est:.1f}us",
             file=sys.stderr, flush=True,
         )
     return cfg

@@ -14,6 +14,7 @@ kept alive for the process — so graph replays never share buffers with eager c
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import threading
 from typing import Optional
 
@@ -34,7 +35,8 @@ extern "C" __global__ void __launch_bounds__({threads}, 1) finegemm_entry(
     const __grid_constant__ CUtensorMap tmap_sfa, const float* sfb, void* d, const float* c,
     float* workspace, int* counters, uint32_t m, uint32_t n, uint32_t k, uint32_t ldd,
     uint32_t flags, uint32_t num_splits) {{
-  finegemm::impls::sm90_fp8_gemm_1d2d<{block_m}, {block_n}, {stages}, {out_fp32}, {has_c}, {split_k}>(
+  finegemm::impls::sm90_fp8_gemm_1d2d<{block_m}, {block_n}, {stages}, {out_fp32}, {has_c}, {split_k},
+                                      {num_multicast}, {multicast_on_a}, {half_promote}>(
       &tmap_a, &tmap_b, &tmap_sfa, sfb, d, c, workspace, counters, m, n, k, ldd, flags, num_splits);
 }}
 """
@@ -44,8 +46,13 @@ def _b(x: bool) -> str:
     return "true" if x else "false"
 
 
-def render(block_m: int, block_n: int, num_stages: int, out_fp32: bool, has_c: bool, split_k: bool) -> str:
+def render(block_m: int, block_n: int, num_stages: int, out_fp32: bool, has_c: bool, split_k: bool,
+           num_multicast: int = 1, multicast_on_a: bool = False, half_promote: bool = False) -> str:
     """The instantiation source of one kernel configuration."""
+    if num_multicast not in (1, 2):
+        raise ValueError(f"num_multicast must be 1 or 2, got {num_multicast}")
+    if num_multicast == 2 and split_k:
+        raise ValueError("split-K and multicast are not combined")
     if block_m not in (64, 128):
         raise ValueError(f"block_m must be 64 or 128, got {block_m}")
     if block_n % 16 or not 16 <= block_n <= 256:
@@ -53,16 +60,21 @@ def render(block_m: int, block_n: int, num_stages: int, out_fp32: bool, has_c: b
     if has_c and not out_fp32:
         raise ValueError("has_c requires out_fp32")
     return _TEMPLATE.format(threads=(block_m // 64 + 1) * 128, block_m=block_m, block_n=block_n,
-                            stages=num_stages, out_fp32=_b(out_fp32), has_c=_b(has_c), split_k=_b(split_k))
+                            stages=num_stages, out_fp32=_b(out_fp32), has_c=_b(has_c), split_k=_b(split_k),
+                            num_multicast=num_multicast, multicast_on_a=_b(num_multicast == 2 and multicast_on_a),
+                            half_promote=_b(half_promote))
 
 
 def _render_cfg(cfg: Fp8GemmConfig) -> str:
-    return render(cfg.block_m, cfg.block_n, cfg.num_stages, cfg.out_fp32, cfg.has_c, cfg.split_k)
+    return render(cfg.block_m, cfg.block_n, cfg.num_stages, cfg.out_fp32, cfg.has_c, cfg.split_k,
+                  cfg.num_multicast, cfg.multicast_on_a, cfg.half_promote)
 
 
 def _kernel_name(cfg: Fp8GemmConfig) -> str:
     return (f"sm90_fp8_gemm_1d2d_bm{cfg.block_m}_bn{cfg.block_n}_s{cfg.num_stages}"
-            f"{'_f32' if cfg.out_fp32 else '_bf16'}{'_c' if cfg.has_c else ''}{'_splitk' if cfg.split_k else ''}")
+            f"{'_f32' if cfg.out_fp32 else '_bf16'}{'_c' if cfg.has_c else ''}{'_splitk' if cfg.split_k else ''}"
+            f"{('_mca' if cfg.multicast_on_a else '_mcb') if cfg.num_multicast == 2 else ''}"
+            f"{'_hp' if cfg.half_promote else ''}")
 
 
 # ----------------------------------------------------------------------------- host launcher
@@ -80,9 +92,13 @@ def _get_launcher():
                 u64, vp, i = ctypes.c_uint64, ctypes.c_void_p, ctypes.c_int
                 f.argtypes = [u64, vp, vp, vp, vp, vp, vp, vp, vp,  # fn, a, b, sfa, sfb, d, c, ws, counters
                               i, i, i, i, i, i, i,  # m, n, k, lda, ldb, ldd, sfa_ld
-                              i, i, i, i, i, i,  # block_m, block_n, num_splits, out_fp32, grid, smem
+                              i, i, i, i, i,  # block_m, block_n, num_splits, num_multicast, multicast_on_a
+                              i, i, i,  # out_fp32, grid, smem
                               u64]  # stream
                 f.restype = ctypes.c_int
+                occ = lib.fg_sm90_fp8_gemm_max_active_clusters
+                occ.argtypes = [u64, i, i, i, ctypes.POINTER(ctypes.c_int)]
+                occ.restype = ctypes.c_int
                 _launcher = f
     return _launcher
 
@@ -98,6 +114,21 @@ def _load(cfg: Fp8GemmConfig, device: int) -> int:
     return k.fn
 
 
+def _fit_clusters(cfg: Fp8GemmConfig, fn: int) -> Fp8GemmConfig:
+    """A persistent grid of 2-CTA clusters must fit on the GPU at once (GPC boundaries can leave
+    SMs unpaired): shrink it to the occupancy the driver reports."""
+    if cfg.num_multicast == 1:
+        return cfg
+    _get_launcher()
+    out = ctypes.c_int(0)
+    rc = jit.host_library().fg_sm90_fp8_gemm_max_active_clusters(fn, 2, cfg.num_threads, cfg.smem_bytes,
+                                                                ctypes.byref(out))
+    if rc != 0 or out.value <= 0:
+        return cfg  # no answer: keep the plan
+    grid = min(cfg.grid, 2 * out.value)
+    return cfg if grid == cfg.grid else dataclasses.replace(cfg, grid=grid)
+
+
 def plan(m: int, n: int, k: int, out_fp32: bool, has_c: bool, device: int) -> tuple[Fp8GemmConfig, int]:
     """(config, CUfunction) for a problem on `device` (cached; compiles on first use)."""
     num_sms = runtime.get_num_sms()
@@ -106,7 +137,7 @@ def plan(m: int, n: int, k: int, out_fp32: bool, has_c: bool, device: int) -> tu
     if p is None:
         cfg = select_config(m, n, k, num_sms, out_fp32, has_c)
         fn = _load(cfg, device)
-        p = (cfg, fn)
+        p = (_fit_clusters(cfg, fn), fn)
         with _plans_lock:
             _plans[key] = p
     return p
@@ -204,7 +235,8 @@ def fp8_gemm_nt(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.
         fn, a.data_ptr(), b.data_ptr(), sfa.data_ptr(), sfb.data_ptr(), d.data_ptr(),
         c.data_ptr() if has_c else None, ws_ptr, cnt_ptr,
         m, n, k, lda, ldb, ldd, sfa_ld,
-        cfg.block_m, cfg.block_n, cfg.num_splits, 1 if out_fp32 else 0, cfg.grid, cfg.smem_bytes, stream,
+        cfg.block_m, cfg.block_n, cfg.num_splits, cfg.num_multicast, 1 if cfg.multicast_on_a else 0,
+        1 if out_fp32 else 0, cfg.grid, cfg.smem_bytes, stream,
     )
     if rc != 0:
         raise RuntimeError(
@@ -224,11 +256,26 @@ def warmup_shape(m: int, n: int, k: int, out_fp32: bool = False, has_c: bool = F
 
 # ----------------------------------------------------------------------------- compile checks
 def representative_configs() -> list[tuple[str, tuple]]:
-    """(label, (block_m, block_n, stages, out_fp32, has_c, split_k)) covering the config space:
-    both block_m, the narrowest and widest block_n, 1/2/3-scale-block spans, split-K, fp32 + C."""
+    """(label, (block_m, block_n, stages, out_fp32, has_c, split_k, num_multicast, multicast_on_a[,
+    half_promote]))
+    covering the config space: both block_m, the narrowest and widest block_n, 1/2/3-scale-block
+    spans, split-K, fp32 + C, multicast on A and on B."""
     from finegemm.heuristics.sm90_fp8_gemm import max_stages
 
     out = []
+    for bm, bn, f32, has_c, split, mc, mc_a in [
+        (128, 176, False, False, False, 2, False),
+        (128, 192, False, False, False, 2, True),
+        (128, 144, True, True, False, 2, False),
+        (64, 112, False, False, False, 2, True),
+        (64, 208, False, False, False, 2, False),
+    ]:
+        st = max_stages(bm, bn)
+        label = (f"bm{bm}_bn{bn}_s{st}{'_f32' if f32 else ''}{'_c' if has_c else ''}"
+                 f"_mc{'a' if mc_a else 'b'}")
+        out.append((label, (bm, bn, st, f32, has_c, split, mc, mc_a)))
+    # The half-promote mainloop variant (not chosen by the heuristic: measured slower on H200).
+    out.append(("bm128_bn208_s5_mcb_hp", (128, 208, max_stages(128, 208), False, False, False, 2, False, True)))
     for bm, bn, f32, has_c, split in [
         (64, 16, False, False, False),
         (64, 64, False, False, True),
@@ -247,7 +294,7 @@ def representative_configs() -> list[tuple[str, tuple]]:
     ]:
         st = max_stages(bm, bn)
         label = f"bm{bm}_bn{bn}_s{st}{'_f32' if f32 else ''}{'_c' if has_c else ''}{'_splitk' if split else ''}"
-        out.append((label, (bm, bn, st, f32, has_c, split)))
+        out.append((label, (bm, bn, st, f32, has_c, split, 1, False)))
     return out
 
 

@@ -117,14 +117,14 @@ def test_forced_block_n(block_n, monkeypatch):
 
     real = h.select_config
 
-    def forced(m, n, k, num_sms, out_fp32=False, has_c=False, allow_split_k=True):
-        cfg = real(m, n, k, num_sms, out_fp32, has_c, allow_split_k)
+    def forced(m, n, k, num_sms, out_fp32=False, has_c=False, allow_split_k=True, allow_multicast=True):
+        cfg = real(m, n, k, num_sms, out_fp32, has_c, allow_split_k, allow_multicast)
         import dataclasses
 
         bm = 128 if m > 64 else 64
         st = h.max_stages(bm, block_n)
         tiles = -(-m // bm) * -(-n // block_n)
-        return dataclasses.replace(cfg, block_m=bm, block_n=block_n, num_stages=st, num_splits=1,
+        return dataclasses.replace(cfg, block_m=bm, block_n=block_n, num_stages=st, num_splits=1, num_multicast=1,
                                    num_tiles=tiles, num_units=tiles, grid=min(num_sms, tiles),
                                    smem_bytes=h.smem_bytes(bm, block_n, st), num_threads=h.num_threads(bm))
 

@@ -3,7 +3,10 @@
 // allocation; every size comes from the caller (finegemm/ops/sm90_fp8_gemm.py).
 #include "finegemm/host/common.h"
 
+#include <dlfcn.h>
+
 #include <cstdint>
+#include <cstring>
 
 namespace {
 
@@ -21,12 +24,14 @@ extern "C" {
 // d:         bf16 or fp32 [m, n], row stride ldd elements; c: fp32 like d, or null.
 // workspace: fp32, >= num_tiles * num_splits * block_m * block_n floats (split-K only, else null).
 // counters:  int32, >= num_tiles, zero before the first call (the kernel leaves them zero).
+// num_multicast: 1, or 2 for 2-CTA clusters sharing one operand through TMA multicast
+//            (multicast_on_a: 1 = the pair shares A, 0 = it shares B); grid must then be even.
 // out_fp32:  1 when d is fp32 (selects the vector-store alignment check).
 // Returns a CUresult (0 = success) or fg::FG_ERROR_*.
 int fg_launch_sm90_fp8_gemm(uint64_t fn, void* a, void* b, void* sfa, void* sfb, void* d, void* c,
                             void* workspace, void* counters, int m, int n, int k, int lda, int ldb,
-                            int ldd, int sfa_ld, int block_m, int block_n, int num_splits, int out_fp32,
-                            int grid, int smem_bytes, uint64_t stream) {
+                            int ldd, int sfa_ld, int block_m, int block_n, int num_splits, int num_multicast,
+                            int multicast_on_a, int out_fp32, int grid, int smem_bytes, uint64_t stream) {
   if (fn == 0 || a == nullptr || b == nullptr || sfa == nullptr || sfb == nullptr || d == nullptr)
     return fg::FG_ERROR_INVALID_ARGUMENT;
   if (m <= 0 || n <= 0 || k <= 0 || k % 16 != 0) return fg::FG_ERROR_INVALID_ARGUMENT;
@@ -38,6 +43,10 @@ int fg_launch_sm90_fp8_gemm(uint64_t fn, void* a, void* b, void* sfa, void* sfb,
   if (num_splits < 1 || num_splits > num_kb) return fg::FG_ERROR_INVALID_ARGUMENT;
   if (num_splits > 1 && (workspace == nullptr || counters == nullptr)) return fg::FG_ERROR_INVALID_ARGUMENT;
   if (grid <= 0 || smem_bytes <= 0) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (num_multicast != 1 && num_multicast != 2) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (num_multicast == 2 && (grid % 2 != 0 || num_splits != 1)) return fg::FG_ERROR_INVALID_ARGUMENT;
+  const bool mc_a = num_multicast == 2 && multicast_on_a != 0;
+  const bool mc_b = num_multicast == 2 && multicast_on_a == 0;
 
   const fg::Driver& drv = fg::driver();
   if (!drv.ok) return fg::FG_ERROR_NO_DRIVER;
@@ -45,11 +54,11 @@ int fg_launch_sm90_fp8_gemm(uint64_t fn, void* a, void* b, void* sfa, void* sfb,
   CUtensorMap tmap_a, tmap_b, tmap_sfa;
   CUresult r = fg::make_tmap_2d(&tmap_a, CU_TENSOR_MAP_DATA_TYPE_UINT8, a, static_cast<uint64_t>(k),
                                 static_cast<uint64_t>(m), static_cast<uint64_t>(lda), kBlockK,
-                                static_cast<uint32_t>(block_m), CU_TENSOR_MAP_SWIZZLE_128B);
+                                static_cast<uint32_t>(mc_a ? block_m / 2 : block_m), CU_TENSOR_MAP_SWIZZLE_128B);
   if (r != CUDA_SUCCESS) return r;
   r = fg::make_tmap_2d(&tmap_b, CU_TENSOR_MAP_DATA_TYPE_UINT8, b, static_cast<uint64_t>(k),
                        static_cast<uint64_t>(n), static_cast<uint64_t>(ldb), kBlockK,
-                       static_cast<uint32_t>(block_n), CU_TENSOR_MAP_SWIZZLE_128B);
+                       static_cast<uint32_t>(mc_b ? block_n / 2 : block_n), CU_TENSOR_MAP_SWIZZLE_128B);
   if (r != CUDA_SUCCESS) return r;
   r = fg::make_tmap_2d(&tmap_sfa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, sfa, static_cast<uint64_t>(m),
                        static_cast<uint64_t>(num_kb), static_cast<uint64_t>(sfa_ld) * 4u,
@@ -73,7 +82,41 @@ int fg_launch_sm90_fp8_gemm(uint64_t fn, void* a, void* b, void* sfa, void* sfb,
                     &um, &un, &uk, &uldd, &flags, &usplits};
   const unsigned threads = static_cast<unsigned>((block_m / 64 + 1) * 128);
   return fg::launch(fg::as_function(fn), static_cast<unsigned>(grid), 1, 1, threads, 1, 1,
-                    static_cast<unsigned>(smem_bytes), 1, fg::as_stream(stream), params);
+                    static_cast<unsigned>(smem_bytes), static_cast<unsigned>(num_multicast),
+                    fg::as_stream(stream), params);
+}
+
+// How many clusters of `cluster_size` CTAs of kernel `fn` (block of `threads`, `smem_bytes` of
+// dynamic shared memory) can be resident at once (cuOccupancyMaxActiveClusters), into *out.
+// Returns a CUresult. Persistent launches with clusters must not ask for more: the excess
+// clusters would only start after others finished (a second wave).
+int fg_sm90_fp8_gemm_max_active_clusters(uint64_t fn, int cluster_size, int threads, int smem_bytes, int* out) {
+  if (fn == 0 || out == nullptr || cluster_size < 1 || threads <= 0 || smem_bytes < 0)
+    return fg::FG_ERROR_INVALID_ARGUMENT;
+  *out = 0;
+  const fg::Driver& drv = fg::driver();
+  if (!drv.ok) return fg::FG_ERROR_NO_DRIVER;
+  using Fn = CUresult (*)(int*, CUfunction, const CUlaunchConfig*);
+  static Fn occ = reinterpret_cast<Fn>(dlsym(drv.handle, "cuOccupancyMaxActiveClusters"));
+  if (occ == nullptr) return fg::FG_ERROR_NO_DRIVER;
+  CUlaunchAttribute attr;
+  std::memset(&attr, 0, sizeof(attr));
+  attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  attr.value.clusterDim.x = static_cast<unsigned>(cluster_size);
+  attr.value.clusterDim.y = 1;
+  attr.value.clusterDim.z = 1;
+  CUlaunchConfig cfg;
+  std::memset(&cfg, 0, sizeof(cfg));
+  cfg.gridDimX = static_cast<unsigned>(cluster_size);
+  cfg.gridDimY = 1;
+  cfg.gridDimZ = 1;
+  cfg.blockDimX = static_cast<unsigned>(threads);
+  cfg.blockDimY = 1;
+  cfg.blockDimZ = 1;
+  cfg.sharedMemBytes = static_cast<unsigned>(smem_bytes);
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  return occ(out, fg::as_function(fn), &cfg);
 }
 
 }  // extern "C"

@@ -85,20 +85,76 @@ struct Sm90Fp8Gemm1d2dTraits {
 // Kernel parameter flags (bit set by the host launcher).
 constexpr uint32_t kFlagVectorStores = 1u;  // D (and C) pointer/stride allow 2-element vector accesses
 
-template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages, bool kOutFp32, bool kHasC, bool kSplitK>
+// Promotion of one k-block: fin += (sfa * sfb) * acc for kNumChunks 8-column chunks starting
+// at chunk kChunkBase of the tile (acc holds just those chunks). For a tile whose first column
+// sits kOff columns into its 128-wide scale block, chunk c takes B scale (kOff + 8 c) / 128 — a
+// compile-time index, so no per-chunk selects.
+template <uint32_t kNumChunks, uint32_t kNumFin, uint32_t kSpan, uint32_t kOff, uint32_t kChunkBase>
+__device__ __forceinline__ void promote_fixed(float (&fin)[kNumFin], const float (&acc)[kNumChunks * 4],
+                                              const float (&s0)[kSpan], const float (&s1)[kSpan]) {
+  static_assert((kChunkBase + kNumChunks) * 4 <= kNumFin, "chunk range out of the tile");
+#pragma unroll
+  for (uint32_t j = 0; j < kNumChunks; ++j) {
+    const uint32_t c = kChunkBase + j;
+    const float x0 = s0[(kOff + 8 * c) / 128];
+    const float x1 = s1[(kOff + 8 * c) / 128];
+    fin[4 * c + 0] = fmaf(x0, acc[4 * j + 0], fin[4 * c + 0]);
+    fin[4 * c + 1] = fmaf(x0, acc[4 * j + 1], fin[4 * c + 1]);
+    fin[4 * c + 2] = fmaf(x1, acc[4 * j + 2], fin[4 * c + 2]);
+    fin[4 * c + 3] = fmaf(x1, acc[4 * j + 3], fin[4 * c + 3]);
+  }
+}
+
+// Runtime offset `off` (a multiple of kG below 128, or anything when kStatic) -> the matching
+// promote_fixed instantiation. The branch is uniform per tile; each case is straight-line FFMAs.
+template <bool kStatic, uint32_t kNumChunks, uint32_t kNumFin, uint32_t kSpan, uint32_t kG, uint32_t kChunkBase,
+          uint32_t kOff = 0>
+__device__ __forceinline__ void promote(uint32_t off, float (&fin)[kNumFin], const float (&acc)[kNumChunks * 4],
+                                        const float (&s0)[kSpan], const float (&s1)[kSpan]) {
+  if constexpr (kStatic || kOff + kG >= 128) {
+    promote_fixed<kNumChunks, kNumFin, kSpan, kOff, kChunkBase>(fin, acc, s0, s1);  // last case: no test
+  } else {
+    if (off == kOff) {
+      promote_fixed<kNumChunks, kNumFin, kSpan, kOff, kChunkBase>(fin, acc, s0, s1);
+    } else {
+      promote<kStatic, kNumChunks, kNumFin, kSpan, kG, kChunkBase, kOff + kG>(off, fin, acc, s0, s1);
+    }
+  }
+}
+
+template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages, bool kOutFp32, bool kHasC, bool kSplitK,
+          uint32_t kNumMulticast = 1, bool kMulticastOnA = false, bool kHalfPromote = false>
 __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, const CUtensorMap* tmap_b,
                                                    const CUtensorMap* tmap_sfa, const float* sfb, void* d_ptr,
                                                    const float* c_ptr, float* workspace, int* counters,
                                                    uint32_t M, uint32_t N, uint32_t K, uint32_t ldd,
                                                    uint32_t flags, uint32_t num_splits) {
   using Traits = Sm90Fp8Gemm1d2dTraits<BLOCK_M, BLOCK_N, kNumStages>;
-  using Mma = ptx::WgmmaFp8<BLOCK_N>;
+  // kHalfPromote: the wgmmas of a k-block are issued as two commit groups over the left and
+  // right halves of the tile's columns, so one half is promoted while the tensor core works on
+  // the other (and on the next k-block's left half): the promotion leaves the critical path at
+  // the price of twice the A-fragment shared-memory reads.
+  constexpr uint32_t kMmaN = kHalfPromote ? BLOCK_N / 2 : BLOCK_N;
+  static_assert(!kHalfPromote || (BLOCK_N / 2) % 8 == 0, "half tiles must keep whole 8-row swizzle atoms");
+  using Mma = ptx::WgmmaFp8<kMmaN>;
   constexpr uint32_t kNumConsumerWG = Traits::kNumConsumerWG;
   constexpr uint32_t kNumConsumerThreads = Traits::kNumConsumerThreads;
   constexpr uint32_t kNumAcc = BLOCK_N / 2;  // fp32 accumulators per thread (m64 x BLOCK_N / 128)
   constexpr uint32_t kNumChunks = BLOCK_N / 8;
   constexpr uint32_t kSpan = Traits::kSfbSpan;
   static_assert(!kHasC || kOutFp32, "C is only supported with an fp32 output");
+  static_assert(kNumMulticast == 1 || kNumMulticast == 2, "clusters of 1 or 2 CTAs");
+  static_assert(kNumMulticast == 1 || !kSplitK, "split-K and multicast are not combined");
+  // Multicast on A: the two CTAs of a cluster take n-blocks 2q, 2q+1 of one m-block and each
+  // loads half of the shared A box (BLOCK_M/2 rows) into both CTAs. Multicast on B: m-blocks
+  // 2q, 2q+1 of one n-block, each loads BLOCK_N/2 rows of B. The boxes of the host's tensor
+  // maps are the halves accordingly.
+  constexpr bool kMcA = kNumMulticast == 2 && kMulticastOnA;
+  constexpr bool kMcB = kNumMulticast == 2 && !kMulticastOnA;
+
+  constexpr uint32_t kBoxRowsA = kMcA ? BLOCK_M / 2 : BLOCK_M;
+  constexpr uint32_t kBoxRowsB = kMcB ? BLOCK_N / 2 : BLOCK_N;
+  static_assert(kBoxRowsA % 8 == 0 && kBoxRowsB % 8 == 0, "multicast halves must keep 1024-byte swizzle atoms");
 
   extern __shared__ __align__(1024) uint8_t fg_smem_raw[];
   const uint32_t raw_addr = ptx::smem_addr(fg_smem_raw);
@@ -113,7 +169,11 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   const uint32_t num_kb = (K + Traits::BLOCK_K - 1) / Traits::BLOCK_K;
   const uint32_t num_m_blocks = (M + BLOCK_M - 1) / BLOCK_M;
   const uint32_t num_n_blocks = (N + BLOCK_N - 1) / BLOCK_N;
-  const scheduler::PersistentScheduler<16> sched(num_m_blocks, num_n_blocks, kSplitK ? num_splits : 1u);
+  const scheduler::PersistentScheduler<kMcB ? 2 : 1, kMcA ? 2 : 1, 16> sched(num_m_blocks, num_n_blocks,
+                                                                              kSplitK ? num_splits : 1u);
+  const uint32_t rank = kNumMulticast > 1 ? ptx::cluster_ctarank() : 0u;
+  const uint32_t cluster_id = blockIdx.x / kNumMulticast;
+  const uint32_t num_clusters = gridDim.x / kNumMulticast;
 
   if (threadIdx.x == 0) {
     // A launch with less dynamic shared memory than this layout needs would corrupt memory.
@@ -121,12 +181,19 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
 #pragma unroll
     for (uint32_t s = 0; s < kNumStages; ++s) {
       ptx::mbar_init(full_bar(s), 1);
-      ptx::mbar_init(empty_bar(s), kNumConsumerWG * 4);
+      // Every consumer warp of every CTA of the cluster releases the stage (the peer's
+      // multicast writes into this CTA's stage too).
+      ptx::mbar_init(empty_bar(s), kNumConsumerWG * 4 * kNumMulticast);
     }
     ptx::fence_mbarrier_init();
     ptx::fence_proxy_async_shared();
   }
-  __syncthreads();
+  // With a cluster, the peer must see initialized barriers before it multicasts into them.
+  if constexpr (kNumMulticast > 1) {
+    ptx::cluster_sync();
+  } else {
+    __syncthreads();
+  }
 
   if (threadIdx.x >= kNumConsumerThreads) {
     // ------------------------------------------------------------------ producer warpgroup
@@ -136,19 +203,32 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
       ptx::tma_prefetch_desc(tmap_b);
       ptx::tma_prefetch_desc(tmap_sfa);
       uint32_t stage = 0, phase = 0;
-      for (uint32_t unit = blockIdx.x; unit < sched.num_units; unit += gridDim.x) {
+      for (uint32_t unit = cluster_id; unit < sched.num_units; unit += num_clusters) {
         uint32_t m_block, n_block, split, kb_begin, kb_end;
-        sched.get(unit, m_block, n_block, split);
+        sched.get(unit, rank, m_block, n_block, split);
         sched.k_range(split, num_kb, kb_begin, kb_end);
         const int32_t m0 = static_cast<int32_t>(m_block * BLOCK_M);
         const int32_t n0 = static_cast<int32_t>(n_block * BLOCK_N);
         for (uint32_t kb = kb_begin; kb < kb_end; ++kb) {
           // Fresh barrier: waiting for parity 1 returns at once, so the first pass never blocks.
           ptx::mbar_wait(empty_bar(stage), phase ^ 1u);
+          // The full boxes' bytes, whichever CTA of the cluster issues which half.
           ptx::mbar_arrive_expect_tx(full_bar(stage), Traits::kTxBytes);
           const int32_t k0 = static_cast<int32_t>(kb * Traits::BLOCK_K);
-          ptx::tma_load_2d(base + Traits::kOffA + stage * Traits::kSmemA, tmap_a, full_bar(stage), k0, m0);
-          ptx::tma_load_2d(base + Traits::kOffB + stage * Traits::kSmemB, tmap_b, full_bar(stage), k0, n0);
+          const uint32_t dst_a = base + Traits::kOffA + stage * Traits::kSmemA;
+          const uint32_t dst_b = base + Traits::kOffB + stage * Traits::kSmemB;
+          if constexpr (kMcA) {
+            ptx::tma_load_2d_multicast(dst_a + rank * kBoxRowsA * Traits::BLOCK_K, tmap_a, full_bar(stage), k0,
+                                       m0 + static_cast<int32_t>(rank * kBoxRowsA), 0x3);
+          } else {
+            ptx::tma_load_2d(dst_a, tmap_a, full_bar(stage), k0, m0);
+          }
+          if constexpr (kMcB) {
+            ptx::tma_load_2d_multicast(dst_b + rank * kBoxRowsB * Traits::BLOCK_K, tmap_b, full_bar(stage), k0,
+                                       n0 + static_cast<int32_t>(rank * kBoxRowsB), 0x3);
+          } else {
+            ptx::tma_load_2d(dst_b, tmap_b, full_bar(stage), k0, n0);
+          }
           ptx::tma_load_2d(base + Traits::kOffSfa + stage * Traits::kSmemSfa, tmap_sfa, full_bar(stage), m0,
                            static_cast<int32_t>(kb));
           if (++stage == kNumStages) {
@@ -169,15 +249,45 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
     const uint32_t col_in_chunk = 2 * (lane % 4);
     const uint32_t num_sfb_blocks = (N + 127) / 128;
 
-    float acc[kNumAcc];
+    constexpr uint32_t kHalfAcc = kMmaN / 2;  // accumulators of one wgmma batch
+    constexpr uint32_t kHalfChunks = kMmaN / 8;
+    float acc_lo[kHalfAcc];  // columns [0, kMmaN) of the tile
+    float acc_hi[kHalfPromote ? kHalfAcc : 1];  // columns [kMmaN, BLOCK_N) with kHalfPromote
     float fin[kNumAcc];
 #pragma unroll
-    for (uint32_t i = 0; i < kNumAcc; ++i) acc[i] = 0.0f;
+    for (uint32_t i = 0; i < kHalfAcc; ++i) acc_lo[i] = 0.0f;
+#pragma unroll
+    for (uint32_t i = 0; i < (kHalfPromote ? kHalfAcc : 1); ++i) acc_hi[i] = 0.0f;
+
+    // One batch of 4 wgmmas (K = 4 x 32) over columns [col0, col0 + kMmaN) of stage `s`'s B tile.
+    auto issue = [&](float(&acc)[kHalfAcc], uint32_t s, uint32_t col0) {
+      const uint64_t desc_a =
+          ptx::make_smem_desc_k_sw128(base + Traits::kOffA + s * Traits::kSmemA + wg * 64 * Traits::BLOCK_K);
+      const uint64_t desc_b =
+          ptx::make_smem_desc_k_sw128(base + Traits::kOffB + s * Traits::kSmemB + col0 * Traits::BLOCK_K);
+      ptx::fence_operands(acc);
+      ptx::wgmma_fence();
+#pragma unroll
+      for (uint32_t k = 0; k < Traits::BLOCK_K / 32; ++k) {
+        // +32 bytes along K per step = +2 in the descriptor's (address >> 4) field; the first
+        // step overwrites the accumulators (scale-d = 0).
+        Mma::mma(desc_a + 2 * k, desc_b + 2 * k, acc, k > 0 ? 1u : 0u);
+      }
+      ptx::wgmma_commit();
+    };
+    // Lane 0 of every consumer warp releases stage `s` (to the peer CTA too with multicast).
+    auto release = [&](uint32_t s) {
+      __syncwarp();
+      if (lane == 0) ptx::mbar_arrive(empty_bar(s));
+      if constexpr (kNumMulticast > 1) {
+        if (lane == 1) ptx::mbar_arrive_cluster(empty_bar(s), rank ^ 1u);
+      }
+    };
 
     uint32_t stage = 0, phase = 0;
-    for (uint32_t unit = blockIdx.x; unit < sched.num_units; unit += gridDim.x) {
+    for (uint32_t unit = cluster_id; unit < sched.num_units; unit += num_clusters) {
       uint32_t m_block, n_block, split, kb_begin, kb_end;
-      sched.get(unit, m_block, n_block, split);
+      sched.get(unit, rank, m_block, n_block, split);
       sched.k_range(split, num_kb, kb_begin, kb_end);
       const uint32_t m0 = m_block * BLOCK_M;
       const uint32_t n0 = n_block * BLOCK_N;
@@ -190,74 +300,92 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         nb = nb < num_sfb_blocks ? nb : num_sfb_blocks - 1;
         sfb_rows[b] = sfb + static_cast<size_t>(nb) * num_kb;
       }
-      // First chunk index in scale block 1 (runtime case): chunks of block 0 are those with
-      // n0 % 128 + 8 j < 128.
-      const uint32_t j1 = (128u - n0 % 128u) / 8u;
+      // Offset of the tile's first column inside its 128-wide scale block (a multiple of kG).
+      const uint32_t n_off = n0 % 128u;
 
 #pragma unroll
       for (uint32_t i = 0; i < kNumAcc; ++i) fin[i] = 0.0f;
 
-      for (uint32_t kb = kb_begin; kb < kb_end; ++kb) {
-        // Issue the (L2-resident) B-scale loads before waiting: their latency hides behind the MMA.
-        float sb[kSpan];
+      // B scales are software-pipelined one k-block ahead: the load for k-block kb + 1 is issued
+      // at the start of iteration kb, so its (L1/L2) latency hides behind a whole k-block of MMA
+      // instead of stalling the promotion (measured: ~10% of the runtime when loaded in-iteration).
+      float sb_next[kSpan];
 #pragma unroll
-        for (uint32_t b = 0; b < kSpan; ++b) sb[b] = __ldg(sfb_rows[b] + kb);
+      for (uint32_t b = 0; b < kSpan; ++b) sb_next[b] = __ldg(sfb_rows[b] + kb_begin);
 
+      // With kHalfPromote the left half of k-block kb is always already issued when iteration kb
+      // starts (sa0/sa1 are its sfa values).
+      float sa0 = 0.0f, sa1 = 0.0f;
+      if constexpr (kHalfPromote) {
         ptx::mbar_wait(full_bar(stage), phase);
-        const float* sfa_stage = sfa_smem + stage * BLOCK_M;
-        const float sa0 = sfa_stage[r0];
-        const float sa1 = sfa_stage[r0 + 8];
+        sa0 = sfa_smem[stage * BLOCK_M + r0];
+        sa1 = sfa_smem[stage * BLOCK_M + r0 + 8];
+        issue(acc_lo, stage, 0);
+        issue(acc_hi, stage, kMmaN);
+      }
 
-        const uint64_t desc_a = ptx::make_smem_desc_k_sw128(base + Traits::kOffA + stage * Traits::kSmemA +
-                                                            wg * 64 * Traits::BLOCK_K);
-        const uint64_t desc_b = ptx::make_smem_desc_k_sw128(base + Traits::kOffB + stage * Traits::kSmemB);
-        ptx::fence_operands(acc);
-        ptx::wgmma_fence();
-#pragma unroll
-        for (uint32_t k = 0; k < Traits::BLOCK_K / 32; ++k) {
-          // +32 bytes along K per step = +2 in the descriptor's (address >> 4) field.
-          Mma::mma(desc_a + 2 * k, desc_b + 2 * k, acc, k > 0 ? 1u : 0u);
-        }
-        ptx::wgmma_commit();
-        ptx::wgmma_wait<0>();
-        ptx::fence_operands(acc);
-
-        // Combined scales; computing them before the arrive also guarantees the sfa shared
-        // loads have completed before the stage is released (in-order issue).
-        float s0[kSpan], s1[kSpan];
+      for (uint32_t kb = kb_begin; kb < kb_end; ++kb) {
+        float sb[kSpan];
+        const uint32_t kb_pref = kb + 1 < kb_end ? kb + 1 : kb;  // stays in range (re-reads the last)
 #pragma unroll
         for (uint32_t b = 0; b < kSpan; ++b) {
-          s0[b] = sa0 * sb[b];
-          s1[b] = sa1 * sb[b];
-        }
-        __syncwarp();
-        if (lane == 0) ptx::mbar_arrive(empty_bar(stage));
-        if (++stage == kNumStages) {
-          stage = 0;
-          phase ^= 1u;
+          sb[b] = sb_next[b];
+          sb_next[b] = __ldg(sfb_rows[b] + kb_pref);
         }
 
-        // Promotion: fin += (sfa * sfb) * acc, per 8-column chunk with that chunk's B scale.
+        if constexpr (!kHalfPromote) {
+          ptx::mbar_wait(full_bar(stage), phase);
+          sa0 = sfa_smem[stage * BLOCK_M + r0];
+          sa1 = sfa_smem[stage * BLOCK_M + r0 + 8];
+          issue(acc_lo, stage, 0);
+          ptx::wgmma_wait<0>();
+          ptx::fence_operands(acc_lo);
+          // Combined scales; computing them before the arrive also guarantees the sfa shared
+          // loads have completed before the stage is released (in-order issue).
+          float s0[kSpan], s1[kSpan];
 #pragma unroll
-        for (uint32_t j = 0; j < kNumChunks; ++j) {
-          float x0, x1;
-          if constexpr (Traits::kStaticChunkBlocks) {
-            x0 = s0[(8 * j) / 128];
-            x1 = s1[(8 * j) / 128];
-          } else {
-            x0 = s0[0];
-            x1 = s1[0];
-#pragma unroll
-            for (uint32_t b = 1; b < kSpan; ++b) {
-              const bool in_b = j >= j1 + 16 * (b - 1);
-              x0 = in_b ? s0[b] : x0;
-              x1 = in_b ? s1[b] : x1;
-            }
+          for (uint32_t b = 0; b < kSpan; ++b) {
+            s0[b] = sa0 * sb[b];
+            s1[b] = sa1 * sb[b];
           }
-          fin[4 * j + 0] = fmaf(x0, acc[4 * j + 0], fin[4 * j + 0]);
-          fin[4 * j + 1] = fmaf(x0, acc[4 * j + 1], fin[4 * j + 1]);
-          fin[4 * j + 2] = fmaf(x1, acc[4 * j + 2], fin[4 * j + 2]);
-          fin[4 * j + 3] = fmaf(x1, acc[4 * j + 3], fin[4 * j + 3]);
+          release(stage);
+          if (++stage == kNumStages) {
+            stage = 0;
+            phase ^= 1u;
+          }
+          // Promotion: fin += (sfa * sfb) * acc, per 8-column chunk with that chunk's B scale.
+          promote<Traits::kStaticChunkBlocks, kHalfChunks, kNumAcc, kSpan, Traits::kG, 0>(n_off, fin, acc_lo, s0, s1);
+        } else {
+          // Pending groups here: {lo(kb), hi(kb)}.
+          float s0[kSpan], s1[kSpan];
+#pragma unroll
+          for (uint32_t b = 0; b < kSpan; ++b) {
+            s0[b] = sa0 * sb[b];
+            s1[b] = sa1 * sb[b];
+          }
+          ptx::wgmma_wait<1>();  // lo(kb) done
+          ptx::fence_operands(acc_lo);
+          promote<Traits::kStaticChunkBlocks, kHalfChunks, kNumAcc, kSpan, Traits::kG, 0>(n_off, fin, acc_lo, s0, s1);
+          const uint32_t cur = stage;
+          if (++stage == kNumStages) {
+            stage = 0;
+            phase ^= 1u;
+          }
+          const bool has_next = kb + 1 < kb_end;
+          if (has_next) {
+            ptx::mbar_wait(full_bar(stage), phase);
+            sa0 = sfa_smem[stage * BLOCK_M + r0];
+            sa1 = sfa_smem[stage * BLOCK_M + r0 + 8];
+            issue(acc_lo, stage, 0);  // lo(kb + 1): pending {hi(kb), lo(kb + 1)}
+            ptx::wgmma_wait<1>();     // hi(kb) done
+          } else {
+            ptx::wgmma_wait<0>();
+          }
+          ptx::fence_operands(acc_hi);
+          release(cur);  // both halves of k-block kb have completed
+          promote<Traits::kStaticChunkBlocks, kHalfChunks, kNumAcc, kSpan, Traits::kG, kHalfChunks>(n_off, fin, acc_hi,
+                                                                                                   s0, s1);
+          if (has_next) issue(acc_hi, stage, kMmaN);  // hi(kb + 1)
         }
       }
 
@@ -358,6 +486,9 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
       }
     }
   }
+  // No CTA of a cluster may exit while its peer can still multicast into it or arrive on its
+  // barriers: every thread (producer warpgroup included, none exited early) meets here.
+  if constexpr (kNumMulticast > 1) ptx::cluster_sync();
 }
 
 }  // namespace impls

@@ -60,5 +60,20 @@ __device__ __forceinline__ uint32_t lane_idx() {
   return r;
 }
 
+// ---- clusters
+// Rank of this CTA inside its cluster (0 when launched without a cluster).
+__device__ __forceinline__ uint32_t cluster_ctarank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+
+// Every thread of every CTA of the cluster arrives (release) and waits (acquire). All threads
+// of the cluster must execute it (no thread may have exited).
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;\n" ::: "memory");
+  asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory");
+}
+
 }  // namespace ptx
 }  // namespace finegemm
