@@ -232,14 +232,15 @@ def test_host_library_has_launcher():
     assert call(sfa_ld=62) == invalid
     assert call(mc=3) == invalid
     assert call(mc=2, grid=3) == invalid  # clusters of 2 need an even grid
-    # Valid arguments reach the driver: without one (this machine) the answer is NO_DRIVER.
-    rc = call()
+    # Valid arguments reach the driver: without one (a build machine) the answer is NO_DRIVER.
+    # (With a driver the fake pointers / CUfunction would be handed to it: not called then.)
     try:
         ctypes.CDLL("libcuda.so.1")
         have_driver = True
     except OSError:
         have_driver = False
     if not have_driver:
+        rc = call()
         assert rc == 100000  # fg::FG_ERROR_NO_DRIVER
         assert "libcuda" in jit.error_string(rc)
 

@@ -286,7 +286,8 @@ def representative_configs() -> list[tuple[str, tuple]]:
         (128, 144, False, False, False),
         (128, 160, False, False, False),
         (128, 176, False, False, False),
-        (128, 192, False, False, False),  # widest for two consumer WGs
+        (128, 192, False, False, False),
+        (128, 224, False, False, False),  # widest for two consumer WGs (heuristics.MAX_BLOCK_N)
         (128, 192, True, True, True),
         (128, 112, False, False, True),
         (128, 128, True, True, False),

@@ -28,6 +28,11 @@ __device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t num_thr
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(num_threads) : "memory");
 }
 
+// Arrive on a named barrier without waiting (producer side of an ordered hand-off).
+__device__ __forceinline__ void named_barrier_arrive(uint32_t id, uint32_t num_threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(num_threads) : "memory");
+}
+
 // Register reallocation (sm_90a): executed by every thread of a warpgroup. kRegs is a multiple
 // of 8 in [24, 256]. Takes effect only when the kernel has a register cap at entry
 // (__launch_bounds__(threads, 1)).
