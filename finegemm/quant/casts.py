@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from finegemm.quant.layout import get_mn_major_tma_aligned_tensor
 from finegemm.utils import align, ceil_div
 
 FP8_DTYPE = torch.float8_e4m3fn
@@ -64,8 +65,11 @@ def per_token_cast_to_fp8(x: torch.Tensor, use_ue8m0: bool = False) -> tuple[tor
     """Per-token ("1x128") cast.
 
     x: bf16/fp32 [M, K] (any K; the last K block may be partial).
-    Returns (fp8 e4m3fn [M, K] contiguous, fp32 sf [M, ceil(K/128)] contiguous), one scale per
-    row per 128-wide K block.
+    Returns (fp8 e4m3fn [M, K] contiguous, fp32 sf [M, ceil(K/128)]), one scale per row per
+    128-wide K block. sf is stored MN-major with its column stride padded to 16 bytes (strides
+    (1, align(M, 4))): the layout the SM90 kernels read with TMA, so passing it on costs no
+    transposing copy per GEMM call. Its values are those of the plain [M, Kb] tensor; call
+    ``.contiguous()`` for a row-major copy.
     """
     _check_2d(x, "per_token_cast_to_fp8")
     m, k = x.shape
@@ -76,7 +80,7 @@ def per_token_cast_to_fp8(x: torch.Tensor, use_ue8m0: bool = False) -> tuple[tor
     view = padded.view(m, kb, BLOCK)
     scale = _scale_from_amax(view.abs().amax(dim=2), use_ue8m0)  # [M, Kb]
     q = _quantize(view, scale.unsqueeze(2)).view(m, kb * BLOCK)[:, :k].contiguous()
-    return q, scale.contiguous()
+    return q, get_mn_major_tma_aligned_tensor(scale)
 
 
 def per_block_cast_to_fp8(x: torch.Tensor, use_ue8m0: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
