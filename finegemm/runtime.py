@@ -29,6 +29,11 @@ def set_num_sms(num_sms: int) -> None:
     _num_sms = num_sms
 
 
+def get_num_sms_setting() -> int | None:
+    """The raw set_num_sms value (None: whole device); cheap, for cache keys."""
+    return _num_sms
+
+
 def get_num_sms() -> int:
     """SMs the kernels may use: set_num_sms's value, else the whole device."""
     return _num_sms if _num_sms is not None else _device_sm_count()

@@ -314,10 +314,18 @@ class _FakeOps(types.ModuleType):
         self.calls = []
         self.fail_if_called = fail_if_called
 
-    def fp8_gemm_nt(self, *args):
+    def prepare(self, *args):
         if self.fail_if_called:
             raise AssertionError("the CUDA op was called for CPU tensors")
-        self.calls.append(args)
+        calls = self.calls
+
+        class _Call:
+            cacheable = False  # CPU tensors faking CUDA: never enter the fast-path cache
+
+            def __call__(self):
+                calls.append(args)
+
+        return _Call()
 
 
 def _install_fake_ops(monkeypatch, fake):
@@ -437,3 +445,37 @@ def test_public_surface():
     for name in names[:14]:
         doc = getattr(finegemm, name).__doc__
         assert doc and "[" in doc and ("bfloat16" in doc or "float32" in doc) and "Devices" in doc, name
+
+
+def test_fast_path_reuses_only_identical_validated_calls(fake_cuda, monkeypatch):
+    """A repeated call with identical tensors skips validation and planning; any change in a
+    tensor's address/shape/stride/dtype goes through validation (and its errors) again."""
+    from finegemm.api import dense_fp8
+
+    prepared = []
+
+    def prepare(*args):
+        prepared.append(args)
+
+        class _Call:
+            cacheable = True
+
+            def __call__(self):
+                fake_cuda.calls.append(args)
+
+        return _Call()
+
+    monkeypatch.setattr(fake_cuda, "prepare", prepare, raising=False)
+    monkeypatch.setattr(dense_fp8, "_validated_calls", {})
+    (A, sfa, B, sfb), a, b = fp8_problem("nt", 32, 256, 128, (1, 128, 128))
+    d = torch.empty(32, 256, dtype=torch.bfloat16)
+    for _ in range(3):
+        finegemm.fp8_gemm_nt(a, b, d)
+    assert len(prepared) == 1 and len(fake_cuda.calls) == 3
+    d2 = torch.empty(32, 256, dtype=torch.bfloat16)
+    finegemm.fp8_gemm_nt(a, b, d2)
+    assert len(prepared) == 2
+    with pytest.raises(TypeError, match="d"):
+        finegemm.fp8_gemm_nt(a, b, torch.empty(32, 256, dtype=torch.float16))
+    with pytest.raises(ValueError, match="sfa"):
+        finegemm.fp8_gemm_nt((A, sfa[:, :0]), b, d)

@@ -191,20 +191,67 @@ def _sfa_for_tma(sfa: torch.Tensor, m: int) -> tuple[torch.Tensor, int]:
     return sfa, ld
 
 
-def fp8_gemm_nt(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.Tensor, d: torch.Tensor,
-                c: Optional[torch.Tensor] = None, recipe=(1, 128, 128)) -> None:
-    """d = c + A @ B^T with 1x128 (A) and 128x128 (B) fp32 block scales, on the current stream.
+def _raw_stream(device_index: int) -> int:
+    """The current CUDA stream of a device as an int, without building a torch.cuda.Stream."""
+    return _get_raw_stream(device_index)
+
+
+try:
+    _get_raw_stream = torch._C._cuda_getCurrentRawStream  # ~0.1 us; torch.cuda.current_stream ~1-2 us
+except AttributeError:  # pragma: no cover - very old or unusual torch builds
+    def _get_raw_stream(device_index: int) -> int:
+        return torch.cuda.current_stream(device_index).cuda_stream
+
+
+class PreparedCall:
+    """One planned launch with every argument fixed except the stream (and split-K buffers).
+
+    `cacheable` is False when preparing needed a temporary copy (a scale or C tensor in a layout
+    the kernel cannot read), whose contents would go stale: such a call must be prepared anew.
+    """
+
+    __slots__ = ("cfg", "cacheable", "_head", "_tail", "_device", "_dev_index", "_keepalive")
+
+    def __init__(self, cfg, head, tail, device, cacheable, keepalive):
+        self.cfg = cfg
+        self.cacheable = cacheable
+        self._head = head
+        self._tail = tail
+        self._device = device
+        self._dev_index = device.index
+        self._keepalive = keepalive  # temporaries whose pointers are in head
+
+    def __call__(self) -> None:
+        stream = _get_raw_stream(self._dev_index)
+        if self.cfg.split_k:
+            ws_ptr, cnt_ptr = _split_buffers(self.cfg, self._device, stream)
+        else:
+            ws_ptr = cnt_ptr = None
+        rc = _launcher(*self._head, ws_ptr, cnt_ptr, *self._tail, stream)
+        if rc != 0:
+            cfg = self.cfg
+            m, n, k = self._tail[:3]
+            raise RuntimeError(
+                f"finegemm: sm90_fp8_gemm launch failed (m={m}, n={n}, k={k}, block_m={cfg.block_m}, "
+                f"block_n={cfg.block_n}, splits={cfg.num_splits}): {jit.error_string(rc)}"
+            )
+
+
+def prepare(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.Tensor, d: torch.Tensor,
+            c: Optional[torch.Tensor] = None, recipe=(1, 128, 128)) -> Optional[PreparedCall]:
+    """Plan (and compile on first use) the launch of d = c + A @ B^T; None when M or N is 0.
 
     a fp8 e4m3 [M, K] (K-major, 16-byte row pitch and base), sfa fp32 [M, ceil(K/128)] (any
-    strides), b fp8 [N, K] like a, sfb fp32 [ceil(N/128), ceil(K/128)], d bf16/fp32 [M, N]
-    (unit column stride), c fp32 [M, N] or None (fp32 d only; may be d itself).
+    strides; the MN-major TMA-aligned layout costs no copy), b fp8 [N, K] like a, sfb fp32
+    [ceil(N/128), ceil(K/128)], d bf16/fp32 [M, N] (unit column stride), c fp32 [M, N] or None
+    (fp32 d only; may be d itself).
     """
     if tuple(recipe) != (1, 128, 128):
         raise NotImplementedError(f"sm90_fp8_gemm: recipe {tuple(recipe)} is not supported by this kernel")
     m, k = a.shape
     n = b.shape[0]
     if m == 0 or n == 0:
-        return
+        return None
     out_fp32 = d.dtype == torch.float32
     has_c = c is not None
     if has_c and not out_fp32:
@@ -212,37 +259,43 @@ def fp8_gemm_nt(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.
     if k % 16 or k == 0:
         raise ValueError(f"sm90_fp8_gemm: K must be a positive multiple of 16, got {k}")
 
+    keepalive = []
+    sfa_in = sfa
     sfa, sfa_ld = _sfa_for_tma(sfa, m)
+    if sfa is not sfa_in:
+        keepalive.append(sfa)
     if sfb.dtype != torch.float32 or not sfb.is_contiguous():
         sfb = sfb.float().contiguous()
+        keepalive.append(sfb)
     if has_c and c is not d and (c.stride(1) != 1 or (m > 1 and c.stride(0) != d.stride(0))):
         c2 = torch.empty_strided(d.shape, d.stride(), dtype=torch.float32, device=d.device)
         c2.copy_(c)
         c = c2
+        keepalive.append(c)
 
     device = d.device
     cfg, fn = plan(m, n, k, out_fp32, has_c, device.index)
-    stream = torch.cuda.current_stream(device).cuda_stream
-    ws_ptr = cnt_ptr = None
-    if cfg.split_k:
-        ws_ptr, cnt_ptr = _split_buffers(cfg, device, stream)
+    _get_launcher()
     # The row stride of a one-row operand is never used (and torch may report anything for a
     # size-1 dim): pass the natural one so the TMA descriptor checks see a valid pitch.
     lda = a.stride(0) if m > 1 else align(k, 16)
     ldb = b.stride(0) if n > 1 else align(k, 16)
     ldd = d.stride(0) if m > 1 else align(n, 8)
-    rc = _get_launcher()(
-        fn, a.data_ptr(), b.data_ptr(), sfa.data_ptr(), sfb.data_ptr(), d.data_ptr(),
-        c.data_ptr() if has_c else None, ws_ptr, cnt_ptr,
-        m, n, k, lda, ldb, ldd, sfa_ld,
-        cfg.block_m, cfg.block_n, cfg.num_splits, cfg.num_multicast, 1 if cfg.multicast_on_a else 0,
-        1 if out_fp32 else 0, cfg.grid, cfg.smem_bytes, stream,
-    )
-    if rc != 0:
-        raise RuntimeError(
-            f"finegemm: sm90_fp8_gemm launch failed (m={m}, n={n}, k={k}, block_m={cfg.block_m}, "
-            f"block_n={cfg.block_n}, splits={cfg.num_splits}): {jit.error_string(rc)}"
-        )
+    head = (fn, a.data_ptr(), b.data_ptr(), sfa.data_ptr(), sfb.data_ptr(), d.data_ptr(),
+            c.data_ptr() if has_c else None)
+    tail = (m, n, k, lda, ldb, ldd, sfa_ld,
+            cfg.block_m, cfg.block_n, cfg.num_splits, cfg.num_multicast, 1 if cfg.multicast_on_a else 0,
+            1 if out_fp32 else 0, cfg.grid, cfg.smem_bytes)
+    return PreparedCall(cfg, head, tail, device, not keepalive, keepalive)
+
+
+def fp8_gemm_nt(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.Tensor, d: torch.Tensor,
+                c: Optional[torch.Tensor] = None, recipe=(1, 128, 128)) -> None:
+    """d = c + A @ B^T with 1x128 (A) and 128x128 (B) fp32 block scales, on the current stream
+    (arguments as in prepare())."""
+    call = prepare(a, sfa, b, sfb, d, c, recipe)
+    if call is not None:
+        call()
 
 
 def warmup_shape(m: int, n: int, k: int, out_fp32: bool = False, has_c: bool = False,
