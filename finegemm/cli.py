@@ -156,10 +156,8 @@ def cmd_check(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    root = str(Path(__file__).resolve().parent.parent)  # benchmarks/ lives next to the package
-    if root not in sys.path:
-        sys.path.insert(0, root)
-    return _dispatch(f"benchmarks.bench_{args.suite}", "bench", args.rest)
+    # Suites ship inside the package (finegemm/bench/<suite>.py) so an installed finegemm has them.
+    return _dispatch(f"finegemm.bench.{args.suite}", "bench", args.rest)
 
 
 def build_parser() -> argparse.ArgumentParser:

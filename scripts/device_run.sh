@@ -6,6 +6,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+# A cache built on the CPU machine (scripts/precompile.py, same nvcc) can be carried in .fgcache.
+if [[ -z "${FINEGEMM_CACHE_DIR:-}" && -d .fgcache ]]; then export FINEGEMM_CACHE_DIR="$PWD/.fgcache"; fi
 export FINEGEMM_CACHE_DIR="${FINEGEMM_CACHE_DIR:-/tmp/finegemm-cache}"
 OUT="${OUT:-/tmp/finegemm-out}"; mkdir -p "$OUT"
 what="${1:-all}"
@@ -15,11 +17,13 @@ python3 -m finegemm info 2>&1 | tee "$OUT/info.txt"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv 2>&1 | tee -a "$OUT/info.txt"
 
 if [[ "$what" == all || "$what" == tests ]]; then
-  python3 -m pytest -q -rs -x -m gpu tests/gpu -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log"
+  python3 -m pytest -q -rs -m gpu tests/gpu -p no:cacheprovider --timeout 300 -s 2>&1 | tee "$OUT/gpu_tests.log"
+  status=$(( status | ${PIPESTATUS[0]} ))
+  python3 -m finegemm check 2>&1 | tee "$OUT/check.log"
   status=$(( status | ${PIPESTATUS[0]} ))
 fi
 if [[ "$what" == all || "$what" == bench ]]; then
-  python3 -m finegemm bench dense --out "$OUT/dense.json" 2>&1 | tee "$OUT/bench_dense.log"
+  python3 -m finegemm bench dense --num-tests "${FINEGEMM_BENCH_TESTS:-20}" --out "$OUT/dense.json" 2>&1 | tee "$OUT/bench_dense.log"
   status=$(( status | ${PIPESTATUS[0]} ))
 fi
 exit $status

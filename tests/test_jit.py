@@ -268,3 +268,11 @@ def test_render_validation():
     with pytest.raises(ValueError):
         jit.render_trivial_add(100)
     assert "trivial_add<512>" in jit.render_trivial_add(512)
+
+
+def test_relative_cache_dir_is_made_absolute(tmp_path, monkeypatch):
+    from finegemm import jit
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FINEGEMM_CACHE_DIR", "rel-cache")
+    assert jit.cache_dir() == tmp_path / "rel-cache"

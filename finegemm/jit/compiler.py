@@ -153,7 +153,8 @@ def cache_dir() -> Path:
     """$FINEGEMM_CACHE_DIR, default ~/.cache/finegemm (created on first use)."""
     env = os.environ.get("FINEGEMM_CACHE_DIR")
     path = Path(env).expanduser() if env else Path.home() / ".cache" / "finegemm"
-    return path
+    # Absolute: nvcc runs with other working directories, and a relative cache must not move.
+    return path.absolute()
 
 
 # ----------------------------------------------------------------------------- hashing
