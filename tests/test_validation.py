@@ -216,7 +216,7 @@ def test_k_must_agree():
 def test_k_must_agree_transposed_layouts():
     kw = fp8_args(layout="tn", K=256)
     kw["b"] = (_fp8(384, 256), _sf(3, 2))
-    with pytest.raises(ValueError, match=r"fp8_gemm_tn: K of a\[0\] \(A \[K, M\].*must agree"):
+    with pytest.raises(ValueError, match=r"fp8_gemm_tn: K of a\[0\] \(A\) \(stored \[K, M\].*must agree"):
         call_fp8("tn", **kw)
 
 
@@ -748,7 +748,7 @@ def test_bf16_c_requires_fp32_d():
 def test_bf16_k_agree():
     kw = bf16_args(layout="nn")
     kw["b"] = torch.randn(32, 64, dtype=BF16)
-    with pytest.raises(ValueError, match=r"bf16_gemm_nn: K of a \(\[M, K\] = \[32, 64\]\) and b \(\[K, N\] = \[32, 64\]\) must agree"):
+    with pytest.raises(ValueError, match=r"bf16_gemm_nn: K of a \(stored \[M, K\] = \[32, 64\]\) and b \(stored \[K, N\] = \[32, 64\]\) must agree"):
         finegemm.bf16_gemm_nn(**kw)
 
 

@@ -42,6 +42,7 @@ __all__ = [
     "check_masked_m",
     "check_ks",
     "fmt_shape",
+    "check_gemm_shapes",
 ]
 
 FP8 = torch.float8_e4m3fn
@@ -424,3 +425,28 @@ def check_ks(fn: str, ks: object, ks_tensor: torch.Tensor, num_groups: int, chec
         if got != [int(k) for k in ks]:
             raise ValueError(f"{fn}: ks_tensor must hold the same values as ks, got ks = {list(ks)} and ks_tensor = {got}")
     return [int(k) for k in ks]
+
+
+def check_gemm_shapes(fn: str, a_name: str, A: torch.Tensor, b_name: str, B: torch.Tensor, d: torch.Tensor,
+                      c: Optional[torch.Tensor], a_mk: bool, b_nk: bool) -> tuple[int, int, int]:
+    """Ranks and agreement of a 2-D GEMM's operands for one layout suffix; returns (M, N, K).
+
+    a_mk: A is stored [M, K] (else [K, M]); b_nk: B is stored [N, K] (else [K, N]).
+    """
+    a_what = "[M, K]" if a_mk else "[K, M]"
+    b_what = "[N, K]" if b_nk else "[K, N]"
+    check_rank(fn, a_name, A, 2, a_what)
+    check_rank(fn, b_name, B, 2, b_what)
+    check_rank(fn, "d", d, 2, "[M, N]")
+    M, K = A.shape if a_mk else (A.shape[1], A.shape[0])
+    N, Kb = B.shape if b_nk else (B.shape[1], B.shape[0])
+    if K != Kb:
+        raise ValueError(
+            f"{fn}: K of {a_name} (stored {a_what} = {fmt_shape(A.shape)}) and {b_name} (stored {b_what} = "
+            f"{fmt_shape(B.shape)}) must agree, got K={K} and K={Kb}"
+        )
+    check_shape(fn, "d", d, (M, N), "[M, N]")
+    if c is not None:
+        check_rank(fn, "c", c, 2, "[M, N]")
+        check_shape(fn, "c", c, (M, N), "[M, N]")
+    return M, N, K

@@ -40,22 +40,7 @@ def _bf16_gemm(fn: str, layout: str, a: object, b: object, d: object, c: object,
     _v.check_dtype(fn, "b", b, (_BF16,))
     _v.check_dtype(fn, "d", d, (_BF16, torch.float32))
     _v.check_out_dtype_with_c(fn, d, c)
-    a_what = "[M, K]" if a_mk else "[K, M]"
-    b_what = "[N, K]" if b_nk else "[K, N]"
-    _v.check_rank(fn, "a", a, 2, a_what)
-    _v.check_rank(fn, "b", b, 2, b_what)
-    _v.check_rank(fn, "d", d, 2, "[M, N]")
-    M, K = a.shape if a_mk else (a.shape[1], a.shape[0])
-    N, Kb = b.shape if b_nk else (b.shape[1], b.shape[0])
-    if K != Kb:
-        raise ValueError(
-            f"{fn}: K of a ({a_what} = {_v.fmt_shape(a.shape)}) and b ({b_what} = {_v.fmt_shape(b.shape)}) must "
-            f"agree, got K={K} and K={Kb}"
-        )
-    _v.check_shape(fn, "d", d, (M, N), "[M, N]")
-    if c is not None:
-        _v.check_rank(fn, "c", c, 2, "[M, N]")
-        _v.check_shape(fn, "c", c, (M, N), "[M, N]")
+    M, N, K = _v.check_gemm_shapes(fn, "a", a, "b", b, d, c, a_mk, b_nk)
     _v.check_same_device(fn, {"d": d, "a": a, "b": b, "c": c})
     _v.check_k_alignment(fn, K, 2, "BF16")
     _v.check_tma_layout(fn, "a", a, "(stored [M, K])" if a_mk else "(stored [K, M])")

@@ -114,24 +114,9 @@ def _fp8_gemm(
     _v.check_out_dtype_with_c(fn, d, c)
 
     # ---- ranks and shapes
-    a_what = "[M, K]" if a_mk else "[K, M]"
-    b_what = "[N, K]" if b_nk else "[K, N]"
-    _v.check_rank(fn, "a[0] (A)", A, 2, a_what)
-    _v.check_rank(fn, "b[0] (B)", B, 2, b_what)
     _v.check_rank(fn, "a[1] (sfa)", sfa, 2, "(scales of A)")
     _v.check_rank(fn, "b[1] (sfb)", sfb, 2, "(scales of B)")
-    _v.check_rank(fn, "d", d, 2, "[M, N]")
-    M, K = A.shape if a_mk else (A.shape[1], A.shape[0])
-    N, Kb = B.shape if b_nk else (B.shape[1], B.shape[0])
-    if K != Kb:
-        raise ValueError(
-            f"{fn}: K of a[0] (A {a_what} = {_v.fmt_shape(A.shape)}) and b[0] (B {b_what} = "
-            f"{_v.fmt_shape(B.shape)}) must agree, got K={K} and K={Kb}"
-        )
-    _v.check_shape(fn, "d", d, (M, N), "[M, N]")
-    if c is not None:
-        _v.check_rank(fn, "c", c, 2, "[M, N]")
-        _v.check_shape(fn, "c", c, (M, N), "[M, N]")
+    M, N, K = _v.check_gemm_shapes(fn, "a[0] (A)", A, "b[0] (B)", B, d, c, a_mk, b_nk)
     kb = ceil_div(K, 128)
     if a_mk:
         _v.check_shape(fn, "a[1] (sfa)", sfa, (M, kb), "[M, ceil(K/128)] for A [M, K]")
