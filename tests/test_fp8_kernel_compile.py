@@ -81,14 +81,19 @@ def test_render_source():
     src = render(128, 160, 6, False, False, False)
     assert "#include <finegemm/impls/sm90_fp8_gemm_1d2d.cuh>" in src
     assert "__launch_bounds__(384, 1)" in src
-    assert "sm90_fp8_gemm_1d2d<128, 160, 6, false, false, false,\n" in src and "1, false, false>(" in src
+    assert "sm90_fp8_gemm_1d2d<128, 160, 6, false, false, false,\n" in src and "1, false, false, false>(" in src
     assert 'extern "C" __global__' in src and "finegemm_entry(" in src
     src = render(64, 208, 6, True, True, True)
     assert "__launch_bounds__(256, 1)" in src
     assert "sm90_fp8_gemm_1d2d<64, 208, 6, true, true, true,\n" in src
     src = render(128, 176, 5, False, False, False, 2, True)
-    assert "2, true, false>(" in src
-    assert "1, false, true>(" in render(128, 128, 6, False, False, False, 1, False, True)
+    assert "2, true, false, false>(" in src
+    assert "1, false, true, false>(" in render(128, 128, 6, False, False, False, 1, False, True)
+    assert "2, false, false, true>(" in render(128, 208, 4, False, False, False, 2, False, False, True)
+    assert "const __grid_constant__ CUtensorMap tmap_d" in src
+    for bad in [(True, False, False), (True, True, False), (False, False, True)]:  # tma_store: bf16, no C/split
+        with pytest.raises(ValueError):
+            render(128, 128, 4, *bad, 1, False, False, True)
     with pytest.raises(ValueError):
         render(96, 128, 4, False, False, False)
     with pytest.raises(ValueError):
@@ -165,6 +170,8 @@ def test_representative_configs_compile_spill_free():
         assert "LDL" not in sass and "STL" not in sass, f"{r['label']}: local memory traffic in SASS"
         if r["label"].startswith("bm128"):
             assert "USETMAXREG" in sass, f"{r['label']}: setmaxnreg missing"
+        if "_tmas" in r["label"]:
+            assert "UTMASTG" in sass and "STSM" in sass, f"{r['label']}: no stmatrix + TMA store in SASS"
         if "_mc" in r["label"]:
             assert "UTMALDG.2D.MULTICAST" in sass, f"{r['label']}: no multicast TMA load in SASS"
 
@@ -185,6 +192,11 @@ def test_every_heuristic_block_n_compiles_spill_free():
             jobs.append((f"bm{bm}_bn{bn}_s{st}_f32_c_splitk", render(bm, bn, st, True, True, True)))
             jobs.append((f"bm{bm}_bn{bn}_s{st}_f32_c_mcb", render(bm, bn, st, True, True, False, 2, False)))
             jobs.append((f"bm{bm}_bn{bn}_s{st}_mca", render(bm, bn, st, False, False, False, 2, True)))
+            # The TMA-store epilogue variants select_config picks for bf16 outputs (fewer stages).
+            ts = max_stages(bm, bn, True)
+            jobs.append((f"bm{bm}_bn{bn}_s{ts}_tmas", render(bm, bn, ts, False, False, False, 1, False, False, True)))
+            jobs.append((f"bm{bm}_bn{bn}_s{ts}_mcb_tmas",
+                         render(bm, bn, ts, False, False, False, 2, False, False, True)))
     _check_reports(jit.compile_check(jobs, raise_on_failure=False))
 
 
@@ -212,13 +224,13 @@ def test_host_library_has_launcher():
     # Rejected before touching the driver: fn == 0, bad block_m, k % 16, splits > k-blocks.
     args = dict(fn=1, a=16, b=16, sfa=16, sfb=16, d=16, c=None, ws=None, cnt=None, m=64, n=64, k=256,
                 lda=256, ldb=256, ldd=64, sfa_ld=64, block_m=64, block_n=64, splits=1, mc=1, mc_a=0,
-                out_fp32=0, grid=2, smem=100000, stream=0)
+                out_fp32=0, tma=0, grid=2, smem=100000, stream=0)
 
     def call(**kw):
         a = dict(args, **kw)
         return launch(a["fn"], a["a"], a["b"], a["sfa"], a["sfb"], a["d"], a["c"], a["ws"], a["cnt"],
                       a["m"], a["n"], a["k"], a["lda"], a["ldb"], a["ldd"], a["sfa_ld"], a["block_m"],
-                      a["block_n"], a["splits"], a["mc"], a["mc_a"], a["out_fp32"], a["grid"], a["smem"],
+                      a["block_n"], a["splits"], a["mc"], a["mc_a"], a["out_fp32"], a["tma"], a["grid"], a["smem"],
                       a["stream"])
 
     invalid = 100001  # fg::FG_ERROR_INVALID_ARGUMENT
@@ -232,6 +244,7 @@ def test_host_library_has_launcher():
     assert call(sfa_ld=62) == invalid
     assert call(mc=3) == invalid
     assert call(mc=2, grid=3) == invalid  # clusters of 2 need an even grid
+    assert call(tma=1, out_fp32=1) == invalid  # the TMA-store epilogue is bf16 only
     # Valid arguments reach the driver: without one (a build machine) the answer is NO_DRIVER.
     # (With a driver the fake pointers / CUfunction would be handed to it: not called then.)
     try:

@@ -27,9 +27,11 @@ def test_properties():
             assert cfg.block_m == 64, where
         assert cfg.block_n % 16 == 0 and 16 <= cfg.block_n <= h.MAX_BLOCK_N[cfg.block_m], where
         assert h.MIN_STAGES <= cfg.num_stages <= h.MAX_STAGES, where
-        assert cfg.smem_bytes == h.smem_bytes(cfg.block_m, cfg.block_n, cfg.num_stages), where
+        # The TMA-store epilogue exactly where the kernel supports it (bf16 D, no C, no split-K).
+        assert cfg.tma_store == (not f32 and not has_c and cfg.num_splits == 1), where
+        assert cfg.smem_bytes == h.smem_bytes(cfg.block_m, cfg.block_n, cfg.num_stages, cfg.tma_store), where
         assert cfg.smem_bytes <= h.SMEM_LIMIT, where
-        assert h.smem_bytes(cfg.block_m, cfg.block_n, cfg.num_stages + 1) > h.SMEM_LIMIT or \
+        assert h.smem_bytes(cfg.block_m, cfg.block_n, cfg.num_stages + 1, cfg.tma_store) > h.SMEM_LIMIT or \
             cfg.num_stages == h.MAX_STAGES, where  # as many stages as fit
         assert cfg.num_threads == (cfg.block_m // 64 + 1) * 128, where
         tiles = ceil_div(m, cfg.block_m) * ceil_div(n, cfg.block_n)
@@ -105,4 +107,8 @@ def test_smem_formula_matches_kernel_layout():
     assert h.smem_bytes(128, 128, 6) == 1024 + 6 * (16384 + 16384 + 512) + 6 * 16 + 16
     assert h.max_stages(64, 16) == h.MAX_STAGES
     assert h.max_stages(128, 192) == 5
+    # + the TMA-store staging buffer (block_m x block_n bf16) in front of the stages.
+    assert h.smem_bytes(128, 208, 4, True) == 1024 + 128 * 208 * 2 + 4 * (16384 + 208 * 128 + 512) + 4 * 16 + 16
+    assert h.smem_bytes(64, 112, 3, False) == h.smem_bytes(64, 112, 3, True) - 64 * 112 * 2
+    assert h.max_stages(128, 192, True) == 4 and h.max_stages(128, 224, True) == 3
     assert h.MAX_BLOCK_N == {64: 208, 128: 224}

@@ -12,8 +12,12 @@ a small roofline model of the persistent kernel and returns the cheapest. The mo
     (b) the promotion bubble: with one consumer warpgroup (block_m 64) the tensor core idles
         while the warpgroup promotes; two warpgroups (block_m 128) mostly hide it.
   - loads: (block_m + block_n) * 128 bytes per k-block at the per-SM share of L2 bandwidth.
-* Epilogue (not overlapped yet): the tile's valid outputs written at a per-SM store rate;
-  split-K adds the partial write per unit and the last CTA's read of all partials.
+* Epilogue: with the TMA-store epilogue (bf16 D, no C, no split-K: `tma_store`) the consumers
+  only write the tile into shared memory (stmatrix) and the TMA store overlaps the next tile's
+  main loop, so a unit pays the smem write; its staging buffer (block_m x block_n bf16) costs
+  pipeline stages, and fewer than 4 stages derate the main loop. Otherwise (direct stores, not
+  overlapped) the tile's valid outputs are written at a per-SM store rate; split-K adds the
+  partial write per unit and the last CTA's read of all partials.
 * Whole problem: at least the DRAM time of the unique bytes (A, B, D, C, split workspace).
 Wasted work on edge tiles (rows past M, columns past N) is charged automatically because the
 kernel computes whole tiles. Ties go to fewer units, then to the larger tile.
@@ -62,6 +66,8 @@ MAX_BLOCK_N = {64: 208, 128: 224}
 _PEAK_FLOPS_PER_SM_US = 1979e6 / 132  # dense FP8 flops per microsecond per SM
 _L2_BYTES_PER_SM_US = 8.0e6 / 132  # L2 -> SM operand bandwidth share (~8 TB/s measured cap)
 _STORE_BYTES_PER_SM_US = 5.0e6 / 132  # epilogue stores (registers -> global) per SM
+_SMEM_EPI_BYTES_PER_SM_US = 150e3  # TMA-store epilogue: stmatrix into smem + 2 WG barriers
+_STAGE_EFFICIENCY = {2: 0.75, 3: 0.9}  # short rings expose L2/TMA latency (>= 4 stages: 1.0)
 _DRAM_BYTES_US = 4.0e6  # HBM bandwidth (bytes per microsecond)
 _WG_EFFICIENCY = {64: 0.70, 128: 0.92}  # promotion bubble: 1 vs 2 consumer warpgroups
 _FIXED_US = 2.0  # launch + pipeline fill
@@ -87,6 +93,7 @@ class Fp8GemmConfig:
     num_multicast: int = 1  # 2: 2-CTA clusters sharing one operand through TMA multicast
     multicast_on_a: bool = False  # with num_multicast 2: the pair shares A (else B)
     half_promote: bool = False  # wgmma in two column halves; one half promoted while the other runs
+    tma_store: bool = False  # epilogue through swizzled smem + TMA store (bf16 D, no C, no split-K)
 
     @property
     def split_k(self) -> bool:
@@ -105,7 +112,7 @@ class Fp8GemmConfig:
     def kernel_key(self) -> tuple:
         """What selects the compiled kernel (everything else is a runtime argument)."""
         return (self.block_m, self.block_n, self.num_stages, self.out_fp32, self.has_c, self.split_k,
-                self.num_multicast, self.multicast_on_a, self.half_promote)
+                self.num_multicast, self.multicast_on_a, self.half_promote, self.tma_store)
 
 
 def num_threads(block_m: int) -> int:
@@ -113,16 +120,22 @@ def num_threads(block_m: int) -> int:
     return (block_m // 64 + 1) * 128
 
 
-def smem_bytes(block_m: int, block_n: int, num_stages: int) -> int:
+def _staging_bytes(block_m: int, block_n: int, tma_store: bool) -> int:
+    return block_m * block_n * 2 if tma_store else 0
+
+
+def smem_bytes(block_m: int, block_n: int, num_stages: int, tma_store: bool = False) -> int:
     """Dynamic shared memory of a launch; mirrors Sm90Fp8Gemm1d2dTraits::kDynamicSmemBytes:
-    per stage A (block_m x 128 B) + B (block_n x 128 B) + sfa (block_m fp32) + 2 barriers (16 B),
-    a 16-byte flag, and 1024 bytes of slack to align the base to the 128B-swizzle atom."""
-    return 1024 + num_stages * (block_m * BLOCK_K + block_n * BLOCK_K + block_m * 4) + num_stages * 16 + 16
+    the TMA-store staging buffer (block_m x block_n bf16, when tma_store), per stage A
+    (block_m x 128 B) + B (block_n x 128 B) + sfa (block_m fp32) + 2 barriers (16 B), a 16-byte
+    flag, and 1024 bytes of slack to align the base to the 128B-swizzle atom."""
+    return (1024 + _staging_bytes(block_m, block_n, tma_store) +
+            num_stages * (block_m * BLOCK_K + block_n * BLOCK_K + block_m * 4) + num_stages * 16 + 16)
 
 
-def max_stages(block_m: int, block_n: int) -> int:
+def max_stages(block_m: int, block_n: int, tma_store: bool = False) -> int:
     per_stage = block_m * BLOCK_K + block_n * BLOCK_K + block_m * 4 + 16
-    return min(MAX_STAGES, (SMEM_LIMIT - 1024 - 16) // per_stage)
+    return min(MAX_STAGES, (SMEM_LIMIT - 1024 - 16 - _staging_bytes(block_m, block_n, tma_store)) // per_stage)
 
 
 def block_n_candidates(block_m: int) -> list[int]:
@@ -152,19 +165,23 @@ def _grid(units: int, num_sms: int, mc: int) -> int:
 
 
 def _estimate(m: int, n: int, k: int, bm: int, bn: int, splits: int, num_sms: int, out_bytes: int,
-              has_c: bool, mc: int = 1, mc_on_a: bool = False) -> tuple[float, int, int]:
+              has_c: bool, mc: int = 1, mc_on_a: bool = False, tma_store: bool = False) -> tuple[float, int, int]:
     num_kb = ceil_div(k, BLOCK_K)
     tiles, units = _units(m, n, bm, bn, splits, mc, mc_on_a)
     grid = _grid(units, num_sms, mc)
     waves = ceil_div(units, grid)
     kb_unit = ceil_div(num_kb, splits)
     flops = 2.0 * bm * bn * BLOCK_K * kb_unit
-    t_mma = flops / (_PEAK_FLOPS_PER_SM_US * _mma_efficiency(bn) * _WG_EFFICIENCY[bm])
+    stage_eff = _STAGE_EFFICIENCY.get(max_stages(bm, bn, tma_store), 1.0)
+    t_mma = flops / (_PEAK_FLOPS_PER_SM_US * _mma_efficiency(bn) * _WG_EFFICIENCY[bm] * stage_eff)
     rows_loaded = (bm // 2 + bn) if (mc == 2 and mc_on_a) else (bm + bn // 2) if mc == 2 else (bm + bn)
     t_load = kb_unit * BLOCK_K * rows_loaded / _L2_BYTES_PER_SM_US
     rows = min(bm, m)
     cols = min(bn, n)
-    t_epi = rows * cols * (out_bytes + (4 if has_c else 0)) / _STORE_BYTES_PER_SM_US
+    if tma_store:
+        t_epi = bm * bn * 2 / _SMEM_EPI_BYTES_PER_SM_US  # whole tile into smem; the store overlaps
+    else:
+        t_epi = rows * cols * (out_bytes + (4 if has_c else 0)) / _STORE_BYTES_PER_SM_US
     t_reduce = 0.0
     if splits > 1:
         t_epi += rows * cols * 4 / _STORE_BYTES_PER_SM_US  # partial write
@@ -219,18 +236,20 @@ def select_config(m: int, n: int, k: int, num_sms: int, out_fp32: bool = False, 
             if allow_multicast and num_sms >= 2:
                 options += [(1, 2, True), (1, 2, False)]
             for splits, mc, mc_on_a in options:
-                est, tiles, units = _estimate(m, n, k, bm, bn, splits, num_sms, out_bytes, has_c, mc, mc_on_a)
+                tma = not out_fp32 and not has_c and splits == 1
+                est, tiles, units = _estimate(m, n, k, bm, bn, splits, num_sms, out_bytes, has_c, mc, mc_on_a, tma)
                 # Tie-break: faster, then fewer units, then no cluster, then bigger tiles.
                 rank = (round(est, 4), units, mc, -bm * bn)
                 if best is None or rank < best[0]:
                     best = (rank, bm, bn, splits, mc, mc_on_a, est, tiles, units)
     _, bm, bn, splits, mc, mc_on_a, est, tiles, units = best
-    stages = max_stages(bm, bn)
+    tma = not out_fp32 and not has_c and splits == 1
+    stages = max_stages(bm, bn, tma)
     cfg = Fp8GemmConfig(
         m=m, n=n, k=k, block_m=bm, block_n=bn, num_stages=stages, num_splits=splits,
-        grid=_grid(units, num_sms, mc), smem_bytes=smem_bytes(bm, bn, stages), num_threads=num_threads(bm),
+        grid=_grid(units, num_sms, mc), smem_bytes=smem_bytes(bm, bn, stages, tma), num_threads=num_threads(bm),
         num_tiles=tiles, num_units=units, out_fp32=bool(out_fp32), has_c=bool(has_c), est_us=est,
-        num_multicast=mc, multicast_on_a=bool(mc_on_a and mc == 2),
+        num_multicast=mc, multicast_on_a=bool(mc_on_a and mc == 2), tma_store=tma,
     )
     with _cache_lock:
         _cache[key] = cfg
@@ -239,6 +258,7 @@ def select_config(m: int, n: int, k: int, num_sms: int, out_fp32: bool = False, 
             f"finegemm: sm90_fp8_gemm m={m} n={n} k={k} out={'fp32' if out_fp32 else 'bf16'}"
             f"{' +C' if has_c else ''} sms={num_sms} -> block_m={bm} block_n={bn} stages={stages} "
             f"splits={splits} multicast={mc}{'(A)' if cfg.multicast_on_a else '(B)' if mc == 2 else ''} "
+            f"epilogue={'tma' if tma else 'direct'} "
             f"tiles={tiles} grid={cfg.grid} smem={cfg.smem_bytes} est={est:.1f}us",
             file=sys.stderr, flush=True,
         )

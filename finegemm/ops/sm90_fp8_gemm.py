@@ -32,12 +32,12 @@ _TEMPLATE = """\
 
 extern "C" __global__ void __launch_bounds__({threads}, 1) finegemm_entry(
     const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
-    const __grid_constant__ CUtensorMap tmap_sfa, const float* sfb, void* d, const float* c,
+    const __grid_constant__ CUtensorMap tmap_sfa, const __grid_constant__ CUtensorMap tmap_d, const float* sfb, void* d, const float* c,
     float* workspace, int* counters, uint32_t m, uint32_t n, uint32_t k, uint32_t ldd,
     uint32_t flags, uint32_t num_splits) {{
   finegemm::impls::sm90_fp8_gemm_1d2d<{block_m}, {block_n}, {stages}, {out_fp32}, {has_c}, {split_k},
-                                      {num_multicast}, {multicast_on_a}, {half_promote}>(
-      &tmap_a, &tmap_b, &tmap_sfa, sfb, d, c, workspace, counters, m, n, k, ldd, flags, num_splits);
+                                      {num_multicast}, {multicast_on_a}, {half_promote}, {tma_store}>(
+      &tmap_a, &tmap_b, &tmap_sfa, &tmap_d, sfb, d, c, workspace, counters, m, n, k, ldd, flags, num_splits);
 }}
 """
 
@@ -47,8 +47,10 @@ def _b(x: bool) -> str:
 
 
 def render(block_m: int, block_n: int, num_stages: int, out_fp32: bool, has_c: bool, split_k: bool,
-           num_multicast: int = 1, multicast_on_a: bool = False, half_promote: bool = False) -> str:
-    """The instantiation source of one kernel configuration."""
+           num_multicast: int = 1, multicast_on_a: bool = False, half_promote: bool = False,
+           tma_store: bool = False) -> str:
+    """The instantiation source of one kernel configuration (tma_store: the shared-memory + TMA
+    store epilogue; bf16 out, no C, no split-K)."""
     if num_multicast not in (1, 2):
         raise ValueError(f"num_multicast must be 1 or 2, got {num_multicast}")
     if num_multicast == 2 and split_k:
@@ -59,22 +61,24 @@ def render(block_m: int, block_n: int, num_stages: int, out_fp32: bool, has_c: b
         raise ValueError(f"block_n must be a multiple of 16 in [16, 256], got {block_n}")
     if has_c and not out_fp32:
         raise ValueError("has_c requires out_fp32")
+    if tma_store and (out_fp32 or has_c or split_k):
+        raise ValueError("tma_store needs a bf16 output without C and without split-K")
     return _TEMPLATE.format(threads=(block_m // 64 + 1) * 128, block_m=block_m, block_n=block_n,
                             stages=num_stages, out_fp32=_b(out_fp32), has_c=_b(has_c), split_k=_b(split_k),
                             num_multicast=num_multicast, multicast_on_a=_b(num_multicast == 2 and multicast_on_a),
-                            half_promote=_b(half_promote))
+                            half_promote=_b(half_promote), tma_store=_b(tma_store))
 
 
 def _render_cfg(cfg: Fp8GemmConfig) -> str:
     return render(cfg.block_m, cfg.block_n, cfg.num_stages, cfg.out_fp32, cfg.has_c, cfg.split_k,
-                  cfg.num_multicast, cfg.multicast_on_a, cfg.half_promote)
+                  cfg.num_multicast, cfg.multicast_on_a, cfg.half_promote, cfg.tma_store)
 
 
 def _kernel_name(cfg: Fp8GemmConfig) -> str:
     return (f"sm90_fp8_gemm_1d2d_bm{cfg.block_m}_bn{cfg.block_n}_s{cfg.num_stages}"
             f"{'_f32' if cfg.out_fp32 else '_bf16'}{'_c' if cfg.has_c else ''}{'_splitk' if cfg.split_k else ''}"
             f"{('_mca' if cfg.multicast_on_a else '_mcb') if cfg.num_multicast == 2 else ''}"
-            f"{'_hp' if cfg.half_promote else ''}")
+            f"{'_hp' if cfg.half_promote else ''}{'_tmas' if cfg.tma_store else ''}")
 
 
 # ----------------------------------------------------------------------------- host launcher
@@ -93,7 +97,7 @@ def _get_launcher():
                 f.argtypes = [u64, vp, vp, vp, vp, vp, vp, vp, vp,  # fn, a, b, sfa, sfb, d, c, ws, counters
                               i, i, i, i, i, i, i,  # m, n, k, lda, ldb, ldd, sfa_ld
                               i, i, i, i, i,  # block_m, block_n, num_splits, num_multicast, multicast_on_a
-                              i, i, i,  # out_fp32, grid, smem
+                              i, i, i, i,  # out_fp32, tma_store, grid, smem
                               u64]  # stream
                 f.restype = ctypes.c_int
                 occ = lib.fg_sm90_fp8_gemm_max_active_clusters
@@ -203,6 +207,12 @@ except AttributeError:  # pragma: no cover - very old or unusual torch builds
         return torch.cuda.current_stream(device_index).cuda_stream
 
 
+try:
+    _is_capturing = torch._C._cuda_isCurrentStreamCapturing
+except AttributeError:  # pragma: no cover
+    _is_capturing = torch.cuda.is_current_stream_capturing
+
+
 class PreparedCall:
     """One planned launch with every argument fixed except the stream (and split-K buffers).
 
@@ -210,7 +220,7 @@ class PreparedCall:
     the kernel cannot read), whose contents would go stale: such a call must be prepared anew.
     """
 
-    __slots__ = ("cfg", "cacheable", "_head", "_tail", "_device", "_dev_index", "_keepalive")
+    __slots__ = ("cfg", "cacheable", "_head", "_tail", "_device", "_dev_index", "_keepalive", "_split_cache")
 
     def __init__(self, cfg, head, tail, device, cacheable, keepalive):
         self.cfg = cfg
@@ -220,11 +230,24 @@ class PreparedCall:
         self._device = device
         self._dev_index = device.index
         self._keepalive = keepalive  # temporaries whose pointers are in head
+        self._split_cache = None  # (stream, ws_ptr, cnt_ptr, buffers kept alive) of the last eager call
+
+    def _split_pointers(self, stream: int) -> tuple[int, int]:
+        # Eager calls on the stream of the previous call reuse its buffers (held here, so they
+        # stay valid even if the shared per-stream buffers grow meanwhile; the counters reset
+        # themselves). Graph capture always takes graph-private buffers.
+        cached = self._split_cache
+        if cached is not None and cached[0] == stream and not _is_capturing():
+            return cached[1], cached[2]
+        ws_ptr, cnt_ptr = _split_buffers(self.cfg, self._device, stream)
+        if not _is_capturing():
+            self._split_cache = (stream, ws_ptr, cnt_ptr, _buffers.get((self._dev_index, stream)))
+        return ws_ptr, cnt_ptr
 
     def __call__(self) -> None:
         stream = _get_raw_stream(self._dev_index)
         if self.cfg.split_k:
-            ws_ptr, cnt_ptr = _split_buffers(self.cfg, self._device, stream)
+            ws_ptr, cnt_ptr = self._split_pointers(stream)
         else:
             ws_ptr = cnt_ptr = None
         rc = _launcher(*self._head, ws_ptr, cnt_ptr, *self._tail, stream)
@@ -285,7 +308,7 @@ def prepare(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.Tens
             c.data_ptr() if has_c else None)
     tail = (m, n, k, lda, ldb, ldd, sfa_ld,
             cfg.block_m, cfg.block_n, cfg.num_splits, cfg.num_multicast, 1 if cfg.multicast_on_a else 0,
-            1 if out_fp32 else 0, cfg.grid, cfg.smem_bytes)
+            1 if out_fp32 else 0, 1 if cfg.tma_store else 0, cfg.grid, cfg.smem_bytes)
     return PreparedCall(cfg, head, tail, device, not keepalive, keepalive)
 
 
@@ -310,9 +333,10 @@ def warmup_shape(m: int, n: int, k: int, out_fp32: bool = False, has_c: bool = F
 # ----------------------------------------------------------------------------- compile checks
 def representative_configs() -> list[tuple[str, tuple]]:
     """(label, (block_m, block_n, stages, out_fp32, has_c, split_k, num_multicast, multicast_on_a[,
-    half_promote]))
+    half_promote, tma_store]))
     covering the config space: both block_m, the narrowest and widest block_n, 1/2/3-scale-block
-    spans, split-K, fp32 + C, multicast on A and on B."""
+    spans, split-K, fp32 + C, multicast on A and on B; bf16 outputs without C and split-K use the
+    TMA-store epilogue (as select_config does; label suffix _tmas)."""
     from finegemm.heuristics.sm90_fp8_gemm import max_stages
 
     out = []
@@ -323,10 +347,11 @@ def representative_configs() -> list[tuple[str, tuple]]:
         (64, 112, False, False, False, 2, True),
         (64, 208, False, False, False, 2, False),
     ]:
-        st = max_stages(bm, bn)
+        tma = not (f32 or has_c or split)
+        st = max_stages(bm, bn, tma)
         label = (f"bm{bm}_bn{bn}_s{st}{'_f32' if f32 else ''}{'_c' if has_c else ''}"
-                 f"_mc{'a' if mc_a else 'b'}")
-        out.append((label, (bm, bn, st, f32, has_c, split, mc, mc_a)))
+                 f"_mc{'a' if mc_a else 'b'}{'_tmas' if tma else ''}")
+        out.append((label, (bm, bn, st, f32, has_c, split, mc, mc_a, False, tma)))
     # The half-promote mainloop variant (not chosen by the heuristic: measured slower on H200).
     out.append(("bm128_bn208_s5_mcb_hp", (128, 208, max_stages(128, 208), False, False, False, 2, False, True)))
     for bm, bn, f32, has_c, split in [
@@ -346,9 +371,11 @@ def representative_configs() -> list[tuple[str, tuple]]:
         (128, 128, True, True, False),
         (128, 128, True, False, False),
     ]:
-        st = max_stages(bm, bn)
-        label = f"bm{bm}_bn{bn}_s{st}{'_f32' if f32 else ''}{'_c' if has_c else ''}{'_splitk' if split else ''}"
-        out.append((label, (bm, bn, st, f32, has_c, split, 1, False)))
+        tma = not (f32 or has_c or split)
+        st = max_stages(bm, bn, tma)
+        label = (f"bm{bm}_bn{bn}_s{st}{'_f32' if f32 else ''}{'_c' if has_c else ''}{'_splitk' if split else ''}"
+                 f"{'_tmas' if tma else ''}")
+        out.append((label, (bm, bn, st, f32, has_c, split, 1, False, False, tma)))
     return out
 
 

@@ -122,11 +122,13 @@ def test_forced_block_n(block_n, monkeypatch):
         import dataclasses
 
         bm = 128 if m > 64 else 64
-        st = h.max_stages(bm, block_n)
+        tma = not out_fp32 and not has_c  # num_splits 1: the TMA-store epilogue applies
+        st = h.max_stages(bm, block_n, tma)
         tiles = -(-m // bm) * -(-n // block_n)
         return dataclasses.replace(cfg, block_m=bm, block_n=block_n, num_stages=st, num_splits=1, num_multicast=1,
                                    num_tiles=tiles, num_units=tiles, grid=min(num_sms, tiles),
-                                   smem_bytes=h.smem_bytes(bm, block_n, st), num_threads=h.num_threads(bm))
+                                   smem_bytes=h.smem_bytes(bm, block_n, st, tma), num_threads=h.num_threads(bm),
+                                   tma_store=tma)
 
     monkeypatch.setattr(ops, "select_config", forced)
     monkeypatch.setattr(ops, "_plans", {})

@@ -1,5 +1,5 @@
 // Host launcher of the SM90 FP8 "1D2D" GEMM (impls/sm90_fp8_gemm_1d2d.cuh).
-// Encodes the three TMA descriptors (A, B, sfa) and launches the persistent kernel. No
+// Encodes the TMA descriptors (A, B, sfa, and D for the TMA-store epilogue) and launches the persistent kernel. No
 // allocation; every size comes from the caller (finegemm/ops/sm90_fp8_gemm.py).
 #include "finegemm/host/common.h"
 
@@ -12,6 +12,13 @@ namespace {
 
 constexpr int kBlockK = 128;
 constexpr uint32_t kFlagVectorStores = 1u;  // mirrors impls::kFlagVectorStores
+constexpr uint32_t kFlagTmaStore = 2u;      // mirrors impls::kFlagTmaStore
+
+// Column-box swizzle of the TMA-store epilogue: mirrors epilogue::TmaStoreBf16<BLOCK_N>.
+int tma_store_swizzle_bytes(int block_n) {
+  const int row_bytes = block_n * 2;
+  return row_bytes % 128 == 0 ? 128 : (row_bytes % 64 == 0 ? 64 : 32);
+}
 
 }  // namespace
 
@@ -27,11 +34,14 @@ extern "C" {
 // num_multicast: 1, or 2 for 2-CTA clusters sharing one operand through TMA multicast
 //            (multicast_on_a: 1 = the pair shares A, 0 = it shares B); grid must then be even.
 // out_fp32:  1 when d is fp32 (selects the vector-store alignment check).
+// tma_store: 1 when the kernel was built with the TMA-store epilogue (bf16 d, no c, no split-K);
+//            the D tensor map is encoded when d allows it (16-byte aligned base, ldd % 8 == 0),
+//            else the kernel falls back to direct stores.
 // Returns a CUresult (0 = success) or fg::FG_ERROR_*.
 int fg_launch_sm90_fp8_gemm(uint64_t fn, void* a, void* b, void* sfa, void* sfb, void* d, void* c,
                             void* workspace, void* counters, int m, int n, int k, int lda, int ldb,
                             int ldd, int sfa_ld, int block_m, int block_n, int num_splits, int num_multicast,
-                            int multicast_on_a, int out_fp32, int grid, int smem_bytes, uint64_t stream) {
+                            int multicast_on_a, int out_fp32, int tma_store, int grid, int smem_bytes, uint64_t stream) {
   if (fn == 0 || a == nullptr || b == nullptr || sfa == nullptr || sfb == nullptr || d == nullptr)
     return fg::FG_ERROR_INVALID_ARGUMENT;
   if (m <= 0 || n <= 0 || k <= 0 || k % 16 != 0) return fg::FG_ERROR_INVALID_ARGUMENT;
@@ -47,6 +57,9 @@ int fg_launch_sm90_fp8_gemm(uint64_t fn, void* a, void* b, void* sfa, void* sfb,
   if (num_multicast == 2 && (grid % 2 != 0 || num_splits != 1)) return fg::FG_ERROR_INVALID_ARGUMENT;
   const bool mc_a = num_multicast == 2 && multicast_on_a != 0;
   const bool mc_b = num_multicast == 2 && multicast_on_a == 0;
+
+  // The TMA-store epilogue exists only for bf16 d without c and without split-K.
+  if (tma_store != 0 && (out_fp32 != 0 || c != nullptr || num_splits != 1)) return fg::FG_ERROR_INVALID_ARGUMENT;
 
   const fg::Driver& drv = fg::driver();
   if (!drv.ok) return fg::FG_ERROR_NO_DRIVER;
@@ -72,13 +85,29 @@ int fg_launch_sm90_fp8_gemm(uint64_t fn, void* a, void* b, void* sfa, void* sfb,
   if (c != nullptr) vec = vec && (reinterpret_cast<uintptr_t>(c) % 8u == 0);
   uint32_t flags = vec ? kFlagVectorStores : 0u;
 
+  CUtensorMap tmap_d;
+  std::memset(&tmap_d, 0, sizeof(tmap_d));
+  if (tma_store != 0) {
+    const bool ok = reinterpret_cast<uintptr_t>(d) % 16 == 0 && (static_cast<int64_t>(ldd) * 2) % 16 == 0;
+    if (ok) {
+      const int sw = tma_store_swizzle_bytes(block_n);
+      r = fg::make_tmap_2d(&tmap_d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, d, static_cast<uint64_t>(n),
+                           static_cast<uint64_t>(m), static_cast<uint64_t>(ldd) * 2u, static_cast<uint32_t>(sw / 2),
+                           64,
+                           sw == 128 ? CU_TENSOR_MAP_SWIZZLE_128B
+                                     : (sw == 64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_32B));
+      if (r != CUDA_SUCCESS) return r;
+      flags |= kFlagTmaStore;
+    }
+  }
+
   const float* sfb_p = static_cast<const float*>(sfb);
   const float* c_p = static_cast<const float*>(c);
   float* ws_p = static_cast<float*>(workspace);
   int* cnt_p = static_cast<int*>(counters);
   uint32_t um = static_cast<uint32_t>(m), un = static_cast<uint32_t>(n), uk = static_cast<uint32_t>(k);
   uint32_t uldd = static_cast<uint32_t>(ldd), usplits = static_cast<uint32_t>(num_splits);
-  void* params[] = {&tmap_a, &tmap_b, &tmap_sfa, &sfb_p, &d, &c_p, &ws_p, &cnt_p,
+  void* params[] = {&tmap_a, &tmap_b, &tmap_sfa, &tmap_d, &sfb_p, &d, &c_p, &ws_p, &cnt_p,
                     &um, &un, &uk, &uldd, &flags, &usplits};
   const unsigned threads = static_cast<unsigned>((block_m / 64 + 1) * 128);
   return fg::launch(fg::as_function(fn), static_cast<unsigned>(grid), 1, 1, threads, 1, 1,

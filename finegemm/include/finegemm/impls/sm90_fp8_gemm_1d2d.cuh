@@ -17,6 +17,12 @@
 // Producer and consumers walk the same sequence of (work unit, k-block), so they agree on the
 // (stage, phase) of every k-block; the phase flips each time the ring index wraps.
 //
+// Epilogue: with kTmaStore (bf16 D, no C, no split-K) and the host's kFlagTmaStore, each consumer
+// warpgroup writes its 64 x BLOCK_N bf16 fragment into its own swizzled staging buffer (stmatrix)
+// and one thread TMA-stores it (epilogue/tma_store_bf16.cuh); the store overlaps the next tile's
+// main loop (the buffer is only waited for before its next reuse). Otherwise: direct
+// register -> global stores.
+//
 // Split-K (kSplitK): a work unit is (tile, split); each split covers a contiguous k-block range
 // and writes its FP32 partial tile to the workspace; the CTA that finishes last (per-tile atomic
 // counter) sums all partials in split order 0..S-1 (deterministic), writes D and resets the
@@ -28,6 +34,7 @@
 
 #include <cstdint>
 
+#include <finegemm/epilogue/tma_store_bf16.cuh>
 #include <finegemm/ptx/common.cuh>
 #include <finegemm/ptx/mbarrier.cuh>
 #include <finegemm/ptx/tma.cuh>
@@ -40,7 +47,7 @@ namespace impls {
 
 // Compile-time facts of one configuration; the host mirrors kDynamicSmemBytes and kNumThreads
 // (finegemm/heuristics/sm90_fp8_gemm.py: smem_bytes(), num_threads()).
-template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages>
+template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages, bool kTmaStore = false>
 struct Sm90Fp8Gemm1d2dTraits {
   static constexpr uint32_t BLOCK_K = 128;  // one scale block; 128 fp8 = 128 bytes = the swizzle span
   static constexpr uint32_t kNumConsumerWG = BLOCK_M / 64;
@@ -48,11 +55,14 @@ struct Sm90Fp8Gemm1d2dTraits {
   static constexpr uint32_t kNumThreads = kNumConsumerThreads + 128;
 
   // Shared memory layout (offsets from a 1024-byte aligned base):
+  //   [D staging (kTmaStore: BLOCK_M x BLOCK_N bf16, one 64-row buffer per consumer WG)]
   //   [A stage 0..S-1][B stage 0..S-1][sfa stage 0..S-1][full bar x S][empty bar x S][flag]
   static constexpr uint32_t kSmemA = BLOCK_M * BLOCK_K;    // multiple of 1024 (swizzle atom)
   static constexpr uint32_t kSmemB = BLOCK_N * BLOCK_K;    // multiple of 1024 as BLOCK_N % 8 == 0
   static constexpr uint32_t kSmemSfa = BLOCK_M * 4;        // 256 or 512: keeps 128-byte alignment
-  static constexpr uint32_t kOffA = 0;
+  static constexpr uint32_t kSmemD = kTmaStore ? BLOCK_M * BLOCK_N * 2 : 0;  // multiple of 2048
+  static constexpr uint32_t kOffD = 0;
+  static constexpr uint32_t kOffA = kOffD + kSmemD;
   static constexpr uint32_t kOffB = kOffA + kNumStages * kSmemA;
   static constexpr uint32_t kOffSfa = kOffB + kNumStages * kSmemB;
   static constexpr uint32_t kOffFull = kOffSfa + kNumStages * kSmemSfa;
@@ -84,6 +94,7 @@ struct Sm90Fp8Gemm1d2dTraits {
 
 // Kernel parameter flags (bit set by the host launcher).
 constexpr uint32_t kFlagVectorStores = 1u;  // D (and C) pointer/stride allow 2-element vector accesses
+constexpr uint32_t kFlagTmaStore = 2u;      // tmap_d is valid: TMA-store epilogue (kernels built with kTmaStore)
 
 // Promotion of one k-block: fin += (sfa * sfb) * acc for kNumChunks 8-column chunks starting
 // at chunk kChunkBase of the tile (acc holds just those chunks). For a tile whose first column
@@ -123,13 +134,17 @@ __device__ __forceinline__ void promote(uint32_t off, float (&fin)[kNumFin], con
 }
 
 template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages, bool kOutFp32, bool kHasC, bool kSplitK,
-          uint32_t kNumMulticast = 1, bool kMulticastOnA = false, bool kHalfPromote = false>
+          uint32_t kNumMulticast = 1, bool kMulticastOnA = false, bool kHalfPromote = false, bool kTmaStore = false>
 __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, const CUtensorMap* tmap_b,
-                                                   const CUtensorMap* tmap_sfa, const float* sfb, void* d_ptr,
+                                                   const CUtensorMap* tmap_sfa, const CUtensorMap* tmap_d,
+                                                   const float* sfb, void* d_ptr,
                                                    const float* c_ptr, float* workspace, int* counters,
                                                    uint32_t M, uint32_t N, uint32_t K, uint32_t ldd,
                                                    uint32_t flags, uint32_t num_splits) {
-  using Traits = Sm90Fp8Gemm1d2dTraits<BLOCK_M, BLOCK_N, kNumStages>;
+  using Traits = Sm90Fp8Gemm1d2dTraits<BLOCK_M, BLOCK_N, kNumStages, kTmaStore>;
+  static_assert(!kTmaStore || (!kOutFp32 && !kHasC && !kSplitK), "TMA-store epilogue: bf16 D, no C, no split-K");
+  using EpiTma = epilogue::TmaStoreBf16<BLOCK_N>;
+  static_assert(!kTmaStore || Traits::kSmemD == (BLOCK_M / 64) * EpiTma::kBytes, "staging size");
   // kHalfPromote: the wgmmas of a k-block are issued as two commit groups over the left and
   // right halves of the tile's columns, so one half is promoted while the tensor core works on
   // the other (and on the next k-block's left half): the promotion leaves the critical path at
@@ -439,9 +454,15 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         }
       }
 
-      // ---------------------------------------------------------------- epilogue (direct stores)
-      // TODO(rung 3): registers -> swizzled smem (stmatrix) -> TMA store, overlapped with the
-      // next tile's main loop.
+      // ---------------------------------------------------------------- epilogue
+      if constexpr (kTmaStore) {
+        if ((flags & kFlagTmaStore) != 0) {
+          EpiTma::store(fin, base + Traits::kOffD + wg * EpiTma::kBytes, tmap_d, 2 + wg,
+                        static_cast<int32_t>(n0), static_cast<int32_t>(m0 + wg * 64));
+          continue;
+        }
+      }
+      // Direct register -> global stores.
       const bool vec = (flags & kFlagVectorStores) != 0;
 #pragma unroll
       for (uint32_t h = 0; h < 2; ++h) {
@@ -485,6 +506,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         }
       }
     }
+    if constexpr (kTmaStore) EpiTma::finish();  // the last tile's stores complete before exit
   }
   // No CTA of a cluster may exit while its peer can still multicast into it or arrive on its
   // barriers: every thread (producer warpgroup included, none exited early) meets here.

@@ -1,0 +1,89 @@
+// Epilogue of a consumer warpgroup's 64 x BLOCK_N fp32 accumulator fragment (wgmma layout) into
+// bf16 through a swizzled shared-memory staging buffer and TMA stores (S2G), overlapped with
+// the warpgroup's next tile:
+//   (1) the thread that issued the previous stores waits until they have READ the buffer
+//       (cp.async.bulk.wait_group.read 0), then a warpgroup-local named barrier;
+//   (2) all 128 threads write their fragment with stmatrix (conflict-free thanks to the swizzle);
+//   (3) fence.proxy.async.shared::cta (each writer) + named barrier;
+//   (4) one thread issues the TMA stores (one per column box) and commits, without waiting.
+// At kernel end, the issuing thread must call finish() (wait_group 0) before exiting.
+//
+// Layout: the BLOCK_N columns are cut into boxes of kSwizzleBytes (128, 64 or 32 bytes: the
+// largest dividing the row's bytes); each box is 64 rows x kSwizzleBytes, stored with the TMA
+// swizzle of that span (16-byte chunk c of row r at chunk c ^ ((r * span / 128) % (span / 16))).
+// The host's D tensor map uses box (kSwizzleBytes / 2 cols, 64 rows) and the same swizzle
+// (host/sm90_fp8_gemm.cpp mirrors the rule). Out-of-bounds rows/cols are dropped by TMA.
+#pragma once
+
+#include <cstdint>
+
+#include <finegemm/ptx/common.cuh>
+#include <finegemm/ptx/stmatrix.cuh>
+#include <finegemm/ptx/tma.cuh>
+
+namespace finegemm {
+namespace epilogue {
+
+template <uint32_t BLOCK_N>
+struct TmaStoreBf16 {
+  static_assert(BLOCK_N % 16 == 0, "stmatrix x4 writes two 8-column chunks at a time");
+  static constexpr uint32_t kRowBytes = BLOCK_N * 2;
+  static constexpr uint32_t kSwizzleBytes = kRowBytes % 128 == 0 ? 128 : (kRowBytes % 64 == 0 ? 64 : 32);
+  static constexpr uint32_t kChunksPerBox = kSwizzleBytes / 16;
+  static constexpr uint32_t kNumBoxes = kRowBytes / kSwizzleBytes;
+  static constexpr uint32_t kBoxCols = kSwizzleBytes / 2;
+  static constexpr uint32_t kBoxBytes = 64 * kSwizzleBytes;  // multiple of 1024: swizzle atoms stay aligned
+  static constexpr uint32_t kBytes = 64 * kRowBytes;         // one warpgroup's staging buffer
+
+  // Shared-memory byte offset of 16-byte chunk `chunk` (columns 8 chunk .. +7) of row `row`.
+  __device__ __forceinline__ static uint32_t offset(uint32_t row, uint32_t chunk) {
+    const uint32_t box = chunk / kChunksPerBox;
+    const uint32_t c = chunk % kChunksPerBox;
+    const uint32_t sw = (row * kSwizzleBytes / 128) % kChunksPerBox;
+    return box * kBoxBytes + row * kSwizzleBytes + ((c ^ sw) * 16);
+  }
+
+  // Called by all 128 threads of the warpgroup. buf: this warpgroup's staging buffer (shared
+  // address, 1024-aligned); fin: the thread's fragment (register 4j+{0,1}: row 16 warp + lane/4,
+  // cols 8j + 2 (lane%4) + {0,1}; 4j+{2,3}: 8 rows below); (col0, row0): the box's global origin.
+  template <uint32_t kNumAcc>
+  __device__ __forceinline__ static void store(const float (&fin)[kNumAcc], uint32_t buf, const void* tmap_d,
+                                               uint32_t barrier_id, int32_t col0, int32_t row0) {
+    static_assert(kNumAcc == BLOCK_N / 2, "fragment size");
+    const uint32_t tid = threadIdx.x % 128;
+    const uint32_t warp = tid / 32, lane = tid % 32;
+    // (1) the previous tile's stores from this buffer have been read out
+    if (tid == 0) ptx::tma_store_wait_read<0>();
+    ptx::named_barrier_sync(barrier_id, 128);
+    // (2) lane l addresses row l % 8 of matrix l / 8: matrices {rows 0-7, rows 8-15} x {chunk j, j+1}
+    const uint32_t mat = lane / 8;
+    const uint32_t row = warp * 16 + (mat % 2) * 8 + lane % 8;
+    const uint32_t chunk_off = mat / 2;
+#pragma unroll
+    for (uint32_t j = 0; j < BLOCK_N / 8; j += 2) {
+      ptx::stmatrix_x4(buf + offset(row, j + chunk_off), ptx::pack_bf16x2(fin[4 * j + 0], fin[4 * j + 1]),
+                       ptx::pack_bf16x2(fin[4 * j + 2], fin[4 * j + 3]),
+                       ptx::pack_bf16x2(fin[4 * j + 4], fin[4 * j + 5]),
+                       ptx::pack_bf16x2(fin[4 * j + 6], fin[4 * j + 7]));
+    }
+    // (3) generic-proxy writes visible to the TMA (async proxy), then everyone has written
+    ptx::fence_proxy_async_shared();
+    ptx::named_barrier_sync(barrier_id, 128);
+    // (4) one thread stores every column box and commits; completion is awaited at the next reuse
+    if (tid == 0) {
+#pragma unroll
+      for (uint32_t b = 0; b < kNumBoxes; ++b) {
+        ptx::tma_store_2d(tmap_d, buf + b * kBoxBytes, col0 + static_cast<int32_t>(b * kBoxCols), row0);
+      }
+      ptx::tma_store_commit();
+    }
+  }
+
+  // Before the issuing thread exits: every store has completed (its smem source must stay valid).
+  __device__ __forceinline__ static void finish() {
+    if (threadIdx.x % 128 == 0) ptx::tma_store_wait<0>();
+  }
+};
+
+}  // namespace epilogue
+}  // namespace finegemm
