@@ -15,10 +15,12 @@ a small roofline model of the persistent kernel and returns the cheapest. The mo
 * Epilogue: with the TMA-store epilogue (bf16 D, no C, no split-K: `tma_store`) the consumers
   only write the tile into shared memory (stmatrix) and the TMA store overlaps the next tile's
   main loop, so a unit pays the smem write; its staging buffer (block_m x block_n bf16) costs
-  pipeline stages, and fewer than 4 stages derate the main loop. Otherwise (direct stores, not
+  pipeline stages, and fewer than 4 stages derate the main loop. Both epilogues are candidates
+  where the TMA store applies (long K may prefer the direct one's extra stages). Otherwise (direct stores, not
   overlapped) the tile's valid outputs are written at a per-SM store rate; split-K adds the
   partial write per unit and the last CTA's read of all partials.
-* Whole problem: at least the DRAM time of the unique bytes (A, B, D, C, split workspace).
+* Whole problem: at least the DRAM time of the unique bytes (A, B, D, C, split workspace), at a
+  bandwidth scaled down when the grid is below 85% of the SMs.
 Wasted work on edge tiles (rows past M, columns past N) is charged automatically because the
 kernel computes whole tiles. Ties go to fewer units, then to the larger tile.
 
@@ -71,6 +73,10 @@ _STAGE_EFFICIENCY = {2: 0.75, 3: 0.9}  # short rings expose L2/TMA latency (>= 4
 _DRAM_BYTES_US = 4.0e6  # HBM bandwidth (bytes per microsecond)
 _WG_EFFICIENCY = {64: 0.70, 128: 0.92}  # promotion bubble: 1 vs 2 consumer warpgroups
 _FIXED_US = 2.0  # launch + pipeline fill
+# A grid much smaller than the machine cannot pull the full HBM bandwidth: the DRAM floor is
+# scaled by grid / (fraction * SMs) below that fraction (measured: 64x7168x2048 at 90 CTAs
+# 10.0 us vs 8.9 us at 112 CTAs, v0.2).
+_DRAM_FULL_GRID_FRACTION = 0.85
 
 
 @dataclass(frozen=True)
@@ -190,7 +196,8 @@ def _estimate(m: int, n: int, k: int, bm: int, bn: int, splits: int, num_sms: in
     dram = m * k + n * k + m * n * (out_bytes + (4 if has_c else 0))
     if splits > 1:
         dram += 2 * splits * m * n * 4
-    total = max(waves * t_unit + t_reduce, dram / _DRAM_BYTES_US) + _FIXED_US
+    dram_bw = _DRAM_BYTES_US * min(1.0, grid / (_DRAM_FULL_GRID_FRACTION * num_sms))
+    total = max(waves * t_unit + t_reduce, dram / dram_bw) + _FIXED_US
     return total, tiles, units
 
 
@@ -236,14 +243,17 @@ def select_config(m: int, n: int, k: int, num_sms: int, out_fp32: bool = False, 
             if allow_multicast and num_sms >= 2:
                 options += [(1, 2, True), (1, 2, False)]
             for splits, mc, mc_on_a in options:
-                tma = not out_fp32 and not has_c and splits == 1
-                est, tiles, units = _estimate(m, n, k, bm, bn, splits, num_sms, out_bytes, has_c, mc, mc_on_a, tma)
-                # Tie-break: faster, then fewer units, then no cluster, then bigger tiles.
-                rank = (round(est, 4), units, mc, -bm * bn)
-                if best is None or rank < best[0]:
-                    best = (rank, bm, bn, splits, mc, mc_on_a, est, tiles, units)
-    _, bm, bn, splits, mc, mc_on_a, est, tiles, units = best
-    tma = not out_fp32 and not has_c and splits == 1
+                # The TMA-store epilogue where the kernel has it; the direct one keeps more stages
+                # (better for long K, where the epilogue is a small part of a tile).
+                tma_options = (True, False) if (not out_fp32 and not has_c and splits == 1) else (False,)
+                for tma in tma_options:
+                    est, tiles, units = _estimate(m, n, k, bm, bn, splits, num_sms, out_bytes, has_c, mc, mc_on_a,
+                                                  tma)
+                    # Tie-break: faster, then fewer units, then no cluster, then bigger tiles, then TMA store.
+                    rank = (round(est, 4), units, mc, -bm * bn, not tma)
+                    if best is None or rank < best[0]:
+                        best = (rank, bm, bn, splits, mc, mc_on_a, tma, est, tiles, units)
+    _, bm, bn, splits, mc, mc_on_a, tma, est, tiles, units = best
     stages = max_stages(bm, bn, tma)
     cfg = Fp8GemmConfig(
         m=m, n=n, k=k, block_m=bm, block_n=bn, num_stages=stages, num_splits=splits,
