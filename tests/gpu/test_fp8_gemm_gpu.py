@@ -238,6 +238,18 @@ def test_strided_d_c_and_sfa_layouts():
     assert torch.isnan(bigb[:, n:]).all()
 
 
+@pytest.mark.parametrize("m,n,k,offset", [(129, 1001, 512, 0), (300, 1000, 1024, 1), (4097, 2112, 512, 3)])
+def test_bf16_d_unaligned_falls_back(m, n, k, offset):
+    """bf16 d that the TMA-store epilogue cannot take (row pitch not a multiple of 16 bytes, or a base
+    not 16-byte aligned): the kernel falls back to direct stores at run time."""
+    x, w, a, sfa, b, sfb = _inputs(m, n, k, seed=n + offset)
+    big = torch.full((m * n + offset + 8,), float("nan"), device="cuda", dtype=torch.bfloat16)
+    d = big[offset:offset + m * n].view(m, n)
+    _gemm(a, sfa, b, sfb, d)
+    _check(d, a, sfa, b, sfb, x, w)
+    assert torch.isnan(big[:offset]).all() and torch.isnan(big[offset + m * n:]).all(), "wrote outside d"
+
+
 def test_ops_layer_directly_and_m0():
     x, w, a, sfa, b, sfb = _inputs(65, 576, 512, seed=1)
     d = torch.full((65, 576), float("nan"), device="cuda", dtype=torch.bfloat16)
