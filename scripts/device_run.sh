@@ -17,7 +17,11 @@ python3 -m finegemm info 2>&1 | tee "$OUT/info.txt"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv 2>&1 | tee -a "$OUT/info.txt"
 
 if [[ "$what" == all || "$what" == tests ]]; then
-  python3 -m pytest -q -rs -m gpu tests/gpu -p no:cacheprovider --timeout 300 -s 2>&1 | tee "$OUT/gpu_tests.log"
+  # FINEGEMM_GPU_TESTS narrows the run (default: every GPU test); a hung kernel cannot eat the
+  # whole call: the suite is stopped after FINEGEMM_GPU_TEST_TIMEOUT seconds.
+  # shellcheck disable=SC2086
+  timeout "${FINEGEMM_GPU_TEST_TIMEOUT:-400}" python3 -m pytest -q -rs -m gpu ${FINEGEMM_GPU_TESTS:-tests/gpu} \
+    -p no:cacheprovider --timeout 300 -s 2>&1 | tee "$OUT/gpu_tests.log"
   status=$(( status | ${PIPESTATUS[0]} ))
   python3 -m finegemm check 2>&1 | tee "$OUT/check.log"
   status=$(( status | ${PIPESTATUS[0]} ))
