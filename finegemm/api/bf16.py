@@ -60,7 +60,10 @@ def _bf16_gemm(fn: str, layout: str, a: object, b: object, d: object, c: object,
             d.copy_(c)
         return
     if _v.on_cuda(d):
-        raise _not_built(fn, "BF16 GEMMs", _BF16_ISSUE)
+        from finegemm.ops import sm90_bf16_gemm
+
+        sm90_bf16_gemm.bf16_gemm(a, b, d, c, layout)
+        return
     a_nt = a if a_mk else a.t()
     b_nt = b if b_nk else b.t()
     d.copy_(reference.bf16_gemm_nt(a_nt, b_nt, c=c, out_dtype=d.dtype))
@@ -84,7 +87,8 @@ _DENSE_DOC = """
         * M == 0 or N == 0 returns at once after validation; K == 0 writes d = c (or zeros).
 
     Devices: CPU runs ``finegemm.reference.bf16_gemm_nt`` (exact, fp64 accumulation) on
-    transposed views; CUDA raises NotImplementedError until the SM90 BF16 kernel lands (issue #5).
+    transposed views; CUDA runs the SM90 BF16 kernel (finegemm.ops.sm90_bf16_gemm), which reads
+    every layout natively (no transposing copies).
 """
 
 

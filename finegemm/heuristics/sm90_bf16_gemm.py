@@ -1,0 +1,257 @@
+"""Launch configuration of the SM90 BF16 GEMM (impls/sm90_bf16_gemm.cuh), every layout.
+
+select_config() lists every candidate (block_m, block_n, num_splits), estimates its time with
+the roofline model of the FP8 family's heuristic (heuristics/sm90_fp8_gemm.py) adapted to bf16,
+and returns the cheapest:
+
+* A work unit is one (tile, split); the grid is min(num_sms, units) and the busiest CTA runs
+  ceil(units / grid) units, so a partly filled last wave costs a full unit.
+* A unit's main loop is bound by the tensor cores (2 * bm * bn * 64 flops per 64-wide k-block at
+  the per-SM bf16 peak, derated for narrow N where wgmma m64nNk16 is shared-memory bound, and
+  slightly for one consumer warpgroup) or by the L2 -> SM operand traffic ((bm + bn) * 128
+  bytes per k-block).
+* Epilogue: the non-split kernels carry the TMA-store staging buffer (block_m x block_n bf16),
+  which bf16 outputs use (the store overlaps the next tile; a unit pays the smem write); fp32
+  outputs and split-K units store directly (not overlapped). Split-K adds the partial write and
+  the last CTA's read of all partials.
+* Whole problem: at least the DRAM time of the unique bytes, at a bandwidth scaled down when
+  the grid is below 85% of the SMs.
+
+The kernel space is kept small on purpose (every member is compiled spill-free by
+tests/test_bf16_kernel_compile.py): block_m 64 / 128; block_n from BLOCK_N_K_MAJOR when B is
+K-major, from BLOCK_N_MN_MAJOR (whole 64-column TMA boxes) when B is N-major; the stage count
+is a function of the tile (as many as fit); split-K only with block_m 64 and SPLIT_BLOCK_N, for
+problems with fewer tiles than half the SMs. The output dtype and C are run-time flags of the
+kernel, not variants.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from dataclasses import dataclass
+
+from finegemm.utils import ceil_div
+
+__all__ = [
+    "Bf16GemmConfig",
+    "select_config",
+    "smem_bytes",
+    "max_stages",
+    "num_threads",
+    "block_n_candidates",
+    "all_kernel_keys",
+    "LAYOUTS",
+    "BLOCK_K",
+    "SMEM_LIMIT",
+    "clear_cache",
+]
+
+BLOCK_K = 64
+SMEM_LIMIT = 232448  # 227 KB: the SM90 per-block dynamic shared memory limit
+MAX_STAGES = 10
+MIN_STAGES = 2
+MAX_SPLITS = 16
+MIN_KB_PER_SPLIT = 8  # 512 of K per split at least
+BLOCK_N_K_MAJOR = (16, 32, 48, 64, 96, 128, 160, 192, 224, 256)
+BLOCK_N_MN_MAJOR = (64, 128, 192, 256)
+SPLIT_BLOCK_M = 64
+SPLIT_BLOCK_N = (64, 128)
+# Layout suffix -> (A is M-major, B is N-major). nt: A [M, K], B [N, K]; nn: B [K, N];
+# tn: A [K, M], B [K, N]; tt: A [K, M], B [N, K].
+LAYOUTS = {"nt": (False, False), "nn": (False, True), "tn": (True, True), "tt": (True, False)}
+
+# Machine model (H100/H200 SXM; only ratios matter for the choice).
+_PEAK_FLOPS_PER_SM_US = 989e6 / 132  # dense bf16 flops per microsecond per SM
+_L2_BYTES_PER_SM_US = 8.0e6 / 132  # L2 -> SM operand bandwidth share
+_STORE_BYTES_PER_SM_US = 5.0e6 / 132  # direct epilogue stores per SM
+_SMEM_EPI_BYTES_PER_SM_US = 150e3  # TMA-store epilogue: stmatrix into smem + barriers
+_STAGE_EFFICIENCY = {2: 0.75, 3: 0.9}  # short rings expose L2/TMA latency (>= 4 stages: 1.0)
+_DRAM_BYTES_US = 4.0e6  # HBM bandwidth (bytes per microsecond)
+_WG_EFFICIENCY = {64: 0.85, 128: 0.95}  # issue gaps with 1 vs 2 consumer warpgroups
+_FIXED_US = 2.0  # launch + pipeline fill
+_DRAM_FULL_GRID_FRACTION = 0.85
+
+
+@dataclass(frozen=True)
+class Bf16GemmConfig:
+    m: int
+    n: int
+    k: int
+    a_mn_major: bool  # A stored [K, M]
+    b_mn_major: bool  # B stored [K, N]
+    block_m: int
+    block_n: int
+    num_stages: int
+    num_splits: int
+    grid: int
+    smem_bytes: int
+    num_threads: int
+    num_tiles: int
+    num_units: int
+    out_fp32: bool
+    has_c: bool
+    est_us: float  # the model's estimate (for comparing candidates, not a prediction)
+
+    @property
+    def split_k(self) -> bool:
+        return self.num_splits > 1
+
+    @property
+    def tma_store(self) -> bool:
+        """The kernel carries the TMA-store epilogue (every non-split kernel; used for bf16 d)."""
+        return not self.split_k
+
+    @property
+    def workspace_floats(self) -> int:
+        return self.num_tiles * self.num_splits * self.block_m * self.block_n if self.split_k else 0
+
+    @property
+    def num_counters(self) -> int:
+        return self.num_tiles if self.split_k else 0
+
+    def kernel_key(self) -> tuple:
+        """What selects the compiled kernel (everything else is a runtime argument)."""
+        return (self.block_m, self.block_n, self.num_stages, self.a_mn_major, self.b_mn_major, self.split_k,
+                self.tma_store)
+
+
+def num_threads(block_m: int) -> int:
+    """Consumer warpgroups (block_m / 64) + one producer warpgroup."""
+    return (block_m // 64 + 1) * 128
+
+
+def _staging_bytes(block_m: int, block_n: int, tma_store: bool) -> int:
+    return block_m * block_n * 2 if tma_store else 0
+
+
+def smem_bytes(block_m: int, block_n: int, num_stages: int, tma_store: bool) -> int:
+    """Dynamic shared memory of a launch; mirrors Sm90Bf16GemmTraits::kDynamicSmemBytes: the
+    staging buffer (tma_store), per stage A (block_m x 128 B) + B (block_n x 128 B) + 2 barriers,
+    a 16-byte flag and 1024 bytes of slack to align the base to the 128B-swizzle atom."""
+    return (1024 + _staging_bytes(block_m, block_n, tma_store) +
+            num_stages * (block_m * 2 * BLOCK_K + block_n * 2 * BLOCK_K) + num_stages * 16 + 16)
+
+
+def max_stages(block_m: int, block_n: int, tma_store: bool) -> int:
+    per_stage = (block_m + block_n) * 2 * BLOCK_K + 16
+    return min(MAX_STAGES, (SMEM_LIMIT - 1024 - 16 - _staging_bytes(block_m, block_n, tma_store)) // per_stage)
+
+
+def block_n_candidates(b_mn_major: bool) -> tuple[int, ...]:
+    return BLOCK_N_MN_MAJOR if b_mn_major else BLOCK_N_K_MAJOR
+
+
+def all_kernel_keys() -> list[tuple]:
+    """Every kernel_key() select_config can return, over all layouts and shapes."""
+    keys = []
+    for a_mn, b_mn in LAYOUTS.values():
+        for bm in (64, 128):
+            for bn in block_n_candidates(b_mn):
+                keys.append((bm, bn, max_stages(bm, bn, True), a_mn, b_mn, False, True))
+                if bm == SPLIT_BLOCK_M and bn in SPLIT_BLOCK_N:
+                    keys.append((bm, bn, max_stages(bm, bn, False), a_mn, b_mn, True, False))
+    return keys
+
+
+def _mma_efficiency(block_n: int) -> float:
+    # Per wgmma m64nNk16: N/2 tensor-core cycles vs (2048 + 32 N) / 128 shared-memory cycles.
+    return (block_n / 2) / max(block_n / 2, 16 + block_n / 4)
+
+
+def _estimate(m: int, n: int, k: int, bm: int, bn: int, splits: int, num_sms: int, out_bytes: int,
+              has_c: bool) -> tuple[float, int, int]:
+    num_kb = ceil_div(k, BLOCK_K)
+    tiles = ceil_div(m, bm) * ceil_div(n, bn)
+    units = tiles * splits
+    grid = min(num_sms, units)
+    waves = ceil_div(units, grid)
+    kb_unit = ceil_div(num_kb, splits)
+    tma = splits == 1
+    stage_eff = _STAGE_EFFICIENCY.get(max_stages(bm, bn, tma), 1.0)
+    flops = 2.0 * bm * bn * BLOCK_K * kb_unit
+    t_mma = flops / (_PEAK_FLOPS_PER_SM_US * _mma_efficiency(bn) * _WG_EFFICIENCY[bm] * stage_eff)
+    t_load = kb_unit * 2 * BLOCK_K * (bm + bn) / _L2_BYTES_PER_SM_US
+    rows, cols = min(bm, m), min(bn, n)
+    if tma and out_bytes == 2 and not has_c:
+        t_epi = bm * bn * 2 / _SMEM_EPI_BYTES_PER_SM_US
+    else:
+        t_epi = rows * cols * (out_bytes + (4 if has_c else 0)) / _STORE_BYTES_PER_SM_US
+    t_reduce = 0.0
+    if splits > 1:
+        t_epi += rows * cols * 4 / _STORE_BYTES_PER_SM_US
+        t_reduce = splits * rows * cols * 4 / _L2_BYTES_PER_SM_US
+    t_unit = max(t_mma, t_load) + t_epi
+    dram = 2 * (m * k + n * k) + m * n * (out_bytes + (4 if has_c else 0))
+    if splits > 1:
+        dram += 2 * splits * m * n * 4
+    dram_bw = _DRAM_BYTES_US * min(1.0, grid / (_DRAM_FULL_GRID_FRACTION * num_sms))
+    total = max(waves * t_unit + t_reduce, dram / dram_bw) + _FIXED_US
+    return total, tiles, units
+
+
+_cache: dict[tuple, Bf16GemmConfig] = {}
+_cache_lock = threading.Lock()
+
+
+def clear_cache() -> None:
+    with _cache_lock:
+        _cache.clear()
+
+
+def _print_enabled() -> bool:
+    return os.environ.get("FINEGEMM_PRINT_CONFIGS", "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def select_config(m: int, n: int, k: int, num_sms: int, a_mn_major: bool = False, b_mn_major: bool = False,
+                  out_fp32: bool = False, has_c: bool = False, allow_split_k: bool = True) -> Bf16GemmConfig:
+    """The launch configuration for D[m, n] (+C) = op(A) . op(B) on num_sms SMs (cached).
+
+    m, n, k >= 1 (k % 8 == 0 for the kernel). has_c requires out_fp32.
+    """
+    key = (m, n, k, num_sms, bool(a_mn_major), bool(b_mn_major), bool(out_fp32), bool(has_c), bool(allow_split_k))
+    cfg = _cache.get(key)
+    if cfg is not None:
+        return cfg
+    if m < 1 or n < 1 or k < 1 or num_sms < 1:
+        raise ValueError(f"select_config: need m, n, k, num_sms >= 1, got {(m, n, k, num_sms)}")
+    if has_c and not out_fp32:
+        raise ValueError("select_config: C is only supported with an fp32 output")
+    out_bytes = 4 if out_fp32 else 2
+    num_kb = ceil_div(k, BLOCK_K)
+
+    best = None
+    for bm in ([64] if m <= 64 else [64, 128]):
+        for bn in block_n_candidates(b_mn_major):
+            tiles = ceil_div(m, bm) * ceil_div(n, bn)
+            split_options = [1]
+            if (allow_split_k and bm == SPLIT_BLOCK_M and bn in SPLIT_BLOCK_N and 2 * tiles <= num_sms
+                    and num_kb >= 2 * MIN_KB_PER_SPLIT):
+                top = min(MAX_SPLITS, num_kb // MIN_KB_PER_SPLIT, num_sms // tiles)
+                split_options += list(range(2, top + 1))
+            for splits in split_options:
+                est, tiles, units = _estimate(m, n, k, bm, bn, splits, num_sms, out_bytes, has_c)
+                # Tie-break: faster, then fewer units, then bigger tiles.
+                rank = (round(est, 4), units, -bm * bn)
+                if best is None or rank < best[0]:
+                    best = (rank, bm, bn, splits, est, tiles, units)
+    _, bm, bn, splits, est, tiles, units = best
+    tma = splits == 1
+    stages = max_stages(bm, bn, tma)
+    cfg = Bf16GemmConfig(
+        m=m, n=n, k=k, a_mn_major=bool(a_mn_major), b_mn_major=bool(b_mn_major), block_m=bm, block_n=bn,
+        num_stages=stages, num_splits=splits, grid=min(num_sms, units), smem_bytes=smem_bytes(bm, bn, stages, tma),
+        num_threads=num_threads(bm), num_tiles=tiles, num_units=units, out_fp32=bool(out_fp32), has_c=bool(has_c),
+        est_us=est,
+    )
+    with _cache_lock:
+        _cache[key] = cfg
+    if _print_enabled():
+        layout = {v: k_ for k_, v in LAYOUTS.items()}[(bool(a_mn_major), bool(b_mn_major))]
+        print(
+            f"finegemm: sm90_bf16_gemm {layout} m={m} n={n} k={k} out={'fp32' if out_fp32 else 'bf16'}"
+            f"{' +C' if has_c else ''} sms={num_sms} -> block_m={bm} block_n={bn} stages={stages} "
+            f"splits={splits} tiles={tiles} grid={cfg.grid} smem={cfg.smem_bytes} est={est:.1f}us",
+            file=sys.stderr, flush=True,
+        )
+    return cfg

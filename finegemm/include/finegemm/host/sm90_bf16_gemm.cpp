@@ -1,0 +1,116 @@
+// Host launcher of the SM90 BF16 GEMM (impls/sm90_bf16_gemm.cuh), every layout.
+// Encodes the TMA descriptors (A and B in their stored major order, D for the TMA-store
+// epilogue) and launches the persistent kernel. No allocation; every size comes from the caller
+// (finegemm/ops/sm90_bf16_gemm.py).
+#include "finegemm/host/common.h"
+
+#include <cstdint>
+#include <cstring>
+
+namespace {
+
+constexpr int kBf16BlockK = 64;              // mirrors Sm90Bf16GemmTraits::BLOCK_K
+constexpr uint32_t kBf16FlagVectorStores = 1u;  // mirrors impls::kBf16Flag*
+constexpr uint32_t kBf16FlagTmaStore = 2u;
+constexpr uint32_t kBf16FlagOutFp32 = 4u;
+constexpr uint32_t kBf16FlagHasC = 8u;
+
+// Column-box swizzle of the TMA-store epilogue: mirrors epilogue::TmaStoreBf16<BLOCK_N>.
+int bf16_tma_store_swizzle_bytes(int block_n) {
+  const int row_bytes = block_n * 2;
+  return row_bytes % 128 == 0 ? 128 : (row_bytes % 64 == 0 ? 64 : 32);
+}
+
+// TMA descriptor of one bf16 operand. K-major ([rows, K] storage): box (64 k, box_rows rows).
+// MN-major ([K, rows] storage): box (64 rows, 64 k); the kernel issues one box per 64 rows.
+CUresult bf16_operand_tmap(CUtensorMap* tmap, void* ptr, bool mn_major, int rows, int k, int ld, int box_rows) {
+  if (mn_major) {
+    return fg::make_tmap_2d(tmap, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, ptr, static_cast<uint64_t>(rows),
+                            static_cast<uint64_t>(k), static_cast<uint64_t>(ld) * 2u, 64, kBf16BlockK,
+                            CU_TENSOR_MAP_SWIZZLE_128B);
+  }
+  return fg::make_tmap_2d(tmap, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, ptr, static_cast<uint64_t>(k),
+                          static_cast<uint64_t>(rows), static_cast<uint64_t>(ld) * 2u, kBf16BlockK,
+                          static_cast<uint32_t>(box_rows), CU_TENSOR_MAP_SWIZZLE_128B);
+}
+
+}  // namespace
+
+extern "C" {
+
+// fn:         CUfunction of the kernel compiled for (block_m, block_n, stages, a_mn_major, b_mn_major, split_k, tma_store).
+// a:          bf16, [m, k] row pitch lda elements (a_mn_major 0) or [k, m] row pitch lda (a_mn_major 1).
+// b:          bf16, [n, k] row pitch ldb (b_mn_major 0) or [k, n] row pitch ldb (b_mn_major 1).
+// d:          bf16 or fp32 (out_fp32) [m, n], row pitch ldd elements; c: fp32 like d, or null
+//             (only with out_fp32; may equal d).
+// workspace:  fp32, >= num_tiles * num_splits * block_m * block_n floats (split-K only, else null).
+// counters:   int32, >= num_tiles, zero before the first call (the kernel leaves them zero).
+// tma_store:  1 when the kernel was built with the TMA-store epilogue; the D tensor map is then
+//             encoded when d allows it (bf16, no c, 16-byte aligned base, ldd % 8 == 0), else
+//             the kernel stores directly.
+// Pitches are in elements; lda * 2 and ldb * 2 must be multiples of 16 (TMA).
+// Returns a CUresult (0 = success) or fg::FG_ERROR_*.
+int fg_launch_sm90_bf16_gemm(uint64_t fn, void* a, void* b, void* d, void* c, void* workspace, void* counters,
+                             int m, int n, int k, int lda, int ldb, int ldd, int a_mn_major, int b_mn_major,
+                             int block_m, int block_n, int num_splits, int out_fp32, int tma_store, int grid,
+                             int smem_bytes, uint64_t stream) {
+  if (fn == 0 || a == nullptr || b == nullptr || d == nullptr) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (m <= 0 || n <= 0 || k <= 0 || k % 8 != 0) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (lda % 8 != 0 || ldb % 8 != 0 || ldd < n) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (lda < (a_mn_major ? m : k) || ldb < (b_mn_major ? n : k)) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if ((block_m != 64 && block_m != 128) || block_n < 16 || block_n > 256 || block_n % 16 != 0)
+    return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (b_mn_major && block_n % 64 != 0) return fg::FG_ERROR_INVALID_ARGUMENT;
+  const int num_kb = (k + kBf16BlockK - 1) / kBf16BlockK;
+  if (num_splits < 1 || num_splits > num_kb) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (num_splits > 1 && (workspace == nullptr || counters == nullptr)) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (num_splits > 1 && tma_store != 0) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (c != nullptr && out_fp32 == 0) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (grid <= 0 || smem_bytes <= 0) return fg::FG_ERROR_INVALID_ARGUMENT;
+
+  const fg::Driver& drv = fg::driver();
+  if (!drv.ok) return fg::FG_ERROR_NO_DRIVER;
+
+  CUtensorMap tmap_a, tmap_b;
+  CUresult r = bf16_operand_tmap(&tmap_a, a, a_mn_major != 0, m, k, lda, block_m);
+  if (r != CUDA_SUCCESS) return r;
+  r = bf16_operand_tmap(&tmap_b, b, b_mn_major != 0, n, k, ldb, block_n);
+  if (r != CUDA_SUCCESS) return r;
+
+  // Two-element vector stores (bf16x2 / float2) need an even N, an even row pitch and base
+  // pointers aligned to the vector size.
+  const uintptr_t vec_bytes = out_fp32 ? 8u : 4u;
+  bool vec = (n % 2 == 0) && (ldd % 2 == 0) && (reinterpret_cast<uintptr_t>(d) % vec_bytes == 0);
+  if (c != nullptr) vec = vec && (reinterpret_cast<uintptr_t>(c) % 8u == 0);
+  uint32_t flags = vec ? kBf16FlagVectorStores : 0u;
+  if (out_fp32) flags |= kBf16FlagOutFp32;
+  if (c != nullptr) flags |= kBf16FlagHasC;
+
+  CUtensorMap tmap_d;
+  std::memset(&tmap_d, 0, sizeof(tmap_d));
+  if (tma_store != 0 && out_fp32 == 0 && c == nullptr) {
+    const bool ok = reinterpret_cast<uintptr_t>(d) % 16 == 0 && (static_cast<int64_t>(ldd) * 2) % 16 == 0;
+    if (ok) {
+      const int sw = bf16_tma_store_swizzle_bytes(block_n);
+      r = fg::make_tmap_2d(&tmap_d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, d, static_cast<uint64_t>(n),
+                           static_cast<uint64_t>(m), static_cast<uint64_t>(ldd) * 2u, static_cast<uint32_t>(sw / 2),
+                           64,
+                           sw == 128 ? CU_TENSOR_MAP_SWIZZLE_128B
+                                     : (sw == 64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_32B));
+      if (r != CUDA_SUCCESS) return r;
+      flags |= kBf16FlagTmaStore;
+    }
+  }
+
+  const float* c_p = static_cast<const float*>(c);
+  float* ws_p = static_cast<float*>(workspace);
+  int* cnt_p = static_cast<int*>(counters);
+  uint32_t um = static_cast<uint32_t>(m), un = static_cast<uint32_t>(n), uk = static_cast<uint32_t>(k);
+  uint32_t uldd = static_cast<uint32_t>(ldd), usplits = static_cast<uint32_t>(num_splits);
+  void* params[] = {&tmap_a, &tmap_b, &tmap_d, &d, &c_p, &ws_p, &cnt_p, &um, &un, &uk, &uldd, &flags, &usplits};
+  const unsigned threads = static_cast<unsigned>((block_m / 64 + 1) * 128);
+  return fg::launch(fg::as_function(fn), static_cast<unsigned>(grid), 1, 1, threads, 1, 1,
+                    static_cast<unsigned>(smem_bytes), 1, fg::as_stream(stream), params);
+}
+
+}  // extern "C"

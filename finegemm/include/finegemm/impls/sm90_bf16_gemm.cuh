@@ -1,0 +1,410 @@
+// SM90 BF16 GEMM in every layout:  D[m, n] = C[m, n] + sum_k A(m, k) * B(k, n)
+// A bf16, stored K-major ([M, K], row pitch lda) or M-major ([K, M], row pitch lda);
+// B bf16, stored K-major ([N, K], row pitch ldb) or N-major ([K, N], row pitch ldb);
+// D bf16 or fp32 [M, N] (row pitch ldd), C fp32 [M, N] like D (only with fp32 D; may be D).
+// Layout suffixes of the API: nt = (A K-major, B K-major), nn = (K, N-major), tn = (M-major,
+// N-major), tt = (M-major, K-major). Every layout runs natively: TMA loads the stored layout
+// with the 128-byte swizzle and the wgmma instruction reads it through its transpose bits
+// (imm-trans-a / imm-trans-b = 1 for MN-major operands, allowed for 16-bit types).
+//
+// Shared-memory tiles of one stage (BLOCK_K = 64 = 128 bytes of bf16 = the swizzle span):
+//   K-major operand:  one TMA box (64 K inner, ROWS outer): ROWS rows of 128 bytes; descriptor
+//                     ptx::make_smem_desc_k_sw128; a k16 step adds 32 bytes.
+//   MN-major operand: ROWS / 64 TMA boxes (64 M/N inner, 64 K outer), 8 KB each, one after
+//                     the other: inside a box every K row holds 64 consecutive M/N elements;
+//                     descriptor ptx::make_smem_desc_mn_sw128 with LBO = 8 KB (next 64-wide
+//                     chunk), SBO = 1 KB (next 8 K rows); a k16 step adds 2048 bytes.
+//   The 64 rows of consumer warpgroup wg sit at +wg * 8 KB in both layouts.
+//
+// Persistent, warp-specialized kernel (the FP8 family's structure, impls/sm90_fp8_gemm_1d2d.cuh):
+//   warpgroups 0 .. kNumConsumerWG-1 : consumers; each owns 64 rows of the BLOCK_M tile and
+//                                      issues 4 wgmma m64nBLOCK_Nk16 per stage into its FP32
+//                                      register accumulators (no promotion: bf16 products are
+//                                      exact in the tensor core's fp32 accumulation).
+//   warpgroup kNumConsumerWG          : producer; one thread issues the TMA loads.
+// Barriers per stage: full (count 1 + the stage's TMA bytes) and empty (count = consumer warps).
+// The consumers keep one wgmma group in flight: after committing k-block kb they wait until
+// only that group is pending (wait_group 1), so k-block kb-1 has finished reading its stage,
+// which they then release.
+//
+// Epilogue: with kTmaStore (the non-split kernels) and the host's kFlagTmaStore (bf16 D, no C,
+// d 16-byte aligned with ldd % 8 == 0), the 64 x BLOCK_N fragment of each warpgroup goes through
+// the FP8 family's swizzled staging buffer + TMA store (epilogue/tma_store_bf16.cuh), overlapped
+// with the next tile. Otherwise direct register -> global stores, with the output dtype and C
+// chosen at run time (flags), predicated on M and N.
+//
+// Split-K (kSplitK): a work unit is (tile, split); each split covers a contiguous k-block range
+// and writes its FP32 partial tile to the workspace; the CTA that finishes last (per-tile atomic
+// counter) sums all partials in split order 0..S-1 (deterministic), writes D and resets the
+// counter to 0 for the next call.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include <finegemm/epilogue/tma_store_bf16.cuh>
+#include <finegemm/ptx/common.cuh>
+#include <finegemm/ptx/mbarrier.cuh>
+#include <finegemm/ptx/tma.cuh>
+#include <finegemm/ptx/wgmma.cuh>
+#include <finegemm/ptx/wgmma_bf16.cuh>
+
+namespace finegemm {
+namespace impls {
+
+// Compile-time facts of one configuration; the host mirrors kDynamicSmemBytes and kNumThreads
+// (finegemm/heuristics/sm90_bf16_gemm.py: smem_bytes(), num_threads()).
+template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages, bool kTmaStore>
+struct Sm90Bf16GemmTraits {
+  static constexpr uint32_t BLOCK_K = 64;         // 64 bf16 = 128 bytes = the swizzle span
+  static constexpr uint32_t kRowBytes = BLOCK_K * 2;
+  static constexpr uint32_t kChunkBytes = 64 * kRowBytes;  // one 64-row (K-major) / 64-col (MN-major) slice
+  static constexpr uint32_t kNumConsumerWG = BLOCK_M / 64;
+  static constexpr uint32_t kNumConsumerThreads = kNumConsumerWG * 128;
+  static constexpr uint32_t kNumThreads = kNumConsumerThreads + 128;
+
+  // Shared memory layout (offsets from a 1024-byte aligned base):
+  //   [D staging (kTmaStore: BLOCK_M x BLOCK_N bf16)][A stage 0..S-1][B stage 0..S-1]
+  //   [full bar x S][empty bar x S][flag]
+  static constexpr uint32_t kSmemA = BLOCK_M * kRowBytes;  // multiple of 8 KB
+  static constexpr uint32_t kSmemB = BLOCK_N * kRowBytes;  // multiple of 1 KB (BLOCK_N % 8 == 0)
+  static constexpr uint32_t kSmemD = kTmaStore ? BLOCK_M * BLOCK_N * 2 : 0;  // multiple of 2 KB
+  static constexpr uint32_t kOffD = 0;
+  static constexpr uint32_t kOffA = kOffD + kSmemD;
+  static constexpr uint32_t kOffB = kOffA + kNumStages * kSmemA;
+  static constexpr uint32_t kOffFull = kOffB + kNumStages * kSmemB;
+  static constexpr uint32_t kOffEmpty = kOffFull + kNumStages * 8;
+  static constexpr uint32_t kOffFlag = kOffEmpty + kNumStages * 8;
+  static constexpr uint32_t kUsedBytes = kOffFlag + 16;
+  static constexpr uint32_t kDynamicSmemBytes = kUsedBytes + 1024;  // + slack to align the base
+  // Bytes one stage's TMA loads deliver: the FULL boxes (out-of-bounds parts are zero-filled
+  // and still counted).
+  static constexpr uint32_t kTxBytes = kSmemA + kSmemB;
+
+  static_assert(BLOCK_M == 64 || BLOCK_M == 128, "BLOCK_M must be 64 or 128");
+  static_assert(BLOCK_N % 16 == 0 && BLOCK_N >= 16 && BLOCK_N <= 256, "BLOCK_N: multiple of 16 in [16, 256]");
+  static_assert(kNumStages >= 2 && kNumStages <= 16, "kNumStages out of range");
+  static_assert(kDynamicSmemBytes <= 232448, "shared memory above the SM90 227 KB limit");
+};
+
+// Kernel parameter flags (bits set by the host launcher, host/sm90_bf16_gemm.cpp).
+constexpr uint32_t kBf16FlagVectorStores = 1u;  // D (and C) pointer/stride allow 2-element vector accesses
+constexpr uint32_t kBf16FlagTmaStore = 2u;      // tmap_d is valid: TMA-store epilogue (kTmaStore kernels)
+constexpr uint32_t kBf16FlagOutFp32 = 4u;       // D is fp32 (else bf16)
+constexpr uint32_t kBf16FlagHasC = 8u;          // C (fp32, like D) is added
+
+// Persistent tile order of the BF16 GEMM: work unit u -> (m_block, n_block, split). Tiles are
+// visited in column groups of kGroupN n-blocks (inside a group the n-block varies fastest, then
+// the m-block), so a wave of CTAs covers a compact rectangle of tiles whose A rows and B
+// columns are still in L2 when its neighbours read them. The splits of one tile are
+// consecutive units (they run concurrently; the last finds the other partials fresh in L2).
+template <uint32_t kGroupN>
+struct Bf16TileScheduler {
+  uint32_t num_m_blocks, num_n_blocks, num_splits, num_units;
+
+  __device__ __forceinline__ Bf16TileScheduler(uint32_t m_blocks, uint32_t n_blocks, uint32_t splits)
+      : num_m_blocks(m_blocks), num_n_blocks(n_blocks), num_splits(splits),
+        num_units(m_blocks * n_blocks * splits) {}
+
+  __device__ __forceinline__ uint32_t tile_index(uint32_t m_block, uint32_t n_block) const {
+    return m_block * num_n_blocks + n_block;
+  }
+
+  __device__ __forceinline__ void get(uint32_t unit, uint32_t& m_block, uint32_t& n_block, uint32_t& split) const {
+    uint32_t tile = unit;
+    split = 0;
+    if (num_splits > 1) {
+      tile = unit / num_splits;
+      split = unit - tile * num_splits;
+    }
+    const uint32_t group_tiles = kGroupN * num_m_blocks;
+    const uint32_t group = tile / group_tiles;
+    const uint32_t first_n = group * kGroupN;
+    const uint32_t rest = num_n_blocks - first_n;
+    const uint32_t width = rest < kGroupN ? rest : kGroupN;
+    const uint32_t in_group = tile - group * group_tiles;
+    m_block = in_group / width;
+    n_block = first_n + (in_group - m_block * width);
+  }
+
+  // K-block range [begin, end) of split `split` (balanced, contiguous; the host guarantees
+  // num_splits <= num_kb, so no range is empty).
+  __device__ __forceinline__ void k_range(uint32_t split, uint32_t num_kb, uint32_t& begin, uint32_t& end) const {
+    begin = (num_splits > 1) ? (split * num_kb) / num_splits : 0;
+    end = (num_splits > 1) ? ((split + 1) * num_kb) / num_splits : num_kb;
+  }
+};
+
+template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages, bool kAMnMajor, bool kBMnMajor, bool kSplitK,
+          bool kTmaStore>
+__device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const CUtensorMap* tmap_b,
+                                               const CUtensorMap* tmap_d, void* d_ptr, const float* c_ptr,
+                                               float* workspace, int* counters, uint32_t M, uint32_t N, uint32_t K,
+                                               uint32_t ldd, uint32_t flags, uint32_t num_splits) {
+  using Traits = Sm90Bf16GemmTraits<BLOCK_M, BLOCK_N, kNumStages, kTmaStore>;
+  using EpiTma = epilogue::TmaStoreBf16<BLOCK_N>;
+  using Mma = ptx::WgmmaBf16<BLOCK_N>;
+  static_assert(!kTmaStore || !kSplitK, "TMA-store epilogue: no split-K");
+  static_assert(!kTmaStore || Traits::kSmemD == (BLOCK_M / 64) * EpiTma::kBytes, "staging size");
+  static_assert(!kBMnMajor || BLOCK_N % 64 == 0, "an N-major B tile is whole 64-column TMA boxes");
+  constexpr uint32_t BLOCK_K = Traits::BLOCK_K;
+  constexpr uint32_t kNumConsumerWG = Traits::kNumConsumerWG;
+  constexpr uint32_t kNumConsumerThreads = Traits::kNumConsumerThreads;
+  constexpr uint32_t kNumAcc = BLOCK_N / 2;  // fp32 accumulators per thread (m64 x BLOCK_N / 128)
+  constexpr uint32_t kNumChunks = BLOCK_N / 8;
+  constexpr uint32_t kChunk = Traits::kChunkBytes;
+  // Descriptor address-field step (bytes >> 4) per k16 step: 32 bytes along a K-major row,
+  // 16 rows of 128 bytes in an MN-major box.
+  constexpr uint32_t kStepA = kAMnMajor ? (16 * Traits::kRowBytes) >> 4 : 32 >> 4;
+  constexpr uint32_t kStepB = kBMnMajor ? (16 * Traits::kRowBytes) >> 4 : 32 >> 4;
+
+  extern __shared__ __align__(1024) uint8_t fg_smem_raw[];
+  const uint32_t raw_addr = ptx::smem_addr(fg_smem_raw);
+  const uint32_t base = (raw_addr + 1023u) & ~1023u;
+  uint8_t* smem = fg_smem_raw + (base - raw_addr);
+
+  auto full_bar = [&](uint32_t s) { return base + Traits::kOffFull + s * 8; };
+  auto empty_bar = [&](uint32_t s) { return base + Traits::kOffEmpty + s * 8; };
+  volatile int* flag_smem = reinterpret_cast<volatile int*>(smem + Traits::kOffFlag);
+
+  const uint32_t num_kb = (K + BLOCK_K - 1) / BLOCK_K;
+  const uint32_t num_m_blocks = (M + BLOCK_M - 1) / BLOCK_M;
+  const uint32_t num_n_blocks = (N + BLOCK_N - 1) / BLOCK_N;
+  const Bf16TileScheduler<8> sched(num_m_blocks, num_n_blocks, kSplitK ? num_splits : 1u);
+
+  if (threadIdx.x == 0) {
+    // A launch with less dynamic shared memory than this layout needs would corrupt memory.
+    if (ptx::dynamic_smem_size() < Traits::kDynamicSmemBytes) __trap();
+#pragma unroll
+    for (uint32_t s = 0; s < kNumStages; ++s) {
+      ptx::mbar_init(full_bar(s), 1);
+      ptx::mbar_init(empty_bar(s), kNumConsumerWG * 4);  // lane 0 of every consumer warp
+    }
+    ptx::fence_mbarrier_init();
+    ptx::fence_proxy_async_shared();
+  }
+  __syncthreads();
+
+  if (threadIdx.x >= kNumConsumerThreads) {
+    // ------------------------------------------------------------------ producer warpgroup
+    if constexpr (kNumConsumerWG == 2) ptx::setmaxnreg_dec<40>();
+    if (threadIdx.x == kNumConsumerThreads) {
+      ptx::tma_prefetch_desc(tmap_a);
+      ptx::tma_prefetch_desc(tmap_b);
+      uint32_t stage = 0, phase = 0;
+      for (uint32_t unit = blockIdx.x; unit < sched.num_units; unit += gridDim.x) {
+        uint32_t m_block, n_block, split, kb_begin, kb_end;
+        sched.get(unit, m_block, n_block, split);
+        sched.k_range(split, num_kb, kb_begin, kb_end);
+        const int32_t m0 = static_cast<int32_t>(m_block * BLOCK_M);
+        const int32_t n0 = static_cast<int32_t>(n_block * BLOCK_N);
+        for (uint32_t kb = kb_begin; kb < kb_end; ++kb) {
+          // Fresh barrier: waiting for parity 1 returns at once, so the first pass never blocks.
+          ptx::mbar_wait(empty_bar(stage), phase ^ 1u);
+          ptx::mbar_arrive_expect_tx(full_bar(stage), Traits::kTxBytes);
+          const int32_t k0 = static_cast<int32_t>(kb * BLOCK_K);
+          const uint32_t dst_a = base + Traits::kOffA + stage * Traits::kSmemA;
+          const uint32_t dst_b = base + Traits::kOffB + stage * Traits::kSmemB;
+          if constexpr (kAMnMajor) {
+            // [K, M] storage: boxes of (64 m, 64 k), coordinates (m, k).
+#pragma unroll
+            for (uint32_t c = 0; c < BLOCK_M / 64; ++c)
+              ptx::tma_load_2d(dst_a + c * kChunk, tmap_a, full_bar(stage), m0 + static_cast<int32_t>(c * 64), k0);
+          } else {
+            // [M, K] storage: one box of (64 k, BLOCK_M rows), coordinates (k, m).
+            ptx::tma_load_2d(dst_a, tmap_a, full_bar(stage), k0, m0);
+          }
+          if constexpr (kBMnMajor) {
+#pragma unroll
+            for (uint32_t c = 0; c < BLOCK_N / 64; ++c)
+              ptx::tma_load_2d(dst_b + c * kChunk, tmap_b, full_bar(stage), n0 + static_cast<int32_t>(c * 64), k0);
+          } else {
+            ptx::tma_load_2d(dst_b, tmap_b, full_bar(stage), k0, n0);
+          }
+          if (++stage == kNumStages) {
+            stage = 0;
+            phase ^= 1u;
+          }
+        }
+      }
+    }
+  } else {
+    // ------------------------------------------------------------------ consumer warpgroups
+    if constexpr (kNumConsumerWG == 2) ptx::setmaxnreg_inc<232>();
+    const uint32_t wg = threadIdx.x / 128;
+    const uint32_t warp = (threadIdx.x % 128) / 32;
+    const uint32_t lane = threadIdx.x % 32;
+    // This thread's two rows inside the tile (wgmma D fragment: row 16*warp + lane/4, +8).
+    const uint32_t r0 = wg * 64 + warp * 16 + lane / 4;
+    const uint32_t col_in_chunk = 2 * (lane % 4);
+
+    float acc[kNumAcc];
+#pragma unroll
+    for (uint32_t i = 0; i < kNumAcc; ++i) acc[i] = 0.0f;
+
+    // Lane 0 of every consumer warp releases stage `s` once its warpgroup's wgmmas reading it
+    // have completed.
+    auto release = [&](uint32_t s) {
+      __syncwarp();
+      if (lane == 0) ptx::mbar_arrive(empty_bar(s));
+    };
+
+    uint32_t stage = 0, phase = 0;
+    for (uint32_t unit = blockIdx.x; unit < sched.num_units; unit += gridDim.x) {
+      uint32_t m_block, n_block, split, kb_begin, kb_end;
+      sched.get(unit, m_block, n_block, split);
+      sched.k_range(split, num_kb, kb_begin, kb_end);
+      const uint32_t m0 = m_block * BLOCK_M;
+      const uint32_t n0 = n_block * BLOCK_N;
+
+      uint32_t prev_stage = 0;
+      for (uint32_t kb = kb_begin; kb < kb_end; ++kb) {
+        ptx::mbar_wait(full_bar(stage), phase);
+        const uint32_t a_addr = base + Traits::kOffA + stage * Traits::kSmemA + wg * kChunk;
+        const uint32_t b_addr = base + Traits::kOffB + stage * Traits::kSmemB;
+        uint64_t desc_a, desc_b;
+        if constexpr (kAMnMajor) {
+          desc_a = ptx::make_smem_desc_mn_sw128(a_addr, kChunk, 8 * Traits::kRowBytes);
+        } else {
+          desc_a = ptx::make_smem_desc_k_sw128(a_addr);
+        }
+        if constexpr (kBMnMajor) {
+          desc_b = ptx::make_smem_desc_mn_sw128(b_addr, kChunk, 8 * Traits::kRowBytes);
+        } else {
+          desc_b = ptx::make_smem_desc_k_sw128(b_addr);
+        }
+        ptx::fence_operands(acc);
+        ptx::wgmma_fence();
+#pragma unroll
+        for (uint32_t k = 0; k < BLOCK_K / 16; ++k) {
+          // The tile's first wgmma overwrites the accumulators (scale-d = 0).
+          Mma::template mma<kAMnMajor ? 1 : 0, kBMnMajor ? 1 : 0>(desc_a + kStepA * k, desc_b + kStepB * k, acc,
+                                                                 (kb > kb_begin || k > 0) ? 1u : 0u);
+        }
+        ptx::wgmma_commit();
+        ptx::fence_operands(acc);
+        // Keep this k-block's group in flight; the previous one has finished reading its stage.
+        ptx::wgmma_wait<1>();
+        if (kb > kb_begin) release(prev_stage);
+        prev_stage = stage;
+        if (++stage == kNumStages) {
+          stage = 0;
+          phase ^= 1u;
+        }
+      }
+      ptx::wgmma_wait<0>();
+      ptx::fence_operands(acc);
+      release(prev_stage);  // every unit has at least one k-block
+
+      // ---------------------------------------------------------------- split-K reduction
+      if constexpr (kSplitK) {
+        // Partial tile layout: float2 index ((2 j + h) * kNumConsumerThreads + tid) holds this
+        // thread's registers 4j + 2h + {0, 1}; a warp's float2 stores are 256 contiguous bytes.
+        const uint32_t tile = sched.tile_index(m_block, n_block);
+        float2* slab = reinterpret_cast<float2*>(workspace) +
+                       static_cast<size_t>(tile) * sched.num_splits * (BLOCK_M * BLOCK_N / 2);
+        float2* mine = slab + static_cast<size_t>(split) * (BLOCK_M * BLOCK_N / 2);
+        const bool row0_ok = m0 + r0 < M, row1_ok = m0 + r0 + 8 < M;
+#pragma unroll
+        for (uint32_t j = 0; j < kNumChunks; ++j) {
+          if (row0_ok) __stcg(mine + (2 * j + 0) * kNumConsumerThreads + threadIdx.x,
+                              make_float2(acc[4 * j + 0], acc[4 * j + 1]));
+          if (row1_ok) __stcg(mine + (2 * j + 1) * kNumConsumerThreads + threadIdx.x,
+                              make_float2(acc[4 * j + 2], acc[4 * j + 3]));
+        }
+        __threadfence();
+        ptx::named_barrier_sync(1, kNumConsumerThreads);
+        if (threadIdx.x == 0) {
+          const int prev = atomicAdd(counters + tile, 1);
+          const bool last = prev == static_cast<int>(sched.num_splits) - 1;
+          if (last) atomicExch(counters + tile, 0);  // every split has arrived: reset for the next call
+          *flag_smem = last ? 1 : 0;
+          __threadfence();
+        }
+        ptx::named_barrier_sync(1, kNumConsumerThreads);
+        const bool last = *flag_smem != 0;
+        if (!last) continue;
+        __threadfence();
+        // Sum every split's partial in split order (independent of arrival order).
+#pragma unroll
+        for (uint32_t i = 0; i < kNumAcc; ++i) acc[i] = 0.0f;
+        for (uint32_t s = 0; s < sched.num_splits; ++s) {
+          const float2* part = slab + static_cast<size_t>(s) * (BLOCK_M * BLOCK_N / 2);
+#pragma unroll
+          for (uint32_t j = 0; j < kNumChunks; ++j) {
+            if (row0_ok) {
+              const float2 v = __ldcg(part + (2 * j + 0) * kNumConsumerThreads + threadIdx.x);
+              acc[4 * j + 0] += v.x;
+              acc[4 * j + 1] += v.y;
+            }
+            if (row1_ok) {
+              const float2 v = __ldcg(part + (2 * j + 1) * kNumConsumerThreads + threadIdx.x);
+              acc[4 * j + 2] += v.x;
+              acc[4 * j + 3] += v.y;
+            }
+          }
+        }
+      }
+
+      // ---------------------------------------------------------------- epilogue
+      if constexpr (kTmaStore) {
+        if ((flags & kBf16FlagTmaStore) != 0) {
+          EpiTma::store(acc, base + Traits::kOffD + wg * EpiTma::kBytes, tmap_d, 2 + wg, static_cast<int32_t>(n0),
+                        static_cast<int32_t>(m0 + wg * 64));
+          continue;
+        }
+      }
+      // Direct register -> global stores.
+      const bool vec = (flags & kBf16FlagVectorStores) != 0;
+      const bool out_fp32 = (flags & kBf16FlagOutFp32) != 0;
+      const bool has_c = (flags & kBf16FlagHasC) != 0;
+#pragma unroll
+      for (uint32_t h = 0; h < 2; ++h) {
+        const uint32_t row = m0 + r0 + 8 * h;
+        if (row >= M) continue;
+        const size_t row_off = static_cast<size_t>(row) * ldd;
+#pragma unroll
+        for (uint32_t j = 0; j < kNumChunks; ++j) {
+          const uint32_t col = n0 + 8 * j + col_in_chunk;
+          if (col >= N) continue;
+          float v0 = acc[4 * j + 2 * h + 0];
+          float v1 = acc[4 * j + 2 * h + 1];
+          const size_t off = row_off + col;
+          if (vec) {
+            // col is even, N is even and ldd is even: both columns are in range and aligned.
+            if (has_c) {
+              const float2 cv = *reinterpret_cast<const float2*>(c_ptr + off);
+              v0 += cv.x;
+              v1 += cv.y;
+            }
+            if (out_fp32) {
+              *reinterpret_cast<float2*>(static_cast<float*>(d_ptr) + off) = make_float2(v0, v1);
+            } else {
+              *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(d_ptr) + off) =
+                  __floats2bfloat162_rn(v0, v1);
+            }
+          } else {
+            const bool has1 = col + 1 < N;
+            if (has_c) {
+              v0 += c_ptr[off];
+              if (has1) v1 += c_ptr[off + 1];
+            }
+            if (out_fp32) {
+              static_cast<float*>(d_ptr)[off] = v0;
+              if (has1) static_cast<float*>(d_ptr)[off + 1] = v1;
+            } else {
+              static_cast<__nv_bfloat16*>(d_ptr)[off] = __float2bfloat16_rn(v0);
+              if (has1) static_cast<__nv_bfloat16*>(d_ptr)[off + 1] = __float2bfloat16_rn(v1);
+            }
+          }
+        }
+      }
+    }
+    if constexpr (kTmaStore) EpiTma::finish();  // the last tile's stores complete before exit
+  }
+}
+
+}  // namespace impls
+}  // namespace finegemm

@@ -1,0 +1,63 @@
+"""Compile, without a GPU, every BF16 GEMM kernel the GPU tests and the bf16 bench use into
+FINEGEMM_CACHE_DIR (the cache key does not depend on the machine: source, headers, flags, nvcc
+version; so a cache built here is a hit on a GPU machine with the same nvcc and headers).
+
+By default that is every kernel the heuristic can pick (heuristics.sm90_bf16_gemm.all_kernel_keys(),
+which tests/gpu/test_bf16_gemm_gpu.py::test_every_kernel runs anyway); --shapes-only compiles
+just the configs select_config returns for the test and bench shapes.
+Usage: FINEGEMM_CACHE_DIR=.fgcache python scripts/precompile_bf16.py [--sms 132] [--jobs 2] [--shapes-only]
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from finegemm import jit  # noqa: E402
+from finegemm.bench.bf16 import bench_shapes  # noqa: E402
+from finegemm.heuristics.sm90_bf16_gemm import LAYOUTS, all_kernel_keys, select_config  # noqa: E402
+from finegemm.ops import sm90_bf16_gemm as ops  # noqa: E402
+
+
+def gpu_test_shapes() -> list[tuple[int, int, int]]:
+    """(m, n, k) of tests/gpu/test_bf16_gemm_gpu.py (outside the forced-config test)."""
+    shapes = [(m, n, k) for m in (1, 17, 128, 4097) for n in (576, 2112, 7168) for k in (512, 7168, 4104)]
+    shapes += [(300, 2112, 7168), (1, 2112, 7168), (4097, 7168, 7168), (17, 2112, 4104), (128, 7168, 7168),
+               (128, 2112, 7168), (17, 576, 4104), (4097, 2112, 512)]
+    return shapes
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--sms", type=int, default=132)
+    p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--shapes-only", action="store_true")
+    args = p.parse_args()
+    keys = {}
+    if not args.shapes_only:
+        for key in all_kernel_keys():
+            keys[ops.kernel_name(key)] = key
+    problems = [(m, n, k, f32) for (m, n, k, f32) in bench_shapes()]
+    problems += [(m, n, k, f32) for (m, n, k) in gpu_test_shapes() for f32 in (False, True)]
+    for (m, n, k, f32) in problems:
+        for a_mn, b_mn in LAYOUTS.values():
+            for has_c in ((False, True) if f32 else (False,)):
+                cfg = select_config(m, n, k, args.sms, a_mn, b_mn, f32, has_c)
+                keys[ops.kernel_name(cfg.kernel_key())] = cfg.kernel_key()
+    print(f"{len(keys)} kernel configurations")
+    t0 = time.time()
+    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+        futs = [pool.submit(jit.build_cubin, name, ops.render(*key)) for name, key in keys.items()]
+        for i, f in enumerate(concurrent.futures.as_completed(futs), 1):
+            f.result()
+            print(f"\r{i}/{len(futs)} ({time.time() - t0:.0f} s)", end="", flush=True)
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

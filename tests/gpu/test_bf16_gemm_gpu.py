@@ -1,0 +1,211 @@
+"""GPU tests of the SM90 BF16 GEMM (finegemm.bf16_gemm_{nt,nn,tn,tt} on CUDA tensors).
+
+Every case draws fresh random bf16 inputs in the layout's stored form (A [M, K] or [K, M],
+B [N, K] or [K, N]; operands whose contiguous dimension is not a multiple of 8 get a padded row
+pitch, as the TMA rule requires), poisons d with NaN, runs the kernel and checks
+  * against the fp32 product of the inputs (TF32 off): calc_diff <= 1e-5;
+  * d fully written (no NaN left).
+Plus every kernel the heuristic can pick forced through odd shapes, bitwise determinism over
+repeated calls (split-K too), in-place accumulation (c is d), CUDA graph capture and replay,
+and the split-K counters left at zero.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import finegemm  # noqa: E402
+from finegemm.heuristics import sm90_bf16_gemm as heur  # noqa: E402
+from finegemm.ops import sm90_bf16_gemm as ops  # noqa: E402
+from finegemm.testing import calc_diff  # noqa: E402
+
+pytestmark = [pytest.mark.gpu, pytest.mark.nvcc]
+
+BF16 = torch.bfloat16
+LAYOUTS = ("nt", "nn", "tn", "tt")
+TOL = 1e-5
+
+
+@pytest.fixture(autouse=True)
+def _no_tf32():
+    old = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32 = old
+
+
+def _stored(rows, cols, gen, scale=1.0):
+    """A bf16 [rows, cols] operand with unit column stride and a 16-byte row pitch (padded when
+    cols % 8 != 0: a view into a wider allocation)."""
+    pitch = -(-cols // 8) * 8
+    full = torch.randn(rows, pitch, device="cuda", generator=gen) * scale
+    return full.to(BF16)[:, :cols]
+
+
+def _operands(layout, m, n, k, seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    a = _stored(m, k, g) if layout[0] == "n" else _stored(k, m, g)
+    b = _stored(n, k, g) if layout[1] == "t" else _stored(k, n, g)
+    return a, b
+
+
+def _logical(layout, a, b):
+    """(A [M, K], B [N, K]) views of the stored operands."""
+    return (a if layout[0] == "n" else a.t()), (b if layout[1] == "t" else b.t())
+
+
+def _reference(layout, a, b, c=None):
+    A, B = _logical(layout, a, b)
+    ref = A.float() @ B.float().t()
+    return ref if c is None else ref + c
+
+
+def _gemm(layout, a, b, d, c=None):
+    getattr(finegemm, f"bf16_gemm_{layout}")(a, b, d, c=c)
+
+
+def _check(d, ref, tol=TOL):
+    assert not torch.isnan(d).any(), "d not fully written (NaN poison left)"
+    diff = calc_diff(d, ref)
+    assert diff <= tol, f"vs fp32 product: calc_diff {diff:.3e}"
+
+
+SHAPES = [(m, n, k) for m in (1, 17, 128, 4097) for n in (576, 2112, 7168) for k in (512, 7168, 4104)]
+
+
+@pytest.mark.parametrize("out", ["bf16", "fp32", "fp32+c"])
+@pytest.mark.parametrize("m,n,k", SHAPES)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_layouts(layout, m, n, k, out):
+    a, b = _operands(layout, m, n, k, seed=m * 7 + n * 3 + k + len(out))
+    dtype = BF16 if out == "bf16" else torch.float32
+    c = None
+    if out == "fp32+c":
+        g = torch.Generator(device="cuda").manual_seed(k)
+        c = torch.randn(m, n, device="cuda", generator=g) * 10
+    d = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
+    _gemm(layout, a, b, d, c)
+    _check(d, _reference(layout, a, b, c))
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_in_place_accumulate(layout):
+    m, n, k = 300, 2112, 7168
+    a, b = _operands(layout, m, n, k, seed=5)
+    c = torch.randn(m, n, device="cuda")
+    d = c.clone()
+    _gemm(layout, a, b, d, d)  # D = D + op(A) op(B)
+    _check(d, _reference(layout, a, b, c))
+    # Split-K plan (skinny, long K) in place too.
+    m = 1
+    a, b = _operands(layout, m, n, k, seed=6)
+    c = torch.randn(m, n, device="cuda")
+    d = c.clone()
+    _gemm(layout, a, b, d, d)
+    _check(d, _reference(layout, a, b, c))
+
+
+def _forced_config(key, sms):
+    bm, bn, st, a_mn, b_mn, split, tma = key
+
+    def forced(m, n, k, num_sms, a_mn_major=False, b_mn_major=False, out_fp32=False, has_c=False,
+               allow_split_k=True):
+        cfg = heur.select_config(m, n, k, num_sms, a_mn_major, b_mn_major, out_fp32, has_c, allow_split_k)
+        splits = min(3, -(-k // heur.BLOCK_K)) if split else 1
+        tiles = -(-m // bm) * -(-n // bn)
+        return dataclasses.replace(cfg, block_m=bm, block_n=bn, num_stages=st, num_splits=splits, num_tiles=tiles,
+                                   num_units=tiles * splits, grid=min(num_sms, tiles * splits),
+                                   smem_bytes=heur.smem_bytes(bm, bn, st, tma), num_threads=heur.num_threads(bm))
+
+    return forced
+
+
+_KEYS = heur.all_kernel_keys()
+
+
+@pytest.mark.parametrize("key", _KEYS, ids=[ops.kernel_name(k) for k in _KEYS])
+def test_every_kernel(key, monkeypatch):
+    """Each kernel the heuristic can pick, through edge tiles in M, N and K (heuristic overridden),
+    with bf16 (TMA store where the kernel has it) and fp32 + C outputs."""
+    bm, bn, st, a_mn, b_mn, split, tma = key
+    layout = {v: k_ for k_, v in heur.LAYOUTS.items()}[(a_mn, b_mn)]
+    monkeypatch.setattr(ops, "select_config", _forced_config(key, finegemm.get_num_sms()))
+    monkeypatch.setattr(ops, "_plans", {})
+    for m, n, k in [(200, 328, 1000), (1, 64, 2056), (130, 520, 136)]:
+        a, b = _operands(layout, m, n, k, seed=bn + m + k)
+        d = torch.full((m, n), float("nan"), device="cuda", dtype=BF16)
+        _gemm(layout, a, b, d)
+        _check(d, _reference(layout, a, b))
+        c = torch.randn(m, n, device="cuda")
+        d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float32)
+        _gemm(layout, a, b, d, c)
+        _check(d, _reference(layout, a, b, c))
+        cfg, _ = ops.plan(m, n, k, layout, True, True, d.device.index)
+        assert cfg.kernel_key() == key
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("m,n,k,out", [(4097, 7168, 7168, "bf16"), (1, 2112, 7168, "bf16"),
+                                       (17, 2112, 4104, "fp32"), (128, 7168, 7168, "fp32+c")])
+def test_deterministic(layout, m, n, k, out):
+    a, b = _operands(layout, m, n, k, seed=3)
+    dtype = BF16 if out == "bf16" else torch.float32
+    c = torch.randn(m, n, device="cuda") if out == "fp32+c" else None
+    first = None
+    for _ in range(10):
+        d = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
+        _gemm(layout, a, b, d, c)
+        if first is None:
+            first = d.clone()
+        else:
+            bits = torch.int16 if dtype == BF16 else torch.int32
+            assert torch.equal(d.view(bits), first.view(bits)), "results differ between identical calls"
+    _check(first, _reference(layout, a, b, c))
+
+
+def test_split_k_used_and_counters_reset():
+    m, n, k = 1, 2112, 7168
+    for layout in LAYOUTS:
+        a_mn, b_mn = heur.LAYOUTS[layout]
+        cfg = heur.select_config(m, n, k, finegemm.get_num_sms(), a_mn, b_mn)
+        assert cfg.num_splits > 1, "expected a split-K plan for a skinny long-K shape"
+        a, b = _operands(layout, m, n, k, seed=9)
+        for _ in range(3):
+            d = torch.full((m, n), float("nan"), device="cuda", dtype=BF16)
+            _gemm(layout, a, b, d)
+            _check(d, _reference(layout, a, b))
+    torch.cuda.synchronize()
+    for (dev, stream), (ws, cnt) in ops._buffers.items():
+        assert int(cnt.abs().sum()) == 0, "split-K counters not reset to zero"
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("m,n,k,out", [(128, 2112, 7168, "bf16"), (1, 2112, 7168, "bf16"), (17, 576, 4104, "fp32+c"),
+                                       (4097, 2112, 512, "fp32")])
+def test_cuda_graph(layout, m, n, k, out):
+    a, b = _operands(layout, m, n, k, seed=21)
+    dtype = BF16 if out == "bf16" else torch.float32
+    c = torch.randn(m, n, device="cuda") if out == "fp32+c" else None
+    d = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
+    _gemm(layout, a, b, d, c)  # compile + plan outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        with torch.cuda.graph(graph, stream=stream):
+            _gemm(layout, a, b, d, c)
+    torch.cuda.current_stream().wait_stream(stream)
+    for seed in (1, 2, 3):
+        a2, b2 = _operands(layout, m, n, k, seed=100 + seed)
+        a.copy_(a2)
+        b.copy_(b2)
+        if c is not None:
+            c.copy_(torch.randn(m, n, device="cuda"))
+        d.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        _check(d, _reference(layout, a, b, c))

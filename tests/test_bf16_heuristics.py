@@ -1,0 +1,111 @@
+"""Tests of the SM90 BF16 GEMM heuristic (finegemm/heuristics/sm90_bf16_gemm.py); no GPU needed."""
+from __future__ import annotations
+
+import pytest
+
+from finegemm.heuristics import sm90_bf16_gemm as h
+from finegemm.utils import ceil_div
+
+SMS = 132
+BENCH_NK = [(2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048)]
+SHAPES = ([(m, n, k) for m in (1, 17, 64, 128, 4096, 4097) for n, k in BENCH_NK] +
+          [(m, n, k) for m in (1, 17, 128, 4097) for n in (576, 2112, 7168) for k in (512, 7168, 4104)] +
+          [(64, 256, 7168), (4096, 129280, 7168), (8192, 8192, 8192), (3, 16, 8), (1, 8, 8)])
+
+
+def test_smem_mirrors_kernel_layout():
+    # Sm90Bf16GemmTraits: staging + stages * (A + B tiles) + 2 barriers per stage + flag + 1 KB slack.
+    assert h.smem_bytes(128, 128, 4, False) == 1024 + 4 * (128 * 128 + 128 * 128) + 4 * 16 + 16
+    assert h.smem_bytes(64, 256, 3, True) == 1024 + 64 * 256 * 2 + 3 * (64 * 128 + 256 * 128) + 3 * 16 + 16
+
+
+@pytest.mark.parametrize("tma", [False, True])
+def test_max_stages_fit(tma):
+    for bm in (64, 128):
+        for b_mn in (False, True):
+            for bn in h.block_n_candidates(b_mn):
+                st = h.max_stages(bm, bn, tma)
+                assert h.MIN_STAGES <= st <= h.MAX_STAGES
+                assert h.smem_bytes(bm, bn, st, tma) <= h.SMEM_LIMIT
+                if st < h.MAX_STAGES:
+                    assert h.smem_bytes(bm, bn, st + 1, tma) > h.SMEM_LIMIT
+
+
+def test_block_n_candidates():
+    assert all(bn % 16 == 0 and 16 <= bn <= 256 for bn in h.block_n_candidates(False))
+    assert all(bn % 64 == 0 for bn in h.block_n_candidates(True))  # whole TMA boxes of an N-major B
+
+
+@pytest.mark.parametrize("layout", sorted(h.LAYOUTS))
+@pytest.mark.parametrize("out_fp32,has_c", [(False, False), (True, False), (True, True)])
+def test_select_config_valid_and_in_kernel_space(layout, out_fp32, has_c):
+    a_mn, b_mn = h.LAYOUTS[layout]
+    keys = set(h.all_kernel_keys())
+    for m, n, k in SHAPES:
+        cfg = h.select_config(m, n, k, SMS, a_mn, b_mn, out_fp32, has_c)
+        assert cfg.kernel_key() in keys, (m, n, k, cfg)
+        assert cfg.a_mn_major == a_mn and cfg.b_mn_major == b_mn
+        assert cfg.block_m in (64, 128) and (m > 64 or cfg.block_m == 64)
+        assert cfg.block_n in h.block_n_candidates(b_mn)
+        assert cfg.num_tiles == ceil_div(m, cfg.block_m) * ceil_div(n, cfg.block_n)
+        assert cfg.num_units == cfg.num_tiles * cfg.num_splits
+        assert 1 <= cfg.grid <= SMS and cfg.grid <= cfg.num_units
+        assert 1 <= cfg.num_splits <= ceil_div(k, h.BLOCK_K)
+        assert cfg.smem_bytes == h.smem_bytes(cfg.block_m, cfg.block_n, cfg.num_stages, cfg.tma_store)
+        assert cfg.smem_bytes <= h.SMEM_LIMIT
+        assert cfg.num_threads == (cfg.block_m // 64 + 1) * 128
+        if cfg.split_k:
+            assert cfg.block_m == h.SPLIT_BLOCK_M and cfg.block_n in h.SPLIT_BLOCK_N
+            assert 2 * cfg.num_tiles <= SMS
+            assert ceil_div(k, h.BLOCK_K) // cfg.num_splits >= h.MIN_KB_PER_SPLIT
+            assert cfg.workspace_floats == cfg.num_tiles * cfg.num_splits * cfg.block_m * cfg.block_n
+            assert cfg.num_counters == cfg.num_tiles and not cfg.tma_store
+        else:
+            assert cfg.workspace_floats == 0 and cfg.tma_store
+
+
+def test_split_k_for_skinny_long_k_and_not_for_big():
+    cfg = h.select_config(1, 2112, 7168, SMS)
+    assert cfg.split_k and cfg.num_units > 2 * cfg.num_tiles
+    cfg = h.select_config(64, 576, 7168, SMS, False, True)
+    assert cfg.split_k
+    for layout in h.LAYOUTS.values():
+        assert not h.select_config(4096, 7168, 7168, SMS, *layout).split_k
+        assert not h.select_config(8192, 8192, 8192, SMS, *layout).split_k
+    assert not h.select_config(1, 2112, 7168, SMS, allow_split_k=False).split_k
+
+
+def test_big_shapes_use_big_tiles():
+    for a_mn, b_mn in h.LAYOUTS.values():
+        cfg = h.select_config(8192, 8192, 8192, SMS, a_mn, b_mn)
+        assert cfg.block_m == 128 and cfg.block_n >= 128, cfg
+        assert cfg.grid == SMS
+
+
+def test_all_kernel_keys():
+    keys = h.all_kernel_keys()
+    assert len(keys) == len(set(keys))
+    n_k = len(h.BLOCK_N_K_MAJOR)
+    n_mn = len(h.BLOCK_N_MN_MAJOR)
+    assert len(keys) == 2 * 2 * (n_k + n_mn) + 4 * len(h.SPLIT_BLOCK_N)
+    for bm, bn, st, a_mn, b_mn, split, tma in keys:
+        assert tma == (not split)
+        assert st == h.max_stages(bm, bn, tma)
+
+
+def test_cache_and_errors():
+    h.clear_cache()
+    a = h.select_config(128, 2112, 7168, SMS)
+    assert h.select_config(128, 2112, 7168, SMS) is a
+    with pytest.raises(ValueError):
+        h.select_config(0, 16, 16, SMS)
+    with pytest.raises(ValueError):
+        h.select_config(16, 16, 16, SMS, has_c=True)  # C needs fp32
+
+
+def test_print_configs(monkeypatch, capsys):
+    h.clear_cache()
+    monkeypatch.setenv("FINEGEMM_PRINT_CONFIGS", "1")
+    h.select_config(17, 576, 512, SMS, True, False)
+    err = capsys.readouterr().err
+    assert "sm90_bf16_gemm tt m=17 n=576 k=512" in err and "block_m=64" in err
