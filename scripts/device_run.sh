@@ -28,7 +28,10 @@ if [[ "$what" == all || "$what" == tests ]]; then
   status=$(( status | ${PIPESTATUS[0]} ))
 fi
 if [[ "$what" == all || "$what" == bench ]]; then
-  python3 -m finegemm bench dense --num-tests "${FINEGEMM_BENCH_TESTS:-20}" --out "$OUT/dense.json" 2>&1 | tee "$OUT/bench_dense.log"
-  status=$(( status | ${PIPESTATUS[0]} ))
+  for suite in ${FINEGEMM_BENCH_SUITES:-dense grouped bf16}; do
+    python3 -m finegemm bench "$suite" --num-tests "${FINEGEMM_BENCH_TESTS:-20}" --out "$OUT/$suite.json" 2>&1 \
+      | tee "$OUT/bench_$suite.log"
+    status=$(( status | ${PIPESTATUS[0]} ))
+  done
 fi
 exit $status

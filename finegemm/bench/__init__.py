@@ -1,2 +1,2 @@
 """Benchmark suites behind `python -m finegemm bench <suite>` (need a CUDA GPU)."""
-SUITES = ("dense", "grouped")
+SUITES = ("dense", "grouped", "bf16")
