@@ -16,7 +16,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from finegemm import jit  # noqa: E402
 from finegemm.bench.dense import CURVE_M, DENSE_M, DENSE_NK  # noqa: E402
-from finegemm.heuristics.sm90_fp8_gemm import select_config  # noqa: E402
+from finegemm.heuristics.sm90_fp8_gemm import (  # noqa: E402
+    GEMM_GROUPED_CONTIGUOUS,
+    GEMM_GROUPED_MASKED,
+    max_stages,
+    select_config,
+    select_grouped_config,
+)
 from finegemm.ops import sm90_fp8_gemm as ops  # noqa: E402
 
 
@@ -25,6 +31,50 @@ def gpu_test_shapes() -> list[tuple[int, int, int]]:
     shapes += [(1, 129280, 7168), (17, 129280, 512), (1, 129280, 144)]
     shapes += [(m, n, k) for m in (1, 17, 64, 128, 4097) for n in (576, 2112, 4096, 7168) for k in (512, 2048, 7168, 7296)]
     return shapes
+
+
+def grouped_configs(sms: int) -> list:
+    """The m-grouped configs of tests/gpu/test_grouped_fp8_gpu.py and `bench grouped` (same
+    planning arguments as the calls they make)."""
+    import dataclasses
+    import importlib.util
+    import random
+
+    from finegemm.bench import grouped as bench
+    from finegemm.utils import align
+
+    spec = importlib.util.spec_from_file_location("_grouped_gpu_cases", Path(__file__).resolve().parents[1] / "tests"
+                                                  / "gpu" / "test_grouped_fp8_gpu.py")
+    t = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(t)
+    out = []
+    C, M = GEMM_GROUPED_CONTIGUOUS, GEMM_GROUPED_MASKED
+    for _, ms, n, k, pad_after, _psum in t.CONTIGUOUS_CASES + [t.FORCED_CONTIGUOUS]:
+        m_total, _ = t.contiguous_rows(ms, 128, pad_after)
+        out.append(select_grouped_config(C, m_total, n, k, len(ms), sms, 0, 128))
+    for ms, al in (([64, 10, 100, 0, 64], 64),):
+        out.append(select_grouped_config(C, t.contiguous_rows(ms, al)[0], 2112, 1024, len(ms), sms, 0, al))
+    for _, g, m_max, n, k, _masked, em in t.MASKED_CASES + [t.FORCED_MASKED]:
+        out.append(select_grouped_config(M, m_max, n, k, g, sms, em, 0))
+    out.append(select_grouped_config(M, 320, 7168, 2048, 6, sms, 200, 0))  # the graph test
+    forced = []
+    for bm, bn, mc, tma in t.FORCED:
+        st = max_stages(bm, bn, tma)
+        for cfg in (out[len(t.CONTIGUOUS_CASES)], out[-2]):  # FORCED_CONTIGUOUS / FORCED_MASKED plans
+            forced.append(dataclasses.replace(cfg, block_m=bm, block_n=bn, num_stages=st, num_multicast=mc,
+                                              multicast_on_a=mc == 2, tma_store=tma))
+    out += forced
+    # bench grouped: the same random segment sizes (random.Random(0), same call order).
+    rng = random.Random(0)
+    align_m = 128
+    for (g, m) in bench.CONTIGUOUS_GM:
+        for (n, k) in bench.GROUPED_NK:
+            ms = [int(m * rng.uniform(0.7, 1.3)) for _ in range(g)]
+            out.append(select_grouped_config(C, sum(align(x, align_m) for x in ms), n, k, g, sms, 0, align_m))
+    for (g, m) in bench.MASKED_GM:
+        for (n, k) in bench.GROUPED_NK:
+            out.append(select_grouped_config(M, align(m, 128), n, k, g, sms, m, 0))
+    return out
 
 
 def main() -> int:
@@ -38,6 +88,8 @@ def main() -> int:
         for out_fp32, has_c in ((False, False), (True, False), (True, True)):
             cfg = select_config(m, n, k, args.sms, out_fp32, has_c)
             cfgs[ops._kernel_name(cfg)] = cfg
+    for cfg in grouped_configs(args.sms):
+        cfgs[ops._kernel_name(cfg)] = cfg
     print(f"{len(cfgs)} kernel configurations")
     t0 = time.time()
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:

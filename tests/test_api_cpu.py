@@ -327,6 +327,16 @@ class _FakeOps(types.ModuleType):
 
         return _Call()
 
+    def m_grouped_fp8_gemm_nt_contiguous(self, *args):
+        if self.fail_if_called:
+            raise AssertionError("the CUDA op was called for CPU tensors")
+        self.calls.append(("contiguous",) + args)
+
+    def m_grouped_fp8_gemm_nt_masked(self, *args):
+        if self.fail_if_called:
+            raise AssertionError("the CUDA op was called for CPU tensors")
+        self.calls.append(("masked",) + args)
+
 
 def _install_fake_ops(monkeypatch, fake):
     monkeypatch.setitem(sys.modules, "finegemm.ops.sm90_fp8_gemm", fake)
@@ -388,23 +398,31 @@ def test_cuda_routing_1d1d_not_built(fake_cuda):
     assert not fake_cuda.calls
 
 
-def test_cuda_routing_grouped_not_built(fake_cuda):
+def test_cuda_routing_grouped(fake_cuda):
     M, N, K, G = 128, 128, 128, 2
     a = (rand_fp8(M, K), rand_sf(M, 1))
     b = (rand_fp8(G, N, K), rand_sf(G, 1, 1))
-    with pytest.raises(NotImplementedError, match="m_grouped_fp8_gemm_nt_contiguous: " + _NOT_BUILT.format("#4")):
-        finegemm.m_grouped_fp8_gemm_nt_contiguous(a, b, torch.empty(M, N, dtype=BF16),
-                                                  torch.zeros(M, dtype=torch.int32))
+    d = torch.full((M, N), 5.0, dtype=BF16)
+    layout = torch.zeros(M, dtype=torch.int32)
+    finegemm.m_grouped_fp8_gemm_nt_contiguous(a, b, d, layout)
+    kind, a_, sfa_, b_, sfb_, d_, gl_, psum_ = fake_cuda.calls[-1]
+    assert kind == "contiguous" and a_ is a[0] and sfa_ is a[1] and b_ is b[0] and sfb_ is b[1]
+    assert d_ is d and gl_ is layout and psum_ is False
+    assert torch.all(d == 5.0)  # nothing computed on the host
     # masked_m is not read on CUDA (out-of-range values reach the kernel, which clamps).
-    with pytest.raises(NotImplementedError, match="m_grouped_fp8_gemm_nt_masked: " + _NOT_BUILT.format("#4")):
-        finegemm.m_grouped_fp8_gemm_nt_masked(
-            (rand_fp8(G, 16, K), rand_sf(G, 16, 1)), b, torch.empty(G, 16, N, dtype=BF16),
-            torch.tensor([100, -3], dtype=torch.int32), 8)
+    am = (rand_fp8(G, 16, K), rand_sf(G, 16, 1))
+    dm = torch.full((G, 16, N), 5.0, dtype=BF16)
+    mm = torch.tensor([100, -3], dtype=torch.int32)
+    finegemm.m_grouped_fp8_gemm_nt_masked(am, b, dm, mm, 8)
+    kind, a_, sfa_, b_, sfb_, d_, mm_, em_ = fake_cuda.calls[-1]
+    assert kind == "masked" and a_ is am[0] and d_ is dm and mm_ is mm and em_ == 8
+    assert torch.all(dm == 5.0)
+    assert len(fake_cuda.calls) == 2
     with pytest.raises(NotImplementedError, match="k_grouped_fp8_gemm_nt_contiguous: " + _NOT_BUILT.format("#4")):
         finegemm.k_grouped_fp8_gemm_nt_contiguous(
             (rand_fp8(16 * 128), rand_sf(1, 16)), (rand_fp8(32 * 128), rand_sf(1, 32)),
             torch.empty(1, 16, 32), [128], torch.tensor([128], dtype=torch.int32))
-    assert not fake_cuda.calls
+    assert len(fake_cuda.calls) == 2
 
 
 def test_cuda_routing_bf16_not_built(fake_cuda):

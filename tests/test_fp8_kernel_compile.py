@@ -81,15 +81,24 @@ def test_render_source():
     src = render(128, 160, 6, False, False, False)
     assert "#include <finegemm/impls/sm90_fp8_gemm_1d2d.cuh>" in src
     assert "__launch_bounds__(384, 1)" in src
-    assert "sm90_fp8_gemm_1d2d<128, 160, 6, false, false, false,\n" in src and "1, false, false, false>(" in src
+    assert "sm90_fp8_gemm_1d2d<128, 160, 6, false, false, false,\n" in src and "1, false, false, false, 0>(" in src
     assert 'extern "C" __global__' in src and "finegemm_entry(" in src
     src = render(64, 208, 6, True, True, True)
     assert "__launch_bounds__(256, 1)" in src
     assert "sm90_fp8_gemm_1d2d<64, 208, 6, true, true, true,\n" in src
     src = render(128, 176, 5, False, False, False, 2, True)
-    assert "2, true, false, false>(" in src
-    assert "1, false, true, false>(" in render(128, 128, 6, False, False, False, 1, False, True)
-    assert "2, false, false, true>(" in render(128, 208, 4, False, False, False, 2, False, False, True)
+    assert "2, true, false, false, 0>(" in src
+    assert "1, false, true, false, 0>(" in render(128, 128, 6, False, False, False, 1, False, True)
+    assert "2, false, false, true, 0>(" in render(128, 208, 4, False, False, False, 2, False, False, True)
+    # m-grouped kinds: template argument + the grouped / num_groups kernel parameters
+    assert "2, true, false, true, 1>(" in render(128, 192, 4, False, False, False, 2, True, False, True, 1)
+    assert "1, false, false, false, 2>(" in render(64, 112, 8, False, False, False, 1, False, False, False, 2)
+    assert "const int* grouped, uint32_t num_groups" in src
+    for bad in [(True, False, False, 1, False), (False, False, True, 1, False), (False, False, False, 2, False)]:
+        with pytest.raises(ValueError):  # grouped: bf16, no split-K, multicast on A only
+            render(128, 128, 4, *bad, False, False, 1)
+    with pytest.raises(ValueError):
+        render(128, 128, 4, False, False, False, 1, False, False, False, 3)
     assert "const __grid_constant__ CUtensorMap tmap_d" in src
     for bad in [(True, False, False), (True, True, False), (False, False, True)]:  # tma_store: bf16, no C/split
         with pytest.raises(ValueError):
@@ -224,14 +233,14 @@ def test_host_library_has_launcher():
     # Rejected before touching the driver: fn == 0, bad block_m, k % 16, splits > k-blocks.
     args = dict(fn=1, a=16, b=16, sfa=16, sfb=16, d=16, c=None, ws=None, cnt=None, m=64, n=64, k=256,
                 lda=256, ldb=256, ldd=64, sfa_ld=64, block_m=64, block_n=64, splits=1, mc=1, mc_a=0,
-                out_fp32=0, tma=0, grid=2, smem=100000, stream=0)
+                out_fp32=0, tma=0, grid=2, smem=100000, kind=0, grouped=None, groups=1, stream=0)
 
     def call(**kw):
         a = dict(args, **kw)
         return launch(a["fn"], a["a"], a["b"], a["sfa"], a["sfb"], a["d"], a["c"], a["ws"], a["cnt"],
                       a["m"], a["n"], a["k"], a["lda"], a["ldb"], a["ldd"], a["sfa_ld"], a["block_m"],
                       a["block_n"], a["splits"], a["mc"], a["mc_a"], a["out_fp32"], a["tma"], a["grid"], a["smem"],
-                      a["stream"])
+                      a["kind"], a["grouped"], a["groups"], a["stream"])
 
     invalid = 100001  # fg::FG_ERROR_INVALID_ARGUMENT
     assert call(fn=0) == invalid
@@ -245,6 +254,11 @@ def test_host_library_has_launcher():
     assert call(mc=3) == invalid
     assert call(mc=2, grid=3) == invalid  # clusters of 2 need an even grid
     assert call(tma=1, out_fp32=1) == invalid  # the TMA-store epilogue is bf16 only
+    assert call(kind=3, grouped=16) == invalid
+    assert call(kind=1) == invalid  # grouped kinds need the grouped pointer
+    assert call(kind=2, grouped=16, groups=0) == invalid
+    assert call(kind=1, grouped=16, mc=2, mc_a=0) == invalid  # grouped: clusters share A only
+    assert call(kind=2, grouped=16, out_fp32=1) == invalid
     # Valid arguments reach the driver: without one (a build machine) the answer is NO_DRIVER.
     # (With a driver the fake pointers / CUfunction would be handed to it: not called then.)
     try:
@@ -262,3 +276,43 @@ if __name__ == "__main__":
     if "--write-wgmma-header" in sys.argv:
         WGMMA_HEADER.write_text(render_wgmma_fp8_header())
         print(f"wrote {WGMMA_HEADER}")
+
+
+@pytest.mark.nvcc
+def test_every_grouped_block_n_compiles_spill_free():
+    """Every (block_m, block_n, epilogue, cluster) select_grouped_config may return for the two
+    m-grouped kinds (contiguous, masked)."""
+    from finegemm import jit
+    from finegemm.heuristics.sm90_fp8_gemm import (GEMM_GROUPED_CONTIGUOUS, GEMM_GROUPED_MASKED,
+                                                   MAX_BLOCK_N_MASKED_TMA, block_n_candidates, max_stages)
+    from finegemm.ops.sm90_fp8_gemm import render
+
+    jobs = []
+    for kind in (GEMM_GROUPED_CONTIGUOUS, GEMM_GROUPED_MASKED):
+        for bm in (64, 128):
+            for bn in block_n_candidates(bm):
+                for tma in (True, False):
+                    if tma and kind == GEMM_GROUPED_MASKED and bn > MAX_BLOCK_N_MASKED_TMA[bm]:
+                        continue
+                    for mc in (1, 2):
+                        st = max_stages(bm, bn, tma)
+                        jobs.append((f"k{kind}_bm{bm}_bn{bn}_s{st}{'_tmas' if tma else ''}{'_mca' if mc == 2 else ''}",
+                                     render(bm, bn, st, False, False, False, mc, mc == 2, False, tma, kind)))
+    _check_reports(jit.compile_check(jobs, raise_on_failure=False))
+
+
+def test_grouped_configs():
+    from finegemm.heuristics.sm90_fp8_gemm import (GEMM_GROUPED_CONTIGUOUS, GEMM_GROUPED_MASKED,
+                                                   select_grouped_config)
+
+    c = select_grouped_config(GEMM_GROUPED_CONTIGUOUS, 34048, 4096, 7168, 4, 132)
+    assert c.gemm_kind == GEMM_GROUPED_CONTIGUOUS and c.num_splits == 1 and 128 % c.block_m == 0
+    assert c.num_multicast == 1 or c.multicast_on_a
+    c = select_grouped_config(GEMM_GROUPED_CONTIGUOUS, 34048, 4096, 7168, 4, 132, alignment=64)
+    assert c.block_m == 64
+    with pytest.raises(NotImplementedError):
+        select_grouped_config(GEMM_GROUPED_CONTIGUOUS, 4096, 4096, 7168, 4, 132, alignment=32)
+    m = select_grouped_config(GEMM_GROUPED_MASKED, 128, 4096, 7168, 32, 132, expected_m=20)
+    assert m.block_m == 64 and m.grid == 132 and m.num_splits == 1
+    m = select_grouped_config(GEMM_GROUPED_MASKED, 1024, 4096, 7168, 1, 132, expected_m=1024)
+    assert m.block_m == 128

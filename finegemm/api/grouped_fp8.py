@@ -75,8 +75,7 @@ def m_grouped_fp8_gemm_nt_contiguous(
             sfa ``float32`` [M, ceil(K/128)].
         b: ``(B, sfb)``: B ``float8_e4m3fn`` [G, N, K] (one weight per group, K-major);
             sfb ``float32`` [G, ceil(N/128), ceil(K/128)].
-        d: ``bfloat16`` [M, N], written in place (rows of no group: zeros on CPU; treat them as
-            undefined on the GPU).
+        d: ``bfloat16`` [M, N], written in place (rows of no group: zeros, on CPU and GPU).
         grouped_layout: ``int32``, contiguous. Plain layout ([M]): group id of each row in
             [0, G), or -1 for a padding row; the rows of one group form one run that starts at a
             multiple of ``get_mk_alignment_for_contiguous_layout()`` (pad with -1 rows). With
@@ -93,7 +92,10 @@ def m_grouped_fp8_gemm_nt_contiguous(
     strides and 16-byte aligned base (TMA); all tensors on one device; d must not overlap the
     inputs. M == 0 returns at once after validation.
 
-    Devices: CPU runs ``finegemm.reference``; CUDA raises NotImplementedError (kernel: issue #4).
+    Devices: CPU runs ``finegemm.reference``; CUDA runs the SM90 kernel (finegemm.ops.sm90_fp8_gemm,
+    GEMM kind "grouped contiguous"), which needs the mk alignment to be a multiple of 64
+    (NotImplementedError otherwise). With ``use_psum_layout`` the ends are turned into per-row
+    group ids on the GPU by a few small torch kernels (no extra host sync).
     """
     fn = "m_grouped_fp8_gemm_nt_contiguous"
     A, sfa, B, sfb, d = _check_common_args(fn, a, b, d, recipe, compiled_dims, disable_ue8m0_cast)
@@ -123,7 +125,10 @@ def m_grouped_fp8_gemm_nt_contiguous(
         d.zero_()
         return
     if _v.on_cuda(d):
-        raise _not_built(fn, "m-grouped FP8 GEMMs (contiguous layout)", "#4")
+        from finegemm.ops import sm90_fp8_gemm  # lazy: the CUDA stack is only needed for CUDA tensors
+
+        sm90_fp8_gemm.m_grouped_fp8_gemm_nt_contiguous(A, sfa, B, sfb, d, grouped_layout, use_psum_layout)
+        return
     d.copy_(reference.m_grouped_fp8_gemm_nt_contiguous(
         A, sfa, B, sfb, grouped_layout, use_psum_layout=use_psum_layout, out_dtype=d.dtype))
 
@@ -156,7 +161,9 @@ def m_grouped_fp8_gemm_nt_masked(
     strides and base); one device; d must not overlap the inputs. G == 0 or Mmax == 0 returns at
     once after validation.
 
-    Devices: CPU runs ``finegemm.reference``; CUDA raises NotImplementedError (kernel: issue #4).
+    Devices: CPU runs ``finegemm.reference``; CUDA runs the SM90 kernel (GEMM kind "grouped
+    masked"): masked_m is read on the GPU only, so the call can be captured in a CUDA graph once
+    and replayed with other masked_m values.
     """
     fn = "m_grouped_fp8_gemm_nt_masked"
     A, sfa, B, sfb, d = _check_common_args(fn, a, b, d, recipe, compiled_dims, disable_ue8m0_cast)
@@ -183,12 +190,15 @@ def m_grouped_fp8_gemm_nt_masked(
 
     if G == 0 or Mmax == 0 or N == 0:
         return
+    if K != 0 and _v.on_cuda(d):
+        from finegemm.ops import sm90_fp8_gemm  # lazy: the CUDA stack is only needed for CUDA tensors
+
+        sm90_fp8_gemm.m_grouped_fp8_gemm_nt_masked(A, sfa, B, sfb, d, masked_m, expected_m)
+        return
     keep = _masked_rows(masked_m, Mmax, d.device)
     if K == 0:
         d.copy_(d.masked_fill(keep, 0))  # no host sync: masked_m may live on the GPU
         return
-    if _v.on_cuda(d):
-        raise _not_built(fn, "m-grouped FP8 GEMMs (masked layout)", "#4")
     out = reference.m_grouped_fp8_gemm_nt_masked(A, sfa, B, sfb, masked_m, out_dtype=d.dtype)
     d.copy_(torch.where(keep, out, d))
 

@@ -44,6 +44,10 @@ from finegemm.utils import ceil_div
 __all__ = [
     "Fp8GemmConfig",
     "select_config",
+    "select_grouped_config",
+    "GEMM_NORMAL",
+    "GEMM_GROUPED_CONTIGUOUS",
+    "GEMM_GROUPED_MASKED",
     "smem_bytes",
     "max_stages",
     "num_threads",
@@ -54,6 +58,10 @@ __all__ = [
 ]
 
 BLOCK_K = 128
+# GEMM kinds of the kernel family (mirror scheduler::GemmKind in include/finegemm/scheduler/persistent.cuh).
+GEMM_NORMAL = 0
+GEMM_GROUPED_CONTIGUOUS = 1
+GEMM_GROUPED_MASKED = 2
 SMEM_LIMIT = 232448  # 227 KB: the SM90 per-block dynamic shared memory limit
 MAX_STAGES = 8
 MIN_STAGES = 2
@@ -63,6 +71,10 @@ MIN_KB_PER_SPLIT = 4
 # the consumer keeps block_n/2 wgmma accumulators + block_n/2 promoted sums per thread, under
 # 232 registers (block_m 128: setmaxnreg 232) or 255 (block_m 64: one consumer warpgroup).
 MAX_BLOCK_N = {64: 208, 128: 224}
+# The masked grouped kind with the TMA-store epilogue keeps a few more registers live (the group
+# walk, the per-warpgroup choice between TMA and predicated stores): bm128 spills above 192
+# (tests/test_fp8_kernel_compile.py::test_every_grouped_block_n_compiles_spill_free).
+MAX_BLOCK_N_MASKED_TMA = {64: 208, 128: 192}
 
 # Machine model (H100/H200 SXM; only ratios matter for the choice).
 _PEAK_FLOPS_PER_SM_US = 1979e6 / 132  # dense FP8 flops per microsecond per SM
@@ -100,6 +112,8 @@ class Fp8GemmConfig:
     multicast_on_a: bool = False  # with num_multicast 2: the pair shares A (else B)
     half_promote: bool = False  # wgmma in two column halves; one half promoted while the other runs
     tma_store: bool = False  # epilogue through swizzled smem + TMA store (bf16 D, no C, no split-K)
+    gemm_kind: int = GEMM_NORMAL  # GEMM_GROUPED_*: m-grouped MoE kernels (same kernel, template parameter)
+    num_groups: int = 1
 
     @property
     def split_k(self) -> bool:
@@ -118,7 +132,7 @@ class Fp8GemmConfig:
     def kernel_key(self) -> tuple:
         """What selects the compiled kernel (everything else is a runtime argument)."""
         return (self.block_m, self.block_n, self.num_stages, self.out_fp32, self.has_c, self.split_k,
-                self.num_multicast, self.multicast_on_a, self.half_promote, self.tma_store)
+                self.num_multicast, self.multicast_on_a, self.half_promote, self.tma_store, self.gemm_kind)
 
 
 def num_threads(block_m: int) -> int:
@@ -171,7 +185,8 @@ def _grid(units: int, num_sms: int, mc: int) -> int:
 
 
 def _estimate(m: int, n: int, k: int, bm: int, bn: int, splits: int, num_sms: int, out_bytes: int,
-              has_c: bool, mc: int = 1, mc_on_a: bool = False, tma_store: bool = False) -> tuple[float, int, int]:
+              has_c: bool, mc: int = 1, mc_on_a: bool = False, tma_store: bool = False,
+              b_groups: int = 1) -> tuple[float, int, int]:
     num_kb = ceil_div(k, BLOCK_K)
     tiles, units = _units(m, n, bm, bn, splits, mc, mc_on_a)
     grid = _grid(units, num_sms, mc)
@@ -193,7 +208,7 @@ def _estimate(m: int, n: int, k: int, bm: int, bn: int, splits: int, num_sms: in
         t_epi += rows * cols * 4 / _STORE_BYTES_PER_SM_US  # partial write
         t_reduce = splits * rows * cols * 4 / _L2_BYTES_PER_SM_US  # last CTA reads all partials
     t_unit = max(t_mma, t_load) + t_epi
-    dram = m * k + n * k + m * n * (out_bytes + (4 if has_c else 0))
+    dram = m * k + b_groups * n * k + m * n * (out_bytes + (4 if has_c else 0))
     if splits > 1:
         dram += 2 * splits * m * n * 4
     dram_bw = _DRAM_BYTES_US * min(1.0, grid / (_DRAM_FULL_GRID_FRACTION * num_sms))
@@ -270,6 +285,81 @@ def select_config(m: int, n: int, k: int, num_sms: int, out_fp32: bool = False, 
             f"splits={splits} multicast={mc}{'(A)' if cfg.multicast_on_a else '(B)' if mc == 2 else ''} "
             f"epilogue={'tma' if tma else 'direct'} "
             f"tiles={tiles} grid={cfg.grid} smem={cfg.smem_bytes} est={est:.1f}us",
+            file=sys.stderr, flush=True,
+        )
+    return cfg
+
+
+def select_grouped_config(kind: int, m: int, n: int, k: int, num_groups: int, num_sms: int,
+                          expected_m: int = 0, alignment: int = 128) -> Fp8GemmConfig:
+    """Launch configuration of the m-grouped kernels (bf16 D, no C, no split-K in v1; cached).
+
+    kind GEMM_GROUPED_CONTIGUOUS: m = total rows (all groups stacked); block_m must divide the
+    mk alignment (segments start at multiples of it, so a tile never holds two groups): 128 and
+    64 for alignment 128, 64 for alignment 64; smaller alignments raise NotImplementedError. The
+    model is the dense one over the stacked rows, with G weights read from DRAM.
+    kind GEMM_GROUPED_MASKED: m = Mmax; the tiles are G x ceil(expected_m / block_m) x n-blocks
+    (expected_m: the planning hint, 0 = Mmax), block_m 64 when expected_m <= 64. The grid is every
+    SM (the real tile count depends on masked_m, which stays on the GPU); idle CTAs exit.
+    Clusters only share A (two n-blocks of one m-block, which lie in one group).
+    """
+    key = ("grouped", kind, m, n, k, num_groups, num_sms, expected_m, alignment)
+    cfg = _cache.get(key)
+    if cfg is not None:
+        return cfg
+    if kind not in (GEMM_GROUPED_CONTIGUOUS, GEMM_GROUPED_MASKED):
+        raise ValueError(f"select_grouped_config: kind must be a grouped kind, got {kind}")
+    if m < 1 or n < 1 or k < 1 or num_groups < 1 or num_sms < 1:
+        raise ValueError(f"select_grouped_config: need m, n, k, num_groups, num_sms >= 1, got "
+                         f"{(m, n, k, num_groups, num_sms)}")
+    if kind == GEMM_GROUPED_CONTIGUOUS:
+        bms = [bm for bm in (64, 128) if alignment % bm == 0]
+        if not bms:
+            raise NotImplementedError(
+                f"m-grouped contiguous FP8 GEMM: the mk alignment {alignment} must be a multiple of block_m "
+                f"(64 or 128) so that a tile never spans two groups; set_mk_alignment_for_contiguous_layout(64 "
+                f"or 128)")
+        em = m
+    else:
+        em = min(max(expected_m, 1), m) if expected_m > 0 else m
+        bms = [64] if em <= 64 else [64, 128]
+    best = None
+    for bm in bms:
+        if kind == GEMM_GROUPED_CONTIGUOUS:
+            m_eff = m
+        else:
+            m_eff = num_groups * ceil_div(em, bm) * bm  # per-group edge tiles are charged whole
+        for bn in block_n_candidates(bm):
+            options = [(1, False)] + ([(2, True)] if num_sms >= 2 else [])
+            for mc, mc_on_a in options:
+                for tma in (True, False):
+                    if tma and kind == GEMM_GROUPED_MASKED and bn > MAX_BLOCK_N_MASKED_TMA[bm]:
+                        continue
+                    est, tiles, units = _estimate(m_eff, n, k, bm, bn, 1, num_sms, 2, False, mc, mc_on_a, tma,
+                                                  b_groups=num_groups)
+                    rank = (round(est, 4), units, mc, -bm * bn, not tma)
+                    if best is None or rank < best[0]:
+                        best = (rank, bm, bn, mc, mc_on_a, tma, est, tiles, units)
+    _, bm, bn, mc, mc_on_a, tma, est, tiles, units = best
+    stages = max_stages(bm, bn, tma)
+    if kind == GEMM_GROUPED_MASKED:
+        grid = num_sms if mc == 1 else 2 * (num_sms // 2)
+    else:
+        grid = _grid(units, num_sms, mc)
+    cfg = Fp8GemmConfig(
+        m=m, n=n, k=k, block_m=bm, block_n=bn, num_stages=stages, num_splits=1, grid=grid,
+        smem_bytes=smem_bytes(bm, bn, stages, tma), num_threads=num_threads(bm), num_tiles=tiles,
+        num_units=units, out_fp32=False, has_c=False, est_us=est, num_multicast=mc,
+        multicast_on_a=bool(mc == 2), tma_store=tma, gemm_kind=kind, num_groups=num_groups,
+    )
+    with _cache_lock:
+        _cache[key] = cfg
+    if _print_enabled():
+        print(
+            f"finegemm: sm90_fp8_gemm {'contiguous' if kind == GEMM_GROUPED_CONTIGUOUS else 'masked'} G={num_groups} "
+            f"m={m} n={n} k={k} expected_m={expected_m} sms={num_sms} -> block_m={bm} block_n={bn} stages={stages} "
+            f"multicast={mc}{'(A)' if mc == 2 else ''} epilogue={'tma' if tma else 'direct'} tiles~{tiles} "
+            f"grid={grid} smem={cfg.smem_bytes} est={est:.1f}us",
             file=sys.stderr, flush=True,
         )
     return cfg

@@ -21,11 +21,19 @@ from typing import Optional
 import torch
 
 from finegemm import jit, runtime
-from finegemm.heuristics.sm90_fp8_gemm import Fp8GemmConfig, select_config
+from finegemm.heuristics.sm90_fp8_gemm import (
+    GEMM_GROUPED_CONTIGUOUS,
+    GEMM_GROUPED_MASKED,
+    GEMM_NORMAL,
+    Fp8GemmConfig,
+    select_config,
+    select_grouped_config,
+)
 from finegemm.quant import get_mn_major_tma_aligned_tensor
 from finegemm.utils import align, ceil_div
 
-__all__ = ["fp8_gemm_nt", "warmup_shape", "render", "plan", "representative_configs"]
+__all__ = ["fp8_gemm_nt", "m_grouped_fp8_gemm_nt_contiguous", "m_grouped_fp8_gemm_nt_masked", "warmup_shape",
+           "render", "plan", "plan_grouped", "representative_configs"]
 
 _TEMPLATE = """\
 #include <finegemm/impls/sm90_fp8_gemm_1d2d.cuh>
@@ -34,10 +42,11 @@ extern "C" __global__ void __launch_bounds__({threads}, 1) finegemm_entry(
     const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
     const __grid_constant__ CUtensorMap tmap_sfa, const __grid_constant__ CUtensorMap tmap_d, const float* sfb, void* d, const float* c,
     float* workspace, int* counters, uint32_t m, uint32_t n, uint32_t k, uint32_t ldd,
-    uint32_t flags, uint32_t num_splits) {{
+    uint32_t flags, uint32_t num_splits, const int* grouped, uint32_t num_groups) {{
   finegemm::impls::sm90_fp8_gemm_1d2d<{block_m}, {block_n}, {stages}, {out_fp32}, {has_c}, {split_k},
-                                      {num_multicast}, {multicast_on_a}, {half_promote}, {tma_store}>(
-      &tmap_a, &tmap_b, &tmap_sfa, &tmap_d, sfb, d, c, workspace, counters, m, n, k, ldd, flags, num_splits);
+                                      {num_multicast}, {multicast_on_a}, {half_promote}, {tma_store}, {gemm_kind}>(
+      &tmap_a, &tmap_b, &tmap_sfa, &tmap_d, sfb, d, c, workspace, counters, m, n, k, ldd, flags, num_splits,
+      grouped, num_groups);
 }}
 """
 
@@ -48,9 +57,15 @@ def _b(x: bool) -> str:
 
 def render(block_m: int, block_n: int, num_stages: int, out_fp32: bool, has_c: bool, split_k: bool,
            num_multicast: int = 1, multicast_on_a: bool = False, half_promote: bool = False,
-           tma_store: bool = False) -> str:
+           tma_store: bool = False, gemm_kind: int = GEMM_NORMAL) -> str:
     """The instantiation source of one kernel configuration (tma_store: the shared-memory + TMA
-    store epilogue; bf16 out, no C, no split-K)."""
+    store epilogue; bf16 out, no C, no split-K; gemm_kind: GEMM_NORMAL or an m-grouped kind,
+    which has bf16 out, no C, no split-K, no half-promote and clusters sharing A only)."""
+    if gemm_kind not in (GEMM_NORMAL, GEMM_GROUPED_CONTIGUOUS, GEMM_GROUPED_MASKED):
+        raise ValueError(f"gemm_kind must be 0, 1 or 2, got {gemm_kind}")
+    if gemm_kind != GEMM_NORMAL and (out_fp32 or has_c or split_k or half_promote or
+                                     (num_multicast == 2 and not multicast_on_a)):
+        raise ValueError("grouped kinds: bf16 out, no C, no split-K, no half-promote, multicast on A only")
     if num_multicast not in (1, 2):
         raise ValueError(f"num_multicast must be 1 or 2, got {num_multicast}")
     if num_multicast == 2 and split_k:
@@ -66,19 +81,23 @@ def render(block_m: int, block_n: int, num_stages: int, out_fp32: bool, has_c: b
     return _TEMPLATE.format(threads=(block_m // 64 + 1) * 128, block_m=block_m, block_n=block_n,
                             stages=num_stages, out_fp32=_b(out_fp32), has_c=_b(has_c), split_k=_b(split_k),
                             num_multicast=num_multicast, multicast_on_a=_b(num_multicast == 2 and multicast_on_a),
-                            half_promote=_b(half_promote), tma_store=_b(tma_store))
+                            half_promote=_b(half_promote), tma_store=_b(tma_store), gemm_kind=gemm_kind)
 
 
 def _render_cfg(cfg: Fp8GemmConfig) -> str:
     return render(cfg.block_m, cfg.block_n, cfg.num_stages, cfg.out_fp32, cfg.has_c, cfg.split_k,
-                  cfg.num_multicast, cfg.multicast_on_a, cfg.half_promote, cfg.tma_store)
+                  cfg.num_multicast, cfg.multicast_on_a, cfg.half_promote, cfg.tma_store, cfg.gemm_kind)
 
 
 def _kernel_name(cfg: Fp8GemmConfig) -> str:
     return (f"sm90_fp8_gemm_1d2d_bm{cfg.block_m}_bn{cfg.block_n}_s{cfg.num_stages}"
             f"{'_f32' if cfg.out_fp32 else '_bf16'}{'_c' if cfg.has_c else ''}{'_splitk' if cfg.split_k else ''}"
             f"{('_mca' if cfg.multicast_on_a else '_mcb') if cfg.num_multicast == 2 else ''}"
-            f"{'_hp' if cfg.half_promote else ''}{'_tmas' if cfg.tma_store else ''}")
+            f"{'_hp' if cfg.half_promote else ''}{'_tmas' if cfg.tma_store else ''}"
+            f"{_KIND_SUFFIX[cfg.gemm_kind]}")
+
+
+_KIND_SUFFIX = {GEMM_NORMAL: "", GEMM_GROUPED_CONTIGUOUS: "_gcont", GEMM_GROUPED_MASKED: "_gmask"}
 
 
 # ----------------------------------------------------------------------------- host launcher
@@ -98,6 +117,7 @@ def _get_launcher():
                               i, i, i, i, i, i, i,  # m, n, k, lda, ldb, ldd, sfa_ld
                               i, i, i, i, i,  # block_m, block_n, num_splits, num_multicast, multicast_on_a
                               i, i, i, i,  # out_fp32, tma_store, grid, smem
+                              i, vp, i,  # gemm_kind, grouped, num_groups
                               u64]  # stream
                 f.restype = ctypes.c_int
                 occ = lib.fg_sm90_fp8_gemm_max_active_clusters
@@ -308,7 +328,7 @@ def prepare(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.Tens
             c.data_ptr() if has_c else None)
     tail = (m, n, k, lda, ldb, ldd, sfa_ld,
             cfg.block_m, cfg.block_n, cfg.num_splits, cfg.num_multicast, 1 if cfg.multicast_on_a else 0,
-            1 if out_fp32 else 0, 1 if cfg.tma_store else 0, cfg.grid, cfg.smem_bytes)
+            1 if out_fp32 else 0, 1 if cfg.tma_store else 0, cfg.grid, cfg.smem_bytes, GEMM_NORMAL, None, 1)
     return PreparedCall(cfg, head, tail, device, not keepalive, keepalive)
 
 
@@ -319,6 +339,144 @@ def fp8_gemm_nt(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.
     call = prepare(a, sfa, b, sfb, d, c, recipe)
     if call is not None:
         call()
+
+
+# ----------------------------------------------------------------------------- m-grouped (MoE)
+def plan_grouped(kind: int, m: int, n: int, k: int, num_groups: int, expected_m: int, alignment: int,
+                 device: int) -> tuple[Fp8GemmConfig, int]:
+    """(config, CUfunction) of an m-grouped problem (cached; compiles on first use)."""
+    num_sms = runtime.get_num_sms()
+    key = ("grouped", kind, m, n, k, num_groups, expected_m, alignment, num_sms, device)
+    p = _plans.get(key)
+    if p is None:
+        cfg = select_grouped_config(kind, m, n, k, num_groups, num_sms, expected_m, alignment)
+        fn = _load(cfg, device)
+        p = (_fit_clusters(cfg, fn), fn)
+        with _plans_lock:
+            _plans[key] = p
+    return p
+
+
+def _rows_2d(t: torch.Tensor) -> torch.Tensor:
+    """[G, R, K] -> the [G*R, K] view the tensor maps cover (a contiguous copy when the group
+    stride is not R rows)."""
+    try:
+        return t.view(-1, t.shape[-1])
+    except RuntimeError:
+        return t.contiguous().view(-1, t.shape[-1])
+
+
+def _row_pitch(t2: torch.Tensor, inner: int, elems_16b: int) -> int:
+    # The row stride of a one-row view is never used (torch may report anything): a valid pitch.
+    return t2.stride(0) if t2.shape[0] > 1 else align(inner, elems_16b)
+
+
+def _psum_to_group_ids(psum: torch.Tensor, m: int, alignment: int) -> torch.Tensor:
+    """psum layout (int32 [G] cumulative row ends; group g owns [align(end_{g-1}, alignment), end_g))
+    -> int32 group id per row (-1 = no group), with a few tiny torch kernels on the GPU: no host
+    sync, so the call stays CUDA-graph capturable. v1 cost: ~5 small launches + an [M] int32
+    buffer per call; reading the ends in the kernel's tile walker would remove them."""
+    ends = psum.to(torch.int64)
+    g_count = ends.numel()
+    starts = torch.zeros_like(ends)
+    if g_count > 1:
+        starts[1:] = (ends[:-1] + (alignment - 1)) // alignment * alignment
+    rows = torch.arange(m, dtype=torch.int64, device=psum.device)
+    g = torch.searchsorted(ends, rows, right=True)
+    inside = (g < g_count) & (rows >= starts[g.clamp(max=g_count - 1)])
+    return torch.where(inside, g, torch.full_like(g, -1)).to(torch.int32)
+
+
+def _launch_grouped(cfg: Fp8GemmConfig, fn: int, a2, sfa, sfa_ld, b2, sfb, d2, m, n, k, grouped, num_groups):
+    _get_launcher()
+    rc = _launcher(fn, a2.data_ptr(), b2.data_ptr(), sfa.data_ptr(), sfb.data_ptr(), d2.data_ptr(), None, None, None,
+                   m, n, k, _row_pitch(a2, k, 16), _row_pitch(b2, k, 16), _row_pitch(d2, n, 8), sfa_ld,
+                   cfg.block_m, cfg.block_n, 1, cfg.num_multicast, 1 if cfg.multicast_on_a else 0, 0,
+                   1 if cfg.tma_store else 0, cfg.grid, cfg.smem_bytes, cfg.gemm_kind, grouped.data_ptr(),
+                   num_groups, _get_raw_stream(d2.device.index))
+    if rc != 0:
+        raise RuntimeError(
+            f"finegemm: sm90_fp8_gemm grouped launch failed (kind={cfg.gemm_kind}, G={num_groups}, m={m}, n={n}, "
+            f"k={k}, block_m={cfg.block_m}, block_n={cfg.block_n}): {jit.error_string(rc)}"
+        )
+
+
+def _check_k(k: int) -> None:
+    if k % 16 or k == 0:
+        raise ValueError(f"sm90_fp8_gemm: K must be a positive multiple of 16, got {k}")
+
+
+def m_grouped_fp8_gemm_nt_contiguous(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.Tensor,
+                                     d: torch.Tensor, grouped_layout: torch.Tensor,
+                                     use_psum_layout: bool = False) -> None:
+    """d[r] = A[r] @ B[g(r)]^T for every row r (zeros for padding rows), on the current stream.
+
+    a fp8 [M, K], sfa fp32 [M, ceil(K/128)] (any strides), b fp8 [G, N, K], sfb fp32
+    [G, ceil(N/128), ceil(K/128)], d bf16 [M, N]; grouped_layout int32 [M] group id per row (-1 =
+    padding) whose group segments start at multiples of get_mk_alignment_for_contiguous_layout(),
+    or with use_psum_layout int32 [G] cumulative row ends (converted to ids on the GPU).
+    """
+    m, k = a.shape
+    num_groups, n = b.shape[0], b.shape[1]
+    if m == 0 or n == 0 or num_groups == 0:
+        return
+    _check_k(k)
+    alignment = quant.get_mk_alignment_for_contiguous_layout()
+    ids = _psum_to_group_ids(grouped_layout, m, alignment) if use_psum_layout else grouped_layout
+    if ids.dtype != torch.int32 or not ids.is_contiguous():
+        ids = ids.to(torch.int32).contiguous()
+    sfa, sfa_ld = _sfa_for_tma(sfa, m)
+    b2 = _rows_2d(b)
+    if sfb.dtype != torch.float32 or not sfb.is_contiguous():
+        sfb = sfb.float().contiguous()
+    cfg, fn = plan_grouped(GEMM_GROUPED_CONTIGUOUS, m, n, k, num_groups, 0, alignment, d.device.index)
+    _launch_grouped(cfg, fn, a, sfa, sfa_ld, b2, sfb, d, m, n, k, ids, num_groups)
+
+
+def _sfa_masked_for_tma(sfa: torch.Tensor, m_max: int) -> tuple[torch.Tensor, int]:
+    """sfa [G, Mmax, Kb] -> MN-major TMA-aligned (strides (Kb * al, 1, al)) and al (elements)."""
+    if sfa.dtype != torch.float32:
+        sfa = sfa.float()
+    sfa = get_mn_major_tma_aligned_tensor(sfa)
+    al = align(m_max, 4)
+    if not _aligned16(sfa):
+        fresh = torch.empty((sfa.shape[0], sfa.shape[2], al), dtype=torch.float32, device=sfa.device)
+        out = fresh[..., :m_max].transpose(1, 2)
+        out.copy_(sfa)
+        sfa = out
+    return sfa, al
+
+
+def m_grouped_fp8_gemm_nt_masked(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.Tensor,
+                                 d: torch.Tensor, masked_m: torch.Tensor, expected_m: int) -> None:
+    """d[g, :masked_m[g]] = A[g, :masked_m[g]] @ B[g]^T, other rows of d untouched, on the current
+    stream. masked_m (int32 [G], on the GPU) is never read by the host: the kernel clamps it to
+    [0, Mmax], so one captured CUDA graph serves any masked_m values. expected_m: planning hint.
+
+    a fp8 [G, Mmax, K], sfa fp32 [G, Mmax, ceil(K/128)], b fp8 [G, N, K], sfb fp32
+    [G, ceil(N/128), ceil(K/128)], d bf16 [G, Mmax, N].
+    """
+    num_groups, m_max, k = a.shape
+    n = b.shape[1]
+    if num_groups == 0 or m_max == 0 or n == 0:
+        return
+    _check_k(k)
+    a2 = _rows_2d(a)
+    b2 = _rows_2d(b)
+    sfa, sfa_ld = _sfa_masked_for_tma(sfa, m_max)
+    if sfb.dtype != torch.float32 or not sfb.is_contiguous():
+        sfb = sfb.float().contiguous()
+    if masked_m.dtype != torch.int32 or not masked_m.is_contiguous():
+        masked_m = masked_m.to(torch.int32).contiguous()
+    try:
+        d2, tmp = d.view(-1, n), None
+    except RuntimeError:  # group stride of d is not Mmax rows: compute into a copy (rows kept)
+        tmp = d.contiguous()
+        d2 = tmp.view(-1, n)
+    cfg, fn = plan_grouped(GEMM_GROUPED_MASKED, m_max, n, k, num_groups, int(expected_m), 0, d.device.index)
+    _launch_grouped(cfg, fn, a2, sfa, sfa_ld, b2, sfb, d2, m_max, n, k, masked_m, num_groups)
+    if tmp is not None:
+        d.copy_(tmp)
 
 
 def warmup_shape(m: int, n: int, k: int, out_fp32: bool = False, has_c: bool = False,
@@ -376,6 +534,20 @@ def representative_configs() -> list[tuple[str, tuple]]:
         label = (f"bm{bm}_bn{bn}_s{st}{'_f32' if f32 else ''}{'_c' if has_c else ''}{'_splitk' if split else ''}"
                  f"{'_tmas' if tma else ''}")
         out.append((label, (bm, bn, st, f32, has_c, split, 1, False, False, tma)))
+    # m-grouped kinds (MoE): contiguous and masked, TMA-store and direct epilogues, with and
+    # without clusters sharing A (the only multicast the grouped kinds use).
+    for kind, bm, bn, mc, tma in [
+        (GEMM_GROUPED_CONTIGUOUS, 128, 192, 2, True),
+        (GEMM_GROUPED_CONTIGUOUS, 128, 224, 1, False),
+        (GEMM_GROUPED_CONTIGUOUS, 64, 144, 1, True),
+        (GEMM_GROUPED_MASKED, 128, 192, 2, True),  # widest masked bm128 with TMA store (MAX_BLOCK_N_MASKED_TMA)
+        (GEMM_GROUPED_MASKED, 64, 112, 2, True),
+        (GEMM_GROUPED_MASKED, 64, 208, 1, False),
+        (GEMM_GROUPED_MASKED, 128, 160, 1, True),
+    ]:
+        st = max_stages(bm, bn, tma)
+        label = f"bm{bm}_bn{bn}_s{st}{'_mca' if mc == 2 else ''}{'_tmas' if tma else ''}{_KIND_SUFFIX[kind]}"
+        out.append((label, (bm, bn, st, False, False, False, mc, mc == 2, False, tma, kind)))
     return out
 
 

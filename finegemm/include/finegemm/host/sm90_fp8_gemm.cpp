@@ -37,13 +37,27 @@ extern "C" {
 // tma_store: 1 when the kernel was built with the TMA-store epilogue (bf16 d, no c, no split-K);
 //            the D tensor map is encoded when d allows it (16-byte aligned base, ldd % 8 == 0),
 //            else the kernel falls back to direct stores.
+// gemm_kind: 0 normal; 1 m-grouped contiguous (a [m, k] all groups' rows, b [num_groups * n, k],
+//            sfb [num_groups, ceil(n/128), ceil(k/128)], grouped = int32 group id per row, -1 =
+//            padding); 2 m-grouped masked (m = Mmax: a [num_groups * m, k], d [num_groups * m, n],
+//            sfa element (g, kb, row) at (g * ceil(k/128) + kb) * sfa_ld + row, grouped = int32
+//            masked_m [num_groups], read on the GPU). Mirrors scheduler::GemmKind.
 // Returns a CUresult (0 = success) or fg::FG_ERROR_*.
 int fg_launch_sm90_fp8_gemm(uint64_t fn, void* a, void* b, void* sfa, void* sfb, void* d, void* c,
                             void* workspace, void* counters, int m, int n, int k, int lda, int ldb,
                             int ldd, int sfa_ld, int block_m, int block_n, int num_splits, int num_multicast,
-                            int multicast_on_a, int out_fp32, int tma_store, int grid, int smem_bytes, uint64_t stream) {
+                            int multicast_on_a, int out_fp32, int tma_store, int grid, int smem_bytes,
+                            int gemm_kind, void* grouped, int num_groups, uint64_t stream) {
   if (fn == 0 || a == nullptr || b == nullptr || sfa == nullptr || sfb == nullptr || d == nullptr)
     return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (gemm_kind < 0 || gemm_kind > 2) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (gemm_kind != 0 && (grouped == nullptr || num_groups < 1 || num_splits != 1 || c != nullptr ||
+                         out_fp32 != 0 || (num_multicast == 2 && multicast_on_a == 0)))
+    return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (gemm_kind == 0) num_groups = 1;
+  // Rows of the 2-D views the tensor maps cover.
+  const uint64_t rows_a = static_cast<uint64_t>(m) * (gemm_kind == 2 ? num_groups : 1);
+  const uint64_t rows_b = static_cast<uint64_t>(n) * (gemm_kind != 0 ? num_groups : 1);
   if (m <= 0 || n <= 0 || k <= 0 || k % 16 != 0) return fg::FG_ERROR_INVALID_ARGUMENT;
   if (lda % 16 != 0 || ldb % 16 != 0 || lda < k || ldb < k || ldd < n) return fg::FG_ERROR_INVALID_ARGUMENT;
   if (sfa_ld % 4 != 0 || sfa_ld < m) return fg::FG_ERROR_INVALID_ARGUMENT;
@@ -66,15 +80,16 @@ int fg_launch_sm90_fp8_gemm(uint64_t fn, void* a, void* b, void* sfa, void* sfb,
 
   CUtensorMap tmap_a, tmap_b, tmap_sfa;
   CUresult r = fg::make_tmap_2d(&tmap_a, CU_TENSOR_MAP_DATA_TYPE_UINT8, a, static_cast<uint64_t>(k),
-                                static_cast<uint64_t>(m), static_cast<uint64_t>(lda), kBlockK,
+                                rows_a, static_cast<uint64_t>(lda), kBlockK,
                                 static_cast<uint32_t>(mc_a ? block_m / 2 : block_m), CU_TENSOR_MAP_SWIZZLE_128B);
   if (r != CUDA_SUCCESS) return r;
   r = fg::make_tmap_2d(&tmap_b, CU_TENSOR_MAP_DATA_TYPE_UINT8, b, static_cast<uint64_t>(k),
-                       static_cast<uint64_t>(n), static_cast<uint64_t>(ldb), kBlockK,
+                       rows_b, static_cast<uint64_t>(ldb), kBlockK,
                        static_cast<uint32_t>(mc_b ? block_n / 2 : block_n), CU_TENSOR_MAP_SWIZZLE_128B);
   if (r != CUDA_SUCCESS) return r;
   r = fg::make_tmap_2d(&tmap_sfa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, sfa, static_cast<uint64_t>(m),
-                       static_cast<uint64_t>(num_kb), static_cast<uint64_t>(sfa_ld) * 4u,
+                       static_cast<uint64_t>(num_kb) * (gemm_kind == 2 ? num_groups : 1),
+                       static_cast<uint64_t>(sfa_ld) * 4u,
                        static_cast<uint32_t>(block_m), 1, CU_TENSOR_MAP_SWIZZLE_NONE);
   if (r != CUDA_SUCCESS) return r;
 
@@ -92,7 +107,7 @@ int fg_launch_sm90_fp8_gemm(uint64_t fn, void* a, void* b, void* sfa, void* sfb,
     if (ok) {
       const int sw = tma_store_swizzle_bytes(block_n);
       r = fg::make_tmap_2d(&tmap_d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, d, static_cast<uint64_t>(n),
-                           static_cast<uint64_t>(m), static_cast<uint64_t>(ldd) * 2u, static_cast<uint32_t>(sw / 2),
+                           rows_a, static_cast<uint64_t>(ldd) * 2u, static_cast<uint32_t>(sw / 2),
                            64,
                            sw == 128 ? CU_TENSOR_MAP_SWIZZLE_128B
                                      : (sw == 64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_32B));
@@ -107,8 +122,10 @@ int fg_launch_sm90_fp8_gemm(uint64_t fn, void* a, void* b, void* sfa, void* sfb,
   int* cnt_p = static_cast<int*>(counters);
   uint32_t um = static_cast<uint32_t>(m), un = static_cast<uint32_t>(n), uk = static_cast<uint32_t>(k);
   uint32_t uldd = static_cast<uint32_t>(ldd), usplits = static_cast<uint32_t>(num_splits);
+  const int* grouped_p = static_cast<const int*>(grouped);
+  uint32_t ugroups = static_cast<uint32_t>(num_groups);
   void* params[] = {&tmap_a, &tmap_b, &tmap_sfa, &tmap_d, &sfb_p, &d, &c_p, &ws_p, &cnt_p,
-                    &um, &un, &uk, &uldd, &flags, &usplits};
+                    &um, &un, &uk, &uldd, &flags, &usplits, &grouped_p, &ugroups};
   const unsigned threads = static_cast<unsigned>((block_m / 64 + 1) * 128);
   return fg::launch(fg::as_function(fn), static_cast<unsigned>(grid), 1, 1, threads, 1, 1,
                     static_cast<unsigned>(smem_bytes), static_cast<unsigned>(num_multicast),

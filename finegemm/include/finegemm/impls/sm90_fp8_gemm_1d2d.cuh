@@ -23,6 +23,16 @@
 // main loop (the buffer is only waited for before its next reuse). Otherwise: direct
 // register -> global stores.
 //
+// GEMM kinds (kGemmKind, scheduler/persistent.cuh): kGemmNormal; kGemmGroupedContiguous (MoE
+// prefill: A [M, K] rows of all groups stacked, B [G*N, K], sfb [G, ceil(N/128), Kb], `grouped`
+// = int32 group id per row, -1 = padding row, written as zeros; padding tiles skip the main
+// loop); kGemmGroupedMasked (MoE decode: A [G*Mmax, K], sfa [G*Kb, Mmax aligned] MN-major,
+// D [G*Mmax, N], `grouped` = masked_m [G], read and clamped to [0, Mmax] on the GPU; only rows
+// < masked_m[g] are written: the TMA store is used for a warpgroup whose 64 rows are all valid,
+// direct predicated stores otherwise). M is Mmax for the masked kind. Tiles of group g read B
+// rows g*N + n0 ..: rows past N (the next group's, or zero-filled) only feed columns >= N, which
+// are never stored. Grouped kinds: no split-K, clusters only share A (one m-block = one group).
+//
 // Split-K (kSplitK): a work unit is (tile, split); each split covers a contiguous k-block range
 // and writes its FP32 partial tile to the workspace; the CTA that finishes last (per-tile atomic
 // counter) sums all partials in split order 0..S-1 (deterministic), writes D and resets the
@@ -134,13 +144,15 @@ __device__ __forceinline__ void promote(uint32_t off, float (&fin)[kNumFin], con
 }
 
 template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages, bool kOutFp32, bool kHasC, bool kSplitK,
-          uint32_t kNumMulticast = 1, bool kMulticastOnA = false, bool kHalfPromote = false, bool kTmaStore = false>
+          uint32_t kNumMulticast = 1, bool kMulticastOnA = false, bool kHalfPromote = false, bool kTmaStore = false,
+          uint32_t kGemmKind = scheduler::kGemmNormal>
 __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, const CUtensorMap* tmap_b,
                                                    const CUtensorMap* tmap_sfa, const CUtensorMap* tmap_d,
                                                    const float* sfb, void* d_ptr,
                                                    const float* c_ptr, float* workspace, int* counters,
                                                    uint32_t M, uint32_t N, uint32_t K, uint32_t ldd,
-                                                   uint32_t flags, uint32_t num_splits) {
+                                                   uint32_t flags, uint32_t num_splits,
+                                                   const int* grouped = nullptr, uint32_t num_groups = 1) {
   using Traits = Sm90Fp8Gemm1d2dTraits<BLOCK_M, BLOCK_N, kNumStages, kTmaStore>;
   static_assert(!kTmaStore || (!kOutFp32 && !kHasC && !kSplitK), "TMA-store epilogue: bf16 D, no C, no split-K");
   using EpiTma = epilogue::TmaStoreBf16<BLOCK_N>;
@@ -166,6 +178,9 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   // maps are the halves accordingly.
   constexpr bool kMcA = kNumMulticast == 2 && kMulticastOnA;
   constexpr bool kMcB = kNumMulticast == 2 && !kMulticastOnA;
+  constexpr bool kGrouped = kGemmKind != scheduler::kGemmNormal;
+  static_assert(!kGrouped || (!kSplitK && !kMcB && !kHalfPromote && !kHasC),
+                "grouped GEMMs: no split-K, no C, no half-promote; clusters only share A");
 
   constexpr uint32_t kBoxRowsA = kMcA ? BLOCK_M / 2 : BLOCK_M;
   constexpr uint32_t kBoxRowsB = kMcB ? BLOCK_N / 2 : BLOCK_N;
@@ -186,6 +201,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   const uint32_t num_n_blocks = (N + BLOCK_N - 1) / BLOCK_N;
   const scheduler::PersistentScheduler<kMcB ? 2 : 1, kMcA ? 2 : 1, 16> sched(num_m_blocks, num_n_blocks,
                                                                               kSplitK ? num_splits : 1u);
+  using Walker = scheduler::TileWalker<kGemmKind, BLOCK_M, BLOCK_N, kMcB ? 2 : 1, kMcA ? 2 : 1, 16>;
   const uint32_t rank = kNumMulticast > 1 ? ptx::cluster_ctarank() : 0u;
   const uint32_t cluster_id = blockIdx.x / kNumMulticast;
   const uint32_t num_clusters = gridDim.x / kNumMulticast;
@@ -218,12 +234,25 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
       ptx::tma_prefetch_desc(tmap_b);
       ptx::tma_prefetch_desc(tmap_sfa);
       uint32_t stage = 0, phase = 0;
-      for (uint32_t unit = cluster_id; unit < sched.num_units; unit += num_clusters) {
-        uint32_t m_block, n_block, split, kb_begin, kb_end;
-        sched.get(unit, rank, m_block, n_block, split);
-        sched.k_range(split, num_kb, kb_begin, kb_end);
-        const int32_t m0 = static_cast<int32_t>(m_block * BLOCK_M);
-        const int32_t n0 = static_cast<int32_t>(n_block * BLOCK_N);
+      Walker walker(M, N, num_kb, kSplitK ? num_splits : 1u, grouped, num_groups);
+      scheduler::TileCoords t;
+      // kGemmNormal keeps the dense loop head (unit < num_units, then decode): walking through
+      // TileWalker::next() in the loop condition cost the dense split-K bm128/bn224 variant spills.
+      for (uint32_t unit = cluster_id; kGrouped || unit < sched.num_units; unit += num_clusters) {
+        if constexpr (kGrouped) {
+          if (!walker.next(unit, rank, t)) break;
+        } else {
+          sched.get(unit, rank, t.m_block, t.n_block, t.split);
+          t.a_row = t.sfa_m = t.m_block * BLOCK_M;
+          t.b_row = t.n_block * BLOCK_N;
+          t.sfa_kb0 = 0;
+          t.skip = false;
+        }
+        uint32_t kb_begin, kb_end;
+        sched.k_range(t.split, num_kb, kb_begin, kb_end);
+        if (t.skip) kb_end = kb_begin;  // padding tile: the consumers skip it too
+        const int32_t m0 = static_cast<int32_t>(t.a_row);
+        const int32_t n0 = static_cast<int32_t>(t.b_row);
         for (uint32_t kb = kb_begin; kb < kb_end; ++kb) {
           // Fresh barrier: waiting for parity 1 returns at once, so the first pass never blocks.
           ptx::mbar_wait(empty_bar(stage), phase ^ 1u);
@@ -244,8 +273,8 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           } else {
             ptx::tma_load_2d(dst_b, tmap_b, full_bar(stage), k0, n0);
           }
-          ptx::tma_load_2d(base + Traits::kOffSfa + stage * Traits::kSmemSfa, tmap_sfa, full_bar(stage), m0,
-                           static_cast<int32_t>(kb));
+          ptx::tma_load_2d(base + Traits::kOffSfa + stage * Traits::kSmemSfa, tmap_sfa, full_bar(stage),
+                           static_cast<int32_t>(t.sfa_m), static_cast<int32_t>(t.sfa_kb0 + kb));
           if (++stage == kNumStages) {
             stage = 0;
             phase ^= 1u;
@@ -300,20 +329,33 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
     };
 
     uint32_t stage = 0, phase = 0;
-    for (uint32_t unit = cluster_id; unit < sched.num_units; unit += num_clusters) {
-      uint32_t m_block, n_block, split, kb_begin, kb_end;
-      sched.get(unit, rank, m_block, n_block, split);
+    Walker walker(M, N, num_kb, kSplitK ? num_splits : 1u, grouped, num_groups);
+    scheduler::TileCoords t;
+    for (uint32_t unit = cluster_id; kGrouped || unit < sched.num_units; unit += num_clusters) {
+      uint32_t m_block, n_block, split;
+      if constexpr (kGrouped) {
+        if (!walker.next(unit, rank, t)) break;
+        m_block = t.m_block, n_block = t.n_block, split = t.split;
+      } else {  // the dense loop head (see the producer)
+        sched.get(unit, rank, m_block, n_block, split);
+        t.a_row = m_block * BLOCK_M;
+        t.skip = false;
+        t.group = 0;
+      }
+      uint32_t kb_begin, kb_end;
       sched.k_range(split, num_kb, kb_begin, kb_end);
-      const uint32_t m0 = m_block * BLOCK_M;
+      if (t.skip) kb_end = kb_begin;  // padding tile (as the producer): zeros are written
+      const uint32_t m0 = t.a_row;  // first row in the 2-D A / D view
       const uint32_t n0 = n_block * BLOCK_N;
 
       // Scale rows of B this tile touches (clamped: blocks past the end are never selected).
+      const float* sfb_group = sfb + static_cast<size_t>(t.group) * num_sfb_blocks * num_kb;
       const float* sfb_rows[kSpan];
 #pragma unroll
       for (uint32_t b = 0; b < kSpan; ++b) {
         uint32_t nb = n0 / 128 + b;
         nb = nb < num_sfb_blocks ? nb : num_sfb_blocks - 1;
-        sfb_rows[b] = sfb + static_cast<size_t>(nb) * num_kb;
+        sfb_rows[b] = sfb_group + static_cast<size_t>(nb) * num_kb;
       }
       // Offset of the tile's first column inside its 128-wide scale block (a multiple of kG).
       const uint32_t n_off = n0 % 128u;
@@ -455,8 +497,26 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
       }
 
       // ---------------------------------------------------------------- epilogue
+      if constexpr (kGemmKind == scheduler::kGemmGroupedContiguous) {
+        // Padding rows (group id -1) of a mixed tile are written as zeros (select, not a
+        // multiply: garbage must not leak as NaN).
+#pragma unroll
+        for (uint32_t h = 0; h < 2; ++h) {
+          const uint32_t row = m0 + r0 + 8 * h;
+          const bool pad = row < M && __ldg(grouped + row) < 0;
+#pragma unroll
+          for (uint32_t j = 0; j < kNumChunks; ++j) {
+            fin[4 * j + 2 * h + 0] = pad ? 0.0f : fin[4 * j + 2 * h + 0];
+            fin[4 * j + 2 * h + 1] = pad ? 0.0f : fin[4 * j + 2 * h + 1];
+          }
+        }
+      }
+      const uint32_t row_limit = walker.row_limit();  // recomputed (not kept live across the main loop)
       if constexpr (kTmaStore) {
-        if ((flags & kFlagTmaStore) != 0) {
+        // Masked: only a warpgroup whose 64 rows are all valid may TMA-store (the box would
+        // otherwise overwrite rows >= masked_m, which must stay untouched).
+        const bool tma_rows_ok = kGemmKind != scheduler::kGemmGroupedMasked || m0 + wg * 64 + 64 <= row_limit;
+        if ((flags & kFlagTmaStore) != 0 && tma_rows_ok) {
           EpiTma::store(fin, base + Traits::kOffD + wg * EpiTma::kBytes, tmap_d, 2 + wg,
                         static_cast<int32_t>(n0), static_cast<int32_t>(m0 + wg * 64));
           continue;
@@ -467,7 +527,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
 #pragma unroll
       for (uint32_t h = 0; h < 2; ++h) {
         const uint32_t row = m0 + r0 + 8 * h;
-        if (row >= M) continue;
+        if (row >= row_limit) continue;
         const size_t row_off = static_cast<size_t>(row) * ldd;
 #pragma unroll
         for (uint32_t j = 0; j < kNumChunks; ++j) {

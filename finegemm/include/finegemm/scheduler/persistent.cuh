@@ -80,5 +80,118 @@ struct PersistentScheduler {
   }
 };
 
+
+// Kinds of GEMM the SM90 FP8 kernel family runs (template parameter kGemmKind of
+// impls/sm90_fp8_gemm_1d2d.cuh; the host mirrors the values).
+enum GemmKind : uint32_t {
+  kGemmNormal = 0,             // one [M, N] problem
+  kGemmGroupedContiguous = 1,  // rows of all groups stacked: A [M, K], B [G*N, K], group id per row
+  kGemmGroupedMasked = 2,      // A [G*Mmax, K], B [G*N, K], only the first masked_m[g] rows of group g
+};
+
+// One tile of work, in the coordinates of the 2-D tensor maps.
+struct TileCoords {
+  uint32_t m_block, n_block, split;
+  uint32_t group;      // group of the tile (0 for kGemmNormal and for skipped tiles)
+  uint32_t a_row;      // first row of the tile in A / D ([M, K] or [G*Mmax, K] views)
+  uint32_t row_limit;  // rows >= row_limit (same view) are never stored
+  uint32_t sfa_m;      // first sfa element of the tile along M (the sfa map's inner dim)
+  uint32_t sfa_kb0;    // sfa map row of k-block 0 (g * num_kb for masked; sfa [G*Kb, Mmax_aligned])
+  uint32_t b_row;      // first row of the tile in B ([N, K] or [G*N, K] view): group * N + n0
+  bool skip;           // contiguous padding block: no main loop, the tile is written as zeros
+};
+
+// Work-unit walker over the three GEMM kinds; producer and consumers of every CTA (and both
+// CTAs of a cluster) call next() with the same unit sequence and get the same tiles, so they
+// agree on the k-blocks of every unit (the barrier phases depend on it).
+//   Normal: the PersistentScheduler's units over ceil(M/BM) x ceil(N/BN) tiles.
+//   GroupedContiguous: the same units over the stacked rows; a tile's group is the group id of
+//     its first row (segments start at multiples of the mk alignment, which BLOCK_M divides, so
+//     a tile holds one group's rows then possibly padding rows; a first row of -1 means the whole
+//     tile is padding: `skip`).
+//   GroupedMasked: group after group, each with ceil(clamp(masked_m[g], 0, Mmax) / BLOCK_M)
+//     m-blocks, in the PersistentScheduler's swizzled order inside the group. masked_m is read
+//     on the GPU (never by the host); the walk is monotonic (units of a CTA increase), so its
+//     cost is O(G + units) per CTA. Tiles of rows >= masked_m are never visited.
+template <uint32_t kGemmKind, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kClusterM, uint32_t kClusterN,
+          uint32_t kGroupN = 16>
+struct TileWalker {
+  static_assert(kGemmKind <= kGemmGroupedMasked, "unknown GEMM kind");
+  static_assert(kGemmKind == kGemmNormal || kClusterM == 1,
+                "grouped GEMMs: clusters only share A (two n-blocks of one m-block: one group)");
+  using Sched = PersistentScheduler<kClusterM, kClusterN, kGroupN>;
+  // Normal / contiguous: the whole problem (masked: unused; a group's scheduler is rebuilt per
+  // call from masked_m so that only g and base stay live across the consumers' main loop).
+  Sched sched;
+  const int* grouped;  // contiguous: group id per row; masked: masked_m per group
+  uint32_t M, N, num_kb, num_groups;
+  uint32_t g, base;  // masked walk: current group, units of the groups before it
+
+  // m: rows (M, or Mmax per group for masked); num_groups >= 1 for masked.
+  __device__ __forceinline__ TileWalker(uint32_t m, uint32_t n, uint32_t kb, uint32_t splits, const int* gl,
+                                        uint32_t groups)
+      : sched(kGemmKind == kGemmGroupedMasked ? 0u : (m + BLOCK_M - 1) / BLOCK_M, (n + BLOCK_N - 1) / BLOCK_N,
+              splits),
+        grouped(gl), M(m), N(n), num_kb(kb), num_groups(groups), g(0), base(0) {}
+
+  // masked_m[g] clamped to [0, Mmax] (a bad value never reads or writes out of bounds).
+  __device__ __forceinline__ uint32_t group_rows(uint32_t grp) const {
+    const int v = __ldg(grouped + grp);
+    return v <= 0 ? 0u : (static_cast<uint32_t>(v) < M ? static_cast<uint32_t>(v) : M);
+  }
+
+  // Rows >= this (2-D view index) of the tile last returned by next() are never stored.
+  __device__ __forceinline__ uint32_t row_limit() const {
+    if constexpr (kGemmKind == kGemmGroupedMasked) return g * M + group_rows(g);
+    return M;
+  }
+
+  // The tile of `unit` for cluster rank `rank`; false when the unit is past the last one.
+  __device__ __forceinline__ bool next(uint32_t unit, uint32_t rank, TileCoords& t) {
+    uint32_t local = unit;
+    Sched s = sched;
+    if constexpr (kGemmKind == kGemmGroupedMasked) {
+      const uint32_t num_n_blocks = (N + BLOCK_N - 1) / BLOCK_N;
+      while (true) {
+        s = Sched((group_rows(g) + BLOCK_M - 1) / BLOCK_M, num_n_blocks, 1u);
+        if (unit < base + s.num_units) break;
+        base += s.num_units;
+        if (++g >= num_groups) return false;  // the caller's loop ends: no later call
+      }
+      local = unit - base;
+    } else {
+      if (unit >= s.num_units) return false;
+    }
+    s.get(local, rank, t.m_block, t.n_block, t.split);
+    const uint32_t m0 = t.m_block * BLOCK_M, n0 = t.n_block * BLOCK_N;
+    t.skip = false;
+    if constexpr (kGemmKind == kGemmNormal) {
+      t.group = 0;
+      t.a_row = m0;
+      t.row_limit = M;
+      t.sfa_m = m0;
+      t.sfa_kb0 = 0;
+      t.b_row = n0;
+    } else if constexpr (kGemmKind == kGemmGroupedContiguous) {
+      const int gid = m0 < M ? __ldg(grouped + m0) : -1;
+      t.skip = gid < 0;
+      t.group = t.skip ? 0u : static_cast<uint32_t>(gid);
+      t.a_row = m0;
+      t.row_limit = M;
+      t.sfa_m = m0;
+      t.sfa_kb0 = 0;
+      t.b_row = t.group * N + n0;
+    } else {
+      t.group = g;
+      t.a_row = g * M + m0;
+      t.row_limit = g * M + group_rows(g);
+      t.sfa_m = m0;
+      t.sfa_kb0 = g * num_kb;
+      t.b_row = g * N + n0;
+    }
+    return true;
+  }
+};
+
 }  // namespace scheduler
 }  // namespace finegemm
