@@ -316,3 +316,41 @@ def test_grouped_configs():
     assert m.block_m == 64 and m.grid == 132 and m.num_splits == 1
     m = select_grouped_config(GEMM_GROUPED_MASKED, 1024, 4096, 7168, 1, 132, expected_m=1024)
     assert m.block_m == 128
+
+
+def test_grouped_ops_layer_plans_and_launch_arguments(monkeypatch):
+    """The ops layer of both grouped kinds on CPU tensors, up to the launcher (planning and the
+    launch mocked): argument plumbing, 2-D views, sfa layouts, psum -> ids on the device."""
+    torch = pytest.importorskip("torch")
+    from finegemm.heuristics.sm90_fp8_gemm import GEMM_GROUPED_CONTIGUOUS, GEMM_GROUPED_MASKED, select_grouped_config
+    from finegemm.ops import sm90_fp8_gemm as ops
+    from finegemm.reference._common import psum_layout_to_group_ids
+
+    launches = []
+    monkeypatch.setattr(ops, "plan_grouped", lambda kind, m, n, k, g, em, al, dev: (
+        select_grouped_config(kind, m, n, k, g, 132, em, al), 1))
+    monkeypatch.setattr(ops, "_launch_grouped", lambda *args: launches.append(args))
+    fp8 = torch.float8_e4m3fn
+    G, N, K = 3, 576, 1152
+    M = 3 * 128
+    a = torch.zeros(M, K).to(fp8)
+    b = torch.zeros(G, N, K).to(fp8)
+    sfa = torch.rand(M, K // 128)
+    sfb = torch.rand(G, 5, K // 128)
+    d = torch.empty(M, N, dtype=torch.bfloat16)
+    ends = torch.tensor([100, 200, 300], dtype=torch.int32)
+    ops.m_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, d, ends, True)
+    cfg, fn, a2, sfa2, sfa_ld, b2, sfb2, d2, m, n, k, ids, g = launches[-1]
+    assert cfg.gemm_kind == GEMM_GROUPED_CONTIGUOUS and (m, n, k, g) == (M, N, K, G)
+    assert b2.shape == (G * N, K) and sfa_ld == M and torch.equal(sfa2, sfa)
+    assert torch.equal(ids, psum_layout_to_group_ids(ends, M, 128))
+    Mmax = 70
+    am = torch.zeros(G, Mmax, K).to(fp8)
+    sfam = torch.rand(G, Mmax, K // 128)
+    dm = torch.empty(G, Mmax, N, dtype=torch.bfloat16)
+    mm = torch.tensor([70, 0, 5], dtype=torch.int32)
+    ops.m_grouped_fp8_gemm_nt_masked(am, sfam, b, sfb, dm, mm, 40)
+    cfg, fn, a2, sfa2, sfa_ld, b2, sfb2, d2, m, n, k, grouped, g = launches[-1]
+    assert cfg.gemm_kind == GEMM_GROUPED_MASKED and (m, n, k, g) == (Mmax, N, K, G) and grouped is mm
+    assert a2.shape == (G * Mmax, K) and d2.shape == (G * Mmax, N) and d2.data_ptr() == dm.data_ptr()
+    assert sfa_ld == 72 and sfa2.stride() == (K // 128 * 72, 1, 72) and torch.equal(sfa2, sfam)

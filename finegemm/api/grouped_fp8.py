@@ -25,6 +25,14 @@ __all__ = [
 ]
 
 
+# The CUDA path of the contiguous layout (finegemm.ops.sm90_fp8_gemm, GEMM kind "grouped
+# contiguous") is built but has not passed its GPU tests yet: its first GPU run (2026-11-30,
+# commit f48659e) stopped in the ops layer before any launch (a missing import, since fixed), so
+# the kernel path itself is unvalidated. Until tests/gpu/test_grouped_fp8_gpu.py passes (it turns
+# this on for itself), CUDA tensors raise NotImplementedError rather than risk a wrong result.
+_CONTIGUOUS_CUDA_VALIDATED = False
+
+
 def _check_common_args(fn: str, a: object, b: object, d: object, recipe: object, compiled_dims: object,
                        disable_ue8m0_cast: object):
     A, sfa = _v.check_pair(fn, "a", a, ("A", "sfa"))
@@ -92,9 +100,9 @@ def m_grouped_fp8_gemm_nt_contiguous(
     strides and 16-byte aligned base (TMA); all tensors on one device; d must not overlap the
     inputs. M == 0 returns at once after validation.
 
-    Devices: CPU runs ``finegemm.reference``; CUDA runs the SM90 kernel (finegemm.ops.sm90_fp8_gemm,
-    GEMM kind "grouped contiguous"), which needs the mk alignment to be a multiple of 64
-    (NotImplementedError otherwise). With ``use_psum_layout`` the ends are turned into per-row
+    Devices: CPU runs ``finegemm.reference``; CUDA: the SM90 kernel (finegemm.ops.sm90_fp8_gemm,
+    GEMM kind "grouped contiguous"; needs the mk alignment to be a multiple of 64) is built but
+    raises NotImplementedError until it has passed its GPU tests (issue #4). With ``use_psum_layout`` the ends are turned into per-row
     group ids on the GPU by a few small torch kernels (no extra host sync).
     """
     fn = "m_grouped_fp8_gemm_nt_contiguous"
@@ -125,6 +133,11 @@ def m_grouped_fp8_gemm_nt_contiguous(
         d.zero_()
         return
     if _v.on_cuda(d):
+        if not _CONTIGUOUS_CUDA_VALIDATED:
+            raise NotImplementedError(
+                f"{fn}: the SM90 CUDA kernel for m-grouped FP8 GEMMs (contiguous layout) is built but not yet "
+                f"validated on a GPU (tracked in issue #4); CPU tensors run the exact reference"
+            )
         from finegemm.ops import sm90_fp8_gemm  # lazy: the CUDA stack is only needed for CUDA tensors
 
         sm90_fp8_gemm.m_grouped_fp8_gemm_nt_contiguous(A, sfa, B, sfb, d, grouped_layout, use_psum_layout)

@@ -20,7 +20,7 @@ from typing import Optional
 
 import torch
 
-from finegemm import jit, runtime
+from finegemm import jit, quant, runtime
 from finegemm.heuristics.sm90_fp8_gemm import (
     GEMM_GROUPED_CONTIGUOUS,
     GEMM_GROUPED_MASKED,

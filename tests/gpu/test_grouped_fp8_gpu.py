@@ -27,6 +27,14 @@ from finegemm.testing import calc_diff  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.nvcc]
 
+
+@pytest.fixture(autouse=True)
+def _contiguous_cuda_on(monkeypatch):
+    """The public contiguous CUDA path is off until these tests pass (api/grouped_fp8.py)."""
+    from finegemm.api import grouped_fp8
+
+    monkeypatch.setattr(grouped_fp8, "_CONTIGUOUS_CUDA_VALIDATED", True)
+
 FP8 = torch.float8_e4m3fn
 
 
@@ -204,25 +212,33 @@ def _force(monkeypatch, bm, bn, mc, tma):
 
 
 @pytest.mark.parametrize("cfg", FORCED, ids=[f"bm{c[0]}_bn{c[1]}_mc{c[2]}_{'tma' if c[3] else 'direct'}" for c in FORCED])
-def test_forced_configs(cfg, monkeypatch):
+def test_forced_configs_contiguous(cfg, monkeypatch):
     _force(monkeypatch, *cfg)
     _, ms, n, k, pad_after, use_psum = FORCED_CONTIGUOUS
     a, sfa, b, sfb, layout, ids = _contiguous_problem(ms, n, k, pad_after, use_psum, seed=cfg[1])
     d = _run_contiguous(a, sfa, b, sfb, layout, use_psum)
     _check_contiguous(d, a, sfa, b, sfb, layout, ids, use_psum)
+
+
+@pytest.mark.parametrize("cfg", FORCED, ids=[f"bm{c[0]}_bn{c[1]}_mc{c[2]}_{'tma' if c[3] else 'direct'}" for c in FORCED])
+def test_forced_configs_masked(cfg, monkeypatch):
+    _force(monkeypatch, *cfg)
     _, g, m_max, n, k, masked, expected_m = FORCED_MASKED
     a, sfa, b, sfb = _masked_problem(g, m_max, n, k, seed=cfg[1] + 1)
     d = _run_masked(a, sfa, b, sfb, torch.tensor(masked, dtype=torch.int32, device="cuda"), expected_m)
     _check_masked(d, a, sfa, b, sfb, masked)
 
 
-def test_deterministic():
+def test_deterministic_contiguous():
     _, ms, n, k, pad_after, use_psum = CONTIGUOUS_CASES[2]
     a, sfa, b, sfb, layout, ids = _contiguous_problem(ms, n, k, pad_after, use_psum, seed=5)
     first = _run_contiguous(a, sfa, b, sfb, layout, use_psum)
     for _ in range(5):
         assert torch.equal(_run_contiguous(a, sfa, b, sfb, layout, use_psum).view(torch.int16),
                            first.view(torch.int16))
+
+
+def test_deterministic_masked():
     _, g, m_max, n, k, masked, expected_m = MASKED_CASES[2]
     a, sfa, b, sfb = _masked_problem(g, m_max, n, k, seed=6)
     masked_m = torch.tensor(masked, dtype=torch.int32, device="cuda")
