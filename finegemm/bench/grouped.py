@@ -109,6 +109,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m finegemm bench grouped")
     p.add_argument("--out", default="benchmarks/results/grouped.json")
     p.add_argument("--num-tests", type=int, default=10)
+    p.add_argument("--kinds", nargs="*", default=["contiguous", "masked"], choices=["contiguous", "masked"])
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench grouped needs a CUDA GPU")
@@ -120,12 +121,12 @@ def main(argv=None) -> int:
     gen.manual_seed(0)
     rng = random.Random(0)
     records = []
-    for (g, m) in CONTIGUOUS_GM:
+    for (g, m) in (CONTIGUOUS_GM if "contiguous" in args.kinds else []):
         for (n, k) in GROUPED_NK:
             rec = bench_contiguous(g, m, n, k, gen, rng, args.num_tests)
             rec["deepgemm_anchor_us"] = anchor_c.get((g, m, n, k), {}).get("us", {}).get("deepgemm")
             records.append(rec)
-    for (g, m) in MASKED_GM:
+    for (g, m) in (MASKED_GM if "masked" in args.kinds else []):
         for (n, k) in GROUPED_NK:
             rec = bench_masked(g, m, n, k, gen, args.num_tests)
             rec["deepgemm_anchor_us"] = anchor_m.get((g, m, n, k), {}).get("us", {}).get("deepgemm")
