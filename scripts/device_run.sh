@@ -21,7 +21,7 @@ if [[ "$what" == all || "$what" == tests ]]; then
   # whole call: the suite is stopped after FINEGEMM_GPU_TEST_TIMEOUT seconds.
   # shellcheck disable=SC2086
   timeout "${FINEGEMM_GPU_TEST_TIMEOUT:-270}" python3 -m pytest -q -rs -m gpu \
-    ${FINEGEMM_GPU_TESTS:-tests/gpu --ignore=tests/gpu/test_bf16_gemm_gpu.py} \
+    ${FINEGEMM_GPU_TESTS:-tests/gpu} \
     -p no:cacheprovider --timeout 120 --timeout_method thread -s 2>&1 | tee "$OUT/gpu_tests.log"
   status=$(( status | ${PIPESTATUS[0]} ))
   python3 -m finegemm check 2>&1 | tee "$OUT/check.log"

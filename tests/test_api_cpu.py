@@ -404,13 +404,6 @@ def test_cuda_routing_grouped(fake_cuda, monkeypatch):
     b = (rand_fp8(G, N, K), rand_sf(G, 1, 1))
     d = torch.full((M, N), 5.0, dtype=BF16)
     layout = torch.zeros(M, dtype=torch.int32)
-    # The contiguous CUDA path stays off until its GPU tests pass (api.grouped_fp8._CONTIGUOUS_CUDA_VALIDATED).
-    with pytest.raises(NotImplementedError, match=r"m_grouped_fp8_gemm_nt_contiguous: .*not yet validated.*#4"):
-        finegemm.m_grouped_fp8_gemm_nt_contiguous(a, b, d, layout)
-    assert not fake_cuda.calls
-    from finegemm.api import grouped_fp8
-
-    monkeypatch.setattr(grouped_fp8, "_CONTIGUOUS_CUDA_VALIDATED", True)
     finegemm.m_grouped_fp8_gemm_nt_contiguous(a, b, d, layout)
     kind, a_, sfa_, b_, sfb_, d_, gl_, psum_ = fake_cuda.calls[-1]
     assert kind == "contiguous" and a_ is a[0] and sfa_ is a[1] and b_ is b[0] and sfb_ is b[1]

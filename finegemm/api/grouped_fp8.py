@@ -25,12 +25,6 @@ __all__ = [
 ]
 
 
-# The CUDA path of the contiguous layout (finegemm.ops.sm90_fp8_gemm, GEMM kind "grouped
-# contiguous") is built but has not passed its GPU tests yet: its first GPU run (2026-11-30,
-# commit f48659e) stopped in the ops layer before any launch (a missing import, since fixed), so
-# the kernel path itself is unvalidated. Until tests/gpu/test_grouped_fp8_gpu.py passes (it turns
-# this on for itself), CUDA tensors raise NotImplementedError rather than risk a wrong result.
-_CONTIGUOUS_CUDA_VALIDATED = False
 
 
 def _check_common_args(fn: str, a: object, b: object, d: object, recipe: object, compiled_dims: object,
@@ -133,11 +127,6 @@ def m_grouped_fp8_gemm_nt_contiguous(
         d.zero_()
         return
     if _v.on_cuda(d):
-        if not _CONTIGUOUS_CUDA_VALIDATED:
-            raise NotImplementedError(
-                f"{fn}: the SM90 CUDA kernel for m-grouped FP8 GEMMs (contiguous layout) is built but not yet "
-                f"validated on a GPU (tracked in issue #4); CPU tensors run the exact reference"
-            )
         from finegemm.ops import sm90_fp8_gemm  # lazy: the CUDA stack is only needed for CUDA tensors
 
         sm90_fp8_gemm.m_grouped_fp8_gemm_nt_contiguous(A, sfa, B, sfb, d, grouped_layout, use_psum_layout)

@@ -28,13 +28,6 @@ from finegemm.testing import calc_diff  # noqa: E402
 pytestmark = [pytest.mark.gpu, pytest.mark.nvcc]
 
 
-@pytest.fixture(autouse=True)
-def _contiguous_cuda_on(monkeypatch):
-    """The public contiguous CUDA path is off until these tests pass (api/grouped_fp8.py)."""
-    from finegemm.api import grouped_fp8
-
-    monkeypatch.setattr(grouped_fp8, "_CONTIGUOUS_CUDA_VALIDATED", True)
-
 FP8 = torch.float8_e4m3fn
 
 
