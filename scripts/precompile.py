@@ -77,6 +77,31 @@ def grouped_configs(sms: int) -> list:
     return out
 
 
+def wgrad_configs(sms: int) -> list:
+    """The recipe (1, 1, 128) configs of tests/gpu/test_fp8_wgrad_gpu.py (dense, forced, and the
+    per-group dense launches of the k-grouped cases), with the planning arguments of its calls."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_wgrad_gpu_cases", Path(__file__).resolve().parents[1] / "tests"
+                                                  / "gpu" / "test_fp8_wgrad_gpu.py")
+    t = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(t)
+    out = []
+    for (m, n, k) in t.DENSE_SHAPES:
+        out.append(select_config(m, n, k, sms, True, False, one_d_one_d=True))
+    for (m, n, k) in t.C_SHAPES + [t.LAYOUT_SHAPE] + t.DET_SHAPES:
+        out.append(select_config(m, n, k, sms, True, True, one_d_one_d=True))
+    m, n, k = t.FORCED_SHAPE
+    base = select_config(m, n, k, sms, True, True, one_d_one_d=True)
+    for bm, bn, mc, mc_a, splits in t.FORCED:
+        out.append(t.forced_config(base, bm, bn, mc, mc_a, splits, sms))
+    for _, m, n, ks, mode in t.K_GROUPED_CASES + [t.K_GROUPED_DET]:
+        for kg in ks:
+            if kg:
+                out.append(select_config(m, n, kg, sms, True, mode != "none", one_d_one_d=True))
+    return out
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--sms", type=int, default=132)
@@ -89,6 +114,8 @@ def main() -> int:
             cfg = select_config(m, n, k, args.sms, out_fp32, has_c)
             cfgs[ops._kernel_name(cfg)] = cfg
     for cfg in grouped_configs(args.sms):
+        cfgs[ops._kernel_name(cfg)] = cfg
+    for cfg in wgrad_configs(args.sms):
         cfgs[ops._kernel_name(cfg)] = cfg
     print(f"{len(cfgs)} kernel configurations")
     t0 = time.time()

@@ -337,6 +337,11 @@ class _FakeOps(types.ModuleType):
             raise AssertionError("the CUDA op was called for CPU tensors")
         self.calls.append(("masked",) + args)
 
+    def k_grouped_fp8_gemm_nt_contiguous(self, *args):
+        if self.fail_if_called:
+            raise AssertionError("the CUDA op was called for CPU tensors")
+        self.calls.append(("k_grouped",) + args)
+
 
 def _install_fake_ops(monkeypatch, fake):
     monkeypatch.setitem(sys.modules, "finegemm.ops.sm90_fp8_gemm", fake)
@@ -390,11 +395,32 @@ def test_cuda_routing_dense_fp8(fake_cuda, layout, with_c):
 _NOT_BUILT = r"the SM90 CUDA kernel for .* is not built yet \(tracked in issue {}\); CPU tensors run the exact reference"
 
 
-def test_cuda_routing_1d1d_not_built(fake_cuda):
-    _, a, b = fp8_problem("tn", 32, 128, 256, (1, 1, 128))
-    d = torch.empty(32, 128)
-    with pytest.raises(NotImplementedError, match="fp8_gemm_tn: " + _NOT_BUILT.format("#4")):
-        finegemm.fp8_gemm_tn(a, b, d, recipe=(1, 1, 128))
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("with_c", [False, True, "in_place"])
+def test_cuda_routing_dense_fp8_1d1d(fake_cuda, layout, with_c):
+    """Recipe (1, 1, 128) on CUDA reaches the ops layer: K-major operands (copies for MN-major
+    inputs), sfb [N, ceil(K/128)] (a transposed view for B stored [K, N]), the recipe passed on."""
+    M, N, K = 32, 256, 384
+    (A, sfa, B, sfb), a, b = fp8_problem(layout, M, N, K, (1, 1, 128))
+    d = torch.full((M, N), 5.0, dtype=F32)
+    c = d if with_c == "in_place" else (torch.randn(M, N) if with_c else None)
+    getattr(finegemm, f"fp8_gemm_{layout}")(a, b, d, c=c, recipe=(1, 1, 128))
+    assert len(fake_cuda.calls) == 1
+    a_, sfa_, b_, sfb_, d_, c_, recipe_ = fake_cuda.calls[0]
+    assert a_.shape == (M, K) and a_.stride() == (K, 1) and torch.equal(u8(a_), u8(A))
+    assert b_.shape == (N, K) and b_.stride() == (K, 1) and torch.equal(u8(b_), u8(B))
+    assert sfa_.shape == (M, K // 128) and torch.equal(sfa_, sfa)
+    assert sfb_.shape == (N, K // 128) and torch.equal(sfb_, sfb)
+    if layout == "nt":
+        assert a_ is a[0] and b_ is b[0] and sfb_ is b[1]
+    assert d_ is d and c_ is c and tuple(recipe_) == (1, 1, 128)
+    assert torch.all(d == 5.0)  # nothing computed on the host
+
+
+def test_cuda_routing_1d1d_needs_fp32_d(fake_cuda):
+    _, a, b = fp8_problem("nt", 32, 128, 256, (1, 1, 128))
+    with pytest.raises(TypeError, match="float32"):
+        finegemm.fp8_gemm_nt(a, b, torch.empty(32, 128, dtype=BF16), recipe=(1, 1, 128))
     assert not fake_cuda.calls
 
 
@@ -418,11 +444,17 @@ def test_cuda_routing_grouped(fake_cuda, monkeypatch):
     assert kind == "masked" and a_ is am[0] and d_ is dm and mm_ is mm and em_ == 8
     assert torch.all(dm == 5.0)
     assert len(fake_cuda.calls) == 2
-    with pytest.raises(NotImplementedError, match="k_grouped_fp8_gemm_nt_contiguous: " + _NOT_BUILT.format("#4")):
-        finegemm.k_grouped_fp8_gemm_nt_contiguous(
-            (rand_fp8(16 * 128), rand_sf(1, 16)), (rand_fp8(32 * 128), rand_sf(1, 32)),
-            torch.empty(1, 16, 32), [128], torch.tensor([128], dtype=torch.int32))
-    assert len(fake_cuda.calls) == 2
+    # k-grouped (1D1D): routed to the ops layer with the validated tensors and ks as Python ints.
+    ak = (rand_fp8(16 * 384), rand_sf(3, 16))
+    bk = (rand_fp8(32 * 384), rand_sf(3, 32))
+    dk = torch.full((3, 16, 32), 5.0)
+    ks = [128, 0, 256]
+    finegemm.k_grouped_fp8_gemm_nt_contiguous(ak, bk, dk, ks, torch.tensor(ks, dtype=torch.int32), c=dk)
+    kind, a_, sfa_, b_, sfb_, d_, ks_, c_ = fake_cuda.calls[-1]
+    assert kind == "k_grouped" and a_ is ak[0] and sfa_ is ak[1] and b_ is bk[0] and sfb_ is bk[1]
+    assert d_ is dk and c_ is dk and ks_ == ks and all(type(x) is int for x in ks_)
+    assert torch.all(dk == 5.0)  # nothing computed on the host
+    assert len(fake_cuda.calls) == 3
 
 
 def test_cuda_routing_grouped_bf16_not_built(fake_cuda):

@@ -354,3 +354,215 @@ def test_grouped_ops_layer_plans_and_launch_arguments(monkeypatch):
     assert cfg.gemm_kind == GEMM_GROUPED_MASKED and (m, n, k, g) == (Mmax, N, K, G) and grouped is mm
     assert a2.shape == (G * Mmax, K) and d2.shape == (G * Mmax, N) and d2.data_ptr() == dm.data_ptr()
     assert sfa_ld == 72 and sfa2.stride() == (K // 128 * 72, 1, 72) and torch.equal(sfa2, sfam)
+
+
+# ----------------------------------------------------------------------------- recipe (1, 1, 128)
+def test_render_1d1d_source():
+    from finegemm.ops.sm90_fp8_gemm import render
+
+    src = render(128, 208, 5, True, True, False, 2, False, one_d_one_d=True)
+    assert "sm90_fp8_gemm_1d2d<128, 208, 5, true, true, false,\n" in src
+    assert "2, false, false, false, 0, true>(" in src
+    assert "const __grid_constant__ CUtensorMap tmap_sfb) {" in src and "grouped, num_groups, &tmap_sfb);" in src
+    assert "__launch_bounds__(384, 1)" in src
+    src = render(64, 112, 8, True, False, True, one_d_one_d=True)
+    assert "sm90_fp8_gemm_1d2d<64, 112, 8, true, false, true,\n" in src and "1, false, false, false, 0, true>(" in src
+    for kw in [dict(out_fp32=False), dict(half_promote=True), dict(tma_store=True), dict(gemm_kind=1)]:
+        args = dict(block_m=128, block_n=128, num_stages=4, out_fp32=True, has_c=False, split_k=False,
+                    one_d_one_d=True)
+        args.update(kw)
+        with pytest.raises(ValueError):
+            render(**args)
+    with pytest.raises(ValueError):
+        render(128, 128, 4, True, False, True, 2, False, one_d_one_d=True)  # split-K + multicast
+    # The 1D2D sources are unchanged by the new parameter's default.
+    assert render(128, 160, 6, False, False, False) == render(128, 160, 6, False, False, False, one_d_one_d=False)
+    assert "tmap_sfb" not in render(128, 160, 6, False, False, False)
+
+
+def test_1d1d_configs():
+    from finegemm.heuristics.sm90_fp8_gemm import (MAX_BLOCK_N_1D1D, SMEM_LIMIT, max_stages, select_config,
+                                                   smem_bytes)
+
+    for m, n, k in [(1, 576, 7168), (17, 2112, 4096), (128, 7168, 512), (2112, 7168, 4096), (4097, 576, 7296),
+                    (7168, 7168, 8192), (4096, 2112, 128)]:
+        for has_c in (False, True):
+            cfg = select_config(m, n, k, 132, True, has_c, one_d_one_d=True)
+            assert cfg.one_d_one_d and cfg.out_fp32 and cfg.has_c == has_c and not cfg.tma_store
+            assert cfg.block_n <= MAX_BLOCK_N_1D1D[cfg.block_m]
+            assert cfg.num_stages == max_stages(cfg.block_m, cfg.block_n, False, True) >= 2
+            assert cfg.smem_bytes == smem_bytes(cfg.block_m, cfg.block_n, cfg.num_stages, False, True) <= SMEM_LIMIT
+            assert cfg.kernel_key()[-1] is True
+            assert not (cfg.split_k and cfg.num_multicast == 2)
+    # Per stage: + block_n fp32 padded to 128 bytes.
+    assert smem_bytes(128, 144, 4, False, True) - smem_bytes(128, 144, 4) == 4 * 640
+    assert select_config(1, 576, 7168, 132, True, False, one_d_one_d=True).num_splits > 1
+    with pytest.raises(ValueError):
+        select_config(64, 64, 128, 132, False, False, one_d_one_d=True)
+    # The 1D2D plan of a shape is not the 1D1D one (separate cache entries).
+    assert not select_config(256, 576, 1024, 132, True, False).one_d_one_d
+
+
+@pytest.mark.nvcc
+def test_every_1d1d_block_n_compiles_spill_free():
+    """Every (block_m, block_n) select_config(one_d_one_d=True) may return, in the variants it may
+    pick (fp32 out with/without C, split-K, multicast on A / on B)."""
+    from finegemm import jit
+    from finegemm.heuristics.sm90_fp8_gemm import MAX_BLOCK_N, block_n_candidates, max_stages
+    from finegemm.ops.sm90_fp8_gemm import render
+
+    jobs = []
+    for bm in (64, 128):
+        for bn in block_n_candidates(bm, True):
+            st = max_stages(bm, bn, False, True)
+            jobs.append((f"bm{bm}_bn{bn}_s{st}_c_splitk_1d1d", render(bm, bn, st, True, True, True, one_d_one_d=True)))
+            jobs.append((f"bm{bm}_bn{bn}_s{st}_c_mcb_1d1d",
+                         render(bm, bn, st, True, True, False, 2, False, one_d_one_d=True)))
+            jobs.append((f"bm{bm}_bn{bn}_s{st}_mca_1d1d",
+                         render(bm, bn, st, True, False, False, 2, True, one_d_one_d=True)))
+    _check_reports(jit.compile_check(jobs, raise_on_failure=False))
+    # Just past the bm128 limit spills (documents MAX_BLOCK_N_1D1D[128]).
+    bn = MAX_BLOCK_N_1D1D_128 = block_n_candidates(128, True)[-1] + 16
+    if bn <= MAX_BLOCK_N[128]:
+        st = max_stages(128, bn, False, True)
+        rep = jit.compile_check([("bm128_bn%d_1d1d" % bn, render(128, bn, st, True, True, False, 2, False,
+                                                                 one_d_one_d=True))], raise_on_failure=False)
+        assert rep[0]["spilled"], f"bm128 block_n {MAX_BLOCK_N_1D1D_128} 1D1D no longer spills: raise the limit"
+
+
+@pytest.mark.nvcc
+def test_host_library_has_1d1d_launcher():
+    from finegemm import jit
+    from finegemm.ops import sm90_fp8_gemm as ops
+
+    ops._get_launcher()
+    launch = ops._launcher_1d1d
+    assert launch is not None
+    args = dict(fn=1, a=16, b=16, sfa=16, sfb=16, d=16, c=None, ws=None, cnt=None, m=64, n=64, k=256,
+                lda=256, ldb=256, ldd=64, sfa_ld=64, sfb_ld=64, block_m=64, block_n=64, splits=1, mc=1, mc_a=0,
+                grid=2, smem=100000, stream=0)
+
+    def call(**kw):
+        a = dict(args, **kw)
+        return launch(a["fn"], a["a"], a["b"], a["sfa"], a["sfb"], a["d"], a["c"], a["ws"], a["cnt"],
+                      a["m"], a["n"], a["k"], a["lda"], a["ldb"], a["ldd"], a["sfa_ld"], a["sfb_ld"], a["block_m"],
+                      a["block_n"], a["splits"], a["mc"], a["mc_a"], a["grid"], a["smem"], a["stream"])
+
+    invalid = 100001  # fg::FG_ERROR_INVALID_ARGUMENT
+    assert call(fn=0) == invalid
+    assert call(sfb=None) == invalid
+    assert call(sfb_ld=62) == invalid
+    assert call(sfb_ld=60) == invalid  # < n
+    assert call(sfa_ld=62) == invalid
+    assert call(block_m=96) == invalid
+    assert call(k=200, lda=208, ldb=208) == invalid
+    assert call(splits=3) == invalid
+    assert call(splits=2) == invalid  # split-K without workspace
+    assert call(mc=2, grid=3) == invalid
+    try:
+        ctypes.CDLL("libcuda.so.1")
+        have_driver = True
+    except OSError:
+        have_driver = False
+    if not have_driver:
+        assert call() == 100000  # fg::FG_ERROR_NO_DRIVER
+
+
+def _mock_1d1d_launch(monkeypatch, ops):
+    """Plan with the heuristic (no compile), record the launcher's arguments (no GPU)."""
+    from finegemm.heuristics.sm90_fp8_gemm import select_config
+
+    launches = []
+    monkeypatch.setattr(ops, "plan", lambda m, n, k, f32, has_c, dev, one_d_one_d=False: (
+        select_config(m, n, k, 132, f32, has_c, one_d_one_d=one_d_one_d), 1))
+    monkeypatch.setattr(ops, "_get_launcher", lambda: None)
+    monkeypatch.setattr(ops, "_launcher_1d1d", lambda *args: launches.append(args) or 0)
+    monkeypatch.setattr(ops, "_get_raw_stream", lambda dev: 0)
+    monkeypatch.setattr(ops, "_is_capturing", lambda: False)
+    monkeypatch.setattr(ops, "_split_buffers", lambda cfg, device, stream: (4096, 8192))
+    return launches
+
+
+def test_1d1d_ops_layer_launch_arguments(monkeypatch):
+    """prepare(recipe=(1, 1, 128)) on CPU tensors up to the launcher: scale layouts (MN-major,
+    TMA-aligned: no copy when already so), strides, the config's fields in the right slots."""
+    torch = pytest.importorskip("torch")
+    from finegemm import quant
+    from finegemm.ops import sm90_fp8_gemm as ops
+
+    launches = _mock_1d1d_launch(monkeypatch, ops)
+    fp8 = torch.float8_e4m3fn
+    for m, n, k in [(17, 576, 1152), (256, 2112, 4096), (1, 200, 256)]:
+        a = torch.zeros(m, k).to(fp8)
+        b = torch.zeros(n, k).to(fp8)
+        sfa = torch.rand(m, k // 128)
+        sfb = torch.rand(n, k // 128)
+        d = torch.empty(m, n)
+        call = ops.prepare(a, sfa, b, sfb, d, d, (1, 1, 128))
+        assert isinstance(call, ops.PreparedCall1d1d) and call.cfg.one_d_one_d
+        call()
+        (fn, a_p, b_p, sfa_p, sfb_p, d_p, c_p, ws, cnt, m_, n_, k_, lda, ldb, ldd, sfa_ld, sfb_ld, bm, bn, splits,
+         mc, mca, grid, smem, stream) = launches[-1]
+        cfg = call.cfg
+        assert (m_, n_, k_, lda, ldb) == (m, n, k, k, k) and ldd == (n if m > 1 else ops.align(n, 8))
+        assert (a_p, b_p, d_p, c_p) == (a.data_ptr(), b.data_ptr(), d.data_ptr(), d.data_ptr())
+        assert sfa_ld == ops.align(m, 4) and sfb_ld == ops.align(n, 4)
+        assert (bm, bn, splits, mc, mca, grid, smem) == (cfg.block_m, cfg.block_n, cfg.num_splits, cfg.num_multicast,
+                                                         int(cfg.multicast_on_a), cfg.grid, cfg.smem_bytes)
+        assert (ws, cnt) == ((4096, 8192) if cfg.split_k else (None, None))
+        # The copies the kernel reads hold the scales MN-major.
+        sfa_t, sfb_t = call._keepalive[0], call._keepalive[1]
+        assert sfa_t.data_ptr() == sfa_p and sfb_t.data_ptr() == sfb_p
+        assert sfb_t.stride() == (1, ops.align(n, 4)) and torch.equal(sfb_t, sfb) and torch.equal(sfa_t, sfa)
+        # Already MN-major TMA-aligned scales are passed through (no copy, cacheable).
+        call2 = ops.prepare(a, quant.get_mn_major_tma_aligned_tensor(sfa), b,
+                            quant.get_mn_major_tma_aligned_tensor(sfb), d, None, (1, 1, 128))
+        call2()
+        assert call2.cacheable and launches[-1][6] is None
+    with pytest.raises(ValueError):
+        ops.prepare(a, sfa, b, sfb, torch.empty(1, 200, dtype=torch.bfloat16), None, (1, 1, 128))
+
+
+def test_k_grouped_ops_layer_per_group_calls(monkeypatch):
+    """k_grouped_fp8_gemm_nt_contiguous (v1: one dense 1D1D launch per non-empty group): the
+    per-group views of A, B, the scales, d and c; empty groups get c (or zeros) on the device."""
+    torch = pytest.importorskip("torch")
+    from finegemm.ops import sm90_fp8_gemm as ops
+
+    calls = []
+    monkeypatch.setattr(ops, "fp8_gemm_nt", lambda *args: calls.append(args))
+    fp8 = torch.float8_e4m3fn
+    M, N = 20, 36
+    ks = [256, 0, 128, 384]
+    s = sum(ks)
+    a = torch.randn(M * s).to(fp8)
+    b = torch.randn(N * s).to(fp8)
+    sfa = torch.rand(s // 128, M)
+    sfb = torch.rand(s // 128, N)
+    for c_mode in ("none", "sep", "in_place"):
+        calls.clear()
+        d = torch.full((len(ks), M, N), float("nan"))
+        c = None if c_mode == "none" else (d if c_mode == "in_place" else torch.randn(len(ks), M, N))
+        ops.k_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, d, ks, c)
+        assert len(calls) == 3
+        a_off = b_off = kb_off = 0
+        it = iter(calls)
+        for g, kg in enumerate(ks):
+            if kg:
+                a_g, sfa_g, b_g, sfb_g, d_g, c_g, rec = next(it)
+                assert tuple(rec) == (1, 1, 128)
+                assert a_g.shape == (M, kg) and a_g.data_ptr() == a.data_ptr() + a_off
+                assert b_g.shape == (N, kg) and b_g.data_ptr() == b.data_ptr() + b_off
+                assert torch.equal(sfa_g, sfa[kb_off:kb_off + kg // 128].t()) and sfa_g.stride() == (1, M)
+                assert torch.equal(sfb_g, sfb[kb_off:kb_off + kg // 128].t()) and sfb_g.stride() == (1, N)
+                assert d_g.data_ptr() == d[g].data_ptr() and d_g.shape == (M, N)
+                if c is None:
+                    assert c_g is None
+                else:
+                    assert c_g.data_ptr() == c[g].data_ptr()
+                assert torch.isnan(d[g]).all()  # left to the (mocked) kernel
+            elif c_mode == "none":
+                assert torch.equal(d[g], torch.zeros(M, N))
+            elif c_mode == "sep":
+                assert torch.equal(d[g], c[g])
+            a_off, b_off, kb_off = a_off + M * kg, b_off + N * kg, kb_off + kg // 128

@@ -159,8 +159,7 @@ def _fp8_gemm(
     sfb_nt = sfb if b_nk else sfb.t()
 
     if _v.on_cuda(d):
-        if rec != _v.RECIPE_1D2D:
-            raise _not_built(fn, "the (1, 1, 128) recipe (1D1D, weight gradients)", "#4")
+        # Both recipes run the SM90 kernel family; (1, 1, 128) takes sfb [N, ceil(K/128)] (sfb_nt).
         from finegemm.ops import sm90_fp8_gemm  # lazy: the CUDA stack is only needed for CUDA tensors
 
         # The SM90 kernel takes K-major operands: materialize K-major copies of MN-major inputs.
@@ -205,8 +204,9 @@ _COMMON_DOC = """
         * M == 0 or N == 0 returns at once (after validation); K == 0 writes d = c (or zeros).
 
     Devices: CPU tensors run ``finegemm.reference.fp8_gemm_nt`` (exact, fp64 accumulation) on
-    transposed views. CUDA tensors run the SM90 kernel (recipe (1, 128, 128); non-NT layouts
-    are first copied to K-major); recipe (1, 1, 128) on CUDA raises NotImplementedError.
+    transposed views. CUDA tensors run the SM90 kernel, both recipes (non-NT layouts are first
+    copied to K-major; with recipe (1, 1, 128) sfb is converted to the MN-major TMA-aligned layout
+    like sfa, a no-op when it already has it, e.g. [ceil(K/128), N] with N % 4 == 0 for B [K, N]).
 
     Returns:
         None (d is written).

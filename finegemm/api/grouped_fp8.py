@@ -15,7 +15,6 @@ import torch
 
 from finegemm import quant, reference
 from finegemm.api import _validate as _v
-from finegemm.api.dense_fp8 import _not_built
 from finegemm.utils import ceil_div
 
 __all__ = [
@@ -241,7 +240,11 @@ def k_grouped_fp8_gemm_nt_contiguous(
     dim, 16-byte strides and base (TMA); one device; d must not overlap the inputs. M == 0,
     N == 0 or G == 0 returns at once after validation.
 
-    Devices: CPU runs ``finegemm.reference``; CUDA raises NotImplementedError (kernel: issue #4).
+    Devices: CPU runs ``finegemm.reference``; CUDA runs the SM90 FP8 kernel with recipe
+    (1, 1, 128) (finegemm.ops.sm90_fp8_gemm.k_grouped_fp8_gemm_nt_contiguous). v1 issues G
+    launches, one dense launch per non-empty group (groups with k_g = 0 get D_g = C_g or zeros
+    on the device); a single persistent launch over all groups is the next step. Scales whose row
+    length M (resp. N) is not a multiple of 4 are copied into the TMA-aligned layout per group.
     """
     fn = "k_grouped_fp8_gemm_nt_contiguous"
     A, sfa = _v.check_pair(fn, "a", a, ("A", "sfa"))
@@ -294,5 +297,9 @@ def k_grouped_fp8_gemm_nt_contiguous(
             d.copy_(c)
         return
     if _v.on_cuda(d):
-        raise _not_built(fn, "k-grouped FP8 GEMMs (MoE weight gradients)", "#4")
+        from finegemm.ops import sm90_fp8_gemm  # lazy: the CUDA stack is only needed for CUDA tensors
+
+        # v1: one launch of the dense 1D1D kernel per non-empty group (G launches).
+        sm90_fp8_gemm.k_grouped_fp8_gemm_nt_contiguous(A, sfa, B, sfb, d, ks_list, c)
+        return
     d.copy_(reference.k_grouped_fp8_gemm_nt_contiguous(A, sfa, B, sfb, ks_list, M, N, c=c))

@@ -53,6 +53,7 @@ __all__ = [
     "num_threads",
     "block_n_candidates",
     "MAX_BLOCK_N",
+    "MAX_BLOCK_N_1D1D",
     "SMEM_LIMIT",
     "clear_cache",
 ]
@@ -75,6 +76,9 @@ MAX_BLOCK_N = {64: 208, 128: 224}
 # walk, the per-warpgroup choice between TMA and predicated stores): bm128 spills above 192
 # (tests/test_fp8_kernel_compile.py::test_every_grouped_block_n_compiles_spill_free).
 MAX_BLOCK_N_MASKED_TMA = {64: 208, 128: 192}
+# Recipe (1, 1, 128): the promotion reads per-column scales from shared memory; bm128 spills at
+# block_n 224 (tests/test_fp8_kernel_compile.py::test_every_1d1d_block_n_compiles_spill_free).
+MAX_BLOCK_N_1D1D = {64: 208, 128: 208}
 
 # Machine model (H100/H200 SXM; only ratios matter for the choice).
 _PEAK_FLOPS_PER_SM_US = 1979e6 / 132  # dense FP8 flops per microsecond per SM
@@ -114,6 +118,7 @@ class Fp8GemmConfig:
     tma_store: bool = False  # epilogue through swizzled smem + TMA store (bf16 D, no C, no split-K)
     gemm_kind: int = GEMM_NORMAL  # GEMM_GROUPED_*: m-grouped MoE kernels (same kernel, template parameter)
     num_groups: int = 1
+    one_d_one_d: bool = False  # recipe (1, 1, 128): per-row sfb TMA-loaded per stage (fp32 D, dense kind)
 
     @property
     def split_k(self) -> bool:
@@ -132,7 +137,8 @@ class Fp8GemmConfig:
     def kernel_key(self) -> tuple:
         """What selects the compiled kernel (everything else is a runtime argument)."""
         return (self.block_m, self.block_n, self.num_stages, self.out_fp32, self.has_c, self.split_k,
-                self.num_multicast, self.multicast_on_a, self.half_promote, self.tma_store, self.gemm_kind)
+                self.num_multicast, self.multicast_on_a, self.half_promote, self.tma_store, self.gemm_kind,
+                self.one_d_one_d)
 
 
 def num_threads(block_m: int) -> int:
@@ -144,22 +150,31 @@ def _staging_bytes(block_m: int, block_n: int, tma_store: bool) -> int:
     return block_m * block_n * 2 if tma_store else 0
 
 
-def smem_bytes(block_m: int, block_n: int, num_stages: int, tma_store: bool = False) -> int:
+def _sfb_stage_bytes(block_n: int, one_d_one_d: bool) -> int:
+    """Recipe (1, 1, 128): block_n fp32 column scales per stage, padded to 128 bytes."""
+    return ceil_div(block_n * 4, 128) * 128 if one_d_one_d else 0
+
+
+def smem_bytes(block_m: int, block_n: int, num_stages: int, tma_store: bool = False,
+               one_d_one_d: bool = False) -> int:
     """Dynamic shared memory of a launch; mirrors Sm90Fp8Gemm1d2dTraits::kDynamicSmemBytes:
     the TMA-store staging buffer (block_m x block_n bf16, when tma_store), per stage A
-    (block_m x 128 B) + B (block_n x 128 B) + sfa (block_m fp32) + 2 barriers (16 B), a 16-byte
-    flag, and 1024 bytes of slack to align the base to the 128B-swizzle atom."""
+    (block_m x 128 B) + B (block_n x 128 B) + sfa (block_m fp32) [+ sfb (block_n fp32, padded to
+    128 B) with recipe (1, 1, 128)] + 2 barriers (16 B), a 16-byte flag, and 1024 bytes of slack to
+    align the base to the 128B-swizzle atom."""
     return (1024 + _staging_bytes(block_m, block_n, tma_store) +
-            num_stages * (block_m * BLOCK_K + block_n * BLOCK_K + block_m * 4) + num_stages * 16 + 16)
+            num_stages * (block_m * BLOCK_K + block_n * BLOCK_K + block_m * 4 + _sfb_stage_bytes(block_n, one_d_one_d))
+            + num_stages * 16 + 16)
 
 
-def max_stages(block_m: int, block_n: int, tma_store: bool = False) -> int:
-    per_stage = block_m * BLOCK_K + block_n * BLOCK_K + block_m * 4 + 16
+def max_stages(block_m: int, block_n: int, tma_store: bool = False, one_d_one_d: bool = False) -> int:
+    per_stage = block_m * BLOCK_K + block_n * BLOCK_K + block_m * 4 + 16 + _sfb_stage_bytes(block_n, one_d_one_d)
     return min(MAX_STAGES, (SMEM_LIMIT - 1024 - 16 - _staging_bytes(block_m, block_n, tma_store)) // per_stage)
 
 
-def block_n_candidates(block_m: int) -> list[int]:
-    return list(range(16, MAX_BLOCK_N[block_m] + 1, 16))
+def block_n_candidates(block_m: int, one_d_one_d: bool = False) -> list[int]:
+    top = MAX_BLOCK_N_1D1D[block_m] if one_d_one_d else MAX_BLOCK_N[block_m]
+    return list(range(16, top + 1, 16))
 
 
 def _mma_efficiency(block_n: int) -> float:
@@ -186,14 +201,14 @@ def _grid(units: int, num_sms: int, mc: int) -> int:
 
 def _estimate(m: int, n: int, k: int, bm: int, bn: int, splits: int, num_sms: int, out_bytes: int,
               has_c: bool, mc: int = 1, mc_on_a: bool = False, tma_store: bool = False,
-              b_groups: int = 1) -> tuple[float, int, int]:
+              b_groups: int = 1, one_d_one_d: bool = False) -> tuple[float, int, int]:
     num_kb = ceil_div(k, BLOCK_K)
     tiles, units = _units(m, n, bm, bn, splits, mc, mc_on_a)
     grid = _grid(units, num_sms, mc)
     waves = ceil_div(units, grid)
     kb_unit = ceil_div(num_kb, splits)
     flops = 2.0 * bm * bn * BLOCK_K * kb_unit
-    stage_eff = _STAGE_EFFICIENCY.get(max_stages(bm, bn, tma_store), 1.0)
+    stage_eff = _STAGE_EFFICIENCY.get(max_stages(bm, bn, tma_store, one_d_one_d), 1.0)
     t_mma = flops / (_PEAK_FLOPS_PER_SM_US * _mma_efficiency(bn) * _WG_EFFICIENCY[bm] * stage_eff)
     rows_loaded = (bm // 2 + bn) if (mc == 2 and mc_on_a) else (bm + bn // 2) if mc == 2 else (bm + bn)
     t_load = kb_unit * BLOCK_K * rows_loaded / _L2_BYTES_PER_SM_US
@@ -230,12 +245,16 @@ def _print_enabled() -> bool:
 
 
 def select_config(m: int, n: int, k: int, num_sms: int, out_fp32: bool = False, has_c: bool = False,
-                  allow_split_k: bool = True, allow_multicast: bool = True) -> Fp8GemmConfig:
+                  allow_split_k: bool = True, allow_multicast: bool = True,
+                  one_d_one_d: bool = False) -> Fp8GemmConfig:
     """The launch configuration for D[m, n] (+C) = A[m, k] . B[n, k] on num_sms SMs (cached).
 
-    m, n >= 1, k >= 16 (k % 16 == 0). has_c requires out_fp32.
+    m, n >= 1, k >= 16 (k % 16 == 0). has_c requires out_fp32. one_d_one_d: recipe (1, 1, 128)
+    (weight gradients; needs out_fp32): the same model with the per-stage sfb row in the stage size.
     """
     key = (m, n, k, num_sms, bool(out_fp32), bool(has_c), bool(allow_split_k), bool(allow_multicast))
+    if one_d_one_d:
+        key = key + ("1d1d",)
     cfg = _cache.get(key)
     if cfg is not None:
         return cfg
@@ -243,12 +262,14 @@ def select_config(m: int, n: int, k: int, num_sms: int, out_fp32: bool = False, 
         raise ValueError(f"select_config: need m, n, k, num_sms >= 1, got {(m, n, k, num_sms)}")
     if has_c and not out_fp32:
         raise ValueError("select_config: C is only supported with an fp32 output")
+    if one_d_one_d and not out_fp32:
+        raise ValueError("select_config: recipe (1, 1, 128) needs an fp32 output")
     out_bytes = 4 if out_fp32 else 2
     num_kb = ceil_div(k, BLOCK_K)
 
     best = None
     for bm in ([64] if m <= 64 else [64, 128]):
-        for bn in block_n_candidates(bm):
+        for bn in (block_n_candidates(bm, True) if one_d_one_d else block_n_candidates(bm)):
             tiles = ceil_div(m, bm) * ceil_div(n, bn)
             split_options = [1]
             if allow_split_k and 2 * tiles <= num_sms and num_kb >= 2 * MIN_KB_PER_SPLIT:
@@ -263,25 +284,26 @@ def select_config(m: int, n: int, k: int, num_sms: int, out_fp32: bool = False, 
                 tma_options = (True, False) if (not out_fp32 and not has_c and splits == 1) else (False,)
                 for tma in tma_options:
                     est, tiles, units = _estimate(m, n, k, bm, bn, splits, num_sms, out_bytes, has_c, mc, mc_on_a,
-                                                  tma)
+                                                  tma, one_d_one_d=one_d_one_d)
                     # Tie-break: faster, then fewer units, then no cluster, then bigger tiles, then TMA store.
                     rank = (round(est, 4), units, mc, -bm * bn, not tma)
                     if best is None or rank < best[0]:
                         best = (rank, bm, bn, splits, mc, mc_on_a, tma, est, tiles, units)
     _, bm, bn, splits, mc, mc_on_a, tma, est, tiles, units = best
-    stages = max_stages(bm, bn, tma)
+    stages = max_stages(bm, bn, tma, one_d_one_d)
     cfg = Fp8GemmConfig(
         m=m, n=n, k=k, block_m=bm, block_n=bn, num_stages=stages, num_splits=splits,
-        grid=_grid(units, num_sms, mc), smem_bytes=smem_bytes(bm, bn, stages, tma), num_threads=num_threads(bm),
+        grid=_grid(units, num_sms, mc), smem_bytes=smem_bytes(bm, bn, stages, tma, one_d_one_d),
+        num_threads=num_threads(bm),
         num_tiles=tiles, num_units=units, out_fp32=bool(out_fp32), has_c=bool(has_c), est_us=est,
-        num_multicast=mc, multicast_on_a=bool(mc_on_a and mc == 2), tma_store=tma,
+        num_multicast=mc, multicast_on_a=bool(mc_on_a and mc == 2), tma_store=tma, one_d_one_d=bool(one_d_one_d),
     )
     with _cache_lock:
         _cache[key] = cfg
     if _print_enabled():
         print(
             f"finegemm: sm90_fp8_gemm m={m} n={n} k={k} out={'fp32' if out_fp32 else 'bf16'}"
-            f"{' +C' if has_c else ''} sms={num_sms} -> block_m={bm} block_n={bn} stages={stages} "
+            f"{' +C' if has_c else ''}{' 1d1d' if one_d_one_d else ''} sms={num_sms} -> block_m={bm} block_n={bn} stages={stages} "
             f"splits={splits} multicast={mc}{'(A)' if cfg.multicast_on_a else '(B)' if mc == 2 else ''} "
             f"epilogue={'tma' if tma else 'direct'} "
             f"tiles={tiles} grid={cfg.grid} smem={cfg.smem_bytes} est={est:.1f}us",

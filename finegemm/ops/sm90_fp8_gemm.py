@@ -1,4 +1,4 @@
-"""SM90 FP8 GEMM (recipe (1, 128, 128), "1D2D"): plan, compile (cached) and launch.
+"""SM90 FP8 GEMM (recipes (1, 128, 128) "1D2D" and (1, 1, 128) "1D1D"): plan, compile (cached) and launch.
 
 fp8_gemm_nt(a, sfa, b, sfb, d, c=None) writes d = c + sum_kb sfa * sfb * (A_kb @ B_kb^T) for
 already-validated CUDA tensors (api/dense_fp8.py). Per call: one dict lookup for the plan
@@ -32,8 +32,9 @@ from finegemm.heuristics.sm90_fp8_gemm import (
 from finegemm.quant import get_mn_major_tma_aligned_tensor
 from finegemm.utils import align, ceil_div
 
-__all__ = ["fp8_gemm_nt", "m_grouped_fp8_gemm_nt_contiguous", "m_grouped_fp8_gemm_nt_masked", "warmup_shape",
-           "render", "plan", "plan_grouped", "representative_configs"]
+__all__ = ["fp8_gemm_nt", "m_grouped_fp8_gemm_nt_contiguous", "m_grouped_fp8_gemm_nt_masked",
+           "k_grouped_fp8_gemm_nt_contiguous", "warmup_shape", "render", "plan", "plan_grouped",
+           "representative_configs"]
 
 _TEMPLATE = """\
 #include <finegemm/impls/sm90_fp8_gemm_1d2d.cuh>
@@ -51,16 +52,50 @@ extern "C" __global__ void __launch_bounds__({threads}, 1) finegemm_entry(
 """
 
 
+# Recipe (1, 1, 128): the same kernel with k1D1D; sfb comes through a tensor map (last parameter).
+_TEMPLATE_1D1D = """\
+#include <finegemm/impls/sm90_fp8_gemm_1d2d.cuh>
+
+extern "C" __global__ void __launch_bounds__({threads}, 1) finegemm_entry(
+    const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
+    const __grid_constant__ CUtensorMap tmap_sfa, const __grid_constant__ CUtensorMap tmap_d, const float* sfb, void* d, const float* c,
+    float* workspace, int* counters, uint32_t m, uint32_t n, uint32_t k, uint32_t ldd,
+    uint32_t flags, uint32_t num_splits, const int* grouped, uint32_t num_groups,
+    const __grid_constant__ CUtensorMap tmap_sfb) {{
+  finegemm::impls::sm90_fp8_gemm_1d2d<{block_m}, {block_n}, {stages}, true, {has_c}, {split_k},
+                                      {num_multicast}, {multicast_on_a}, false, false, 0, true>(
+      &tmap_a, &tmap_b, &tmap_sfa, &tmap_d, sfb, d, c, workspace, counters, m, n, k, ldd, flags, num_splits,
+      grouped, num_groups, &tmap_sfb);
+}}
+"""
+
+
 def _b(x: bool) -> str:
     return "true" if x else "false"
 
 
 def render(block_m: int, block_n: int, num_stages: int, out_fp32: bool, has_c: bool, split_k: bool,
            num_multicast: int = 1, multicast_on_a: bool = False, half_promote: bool = False,
-           tma_store: bool = False, gemm_kind: int = GEMM_NORMAL) -> str:
+           tma_store: bool = False, gemm_kind: int = GEMM_NORMAL, one_d_one_d: bool = False) -> str:
     """The instantiation source of one kernel configuration (tma_store: the shared-memory + TMA
     store epilogue; bf16 out, no C, no split-K; gemm_kind: GEMM_NORMAL or an m-grouped kind,
-    which has bf16 out, no C, no split-K, no half-promote and clusters sharing A only)."""
+    which has bf16 out, no C, no split-K, no half-promote and clusters sharing A only;
+    one_d_one_d: recipe (1, 1, 128), dense kind, fp32 out, no half-promote, direct epilogue)."""
+    if one_d_one_d:
+        if gemm_kind != GEMM_NORMAL or not out_fp32 or half_promote or tma_store:
+            raise ValueError("recipe (1, 1, 128): dense kind, fp32 out, no half-promote, no TMA store")
+        if num_multicast not in (1, 2):
+            raise ValueError(f"num_multicast must be 1 or 2, got {num_multicast}")
+        if num_multicast == 2 and split_k:
+            raise ValueError("split-K and multicast are not combined")
+        if block_m not in (64, 128):
+            raise ValueError(f"block_m must be 64 or 128, got {block_m}")
+        if block_n % 16 or not 16 <= block_n <= 256:
+            raise ValueError(f"block_n must be a multiple of 16 in [16, 256], got {block_n}")
+        return _TEMPLATE_1D1D.format(threads=(block_m // 64 + 1) * 128, block_m=block_m, block_n=block_n,
+                                     stages=num_stages, has_c=_b(has_c), split_k=_b(split_k),
+                                     num_multicast=num_multicast,
+                                     multicast_on_a=_b(num_multicast == 2 and multicast_on_a))
     if gemm_kind not in (GEMM_NORMAL, GEMM_GROUPED_CONTIGUOUS, GEMM_GROUPED_MASKED):
         raise ValueError(f"gemm_kind must be 0, 1 or 2, got {gemm_kind}")
     if gemm_kind != GEMM_NORMAL and (out_fp32 or has_c or split_k or half_promote or
@@ -86,7 +121,8 @@ def render(block_m: int, block_n: int, num_stages: int, out_fp32: bool, has_c: b
 
 def _render_cfg(cfg: Fp8GemmConfig) -> str:
     return render(cfg.block_m, cfg.block_n, cfg.num_stages, cfg.out_fp32, cfg.has_c, cfg.split_k,
-                  cfg.num_multicast, cfg.multicast_on_a, cfg.half_promote, cfg.tma_store, cfg.gemm_kind)
+                  cfg.num_multicast, cfg.multicast_on_a, cfg.half_promote, cfg.tma_store, cfg.gemm_kind,
+                  cfg.one_d_one_d)
 
 
 def _kernel_name(cfg: Fp8GemmConfig) -> str:
@@ -94,7 +130,7 @@ def _kernel_name(cfg: Fp8GemmConfig) -> str:
             f"{'_f32' if cfg.out_fp32 else '_bf16'}{'_c' if cfg.has_c else ''}{'_splitk' if cfg.split_k else ''}"
             f"{('_mca' if cfg.multicast_on_a else '_mcb') if cfg.num_multicast == 2 else ''}"
             f"{'_hp' if cfg.half_promote else ''}{'_tmas' if cfg.tma_store else ''}"
-            f"{_KIND_SUFFIX[cfg.gemm_kind]}")
+            f"{_KIND_SUFFIX[cfg.gemm_kind]}{'_1d1d' if cfg.one_d_one_d else ''}")
 
 
 _KIND_SUFFIX = {GEMM_NORMAL: "", GEMM_GROUPED_CONTIGUOUS: "_gcont", GEMM_GROUPED_MASKED: "_gmask"}
@@ -102,6 +138,7 @@ _KIND_SUFFIX = {GEMM_NORMAL: "", GEMM_GROUPED_CONTIGUOUS: "_gcont", GEMM_GROUPED
 
 # ----------------------------------------------------------------------------- host launcher
 _launcher = None
+_launcher_1d1d = None
 _launcher_lock = threading.Lock()
 
 
@@ -123,6 +160,15 @@ def _get_launcher():
                 occ = lib.fg_sm90_fp8_gemm_max_active_clusters
                 occ.argtypes = [u64, i, i, i, ctypes.POINTER(ctypes.c_int)]
                 occ.restype = ctypes.c_int
+                f1 = lib.fg_launch_sm90_fp8_gemm_1d1d
+                f1.argtypes = [u64, vp, vp, vp, vp, vp, vp, vp, vp,  # fn, a, b, sfa, sfb, d, c, ws, counters
+                               i, i, i, i, i, i, i, i,  # m, n, k, lda, ldb, ldd, sfa_ld, sfb_ld
+                               i, i, i, i, i,  # block_m, block_n, num_splits, num_multicast, multicast_on_a
+                               i, i,  # grid, smem
+                               u64]  # stream
+                f1.restype = ctypes.c_int
+                global _launcher_1d1d
+                _launcher_1d1d = f1
                 _launcher = f
     return _launcher
 
@@ -153,13 +199,17 @@ def _fit_clusters(cfg: Fp8GemmConfig, fn: int) -> Fp8GemmConfig:
     return cfg if grid == cfg.grid else dataclasses.replace(cfg, grid=grid)
 
 
-def plan(m: int, n: int, k: int, out_fp32: bool, has_c: bool, device: int) -> tuple[Fp8GemmConfig, int]:
+def plan(m: int, n: int, k: int, out_fp32: bool, has_c: bool, device: int,
+         one_d_one_d: bool = False) -> tuple[Fp8GemmConfig, int]:
     """(config, CUfunction) for a problem on `device` (cached; compiles on first use)."""
     num_sms = runtime.get_num_sms()
     key = (m, n, k, out_fp32, has_c, num_sms, device)
+    if one_d_one_d:
+        key = key + ("1d1d",)
     p = _plans.get(key)
     if p is None:
-        cfg = select_config(m, n, k, num_sms, out_fp32, has_c)
+        cfg = (select_config(m, n, k, num_sms, out_fp32, has_c, one_d_one_d=True) if one_d_one_d
+               else select_config(m, n, k, num_sms, out_fp32, has_c))
         fn = _load(cfg, device)
         p = (_fit_clusters(cfg, fn), fn)
         with _plans_lock:
@@ -289,6 +339,8 @@ def prepare(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.Tens
     [ceil(N/128), ceil(K/128)], d bf16/fp32 [M, N] (unit column stride), c fp32 [M, N] or None
     (fp32 d only; may be d itself).
     """
+    if tuple(recipe) == (1, 1, 128):
+        return _prepare_1d1d(a, sfa, b, sfb, d, c)
     if tuple(recipe) != (1, 128, 128):
         raise NotImplementedError(f"sm90_fp8_gemm: recipe {tuple(recipe)} is not supported by this kernel")
     m, k = a.shape
@@ -332,6 +384,69 @@ def prepare(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.Tens
     return PreparedCall(cfg, head, tail, device, not keepalive, keepalive)
 
 
+class PreparedCall1d1d(PreparedCall):
+    """A PreparedCall of the recipe (1, 1, 128) kernel (its own host launcher: sfb through TMA)."""
+
+    __slots__ = ()
+
+    def __call__(self) -> None:
+        stream = _get_raw_stream(self._dev_index)
+        if self.cfg.split_k:
+            ws_ptr, cnt_ptr = self._split_pointers(stream)
+        else:
+            ws_ptr = cnt_ptr = None
+        rc = _launcher_1d1d(*self._head, ws_ptr, cnt_ptr, *self._tail, stream)
+        if rc != 0:
+            cfg = self.cfg
+            m, n, k = self._tail[:3]
+            raise RuntimeError(
+                f"finegemm: sm90_fp8_gemm (1, 1, 128) launch failed (m={m}, n={n}, k={k}, block_m={cfg.block_m}, "
+                f"block_n={cfg.block_n}, splits={cfg.num_splits}): {jit.error_string(rc)}"
+            )
+
+
+def _prepare_1d1d(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.Tensor, d: torch.Tensor,
+                  c: Optional[torch.Tensor]) -> Optional[PreparedCall]:
+    """prepare() for recipe (1, 1, 128): sfb fp32 [N, ceil(K/128)] (any strides; converted to the
+    MN-major TMA-aligned layout like sfa, a no-op when already in it), d fp32, c fp32 or None."""
+    m, k = a.shape
+    n = b.shape[0]
+    if m == 0 or n == 0:
+        return None
+    if d.dtype != torch.float32:
+        raise ValueError("sm90_fp8_gemm: recipe (1, 1, 128) needs an fp32 d")
+    has_c = c is not None
+    if k % 16 or k == 0:
+        raise ValueError(f"sm90_fp8_gemm: K must be a positive multiple of 16, got {k}")
+
+    keepalive = []
+    sfa_in, sfb_in = sfa, sfb
+    sfa, sfa_ld = _sfa_for_tma(sfa, m)
+    if sfa is not sfa_in:
+        keepalive.append(sfa)
+    sfb, sfb_ld = _sfa_for_tma(sfb, n)
+    if sfb is not sfb_in:
+        keepalive.append(sfb)
+    if has_c and c is not d and (c.stride(1) != 1 or (m > 1 and c.stride(0) != d.stride(0))):
+        c2 = torch.empty_strided(d.shape, d.stride(), dtype=torch.float32, device=d.device)
+        c2.copy_(c)
+        c = c2
+        keepalive.append(c)
+
+    device = d.device
+    cfg, fn = plan(m, n, k, True, has_c, device.index, one_d_one_d=True)
+    _get_launcher()
+    lda = a.stride(0) if m > 1 else align(k, 16)
+    ldb = b.stride(0) if n > 1 else align(k, 16)
+    ldd = d.stride(0) if m > 1 else align(n, 8)
+    head = (fn, a.data_ptr(), b.data_ptr(), sfa.data_ptr(), sfb.data_ptr(), d.data_ptr(),
+            c.data_ptr() if has_c else None)
+    tail = (m, n, k, lda, ldb, ldd, sfa_ld, sfb_ld,
+            cfg.block_m, cfg.block_n, cfg.num_splits, cfg.num_multicast, 1 if cfg.multicast_on_a else 0,
+            cfg.grid, cfg.smem_bytes)
+    return PreparedCall1d1d(cfg, head, tail, device, not keepalive, keepalive)
+
+
 def fp8_gemm_nt(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.Tensor, d: torch.Tensor,
                 c: Optional[torch.Tensor] = None, recipe=(1, 128, 128)) -> None:
     """d = c + A @ B^T with 1x128 (A) and 128x128 (B) fp32 block scales, on the current stream
@@ -339,6 +454,40 @@ def fp8_gemm_nt(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.
     call = prepare(a, sfa, b, sfb, d, c, recipe)
     if call is not None:
         call()
+
+
+# ----------------------------------------------------------------------------- k-grouped (MoE wgrad)
+def k_grouped_fp8_gemm_nt_contiguous(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.Tensor,
+                                     d: torch.Tensor, ks, c: Optional[torch.Tensor] = None) -> None:
+    """D_g = C_g + A_g @ B_g^T (recipe (1, 1, 128)) for every group g, on the current stream.
+
+    a fp8 1-D (A_g [M, k_g] row-major one after another), sfa fp32 [sum(ks)/128, M] (group g's
+    [k_g/128, M] block after the previous ones), b / sfb likewise with N, d fp32 [G, M, N], c fp32
+    [G, M, N] or None (may be d), ks: Python ints, multiples of 128 (0: D_g = C_g or zeros).
+
+    v1: G launches of the dense 1D1D kernel, one per non-empty group (each group's scale block is
+    already the MN-major [Kb_g, M] layout the kernel reads: no copy when M % 4 == 0 and the rows
+    are contiguous). A single persistent launch over all groups is the next step.
+    """
+    num_groups, m, n = d.shape
+    a_off = b_off = kb_off = 0
+    for g in range(num_groups):
+        kg = int(ks[g])
+        kb = kg // 128
+        if kg == 0:
+            if c is None:
+                d[g].zero_()
+            elif c is not d:
+                d[g].copy_(c[g])
+        else:
+            a_g = a[a_off:a_off + m * kg].view(m, kg)
+            b_g = b[b_off:b_off + n * kg].view(n, kg)
+            sfa_g = sfa[kb_off:kb_off + kb].t()  # [M, Kb_g], MN-major
+            sfb_g = sfb[kb_off:kb_off + kb].t()  # [N, Kb_g], MN-major
+            fp8_gemm_nt(a_g, sfa_g, b_g, sfb_g, d[g], None if c is None else c[g], (1, 1, 128))
+        a_off += m * kg
+        b_off += n * kg
+        kb_off += kb
 
 
 # ----------------------------------------------------------------------------- m-grouped (MoE)
@@ -480,10 +629,13 @@ def m_grouped_fp8_gemm_nt_masked(a: torch.Tensor, sfa: torch.Tensor, b: torch.Te
 
 
 def warmup_shape(m: int, n: int, k: int, out_fp32: bool = False, has_c: bool = False,
-                 device: Optional[int] = None) -> Fp8GemmConfig:
+                 device: Optional[int] = None, one_d_one_d: bool = False) -> Fp8GemmConfig:
     """Compile and load the kernel a shape would use (and nothing else); returns its config."""
     if device is None:
         device = torch.cuda.current_device()
+    if one_d_one_d:
+        cfg, _ = plan(m, n, k, True, has_c, device, one_d_one_d=True)
+        return cfg
     cfg, _ = plan(m, n, k, out_fp32, has_c, device)
     return cfg
 
@@ -548,6 +700,20 @@ def representative_configs() -> list[tuple[str, tuple]]:
         st = max_stages(bm, bn, tma)
         label = f"bm{bm}_bn{bn}_s{st}{'_mca' if mc == 2 else ''}{'_tmas' if tma else ''}{_KIND_SUFFIX[kind]}"
         out.append((label, (bm, bn, st, False, False, False, mc, mc == 2, False, tma, kind)))
+    # Recipe (1, 1, 128) (weight gradients): fp32 out, with and without C, split-K, multicast on
+    # A and on B, both block_m, the widest block_n.
+    for bm, bn, has_c, split, mc, mc_a in [
+        (128, 208, True, False, 2, False),  # widest bm128 (MAX_BLOCK_N_1D1D)
+        (128, 192, True, True, 1, False),
+        (128, 128, False, False, 2, True),
+        (64, 208, True, True, 1, False),
+        (64, 112, False, False, 1, False),
+        (64, 16, True, False, 2, True),
+    ]:
+        st = max_stages(bm, bn, False, True)
+        label = (f"bm{bm}_bn{bn}_s{st}_f32{'_c' if has_c else ''}{'_splitk' if split else ''}"
+                 f"{('_mca' if mc_a else '_mcb') if mc == 2 else ''}_1d1d")
+        out.append((label, (bm, bn, st, True, has_c, split, mc, mc_a, False, False, GEMM_NORMAL, True)))
     return out
 
 

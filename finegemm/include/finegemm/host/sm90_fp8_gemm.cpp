@@ -132,6 +132,75 @@ int fg_launch_sm90_fp8_gemm(uint64_t fn, void* a, void* b, void* sfa, void* sfb,
                     fg::as_stream(stream), params);
 }
 
+// Recipe (1,1,128) ("1D1D", weight gradients) of the same kernel family (template flag k1D1D):
+// dense kind, fp32 d, optional c (may be d), split-K or 2-CTA multicast as for the 1D2D launcher.
+// Arguments as fg_launch_sm90_fp8_gemm, except:
+// sfb:       fp32, element (kb, col) at kb * sfb_ld + col (MN-major [ceil(k/128), n], sfb_ld % 4 == 0),
+//            read through a TMA descriptor (box block_n x 1) passed as the kernel's last parameter.
+int fg_launch_sm90_fp8_gemm_1d1d(uint64_t fn, void* a, void* b, void* sfa, void* sfb, void* d, void* c,
+                                 void* workspace, void* counters, int m, int n, int k, int lda, int ldb,
+                                 int ldd, int sfa_ld, int sfb_ld, int block_m, int block_n, int num_splits,
+                                 int num_multicast, int multicast_on_a, int grid, int smem_bytes, uint64_t stream) {
+  if (fn == 0 || a == nullptr || b == nullptr || sfa == nullptr || sfb == nullptr || d == nullptr)
+    return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (m <= 0 || n <= 0 || k <= 0 || k % 16 != 0) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (lda % 16 != 0 || ldb % 16 != 0 || lda < k || ldb < k || ldd < n) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (sfa_ld % 4 != 0 || sfa_ld < m || sfb_ld % 4 != 0 || sfb_ld < n) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if ((block_m != 64 && block_m != 128) || block_n < 16 || block_n > 256 || block_n % 16 != 0)
+    return fg::FG_ERROR_INVALID_ARGUMENT;
+  const int num_kb = (k + kBlockK - 1) / kBlockK;
+  if (num_splits < 1 || num_splits > num_kb) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (num_splits > 1 && (workspace == nullptr || counters == nullptr)) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (grid <= 0 || smem_bytes <= 0) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (num_multicast != 1 && num_multicast != 2) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (num_multicast == 2 && (grid % 2 != 0 || num_splits != 1)) return fg::FG_ERROR_INVALID_ARGUMENT;
+  const bool mc_a = num_multicast == 2 && multicast_on_a != 0;
+  const bool mc_b = num_multicast == 2 && multicast_on_a == 0;
+
+  const fg::Driver& drv = fg::driver();
+  if (!drv.ok) return fg::FG_ERROR_NO_DRIVER;
+
+  CUtensorMap tmap_a, tmap_b, tmap_sfa, tmap_sfb;
+  CUresult r = fg::make_tmap_2d(&tmap_a, CU_TENSOR_MAP_DATA_TYPE_UINT8, a, static_cast<uint64_t>(k),
+                                static_cast<uint64_t>(m), static_cast<uint64_t>(lda), kBlockK,
+                                static_cast<uint32_t>(mc_a ? block_m / 2 : block_m), CU_TENSOR_MAP_SWIZZLE_128B);
+  if (r != CUDA_SUCCESS) return r;
+  r = fg::make_tmap_2d(&tmap_b, CU_TENSOR_MAP_DATA_TYPE_UINT8, b, static_cast<uint64_t>(k),
+                       static_cast<uint64_t>(n), static_cast<uint64_t>(ldb), kBlockK,
+                       static_cast<uint32_t>(mc_b ? block_n / 2 : block_n), CU_TENSOR_MAP_SWIZZLE_128B);
+  if (r != CUDA_SUCCESS) return r;
+  r = fg::make_tmap_2d(&tmap_sfa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, sfa, static_cast<uint64_t>(m),
+                       static_cast<uint64_t>(num_kb), static_cast<uint64_t>(sfa_ld) * 4u,
+                       static_cast<uint32_t>(block_m), 1, CU_TENSOR_MAP_SWIZZLE_NONE);
+  if (r != CUDA_SUCCESS) return r;
+  r = fg::make_tmap_2d(&tmap_sfb, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, sfb, static_cast<uint64_t>(n),
+                       static_cast<uint64_t>(num_kb), static_cast<uint64_t>(sfb_ld) * 4u,
+                       static_cast<uint32_t>(block_n), 1, CU_TENSOR_MAP_SWIZZLE_NONE);
+  if (r != CUDA_SUCCESS) return r;
+
+  // float2 stores (and C loads) need an even N, an even row stride and 8-byte aligned bases.
+  bool vec = (n % 2 == 0) && (ldd % 2 == 0) && (reinterpret_cast<uintptr_t>(d) % 8u == 0);
+  if (c != nullptr) vec = vec && (reinterpret_cast<uintptr_t>(c) % 8u == 0);
+  uint32_t flags = vec ? kFlagVectorStores : 0u;
+  CUtensorMap tmap_d;  // unused (direct epilogue)
+  std::memset(&tmap_d, 0, sizeof(tmap_d));
+
+  const float* sfb_p = nullptr;  // the kernel reads sfb through tmap_sfb
+  const float* c_p = static_cast<const float*>(c);
+  float* ws_p = static_cast<float*>(workspace);
+  int* cnt_p = static_cast<int*>(counters);
+  uint32_t um = static_cast<uint32_t>(m), un = static_cast<uint32_t>(n), uk = static_cast<uint32_t>(k);
+  uint32_t uldd = static_cast<uint32_t>(ldd), usplits = static_cast<uint32_t>(num_splits);
+  const int* grouped_p = nullptr;
+  uint32_t ugroups = 1;
+  void* params[] = {&tmap_a, &tmap_b, &tmap_sfa, &tmap_d, &sfb_p, &d, &c_p, &ws_p, &cnt_p,
+                    &um, &un, &uk, &uldd, &flags, &usplits, &grouped_p, &ugroups, &tmap_sfb};
+  const unsigned threads = static_cast<unsigned>((block_m / 64 + 1) * 128);
+  return fg::launch(fg::as_function(fn), static_cast<unsigned>(grid), 1, 1, threads, 1, 1,
+                    static_cast<unsigned>(smem_bytes), static_cast<unsigned>(num_multicast),
+                    fg::as_stream(stream), params);
+}
+
 // How many clusters of `cluster_size` CTAs of kernel `fn` (block of `threads`, `smem_bytes` of
 // dynamic shared memory) can be resident at once (cuOccupancyMaxActiveClusters), into *out.
 // Returns a CUresult. Persistent launches with clusters must not ask for more: the excess

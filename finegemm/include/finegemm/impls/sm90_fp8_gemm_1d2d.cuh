@@ -33,6 +33,13 @@
 // rows g*N + n0 ..: rows past N (the next group's, or zero-filled) only feed columns >= N, which
 // are never stored. Grouped kinds: no split-K, clusters only share A (one m-block = one group).
 //
+// Recipe (1,1,128) ("1D1D", weight gradients; template flag k1D1D, dense kind, fp32 D, optional C):
+//   D[m, n] = C[m, n] + sum_kb sfa[m, kb] * sfb[n, kb] * (A[m, kb-block] . B[n, kb-block])
+// with sfb fp32 MN-major [Kb, align(N, 4)] read through its own tensor map (tmap_sfb): the
+// producer also loads the tile's BLOCK_N column scales per stage (box BLOCK_N x 1, counted in the
+// stage's transaction bytes) and the consumers promote with per-column scales read from shared
+// memory, releasing the stage after the promotion.
+//
 // Split-K (kSplitK): a work unit is (tile, split); each split covers a contiguous k-block range
 // and writes its FP32 partial tile to the workspace; the CTA that finishes last (per-tile atomic
 // counter) sums all partials in split order 0..S-1 (deterministic), writes D and resets the
@@ -57,7 +64,7 @@ namespace impls {
 
 // Compile-time facts of one configuration; the host mirrors kDynamicSmemBytes and kNumThreads
 // (finegemm/heuristics/sm90_fp8_gemm.py: smem_bytes(), num_threads()).
-template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages, bool kTmaStore = false>
+template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages, bool kTmaStore = false, bool k1D1D = false>
 struct Sm90Fp8Gemm1d2dTraits {
   static constexpr uint32_t BLOCK_K = 128;  // one scale block; 128 fp8 = 128 bytes = the swizzle span
   static constexpr uint32_t kNumConsumerWG = BLOCK_M / 64;
@@ -66,23 +73,28 @@ struct Sm90Fp8Gemm1d2dTraits {
 
   // Shared memory layout (offsets from a 1024-byte aligned base):
   //   [D staging (kTmaStore: BLOCK_M x BLOCK_N bf16, one 64-row buffer per consumer WG)]
-  //   [A stage 0..S-1][B stage 0..S-1][sfa stage 0..S-1][full bar x S][empty bar x S][flag]
+  //   [A stage 0..S-1][B stage 0..S-1][sfa stage 0..S-1][sfb stage 0..S-1 (k1D1D only)]
+  //   [full bar x S][empty bar x S][flag]
   static constexpr uint32_t kSmemA = BLOCK_M * BLOCK_K;    // multiple of 1024 (swizzle atom)
   static constexpr uint32_t kSmemB = BLOCK_N * BLOCK_K;    // multiple of 1024 as BLOCK_N % 8 == 0
   static constexpr uint32_t kSmemSfa = BLOCK_M * 4;        // 256 or 512: keeps 128-byte alignment
+  // k1D1D: BLOCK_N fp32 B scales per stage (one per column), padded to 128 bytes.
+  static constexpr uint32_t kSfbBoxBytes = k1D1D ? BLOCK_N * 4 : 0;
+  static constexpr uint32_t kSmemSfb = (kSfbBoxBytes + 127) / 128 * 128;
   static constexpr uint32_t kSmemD = kTmaStore ? BLOCK_M * BLOCK_N * 2 : 0;  // multiple of 2048
   static constexpr uint32_t kOffD = 0;
   static constexpr uint32_t kOffA = kOffD + kSmemD;
   static constexpr uint32_t kOffB = kOffA + kNumStages * kSmemA;
   static constexpr uint32_t kOffSfa = kOffB + kNumStages * kSmemB;
-  static constexpr uint32_t kOffFull = kOffSfa + kNumStages * kSmemSfa;
+  static constexpr uint32_t kOffSfb = kOffSfa + kNumStages * kSmemSfa;
+  static constexpr uint32_t kOffFull = kOffSfb + kNumStages * kSmemSfb;
   static constexpr uint32_t kOffEmpty = kOffFull + kNumStages * 8;
   static constexpr uint32_t kOffFlag = kOffEmpty + kNumStages * 8;
   static constexpr uint32_t kUsedBytes = kOffFlag + 16;
   static constexpr uint32_t kDynamicSmemBytes = kUsedBytes + 1024;  // + slack to align the base
   // Bytes one stage's TMA loads deliver: always the FULL boxes (out-of-bounds parts are
   // zero-filled and still counted).
-  static constexpr uint32_t kTxBytes = kSmemA + kSmemB + kSmemSfa;
+  static constexpr uint32_t kTxBytes = kSmemA + kSmemB + kSmemSfa + kSfbBoxBytes;
 
   // Scale blocks of B: a tile [n0, n0 + BLOCK_N) with n0 a multiple of BLOCK_N starts at an
   // offset n0 % 128 that is a multiple of g = gcd(BLOCK_N, 128), at most 128 - g (0 when
@@ -145,15 +157,21 @@ __device__ __forceinline__ void promote(uint32_t off, float (&fin)[kNumFin], con
 
 template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages, bool kOutFp32, bool kHasC, bool kSplitK,
           uint32_t kNumMulticast = 1, bool kMulticastOnA = false, bool kHalfPromote = false, bool kTmaStore = false,
-          uint32_t kGemmKind = scheduler::kGemmNormal>
+          uint32_t kGemmKind = scheduler::kGemmNormal, bool k1D1D = false>
 __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, const CUtensorMap* tmap_b,
                                                    const CUtensorMap* tmap_sfa, const CUtensorMap* tmap_d,
                                                    const float* sfb, void* d_ptr,
                                                    const float* c_ptr, float* workspace, int* counters,
                                                    uint32_t M, uint32_t N, uint32_t K, uint32_t ldd,
                                                    uint32_t flags, uint32_t num_splits,
-                                                   const int* grouped = nullptr, uint32_t num_groups = 1) {
-  using Traits = Sm90Fp8Gemm1d2dTraits<BLOCK_M, BLOCK_N, kNumStages, kTmaStore>;
+                                                   const int* grouped = nullptr, uint32_t num_groups = 1,
+                                                   const CUtensorMap* tmap_sfb = nullptr) {
+  using Traits = Sm90Fp8Gemm1d2dTraits<BLOCK_M, BLOCK_N, kNumStages, kTmaStore, k1D1D>;
+  // k1D1D (recipe (1, 1, 128), weight gradients): sfb is one fp32 per row of B per k-block,
+  // MN-major [Kb, N (aligned to 4)], TMA-loaded per stage (BLOCK_N x 1 box through tmap_sfb);
+  // the `sfb` pointer is unused. Dense kind, fp32 D, no half-promote.
+  static_assert(!k1D1D || (kOutFp32 && !kHalfPromote && kGemmKind == scheduler::kGemmNormal && !kTmaStore),
+                "1D1D: fp32 D, dense kind, no half-promote, direct epilogue");
   static_assert(!kTmaStore || (!kOutFp32 && !kHasC && !kSplitK), "TMA-store epilogue: bf16 D, no C, no split-K");
   using EpiTma = epilogue::TmaStoreBf16<BLOCK_N>;
   static_assert(!kTmaStore || Traits::kSmemD == (BLOCK_M / 64) * EpiTma::kBytes, "staging size");
@@ -233,6 +251,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
       ptx::tma_prefetch_desc(tmap_a);
       ptx::tma_prefetch_desc(tmap_b);
       ptx::tma_prefetch_desc(tmap_sfa);
+      if constexpr (k1D1D) ptx::tma_prefetch_desc(tmap_sfb);
       uint32_t stage = 0, phase = 0;
       Walker walker(M, N, num_kb, kSplitK ? num_splits : 1u, grouped, num_groups);
       scheduler::TileCoords t;
@@ -275,6 +294,11 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           }
           ptx::tma_load_2d(base + Traits::kOffSfa + stage * Traits::kSmemSfa, tmap_sfa, full_bar(stage),
                            static_cast<int32_t>(t.sfa_m), static_cast<int32_t>(t.sfa_kb0 + kb));
+          if constexpr (k1D1D) {
+            // This CTA's own BLOCK_N column scales (never multicast: a pair sharing A has two n-blocks).
+            ptx::tma_load_2d(base + Traits::kOffSfb + stage * Traits::kSmemSfb, tmap_sfb, full_bar(stage), n0,
+                             static_cast<int32_t>(kb));
+          }
           if (++stage == kNumStages) {
             stage = 0;
             phase ^= 1u;
@@ -348,6 +372,37 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
       const uint32_t m0 = t.a_row;  // first row in the 2-D A / D view
       const uint32_t n0 = n_block * BLOCK_N;
 
+      if constexpr (k1D1D) {
+        // 1D1D main loop: per-column B scales from the stage's sfb row in shared memory (columns
+        // 8 j + 2 (lane % 4) + {0, 1} of the tile, as the accumulator fragment); the stage is
+        // released only after the promotion has read them.
+        const float* sfb_smem = reinterpret_cast<const float*>(smem + Traits::kOffSfb);
+#pragma unroll
+        for (uint32_t i = 0; i < kNumAcc; ++i) fin[i] = 0.0f;
+        for (uint32_t kb = kb_begin; kb < kb_end; ++kb) {
+          ptx::mbar_wait(full_bar(stage), phase);
+          const float sa0 = sfa_smem[stage * BLOCK_M + r0];
+          const float sa1 = sfa_smem[stage * BLOCK_M + r0 + 8];
+          issue(acc_lo, stage, 0);
+          ptx::wgmma_wait<0>();
+          ptx::fence_operands(acc_lo);
+          const float* sfb_stage = sfb_smem + stage * (Traits::kSmemSfb / 4) + col_in_chunk;
+#pragma unroll
+          for (uint32_t j = 0; j < kNumChunks; ++j) {
+            const float2 sb = *reinterpret_cast<const float2*>(sfb_stage + 8 * j);
+            fin[4 * j + 0] = fmaf(sa0 * sb.x, acc_lo[4 * j + 0], fin[4 * j + 0]);
+            fin[4 * j + 1] = fmaf(sa0 * sb.y, acc_lo[4 * j + 1], fin[4 * j + 1]);
+            fin[4 * j + 2] = fmaf(sa1 * sb.x, acc_lo[4 * j + 2], fin[4 * j + 2]);
+            fin[4 * j + 3] = fmaf(sa1 * sb.y, acc_lo[4 * j + 3], fin[4 * j + 3]);
+          }
+          release(stage);  // the sfa / sfb shared loads above precede the (release) arrive
+          if (++stage == kNumStages) {
+            stage = 0;
+            phase ^= 1u;
+          }
+        }
+      } else {
+      // 1D2D main loop (kept at its original indentation).
       // Scale rows of B this tile touches (clamped: blocks past the end are never selected).
       const float* sfb_group = sfb + static_cast<size_t>(t.group) * num_sfb_blocks * num_kb;
       const float* sfb_rows[kSpan];
@@ -445,6 +500,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           if (has_next) issue(acc_hi, stage, kMmaN);  // hi(kb + 1)
         }
       }
+      }  // if constexpr (k1D1D) ... else
 
       // ---------------------------------------------------------------- split-K reduction
       if constexpr (kSplitK) {

@@ -1,0 +1,242 @@
+"""GPU tests of the SM90 FP8 weight-gradient GEMMs, recipe (1, 1, 128) ("1D1D"): dense
+fp8_gemm_nt/nn/tn/tt(..., recipe=(1, 1, 128)) and k_grouped_fp8_gemm_nt_contiguous on CUDA tensors.
+
+Every case draws fresh random data, quantizes A and B per row and 128-wide K block
+(quant.per_token_cast_to_fp8: sfa [M, Kb], sfb [N, Kb]), poisons d with NaN, runs the kernel and
+checks against the exact dequantized reference (finegemm.reference, fp64): calc_diff <= 1e-5, d
+fully written (no NaN left); against the fp32 product of the unquantized inputs: <= 1e-3.
+C accumulation (separate c, and c = d in place), forced kernel configurations (both block_m,
+multicast on A / on B, split-K), bitwise determinism; k-grouped: G = 1, 4, 16, empty groups
+(k_g = 0: D_g = C_g or zeros), K from 128 to 8192, M % 4 != 0 (scale copies), c and in-place.
+
+The case lists are module-level data: scripts/precompile.py reads them to build the kernels.
+"""
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import finegemm  # noqa: E402
+from finegemm import quant, reference  # noqa: E402
+from finegemm.testing import calc_diff  # noqa: E402
+
+pytestmark = [pytest.mark.gpu, pytest.mark.nvcc]
+
+RECIPE = (1, 1, 128)
+
+# Dense shapes (every M x N x K); with_c subsets; layouts; determinism.
+DENSE_M = (1, 17, 128, 2112, 4097)
+DENSE_N = (576, 2112, 7168)
+DENSE_K = (512, 4096, 7296)
+DENSE_SHAPES = [(m, n, k) for m in DENSE_M for n in DENSE_N for k in DENSE_K]
+C_SHAPES = [(1, 576, 7296), (17, 2112, 4096), (128, 7168, 512), (2112, 576, 7296), (4097, 2112, 4096)]
+LAYOUT_SHAPE = (128, 576, 1152)  # M, N multiples of 16: MN-major operands keep a 16-byte row pitch
+DET_SHAPES = [(1, 576, 7296), (2112, 7168, 4096)]
+
+# Forced (block_m, block_n, num_multicast, multicast_on_a, num_splits) on FORCED_SHAPE (with c).
+FORCED = [(128, 208, 2, False, 1), (128, 128, 2, True, 1), (128, 192, 1, False, 3), (64, 112, 1, False, 1),
+          (64, 16, 2, True, 1), (64, 208, 1, False, 4), (128, 144, 2, False, 1)]
+FORCED_SHAPE = (257, 1000, 1152)
+
+# k-grouped: (id, M, N, ks, c mode in {"none", "sep", "in_place"})
+K_GROUPED_CASES = [
+    ("g1", 128, 576, [4096], "none"),
+    ("g1_k128_c", 64, 2112, [128], "sep"),
+    ("g4_empty", 256, 2112, [128, 0, 8192, 640], "none"),
+    ("g4_c", 256, 576, [1024, 0, 256, 2048], "sep"),
+    ("g4_in_place", 128, 7168, [512, 384, 0, 1280], "in_place"),
+    ("g16_random", 64, 576, [random.Random(16).choice([0, 128, 256, 1024, 2048, 4096, 8192]) for _ in range(16)],
+     "none"),
+    ("g16_m17_n200", 17, 200, [random.Random(17).choice([0, 128, 384, 896, 1536]) for _ in range(16)], "sep"),
+]
+K_GROUPED_DET = ("det", 192, 2112, [1024, 128, 0, 4096], "sep")
+
+
+def _rows(m, k, gen):
+    x = torch.randn(m, k, device="cuda", generator=gen).to(torch.bfloat16)
+    q, s = quant.per_token_cast_to_fp8(x)
+    return x, q, s
+
+
+def _inputs(m, n, k, seed):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    x, a, sfa = _rows(m, k, gen)
+    w, b, sfb = _rows(n, k, gen)
+    return x, w, a, sfa, b, sfb
+
+
+def _check(d, a, sfa, b, sfb, x=None, w=None, c=None):
+    assert not torch.isnan(d).any(), "d not fully written (NaN poison left)"
+    ref = reference.fp8_gemm_nt(a, sfa, b, sfb, c=c, out_dtype=torch.float64, recipe=RECIPE)
+    diff = calc_diff(d, ref)
+    assert diff <= 1e-5, f"vs exact dequantized reference: calc_diff {diff:.3e}"
+    if x is not None:
+        user = x.float() @ w.float().T
+        if c is not None:
+            user = user + c
+        diff_u = calc_diff(d, user)
+        assert diff_u <= 1e-3, f"vs unquantized fp32 product: calc_diff {diff_u:.3e}"
+
+
+@pytest.mark.parametrize("m,n,k", DENSE_SHAPES)
+def test_dense_1d1d(m, n, k):
+    x, w, a, sfa, b, sfb = _inputs(m, n, k, seed=m * 7 + n * 3 + k)
+    d = torch.full((m, n), float("nan"), device="cuda")
+    finegemm.fp8_gemm_nt((a, sfa), (b, sfb), d, recipe=RECIPE)
+    _check(d, a, sfa, b, sfb, x, w)
+
+
+@pytest.mark.parametrize("m,n,k", C_SHAPES)
+@pytest.mark.parametrize("mode", ["sep", "in_place"])
+def test_dense_1d1d_accumulate(m, n, k, mode):
+    x, w, a, sfa, b, sfb = _inputs(m, n, k, seed=m + n + k + (1 if mode == "sep" else 2))
+    c = torch.randn(m, n, device="cuda") * 4
+    if mode == "sep":
+        d = torch.full((m, n), float("nan"), device="cuda")
+        finegemm.fp8_gemm_nt((a, sfa), (b, sfb), d, c=c, recipe=RECIPE)
+        assert torch.isfinite(c).all()  # c untouched
+    else:
+        d = c.clone()
+        finegemm.fp8_gemm_nt((a, sfa), (b, sfb), d, c=d, recipe=RECIPE)  # D = D + A.B
+    _check(d, a, sfa, b, sfb, x, w, c)
+
+
+@pytest.mark.parametrize("layout", ["nn", "tn", "tt"])
+def test_dense_1d1d_layouts(layout):
+    m, n, k = LAYOUT_SHAPE
+    x, w, a, sfa, b, sfb = _inputs(m, n, k, seed=len(layout) + ord(layout[0]) + ord(layout[1]))
+    a_arg = (a, sfa) if layout[0] == "n" else (a.t().contiguous(), sfa.t().contiguous())
+    b_arg = (b, sfb) if layout[1] == "t" else (b.t().contiguous(), sfb.t().contiguous())
+    c = torch.randn(m, n, device="cuda") * 4
+    d = torch.full((m, n), float("nan"), device="cuda")
+    getattr(finegemm, f"fp8_gemm_{layout}")(a_arg, b_arg, d, c=c, recipe=RECIPE)
+    _check(d, a, sfa, b, sfb, x, w, c)
+
+
+def _forced_select(bm, bn, mc, mc_a, splits):
+    from finegemm.heuristics import sm90_fp8_gemm as h
+
+    real = h.select_config
+
+    def forced(m, n, k, num_sms, out_fp32=False, has_c=False, allow_split_k=True, allow_multicast=True,
+               one_d_one_d=False):
+        cfg = real(m, n, k, num_sms, out_fp32, has_c, allow_split_k, allow_multicast, one_d_one_d=one_d_one_d)
+        if not one_d_one_d:
+            return cfg
+        return forced_config(cfg, bm, bn, mc, mc_a, splits, num_sms)
+
+    return forced
+
+
+def forced_config(cfg, bm, bn, mc, mc_a, splits, num_sms):
+    """cfg (a 1D1D plan) with the kernel configuration replaced (also used by scripts/precompile.py)."""
+    from finegemm.heuristics import sm90_fp8_gemm as h
+
+    st = h.max_stages(bm, bn, False, True)
+    tiles, units = h._units(cfg.m, cfg.n, bm, bn, splits, mc, mc_a)
+    return dataclasses.replace(cfg, block_m=bm, block_n=bn, num_stages=st, num_splits=splits, num_multicast=mc,
+                               multicast_on_a=mc == 2 and mc_a, num_tiles=tiles, num_units=units,
+                               grid=h._grid(units, num_sms, mc), smem_bytes=h.smem_bytes(bm, bn, st, False, True),
+                               num_threads=h.num_threads(bm), tma_store=False)
+
+
+@pytest.mark.parametrize("bm,bn,mc,mc_a,splits", FORCED)
+def test_forced_configs(bm, bn, mc, mc_a, splits, monkeypatch):
+    """Each kernel variant through the real kernel (heuristic overridden): block_m 64/128, narrow
+    and widest block_n, 2-CTA multicast on A and on B, split-K; with C."""
+    from finegemm.ops import sm90_fp8_gemm as ops
+
+    monkeypatch.setattr(ops, "select_config", _forced_select(bm, bn, mc, mc_a, splits))
+    monkeypatch.setattr(ops, "_plans", {})
+    m, n, k = FORCED_SHAPE
+    x, w, a, sfa, b, sfb = _inputs(m, n, k, seed=bm + bn + splits)
+    c = torch.randn(m, n, device="cuda") * 4
+    d = torch.full((m, n), float("nan"), device="cuda")
+    call = ops.prepare(a, sfa, b, sfb, d, c, RECIPE)
+    assert (call.cfg.block_m, call.cfg.block_n, call.cfg.num_splits) == (bm, bn, splits)
+    call()
+    _check(d, a, sfa, b, sfb, x, w, c)
+
+
+@pytest.mark.parametrize("m,n,k", DET_SHAPES)
+def test_dense_1d1d_deterministic(m, n, k):
+    x, w, a, sfa, b, sfb = _inputs(m, n, k, seed=3)
+    c = torch.randn(m, n, device="cuda")
+    first = None
+    for _ in range(5):
+        d = torch.full((m, n), float("nan"), device="cuda")
+        finegemm.fp8_gemm_nt((a, sfa), (b, sfb), d, c=c, recipe=RECIPE)
+        if first is None:
+            first = d.clone()
+        else:
+            assert torch.equal(d.view(torch.int32), first.view(torch.int32)), "results differ between identical calls"
+    _check(first, a, sfa, b, sfb, x, w, c)
+
+
+# ----------------------------------------------------------------------------- k-grouped
+def _k_grouped_problem(m, n, ks, seed):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    a_parts, b_parts, sfa_parts, sfb_parts = [], [], [], []
+    for kg in ks:
+        if kg == 0:
+            continue
+        _, a, sfa = _rows(m, kg, gen)
+        _, b, sfb = _rows(n, kg, gen)
+        a_parts.append(a.reshape(-1))
+        b_parts.append(b.reshape(-1))
+        sfa_parts.append(sfa.t())  # [kg/128, M]
+        sfb_parts.append(sfb.t())
+    fp8 = torch.float8_e4m3fn
+    a = torch.cat(a_parts) if a_parts else torch.empty(0, dtype=fp8, device="cuda")
+    b = torch.cat(b_parts) if b_parts else torch.empty(0, dtype=fp8, device="cuda")
+    sfa = torch.cat(sfa_parts).contiguous() if sfa_parts else torch.empty(0, m, device="cuda")
+    sfb = torch.cat(sfb_parts).contiguous() if sfb_parts else torch.empty(0, n, device="cuda")
+    return a, sfa, b, sfb
+
+
+def _run_k_grouped(a, sfa, b, sfb, m, n, ks, mode, c0):
+    g = len(ks)
+    ks_t = torch.tensor(ks, dtype=torch.int32, device="cuda")
+    if mode == "in_place":
+        d = c0.clone()
+        finegemm.k_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, ks, ks_t, c=d)
+    else:
+        d = torch.full((g, m, n), float("nan"), device="cuda")
+        finegemm.k_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, ks, ks_t, c=c0 if mode == "sep" else None)
+    return d
+
+
+@pytest.mark.parametrize("case", K_GROUPED_CASES, ids=[c[0] for c in K_GROUPED_CASES])
+def test_k_grouped(case):
+    _, m, n, ks, mode = case
+    a, sfa, b, sfb = _k_grouped_problem(m, n, ks, seed=m + n + sum(ks))
+    c0 = None if mode == "none" else torch.randn(len(ks), m, n, device="cuda") * 4
+    d = _run_k_grouped(a, sfa, b, sfb, m, n, ks, mode, c0)
+    assert not torch.isnan(d).any(), "d not fully written (NaN poison left)"
+    ref = reference.k_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, ks, m, n, c=c0)
+    for g, kg in enumerate(ks):
+        if kg == 0:
+            expect = torch.zeros(m, n, device="cuda") if c0 is None else c0[g]
+            assert torch.equal(d[g], expect), f"group {g} (k_g = 0) must be C_g or zeros"
+        else:
+            diff = calc_diff(d[g], ref[g])
+            assert diff <= 1e-5, f"group {g} (k_g = {kg}): calc_diff {diff:.3e}"
+
+
+def test_k_grouped_deterministic():
+    _, m, n, ks, mode = K_GROUPED_DET
+    a, sfa, b, sfb = _k_grouped_problem(m, n, ks, seed=99)
+    c0 = torch.randn(len(ks), m, n, device="cuda")
+    first = None
+    for _ in range(5):
+        d = _run_k_grouped(a, sfa, b, sfb, m, n, ks, mode, c0)
+        if first is None:
+            first = d.clone()
+        else:
+            assert torch.equal(d.view(torch.int32), first.view(torch.int32)), "results differ between identical calls"
+    ref = reference.k_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, ks, m, n, c=c0)
+    assert calc_diff(first, ref) <= 1e-5
