@@ -4,7 +4,9 @@ version; so a cache built here is a hit on a GPU machine with the same nvcc and 
 
 By default that is every kernel the heuristic can pick (heuristics.sm90_bf16_gemm.all_kernel_keys(),
 which tests/gpu/test_bf16_gemm_gpu.py::test_every_kernel runs anyway); --shapes-only compiles
-just the configs select_config returns for the test and bench shapes.
+just the configs select_config returns for the test and bench shapes. Always: every m-grouped
+kernel (heuristics.grouped_kernel_keys(), which tests/gpu/test_bf16_grouped_gpu.py forces one by
+one) and the dense tn kernels its k-grouped cases launch per group.
 Usage: FINEGEMM_CACHE_DIR=.fgcache python scripts/precompile_bf16.py [--sms 132] [--jobs 2] [--shapes-only]
 """
 from __future__ import annotations
@@ -19,7 +21,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from finegemm import jit  # noqa: E402
 from finegemm.bench.bf16 import bench_shapes  # noqa: E402
-from finegemm.heuristics.sm90_bf16_gemm import LAYOUTS, all_kernel_keys, select_config  # noqa: E402
+from finegemm.heuristics.sm90_bf16_gemm import (  # noqa: E402
+    LAYOUTS,
+    all_kernel_keys,
+    grouped_kernel_keys,
+    select_config,
+)
 from finegemm.ops import sm90_bf16_gemm as ops  # noqa: E402
 
 
@@ -29,6 +36,23 @@ def gpu_test_shapes() -> list[tuple[int, int, int]]:
     shapes += [(300, 2112, 7168), (1, 2112, 7168), (4097, 7168, 7168), (17, 2112, 4104), (128, 7168, 7168),
                (128, 2112, 7168), (17, 576, 4104), (4097, 2112, 512)]
     return shapes
+
+
+def k_grouped_test_problems() -> list[tuple[int, int, int, bool]]:
+    """(m, n, k_g, has_c) of the dense tn launches of tests/gpu/test_bf16_grouped_gpu.py's k-grouped
+    cases (read from the test module, without importing pytest machinery beyond its import)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "tests" / "gpu" / "test_bf16_grouped_gpu.py"
+    try:
+        spec = importlib.util.spec_from_file_location("_fg_bf16_grouped_gpu_cases", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        cases = mod.K_GROUPED_CASES
+    except Exception as e:  # pragma: no cover - pytest/torch missing: nothing to add
+        print(f"note: k-grouped test cases not read ({e})")
+        return []
+    return [(m, n, kg, mode != "none") for _, ks, m, n, mode in cases for kg in ks if kg]
 
 
 def main() -> int:
@@ -48,10 +72,16 @@ def main() -> int:
             for has_c in ((False, True) if f32 else (False,)):
                 cfg = select_config(m, n, k, args.sms, a_mn, b_mn, f32, has_c)
                 keys[ops.kernel_name(cfg.kernel_key())] = cfg.kernel_key()
-    print(f"{len(keys)} kernel configurations")
+    for (m, n, k, has_c) in k_grouped_test_problems():
+        cfg = select_config(m, n, k, args.sms, True, True, True, has_c)
+        keys[ops.kernel_name(cfg.kernel_key())] = cfg.kernel_key()
+    sources = {name: ops.render(*key) for name, key in keys.items()}
+    for key in grouped_kernel_keys():
+        sources[ops.grouped_kernel_name(key)] = ops.render_grouped(*key)
+    print(f"{len(sources)} kernel configurations")
     t0 = time.time()
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-        futs = [pool.submit(jit.build_cubin, name, ops.render(*key)) for name, key in keys.items()]
+        futs = [pool.submit(jit.build_cubin, name, src) for name, src in sources.items()]
         for i, f in enumerate(concurrent.futures.as_completed(futs), 1):
             f.result()
             print(f"\r{i}/{len(futs)} ({time.time() - t0:.0f} s)", end="", flush=True)

@@ -457,19 +457,44 @@ def test_cuda_routing_grouped(fake_cuda, monkeypatch):
     assert len(fake_cuda.calls) == 3
 
 
-def test_cuda_routing_grouped_bf16_not_built(fake_cuda):
-    # Dense bf16_gemm_* run the SM90 BF16 kernel on CUDA (tests/gpu/test_bf16_gemm_gpu.py); the
-    # grouped BF16 ops are not built yet and must say so rather than fall back silently.
-    with pytest.raises(NotImplementedError, match="m_grouped_bf16_gemm_nt_contiguous: " + _NOT_BUILT.format("#5")):
-        finegemm.m_grouped_bf16_gemm_nt_contiguous(rand_bf16(128, 64), rand_bf16(2, 64, 64),
-                                                   torch.empty(128, 64, dtype=BF16), torch.zeros(128, dtype=torch.int32))
-    with pytest.raises(NotImplementedError, match="m_grouped_bf16_gemm_nt_masked: " + _NOT_BUILT.format("#5")):
-        finegemm.m_grouped_bf16_gemm_nt_masked(rand_bf16(2, 16, 64), rand_bf16(2, 64, 64),
-                                               torch.empty(2, 16, 64, dtype=BF16),
-                                               torch.tensor([3, 4], dtype=torch.int32), 4)
-    with pytest.raises(NotImplementedError, match="k_grouped_bf16_gemm_tn_contiguous: " + _NOT_BUILT.format("#5")):
-        finegemm.k_grouped_bf16_gemm_tn_contiguous(rand_bf16(128, 16), rand_bf16(128, 32), torch.empty(1, 16, 32),
-                                                   [128], torch.tensor([128], dtype=torch.int32))
+def test_cuda_routing_grouped_bf16(fake_cuda, monkeypatch):
+    # The grouped BF16 ops run the SM90 BF16 kernel family on CUDA (tests/gpu/test_bf16_grouped_gpu.py):
+    # the API validates, then hands the tensors to finegemm.ops.sm90_bf16_gemm unchanged.
+    from finegemm.ops import sm90_bf16_gemm as bf16_ops
+
+    calls = []
+    for name in ("m_grouped_bf16_gemm_nt_contiguous", "m_grouped_bf16_gemm_nt_masked",
+                 "k_grouped_bf16_gemm_tn_contiguous"):
+        monkeypatch.setattr(bf16_ops, name, lambda *args, _n=name: calls.append((_n,) + args))
+    a, b = rand_bf16(128, 64), rand_bf16(2, 64, 64)
+    d = torch.full((128, 64), 5.0, dtype=BF16)
+    layout = torch.zeros(128, dtype=torch.int32)
+    finegemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, layout)
+    name, a_, b_, d_, gl_, psum_ = calls[-1]
+    assert name == "m_grouped_bf16_gemm_nt_contiguous" and a_ is a and b_ is b and d_ is d and gl_ is layout
+    assert psum_ is False
+    psum = torch.tensor([100, 128], dtype=torch.int32)
+    finegemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, psum, use_psum_layout=True)
+    assert calls[-1][4] is psum and calls[-1][5] is True
+    # masked_m is not read on CUDA (out-of-range values reach the kernel, which clamps).
+    a, b = rand_bf16(2, 16, 64), rand_bf16(2, 64, 64)
+    d = torch.full((2, 16, 64), 5.0, dtype=BF16)
+    masked_m = torch.tensor([3, 1000], dtype=torch.int32)
+    finegemm.m_grouped_bf16_gemm_nt_masked(a, b, d, masked_m, 4)
+    name, a_, b_, d_, mm_, em_ = calls[-1]
+    assert name == "m_grouped_bf16_gemm_nt_masked" and a_ is a and b_ is b and d_ is d and mm_ is masked_m
+    assert em_ == 4
+    a, b = rand_bf16(256, 16), rand_bf16(256, 32)
+    d = torch.full((3, 16, 32), 5.0)
+    c = torch.randn(3, 16, 32)
+    finegemm.k_grouped_bf16_gemm_tn_contiguous(a, b, d, [128, 0, 128], torch.tensor([128, 0, 128], dtype=torch.int32),
+                                               c=c)
+    name, a_, b_, d_, ks_, c_ = calls[-1]
+    assert name == "k_grouped_bf16_gemm_tn_contiguous" and a_ is a and b_ is b and d_ is d and c_ is c
+    assert ks_ == [128, 0, 128]
+    assert len(calls) == 4
+    assert torch.all(d == 5.0)  # nothing computed on the host
+    assert not fake_cuda.calls  # the FP8 op was never involved
 
 
 # ----------------------------------------------------------------------------- public surface

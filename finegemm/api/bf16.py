@@ -12,7 +12,6 @@ import torch
 
 from finegemm import quant, reference
 from finegemm.api import _validate as _v
-from finegemm.api.dense_fp8 import _not_built
 
 __all__ = [
     "bf16_gemm_nt",
@@ -25,7 +24,6 @@ __all__ = [
 ]
 
 _BF16 = torch.bfloat16
-_BF16_ISSUE = "#5"
 
 
 def _bf16_gemm(fn: str, layout: str, a: object, b: object, d: object, c: object, compiled_dims: object) -> None:
@@ -143,8 +141,8 @@ def m_grouped_bf16_gemm_nt_contiguous(
     """M-grouped BF16 GEMM, contiguous layout: D[r] = A[r] @ B[g(r)].T.
 
     Args:
-        a: ``bfloat16`` [M, K]; b: ``bfloat16`` [G, N, K]; d: ``bfloat16`` [M, N] (written; rows of
-            no group: zeros on CPU, undefined on the GPU).
+        a: ``bfloat16`` [M, K]; b: ``bfloat16`` [G, N, K]; d: ``bfloat16`` [M, N] (written in full;
+            rows of no group are zeros).
         grouped_layout: ``int32`` [M] group per row (-1 = padding; each group one run starting at
             a multiple of ``get_mk_alignment_for_contiguous_layout()``), or with
             ``use_psum_layout`` ``int32`` [G] cumulative row ends (non-negative, non-decreasing,
@@ -152,8 +150,10 @@ def m_grouped_bf16_gemm_nt_contiguous(
         compiled_dims: kernel specialization hint; use_psum_layout: bool.
 
     Constraints: K % 8 == 0; TMA layout rules for a, b, d; one device; d must not overlap the
-    inputs; M == 0 returns at once after validation.
-    Devices: CPU runs ``finegemm.reference``; CUDA raises NotImplementedError (issue #5).
+    inputs; M == 0 returns at once after validation. On CUDA the mk alignment must be 64 or 128
+    (a kernel tile never spans two groups; smaller alignments raise NotImplementedError).
+    Devices: CPU runs ``finegemm.reference``; CUDA runs the SM90 BF16 kernel's m-grouped contiguous
+    kind (finegemm.ops.sm90_bf16_gemm; psum layouts are turned into per-row group ids on the GPU).
     """
     fn = "m_grouped_bf16_gemm_nt_contiguous"
     a = _v.check_tensor(fn, "a", a)
@@ -183,7 +183,10 @@ def m_grouped_bf16_gemm_nt_contiguous(
         d.zero_()
         return
     if _v.on_cuda(d):
-        raise _not_built(fn, "m-grouped BF16 GEMMs (contiguous layout)", _BF16_ISSUE)
+        from finegemm.ops import sm90_bf16_gemm
+
+        sm90_bf16_gemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, grouped_layout, use_psum_layout)
+        return
     d.copy_(reference.m_grouped_bf16_gemm_nt_contiguous(a, b, grouped_layout, use_psum_layout=use_psum_layout,
                                                         out_dtype=d.dtype))
 
@@ -207,7 +210,9 @@ def m_grouped_bf16_gemm_nt_masked(
         compiled_dims: kernel specialization hint.
 
     Constraints: K % 8 == 0; TMA layout rules for a, b, d; one device; d must not overlap the
-    inputs. Devices: CPU runs ``finegemm.reference``; CUDA raises NotImplementedError (issue #5).
+    inputs. Devices: CPU runs ``finegemm.reference``; CUDA runs the SM90 BF16 kernel's m-grouped
+    masked kind (finegemm.ops.sm90_bf16_gemm): masked_m is read and clamped to [0, Mmax] on the
+    GPU, never by the host (no sync; a captured CUDA graph replays with new masked_m values).
     """
     fn = "m_grouped_bf16_gemm_nt_masked"
     a = _v.check_tensor(fn, "a", a)
@@ -235,12 +240,15 @@ def m_grouped_bf16_gemm_nt_masked(
 
     if G == 0 or Mmax == 0 or N == 0:
         return
+    if K != 0 and _v.on_cuda(d):
+        from finegemm.ops import sm90_bf16_gemm
+
+        sm90_bf16_gemm.m_grouped_bf16_gemm_nt_masked(a, b, d, masked_m, expected_m)
+        return
     keep = (torch.arange(Mmax, device=d.device)[None, :] < masked_m.to(torch.int64)[:, None]).unsqueeze(-1)
     if K == 0:
         d.copy_(d.masked_fill(keep, 0))
         return
-    if _v.on_cuda(d):
-        raise _not_built(fn, "m-grouped BF16 GEMMs (masked layout)", _BF16_ISSUE)
     out = reference.m_grouped_bf16_gemm_nt_masked(a, b, masked_m, out_dtype=d.dtype)
     d.copy_(torch.where(keep, out, d))
 
@@ -267,7 +275,9 @@ def k_grouped_bf16_gemm_tn_contiguous(
     Constraints: TMA layout rules for a, b (so M % 8 == 0 and N % 8 == 0 for contiguous
     operands), d and c; one device; d must not overlap the inputs. M == 0, N == 0 or G == 0
     returns at once after validation.
-    Devices: CPU runs ``finegemm.reference``; CUDA raises NotImplementedError (issue #5).
+    Devices: CPU runs ``finegemm.reference``; CUDA (v1) launches the dense SM90 BF16 tn kernel once
+    per non-empty group on row-slice views of a and b (no copies); an empty group gets
+    d[g] = c[g] (or zeros). One grouped launch is future work.
     """
     fn = "k_grouped_bf16_gemm_tn_contiguous"
     a = _v.check_tensor(fn, "a", a)
@@ -309,5 +319,8 @@ def k_grouped_bf16_gemm_tn_contiguous(
             d.copy_(c)
         return
     if _v.on_cuda(d):
-        raise _not_built(fn, "k-grouped BF16 GEMMs (MoE weight gradients)", _BF16_ISSUE)
+        from finegemm.ops import sm90_bf16_gemm
+
+        sm90_bf16_gemm.k_grouped_bf16_gemm_tn_contiguous(a, b, d, ks_list, c)
+        return
     d.copy_(reference.k_grouped_bf16_gemm_tn_contiguous(a, b, ks_list, c=c))

@@ -23,6 +23,11 @@ K-major, from BLOCK_N_MN_MAJOR (whole 64-column TMA boxes) when B is N-major; th
 is a function of the tile (as many as fit); split-K only with block_m 64 and SPLIT_BLOCK_N, for
 problems with fewer tiles than half the SMs. The output dtype and C are run-time flags of the
 kernel, not variants.
+
+M-grouped GEMMs (MoE; select_grouped_config): the same kernel with a GEMM-kind template parameter
+(GEMM_GROUPED_CONTIGUOUS / GEMM_GROUPED_MASKED, scheduler/grouped_bf16.cuh), nt layout, bf16 D,
+no C, no split-K, always the TMA-store epilogue; block_n from GROUPED_BLOCK_N[kind] (a small set:
+every member is compiled spill-free by tests/test_bf16_grouped_compile.py).
 """
 from __future__ import annotations
 
@@ -45,6 +50,12 @@ __all__ = [
     "BLOCK_K",
     "SMEM_LIMIT",
     "clear_cache",
+    "select_grouped_config",
+    "grouped_kernel_keys",
+    "GEMM_NORMAL",
+    "GEMM_GROUPED_CONTIGUOUS",
+    "GEMM_GROUPED_MASKED",
+    "GROUPED_BLOCK_N",
 ]
 
 BLOCK_K = 64
@@ -60,6 +71,13 @@ SPLIT_BLOCK_N = (64, 128)
 # Layout suffix -> (A is M-major, B is N-major). nt: A [M, K], B [N, K]; nn: B [K, N];
 # tn: A [K, M], B [K, N]; tt: A [K, M], B [N, K].
 LAYOUTS = {"nt": (False, False), "nn": (False, True), "tn": (True, True), "tt": (True, False)}
+# GEMM kinds (mirror scheduler::Bf16GemmKind in include/finegemm/scheduler/grouped_bf16.cuh).
+GEMM_NORMAL = 0
+GEMM_GROUPED_CONTIGUOUS = 1
+GEMM_GROUPED_MASKED = 2
+# block_n of the m-grouped kernels per kind: the contiguous kind spills at 256 (the per-tile
+# group lookups and the padding-row selects; tests/test_bf16_grouped_compile.py).
+GROUPED_BLOCK_N = {GEMM_GROUPED_CONTIGUOUS: (64, 128, 192), GEMM_GROUPED_MASKED: (64, 128, 192, 256)}
 
 # Machine model (H100/H200 SXM; only ratios matter for the choice).
 _PEAK_FLOPS_PER_SM_US = 989e6 / 132  # dense bf16 flops per microsecond per SM
@@ -92,6 +110,8 @@ class Bf16GemmConfig:
     out_fp32: bool
     has_c: bool
     est_us: float  # the model's estimate (for comparing candidates, not a prediction)
+    gemm_kind: int = GEMM_NORMAL  # GEMM_GROUPED_*: m-grouped kernels (nt, bf16 D, no C, no split-K)
+    num_groups: int = 1
 
     @property
     def split_k(self) -> bool:
@@ -114,6 +134,10 @@ class Bf16GemmConfig:
         """What selects the compiled kernel (everything else is a runtime argument)."""
         return (self.block_m, self.block_n, self.num_stages, self.a_mn_major, self.b_mn_major, self.split_k,
                 self.tma_store)
+
+    def grouped_kernel_key(self) -> tuple:
+        """(block_m, block_n, num_stages, gemm_kind) of an m-grouped config."""
+        return (self.block_m, self.block_n, self.num_stages, self.gemm_kind)
 
 
 def num_threads(block_m: int) -> int:
@@ -160,7 +184,7 @@ def _mma_efficiency(block_n: int) -> float:
 
 
 def _estimate(m: int, n: int, k: int, bm: int, bn: int, splits: int, num_sms: int, out_bytes: int,
-              has_c: bool) -> tuple[float, int, int]:
+              has_c: bool, b_groups: int = 1) -> tuple[float, int, int]:
     num_kb = ceil_div(k, BLOCK_K)
     tiles = ceil_div(m, bm) * ceil_div(n, bn)
     units = tiles * splits
@@ -182,7 +206,7 @@ def _estimate(m: int, n: int, k: int, bm: int, bn: int, splits: int, num_sms: in
         t_epi += rows * cols * 4 / _STORE_BYTES_PER_SM_US
         t_reduce = splits * rows * cols * 4 / _L2_BYTES_PER_SM_US
     t_unit = max(t_mma, t_load) + t_epi
-    dram = 2 * (m * k + n * k) + m * n * (out_bytes + (4 if has_c else 0))
+    dram = 2 * (m * k + b_groups * n * k) + m * n * (out_bytes + (4 if has_c else 0))
     if splits > 1:
         dram += 2 * splits * m * n * 4
     dram_bw = _DRAM_BYTES_US * min(1.0, grid / (_DRAM_FULL_GRID_FRACTION * num_sms))
@@ -252,6 +276,72 @@ def select_config(m: int, n: int, k: int, num_sms: int, a_mn_major: bool = False
             f"finegemm: sm90_bf16_gemm {layout} m={m} n={n} k={k} out={'fp32' if out_fp32 else 'bf16'}"
             f"{' +C' if has_c else ''} sms={num_sms} -> block_m={bm} block_n={bn} stages={stages} "
             f"splits={splits} tiles={tiles} grid={cfg.grid} smem={cfg.smem_bytes} est={est:.1f}us",
+            file=sys.stderr, flush=True,
+        )
+    return cfg
+
+
+def grouped_kernel_keys() -> list[tuple]:
+    """Every grouped_kernel_key() select_grouped_config can return: (block_m, block_n, stages, kind)."""
+    return [(bm, bn, max_stages(bm, bn, True), kind)
+            for kind in (GEMM_GROUPED_CONTIGUOUS, GEMM_GROUPED_MASKED) for bm in (64, 128) for bn in GROUPED_BLOCK_N[kind]]
+
+
+def select_grouped_config(kind: int, m: int, n: int, k: int, num_groups: int, num_sms: int, expected_m: int = 0,
+                          alignment: int = 128) -> Bf16GemmConfig:
+    """Launch configuration of the m-grouped BF16 kernels (nt, bf16 D, no C, no split-K; cached).
+
+    kind GEMM_GROUPED_CONTIGUOUS: m = total rows (all groups stacked); block_m must divide the mk
+    alignment (segments start at multiples of it, so a tile never holds two groups): 64 and 128
+    for alignment 128, 64 for alignment 64; smaller alignments raise NotImplementedError. The model
+    is the dense one over the stacked rows, with G weight matrices read from DRAM.
+    kind GEMM_GROUPED_MASKED: m = Mmax; the model's tiles are G x ceil(expected_m / block_m) m-blocks
+    (expected_m: the planning hint, 0 = Mmax), block_m 64 when expected_m <= 64. The grid is every SM
+    (the real tile count depends on masked_m, which stays on the GPU); idle CTAs exit at once.
+    """
+    key = ("grouped", kind, m, n, k, num_groups, num_sms, expected_m, alignment)
+    cfg = _cache.get(key)
+    if cfg is not None:
+        return cfg
+    if kind not in (GEMM_GROUPED_CONTIGUOUS, GEMM_GROUPED_MASKED):
+        raise ValueError(f"select_grouped_config: kind must be a grouped kind, got {kind}")
+    if m < 1 or n < 1 or k < 1 or num_groups < 1 or num_sms < 1:
+        raise ValueError(f"select_grouped_config: need m, n, k, num_groups, num_sms >= 1, got "
+                         f"{(m, n, k, num_groups, num_sms)}")
+    if kind == GEMM_GROUPED_CONTIGUOUS:
+        bms = [bm for bm in (64, 128) if alignment % bm == 0]
+        if not bms:
+            raise NotImplementedError(
+                f"m-grouped contiguous BF16 GEMM: the mk alignment {alignment} must be a multiple of block_m "
+                f"(64 or 128) so that a tile never spans two groups; set_mk_alignment_for_contiguous_layout(64 "
+                f"or 128)")
+        em = m
+    else:
+        em = min(max(expected_m, 1), m) if expected_m > 0 else m
+        bms = [64] if em <= 64 else [64, 128]
+    best = None
+    for bm in bms:
+        m_eff = m if kind == GEMM_GROUPED_CONTIGUOUS else num_groups * ceil_div(em, bm) * bm
+        for bn in GROUPED_BLOCK_N[kind]:
+            est, tiles, units = _estimate(m_eff, n, k, bm, bn, 1, num_sms, 2, False, b_groups=num_groups)
+            rank = (round(est, 4), units, -bm * bn)
+            if best is None or rank < best[0]:
+                best = (rank, bm, bn, est, tiles, units)
+    _, bm, bn, est, tiles, units = best
+    stages = max_stages(bm, bn, True)
+    grid = num_sms if kind == GEMM_GROUPED_MASKED else min(num_sms, units)
+    cfg = Bf16GemmConfig(
+        m=m, n=n, k=k, a_mn_major=False, b_mn_major=False, block_m=bm, block_n=bn, num_stages=stages, num_splits=1,
+        grid=grid, smem_bytes=smem_bytes(bm, bn, stages, True), num_threads=num_threads(bm), num_tiles=tiles,
+        num_units=units, out_fp32=False, has_c=False, est_us=est, gemm_kind=kind, num_groups=num_groups,
+    )
+    with _cache_lock:
+        _cache[key] = cfg
+    if _print_enabled():
+        print(
+            f"finegemm: sm90_bf16_gemm {'contiguous' if kind == GEMM_GROUPED_CONTIGUOUS else 'masked'} "
+            f"G={num_groups} m={m} n={n} k={k} expected_m={expected_m} sms={num_sms} -> block_m={bm} block_n={bn} "
+            f"stages={stages} tiles~{tiles} grid={grid} smem={cfg.smem_bytes} est={est:.1f}us",
             file=sys.stderr, flush=True,
         )
     return cfg

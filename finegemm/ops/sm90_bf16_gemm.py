@@ -11,6 +11,11 @@ Split-K plans need an fp32 workspace and per-tile int32 counters, kept per (devi
 grown on demand; the counters are zeroed once when allocated and the kernel leaves them at zero.
 Calls captured into a CUDA graph get buffers of their own, allocated during capture and kept
 alive for the process, so graph replays never share buffers with eager calls.
+
+M-grouped (MoE) GEMMs, nt layout: m_grouped_bf16_gemm_nt_contiguous / _masked run the same kernel
+with a GEMM-kind template parameter (scheduler/grouped_bf16.cuh) through their own entry point and
+host launcher (fg_launch_sm90_bf16_grouped). k_grouped_bf16_gemm_tn_contiguous (v1) launches the
+dense tn kernel once per non-empty group on row-slice views.
 """
 from __future__ import annotations
 
@@ -20,12 +25,23 @@ from typing import Optional
 
 import torch
 
-from finegemm import jit, runtime
-from finegemm.heuristics.sm90_bf16_gemm import LAYOUTS, Bf16GemmConfig, all_kernel_keys, select_config
+from finegemm import jit, quant, runtime
+from finegemm.heuristics.sm90_bf16_gemm import (
+    GEMM_GROUPED_CONTIGUOUS,
+    GEMM_GROUPED_MASKED,
+    LAYOUTS,
+    Bf16GemmConfig,
+    all_kernel_keys,
+    grouped_kernel_keys,
+    select_config,
+    select_grouped_config,
+)
 from finegemm.utils import align
 
 __all__ = ["bf16_gemm", "bf16_gemm_nt", "bf16_gemm_nn", "bf16_gemm_tn", "bf16_gemm_tt", "warmup_shape", "render",
-           "plan", "representative_configs", "kernel_name"]
+           "plan", "representative_configs", "kernel_name", "m_grouped_bf16_gemm_nt_contiguous",
+           "m_grouped_bf16_gemm_nt_masked", "k_grouped_bf16_gemm_tn_contiguous", "render_grouped",
+           "grouped_kernel_name", "plan_grouped", "representative_grouped_configs"]
 
 _TEMPLATE = """\
 #include <finegemm/impls/sm90_bf16_gemm.cuh>
@@ -254,4 +270,205 @@ def representative_configs() -> list[tuple[str, tuple]]:
 
 jit.register_compile_check(
     "sm90_bf16_gemm", lambda: [(label, render(*key)) for label, key in representative_configs()]
+)
+
+
+# ============================================================================= m-grouped (MoE)
+_GROUPED_TEMPLATE = """\
+#include <finegemm/impls/sm90_bf16_gemm.cuh>
+
+extern "C" __global__ void __launch_bounds__({threads}, 1) finegemm_entry(
+    const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
+    const __grid_constant__ CUtensorMap tmap_d, void* d, const float* c, float* workspace, int* counters,
+    uint32_t m, uint32_t n, uint32_t k, uint32_t ldd, uint32_t flags, uint32_t num_splits,
+    const int* grouped, uint32_t num_groups) {{
+  finegemm::impls::sm90_bf16_gemm<{block_m}, {block_n}, {stages}, false, false, false, true, {gemm_kind}>(
+      &tmap_a, &tmap_b, &tmap_d, d, c, workspace, counters, m, n, k, ldd, flags, num_splits, grouped, num_groups);
+}}
+"""
+
+_KIND_SUFFIX = {GEMM_GROUPED_CONTIGUOUS: "gcont", GEMM_GROUPED_MASKED: "gmask"}
+
+
+def render_grouped(block_m: int, block_n: int, num_stages: int, gemm_kind: int) -> str:
+    """The instantiation source of one m-grouped kernel (nt layout, bf16 D, TMA-store epilogue)."""
+    if gemm_kind not in _KIND_SUFFIX:
+        raise ValueError(f"gemm_kind must be {GEMM_GROUPED_CONTIGUOUS} or {GEMM_GROUPED_MASKED}, got {gemm_kind}")
+    if block_m not in (64, 128):
+        raise ValueError(f"block_m must be 64 or 128, got {block_m}")
+    if block_n % 16 or not 16 <= block_n <= 256:
+        raise ValueError(f"block_n must be a multiple of 16 in [16, 256], got {block_n}")
+    if num_stages < 2:
+        raise ValueError(f"num_stages must be >= 2, got {num_stages}")
+    return _GROUPED_TEMPLATE.format(threads=(block_m // 64 + 1) * 128, block_m=block_m, block_n=block_n,
+                                    stages=num_stages, gemm_kind=gemm_kind)
+
+
+def grouped_kernel_name(key: tuple) -> str:
+    bm, bn, st, kind = key
+    return f"sm90_bf16_gemm_{_KIND_SUFFIX[kind]}_bm{bm}_bn{bn}_s{st}_tmas"
+
+
+_grouped_launcher = None
+
+
+def _get_grouped_launcher():
+    global _grouped_launcher
+    if _grouped_launcher is None:
+        with _launcher_lock:
+            if _grouped_launcher is None:
+                lib = jit.host_library()
+                f = lib.fg_launch_sm90_bf16_grouped
+                u64, vp, i = ctypes.c_uint64, ctypes.c_void_p, ctypes.c_int
+                f.argtypes = [u64, vp, vp, vp, vp,  # fn, a, b, d, grouped
+                              i, i, i, i, i, i,  # m, n, k, lda, ldb, ldd
+                              i, i, i, i, i, i,  # block_m, block_n, grid, smem, gemm_kind, num_groups
+                              u64]  # stream
+                f.restype = ctypes.c_int
+                _grouped_launcher = f
+    return _grouped_launcher
+
+
+def plan_grouped(kind: int, m: int, n: int, k: int, num_groups: int, expected_m: int, alignment: int,
+                 device: int) -> tuple[Bf16GemmConfig, int]:
+    """(config, CUfunction) of an m-grouped problem (cached; compiles on first use)."""
+    num_sms = runtime.get_num_sms()
+    key = ("grouped", kind, m, n, k, num_groups, expected_m, alignment, num_sms, device)
+    p = _plans.get(key)
+    if p is None:
+        cfg = select_grouped_config(kind, m, n, k, num_groups, num_sms, expected_m, alignment)
+        gkey = cfg.grouped_kernel_key()
+        with torch.cuda.device(device):
+            fn = jit.load_kernel(grouped_kernel_name(gkey), render_grouped(*gkey), smem_bytes=cfg.smem_bytes).fn
+        p = (cfg, fn)
+        with _plans_lock:
+            _plans[key] = p
+    return p
+
+
+def _rows_2d(t: torch.Tensor) -> torch.Tensor:
+    """[G, R, K] -> the [G*R, K] view the tensor maps cover (a contiguous copy when the group
+    stride is not R rows)."""
+    try:
+        return t.view(-1, t.shape[-1])
+    except RuntimeError:
+        return t.contiguous().view(-1, t.shape[-1])
+
+
+def _psum_to_group_ids(psum: torch.Tensor, m: int, alignment: int) -> torch.Tensor:
+    """psum layout (int32 [G] cumulative row ends; group g owns [align(end_{g-1}, alignment), end_g))
+    -> int32 group id per row (-1 = no group), with a few small torch kernels on the GPU (no host
+    sync: CUDA-graph capturable). v1 cost: ~5 small launches and an [M] int32 buffer per call."""
+    ends = psum.to(torch.int64)
+    g_count = ends.numel()
+    starts = torch.zeros_like(ends)
+    if g_count > 1:
+        starts[1:] = (ends[:-1] + (alignment - 1)) // alignment * alignment
+    rows = torch.arange(m, dtype=torch.int64, device=psum.device)
+    g = torch.searchsorted(ends, rows, right=True)
+    inside = (g < g_count) & (rows >= starts[g.clamp(max=g_count - 1)])
+    return torch.where(inside, g, torch.full_like(g, -1)).to(torch.int32)
+
+
+def _launch_grouped(cfg: Bf16GemmConfig, fn: int, a2: torch.Tensor, b2: torch.Tensor, d2: torch.Tensor, m: int,
+                    n: int, k: int, grouped: torch.Tensor, num_groups: int) -> None:
+    launch = _get_grouped_launcher()
+    rc = launch(fn, a2.data_ptr(), b2.data_ptr(), d2.data_ptr(), grouped.data_ptr(), m, n, k,
+                _row_pitch(a2, k), _row_pitch(b2, k), _row_pitch(d2, n), cfg.block_m, cfg.block_n, cfg.grid,
+                cfg.smem_bytes, cfg.gemm_kind, num_groups, _get_raw_stream(d2.device.index))
+    if rc != 0:
+        raise RuntimeError(
+            f"finegemm: sm90_bf16_gemm grouped launch failed (kind={cfg.gemm_kind}, G={num_groups}, m={m}, n={n}, "
+            f"k={k}, block_m={cfg.block_m}, block_n={cfg.block_n}): {jit.error_string(rc)}"
+        )
+
+
+def _check_k(k: int) -> None:
+    if k == 0 or k % 8:
+        raise ValueError(f"sm90_bf16_gemm: K must be a positive multiple of 8, got {k}")
+
+
+def m_grouped_bf16_gemm_nt_contiguous(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor,
+                                      grouped_layout: torch.Tensor, use_psum_layout: bool = False) -> None:
+    """d[r] = A[r] @ B[g(r)]^T for every row r (zeros for rows of no group), on the current stream.
+
+    a bf16 [M, K], b bf16 [G, N, K], d bf16 [M, N] (validated CUDA tensors, api/bf16.py);
+    grouped_layout int32 [M] group id per row (-1 = padding) whose group segments start at
+    multiples of get_mk_alignment_for_contiguous_layout(), or with use_psum_layout int32 [G]
+    cumulative row ends (converted to per-row ids on the GPU).
+    """
+    m, k = a.shape
+    num_groups, n = b.shape[0], b.shape[1]
+    if m == 0 or n == 0 or num_groups == 0:
+        return
+    _check_k(k)
+    alignment = quant.get_mk_alignment_for_contiguous_layout()
+    ids = _psum_to_group_ids(grouped_layout, m, alignment) if use_psum_layout else grouped_layout
+    if ids.dtype != torch.int32 or not ids.is_contiguous():
+        ids = ids.to(torch.int32).contiguous()
+    b2 = _rows_2d(b)
+    cfg, fn = plan_grouped(GEMM_GROUPED_CONTIGUOUS, m, n, k, num_groups, 0, alignment, d.device.index)
+    _launch_grouped(cfg, fn, a, b2, d, m, n, k, ids, num_groups)
+
+
+def m_grouped_bf16_gemm_nt_masked(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, masked_m: torch.Tensor,
+                                  expected_m: int) -> None:
+    """d[g, :masked_m[g]] = A[g, :masked_m[g]] @ B[g]^T, other rows of d untouched, on the current
+    stream. masked_m (int32 [G], on the GPU) is never read by the host: the kernel clamps it to
+    [0, Mmax], so one captured CUDA graph serves any masked_m values. expected_m: planning hint.
+
+    a bf16 [G, Mmax, K], b bf16 [G, N, K], d bf16 [G, Mmax, N].
+    """
+    num_groups, m_max, k = a.shape
+    n = b.shape[1]
+    if num_groups == 0 or m_max == 0 or n == 0:
+        return
+    _check_k(k)
+    a2 = _rows_2d(a)
+    b2 = _rows_2d(b)
+    if masked_m.dtype != torch.int32 or not masked_m.is_contiguous():
+        masked_m = masked_m.to(torch.int32).contiguous()
+    try:
+        d2, tmp = d.view(-1, n), None
+    except RuntimeError:  # group stride of d is not Mmax rows: compute into a copy (rows kept)
+        tmp = d.contiguous()
+        d2 = tmp.view(-1, n)
+    cfg, fn = plan_grouped(GEMM_GROUPED_MASKED, m_max, n, k, num_groups, int(expected_m), 0, d.device.index)
+    _launch_grouped(cfg, fn, a2, b2, d2, m_max, n, k, masked_m, num_groups)
+    if tmp is not None:
+        d.copy_(tmp)
+
+
+def k_grouped_bf16_gemm_tn_contiguous(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, ks: list,
+                                      c: Optional[torch.Tensor] = None) -> None:
+    """d[g] = c[g] + A_g^T @ B_g (fp32), A_g = a[off_g : off_g + ks[g]] ([k_g, M]), B_g likewise
+    ([k_g, N]), on the current stream.
+
+    v1: one launch of the dense tn kernel per non-empty group, on row-slice views of a and b (no
+    copies; a group's K offset is a multiple of 128 rows, so the slices keep the 16-byte TMA
+    alignment); an empty group gets d[g] = c[g] (or zeros). c may be d (in-place accumulation).
+    a bf16 [sum(ks), M], b bf16 [sum(ks), N], d fp32 [G, M, N], c fp32 [G, M, N] or None.
+    """
+    off = 0
+    for g, kg in enumerate(ks):
+        dg = d[g]
+        cg = None if c is None else (dg if c is d else c[g])
+        if kg == 0:
+            if cg is None:
+                dg.zero_()
+            elif cg is not dg:
+                dg.copy_(cg)
+        else:
+            bf16_gemm(a[off:off + kg], b[off:off + kg], dg, cg, "tn")
+        off += kg
+
+
+def representative_grouped_configs() -> list[tuple[str, tuple]]:
+    """(label, grouped kernel key) of every m-grouped kernel select_grouped_config can pick."""
+    return [(grouped_kernel_name(key), key) for key in grouped_kernel_keys()]
+
+
+jit.register_compile_check(
+    "sm90_bf16_gemm_grouped",
+    lambda: [(label, render_grouped(*key)) for label, key in representative_grouped_configs()],
 )

@@ -113,4 +113,67 @@ int fg_launch_sm90_bf16_gemm(uint64_t fn, void* a, void* b, void* d, void* c, vo
                     static_cast<unsigned>(smem_bytes), 1, fg::as_stream(stream), params);
 }
 
+// M-grouped (MoE) launches of the same kernel family, nt layout, bf16 d, no c, no split-K
+// (the kernel built with kGemmKind = gemm_kind and the TMA-store epilogue).
+// gemm_kind: 1 contiguous (a [m, k] all groups' rows stacked, b [num_groups * n, k], d [m, n],
+//            grouped = int32 group id per row, -1 = padding row);
+//            2 masked (m = Mmax: a [num_groups * m, k], b [num_groups * n, k], d [num_groups * m, n],
+//            grouped = int32 masked_m [num_groups], read on the GPU). Mirrors scheduler::Bf16GemmKind.
+// Pitches in elements (lda, ldb multiples of 8). Returns a CUresult (0 = success) or fg::FG_ERROR_*.
+int fg_launch_sm90_bf16_grouped(uint64_t fn, void* a, void* b, void* d, void* grouped, int m, int n, int k,
+                                int lda, int ldb, int ldd, int block_m, int block_n, int grid, int smem_bytes,
+                                int gemm_kind, int num_groups, uint64_t stream) {
+  if (fn == 0 || a == nullptr || b == nullptr || d == nullptr || grouped == nullptr)
+    return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (gemm_kind != 1 && gemm_kind != 2) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (num_groups < 1 || m <= 0 || n <= 0 || k <= 0 || k % 8 != 0) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (lda % 8 != 0 || ldb % 8 != 0 || lda < k || ldb < k || ldd < n) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if ((block_m != 64 && block_m != 128) || block_n < 16 || block_n > 256 || block_n % 16 != 0)
+    return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (grid <= 0 || smem_bytes <= 0) return fg::FG_ERROR_INVALID_ARGUMENT;
+
+  const fg::Driver& drv = fg::driver();
+  if (!drv.ok) return fg::FG_ERROR_NO_DRIVER;
+
+  // Rows of the 2-D views the tensor maps cover.
+  const int64_t rows_a = static_cast<int64_t>(m) * (gemm_kind == 2 ? num_groups : 1);
+  const int64_t rows_b = static_cast<int64_t>(n) * num_groups;
+  if (rows_a > 0x7fffffff || rows_b > 0x7fffffff) return fg::FG_ERROR_INVALID_ARGUMENT;
+  CUtensorMap tmap_a, tmap_b;
+  CUresult r = bf16_operand_tmap(&tmap_a, a, false, static_cast<int>(rows_a), k, lda, block_m);
+  if (r != CUDA_SUCCESS) return r;
+  r = bf16_operand_tmap(&tmap_b, b, false, static_cast<int>(rows_b), k, ldb, block_n);
+  if (r != CUDA_SUCCESS) return r;
+
+  const bool vec = (n % 2 == 0) && (ldd % 2 == 0) && (reinterpret_cast<uintptr_t>(d) % 4u == 0);
+  uint32_t flags = vec ? kBf16FlagVectorStores : 0u;
+
+  CUtensorMap tmap_d;
+  std::memset(&tmap_d, 0, sizeof(tmap_d));
+  const bool ok = reinterpret_cast<uintptr_t>(d) % 16 == 0 && (static_cast<int64_t>(ldd) * 2) % 16 == 0;
+  if (ok) {
+    const int sw = bf16_tma_store_swizzle_bytes(block_n);
+    r = fg::make_tmap_2d(&tmap_d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, d, static_cast<uint64_t>(n),
+                         static_cast<uint64_t>(rows_a), static_cast<uint64_t>(ldd) * 2u,
+                         static_cast<uint32_t>(sw / 2), 64,
+                         sw == 128 ? CU_TENSOR_MAP_SWIZZLE_128B
+                                   : (sw == 64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_32B));
+    if (r != CUDA_SUCCESS) return r;
+    flags |= kBf16FlagTmaStore;
+  }
+
+  const float* c_p = nullptr;
+  float* ws_p = nullptr;
+  int* cnt_p = nullptr;
+  uint32_t um = static_cast<uint32_t>(m), un = static_cast<uint32_t>(n), uk = static_cast<uint32_t>(k);
+  uint32_t uldd = static_cast<uint32_t>(ldd), usplits = 1u;
+  const int* grouped_p = static_cast<const int*>(grouped);
+  uint32_t ugroups = static_cast<uint32_t>(num_groups);
+  void* params[] = {&tmap_a, &tmap_b, &tmap_d, &d, &c_p, &ws_p, &cnt_p, &um, &un, &uk, &uldd, &flags, &usplits,
+                    &grouped_p, &ugroups};
+  const unsigned threads = static_cast<unsigned>((block_m / 64 + 1) * 128);
+  return fg::launch(fg::as_function(fn), static_cast<unsigned>(grid), 1, 1, threads, 1, 1,
+                    static_cast<unsigned>(smem_bytes), 1, fg::as_stream(stream), params);
+}
+
 }  // extern "C"

@@ -37,6 +37,16 @@
 // and writes its FP32 partial tile to the workspace; the CTA that finishes last (per-tile atomic
 // counter) sums all partials in split order 0..S-1 (deterministic), writes D and resets the
 // counter to 0 for the next call.
+//
+// M-grouped kinds (kGemmKind, scheduler/grouped_bf16.cuh; nt layout only, no split-K, bf16 D
+// without C): kBf16GemmGroupedContiguous (MoE prefill: A [M, K] rows of all groups stacked,
+// B [G*N, K], `grouped` = int32 group id per row, -1 = padding row, written as zeros; a tile
+// whose first row is padding skips the main loop and stores zeros) and kBf16GemmGroupedMasked
+// (MoE decode: A [G*Mmax, K], B [G*N, K], D [G*Mmax, N], M = Mmax, `grouped` = masked_m [G] read
+// and clamped to [0, Mmax] on the GPU; only rows < masked_m[g] are written: the TMA store for a
+// warpgroup whose 64 rows are all valid, predicated direct stores otherwise). Tiles of group g
+// read B rows g*N + n0 ..: rows past N (the next group's, or zero-filled) only feed columns >= N,
+// which are never stored. The dense kind (kBf16GemmNormal) keeps its own loop head.
 #pragma once
 
 #include <cuda.h>
@@ -50,6 +60,7 @@
 #include <finegemm/ptx/tma.cuh>
 #include <finegemm/ptx/wgmma.cuh>
 #include <finegemm/ptx/wgmma_bf16.cuh>
+#include <finegemm/scheduler/grouped_bf16.cuh>
 
 namespace finegemm {
 namespace impls {
@@ -138,17 +149,25 @@ struct Bf16TileScheduler {
 };
 
 template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages, bool kAMnMajor, bool kBMnMajor, bool kSplitK,
-          bool kTmaStore>
+          bool kTmaStore, uint32_t kGemmKind = scheduler::kBf16GemmNormal>
 __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const CUtensorMap* tmap_b,
                                                const CUtensorMap* tmap_d, void* d_ptr, const float* c_ptr,
                                                float* workspace, int* counters, uint32_t M, uint32_t N, uint32_t K,
-                                               uint32_t ldd, uint32_t flags, uint32_t num_splits) {
+                                               uint32_t ldd, uint32_t flags, uint32_t num_splits,
+                                               const int* grouped = nullptr, uint32_t num_groups = 1) {
   using Traits = Sm90Bf16GemmTraits<BLOCK_M, BLOCK_N, kNumStages, kTmaStore>;
   using EpiTma = epilogue::TmaStoreBf16<BLOCK_N>;
   using Mma = ptx::WgmmaBf16<BLOCK_N>;
   static_assert(!kTmaStore || !kSplitK, "TMA-store epilogue: no split-K");
   static_assert(!kTmaStore || Traits::kSmemD == (BLOCK_M / 64) * EpiTma::kBytes, "staging size");
   static_assert(!kBMnMajor || BLOCK_N % 64 == 0, "an N-major B tile is whole 64-column TMA boxes");
+  static_assert(kGemmKind <= scheduler::kBf16GemmGroupedMasked, "unknown GEMM kind");
+  constexpr bool kGrouped = kGemmKind != scheduler::kBf16GemmNormal;
+  constexpr bool kContiguous = kGemmKind == scheduler::kBf16GemmGroupedContiguous;
+  constexpr bool kMasked = kGemmKind == scheduler::kBf16GemmGroupedMasked;
+  static_assert(!kGrouped || (!kAMnMajor && !kBMnMajor && !kSplitK), "grouped kinds: nt layout, no split-K");
+  using Walker = scheduler::Bf16GroupedWalker<kGrouped ? kGemmKind : scheduler::kBf16GemmGroupedContiguous, BLOCK_M,
+                                              BLOCK_N, 8>;
   constexpr uint32_t BLOCK_K = Traits::BLOCK_K;
   constexpr uint32_t kNumConsumerWG = Traits::kNumConsumerWG;
   constexpr uint32_t kNumConsumerThreads = Traits::kNumConsumerThreads;
@@ -190,7 +209,31 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
   if (threadIdx.x >= kNumConsumerThreads) {
     // ------------------------------------------------------------------ producer warpgroup
     if constexpr (kNumConsumerWG == 2) ptx::setmaxnreg_dec<40>();
-    if (threadIdx.x == kNumConsumerThreads) {
+    if (kGrouped && threadIdx.x == kNumConsumerThreads) {
+      // m-grouped kinds (nt layout): every k-block of a tile, none for a padding tile.
+      ptx::tma_prefetch_desc(tmap_a);
+      ptx::tma_prefetch_desc(tmap_b);
+      uint32_t stage = 0, phase = 0;
+      Walker walker(M, N, grouped, num_groups);
+      scheduler::Bf16GroupedTile t;
+      for (uint32_t unit = blockIdx.x;; unit += gridDim.x) {
+        if (!walker.next(unit, t)) break;
+        if (t.skip) continue;
+        const int32_t m0 = static_cast<int32_t>(t.a_row);
+        const int32_t n0 = static_cast<int32_t>(t.b_row);
+        for (uint32_t kb = 0; kb < num_kb; ++kb) {
+          ptx::mbar_wait(empty_bar(stage), phase ^ 1u);
+          ptx::mbar_arrive_expect_tx(full_bar(stage), Traits::kTxBytes);
+          const int32_t k0 = static_cast<int32_t>(kb * BLOCK_K);
+          ptx::tma_load_2d(base + Traits::kOffA + stage * Traits::kSmemA, tmap_a, full_bar(stage), k0, m0);
+          ptx::tma_load_2d(base + Traits::kOffB + stage * Traits::kSmemB, tmap_b, full_bar(stage), k0, n0);
+          if (++stage == kNumStages) {
+            stage = 0;
+            phase ^= 1u;
+          }
+        }
+      }
+    } else if (!kGrouped && threadIdx.x == kNumConsumerThreads) {
       ptx::tma_prefetch_desc(tmap_a);
       ptx::tma_prefetch_desc(tmap_b);
       uint32_t stage = 0, phase = 0;
@@ -252,12 +295,27 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
     };
 
     uint32_t stage = 0, phase = 0;
-    for (uint32_t unit = blockIdx.x; unit < sched.num_units; unit += gridDim.x) {
-      uint32_t m_block, n_block, split, kb_begin, kb_end;
-      sched.get(unit, m_block, n_block, split);
-      sched.k_range(split, num_kb, kb_begin, kb_end);
-      const uint32_t m0 = m_block * BLOCK_M;
-      const uint32_t n0 = n_block * BLOCK_N;
+    [[maybe_unused]] Walker walker(M, N, grouped, num_groups);
+    for (uint32_t unit = blockIdx.x; kGrouped || unit < sched.num_units; unit += gridDim.x) {
+      uint32_t m_block, n_block, split, kb_begin, kb_end, m0, n0;
+      [[maybe_unused]] bool skip = false;
+      if constexpr (kGrouped) {
+        scheduler::Bf16GroupedTile t;
+        if (!walker.next(unit, t)) break;
+        m_block = t.m_block;
+        n_block = t.n_block;
+        split = 0;
+        skip = t.skip;
+        kb_begin = 0;
+        kb_end = skip ? 0u : num_kb;  // padding tile (as the producer): zeros are stored
+        m0 = t.a_row;  // first row in the 2-D A / D view
+        n0 = n_block * BLOCK_N;
+      } else {  // the dense loop head
+        sched.get(unit, m_block, n_block, split);
+        sched.k_range(split, num_kb, kb_begin, kb_end);
+        m0 = m_block * BLOCK_M;
+        n0 = n_block * BLOCK_N;
+      }
 
       uint32_t prev_stage = 0;
       for (uint32_t kb = kb_begin; kb < kb_end; ++kb) {
@@ -296,7 +354,16 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
       }
       ptx::wgmma_wait<0>();
       ptx::fence_operands(acc);
-      release(prev_stage);  // every unit has at least one k-block
+      if constexpr (kGrouped) {
+        if (skip) {
+#pragma unroll
+          for (uint32_t i = 0; i < kNumAcc; ++i) acc[i] = 0.0f;  // no k-block ran: the tile is zeros
+        } else {
+          release(prev_stage);
+        }
+      } else {
+        release(prev_stage);  // every unit has at least one k-block
+      }
 
       // ---------------------------------------------------------------- split-K reduction
       if constexpr (kSplitK) {
@@ -349,8 +416,28 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
       }
 
       // ---------------------------------------------------------------- epilogue
+      if constexpr (kContiguous) {
+        // Padding rows (group id -1) of a mixed tile are written as zeros (select, not a
+        // multiply: garbage must not leak as NaN).
+#pragma unroll
+        for (uint32_t h = 0; h < 2; ++h) {
+          const uint32_t row = m0 + r0 + 8 * h;
+          const bool pad = row < M && __ldg(grouped + row) < 0;
+#pragma unroll
+          for (uint32_t j = 0; j < kNumChunks; ++j) {
+            acc[4 * j + 2 * h + 0] = pad ? 0.0f : acc[4 * j + 2 * h + 0];
+            acc[4 * j + 2 * h + 1] = pad ? 0.0f : acc[4 * j + 2 * h + 1];
+          }
+        }
+      }
+      uint32_t row_limit = M;  // rows >= row_limit (2-D view) are never stored
+      if constexpr (kMasked) row_limit = walker.row_limit();
       if constexpr (kTmaStore) {
-        if ((flags & kBf16FlagTmaStore) != 0) {
+        // Masked: only a warpgroup whose 64 rows are all valid may TMA-store (the box would
+        // otherwise overwrite rows >= masked_m, which must stay untouched).
+        bool tma_rows_ok = true;
+        if constexpr (kMasked) tma_rows_ok = m0 + wg * 64 + 64 <= row_limit;
+        if ((flags & kBf16FlagTmaStore) != 0 && tma_rows_ok) {
           EpiTma::store(acc, base + Traits::kOffD + wg * EpiTma::kBytes, tmap_d, 2 + wg, static_cast<int32_t>(n0),
                         static_cast<int32_t>(m0 + wg * 64));
           continue;
@@ -363,7 +450,7 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
 #pragma unroll
       for (uint32_t h = 0; h < 2; ++h) {
         const uint32_t row = m0 + r0 + 8 * h;
-        if (row >= M) continue;
+        if (row >= row_limit) continue;
         const size_t row_off = static_cast<size_t>(row) * ldd;
 #pragma unroll
         for (uint32_t j = 0; j < kNumChunks; ++j) {

@@ -1,0 +1,106 @@
+// Tile walker of the m-grouped BF16 GEMMs (impls/sm90_bf16_gemm.cuh, template parameter
+// kGemmKind). Self-contained (the FP8 family's scheduler/persistent.cuh is not shared, so the
+// two kernel families can change independently); the same rules as its TileWalker:
+//
+//   GroupedContiguous: A [M, K] rows of all groups stacked, B viewed as [G*N, K], D [M, N];
+//     `grouped` = int32 group id per row (-1 = padding row, written as zeros). Units are the
+//     ceil(M/BLOCK_M) x ceil(N/BLOCK_N) tiles in the dense column-grouped order. A tile's group
+//     is the id of its first row: group segments start at multiples of the mk alignment, which
+//     BLOCK_M divides, so a tile holds one group's rows and then possibly padding rows; a first
+//     row of -1 means the whole tile is padding (`skip`: no main loop, zeros are stored).
+//   GroupedMasked: A viewed as [G*Mmax, K], B as [G*N, K], D as [G*Mmax, N]; `grouped` =
+//     masked_m [G], read on the GPU (never by the host) and clamped to [0, Mmax]. Units walk
+//     group after group, each with ceil(rows_g / BLOCK_M) x ceil(N / BLOCK_N) tiles in the dense
+//     order inside the group. A CTA's units increase, so the walk is monotonic: O(G + units)
+//     per CTA. Rows >= rows_g of a group are never stored (row_limit()).
+//
+// Producer and consumers of a CTA each own a walker and call next() with the same unit
+// sequence, so they agree on the tiles (and the k-blocks: all of them, or none for `skip`).
+#pragma once
+
+#include <cstdint>
+
+namespace finegemm {
+namespace scheduler {
+
+// Kinds of the SM90 BF16 GEMM (template parameter kGemmKind; heuristics/sm90_bf16_gemm.py mirrors
+// the values).
+enum Bf16GemmKind : uint32_t {
+  kBf16GemmNormal = 0,
+  kBf16GemmGroupedContiguous = 1,
+  kBf16GemmGroupedMasked = 2,
+};
+
+struct Bf16GroupedTile {
+  uint32_t m_block, n_block;  // in the group's tile grid (contiguous: the whole problem's)
+  uint32_t a_row;             // first row of the tile in the 2-D A / D view
+  uint32_t b_row;             // first row of the tile in the [G*N, K] B view: group * N + n0
+  bool skip;                  // contiguous padding tile: no main loop, zeros are stored
+};
+
+template <uint32_t kKind, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kGroupN = 8>
+struct Bf16GroupedWalker {
+  static_assert(kKind == kBf16GemmGroupedContiguous || kKind == kBf16GemmGroupedMasked, "grouped kinds only");
+  const int* grouped;  // contiguous: group id per row; masked: masked_m per group
+  uint32_t M;          // contiguous: total rows; masked: Mmax
+  uint32_t N, num_groups, num_n_blocks;
+  uint32_t g, base;  // masked walk: current group, units of the groups before it
+
+  __device__ __forceinline__ Bf16GroupedWalker(uint32_t m, uint32_t n, const int* gl, uint32_t groups)
+      : grouped(gl), M(m), N(n), num_groups(groups), num_n_blocks((n + BLOCK_N - 1) / BLOCK_N), g(0), base(0) {}
+
+  // Dense column-grouped order (impls::Bf16TileScheduler): tile -> (m_block, n_block).
+  __device__ __forceinline__ void order(uint32_t tile, uint32_t num_m_blocks, uint32_t& m_block,
+                                        uint32_t& n_block) const {
+    const uint32_t group_tiles = kGroupN * num_m_blocks;
+    const uint32_t grp = tile / group_tiles;
+    const uint32_t first_n = grp * kGroupN;
+    const uint32_t rest = num_n_blocks - first_n;
+    const uint32_t width = rest < kGroupN ? rest : kGroupN;
+    const uint32_t in_group = tile - grp * group_tiles;
+    m_block = in_group / width;
+    n_block = first_n + (in_group - m_block * width);
+  }
+
+  // masked_m[grp] clamped to [0, Mmax] (a bad value never reads or writes out of bounds).
+  __device__ __forceinline__ uint32_t group_rows(uint32_t grp) const {
+    const int v = __ldg(grouped + grp);
+    return v <= 0 ? 0u : (static_cast<uint32_t>(v) < M ? static_cast<uint32_t>(v) : M);
+  }
+
+  // Rows >= this (2-D view index) of the tile last returned by next() are never stored.
+  __device__ __forceinline__ uint32_t row_limit() const {
+    if constexpr (kKind == kBf16GemmGroupedMasked) return g * M + group_rows(g);
+    return M;
+  }
+
+  // The tile of `unit`; false when the unit is past the last one (the caller's loop ends).
+  __device__ __forceinline__ bool next(uint32_t unit, Bf16GroupedTile& t) {
+    if constexpr (kKind == kBf16GemmGroupedMasked) {
+      uint32_t m_blocks;
+      while (true) {
+        m_blocks = (group_rows(g) + BLOCK_M - 1) / BLOCK_M;
+        if (unit < base + m_blocks * num_n_blocks) break;
+        base += m_blocks * num_n_blocks;
+        if (++g >= num_groups) return false;
+      }
+      order(unit - base, m_blocks, t.m_block, t.n_block);
+      t.a_row = g * M + t.m_block * BLOCK_M;
+      t.b_row = g * N + t.n_block * BLOCK_N;
+      t.skip = false;
+    } else {
+      const uint32_t m_blocks = (M + BLOCK_M - 1) / BLOCK_M;
+      if (unit >= m_blocks * num_n_blocks) return false;
+      order(unit, m_blocks, t.m_block, t.n_block);
+      const uint32_t m0 = t.m_block * BLOCK_M;
+      const int gid = __ldg(grouped + m0);  // m0 < M: m_block < m_blocks
+      t.skip = gid < 0;
+      t.a_row = m0;
+      t.b_row = (t.skip ? 0u : static_cast<uint32_t>(gid)) * N + t.n_block * BLOCK_N;
+    }
+    return true;
+  }
+};
+
+}  // namespace scheduler
+}  // namespace finegemm
