@@ -183,6 +183,7 @@ def m_grouped_bf16_gemm_nt_contiguous(
         d.zero_()
         return
     if _v.on_cuda(d):
+        _v.require_gpu_validated(fn, "m_grouped_bf16")
         from finegemm.ops import sm90_bf16_gemm
 
         sm90_bf16_gemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, grouped_layout, use_psum_layout)
@@ -241,6 +242,7 @@ def m_grouped_bf16_gemm_nt_masked(
     if G == 0 or Mmax == 0 or N == 0:
         return
     if K != 0 and _v.on_cuda(d):
+        _v.require_gpu_validated(fn, "m_grouped_bf16")
         from finegemm.ops import sm90_bf16_gemm
 
         sm90_bf16_gemm.m_grouped_bf16_gemm_nt_masked(a, b, d, masked_m, expected_m)
@@ -319,6 +321,7 @@ def k_grouped_bf16_gemm_tn_contiguous(
             d.copy_(c)
         return
     if _v.on_cuda(d):
+        _v.require_gpu_validated(fn, "k_grouped_bf16")
         from finegemm.ops import sm90_bf16_gemm
 
         sm90_bf16_gemm.k_grouped_bf16_gemm_tn_contiguous(a, b, d, ks_list, c)

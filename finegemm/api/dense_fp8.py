@@ -160,6 +160,8 @@ def _fp8_gemm(
 
     if _v.on_cuda(d):
         # Both recipes run the SM90 kernel family; (1, 1, 128) takes sfb [N, ceil(K/128)] (sfb_nt).
+        if rec != _v.RECIPE_1D2D:
+            _v.require_gpu_validated(fn, "fp8_1d1d")
         from finegemm.ops import sm90_fp8_gemm  # lazy: the CUDA stack is only needed for CUDA tensors
 
         # The SM90 kernel takes K-major operands: materialize K-major copies of MN-major inputs.

@@ -297,6 +297,7 @@ def k_grouped_fp8_gemm_nt_contiguous(
             d.copy_(c)
         return
     if _v.on_cuda(d):
+        _v.require_gpu_validated(fn, "k_grouped_fp8")
         from finegemm.ops import sm90_fp8_gemm  # lazy: the CUDA stack is only needed for CUDA tensors
 
         # v1: one launch of the dense 1D1D kernel per non-empty group (G launches).
