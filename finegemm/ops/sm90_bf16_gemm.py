@@ -26,6 +26,7 @@ from typing import Optional
 import torch
 
 from finegemm import jit, quant, runtime
+from finegemm.ops._runtime import SplitKWorkspace, raw_stream
 from finegemm.heuristics.sm90_bf16_gemm import (
     GEMM_GROUPED_CONTIGUOUS,
     GEMM_GROUPED_MASKED,
@@ -140,40 +141,13 @@ def plan(m: int, n: int, k: int, layout: str, out_fp32: bool, has_c: bool,
 
 
 # ----------------------------------------------------------------------------- split-K buffers
-_buffers: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}  # (device, stream) -> (workspace, counters)
-_graph_buffers: list = []  # buffers allocated during CUDA-graph capture (kept alive)
-_buffers_lock = threading.Lock()
-
-try:
-    _get_raw_stream = torch._C._cuda_getCurrentRawStream
-except AttributeError:  # pragma: no cover
-    def _get_raw_stream(device_index: int) -> int:
-        return torch.cuda.current_stream(device_index).cuda_stream
+_get_raw_stream = raw_stream  # module-level name: tests monkeypatch it
+_workspace = SplitKWorkspace()
+_buffers = _workspace.buffers  # (device, stream) -> (workspace, counters); the GPU tests inspect it
 
 
 def _split_buffers(cfg: Bf16GemmConfig, device: torch.device, stream: int) -> tuple[int, int]:
-    need_ws, need_cnt = cfg.workspace_floats, cfg.num_counters
-    if torch.cuda.is_current_stream_capturing():
-        ws = torch.empty(need_ws, dtype=torch.float32, device=device)
-        cnt = torch.zeros(need_cnt, dtype=torch.int32, device=device)
-        with _buffers_lock:
-            _graph_buffers.append((ws, cnt))
-        return ws.data_ptr(), cnt.data_ptr()
-    key = (device.index, stream)
-    buf = _buffers.get(key)
-    if buf is None or buf[0].numel() < need_ws or buf[1].numel() < need_cnt:
-        old_ws = buf[0].numel() if buf is not None else 0
-        old_cnt = buf[1].numel() if buf is not None else 0
-        ws = torch.empty(max(need_ws, old_ws), dtype=torch.float32, device=device)
-        # Zeroed on this stream, before the kernel that first uses them (stream order).
-        cnt = torch.zeros(max(need_cnt, old_cnt, 1024), dtype=torch.int32, device=device)
-        buf = (ws, cnt)
-        with _buffers_lock:
-            # The old buffers may still be in use by queued kernels: keep them alive.
-            if key in _buffers:
-                _graph_buffers.append(_buffers[key])
-            _buffers[key] = buf
-    return buf[0].data_ptr(), buf[1].data_ptr()
+    return _workspace.pointers(cfg.workspace_floats, cfg.num_counters, device, stream)
 
 
 # ----------------------------------------------------------------------------- entry points

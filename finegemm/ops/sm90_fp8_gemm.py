@@ -29,6 +29,7 @@ from finegemm.heuristics.sm90_fp8_gemm import (
     select_config,
     select_grouped_config,
 )
+from finegemm.ops._runtime import SplitKWorkspace, is_capturing, raw_stream
 from finegemm.quant import get_mn_major_tma_aligned_tensor
 from finegemm.utils import align, ceil_div
 
@@ -218,31 +219,12 @@ def plan(m: int, n: int, k: int, out_fp32: bool, has_c: bool, device: int,
 
 
 # ----------------------------------------------------------------------------- split-K buffers
-_buffers: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}  # (device, stream) -> (workspace, counters)
-_graph_buffers: list = []  # buffers allocated during CUDA-graph capture (kept alive)
-_buffers_lock = threading.Lock()
+_workspace = SplitKWorkspace()
+_buffers = _workspace.buffers  # (device, stream) -> (workspace, counters); the GPU tests inspect it
 
 
 def _split_buffers(cfg: Fp8GemmConfig, device: torch.device, stream: int) -> tuple[int, int]:
-    need_ws, need_cnt = cfg.workspace_floats, cfg.num_counters
-    if torch.cuda.is_current_stream_capturing():
-        ws = torch.empty(need_ws, dtype=torch.float32, device=device)
-        cnt = torch.zeros(need_cnt, dtype=torch.int32, device=device)
-        with _buffers_lock:
-            _graph_buffers.append((ws, cnt))
-        return ws.data_ptr(), cnt.data_ptr()
-    key = (device.index, stream)
-    buf = _buffers.get(key)
-    if buf is None or buf[0].numel() < need_ws or buf[1].numel() < need_cnt:
-        old_ws = buf[0].numel() if buf is not None else 0
-        old_cnt = buf[1].numel() if buf is not None else 0
-        ws = torch.empty(max(need_ws, old_ws), dtype=torch.float32, device=device)
-        # Zeroed on this stream, before the kernel that first uses them (stream order).
-        cnt = torch.zeros(max(need_cnt, old_cnt, 1024), dtype=torch.int32, device=device)
-        buf = (ws, cnt)
-        with _buffers_lock:
-            _buffers[key] = buf
-    return buf[0].data_ptr(), buf[1].data_ptr()
+    return _workspace.pointers(cfg.workspace_floats, cfg.num_counters, device, stream)
 
 
 # ----------------------------------------------------------------------------- entry points
@@ -265,22 +247,9 @@ def _sfa_for_tma(sfa: torch.Tensor, m: int) -> tuple[torch.Tensor, int]:
     return sfa, ld
 
 
-def _raw_stream(device_index: int) -> int:
-    """The current CUDA stream of a device as an int, without building a torch.cuda.Stream."""
-    return _get_raw_stream(device_index)
-
-
-try:
-    _get_raw_stream = torch._C._cuda_getCurrentRawStream  # ~0.1 us; torch.cuda.current_stream ~1-2 us
-except AttributeError:  # pragma: no cover - very old or unusual torch builds
-    def _get_raw_stream(device_index: int) -> int:
-        return torch.cuda.current_stream(device_index).cuda_stream
-
-
-try:
-    _is_capturing = torch._C._cuda_isCurrentStreamCapturing
-except AttributeError:  # pragma: no cover
-    _is_capturing = torch.cuda.is_current_stream_capturing
+# Module-level names (tests monkeypatch them): the shared plumbing of ops/_runtime.py.
+_get_raw_stream = raw_stream
+_is_capturing = is_capturing
 
 
 class PreparedCall:
