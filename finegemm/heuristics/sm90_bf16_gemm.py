@@ -36,6 +36,7 @@ import sys
 import threading
 from dataclasses import dataclass
 
+from finegemm.heuristics._grouped import grouped_block_m_options, grouped_model_rows
 from finegemm.utils import ceil_div
 
 __all__ = [
@@ -308,20 +309,11 @@ def select_grouped_config(kind: int, m: int, n: int, k: int, num_groups: int, nu
     if m < 1 or n < 1 or k < 1 or num_groups < 1 or num_sms < 1:
         raise ValueError(f"select_grouped_config: need m, n, k, num_groups, num_sms >= 1, got "
                          f"{(m, n, k, num_groups, num_sms)}")
-    if kind == GEMM_GROUPED_CONTIGUOUS:
-        bms = [bm for bm in (64, 128) if alignment % bm == 0]
-        if not bms:
-            raise NotImplementedError(
-                f"m-grouped contiguous BF16 GEMM: the mk alignment {alignment} must be a multiple of block_m "
-                f"(64 or 128) so that a tile never spans two groups; set_mk_alignment_for_contiguous_layout(64 "
-                f"or 128)")
-        em = m
-    else:
-        em = min(max(expected_m, 1), m) if expected_m > 0 else m
-        bms = [64] if em <= 64 else [64, 128]
+    contiguous = kind == GEMM_GROUPED_CONTIGUOUS
+    bms, em = grouped_block_m_options(contiguous, m, expected_m, alignment, "BF16")
     best = None
     for bm in bms:
-        m_eff = m if kind == GEMM_GROUPED_CONTIGUOUS else num_groups * ceil_div(em, bm) * bm
+        m_eff = grouped_model_rows(contiguous, m, num_groups, em, bm)
         for bn in GROUPED_BLOCK_N[kind]:
             est, tiles, units = _estimate(m_eff, n, k, bm, bn, 1, num_sms, 2, False, b_groups=num_groups)
             rank = (round(est, 4), units, -bm * bn)

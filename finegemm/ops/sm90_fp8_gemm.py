@@ -31,7 +31,7 @@ from finegemm.heuristics.sm90_fp8_gemm import (
 )
 from finegemm.ops._runtime import SplitKWorkspace, is_capturing, raw_stream
 from finegemm.quant import get_mn_major_tma_aligned_tensor
-from finegemm.utils import align, ceil_div
+from finegemm.utils import align
 
 __all__ = ["fp8_gemm_nt", "m_grouped_fp8_gemm_nt_contiguous", "m_grouped_fp8_gemm_nt_masked",
            "k_grouped_fp8_gemm_nt_contiguous", "warmup_shape", "render", "plan", "plan_grouped",

@@ -1,0 +1,30 @@
+"""Block-row choices shared by the m-grouped heuristics of every kernel family."""
+from __future__ import annotations
+
+from finegemm.utils import ceil_div
+
+
+def grouped_block_m_options(contiguous: bool, m: int, expected_m: int, alignment: int,
+                            what: str) -> tuple[list[int], int]:
+    """(block_m candidates, rows per group the model plans for).
+
+    Contiguous: block_m must divide the mk alignment (segments start at multiples of it, so a
+    tile never holds two groups). Masked: plan for expected_m rows per group (0 = Mmax), and only
+    64-row tiles when that is <= 64.
+    """
+    if contiguous:
+        bms = [bm for bm in (64, 128) if alignment % bm == 0]
+        if not bms:
+            raise NotImplementedError(
+                f"m-grouped contiguous {what} GEMM: the mk alignment {alignment} must be a multiple of block_m "
+                f"(64 or 128) so that a tile never spans two groups; set_mk_alignment_for_contiguous_layout(64 "
+                f"or 128)")
+        return bms, m
+    em = min(max(expected_m, 1), m) if expected_m > 0 else m
+    return ([64] if em <= 64 else [64, 128]), em
+
+
+def grouped_model_rows(contiguous: bool, m: int, num_groups: int, planned_m: int, block_m: int) -> int:
+    """Rows the cost model charges: the stacked rows (contiguous), or every group's planned rows
+    rounded up to whole tiles (masked: per-group edge tiles are charged whole)."""
+    return m if contiguous else num_groups * ceil_div(planned_m, block_m) * block_m
