@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the H200 machine: GPU tests + benchmarks, logs and JSON under $OUT.
 # Usage (from the repo root on the GPU machine):
-#   bash scripts/device_run.sh [all|tests|bench|SUITE...]      (default: all)
+#   bash scripts/device_run.sh [all|tests|bench|sanitize]      (default: all)
 # Every later GPU claim in benchmarks/results/ comes from this script.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +26,14 @@ if [[ "$what" == all || "$what" == tests ]]; then
   status=$(( status | ${PIPESTATUS[0]} ))
   python3 -m finegemm check 2>&1 | tee "$OUT/check.log"
   status=$(( status | ${PIPESTATUS[0]} ))
+fi
+if [[ "$what" == sanitize ]]; then
+  # compute-sanitizer over small calls of every validated kernel (slow: not part of "all").
+  for tool in memcheck racecheck synccheck; do
+    timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 3 python3 scripts/sanitize_cases.py 2>&1 \
+      | tee "$OUT/sanitize_$tool.log"
+    status=$(( status | ${PIPESTATUS[0]} ))
+  done
 fi
 if [[ "$what" == all || "$what" == bench ]]; then
   for suite in ${FINEGEMM_BENCH_SUITES:-dense grouped bf16}; do

@@ -1,0 +1,75 @@
+"""A few small calls of every validated GPU kernel, for compute-sanitizer (memcheck, racecheck,
+synccheck): `compute-sanitizer --tool memcheck python3 scripts/sanitize_cases.py`.
+
+Small shapes on purpose (the tools slow kernels down 10-100x) that still reach the edge paths:
+partial tiles in M, N and K, split-K fix-up, 2-CTA multicast, TMA-store and direct epilogues,
+grouped padding rows and masked rows. Exits non-zero if a result is wrong.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import finegemm  # noqa: E402
+from finegemm import reference  # noqa: E402
+from finegemm.testing import calc_diff  # noqa: E402
+
+
+def _fp8_dense(m, n, k, out=torch.bfloat16):
+    a, sfa = finegemm.per_token_cast_to_fp8(torch.randn(m, k, device="cuda"))
+    b, sfb = finegemm.per_block_cast_to_fp8(torch.randn(n, k, device="cuda"))
+    d = torch.empty(m, n, device="cuda", dtype=out)
+    finegemm.fp8_gemm_nt((a, sfa), (b, sfb), d)
+    return calc_diff(d.float(), reference.fp8_gemm_nt(a, sfa, b, sfb, out_dtype=torch.float32))
+
+
+def _fp8_masked(g, m_max, n, k):
+    qs = [finegemm.per_token_cast_to_fp8(torch.randn(m_max, k, device="cuda")) for _ in range(g)]
+    a, sfa = torch.stack([q for q, _ in qs]), torch.stack([s for _, s in qs])
+    ws = [finegemm.per_block_cast_to_fp8(torch.randn(n, k, device="cuda")) for _ in range(g)]
+    b, sfb = torch.stack([w for w, _ in ws]), torch.stack([s for _, s in ws])
+    masked_m = torch.randint(0, m_max + 1, (g,), dtype=torch.int32, device="cuda")
+    d = torch.zeros(g, m_max, n, device="cuda", dtype=torch.bfloat16)
+    finegemm.m_grouped_fp8_gemm_nt_masked((a, sfa), (b, sfb), d, masked_m, m_max)
+    ref = reference.m_grouped_fp8_gemm_nt_masked(a, sfa, b, sfb, masked_m, out_dtype=torch.float32)
+    return calc_diff(d.float(), ref)
+
+
+def _bf16(layout, m, n, k):
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    a_in = a if layout[0] == "n" else a.t().contiguous()
+    b_in = b if layout[1] == "t" else b.t().contiguous()
+    d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    getattr(finegemm, f"bf16_gemm_{layout}")(a_in, b_in, d)
+    return calc_diff(d.float(), a.float() @ b.float().t())
+
+
+CASES = [
+    ("fp8 dense split-K", lambda: _fp8_dense(17, 576, 7296)),
+    ("fp8 dense partial tiles", lambda: _fp8_dense(129, 2112, 512)),
+    ("fp8 dense fp32 out", lambda: _fp8_dense(65, 576, 1024, torch.float32)),
+    ("fp8 masked", lambda: _fp8_masked(3, 192, 576, 512)),
+    ("bf16 nt", lambda: _bf16("nt", 129, 576, 512)),
+    ("bf16 tn", lambda: _bf16("tn", 128, 576, 520)),
+]
+
+
+def main() -> int:
+    torch.manual_seed(0)
+    bad = 0
+    for name, fn in CASES:
+        diff = fn()
+        torch.cuda.synchronize()
+        ok = diff <= 1e-5
+        bad += not ok
+        print(f"{'ok  ' if ok else 'FAIL'} {name}: calc_diff {diff:.2e}", flush=True)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
