@@ -30,6 +30,8 @@ def fp8_linear(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.T
                out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
     """Returns A @ B.T (A fp8 [M, K] with 1x128 scales sfa, B fp8 [N, K] with 128x128 scales sfb)
     as a new [M, N] tensor of out_dtype (bf16 or fp32), through the registered custom op."""
+    if out_dtype not in (torch.bfloat16, torch.float32):
+        raise TypeError(f"fp8_linear: out_dtype must be torch.bfloat16 or torch.float32, got {out_dtype}")
     d = torch.empty((a.shape[0], b.shape[0]), dtype=out_dtype, device=a.device)
     torch.ops.finegemm.fp8_gemm_nt(a, sfa, b, sfb, d)
     return d

@@ -40,3 +40,9 @@ def test_fp8_linear_under_torch_compile():
     assert torch.equal(compiled, eager)
     exact = finegemm.reference.fp8_gemm_nt(a, sfa, b, sfb, out_dtype=torch.float32) * 2.0
     assert torch.equal(eager, exact)
+
+
+def test_fp8_linear_rejects_other_out_dtypes():
+    a, sfa, b, sfb = _inputs()
+    with pytest.raises(TypeError, match="fp8_linear: out_dtype must be"):
+        torch_ops.fp8_linear(a, sfa, b, sfb, torch.float16)

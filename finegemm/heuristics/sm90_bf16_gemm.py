@@ -31,12 +31,11 @@ every member is compiled spill-free by tests/test_bf16_grouped_compile.py).
 """
 from __future__ import annotations
 
-import os
 import sys
 import threading
 from dataclasses import dataclass
 
-from finegemm.heuristics._grouped import grouped_block_m_options, grouped_model_rows
+from finegemm.heuristics._common import grouped_block_m_options, grouped_model_rows, print_configs_enabled
 from finegemm.utils import ceil_div
 
 __all__ = [
@@ -224,10 +223,6 @@ def clear_cache() -> None:
         _cache.clear()
 
 
-def _print_enabled() -> bool:
-    return os.environ.get("FINEGEMM_PRINT_CONFIGS", "").strip().lower() not in ("", "0", "false", "no", "off")
-
-
 def select_config(m: int, n: int, k: int, num_sms: int, a_mn_major: bool = False, b_mn_major: bool = False,
                   out_fp32: bool = False, has_c: bool = False, allow_split_k: bool = True) -> Bf16GemmConfig:
     """The launch configuration for D[m, n] (+C) = op(A) . op(B) on num_sms SMs (cached).
@@ -271,7 +266,7 @@ def select_config(m: int, n: int, k: int, num_sms: int, a_mn_major: bool = False
     )
     with _cache_lock:
         _cache[key] = cfg
-    if _print_enabled():
+    if print_configs_enabled():
         layout = {v: k_ for k_, v in LAYOUTS.items()}[(bool(a_mn_major), bool(b_mn_major))]
         print(
             f"finegemm: sm90_bf16_gemm {layout} m={m} n={n} k={k} out={'fp32' if out_fp32 else 'bf16'}"
@@ -329,7 +324,7 @@ def select_grouped_config(kind: int, m: int, n: int, k: int, num_groups: int, nu
     )
     with _cache_lock:
         _cache[key] = cfg
-    if _print_enabled():
+    if print_configs_enabled():
         print(
             f"finegemm: sm90_bf16_gemm {'contiguous' if kind == GEMM_GROUPED_CONTIGUOUS else 'masked'} "
             f"G={num_groups} m={m} n={n} k={k} expected_m={expected_m} sms={num_sms} -> block_m={bm} block_n={bn} "

@@ -34,12 +34,11 @@ or (bm + bn/2) * 128. Pairs that stick out of the tile grid compute a phantom ti
 """
 from __future__ import annotations
 
-import os
 import sys
 import threading
 from dataclasses import dataclass
 
-from finegemm.heuristics._grouped import grouped_block_m_options, grouped_model_rows
+from finegemm.heuristics._common import grouped_block_m_options, grouped_model_rows, print_configs_enabled
 from finegemm.utils import ceil_div
 
 __all__ = [
@@ -241,10 +240,6 @@ def clear_cache() -> None:
         _cache.clear()
 
 
-def _print_enabled() -> bool:
-    return os.environ.get("FINEGEMM_PRINT_CONFIGS", "").strip().lower() not in ("", "0", "false", "no", "off")
-
-
 def select_config(m: int, n: int, k: int, num_sms: int, out_fp32: bool = False, has_c: bool = False,
                   allow_split_k: bool = True, allow_multicast: bool = True,
                   one_d_one_d: bool = False) -> Fp8GemmConfig:
@@ -301,7 +296,7 @@ def select_config(m: int, n: int, k: int, num_sms: int, out_fp32: bool = False, 
     )
     with _cache_lock:
         _cache[key] = cfg
-    if _print_enabled():
+    if print_configs_enabled():
         print(
             f"finegemm: sm90_fp8_gemm m={m} n={n} k={k} out={'fp32' if out_fp32 else 'bf16'}"
             f"{' +C' if has_c else ''}{' 1d1d' if one_d_one_d else ''} sms={num_sms} -> block_m={bm} block_n={bn} stages={stages} "
@@ -365,7 +360,7 @@ def select_grouped_config(kind: int, m: int, n: int, k: int, num_groups: int, nu
     )
     with _cache_lock:
         _cache[key] = cfg
-    if _print_enabled():
+    if print_configs_enabled():
         print(
             f"finegemm: sm90_fp8_gemm {'contiguous' if kind == GEMM_GROUPED_CONTIGUOUS else 'masked'} G={num_groups} "
             f"m={m} n={n} k={k} expected_m={expected_m} sms={num_sms} -> block_m={bm} block_n={bn} stages={stages} "

@@ -283,20 +283,35 @@ class PreparedCall:
             self._split_cache = (stream, ws_ptr, cnt_ptr, _buffers.get((self._dev_index, stream)))
         return ws_ptr, cnt_ptr
 
+    # Module-level name of the ctypes launcher (looked up per call: tests substitute it).
+    _launcher_name = "_launcher"
+    _what = "sm90_fp8_gemm"
+
     def __call__(self) -> None:
         stream = _get_raw_stream(self._dev_index)
         if self.cfg.split_k:
             ws_ptr, cnt_ptr = self._split_pointers(stream)
         else:
             ws_ptr = cnt_ptr = None
-        rc = _launcher(*self._head, ws_ptr, cnt_ptr, *self._tail, stream)
+        rc = globals()[self._launcher_name](*self._head, ws_ptr, cnt_ptr, *self._tail, stream)
         if rc != 0:
             cfg = self.cfg
             m, n, k = self._tail[:3]
             raise RuntimeError(
-                f"finegemm: sm90_fp8_gemm launch failed (m={m}, n={n}, k={k}, block_m={cfg.block_m}, "
+                f"finegemm: {self._what} launch failed (m={m}, n={n}, k={k}, block_m={cfg.block_m}, "
                 f"block_n={cfg.block_n}, splits={cfg.num_splits}): {jit.error_string(rc)}"
             )
+
+
+def _c_like_d(c: torch.Tensor, d: torch.Tensor, m: int, keepalive: list) -> torch.Tensor:
+    """C as the kernel reads it: d's row pitch (the epilogue indexes both with ldd). Copies (and
+    records the temporary in keepalive) only when c's layout differs; c may be d itself."""
+    if c is d or (c.stride(1) == 1 and (m <= 1 or c.stride(0) == d.stride(0))):
+        return c
+    c2 = torch.empty_strided(d.shape, d.stride(), dtype=torch.float32, device=d.device)
+    c2.copy_(c)
+    keepalive.append(c2)
+    return c2
 
 
 def prepare(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.Tensor, d: torch.Tensor,
@@ -331,11 +346,8 @@ def prepare(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.Tens
     if sfb.dtype != torch.float32 or not sfb.is_contiguous():
         sfb = sfb.float().contiguous()
         keepalive.append(sfb)
-    if has_c and c is not d and (c.stride(1) != 1 or (m > 1 and c.stride(0) != d.stride(0))):
-        c2 = torch.empty_strided(d.shape, d.stride(), dtype=torch.float32, device=d.device)
-        c2.copy_(c)
-        c = c2
-        keepalive.append(c)
+    if has_c:
+        c = _c_like_d(c, d, m, keepalive)
 
     device = d.device
     cfg, fn = plan(m, n, k, out_fp32, has_c, device.index)
@@ -357,21 +369,8 @@ class PreparedCall1d1d(PreparedCall):
     """A PreparedCall of the recipe (1, 1, 128) kernel (its own host launcher: sfb through TMA)."""
 
     __slots__ = ()
-
-    def __call__(self) -> None:
-        stream = _get_raw_stream(self._dev_index)
-        if self.cfg.split_k:
-            ws_ptr, cnt_ptr = self._split_pointers(stream)
-        else:
-            ws_ptr = cnt_ptr = None
-        rc = _launcher_1d1d(*self._head, ws_ptr, cnt_ptr, *self._tail, stream)
-        if rc != 0:
-            cfg = self.cfg
-            m, n, k = self._tail[:3]
-            raise RuntimeError(
-                f"finegemm: sm90_fp8_gemm (1, 1, 128) launch failed (m={m}, n={n}, k={k}, block_m={cfg.block_m}, "
-                f"block_n={cfg.block_n}, splits={cfg.num_splits}): {jit.error_string(rc)}"
-            )
+    _launcher_name = "_launcher_1d1d"
+    _what = "sm90_fp8_gemm (1, 1, 128)"
 
 
 def _prepare_1d1d(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.Tensor, d: torch.Tensor,
@@ -396,11 +395,8 @@ def _prepare_1d1d(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torc
     sfb, sfb_ld = _sfa_for_tma(sfb, n)
     if sfb is not sfb_in:
         keepalive.append(sfb)
-    if has_c and c is not d and (c.stride(1) != 1 or (m > 1 and c.stride(0) != d.stride(0))):
-        c2 = torch.empty_strided(d.shape, d.stride(), dtype=torch.float32, device=d.device)
-        c2.copy_(c)
-        c = c2
-        keepalive.append(c)
+    if has_c:
+        c = _c_like_d(c, d, m, keepalive)
 
     device = d.device
     cfg, fn = plan(m, n, k, True, has_c, device.index, one_d_one_d=True)

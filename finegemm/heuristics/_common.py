@@ -1,7 +1,14 @@
-"""Block-row choices shared by the m-grouped heuristics of every kernel family."""
+"""Pieces shared by the heuristics of every kernel family."""
 from __future__ import annotations
 
+import os
+
 from finegemm.utils import ceil_div
+
+
+def print_configs_enabled() -> bool:
+    """FINEGEMM_PRINT_CONFIGS is set to something truthy."""
+    return os.environ.get("FINEGEMM_PRINT_CONFIGS", "").strip().lower() not in ("", "0", "false", "no", "off")
 
 
 def grouped_block_m_options(contiguous: bool, m: int, expected_m: int, alignment: int,
