@@ -398,7 +398,6 @@ _NOT_BUILT = r"the SM90 CUDA kernel for .* is not built yet \(tracked in issue {
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("with_c", [False, True, "in_place"])
 def test_cuda_routing_dense_fp8_1d1d(fake_cuda, layout, with_c, monkeypatch):
-    monkeypatch.setenv("FINEGEMM_ENABLE_UNVALIDATED", "1")  # routing only; see test_unvalidated_kernels_are_gated
     """Recipe (1, 1, 128) on CUDA reaches the ops layer: K-major operands (copies for MN-major
     inputs), sfb [N, ceil(K/128)] (a transposed view for B stored [K, N]), the recipe passed on."""
     M, N, K = 32, 256, 384
@@ -426,7 +425,6 @@ def test_cuda_routing_1d1d_needs_fp32_d(fake_cuda):
 
 
 def test_cuda_routing_grouped(fake_cuda, monkeypatch):
-    monkeypatch.setenv("FINEGEMM_ENABLE_UNVALIDATED", "1")  # k-grouped is gated until its GPU tests pass
     M, N, K, G = 128, 128, 128, 2
     a = (rand_fp8(M, K), rand_sf(M, 1))
     b = (rand_fp8(G, N, K), rand_sf(G, 1, 1))
@@ -460,7 +458,6 @@ def test_cuda_routing_grouped(fake_cuda, monkeypatch):
 
 
 def test_cuda_routing_grouped_bf16(fake_cuda, monkeypatch):
-    monkeypatch.setenv("FINEGEMM_ENABLE_UNVALIDATED", "1")  # gated until its GPU tests pass
     # The grouped BF16 ops run the SM90 BF16 kernel family on CUDA (tests/gpu/test_bf16_grouped_gpu.py):
     # the API validates, then hands the tensors to finegemm.ops.sm90_bf16_gemm unchanged.
     from finegemm.ops import sm90_bf16_gemm as bf16_ops
@@ -558,9 +555,14 @@ def test_fast_path_reuses_only_identical_validated_calls(fake_cuda, monkeypatch)
 
 
 def test_unvalidated_kernels_are_gated(fake_cuda, monkeypatch):
-    """Kernels that have not passed their GPU tests raise on CUDA (naming the suite and the switch)
-    and never reach the ops layer; validated ones (dense/m-grouped FP8, dense BF16) are not gated."""
+    """A capability listed in UNVALIDATED_ON_GPU raises on CUDA (naming the suite and the switch)
+    and never reaches the ops layer; FINEGEMM_ENABLE_UNVALIDATED=1 lifts the gate."""
+    from finegemm.api import _validate
     monkeypatch.delenv("FINEGEMM_ENABLE_UNVALIDATED", raising=False)
+    monkeypatch.setitem(_validate.UNVALIDATED_ON_GPU, "fp8_1d1d",
+                        ("the (1, 1, 128) recipe", "#4", "tests/gpu/test_fp8_wgrad_gpu.py"))
+    monkeypatch.setitem(_validate.UNVALIDATED_ON_GPU, "m_grouped_bf16",
+                        ("m-grouped BF16 GEMMs", "#5", "tests/gpu/test_bf16_grouped_gpu.py"))
     M, N, K, G = 128, 128, 128, 2
     a = (rand_fp8(M, K), rand_sf(M, 1))
     b_rows = (rand_fp8(N, K), rand_sf(N, 1))
@@ -569,9 +571,17 @@ def test_unvalidated_kernels_are_gated(fake_cuda, monkeypatch):
     with pytest.raises(NotImplementedError, match=r"m_grouped_bf16_gemm_nt_contiguous: .*test_bf16_grouped_gpu"):
         finegemm.m_grouped_bf16_gemm_nt_contiguous(rand_bf16(M, K), rand_bf16(G, N, K),
                                                    torch.empty(M, N, dtype=BF16), torch.zeros(M, dtype=torch.int32))
-    with pytest.raises(NotImplementedError, match=r"k_grouped_bf16_gemm_tn_contiguous: .*#5"):
-        finegemm.k_grouped_bf16_gemm_tn_contiguous(rand_bf16(128, 16), rand_bf16(128, 32), torch.empty(1, 16, 32),
-                                                   [128], torch.tensor([128], dtype=torch.int32))
     assert not fake_cuda.calls
+    # Not listed: reaches the ops layer.
     finegemm.fp8_gemm_nt(a, (rand_fp8(N, K), rand_sf(1, 1)), torch.empty(M, N, dtype=BF16))
     assert fake_cuda.calls
+    monkeypatch.setenv("FINEGEMM_ENABLE_UNVALIDATED", "1")
+    n_calls = len(fake_cuda.calls)
+    finegemm.fp8_gemm_nt(a, b_rows, torch.empty(M, N), recipe=(1, 1, 128))
+    assert len(fake_cuda.calls) > n_calls
+
+
+def test_every_built_kernel_is_validated():
+    """The shipped gate list is empty: every CUDA kernel has passed its GPU suite."""
+    from finegemm.api import _validate
+    assert _validate.UNVALIDATED_ON_GPU == {}

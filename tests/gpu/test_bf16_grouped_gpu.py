@@ -28,12 +28,6 @@ from finegemm.testing import calc_diff  # noqa: E402
 pytestmark = [pytest.mark.gpu, pytest.mark.nvcc]
 
 
-@pytest.fixture(autouse=True)
-def _run_unvalidated_kernel(monkeypatch):
-    """These tests are what validates the kernel: let the public API reach it (api/_validate.py
-    UNVALIDATED_ON_GPU; remove its entries once this file passes on a GPU)."""
-    monkeypatch.setenv("FINEGEMM_ENABLE_UNVALIDATED", "1")
-
 BF16 = torch.bfloat16
 TOL = 1e-5
 
