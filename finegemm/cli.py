@@ -160,6 +160,10 @@ def cmd_bench(args) -> int:
     return _dispatch(f"finegemm.bench.{args.suite}", "bench", args.rest)
 
 
+def cmd_tune(args) -> int:
+    return _dispatch("finegemm.bench.tune", "tune", [args.family] + args.rest)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m finegemm", description="finegemm utilities")
     sub = p.add_subparsers(dest="command", required=True)
@@ -185,6 +189,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("suite")
     s.add_argument("rest", nargs=argparse.REMAINDER)
     s.set_defaults(func=cmd_bench)
+
+    s = sub.add_parser("tune", help="time candidate configs per shape on the GPU; write a tuned table")
+    s.add_argument("family", choices=["dense"])
+    s.add_argument("rest", nargs=argparse.REMAINDER)
+    s.set_defaults(func=cmd_tune)
     return p
 
 

@@ -34,10 +34,12 @@ or (bm + bn/2) * 128. Pairs that stick out of the tile grid compute a phantom ti
 """
 from __future__ import annotations
 
+import dataclasses
 import sys
 import threading
 from dataclasses import dataclass
 
+from finegemm.heuristics import tuned
 from finegemm.heuristics._common import grouped_block_m_options, grouped_model_rows, print_configs_enabled
 from finegemm.utils import ceil_div
 
@@ -45,6 +47,8 @@ __all__ = [
     "Fp8GemmConfig",
     "select_config",
     "select_grouped_config",
+    "make_config",
+    "candidate_configs",
     "GEMM_NORMAL",
     "GEMM_GROUPED_CONTIGUOUS",
     "GEMM_GROUPED_MASKED",
@@ -240,6 +244,127 @@ def clear_cache() -> None:
         _cache.clear()
 
 
+def make_config(m: int, n: int, k: int, num_sms: int, out_fp32: bool, has_c: bool, block_m: int, block_n: int,
+                num_stages: int, num_splits: int = 1, num_multicast: int = 1, multicast_on_a: bool = False,
+                tma_store: bool = False, half_promote: bool = False, one_d_one_d: bool = False,
+                est_us: float | None = None) -> Fp8GemmConfig:
+    """A dense-kind config with the given kernel choices, grid and tile counts derived for (m, n, k).
+
+    Raises ValueError for a combination the kernel does not build (the tuner and the tuned tables
+    go through here, so a bad table entry can never reach a launch)."""
+    bm, bn = block_m, block_n
+    top = (MAX_BLOCK_N_1D1D if one_d_one_d else MAX_BLOCK_N).get(bm)
+    if top is None or bn % 16 or not 16 <= bn <= top:
+        raise ValueError(f"block_m {bm} / block_n {bn}: need block_m in (64, 128), block_n a multiple of 16 <= {top}")
+    if not MIN_STAGES <= num_stages <= max_stages(bm, bn, tma_store, one_d_one_d):
+        raise ValueError(f"num_stages {num_stages} outside [{MIN_STAGES}, {max_stages(bm, bn, tma_store, one_d_one_d)}]"
+                         f" for block {bm}x{bn}")
+    if num_multicast not in (1, 2) or (num_multicast == 2 and num_splits > 1) or num_splits < 1:
+        raise ValueError(f"num_multicast {num_multicast} / num_splits {num_splits}: multicast 1 or 2, not with split-K")
+    if num_multicast == 2 and num_sms < 2:
+        raise ValueError("multicast needs >= 2 SMs")
+    if tma_store and (out_fp32 or has_c or num_splits > 1):
+        raise ValueError("tma_store needs a bf16 output without C and without split-K")
+    if one_d_one_d and (half_promote or tma_store or not out_fp32):
+        raise ValueError("recipe (1, 1, 128): fp32 out, no half-promote, no TMA store")
+    if has_c and not out_fp32:
+        raise ValueError("C needs an fp32 output")
+    if num_splits > ceil_div(k, BLOCK_K):
+        raise ValueError(f"num_splits {num_splits} > k-blocks {ceil_div(k, BLOCK_K)}")
+    out_bytes = 4 if out_fp32 else 2
+    est, tiles, units = _estimate(m, n, k, bm, bn, num_splits, num_sms, out_bytes, has_c, num_multicast,
+                                  multicast_on_a, tma_store, one_d_one_d=one_d_one_d)
+    return Fp8GemmConfig(
+        m=m, n=n, k=k, block_m=bm, block_n=bn, num_stages=num_stages, num_splits=num_splits,
+        grid=_grid(units, num_sms, num_multicast), smem_bytes=smem_bytes(bm, bn, num_stages, tma_store, one_d_one_d),
+        num_threads=num_threads(bm), num_tiles=tiles, num_units=units, out_fp32=bool(out_fp32), has_c=bool(has_c),
+        est_us=est if est_us is None else est_us, num_multicast=num_multicast,
+        multicast_on_a=bool(multicast_on_a and num_multicast == 2), half_promote=bool(half_promote),
+        tma_store=bool(tma_store), one_d_one_d=bool(one_d_one_d),
+    )
+
+
+def _model_candidates(m: int, n: int, k: int, num_sms: int, out_fp32: bool, has_c: bool, allow_split_k: bool,
+                      allow_multicast: bool, one_d_one_d: bool) -> list[tuple]:
+    """Every (rank, bm, bn, splits, mc, mc_on_a, tma, est, tiles, units) the model considers."""
+    out_bytes = 4 if out_fp32 else 2
+    num_kb = ceil_div(k, BLOCK_K)
+    out = []
+    for bm in ([64] if m <= 64 else [64, 128]):
+        for bn in (block_n_candidates(bm, True) if one_d_one_d else block_n_candidates(bm)):
+            tiles = ceil_div(m, bm) * ceil_div(n, bn)
+            split_options = [1]
+            if allow_split_k and 2 * tiles <= num_sms and num_kb >= 2 * MIN_KB_PER_SPLIT:
+                top = min(MAX_SPLITS, num_kb // MIN_KB_PER_SPLIT, num_sms // tiles)
+                split_options += list(range(2, top + 1))
+            options = [(s_, 1, False) for s_ in split_options]
+            if allow_multicast and num_sms >= 2:
+                options += [(1, 2, True), (1, 2, False)]
+            for splits, mc, mc_on_a in options:
+                # The TMA-store epilogue where the kernel has it; the direct one keeps more stages
+                # (better for long K, where the epilogue is a small part of a tile).
+                tma_options = (True, False) if (not out_fp32 and not has_c and splits == 1) else (False,)
+                for tma in tma_options:
+                    est, tiles, units = _estimate(m, n, k, bm, bn, splits, num_sms, out_bytes, has_c, mc, mc_on_a,
+                                                  tma, one_d_one_d=one_d_one_d)
+                    # Tie-break: faster, then fewer units, then no cluster, then bigger tiles, then TMA
+                    # store, then the order listed here.
+                    rank = (round(est, 4), units, mc, -bm * bn, not tma, len(out))
+                    out.append((rank, bm, bn, splits, mc, mc_on_a, tma, est, tiles, units))
+    return out
+
+
+def candidate_configs(m: int, n: int, k: int, num_sms: int, out_fp32: bool = False, has_c: bool = False,
+                      top: int = 16, one_d_one_d: bool = False, half_promote: int = 6) -> list[Fp8GemmConfig]:
+    """What the tuner times for a shape: the model's `top` best, plus the best of every
+    (block_m, splits > 1, multicast, epilogue) family the model ranks lower (its blind spots are
+    whole families, not neighbours), plus half-promote twins of the first `half_promote` block_m
+    128 ones (the model does not rank half-promote). The model's own choice is first."""
+    cands = sorted(_model_candidates(m, n, k, num_sms, out_fp32, has_c, True, True, one_d_one_d))
+    chosen, seen_family = [], set()
+    for c in cands:
+        _, bm, bn, splits, mc, mc_on_a, tma, est, tiles, units = c
+        family = (bm, splits > 1, mc, mc_on_a, tma)
+        if len(chosen) < top or family not in seen_family:
+            chosen.append(c)
+        seen_family.add(family)
+    out = []
+    for _, bm, bn, splits, mc, mc_on_a, tma, est, tiles, units in chosen:
+        stages = max_stages(bm, bn, tma, one_d_one_d)
+        cfg = make_config(m, n, k, num_sms, out_fp32, has_c, bm, bn, stages, splits, mc, mc_on_a, tma,
+                          one_d_one_d=one_d_one_d, est_us=est)
+        out.append(cfg)
+        if half_promote > 0 and not one_d_one_d and bm == 128:
+            half_promote -= 1
+            out.append(dataclasses.replace(cfg, half_promote=True))
+    return out
+
+
+def _tuned_config(m: int, n: int, k: int, num_sms: int, out_fp32: bool, has_c: bool, allow_split_k: bool,
+                  allow_multicast: bool, one_d_one_d: bool) -> Fp8GemmConfig | None:
+    hit = tuned.lookup("fp8_1d1d" if one_d_one_d else "fp8_1d2d", num_sms, m, n, k, out_fp32, has_c)
+    if hit is None:
+        return None
+    if (not allow_split_k and hit["num_splits"] > 1) or (not allow_multicast and hit["num_multicast"] > 1):
+        return None
+    try:
+        return make_config(m, n, k, num_sms, out_fp32, has_c, hit["block_m"], hit["block_n"], hit["num_stages"],
+                           hit["num_splits"], hit["num_multicast"], hit["multicast_on_a"], hit["tma_store"],
+                           hit["half_promote"], one_d_one_d)
+    except ValueError as e:
+        _warn_bad_entry(m, n, k, e)
+        return None
+
+
+_warned: set = set()
+
+
+def _warn_bad_entry(m, n, k, err) -> None:
+    if (n, k) not in _warned:
+        _warned.add((n, k))
+        print(f"finegemm: ignoring a tuned-table entry for n={n} k={k} (m={m}): {err}", file=sys.stderr, flush=True)
+
+
 def select_config(m: int, n: int, k: int, num_sms: int, out_fp32: bool = False, has_c: bool = False,
                   allow_split_k: bool = True, allow_multicast: bool = True,
                   one_d_one_d: bool = False) -> Fp8GemmConfig:
@@ -260,49 +385,24 @@ def select_config(m: int, n: int, k: int, num_sms: int, out_fp32: bool = False, 
         raise ValueError("select_config: C is only supported with an fp32 output")
     if one_d_one_d and not out_fp32:
         raise ValueError("select_config: recipe (1, 1, 128) needs an fp32 output")
-    out_bytes = 4 if out_fp32 else 2
-    num_kb = ceil_div(k, BLOCK_K)
-
-    best = None
-    for bm in ([64] if m <= 64 else [64, 128]):
-        for bn in (block_n_candidates(bm, True) if one_d_one_d else block_n_candidates(bm)):
-            tiles = ceil_div(m, bm) * ceil_div(n, bn)
-            split_options = [1]
-            if allow_split_k and 2 * tiles <= num_sms and num_kb >= 2 * MIN_KB_PER_SPLIT:
-                top = min(MAX_SPLITS, num_kb // MIN_KB_PER_SPLIT, num_sms // tiles)
-                split_options += list(range(2, top + 1))
-            options = [(s_, 1, False) for s_ in split_options]
-            if allow_multicast and num_sms >= 2:
-                options += [(1, 2, True), (1, 2, False)]
-            for splits, mc, mc_on_a in options:
-                # The TMA-store epilogue where the kernel has it; the direct one keeps more stages
-                # (better for long K, where the epilogue is a small part of a tile).
-                tma_options = (True, False) if (not out_fp32 and not has_c and splits == 1) else (False,)
-                for tma in tma_options:
-                    est, tiles, units = _estimate(m, n, k, bm, bn, splits, num_sms, out_bytes, has_c, mc, mc_on_a,
-                                                  tma, one_d_one_d=one_d_one_d)
-                    # Tie-break: faster, then fewer units, then no cluster, then bigger tiles, then TMA store.
-                    rank = (round(est, 4), units, mc, -bm * bn, not tma)
-                    if best is None or rank < best[0]:
-                        best = (rank, bm, bn, splits, mc, mc_on_a, tma, est, tiles, units)
-    _, bm, bn, splits, mc, mc_on_a, tma, est, tiles, units = best
-    stages = max_stages(bm, bn, tma, one_d_one_d)
-    cfg = Fp8GemmConfig(
-        m=m, n=n, k=k, block_m=bm, block_n=bn, num_stages=stages, num_splits=splits,
-        grid=_grid(units, num_sms, mc), smem_bytes=smem_bytes(bm, bn, stages, tma, one_d_one_d),
-        num_threads=num_threads(bm),
-        num_tiles=tiles, num_units=units, out_fp32=bool(out_fp32), has_c=bool(has_c), est_us=est,
-        num_multicast=mc, multicast_on_a=bool(mc_on_a and mc == 2), tma_store=tma, one_d_one_d=bool(one_d_one_d),
-    )
+    cfg = _tuned_config(m, n, k, num_sms, out_fp32, has_c, allow_split_k, allow_multicast, one_d_one_d)
+    source = "tuned"
+    if cfg is None:
+        source = "model"
+        best = min(_model_candidates(m, n, k, num_sms, out_fp32, has_c, allow_split_k, allow_multicast, one_d_one_d))
+        _, bm, bn, splits, mc, mc_on_a, tma, est, tiles, units = best
+        cfg = make_config(m, n, k, num_sms, out_fp32, has_c, bm, bn, max_stages(bm, bn, tma, one_d_one_d), splits,
+                          mc, mc_on_a, tma, one_d_one_d=one_d_one_d, est_us=est)
     with _cache_lock:
         _cache[key] = cfg
     if print_configs_enabled():
         print(
             f"finegemm: sm90_fp8_gemm m={m} n={n} k={k} out={'fp32' if out_fp32 else 'bf16'}"
-            f"{' +C' if has_c else ''}{' 1d1d' if one_d_one_d else ''} sms={num_sms} -> block_m={bm} block_n={bn} stages={stages} "
-            f"splits={splits} multicast={mc}{'(A)' if cfg.multicast_on_a else '(B)' if mc == 2 else ''} "
-            f"epilogue={'tma' if tma else 'direct'} "
-            f"tiles={tiles} grid={cfg.grid} smem={cfg.smem_bytes} est={est:.1f}us",
+            f"{' +C' if has_c else ''}{' 1d1d' if one_d_one_d else ''} sms={num_sms} -> ({source}) "
+            f"block_m={cfg.block_m} block_n={cfg.block_n} stages={cfg.num_stages} splits={cfg.num_splits} "
+            f"multicast={cfg.num_multicast}{'(A)' if cfg.multicast_on_a else '(B)' if cfg.num_multicast == 2 else ''}"
+            f"{' half-promote' if cfg.half_promote else ''} epilogue={'tma' if cfg.tma_store else 'direct'} "
+            f"tiles={cfg.num_tiles} grid={cfg.grid} smem={cfg.smem_bytes} est={cfg.est_us:.1f}us",
             file=sys.stderr, flush=True,
         )
     return cfg

@@ -201,8 +201,16 @@ def _fit_clusters(cfg: Fp8GemmConfig, fn: int) -> Fp8GemmConfig:
 
 
 def plan(m: int, n: int, k: int, out_fp32: bool, has_c: bool, device: int,
-         one_d_one_d: bool = False) -> tuple[Fp8GemmConfig, int]:
-    """(config, CUfunction) for a problem on `device` (cached; compiles on first use)."""
+         one_d_one_d: bool = False, config: Optional[Fp8GemmConfig] = None) -> tuple[Fp8GemmConfig, int]:
+    """(config, CUfunction) for a problem on `device` (cached; compiles on first use). `config`
+    forces a configuration (the tuner; heuristics.make_config / candidate_configs build them)."""
+    if config is not None:
+        if (config.m, config.n, config.k, config.out_fp32, config.has_c, config.one_d_one_d) != \
+                (m, n, k, out_fp32, has_c, one_d_one_d):
+            raise ValueError(f"sm90_fp8_gemm: forced config is for {(config.m, config.n, config.k)}, "
+                             f"the problem is {(m, n, k)}")
+        fn = _load(config, device)
+        return _fit_clusters(config, fn), fn
     num_sms = runtime.get_num_sms()
     key = (m, n, k, out_fp32, has_c, num_sms, device)
     if one_d_one_d:
@@ -315,16 +323,17 @@ def _c_like_d(c: torch.Tensor, d: torch.Tensor, m: int, keepalive: list) -> torc
 
 
 def prepare(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.Tensor, d: torch.Tensor,
-            c: Optional[torch.Tensor] = None, recipe=(1, 128, 128)) -> Optional[PreparedCall]:
+            c: Optional[torch.Tensor] = None, recipe=(1, 128, 128),
+            config: Optional[Fp8GemmConfig] = None) -> Optional[PreparedCall]:
     """Plan (and compile on first use) the launch of d = c + A @ B^T; None when M or N is 0.
 
     a fp8 e4m3 [M, K] (K-major, 16-byte row pitch and base), sfa fp32 [M, ceil(K/128)] (any
     strides; the MN-major TMA-aligned layout costs no copy), b fp8 [N, K] like a, sfb fp32
     [ceil(N/128), ceil(K/128)], d bf16/fp32 [M, N] (unit column stride), c fp32 [M, N] or None
-    (fp32 d only; may be d itself).
+    (fp32 d only; may be d itself). `config`: a forced configuration (see plan()).
     """
     if tuple(recipe) == (1, 1, 128):
-        return _prepare_1d1d(a, sfa, b, sfb, d, c)
+        return _prepare_1d1d(a, sfa, b, sfb, d, c, config)
     if tuple(recipe) != (1, 128, 128):
         raise NotImplementedError(f"sm90_fp8_gemm: recipe {tuple(recipe)} is not supported by this kernel")
     m, k = a.shape
@@ -350,7 +359,7 @@ def prepare(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.Tens
         c = _c_like_d(c, d, m, keepalive)
 
     device = d.device
-    cfg, fn = plan(m, n, k, out_fp32, has_c, device.index)
+    cfg, fn = plan(m, n, k, out_fp32, has_c, device.index, config=config)
     _get_launcher()
     # The row stride of a one-row operand is never used (and torch may report anything for a
     # size-1 dim): pass the natural one so the TMA descriptor checks see a valid pitch.
@@ -374,7 +383,7 @@ class PreparedCall1d1d(PreparedCall):
 
 
 def _prepare_1d1d(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.Tensor, d: torch.Tensor,
-                  c: Optional[torch.Tensor]) -> Optional[PreparedCall]:
+                  c: Optional[torch.Tensor], config: Optional[Fp8GemmConfig] = None) -> Optional[PreparedCall]:
     """prepare() for recipe (1, 1, 128): sfb fp32 [N, ceil(K/128)] (any strides; converted to the
     MN-major TMA-aligned layout like sfa, a no-op when already in it), d fp32, c fp32 or None."""
     m, k = a.shape
@@ -399,7 +408,7 @@ def _prepare_1d1d(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torc
         c = _c_like_d(c, d, m, keepalive)
 
     device = d.device
-    cfg, fn = plan(m, n, k, True, has_c, device.index, one_d_one_d=True)
+    cfg, fn = plan(m, n, k, True, has_c, device.index, one_d_one_d=True, config=config)
     _get_launcher()
     lda = a.stride(0) if m > 1 else align(k, 16)
     ldb = b.stride(0) if n > 1 else align(k, 16)

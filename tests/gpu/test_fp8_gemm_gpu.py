@@ -291,3 +291,27 @@ def test_cuda_graph(m, n, k):
 def test_warmup_shape():
     cfg = ops.warmup_shape(4096, 7168, 7168)
     assert cfg.block_m in (64, 128)
+
+
+def _shipped_tuned_entries():
+    import json
+
+    from finegemm.heuristics import tuned
+    return json.loads(tuned.SHIPPED_TABLE.read_text())["entries"]
+
+
+@pytest.mark.parametrize("entry", _shipped_tuned_entries(), ids=lambda e: f"{e['m']}x{e['n']}x{e['k']}")
+def test_tuned_table_entries(entry):
+    """Every shipped tuned configuration, at its own M and at the smallest M of its 64-row bucket,
+    through the public API (which must pick it), against the exact reference."""
+    from finegemm import runtime
+    if entry["num_sms"] != runtime.get_num_sms():
+        pytest.skip("tuned for another SM count")
+    n, k = entry["n"], entry["k"]
+    for m in sorted({entry["m"], 64 * ((entry["m"] - 1) // 64) + 1}):
+        cfg = select_config(m, n, k, runtime.get_num_sms())
+        assert {f: getattr(cfg, f) for f in entry["config"]} == entry["config"]
+        x, w, a, sfa, b, sfb = _inputs(m, n, k, seed=m + n + k)
+        d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        _gemm(a, sfa, b, sfb, d)
+        _check(d, a, sfa, b, sfb, x, w)

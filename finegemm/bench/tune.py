@@ -1,0 +1,144 @@
+"""`python -m finegemm tune dense`: time the plausible configurations of each shape, keep the fastest.
+
+For every shape: the candidates of heuristics.candidate_configs (the model's best, the best of
+each family it ranks lower, half-promote twins), each checked against the exact reference on
+fresh data (calc_diff <= 1e-5, output poisoned with NaN and fully written, a repeat bitwise
+identical) before it is timed like the benchmarks (kernel-only, L2 flushed). A candidate that fails
+the check is reported and never enters the table. The winner goes into a tuned table
+(heuristics/tuned.py) that select_config consults; --out keeps every candidate's time.
+
+  python -m finegemm tune dense                          # the 18 anchor shapes
+  python -m finegemm tune dense --shapes 64,2112,7168 --table my_tuned.json
+  FINEGEMM_TUNED_FILE=my_tuned.json python my_server.py  # use it
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import pathlib
+import sys
+import time
+
+import torch
+
+from ._common import kernel_time_us, run_metadata
+
+
+def _parse_shape(text: str) -> tuple[int, int, int]:
+    try:
+        m, n, k = (int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"shape must be M,N,K (three integers), got {text!r}")
+    if min(m, n, k) <= 0 or k % 16:
+        raise argparse.ArgumentTypeError(f"shape needs positive dims and K % 16 == 0, got {text!r}")
+    return m, n, k
+
+
+def default_shapes() -> list[tuple[int, int, int]]:
+    from .dense import DENSE_M, DENSE_NK
+    return [(m, n, k) for m in DENSE_M for (n, k) in DENSE_NK]
+
+
+def tune_shape(m: int, n: int, k: int, num_sms: int, top: int, num_tests: int, gen, log=print) -> dict:
+    """Every candidate's check and time for one bf16-output shape; returns the shape's record."""
+    from finegemm import reference
+    from finegemm.heuristics.sm90_fp8_gemm import candidate_configs
+    from finegemm.ops import sm90_fp8_gemm as ops
+    from finegemm.testing import calc_diff
+
+    from .dense import _inputs
+
+    _, _, a, sfa, b, sfb = _inputs(m, n, k, gen)
+    ref = reference.fp8_gemm_nt(a, sfa, b, sfb, out_dtype=torch.float32)
+    d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    cands = candidate_configs(m, n, k, num_sms, top=top)
+    # Compile (or load from the cache) in parallel before timing anything.
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda c: ops._load(c, d.device.index), cands))
+    rows = []
+    for i, cfg in enumerate(cands):
+        row = {"block_m": cfg.block_m, "block_n": cfg.block_n, "num_stages": cfg.num_stages,
+               "num_splits": cfg.num_splits, "num_multicast": cfg.num_multicast,
+               "multicast_on_a": cfg.multicast_on_a, "tma_store": cfg.tma_store, "half_promote": cfg.half_promote,
+               "model_us": round(cfg.est_us, 3), "model_choice": i == 0}
+        try:
+            call = ops.prepare(a, sfa, b, sfb, d, config=cfg)
+            d.fill_(float("nan"))
+            call()
+            first = d.clone()
+            call()
+            torch.cuda.synchronize()
+            diff = calc_diff(d.float(), ref)
+            row["calc_diff"] = diff
+            row["ok"] = bool(diff <= 1e-5 and not torch.isnan(first).any() and torch.equal(first, d))
+            if row["ok"]:
+                row["us"] = kernel_time_us(call, num_tests)
+        except Exception as exc:  # a candidate that cannot launch is reported, not fatal
+            row["ok"] = False
+            row["error"] = f"{type(exc).__name__}: {exc}"[:300]
+        rows.append(row)
+    good = [r for r in rows if r.get("ok")]
+    model = rows[0]
+    best = min(good, key=lambda r: r["us"]) if good else None
+    rec = {"m": m, "n": n, "k": k, "candidates": rows, "model_us": model.get("us"),
+           "best_us": best["us"] if best else None, "best": best}
+    if best and model.get("us"):
+        log(f"{m:>5}x{n:>6}x{k:>6}: model {model['us']:8.2f} us -> best {best['us']:8.2f} us "
+            f"({model['us'] / best['us']:.3f}x) bm{best['block_m']} bn{best['block_n']} s{best['num_stages']} "
+            f"split{best['num_splits']} mc{best['num_multicast']}{'A' if best['multicast_on_a'] else ''}"
+            f"{' hp' if best['half_promote'] else ''}{' tma' if best['tma_store'] else ''} "
+            f"[{len(good)}/{len(rows)} ok]")
+    else:
+        log(f"{m}x{n}x{k}: no timing ({len(good)}/{len(rows)} candidates ok)")
+    bad = [r for r in rows if not r.get("ok")]
+    for r in bad:
+        log(f"   FAILED candidate {r}")
+    return rec
+
+
+def table_entry(rec: dict, num_sms: int, meta: dict) -> dict | None:
+    from finegemm.heuristics.tuned import CONFIG_FIELDS
+
+    best = rec.get("best")
+    if not best:
+        return None
+    return {"kind": "fp8_1d2d", "num_sms": num_sms, "m": rec["m"], "n": rec["n"], "k": rec["k"],
+            "out_fp32": False, "has_c": False, "config": {f: best[f] for f in CONFIG_FIELDS},
+            "us": round(best["us"], 3), "model_us": round(rec["model_us"], 3) if rec.get("model_us") else None,
+            "gpu": meta.get("gpu"), "commit": meta.get("commit"), "date": meta.get("date")}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m finegemm tune", description=__doc__.split("\n")[0])
+    p.add_argument("family", choices=["dense"], help="kernel family to tune (dense: FP8 1D2D, bf16 out)")
+    p.add_argument("--shapes", nargs="+", type=_parse_shape, metavar="M,N,K", help="default: the 18 anchor shapes")
+    p.add_argument("--top", type=int, default=16, help="the model's best N candidates (plus family bests)")
+    p.add_argument("--num-tests", type=int, default=10)
+    p.add_argument("--table", default=None, help="tuned table to add the winners to (default: print only)")
+    p.add_argument("--out", default=None, help="JSON with every candidate's check and time")
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("finegemm tune: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    from finegemm import runtime
+
+    num_sms = runtime.get_num_sms()
+    meta = run_metadata()
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    t0 = time.time()
+    records = [tune_shape(m, n, k, num_sms, args.top, args.num_tests, gen)
+               for (m, n, k) in (args.shapes or default_shapes())]
+    print(f"tuned {len(records)} shapes in {time.time() - t0:.0f} s")
+    failed = sum(1 for r in records for c in r["candidates"] if not c.get("ok"))
+    if args.out:
+        pathlib.Path(args.out).write_text(json.dumps({**meta, "command": " ".join(["python -m finegemm tune"] + list(argv or sys.argv[1:])),
+                                                      "num_sms": num_sms, "records": records}, indent=1))
+    if args.table:
+        from finegemm.heuristics import tuned
+        entries = [e for e in (table_entry(r, num_sms, meta) for r in records) if e]
+        tuned.merge_entries(args.table, entries)
+        print(f"{len(entries)} entries written to {args.table}")
+    if failed:
+        print(f"{failed} candidate(s) failed their check (see above)", file=sys.stderr)
+    return 1 if failed else 0

@@ -1,0 +1,121 @@
+"""Tuned-configuration tables: measured winners that override the heuristic model for known shapes.
+
+`python -m finegemm tune dense` times every plausible configuration of a shape on the GPU and
+writes the fastest into a JSON table. The heuristics consult, in order:
+
+1. the file named by FINEGEMM_TUNED_FILE (a user's own table, e.g. tuned for their model's shapes),
+2. the table shipped with the package (heuristics/tuned_sm90.json, measured on an H200),
+
+and fall back to the model when neither has the shape. An entry matches on the kernel family
+(`kind`), the SM count the plan uses (so set_num_sms still means what it says), N, K, the output
+type, C, and the number of 64-row blocks of M (a tile grid identical to the tuned one); the
+configuration it names is re-derived for the actual M (grid, tiles), so any M in the bucket is
+served correctly. FINEGEMM_DISABLE_TUNED=1 ignores every table (for A/B timing against the model).
+
+Table format (version 1): {"version": 1, "entries": [{"kind": "fp8_1d2d", "num_sms": 132,
+"m": ..., "n": ..., "k": ..., "out_fp32": false, "has_c": false, "config": {"block_m": ...,
+"block_n": ..., "num_stages": ..., "num_splits": ..., "num_multicast": ..., "multicast_on_a": ...,
+"tma_store": ..., "half_promote": ...}, "us": ..., "model_us": ..., "gpu": ..., "commit": ...}]}.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Optional
+
+from finegemm.utils import ceil_div
+
+__all__ = ["SHIPPED_TABLE", "TUNED_FILE_ENV", "DISABLE_TUNED_ENV", "CONFIG_FIELDS", "lookup", "entry_key",
+           "load_table", "merge_entries", "clear"]
+
+SHIPPED_TABLE = Path(__file__).with_name("tuned_sm90.json")
+TUNED_FILE_ENV = "FINEGEMM_TUNED_FILE"
+DISABLE_TUNED_ENV = "FINEGEMM_DISABLE_TUNED"
+CONFIG_FIELDS = ("block_m", "block_n", "num_stages", "num_splits", "num_multicast", "multicast_on_a",
+                 "tma_store", "half_promote")
+_VERSION = 1
+
+_lock = threading.Lock()
+_tables: dict[str, dict] = {}  # path -> {key: config dict}
+
+
+def entry_key(kind: str, num_sms: int, m: int, n: int, k: int, out_fp32: bool, has_c: bool) -> tuple:
+    return (kind, int(num_sms), ceil_div(int(m), 64), int(n), int(k), bool(out_fp32), bool(has_c))
+
+
+def _check_entry(e: dict, where: str) -> dict:
+    cfg = e.get("config")
+    if not isinstance(cfg, dict) or any(f not in cfg for f in CONFIG_FIELDS):
+        raise ValueError(f"{where}: entry {e!r} needs a 'config' with fields {CONFIG_FIELDS}")
+    for f in ("kind", "num_sms", "m", "n", "k"):
+        if f not in e:
+            raise ValueError(f"{where}: entry {e!r} lacks {f!r}")
+    return cfg
+
+
+def load_table(path: str | os.PathLike) -> dict:
+    """{entry_key: config dict} of one table file (cached per path; a missing file is empty)."""
+    path = str(path)
+    with _lock:
+        table = _tables.get(path)
+    if table is not None:
+        return table
+    table = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            data = json.load(f)
+        if not isinstance(data, dict) or data.get("version") != _VERSION or not isinstance(data.get("entries"), list):
+            raise ValueError(f"{path}: not a finegemm tuned table (want {{'version': {_VERSION}, 'entries': [...]}})")
+        for e in data["entries"]:
+            cfg = _check_entry(e, path)
+            key = entry_key(e["kind"], e["num_sms"], e["m"], e["n"], e["k"], e.get("out_fp32", False),
+                            e.get("has_c", False))
+            table[key] = dict(cfg)
+    with _lock:
+        _tables[path] = table
+    return table
+
+
+def clear() -> None:
+    """Forget the loaded tables (after writing a table file, or in tests)."""
+    with _lock:
+        _tables.clear()
+
+
+def lookup(kind: str, num_sms: int, m: int, n: int, k: int, out_fp32: bool, has_c: bool) -> Optional[dict]:
+    """The tuned config fields for a problem, or None (the heuristic model decides)."""
+    if os.environ.get(DISABLE_TUNED_ENV, "").strip() not in ("", "0"):
+        return None
+    key = entry_key(kind, num_sms, m, n, k, out_fp32, has_c)
+    user = os.environ.get(TUNED_FILE_ENV)
+    if user:
+        hit = load_table(user).get(key)
+        if hit is not None:
+            return hit
+    return load_table(SHIPPED_TABLE).get(key)
+
+
+def merge_entries(path: str | os.PathLike, entries: list[dict]) -> None:
+    """Add (or replace, by key) entries in a table file, written atomically."""
+    path = Path(path)
+    old = []
+    if path.exists():
+        with open(path) as f:
+            data = json.load(f)
+        old = data.get("entries", [])
+    def key_of(e):
+        return entry_key(e["kind"], e["num_sms"], e["m"], e["n"], e["k"], e.get("out_fp32", False),
+                         e.get("has_c", False))
+    for e in entries:
+        _check_entry(e, str(path))
+    new_keys = {key_of(e) for e in entries}
+    merged = [e for e in old if key_of(e) not in new_keys] + list(entries)
+    merged.sort(key=lambda e: (e["kind"], e["num_sms"], e["n"], e["k"], e["m"]))
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    with open(tmp, "w") as f:
+        json.dump({"version": _VERSION, "entries": merged}, f, indent=1)
+        f.write("\n")
+    os.replace(tmp, path)
+    clear()
