@@ -18,17 +18,37 @@ from finegemm.heuristics.sm90_fp8_gemm import candidate_configs  # noqa: E402
 from finegemm.ops import sm90_fp8_gemm as ops  # noqa: E402
 
 
+def forced_test_configs(sms: int) -> list:
+    """The configs tests/gpu/test_fp8_gemm_gpu.py::test_forced_tuner_families forces."""
+    import ast
+
+    from finegemm.heuristics.sm90_fp8_gemm import make_config, max_stages
+
+    src = (Path(__file__).resolve().parents[1] / "tests" / "gpu" / "test_fp8_gemm_gpu.py").read_text()
+    start = src.index("FORCED_TUNER_VARIANTS = [")
+    variants = ast.literal_eval(src[src.index("[", start):src.index("]\n", start) + 1])
+    out = []
+    for bn, splits, mc, tma, hp, cps in variants:
+        for bm in ((64,) if cps == 2 else (64, 128)):
+            out.append(make_config(4096, 7168, 7168, sms, False, False, bm, bn, max_stages(bm, bn, tma, ctas_per_sm=cps),
+                                   splits, mc, mc == 2, tma, hp, ctas_per_sm=cps))
+    return out
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--sms", type=int, default=132)
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--top", type=int, default=16)
     p.add_argument("--shapes", nargs="+", type=_parse_shape)
+    p.add_argument("--curve", action="store_true")
     args = p.parse_args()
     cfgs = {}
-    for (m, n, k) in args.shapes or default_shapes():
+    for (m, n, k) in args.shapes or default_shapes(args.curve):
         for cfg in candidate_configs(m, n, k, args.sms, top=args.top):
             cfgs[ops._kernel_name(cfg)] = cfg
+    for cfg in forced_test_configs(args.sms):
+        cfgs[ops._kernel_name(cfg)] = cfg
     print(f"{len(cfgs)} candidate kernels")
     t0 = time.time()
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:

@@ -10,8 +10,13 @@ from finegemm.heuristics import tuned
 from finegemm.ops import sm90_fp8_gemm as ops
 
 
+SHIPPED = tuned.SHIPPED_TABLE
+
+
 @pytest.fixture(autouse=True)
-def _fresh(monkeypatch):
+def _fresh(monkeypatch, tmp_path):
+    # The model's own choices are what these tests compare against: no shipped table by default.
+    monkeypatch.setattr(tuned, "SHIPPED_TABLE", tmp_path / "no_shipped_table.json")
     monkeypatch.delenv(tuned.TUNED_FILE_ENV, raising=False)
     monkeypatch.delenv(tuned.DISABLE_TUNED_ENV, raising=False)
     h.clear_cache()
@@ -91,10 +96,13 @@ def test_illegal_entry_falls_back_to_the_model(tmp_path, monkeypatch, capsys, cf
         h.make_config(64, 2112, 7168, 132, False, False, **{**_entry(0, 0, 0)["config"], **cfg})
 
 
-def test_shipped_table_entries_are_buildable_configs():
-    data = json.loads(tuned.SHIPPED_TABLE.read_text())
+def test_shipped_table_entries_are_buildable_and_consulted(monkeypatch):
+    data = json.loads(SHIPPED.read_text())
     assert data["version"] == 1
+    monkeypatch.setattr(tuned, "SHIPPED_TABLE", SHIPPED)
     for e in data["entries"]:
+        picked = h.select_config(e["m"], e["n"], e["k"], e["num_sms"], e["out_fp32"], e["has_c"])
+        assert {f: getattr(picked, f) for f in tuned.CONFIG_FIELDS} == e["config"]
         c = e["config"]
         cfg = h.make_config(e["m"], e["n"], e["k"], e["num_sms"], e["out_fp32"], e["has_c"], c["block_m"],
                             c["block_n"], c["num_stages"], c["num_splits"], c["num_multicast"], c["multicast_on_a"],
@@ -109,9 +117,13 @@ def test_candidates_start_with_the_model_choice_and_are_distinct(m, n, k, monkey
     cands = h.candidate_configs(m, n, k, 132)
     model = h.select_config(m, n, k, 132)
     assert cands[0] == model
-    keys = [c.kernel_key() + (c.num_splits,) for c in cands]
+    keys = [c.kernel_key() + (c.num_splits, c.ctas_per_sm) for c in cands]
     assert len(keys) == len(set(keys))
     for c in cands:
-        assert c.smem_bytes <= h.SMEM_LIMIT and c.grid <= 132
+        assert c.smem_bytes <= h.SMEM_LIMIT and c.grid <= 132 * c.ctas_per_sm
+        if c.ctas_per_sm == 2:  # two must fit in one SM's shared memory, one consumer warpgroup
+            assert c.block_m == 64 and 2 * (c.smem_bytes + 1024) <= h.SMEM_PER_SM and c.grid > 132
         ops._render_cfg(c)
-    assert any(c.half_promote for c in cands) == (m > 64)
+    assert any(c.half_promote for c in cands)
+    # Skinny shapes whose tiles cannot fill the SMs twice get two-CTA-per-SM candidates.
+    assert any(c.ctas_per_sm == 2 for c in cands) == ((m, n, k) == (64, 2112, 7168))

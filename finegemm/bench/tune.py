@@ -35,9 +35,10 @@ def _parse_shape(text: str) -> tuple[int, int, int]:
     return m, n, k
 
 
-def default_shapes() -> list[tuple[int, int, int]]:
-    from .dense import DENSE_M, DENSE_NK
-    return [(m, n, k) for m in DENSE_M for (n, k) in DENSE_NK]
+def default_shapes(curve: bool = False) -> list[tuple[int, int, int]]:
+    """The 18 anchor shapes of `bench dense` (with curve: also its M curve on the same N, K)."""
+    from .dense import CURVE_M, DENSE_M, DENSE_NK
+    return [(m, n, k) for m in DENSE_M + (CURVE_M if curve else []) for (n, k) in DENSE_NK]
 
 
 def tune_shape(m: int, n: int, k: int, num_sms: int, top: int, num_tests: int, gen, log=print) -> dict:
@@ -61,6 +62,7 @@ def tune_shape(m: int, n: int, k: int, num_sms: int, top: int, num_tests: int, g
         row = {"block_m": cfg.block_m, "block_n": cfg.block_n, "num_stages": cfg.num_stages,
                "num_splits": cfg.num_splits, "num_multicast": cfg.num_multicast,
                "multicast_on_a": cfg.multicast_on_a, "tma_store": cfg.tma_store, "half_promote": cfg.half_promote,
+               "ctas_per_sm": cfg.ctas_per_sm,
                "model_us": round(cfg.est_us, 3), "model_choice": i == 0}
         try:
             call = ops.prepare(a, sfa, b, sfb, d, config=cfg)
@@ -87,7 +89,8 @@ def tune_shape(m: int, n: int, k: int, num_sms: int, top: int, num_tests: int, g
         log(f"{m:>5}x{n:>6}x{k:>6}: model {model['us']:8.2f} us -> best {best['us']:8.2f} us "
             f"({model['us'] / best['us']:.3f}x) bm{best['block_m']} bn{best['block_n']} s{best['num_stages']} "
             f"split{best['num_splits']} mc{best['num_multicast']}{'A' if best['multicast_on_a'] else ''}"
-            f"{' hp' if best['half_promote'] else ''}{' tma' if best['tma_store'] else ''} "
+            f"{' hp' if best['half_promote'] else ''}{' tma' if best['tma_store'] else ''}"
+            f"{' 2cta' if best['ctas_per_sm'] == 2 else ''} "
             f"[{len(good)}/{len(rows)} ok]")
     else:
         log(f"{m}x{n}x{k}: no timing ({len(good)}/{len(rows)} candidates ok)")
@@ -98,13 +101,13 @@ def tune_shape(m: int, n: int, k: int, num_sms: int, top: int, num_tests: int, g
 
 
 def table_entry(rec: dict, num_sms: int, meta: dict) -> dict | None:
-    from finegemm.heuristics.tuned import CONFIG_FIELDS
+    from finegemm.heuristics.tuned import CONFIG_FIELDS, OPTIONAL_FIELDS
 
     best = rec.get("best")
     if not best:
         return None
     return {"kind": "fp8_1d2d", "num_sms": num_sms, "m": rec["m"], "n": rec["n"], "k": rec["k"],
-            "out_fp32": False, "has_c": False, "config": {f: best[f] for f in CONFIG_FIELDS},
+            "out_fp32": False, "has_c": False, "config": {f: best[f] for f in (*CONFIG_FIELDS, *OPTIONAL_FIELDS)},
             "us": round(best["us"], 3), "model_us": round(rec["model_us"], 3) if rec.get("model_us") else None,
             "gpu": meta.get("gpu"), "commit": meta.get("commit"), "date": meta.get("date")}
 
@@ -113,6 +116,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m finegemm tune", description=__doc__.split("\n")[0])
     p.add_argument("family", choices=["dense"], help="kernel family to tune (dense: FP8 1D2D, bf16 out)")
     p.add_argument("--shapes", nargs="+", type=_parse_shape, metavar="M,N,K", help="default: the 18 anchor shapes")
+    p.add_argument("--curve", action="store_true", help="also the M curve of `bench dense` (1 ... 8192)")
     p.add_argument("--top", type=int, default=16, help="the model's best N candidates (plus family bests)")
     p.add_argument("--num-tests", type=int, default=10)
     p.add_argument("--table", default=None, help="tuned table to add the winners to (default: print only)")
@@ -128,7 +132,7 @@ def main(argv=None) -> int:
     gen = torch.Generator(device="cuda").manual_seed(0)
     t0 = time.time()
     records = [tune_shape(m, n, k, num_sms, args.top, args.num_tests, gen)
-               for (m, n, k) in (args.shapes or default_shapes())]
+               for (m, n, k) in (args.shapes or default_shapes(args.curve))]
     print(f"tuned {len(records)} shapes in {time.time() - t0:.0f} s")
     failed = sum(1 for r in records for c in r["candidates"] if not c.get("ok"))
     if args.out:

@@ -68,6 +68,12 @@ GEMM_NORMAL = 0
 GEMM_GROUPED_CONTIGUOUS = 1
 GEMM_GROUPED_MASKED = 2
 SMEM_LIMIT = 232448  # 227 KB: the SM90 per-block dynamic shared memory limit
+SMEM_PER_SM = 233472  # 228 KB per SM, of which the driver reserves 1 KB per resident CTA
+# Two co-resident CTAs per SM (`ctas_per_sm` 2): two independent wgmma -> promote chains and twice
+# the loads in flight per SM, for skinny shapes whose single chain is latency-bound. block_m 64
+# only (one consumer warpgroup, no setmaxnreg: registers as compiled, at most 128 per thread
+# for two 256-thread CTAs; the launch checks the real occupancy and shrinks the grid otherwise).
+SMEM_LIMIT_2CTA = SMEM_PER_SM // 2 - 1024
 MAX_STAGES = 8
 MIN_STAGES = 2
 MAX_SPLITS = 16
@@ -123,6 +129,7 @@ class Fp8GemmConfig:
     gemm_kind: int = GEMM_NORMAL  # GEMM_GROUPED_*: m-grouped MoE kernels (same kernel, template parameter)
     num_groups: int = 1
     one_d_one_d: bool = False  # recipe (1, 1, 128): per-row sfb TMA-loaded per stage (fp32 D, dense kind)
+    ctas_per_sm: int = 1  # 2: a grid of up to 2 x SMs with smem for two co-resident CTAs (block_m 64)
 
     @property
     def split_k(self) -> bool:
@@ -171,9 +178,11 @@ def smem_bytes(block_m: int, block_n: int, num_stages: int, tma_store: bool = Fa
             + num_stages * 16 + 16)
 
 
-def max_stages(block_m: int, block_n: int, tma_store: bool = False, one_d_one_d: bool = False) -> int:
+def max_stages(block_m: int, block_n: int, tma_store: bool = False, one_d_one_d: bool = False,
+               ctas_per_sm: int = 1) -> int:
     per_stage = block_m * BLOCK_K + block_n * BLOCK_K + block_m * 4 + 16 + _sfb_stage_bytes(block_n, one_d_one_d)
-    return min(MAX_STAGES, (SMEM_LIMIT - 1024 - 16 - _staging_bytes(block_m, block_n, tma_store)) // per_stage)
+    limit = SMEM_LIMIT if ctas_per_sm == 1 else SMEM_LIMIT_2CTA
+    return min(MAX_STAGES, (limit - 1024 - 16 - _staging_bytes(block_m, block_n, tma_store)) // per_stage)
 
 
 def block_n_candidates(block_m: int, one_d_one_d: bool = False) -> list[int]:
@@ -197,19 +206,22 @@ def _units(m: int, n: int, bm: int, bn: int, splits: int, mc: int, mc_on_a: bool
     return tiles, ceil_div(mb, 2) * 2 * nb
 
 
-def _grid(units: int, num_sms: int, mc: int) -> int:
+def _grid(units: int, num_sms: int, mc: int, ctas_per_sm: int = 1) -> int:
+    slots = num_sms * ctas_per_sm
     if mc == 1:
-        return min(num_sms, units)
-    return 2 * min(num_sms // 2, units // 2)
+        return min(slots, units)
+    return 2 * min(slots // 2, units // 2)
 
 
 def _estimate(m: int, n: int, k: int, bm: int, bn: int, splits: int, num_sms: int, out_bytes: int,
               has_c: bool, mc: int = 1, mc_on_a: bool = False, tma_store: bool = False,
-              b_groups: int = 1, one_d_one_d: bool = False) -> tuple[float, int, int]:
+              b_groups: int = 1, one_d_one_d: bool = False, ctas_per_sm: int = 1) -> tuple[float, int, int]:
     num_kb = ceil_div(k, BLOCK_K)
     tiles, units = _units(m, n, bm, bn, splits, mc, mc_on_a)
-    grid = _grid(units, num_sms, mc)
-    waves = ceil_div(units, grid)
+    grid = _grid(units, num_sms, mc, ctas_per_sm)
+    # Two CTAs per SM share its tensor core and bandwidth: a wave of 2 x SMs units costs about
+    # what one of SMs units does, minus the latency the second chain hides (not modelled).
+    waves = ceil_div(units, grid) * ctas_per_sm
     kb_unit = ceil_div(num_kb, splits)
     flops = 2.0 * bm * bn * BLOCK_K * kb_unit
     stage_eff = _STAGE_EFFICIENCY.get(max_stages(bm, bn, tma_store, one_d_one_d), 1.0)
@@ -247,7 +259,7 @@ def clear_cache() -> None:
 def make_config(m: int, n: int, k: int, num_sms: int, out_fp32: bool, has_c: bool, block_m: int, block_n: int,
                 num_stages: int, num_splits: int = 1, num_multicast: int = 1, multicast_on_a: bool = False,
                 tma_store: bool = False, half_promote: bool = False, one_d_one_d: bool = False,
-                est_us: float | None = None) -> Fp8GemmConfig:
+                est_us: float | None = None, ctas_per_sm: int = 1) -> Fp8GemmConfig:
     """A dense-kind config with the given kernel choices, grid and tile counts derived for (m, n, k).
 
     Raises ValueError for a combination the kernel does not build (the tuner and the tuned tables
@@ -256,9 +268,12 @@ def make_config(m: int, n: int, k: int, num_sms: int, out_fp32: bool, has_c: boo
     top = (MAX_BLOCK_N_1D1D if one_d_one_d else MAX_BLOCK_N).get(bm)
     if top is None or bn % 16 or not 16 <= bn <= top:
         raise ValueError(f"block_m {bm} / block_n {bn}: need block_m in (64, 128), block_n a multiple of 16 <= {top}")
-    if not MIN_STAGES <= num_stages <= max_stages(bm, bn, tma_store, one_d_one_d):
-        raise ValueError(f"num_stages {num_stages} outside [{MIN_STAGES}, {max_stages(bm, bn, tma_store, one_d_one_d)}]"
-                         f" for block {bm}x{bn}")
+    if ctas_per_sm not in (1, 2) or (ctas_per_sm == 2 and bm != 64):
+        raise ValueError(f"ctas_per_sm {ctas_per_sm}: 1, or 2 with block_m 64")
+    top_stages = max_stages(bm, bn, tma_store, one_d_one_d, ctas_per_sm)
+    if not MIN_STAGES <= num_stages <= top_stages:
+        raise ValueError(f"num_stages {num_stages} outside [{MIN_STAGES}, {top_stages}] for block {bm}x{bn}"
+                         f"{' with 2 CTAs per SM' if ctas_per_sm == 2 else ''}")
     if num_multicast not in (1, 2) or (num_multicast == 2 and num_splits > 1) or num_splits < 1:
         raise ValueError(f"num_multicast {num_multicast} / num_splits {num_splits}: multicast 1 or 2, not with split-K")
     if num_multicast == 2 and num_sms < 2:
@@ -273,10 +288,11 @@ def make_config(m: int, n: int, k: int, num_sms: int, out_fp32: bool, has_c: boo
         raise ValueError(f"num_splits {num_splits} > k-blocks {ceil_div(k, BLOCK_K)}")
     out_bytes = 4 if out_fp32 else 2
     est, tiles, units = _estimate(m, n, k, bm, bn, num_splits, num_sms, out_bytes, has_c, num_multicast,
-                                  multicast_on_a, tma_store, one_d_one_d=one_d_one_d)
+                                  multicast_on_a, tma_store, one_d_one_d=one_d_one_d, ctas_per_sm=ctas_per_sm)
     return Fp8GemmConfig(
         m=m, n=n, k=k, block_m=bm, block_n=bn, num_stages=num_stages, num_splits=num_splits,
-        grid=_grid(units, num_sms, num_multicast), smem_bytes=smem_bytes(bm, bn, num_stages, tma_store, one_d_one_d),
+        grid=_grid(units, num_sms, num_multicast, ctas_per_sm),
+        smem_bytes=smem_bytes(bm, bn, num_stages, tma_store, one_d_one_d), ctas_per_sm=ctas_per_sm,
         num_threads=num_threads(bm), num_tiles=tiles, num_units=units, out_fp32=bool(out_fp32), has_c=bool(has_c),
         est_us=est if est_us is None else est_us, num_multicast=num_multicast,
         multicast_on_a=bool(multicast_on_a and num_multicast == 2), half_promote=bool(half_promote),
@@ -329,14 +345,49 @@ def candidate_configs(m: int, n: int, k: int, num_sms: int, out_fp32: bool = Fal
             chosen.append(c)
         seen_family.add(family)
     out = []
+    hp_left = {64: half_promote, 128: half_promote}
     for _, bm, bn, splits, mc, mc_on_a, tma, est, tiles, units in chosen:
         stages = max_stages(bm, bn, tma, one_d_one_d)
         cfg = make_config(m, n, k, num_sms, out_fp32, has_c, bm, bn, stages, splits, mc, mc_on_a, tma,
                           one_d_one_d=one_d_one_d, est_us=est)
         out.append(cfg)
-        if half_promote > 0 and not one_d_one_d and bm == 128:
-            half_promote -= 1
+        if hp_left[bm] > 0 and not one_d_one_d:
+            hp_left[bm] -= 1
             out.append(dataclasses.replace(cfg, half_promote=True))
+    out += _two_cta_candidates(m, n, k, num_sms, out_fp32, has_c, one_d_one_d)
+    return out
+
+
+def _two_cta_candidates(m: int, n: int, k: int, num_sms: int, out_fp32: bool, has_c: bool,
+                        one_d_one_d: bool) -> list[Fp8GemmConfig]:
+    """block_m 64 configs that put two CTAs on each SM: only where one CTA per SM leaves SMs
+    idle or runs few, long chains (units beyond the SM count). Narrow tiles (<= 128 registers per
+    thread) with the largest split that keeps >= MIN_KB_PER_SPLIT k-blocks and <= 2 x SMs units."""
+    if m > 64 * 4 or num_sms < 2:
+        return []
+    num_kb = ceil_div(k, BLOCK_K)
+    out = []
+    for bn in (32, 48, 64, 80, 96):
+        tiles = ceil_div(m, 64) * ceil_div(n, bn)
+        if tiles > 2 * num_sms:
+            continue
+        splits = max(1, min(MAX_SPLITS, num_kb // MIN_KB_PER_SPLIT, (2 * num_sms) // tiles))
+        if tiles * splits <= num_sms:
+            continue  # fits one CTA per SM: the one-CTA candidates cover it
+        variants = [(splits, 1, False, False)]
+        if splits == 1:
+            variants += [(1, 1, False, True), (1, 2, True, True)]
+        for sp, mc, mc_a, tma in variants:
+            if tma and (out_fp32 or has_c):
+                continue
+            stages = max_stages(64, bn, tma, one_d_one_d, ctas_per_sm=2)
+            if stages < 4:
+                continue
+            cfg = make_config(m, n, k, num_sms, out_fp32, has_c, 64, bn, stages, sp, mc, mc_a, tma,
+                              one_d_one_d=one_d_one_d, ctas_per_sm=2)
+            out.append(cfg)
+            if not one_d_one_d:
+                out.append(dataclasses.replace(cfg, half_promote=True))
     return out
 
 
@@ -350,7 +401,7 @@ def _tuned_config(m: int, n: int, k: int, num_sms: int, out_fp32: bool, has_c: b
     try:
         return make_config(m, n, k, num_sms, out_fp32, has_c, hit["block_m"], hit["block_n"], hit["num_stages"],
                            hit["num_splits"], hit["num_multicast"], hit["multicast_on_a"], hit["tma_store"],
-                           hit["half_promote"], one_d_one_d)
+                           hit["half_promote"], one_d_one_d, ctas_per_sm=hit.get("ctas_per_sm", 1))
     except ValueError as e:
         _warn_bad_entry(m, n, k, e)
         return None
@@ -401,7 +452,7 @@ def select_config(m: int, n: int, k: int, num_sms: int, out_fp32: bool = False, 
             f"{' +C' if has_c else ''}{' 1d1d' if one_d_one_d else ''} sms={num_sms} -> ({source}) "
             f"block_m={cfg.block_m} block_n={cfg.block_n} stages={cfg.num_stages} splits={cfg.num_splits} "
             f"multicast={cfg.num_multicast}{'(A)' if cfg.multicast_on_a else '(B)' if cfg.num_multicast == 2 else ''}"
-            f"{' half-promote' if cfg.half_promote else ''} epilogue={'tma' if cfg.tma_store else 'direct'} "
+            f"{' half-promote' if cfg.half_promote else ''}{' 2-CTA/SM' if cfg.ctas_per_sm == 2 else ''} epilogue={'tma' if cfg.tma_store else 'direct'} "
             f"tiles={cfg.num_tiles} grid={cfg.grid} smem={cfg.smem_bytes} est={cfg.est_us:.1f}us",
             file=sys.stderr, flush=True,
         )

@@ -15,7 +15,7 @@ served correctly. FINEGEMM_DISABLE_TUNED=1 ignores every table (for A/B timing a
 Table format (version 1): {"version": 1, "entries": [{"kind": "fp8_1d2d", "num_sms": 132,
 "m": ..., "n": ..., "k": ..., "out_fp32": false, "has_c": false, "config": {"block_m": ...,
 "block_n": ..., "num_stages": ..., "num_splits": ..., "num_multicast": ..., "multicast_on_a": ...,
-"tma_store": ..., "half_promote": ...}, "us": ..., "model_us": ..., "gpu": ..., "commit": ...}]}.
+"tma_store": ..., "half_promote": ..., "ctas_per_sm": ... (optional, 1)}, "us": ..., "model_us": ..., "gpu": ..., "commit": ...}]}.
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from typing import Optional
 
 from finegemm.utils import ceil_div
 
-__all__ = ["SHIPPED_TABLE", "TUNED_FILE_ENV", "DISABLE_TUNED_ENV", "CONFIG_FIELDS", "lookup", "entry_key",
+__all__ = ["SHIPPED_TABLE", "TUNED_FILE_ENV", "DISABLE_TUNED_ENV", "CONFIG_FIELDS", "OPTIONAL_FIELDS", "lookup", "entry_key",
            "load_table", "merge_entries", "clear"]
 
 SHIPPED_TABLE = Path(__file__).with_name("tuned_sm90.json")
@@ -35,6 +35,7 @@ TUNED_FILE_ENV = "FINEGEMM_TUNED_FILE"
 DISABLE_TUNED_ENV = "FINEGEMM_DISABLE_TUNED"
 CONFIG_FIELDS = ("block_m", "block_n", "num_stages", "num_splits", "num_multicast", "multicast_on_a",
                  "tma_store", "half_promote")
+OPTIONAL_FIELDS = {"ctas_per_sm": 1}  # absent in a table = the default
 _VERSION = 1
 
 _lock = threading.Lock()
@@ -72,7 +73,7 @@ def load_table(path: str | os.PathLike) -> dict:
             cfg = _check_entry(e, path)
             key = entry_key(e["kind"], e["num_sms"], e["m"], e["n"], e["k"], e.get("out_fp32", False),
                             e.get("has_c", False))
-            table[key] = dict(cfg)
+            table[key] = {**OPTIONAL_FIELDS, **cfg}
     with _lock:
         _tables[path] = table
     return table

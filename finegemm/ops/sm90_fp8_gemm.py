@@ -186,17 +186,18 @@ def _load(cfg: Fp8GemmConfig, device: int) -> int:
 
 
 def _fit_clusters(cfg: Fp8GemmConfig, fn: int) -> Fp8GemmConfig:
-    """A persistent grid of 2-CTA clusters must fit on the GPU at once (GPC boundaries can leave
-    SMs unpaired): shrink it to the occupancy the driver reports."""
-    if cfg.num_multicast == 1:
+    """A persistent grid must fit on the GPU at once: 2-CTA clusters (GPC boundaries can leave
+    SMs unpaired) and two CTAs per SM (the compiled register count decides whether they fit):
+    shrink it to the occupancy the driver reports."""
+    if cfg.num_multicast == 1 and cfg.ctas_per_sm == 1:
         return cfg
     _get_launcher()
     out = ctypes.c_int(0)
-    rc = jit.host_library().fg_sm90_fp8_gemm_max_active_clusters(fn, 2, cfg.num_threads, cfg.smem_bytes,
-                                                                ctypes.byref(out))
+    rc = jit.host_library().fg_sm90_fp8_gemm_max_active_clusters(fn, cfg.num_multicast, cfg.num_threads,
+                                                                cfg.smem_bytes, ctypes.byref(out))
     if rc != 0 or out.value <= 0:
         return cfg  # no answer: keep the plan
-    grid = min(cfg.grid, 2 * out.value)
+    grid = min(cfg.grid, cfg.num_multicast * out.value)
     return cfg if grid == cfg.grid else dataclasses.replace(cfg, grid=grid)
 
 
