@@ -8,9 +8,11 @@ writes the fastest into a JSON table. The heuristics consult, in order:
 
 and fall back to the model when neither has the shape. An entry matches on the kernel family
 (`kind`), the SM count the plan uses (so set_num_sms still means what it says), N, K, the output
-type, C, and the number of 64-row blocks of M (a tile grid identical to the tuned one); the
-configuration it names is re-derived for the actual M (grid, tiles), so any M in the bucket is
-served correctly. FINEGEMM_DISABLE_TUNED=1 ignores every table (for A/B timing against the model).
+type and C; among the entries for those, the one whose tuned M is nearest to the call's M (in
+ratio, within a factor of 2; ties to the larger) is used, so a table tuned at M = 1, 16, 32, 64,
+... also serves the M in between. The configuration it names is re-derived for the actual M
+(grid, tiles): every configuration is correct for every M, only its speed was measured at the
+tuned one. FINEGEMM_DISABLE_TUNED=1 ignores every table (for A/B timing against the model).
 
 Table format (version 1): {"version": 1, "entries": [{"kind": "fp8_1d2d", "num_sms": 132,
 "m": ..., "n": ..., "k": ..., "out_fp32": false, "has_c": false, "config": {"block_m": ...,
@@ -25,7 +27,6 @@ import threading
 from pathlib import Path
 from typing import Optional
 
-from finegemm.utils import ceil_div
 
 __all__ = ["SHIPPED_TABLE", "TUNED_FILE_ENV", "DISABLE_TUNED_ENV", "CONFIG_FIELDS", "OPTIONAL_FIELDS", "lookup", "entry_key",
            "load_table", "merge_entries", "clear"]
@@ -42,8 +43,16 @@ _lock = threading.Lock()
 _tables: dict[str, dict] = {}  # path -> {key: config dict}
 
 
-def entry_key(kind: str, num_sms: int, m: int, n: int, k: int, out_fp32: bool, has_c: bool) -> tuple:
-    return (kind, int(num_sms), ceil_div(int(m), 64), int(n), int(k), bool(out_fp32), bool(has_c))
+MAX_M_RATIO = 2.0  # an entry serves M within this factor of its tuned M
+
+
+def entry_key(kind: str, num_sms: int, n: int, k: int, out_fp32: bool, has_c: bool) -> tuple:
+    """What an entry must match exactly (M is matched by nearness, see lookup())."""
+    return (kind, int(num_sms), int(n), int(k), bool(out_fp32), bool(has_c))
+
+
+def _key_of(e: dict) -> tuple:
+    return entry_key(e["kind"], e["num_sms"], e["n"], e["k"], e.get("out_fp32", False), e.get("has_c", False))
 
 
 def _check_entry(e: dict, where: str) -> dict:
@@ -57,7 +66,8 @@ def _check_entry(e: dict, where: str) -> dict:
 
 
 def load_table(path: str | os.PathLike) -> dict:
-    """{entry_key: config dict} of one table file (cached per path; a missing file is empty)."""
+    """{entry_key: {tuned m: config dict}} of one table file (cached per path; a missing file
+    is empty)."""
     path = str(path)
     with _lock:
         table = _tables.get(path)
@@ -71,9 +81,7 @@ def load_table(path: str | os.PathLike) -> dict:
             raise ValueError(f"{path}: not a finegemm tuned table (want {{'version': {_VERSION}, 'entries': [...]}})")
         for e in data["entries"]:
             cfg = _check_entry(e, path)
-            key = entry_key(e["kind"], e["num_sms"], e["m"], e["n"], e["k"], e.get("out_fp32", False),
-                            e.get("has_c", False))
-            table[key] = {**OPTIONAL_FIELDS, **cfg}
+            table.setdefault(_key_of(e), {})[int(e["m"])] = {**OPTIONAL_FIELDS, **cfg}
     with _lock:
         _tables[path] = table
     return table
@@ -89,13 +97,21 @@ def lookup(kind: str, num_sms: int, m: int, n: int, k: int, out_fp32: bool, has_
     """The tuned config fields for a problem, or None (the heuristic model decides)."""
     if os.environ.get(DISABLE_TUNED_ENV, "").strip() not in ("", "0"):
         return None
-    key = entry_key(kind, num_sms, m, n, k, out_fp32, has_c)
+    key = entry_key(kind, num_sms, n, k, out_fp32, has_c)
     user = os.environ.get(TUNED_FILE_ENV)
-    if user:
-        hit = load_table(user).get(key)
+    tables = ([load_table(user)] if user else []) + [load_table(SHIPPED_TABLE)]
+    for table in tables:
+        hit = _nearest(table.get(key), m)
         if hit is not None:
             return hit
-    return load_table(SHIPPED_TABLE).get(key)
+    return None
+
+
+def _nearest(by_m: Optional[dict], m: int) -> Optional[dict]:
+    if not by_m or m < 1:
+        return None
+    best = min(by_m, key=lambda t: (max(t / m, m / t), -t))
+    return by_m[best] if max(best / m, m / best) <= MAX_M_RATIO else None
 
 
 def merge_entries(path: str | os.PathLike, entries: list[dict]) -> None:
@@ -107,8 +123,7 @@ def merge_entries(path: str | os.PathLike, entries: list[dict]) -> None:
             data = json.load(f)
         old = data.get("entries", [])
     def key_of(e):
-        return entry_key(e["kind"], e["num_sms"], e["m"], e["n"], e["k"], e.get("out_fp32", False),
-                         e.get("has_c", False))
+        return _key_of(e) + (int(e["m"]),)
     for e in entries:
         _check_entry(e, str(path))
     new_keys = {key_of(e) for e in entries}
