@@ -79,8 +79,11 @@ def grouped_configs(sms: int) -> list:
 
 def wgrad_configs(sms: int) -> list:
     """The recipe (1, 1, 128) configs of tests/gpu/test_fp8_wgrad_gpu.py (dense, forced, and the
-    per-group dense launches of the k-grouped cases), with the planning arguments of its calls."""
+    per-group dense launches of the k-grouped cases), with the planning arguments of its calls,
+    and those of `bench grouped`'s k_grouped and wgrad records (fp32 d, c = d)."""
     import importlib.util
+
+    from finegemm.bench import grouped as bench
 
     spec = importlib.util.spec_from_file_location("_wgrad_gpu_cases", Path(__file__).resolve().parents[1] / "tests"
                                                   / "gpu" / "test_fp8_wgrad_gpu.py")
@@ -99,6 +102,9 @@ def wgrad_configs(sms: int) -> list:
         for kg in ks:
             if kg:
                 out.append(select_config(m, n, kg, sms, True, mode != "none", one_d_one_d=True))
+    # bench grouped: k_grouped (one dense launch per non-empty group) and wgrad records.
+    for (m, n, k, has_c) in bench.planned_1d1d_problems():
+        out.append(select_config(m, n, k, sms, True, has_c, one_d_one_d=True))
     return out
 
 

@@ -6,7 +6,8 @@ By default that is every kernel the heuristic can pick (heuristics.sm90_bf16_gem
 which tests/gpu/test_bf16_gemm_gpu.py::test_every_kernel runs anyway); --shapes-only compiles
 just the configs select_config returns for the test and bench shapes. Always: every m-grouped
 kernel (heuristics.grouped_kernel_keys(), which tests/gpu/test_bf16_grouped_gpu.py forces one by
-one) and the dense tn kernels its k-grouped cases launch per group.
+one), the dense tn kernels its k-grouped cases launch per group, and the kernels of `bench bf16`'s
+grouped records (m-grouped configs and the per-group dense tn launches of its k-grouped records).
 Usage: FINEGEMM_CACHE_DIR=.fgcache python scripts/precompile_bf16.py [--sms 132] [--jobs 2] [--shapes-only]
 """
 from __future__ import annotations
@@ -20,12 +21,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from finegemm import jit  # noqa: E402
-from finegemm.bench.bf16 import bench_shapes  # noqa: E402
+from finegemm.bench.bf16 import bench_shapes, grouped_plan  # noqa: E402
 from finegemm.heuristics.sm90_bf16_gemm import (  # noqa: E402
+    GEMM_GROUPED_CONTIGUOUS,
+    GEMM_GROUPED_MASKED,
     LAYOUTS,
     all_kernel_keys,
     grouped_kernel_keys,
     select_config,
+    select_grouped_config,
 )
 from finegemm.ops import sm90_bf16_gemm as ops  # noqa: E402
 
@@ -55,14 +59,34 @@ def k_grouped_test_problems() -> list[tuple[int, int, int, bool]]:
     return [(m, n, kg, mode != "none") for _, ks, m, n, mode in cases for kg in ks if kg]
 
 
-def main() -> int:
-    p = argparse.ArgumentParser()
-    p.add_argument("--sms", type=int, default=132)
-    p.add_argument("--jobs", type=int, default=2)
-    p.add_argument("--shapes-only", action="store_true")
-    args = p.parse_args()
+def bench_grouped_configs(sms: int) -> list:
+    """The m-grouped configs of `bench bf16`'s grouped records, with the planning arguments of the
+    calls they make (ops.sm90_bf16_gemm: contiguous -> (m_total, expected 0, mk alignment);
+    masked -> (Mmax, expected_m = m, alignment 0))."""
+    from finegemm.quant import get_mk_alignment_for_contiguous_layout
+    from finegemm.utils import align
+
+    al = get_mk_alignment_for_contiguous_layout()
+    out = []
+    for r in grouped_plan():
+        if r["layout"] == "grouped_contiguous":
+            m_total = sum(align(x, al) for x in r["ms"])
+            out.append(select_grouped_config(GEMM_GROUPED_CONTIGUOUS, m_total, r["n"], r["k"], r["groups"], sms, 0, al))
+        elif r["layout"] == "grouped_masked":
+            out.append(select_grouped_config(GEMM_GROUPED_MASKED, align(r["m"], 128), r["n"], r["k"], r["groups"], sms,
+                                             r["m"], 0))
+    return out
+
+
+def bench_k_grouped_problems() -> list[tuple[int, int, int, bool]]:
+    """(m, n, k_g, has_c) of the dense tn launches of `bench bf16`'s k-grouped records (c = d)."""
+    return [(r["m"], r["n"], kg, True) for r in grouped_plan() if r["layout"] == "k_grouped" for kg in r["ks"] if kg]
+
+
+def kernel_sources(sms: int, shapes_only: bool = False) -> dict[str, str]:
+    """{kernel name: rendered source} of everything this script compiles."""
     keys = {}
-    if not args.shapes_only:
+    if not shapes_only:
         for key in all_kernel_keys():
             keys[ops.kernel_name(key)] = key
     problems = [(m, n, k, f32) for (m, n, k, f32) in bench_shapes()]
@@ -70,14 +94,25 @@ def main() -> int:
     for (m, n, k, f32) in problems:
         for a_mn, b_mn in LAYOUTS.values():
             for has_c in ((False, True) if f32 else (False,)):
-                cfg = select_config(m, n, k, args.sms, a_mn, b_mn, f32, has_c)
+                cfg = select_config(m, n, k, sms, a_mn, b_mn, f32, has_c)
                 keys[ops.kernel_name(cfg.kernel_key())] = cfg.kernel_key()
-    for (m, n, k, has_c) in k_grouped_test_problems():
-        cfg = select_config(m, n, k, args.sms, True, True, True, has_c)
+    for (m, n, k, has_c) in k_grouped_test_problems() + bench_k_grouped_problems():
+        cfg = select_config(m, n, k, sms, True, True, True, has_c)
         keys[ops.kernel_name(cfg.kernel_key())] = cfg.kernel_key()
     sources = {name: ops.render(*key) for name, key in keys.items()}
-    for key in grouped_kernel_keys():
+    gkeys = set(grouped_kernel_keys()) | {cfg.grouped_kernel_key() for cfg in bench_grouped_configs(sms)}
+    for key in sorted(gkeys):
         sources[ops.grouped_kernel_name(key)] = ops.render_grouped(*key)
+    return sources
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--sms", type=int, default=132)
+    p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--shapes-only", action="store_true")
+    args = p.parse_args()
+    sources = kernel_sources(args.sms, args.shapes_only)
     print(f"{len(sources)} kernel configurations")
     t0 = time.time()
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:

@@ -102,3 +102,57 @@ def geomean(values) -> float | None:
     if not vals:
         return None
     return math.exp(sum(math.log(v) for v in vals) / len(vals))
+
+
+# ----------------------------------------------------------------------------- reference checks
+# Budget of the exact (fp64) reference per record: ~1 s of FP64 tensor-core work on an H200.
+# Records whose full reference would cost more are checked on a seeded sample of output rows
+# (every column, all of K): exact on those rows, cheap on any shape.
+REF_FLOPS = 5e13
+REF_MIN_ROWS = 128
+
+
+def sample_rows(m: int, flops_per_row: float, budget: float = REF_FLOPS, seed: int = 0,
+                min_rows: int = REF_MIN_ROWS) -> list[int]:
+    """Sorted output-row indices to check against the fp64 reference: all m rows when
+    m * flops_per_row fits the budget, else max(min_rows, budget / flops_per_row) rows drawn
+    without replacement (random.Random(seed)), always with the first and the last row."""
+    import random
+
+    if m <= 0:
+        return []
+    want = m if flops_per_row <= 0 else int(budget // flops_per_row)
+    want = max(want, min_rows)
+    if want >= m:
+        return list(range(m))
+    want = max(want, 2)
+    picked = set(random.Random(seed).sample(range(1, m - 1), want - 2)) | {0, m - 1}
+    return sorted(picked)
+
+
+def sync(device) -> None:
+    """Wait for the device's queued work (no-op on CPU)."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+def error_text(exc: BaseException, limit: int = 300) -> str:
+    return f"{type(exc).__name__}: {exc}"[:limit]
+
+
+def time_into(rec: dict, name: str, fn, num_tests: int, timer=None) -> bool:
+    """rec["us"][name] = kernel time of fn (timer(fn, num_tests), default kernel_time_us); an
+    exception is recorded in rec["errors"][name] instead (one broken contender must not hide the
+    others). Returns whether a time was recorded."""
+    timer = timer or kernel_time_us
+    try:
+        fn()
+        rec["us"][name] = timer(fn, num_tests)
+        return True
+    except Exception as exc:
+        rec.setdefault("errors", {})[name] = error_text(exc)
+        return False
+
+
+def fmt(v, spec: str = ".1f") -> str:
+    return format(v, spec) if isinstance(v, (int, float)) and not isinstance(v, bool) else "-"

@@ -5,6 +5,14 @@ Shapes: M in {64, 128, 4096} x the six (N, K) of DeepSeek-V3 (bf16 output), (N, 
 the stored form (nt: A [M, K], B [N, K]; nn: B [K, N]; tn: A [K, M], B [K, N]; tt: A [K, M],
 B [N, K]); torch gets the same storage through transposed views. Kernel-only times (profiler,
 L2 flushed), TFLOPS, ratio to torch, calc_diff vs the fp32 product.
+
+Grouped records (--grouped, default on): m_grouped_bf16_gemm_nt_contiguous / _masked on the FP8
+grouped bench's (G, m) x (N, K) sets (the same segment sizes) and k_grouped_bf16_gemm_tn_contiguous
+(fp32 d accumulated in place) on its k-grouped set (the same k_g), each vs torch._grouped_mm in
+bf16; calc_diff vs the exact reference (finegemm.reference, fp64) on the same data, on a seeded
+sample of output rows when the full reference would be too heavy (calc_diff_rows). The summary
+gives the geomean speedup over torch._grouped_mm (issue target: >= 1.3x). `--list` prints the
+planned grouped records without a GPU.
 """
 from __future__ import annotations
 
@@ -12,10 +20,11 @@ import argparse
 import concurrent.futures
 import json
 import pathlib
+import random
 
 import torch
 
-from ._common import geomean, kernel_time_us, run_metadata
+from ._common import REF_FLOPS, error_text, geomean, kernel_time_us, run_metadata, sample_rows, sync, time_into
 
 DENSE_NK = [(2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048)]
 DENSE_M = [64, 128, 4096]
@@ -95,13 +104,314 @@ def _fmt(v, spec):
     return format(v, spec) if isinstance(v, (int, float)) else "-"
 
 
-def main(argv=None) -> int:
+# ----------------------------------------------------------------------------- grouped (MoE)
+GROUPED_LAYOUTS = ("grouped_contiguous", "grouped_masked", "k_grouped")
+GROUPED_TARGET = 1.3  # issue target: geomean speedup over torch._grouped_mm (bf16)
+
+
+def grouped_plan(layouts=GROUPED_LAYOUTS) -> list[dict]:
+    """The grouped records, in run order (no GPU): the FP8 grouped bench's m-grouped sets (the same
+    contiguous segment sizes: random.Random(0), same order) and its k-grouped set (same k_g)."""
+    from .grouped import CONTIGUOUS_GM, GROUPED_NK, MASKED_GM, draw_ms, k_grouped_problems
+
+    plan = []
+    rng = random.Random(0)
+    for (g, m) in CONTIGUOUS_GM:
+        for (n, k) in GROUPED_NK:
+            ms = draw_ms(g, m, rng)
+            if "grouped_contiguous" in layouts:
+                plan.append({"layout": "grouped_contiguous", "groups": g, "m": m, "n": n, "k": k, "ms": ms})
+    if "grouped_masked" in layouts:
+        for (g, m) in MASKED_GM:
+            for (n, k) in GROUPED_NK:
+                plan.append({"layout": "grouped_masked", "groups": g, "m": m, "n": n, "k": k})
+    if "k_grouped" in layouts:
+        for (g, m, n, ks, ek) in k_grouped_problems():
+            plan.append({"layout": "k_grouped", "groups": g, "m": m, "n": n, "k": sum(ks), "ks": ks, "expected_k": ek})
+    return plan
+
+
+def _finish_grouped(rec, flops):
+    us = rec["us"]
+    rec["tflops"] = {name: flops / t / 1e6 for name, t in us.items() if t}
+    ours, theirs = us.get("finegemm"), us.get("torch_grouped_mm")
+    rec["speedup_vs_torch_grouped_mm"] = theirs / ours if ours and theirs else None
+    return rec
+
+
+def bench_grouped_contiguous(g, ms, n, k, gen, num_tests, *, device="cuda", timer=None, ref_flops=REF_FLOPS):
+    """m_grouped_bf16_gemm_nt_contiguous vs torch._grouped_mm (2-D x 3-D, offs = padded segment ends)."""
+    import finegemm
+    from finegemm import reference
+    from finegemm.testing import calc_diff
+
+    align_m = finegemm.get_mk_alignment_for_contiguous_layout()
+    padded = [finegemm.align(m, align_m) for m in ms]
+    m_total = sum(padded)
+    ids, valid, row = [], [], 0
+    for i, (m, p) in enumerate(zip(ms, padded)):
+        ids += [i] * m + [-1] * (p - m)
+        valid += range(row, row + m)
+        row += p
+    layout = torch.tensor(ids, dtype=torch.int32, device=device)
+    a = torch.randn(m_total, k, device=device, dtype=torch.bfloat16, generator=gen)
+    b = torch.randn(g, n, k, device=device, dtype=torch.bfloat16, generator=gen)
+    d = torch.empty(m_total, n, device=device, dtype=torch.bfloat16)
+    rec = {"layout": "grouped_contiguous", "groups": g, "m": sum(ms), "m_padded": m_total, "n": n, "k": k, "us": {},
+           "calc_diff": None}
+
+    def ours():
+        finegemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, layout)
+
+    rows = [valid[i] for i in sample_rows(len(valid), 2.0 * n * k, ref_flops)]
+    rec["calc_diff_rows"] = len(rows)
+    idx = torch.tensor(rows, dtype=torch.long, device=device)
+    ref = None
+    try:
+        d.fill_(float("nan"))
+        ours()
+        sync(device)
+        rec["all_written"] = bool(not torch.isnan(d).any().item())
+        ref = reference.m_grouped_bf16_gemm_nt_contiguous(a[idx], b, layout[idx], out_dtype=torch.float32)
+        rec["calc_diff"] = calc_diff(d[idx], ref)
+    except Exception as exc:
+        rec.setdefault("errors", {})["finegemm_check"] = error_text(exc)
+    time_into(rec, "finegemm", ours, num_tests, timer)
+    offs = torch.tensor([sum(padded[:i + 1]) for i in range(g)], dtype=torch.int32, device=device)
+    bt = b.transpose(1, 2)
+
+    def theirs():
+        return torch._grouped_mm(a, bt, offs=offs)
+
+    rec["torch_op"] = "torch._grouped_mm(A [M, K], B^T [G, K, N], offs=padded segment ends)"
+    if time_into(rec, "torch_grouped_mm", theirs, num_tests, timer) and ref is not None:
+        try:
+            rec["calc_diff_torch_grouped_mm"] = calc_diff(theirs()[idx], ref)
+        except Exception as exc:
+            rec.setdefault("errors", {})["torch_grouped_mm_check"] = error_text(exc)
+    return _finish_grouped(rec, 2.0 * sum(ms) * n * k)
+
+
+def bench_grouped_masked(g, m, n, k, gen, num_tests, *, device="cuda", timer=None, ref_flops=REF_FLOPS):
+    """m_grouped_bf16_gemm_nt_masked (masked_m = m for every group, Mmax = align(m, 128)) vs
+    torch._grouped_mm (3-D x 3-D over all Mmax rows: torch has no mask)."""
+    import finegemm
+    from finegemm import reference
+    from finegemm.testing import calc_diff
+
+    m_max = finegemm.align(m, 128)
+    a = torch.randn(g, m_max, k, device=device, dtype=torch.bfloat16, generator=gen)
+    b = torch.randn(g, n, k, device=device, dtype=torch.bfloat16, generator=gen)
+    masked_m = torch.full((g,), m, dtype=torch.int32, device=device)
+    d = torch.empty(g, m_max, n, device=device, dtype=torch.bfloat16)
+    rec = {"layout": "grouped_masked", "groups": g, "m": m, "m_max": m_max, "n": n, "k": k, "us": {},
+           "calc_diff": None}
+
+    def ours():
+        finegemm.m_grouped_bf16_gemm_nt_masked(a, b, d, masked_m, m)
+
+    rows = sample_rows(m, 2.0 * g * n * k, ref_flops)
+    rec["calc_diff_rows"] = len(rows)
+    idx = torch.tensor(rows, dtype=torch.long, device=device)
+    ref = None
+    try:
+        d.fill_(float("nan"))
+        ours()
+        sync(device)
+        rec["all_written"] = bool(not torch.isnan(d[:, :m]).any().item())
+        sub_m = torch.full((g,), len(rows), dtype=torch.int32, device=device)
+        ref = reference.m_grouped_bf16_gemm_nt_masked(a[:, idx], b, sub_m, out_dtype=torch.float32)
+        rec["calc_diff"] = calc_diff(d[:, idx], ref)
+    except Exception as exc:
+        rec.setdefault("errors", {})["finegemm_check"] = error_text(exc)
+    time_into(rec, "finegemm", ours, num_tests, timer)
+    bt = b.transpose(1, 2)
+
+    def theirs():
+        return torch._grouped_mm(a, bt)
+
+    rec["torch_op"] = "torch._grouped_mm(A [G, Mmax, K], B^T [G, K, N]) (all Mmax rows)"
+    if time_into(rec, "torch_grouped_mm", theirs, num_tests, timer) and ref is not None:
+        try:
+            rec["calc_diff_torch_grouped_mm"] = calc_diff(theirs()[:, idx], ref)
+        except Exception as exc:
+            rec.setdefault("errors", {})["torch_grouped_mm_check"] = error_text(exc)
+    return _finish_grouped(rec, 2.0 * g * m * n * k)
+
+
+def bench_k_grouped_tn(g, m, n, ks, gen, num_tests, *, device="cuda", timer=None, ref_flops=REF_FLOPS):
+    """k_grouped_bf16_gemm_tn_contiguous (fp32 d accumulated in place, c = d) vs torch._grouped_mm
+    with offsets on K (2-D x 2-D, bf16 out, no accumulation)."""
+    import finegemm
+    from finegemm import reference
+    from finegemm.testing import calc_diff
+
+    sum_k = sum(ks)
+    a = torch.randn(sum_k, m, device=device, dtype=torch.bfloat16, generator=gen)
+    b = torch.randn(sum_k, n, device=device, dtype=torch.bfloat16, generator=gen)
+    ks_t = torch.tensor(ks, dtype=torch.int32, device=device)
+    c0 = torch.randn(g, m, n, device=device, generator=gen)
+    d = c0.clone()
+    rec = {"layout": "k_grouped", "groups": g, "m": m, "n": n, "k": sum_k, "ks": list(ks), "us": {}, "calc_diff": None}
+
+    def ours():
+        finegemm.k_grouped_bf16_gemm_tn_contiguous(a, b, d, ks, ks_t, c=d)
+
+    rows = sample_rows(m, 2.0 * n * sum_k, ref_flops)
+    rec["calc_diff_rows"] = len(rows)
+    idx = torch.tensor(rows, dtype=torch.long, device=device)
+    ref = None
+    try:
+        ours()
+        sync(device)
+        ref = reference.k_grouped_bf16_gemm_tn_contiguous(a[:, idx], b, ks)  # [G, rows, N], no C
+        rec["calc_diff"] = calc_diff(d[:, idx], ref.double() + c0[:, idx].double())
+    except Exception as exc:
+        rec.setdefault("errors", {})["finegemm_check"] = error_text(exc)
+    del c0
+    time_into(rec, "finegemm", ours, num_tests, timer)
+
+    offs = torch.tensor([sum(ks[:i + 1]) for i in range(g)], dtype=torch.int32, device=device)
+    candidates = [("torch._grouped_mm(A^T view [M, sum k], B [sum k, N], offs=K ends)", a.t())]
+    errors = []
+    for what, a_arg in candidates + [("torch._grouped_mm(A^T copied row-major [M, sum k], B, offs=K ends)", None)]:
+        try:
+            if a_arg is None:
+                a_arg = a.t().contiguous()  # made once, outside the timed call
+            out = torch._grouped_mm(a_arg, b, offs=offs)
+            if tuple(out.shape) != (g, m, n):
+                raise RuntimeError(f"output shape {tuple(out.shape)}, expected {(g, m, n)}")
+            rec["torch_op"] = what
+            if ref is not None:
+                rec["calc_diff_torch_grouped_mm"] = calc_diff(out[:, idx], ref)
+            del out
+            time_into(rec, "torch_grouped_mm", lambda a_arg=a_arg: torch._grouped_mm(a_arg, b, offs=offs), num_tests,
+                      timer)
+            break
+        except Exception as exc:
+            errors.append(f"{what}: {error_text(exc, 250)}")
+    if "torch_op" not in rec:
+        rec.setdefault("errors", {})["torch_grouped_mm"] = " | ".join(errors)
+        slices, off = [], 0
+        for kg in ks:
+            if kg:
+                slices.append((a[off:off + kg], b[off:off + kg]))
+            off += kg
+        rec["torch_op"] = "torch.matmul(A_g^T, B_g) per group (bf16 out): torch._grouped_mm failed"
+        time_into(rec, "torch_matmul_loop", lambda: [x.t() @ y for x, y in slices], num_tests, timer)
+    return _finish_grouped(rec, 2.0 * m * n * sum_k)
+
+
+def _warmup_grouped(plan) -> None:
+    """Compile/load the grouped records' kernels in parallel; failures are left to the timed calls."""
+    try:
+        import finegemm
+        from finegemm.heuristics.sm90_bf16_gemm import GEMM_GROUPED_CONTIGUOUS, GEMM_GROUPED_MASKED
+        from finegemm.ops import sm90_bf16_gemm
+    except Exception:
+        return
+    device = torch.cuda.current_device()
+    align_m = finegemm.get_mk_alignment_for_contiguous_layout()
+    jobs = []
+    for r in plan:
+        if r["layout"] == "grouped_contiguous":
+            m_total = sum(finegemm.align(x, align_m) for x in r["ms"])
+            jobs.append(lambda r=r, mt=m_total: sm90_bf16_gemm.plan_grouped(
+                GEMM_GROUPED_CONTIGUOUS, mt, r["n"], r["k"], r["groups"], 0, align_m, device))
+        elif r["layout"] == "grouped_masked":
+            jobs.append(lambda r=r: sm90_bf16_gemm.plan_grouped(
+                GEMM_GROUPED_MASKED, finegemm.align(r["m"], 128), r["n"], r["k"], r["groups"], r["m"], 0, device))
+        else:
+            for kg in sorted(set(r["ks"])):
+                if kg:
+                    jobs.append(lambda r=r, kg=kg: sm90_bf16_gemm.warmup_shape(r["m"], r["n"], kg, "tn", True, True,
+                                                                              device))
+
+    def one(job):
+        try:
+            job()
+        except Exception:
+            pass
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=16) as pool:
+        list(pool.map(one, jobs))
+
+
+def run_grouped(plan, gen, num_tests, *, device="cuda", timer=None, ref_flops=REF_FLOPS) -> list[dict]:
+    """Run the grouped records of `plan`; one that fails outright is recorded with its error."""
+    records = []
+    for spec in plan:
+        lay, g, m, n, k = spec["layout"], spec["groups"], spec["m"], spec["n"], spec["k"]
+        kw = dict(device=device, timer=timer, ref_flops=ref_flops)
+        try:
+            if lay == "grouped_contiguous":
+                rec = bench_grouped_contiguous(g, spec["ms"], n, k, gen, num_tests, **kw)
+            elif lay == "grouped_masked":
+                rec = bench_grouped_masked(g, m, n, k, gen, num_tests, **kw)
+            else:
+                rec = bench_k_grouped_tn(g, m, n, spec["ks"], gen, num_tests, **kw)
+        except Exception as exc:  # e.g. out of memory building the inputs
+            rec = {**spec, "us": {}, "calc_diff": None, "error": error_text(exc, 600)}
+        records.append(rec)
+    return records
+
+
+def grouped_summary(records) -> dict:
+    recs = [r for r in records if r.get("layout") in GROUPED_LAYOUTS]
+    overall = geomean(r.get("speedup_vs_torch_grouped_mm") for r in recs)
+    return {
+        "geomean_speedup_vs_torch_grouped_mm": overall,
+        "geomean_speedup_vs_torch_grouped_mm_by_layout": {
+            lay: geomean(r.get("speedup_vs_torch_grouped_mm") for r in recs if r["layout"] == lay)
+            for lay in GROUPED_LAYOUTS if any(r["layout"] == lay for r in recs)},
+        "target": GROUPED_TARGET,
+        "meets_target": None if overall is None else overall >= GROUPED_TARGET,
+        "max_calc_diff": max((r["calc_diff"] for r in recs if r.get("calc_diff") is not None), default=None),
+        "not_fully_written": [(r["layout"], r["groups"], r["m"], r["n"], r["k"]) for r in recs
+                              if r.get("all_written") is False],
+        "errors": [(r["layout"], r["groups"], r["m"], r["n"], r["k"], sorted(r.get("errors", {})) or r.get("error"))
+                   for r in recs if r.get("errors") or r.get("error")],
+        "slower_than_torch_grouped_mm": [(r["layout"], r["groups"], r["m"], r["n"], r["k"]) for r in recs
+                                         if (r.get("speedup_vs_torch_grouped_mm") or 0) < 1.0],
+    }
+
+
+def _print_grouped(r) -> None:
+    us = r["us"]
+    theirs = us.get("torch_grouped_mm", us.get("torch_matmul_loop"))
+    print(f"{r['layout']:>18} {r['groups']:>3} {r['m']:>6} {r['n']:>5} {r['k']:>6} | "
+          f"{_fmt(us.get('finegemm'), '8.1f')} {_fmt(theirs, '8.1f')} | {_fmt(r.get('tflops', {}).get('finegemm'), '6.0f')} "
+          f"{_fmt(r.get('speedup_vs_torch_grouped_mm'), '6.2f')} {_fmt(r.get('calc_diff'), '8.1e')} "
+          f"{_fmt(r.get('calc_diff_rows'), '5d')}"
+          + (f"  ERROR {r['error']}" if "error" in r else "")
+          + (f"  errors: {sorted(r['errors'])}" if r.get("errors") else ""), flush=True)
+
+
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m finegemm bench bf16")
     p.add_argument("--out", default="benchmarks/results/bf16.json", help="JSON output path")
     p.add_argument("--num-tests", type=int, default=30)
-    p.add_argument("--layouts", nargs="*", default=list(LAYOUTS), choices=LAYOUTS)
+    p.add_argument("--layouts", nargs="*", default=list(LAYOUTS), choices=LAYOUTS,
+                   help="dense layouts (give none for no dense records)")
     p.add_argument("--shapes", nargs="*", help="explicit M,N,K[,fp32] instead of the suite")
-    args = p.parse_args(argv)
+    p.add_argument("--grouped", action=argparse.BooleanOptionalAction, default=True,
+                   help="grouped records (m-grouped contiguous/masked, k-grouped) vs torch._grouped_mm")
+    p.add_argument("--grouped-layouts", nargs="*", default=list(GROUPED_LAYOUTS), choices=GROUPED_LAYOUTS)
+    p.add_argument("--ref-flops", type=float, default=REF_FLOPS,
+                   help="fp64 reference budget (flops) per grouped record; larger records are checked exactly on "
+                        "a seeded sample of output rows (calc_diff_rows says how many)")
+    p.add_argument("--list", action="store_true", help="print the planned grouped records and exit (no GPU needed)")
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    plan = grouped_plan(args.grouped_layouts) if args.grouped else []
+    if args.list:
+        for r in plan:
+            extra = {k: v for k, v in r.items() if k not in ("layout", "groups", "m", "n", "k")}
+            print(f"{r['layout']:>18} G={r['groups']:<3} m={r['m']:<6} n={r['n']:<6} k={r['k']:<6} {extra or ''}")
+        return 0
 
     if not torch.cuda.is_available():
         print("bench bf16 needs a CUDA GPU")
@@ -120,12 +430,15 @@ def main(argv=None) -> int:
     # Compile every kernel the shapes need up front, in parallel (nvcc is the slow part).
     with concurrent.futures.ThreadPoolExecutor(max_workers=16) as pool:
         list(pool.map(lambda j: sm90_bf16_gemm.warmup_shape(j[1], j[2], j[3], j[0], j[4]), jobs))
+    if plan:
+        _warmup_grouped(plan)
 
     gen = torch.Generator(device="cuda")
     gen.manual_seed(0)
     records = []
-    print(f"{'lay':>3} {'M':>5} {'N':>6} {'K':>6} {'out':>4} | {'ours us':>8} {'torch us':>8} | "
-          f"{'TFLOPS':>7} {'GB/s':>6} {'x torch':>7} {'diff':>8}")
+    if jobs:
+        print(f"{'lay':>3} {'M':>5} {'N':>6} {'K':>6} {'out':>4} | {'ours us':>8} {'torch us':>8} | "
+              f"{'TFLOPS':>7} {'GB/s':>6} {'x torch':>7} {'diff':>8}")
     for (layout, m, n, k, out_fp32) in jobs:
         rec = bench_one(layout, m, n, k, out_fp32, gen, args.num_tests)
         records.append(rec)
@@ -145,6 +458,17 @@ def main(argv=None) -> int:
         "slower_than_torch": [(r["layout"], r["m"], r["n"], r["k"]) for r in records
                               if r.get("speedup_vs_torch", 0) < 1.0],
     }
+    if plan:
+        print(f"{'grouped layout':>18} {'G':>3} {'m':>6} {'N':>5} {'K':>6} | {'ours us':>8} {'torch us':>8} | "
+              f"{'TFLOPS':>6} {'x torch':>6} {'diff':>8} {'rows':>5}")
+        grouped = []
+        for spec in plan:
+            rec = run_grouped([spec], gen, args.num_tests, ref_flops=args.ref_flops)[0]
+            _print_grouped(rec)
+            grouped.append(rec)
+            torch.cuda.empty_cache()
+        summary["grouped"] = grouped_summary(grouped)
+        records += grouped
     print(json.dumps(summary, indent=1))
     out = {**run_metadata(), "suite": "bf16", "method": "kernel-only, torch profiler, 256 MB L2 flush "
            f"before each call, mean of {args.num_tests}", "summary": summary, "records": records}

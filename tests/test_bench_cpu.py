@@ -1,0 +1,325 @@
+"""What the benchmark suites can show without a GPU: argument parsing, the shape sets and seeded
+draws, the row sampling of the reference checks, the record builders run end to end on CPU
+tensors (the API runs the exact reference there, timing replaced by a stub), and that the
+precompile scripts list the kernels the new records launch."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import finegemm  # noqa: E402
+from finegemm.bench import _common, bf16 as bench_bf16, grouped as bench_grouped  # noqa: E402
+from finegemm.bench.dense import DENSE_NK  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _stub_timer(fn, num_tests):
+    fn()
+    return 10.0
+
+
+def _load_script(name):
+    spec = importlib.util.spec_from_file_location(f"_fg_script_{name}", ROOT / "scripts" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _anchors():
+    return json.loads((ROOT / "benchmarks" / "anchors_h200.json").read_text())
+
+
+# ----------------------------------------------------------------------------- argument parsing
+def test_grouped_parser():
+    p = bench_grouped.build_parser()
+    args = p.parse_args([])
+    assert args.kinds == ["contiguous", "masked", "k_grouped", "wgrad"]
+    assert args.wgrad_sets == ["dense", "anchor"]
+    assert p.parse_args(["--kinds", "k_grouped", "wgrad"]).kinds == ["k_grouped", "wgrad"]
+    assert p.parse_args(["--wgrad-sets", "dense", "--ref-flops", "1e12"]).ref_flops == 1e12
+    with pytest.raises(SystemExit):
+        p.parse_args(["--kinds", "dense"])
+
+
+def test_bf16_parser():
+    p = bench_bf16.build_parser()
+    args = p.parse_args([])
+    assert args.grouped is True
+    assert args.grouped_layouts == ["grouped_contiguous", "grouped_masked", "k_grouped"]
+    assert p.parse_args(["--no-grouped"]).grouped is False
+    assert p.parse_args(["--layouts"]).layouts == []  # grouped records only
+    with pytest.raises(SystemExit):
+        p.parse_args(["--grouped-layouts", "nt"])
+
+
+def test_list_without_gpu(capsys):
+    assert bench_grouped.main(["--list", "--kinds", "k_grouped", "wgrad"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert sum("k_grouped" in line for line in out) == 3 and sum("wgrad" in line for line in out) == 12
+    assert bench_bf16.main(["--list", "--grouped-layouts", "k_grouped"]) == 0
+    assert sum("k_grouped" in line for line in capsys.readouterr().out.splitlines()) == 3
+    assert bench_bf16.main(["--list", "--no-grouped"]) == 0
+    assert capsys.readouterr().out == ""
+
+
+# ----------------------------------------------------------------------------- shape sets and draws
+def test_k_grouped_draws():
+    probs = bench_grouped.k_grouped_problems()
+    assert [(g, m, n, ek) for g, m, n, _, ek in probs] == [
+        (4, 4096, 7168, 8192), (8, 4096, 7168, 4096), (16, 7168, 2048, 2048)]
+    for g, _m, _n, ks, ek in probs:
+        assert len(ks) == g
+        for kg in ks:
+            assert kg % 128 == 0 and 0.7 * ek <= kg < 1.3 * ek + 128
+    assert bench_grouped.k_grouped_problems() == probs  # seeded: reproducible
+    assert [p[3] for p in bench_grouped.k_grouped_problems(seed=1)] != [p[3] for p in probs]
+    # The draws walk DeepGEMM's six problems in order: our k_g are the anchors' k_g.
+    anchor_ks = {(r["groups"], r["m"], r["n"]): r["ks"] for r in _anchors()["k_grouped_wgrad"]}
+    for g, m, n, ks, _ in probs:
+        assert anchor_ks[(g, m, n)] == ks
+
+
+def test_draw_ks_rounds_up_to_128():
+    class Fixed(random.Random):
+        def uniform(self, a, b):
+            return 0.7
+
+    assert bench_grouped.draw_ks(2, 1000, Fixed()) == [768, 768]  # int(700) -> 768
+    assert bench_grouped.draw_ks(1, 1280, Fixed()) == [896]  # 896 exactly stays
+
+
+def test_wgrad_shapes():
+    dense = bench_grouped.wgrad_shapes(("dense",))
+    assert dense == [("dense", 4096, n, k) for (n, k) in DENSE_NK]
+    anchor = bench_grouped.wgrad_shapes(("anchor",))
+    assert {(m, n, k) for _, m, n, k in anchor} == {
+        (r["m"], r["n"], r["k"]) for r in _anchors()["dense_wgrad_fp32_accumulate"]}
+    assert bench_grouped.wgrad_shapes() == dense + anchor
+
+
+def test_plans_share_sets():
+    plan = bench_grouped.plan_records()
+    kinds = [r["kind"] for r in plan]
+    assert kinds.count("contiguous") == 8 and kinds.count("masked") == 24
+    assert kinds.count("k_grouped") == 3 and kinds.count("wgrad") == 12
+    # The contiguous plan draws what bench_contiguous draws (one random.Random(0), in order).
+    rng = random.Random(0)
+    for r in (r for r in plan if r["kind"] == "contiguous"):
+        assert r["ms"] == [int(r["m"] * rng.uniform(0.7, 1.3)) for _ in range(r["groups"])]
+    # bench bf16's grouped records: the same sets, segment sizes and k_g as the FP8 bench.
+    gplan = bench_bf16.grouped_plan()
+    strip = lambda r, key: {k: v for k, v in r.items() if k not in (key, "kind", "layout")}  # noqa: E731
+    for fp8_kind, bf16_layout in (("contiguous", "grouped_contiguous"), ("masked", "grouped_masked"),
+                                  ("k_grouped", "k_grouped")):
+        a = [strip(r, "kind") for r in plan if r["kind"] == fp8_kind]
+        b = [strip(r, "layout") for r in gplan if r["layout"] == bf16_layout]
+        assert a == b and a
+    only_k = bench_bf16.grouped_plan(["k_grouped"])
+    assert [r["layout"] for r in only_k] == ["k_grouped"] * 3
+
+
+def test_sample_rows():
+    assert _common.sample_rows(300, 1.0, budget=1e9) == list(range(300))
+    assert _common.sample_rows(100, 1e12, budget=1.0) == list(range(100))  # min_rows >= m: all
+    rows = _common.sample_rows(10000, 1e9, budget=5e11, seed=3)
+    assert len(rows) == 500 and rows == sorted(set(rows))
+    assert rows[0] == 0 and rows[-1] == 9999 and all(0 <= r < 10000 for r in rows)
+    assert rows == _common.sample_rows(10000, 1e9, budget=5e11, seed=3)
+    assert rows != _common.sample_rows(10000, 1e9, budget=5e11, seed=4)
+    assert len(_common.sample_rows(10000, 1e12, budget=1.0)) == _common.REF_MIN_ROWS
+    assert _common.sample_rows(0, 1.0) == []
+
+
+# ----------------------------------------------------------------------------- records on CPU
+def _gen():
+    return torch.Generator().manual_seed(0)
+
+
+def test_k_grouped_record_cpu():
+    rec = bench_grouped.bench_k_grouped(3, 200, 40, [256, 0, 128], _gen(), 2, device="cpu", timer=_stub_timer,
+                                        ref_flops=1.0)
+    assert rec["kind"] == "k_grouped" and rec["k"] == 384 and rec["groups"] == 3
+    assert rec["calc_diff_rows"] == _common.REF_MIN_ROWS
+    assert rec["calc_diff"] is not None and rec["calc_diff"] < 1e-12
+    assert rec["us"]["finegemm"] == 10.0 and rec["tflops"]["finegemm"] == pytest.approx(2 * 200 * 40 * 384 / 10e6)
+    assert "torch_grouped_mm_bf16" in rec["us"] or "torch_matmul_loop_bf16" in rec["us"]
+    # cuBLAS blockwise needs a GPU: its error is recorded, the record is still complete.
+    assert "cublas_blockwise_loop" in rec["us"] or "cublas_blockwise_loop" in rec["errors"]
+
+
+def test_k_grouped_record_catches_wrong_results(monkeypatch):
+    real = finegemm.k_grouped_fp8_gemm_nt_contiguous
+
+    def wrong(a, b, d, ks, ks_tensor, c=None):
+        real(a, b, d, ks, ks_tensor, c=c)
+        d[2] += 0.5 * d[2].abs().mean()
+
+    monkeypatch.setattr(finegemm, "k_grouped_fp8_gemm_nt_contiguous", wrong)
+    rec = bench_grouped.bench_k_grouped(3, 200, 40, [256, 0, 128], _gen(), 2, device="cpu", timer=_stub_timer,
+                                        ref_flops=1.0)
+    assert rec["calc_diff"] > 1e-3
+
+
+def test_k_grouped_record_survives_failing_contender(monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("no grouped mm here")
+
+    monkeypatch.setattr(torch, "_grouped_mm", broken)
+    rec = bench_grouped.bench_k_grouped(2, 64, 32, [128, 128], _gen(), 2, device="cpu", timer=_stub_timer)
+    assert "no grouped mm here" in rec["errors"]["torch_grouped_mm_bf16"]
+    assert rec["us"]["torch_matmul_loop_bf16"] == 10.0 and rec["us"]["finegemm"] == 10.0
+
+
+def test_wgrad_record_cpu(monkeypatch):
+    rec = bench_grouped.bench_wgrad(200, 48, 256, _gen(), 2, device="cpu", timer=_stub_timer, ref_flops=1.0)
+    assert (rec["kind"], rec["m"], rec["n"], rec["k"], rec["groups"]) == ("wgrad", 200, 48, 256, 1)
+    assert rec["calc_diff"] < 1e-12 and rec["calc_diff_rows"] == _common.REF_MIN_ROWS
+    assert set(rec["us"]) >= {"finegemm", "torch_bf16"}
+    assert "cublas_blockwise" in rec["us"] or "cublas_blockwise" in rec["errors"]
+    # A kernel that ignored C (no accumulation) must show in calc_diff.
+    real = finegemm.fp8_gemm_nt
+    monkeypatch.setattr(finegemm, "fp8_gemm_nt", lambda a, b, d, c=None, recipe=None: real(a, b, d, recipe=recipe))
+    bad = bench_grouped.bench_wgrad(200, 48, 256, _gen(), 2, device="cpu", timer=_stub_timer)
+    assert bad["calc_diff"] > 1e-3
+
+
+def test_new_kind_anchors_and_summary():
+    anchors = _anchors()
+    g, m, n, ks, ek = bench_grouped.k_grouped_problems()[0]
+    rec = {"kind": "k_grouped", "groups": g, "m": m, "n": n, "k": sum(ks), "ks": ks,
+           "us": {"finegemm": 1000.0, "cublas_blockwise_loop": 1500.0, "torch_grouped_mm_bf16": 3000.0},
+           "tflops": {"finegemm": 2.0 * m * n * sum(ks) / 1000.0 / 1e6}, "calc_diff": 1e-9}
+    bench_grouped._attach_new_kind_anchors(rec, anchors)
+    dg_us = next(r for r in anchors["k_grouped_wgrad"] if (r["groups"], r["m"], r["n"]) == (g, m, n))["us"]
+    assert rec["deepgemm_same_ks"] is True
+    assert rec["speedup_vs_deepgemm"] == pytest.approx(dg_us["deepgemm_2_6_1"] / 1000.0)
+    assert rec["speedup_vs_cublas_blockwise"] == pytest.approx(1.5)
+    assert rec["speedup_vs_torch_bf16"] == pytest.approx(3.0)
+    w = {"kind": "wgrad", "set": "anchor", "groups": 1, "m": 4096, "n": 7168, "k": 4096,
+         "us": {"finegemm": 200.0, "torch_bf16": 300.0}, "calc_diff": 2e-9, "errors": {"cublas_blockwise": "x"}}
+    bench_grouped._attach_new_kind_anchors(w, anchors)
+    assert w["speedup_vs_deepgemm"] == pytest.approx(256.2 / 200.0) and w["speedup_vs_cublas_blockwise"] is None
+    s = bench_grouped._summary([rec, w])
+    assert s["k_grouped"]["geomean_speedup_vs_cublas_blockwise"] == pytest.approx(1.5)
+    assert s["wgrad"]["max_calc_diff"] == 2e-9
+    assert s["geomean_speedup_vs_deepgemm"] is None  # m-grouped kinds only
+    assert s["errors"] == [("wgrad", 1, 4096, 7168, 4096, ["cublas_blockwise"])]
+
+
+@pytest.mark.parametrize("layout", ["grouped_contiguous", "grouped_masked", "k_grouped"])
+def test_bf16_grouped_records_cpu(layout):
+    kw = dict(device="cpu", timer=_stub_timer, ref_flops=1.0)
+    if layout == "grouped_contiguous":
+        rec = bench_bf16.bench_grouped_contiguous(3, [100, 0, 150], 48, 256, _gen(), 2, **kw)
+        assert rec["m"] == 250 and rec["m_padded"] == 384 and rec["all_written"] is True
+        tol = 1e-5  # bf16 output
+    elif layout == "grouped_masked":
+        rec = bench_bf16.bench_grouped_masked(2, 150, 48, 256, _gen(), 2, **kw)
+        assert rec["m_max"] == 256 and rec["all_written"] is True
+        tol = 1e-5
+    else:
+        rec = bench_bf16.bench_k_grouped_tn(3, 200, 48, [128, 0, 256], _gen(), 2, **kw)
+        assert rec["k"] == 384 and rec["ks"] == [128, 0, 256]
+        tol = 1e-12  # fp32 output, fp64 reference on CPU
+    assert rec["layout"] == layout and rec["calc_diff_rows"] == _common.REF_MIN_ROWS
+    assert rec["calc_diff"] is not None and rec["calc_diff"] < tol
+    assert rec["us"]["finegemm"] == 10.0 and rec["us"]["torch_grouped_mm"] == 10.0
+    assert rec["speedup_vs_torch_grouped_mm"] == 1.0
+    assert rec["calc_diff_torch_grouped_mm"] < 1e-4  # the contender computes the same product
+
+
+def test_bf16_grouped_summary(monkeypatch):
+    def wrong(a, b, d, masked_m, expected_m, compiled_dims="nk"):
+        d.zero_()
+
+    monkeypatch.setattr(finegemm, "m_grouped_bf16_gemm_nt_masked", wrong)
+    plan = [{"layout": "grouped_masked", "groups": 2, "m": 20, "n": 32, "k": 128},
+            {"layout": "k_grouped", "groups": 2, "m": 16, "n": 32, "k": 256, "ks": [128, 128]}]
+    recs = bench_bf16.run_grouped(plan, _gen(), 2, device="cpu", timer=_stub_timer)
+    assert recs[0]["calc_diff"] > 0.5 and recs[1]["calc_diff"] < 1e-12
+    s = bench_bf16.grouped_summary(recs + [{"layout": "nt", "us": {}}])
+    assert s["geomean_speedup_vs_torch_grouped_mm"] == pytest.approx(1.0) and s["meets_target"] is False
+    assert s["max_calc_diff"] == recs[0]["calc_diff"] and s["target"] == 1.3
+    assert set(s["geomean_speedup_vs_torch_grouped_mm_by_layout"]) == {"grouped_masked", "k_grouped"}
+
+
+# ----------------------------------------------------------------------------- precompile lists
+def test_precompile_fp8_includes_new_bench_configs():
+    from finegemm.heuristics.sm90_fp8_gemm import select_config
+    from finegemm.ops import sm90_fp8_gemm as ops
+
+    problems = bench_grouped.planned_1d1d_problems()
+    n_groups = sum(sum(1 for kg in ks if kg) for _, _, _, ks, _ in bench_grouped.k_grouped_problems())
+    assert len(problems) == n_groups + 12
+    assert (4096, 7168, 9984, True) in problems and (4096, 7168, 16384, True) in problems
+    assert (7168, 16384, 4096, True) in problems
+    names = {ops._kernel_name(c) for c in _load_script("precompile").wgrad_configs(132)}
+    for (m, n, k, has_c) in problems:
+        cfg = select_config(m, n, k, 132, True, has_c, one_d_one_d=True)  # what ops.plan picks for the call
+        assert ops._kernel_name(cfg) in names, (m, n, k)
+
+
+def test_precompile_bf16_includes_grouped_bench_configs():
+    from finegemm.heuristics.sm90_bf16_gemm import select_config
+    from finegemm.ops import sm90_bf16_gemm as ops
+
+    pc = _load_script("precompile_bf16")
+    probs = pc.bench_k_grouped_problems()
+    assert len(probs) == sum(len(ks) for _, _, _, ks, _ in bench_grouped.k_grouped_problems())
+    assert all(has_c for *_, has_c in probs) and (4096, 7168, 9984, True) in probs
+    cfgs = pc.bench_grouped_configs(132)
+    assert len(cfgs) == 8 + 24
+    names = set(pc.kernel_sources(132, shapes_only=True))
+    for c in cfgs:  # the m-grouped kernels the contiguous / masked records launch
+        assert ops.grouped_kernel_name(c.grouped_kernel_key()) in names
+    for (m, n, k, has_c) in probs:  # the dense tn kernel each k-grouped group launches (ops.plan's choice)
+        assert ops.kernel_name(select_config(m, n, k, 132, True, True, True, has_c).kernel_key()) in names
+
+
+# ----------------------------------------------------------------------------- cuBLAS blockwise contender
+def _fake_scaled_mm(scale=1.0):
+    from finegemm import reference
+
+    def fake(mat_a, mat_b, scale_a, recipe_a, scale_b, recipe_b, output_dtype=torch.bfloat16, **kwargs):
+        out = reference.fp8_gemm_nt(mat_a, scale_a, mat_b.t(), scale_b, out_dtype=torch.float32, recipe=(1, 1, 128))
+        return (out * scale).to(output_dtype)
+
+    return fake
+
+
+def test_cublas_blockwise_selection(monkeypatch):
+    F = torch.nn.functional
+    if not (hasattr(F, "scaled_mm") and hasattr(F, "ScalingType")):
+        pytest.skip("this torch has no torch.nn.functional.scaled_mm")
+    x, w = torch.randn(300, 256, generator=_gen()), torch.randn(600, 256, generator=_gen())
+    a, sfa = finegemm.per_token_cast_to_fp8(x)
+    b, sfb = finegemm.per_token_cast_to_fp8(w)
+    monkeypatch.setattr(F, "scaled_mm", _fake_scaled_mm())
+    fn, what = bench_grouped.cublas_blockwise_1x128(a, sfa, b, sfb)
+    assert what.startswith("F.scaled_mm") and "float32" in what and fn().shape == (300, 600)
+    # A contender that runs but computes another product is not taken (here nothing else runs on CPU).
+    monkeypatch.setattr(F, "scaled_mm", _fake_scaled_mm(1.5))
+    monkeypatch.setattr(torch, "_scaled_mm", lambda *args, **kwargs: torch.zeros(300, 600))
+    with pytest.raises(RuntimeError, match="wrong result") as info:
+        bench_grouped.cublas_blockwise_1x128(a, sfa, b, sfb)
+    assert str(info.value).count("wrong result") == 6  # 2 x F.scaled_mm, 4 x torch._scaled_mm
+
+
+def test_records_time_cublas_when_it_runs(monkeypatch):
+    F = torch.nn.functional
+    if not (hasattr(F, "scaled_mm") and hasattr(F, "ScalingType")):
+        pytest.skip("this torch has no torch.nn.functional.scaled_mm")
+    monkeypatch.setattr(F, "scaled_mm", _fake_scaled_mm())
+    rec = bench_grouped.bench_k_grouped(3, 200, 40, [256, 0, 128], _gen(), 2, device="cpu", timer=_stub_timer,
+                                        ref_flops=1.0)
+    assert rec["us"]["cublas_blockwise_loop"] == 10.0 and "cublas_blockwise_loop" not in rec.get("errors", {})
+    assert rec["calc_diff_contenders"]["cublas_blockwise_loop"] < 1e-12
+    w = bench_grouped.bench_wgrad(200, 48, 256, _gen(), 2, device="cpu", timer=_stub_timer)
+    assert w["us"]["cublas_blockwise"] == 10.0 and w["calc_diff_contenders"]["cublas_blockwise"] < 1e-12
