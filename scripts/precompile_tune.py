@@ -28,10 +28,10 @@ def forced_test_configs(sms: int) -> list:
     start = src.index("FORCED_TUNER_VARIANTS = [")
     variants = ast.literal_eval(src[src.index("[", start):src.index("]\n", start) + 1])
     out = []
-    for bn, splits, mc, tma, hp, cps in variants:
+    for bn, splits, mc, tma, hp, cps, kbat in variants:
         for bm in ((64,) if cps == 2 else (64, 128)):
             out.append(make_config(4096, 7168, 7168, sms, False, False, bm, bn, max_stages(bm, bn, tma, ctas_per_sm=cps),
-                                   splits, mc, mc == 2, tma, hp, ctas_per_sm=cps))
+                                   splits, mc, mc == 2, tma, hp, ctas_per_sm=cps, k_batch=kbat))
     return out
 
 

@@ -124,7 +124,8 @@ def test_shipped_table_entries_are_buildable_and_consulted(monkeypatch):
         c = e["config"]
         cfg = h.make_config(e["m"], e["n"], e["k"], e["num_sms"], e["out_fp32"], e["has_c"], c["block_m"],
                             c["block_n"], c["num_stages"], c["num_splits"], c["num_multicast"], c["multicast_on_a"],
-                            c["tma_store"], c["half_promote"], ctas_per_sm=c.get("ctas_per_sm", 1))
+                            c["tma_store"], c["half_promote"], ctas_per_sm=c.get("ctas_per_sm", 1),
+                            k_batch=c.get("k_batch", 1))
         ops._render_cfg(cfg)  # renders (the kernel's own checks)
         assert e["us"] <= e["model_us"], "the tuner keeps the model's choice unless a candidate beats it"
 
@@ -136,12 +137,13 @@ def test_candidates_start_with_the_model_choice_and_are_distinct(m, n, k, monkey
     model = h.select_config(m, n, k, 132)
     assert cands[0] == model
     keys = [c.kernel_key() + (c.num_splits, c.ctas_per_sm) for c in cands]
+    # k-batched twins of the narrow candidates (none among the wide tiles of big or short-K shapes)
+    assert any(c.k_batch > 1 for c in cands) == ((m, n, k) in ((64, 2112, 7168), (1, 576, 144)))
     assert len(keys) == len(set(keys))
     for c in cands:
         assert c.smem_bytes <= h.SMEM_LIMIT and c.grid <= 132 * c.ctas_per_sm
         if c.ctas_per_sm == 2:  # two must fit in one SM's shared memory, one consumer warpgroup
             assert c.block_m == 64 and 2 * (c.smem_bytes + 1024) <= h.SMEM_PER_SM and c.grid > 132
         ops._render_cfg(c)
-    assert any(c.half_promote for c in cands)
     # Skinny shapes whose tiles cannot fill the SMs twice get two-CTA-per-SM candidates.
     assert any(c.ctas_per_sm == 2 for c in cands) == ((m, n, k) == (64, 2112, 7168))

@@ -62,7 +62,7 @@ def tune_shape(m: int, n: int, k: int, num_sms: int, top: int, num_tests: int, g
         row = {"block_m": cfg.block_m, "block_n": cfg.block_n, "num_stages": cfg.num_stages,
                "num_splits": cfg.num_splits, "num_multicast": cfg.num_multicast,
                "multicast_on_a": cfg.multicast_on_a, "tma_store": cfg.tma_store, "half_promote": cfg.half_promote,
-               "ctas_per_sm": cfg.ctas_per_sm,
+               "ctas_per_sm": cfg.ctas_per_sm, "k_batch": cfg.k_batch,
                "model_us": round(cfg.est_us, 3), "model_choice": i == 0}
         try:
             call = ops.prepare(a, sfa, b, sfb, d, config=cfg)
@@ -90,7 +90,7 @@ def tune_shape(m: int, n: int, k: int, num_sms: int, top: int, num_tests: int, g
             f"({model['us'] / best['us']:.3f}x) bm{best['block_m']} bn{best['block_n']} s{best['num_stages']} "
             f"split{best['num_splits']} mc{best['num_multicast']}{'A' if best['multicast_on_a'] else ''}"
             f"{' hp' if best['half_promote'] else ''}{' tma' if best['tma_store'] else ''}"
-            f"{' 2cta' if best['ctas_per_sm'] == 2 else ''} "
+            f"{' 2cta' if best['ctas_per_sm'] == 2 else ''}{' kb%d' % best['k_batch'] if best['k_batch'] > 1 else ''} "
             f"[{len(good)}/{len(rows)} ok]")
     else:
         log(f"{m}x{n}x{k}: no timing ({len(good)}/{len(rows)} candidates ok)")

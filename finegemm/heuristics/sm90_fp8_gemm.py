@@ -74,6 +74,9 @@ SMEM_PER_SM = 233472  # 228 KB per SM, of which the driver reserves 1 KB per res
 # only (one consumer warpgroup, no setmaxnreg: registers as compiled, at most 128 per thread
 # for two 256-thread CTAs; the launch checks the real occupancy and shrinks the grid otherwise).
 SMEM_LIMIT_2CTA = SMEM_PER_SM // 2 - 1024
+# k_batch (k-blocks per wgmma wait): k_batch accumulator sets per thread, so only narrow tiles
+# (spill-free up to these block_n in every variant: tests/test_fp8_kernel_compile.py).
+MAX_BLOCK_N_KBATCH = {2: 96, 4: 64}
 MAX_STAGES = 8
 MIN_STAGES = 2
 MAX_SPLITS = 16
@@ -130,6 +133,7 @@ class Fp8GemmConfig:
     num_groups: int = 1
     one_d_one_d: bool = False  # recipe (1, 1, 128): per-row sfb TMA-loaded per stage (fp32 D, dense kind)
     ctas_per_sm: int = 1  # 2: a grid of up to 2 x SMs with smem for two co-resident CTAs (block_m 64)
+    k_batch: int = 1  # k-blocks whose wgmmas share one wait (narrow tiles: shorter serial chain)
 
     @property
     def split_k(self) -> bool:
@@ -149,7 +153,7 @@ class Fp8GemmConfig:
         """What selects the compiled kernel (everything else is a runtime argument)."""
         return (self.block_m, self.block_n, self.num_stages, self.out_fp32, self.has_c, self.split_k,
                 self.num_multicast, self.multicast_on_a, self.half_promote, self.tma_store, self.gemm_kind,
-                self.one_d_one_d)
+                self.one_d_one_d, self.k_batch)
 
 
 def num_threads(block_m: int) -> int:
@@ -259,7 +263,7 @@ def clear_cache() -> None:
 def make_config(m: int, n: int, k: int, num_sms: int, out_fp32: bool, has_c: bool, block_m: int, block_n: int,
                 num_stages: int, num_splits: int = 1, num_multicast: int = 1, multicast_on_a: bool = False,
                 tma_store: bool = False, half_promote: bool = False, one_d_one_d: bool = False,
-                est_us: float | None = None, ctas_per_sm: int = 1) -> Fp8GemmConfig:
+                est_us: float | None = None, ctas_per_sm: int = 1, k_batch: int = 1) -> Fp8GemmConfig:
     """A dense-kind config with the given kernel choices, grid and tile counts derived for (m, n, k).
 
     Raises ValueError for a combination the kernel does not build (the tuner and the tuned tables
@@ -268,6 +272,9 @@ def make_config(m: int, n: int, k: int, num_sms: int, out_fp32: bool, has_c: boo
     top = (MAX_BLOCK_N_1D1D if one_d_one_d else MAX_BLOCK_N).get(bm)
     if top is None or bn % 16 or not 16 <= bn <= top:
         raise ValueError(f"block_m {bm} / block_n {bn}: need block_m in (64, 128), block_n a multiple of 16 <= {top}")
+    if k_batch != 1 and (k_batch not in MAX_BLOCK_N_KBATCH or bn > MAX_BLOCK_N_KBATCH[k_batch] or one_d_one_d
+                         or half_promote):
+        raise ValueError(f"k_batch {k_batch}: 1, or 2 / 4 with block_n <= {MAX_BLOCK_N_KBATCH} (1D2D, no half-promote)")
     if ctas_per_sm not in (1, 2) or (ctas_per_sm == 2 and bm != 64):
         raise ValueError(f"ctas_per_sm {ctas_per_sm}: 1, or 2 with block_m 64")
     top_stages = max_stages(bm, bn, tma_store, one_d_one_d, ctas_per_sm)
@@ -292,7 +299,7 @@ def make_config(m: int, n: int, k: int, num_sms: int, out_fp32: bool, has_c: boo
     return Fp8GemmConfig(
         m=m, n=n, k=k, block_m=bm, block_n=bn, num_stages=num_stages, num_splits=num_splits,
         grid=_grid(units, num_sms, num_multicast, ctas_per_sm),
-        smem_bytes=smem_bytes(bm, bn, num_stages, tma_store, one_d_one_d), ctas_per_sm=ctas_per_sm,
+        smem_bytes=smem_bytes(bm, bn, num_stages, tma_store, one_d_one_d), ctas_per_sm=ctas_per_sm, k_batch=k_batch,
         num_threads=num_threads(bm), num_tiles=tiles, num_units=units, out_fp32=bool(out_fp32), has_c=bool(has_c),
         est_us=est if est_us is None else est_us, num_multicast=num_multicast,
         multicast_on_a=bool(multicast_on_a and num_multicast == 2), half_promote=bool(half_promote),
@@ -331,11 +338,14 @@ def _model_candidates(m: int, n: int, k: int, num_sms: int, out_fp32: bool, has_
 
 
 def candidate_configs(m: int, n: int, k: int, num_sms: int, out_fp32: bool = False, has_c: bool = False,
-                      top: int = 16, one_d_one_d: bool = False, half_promote: int = 6) -> list[Fp8GemmConfig]:
+                      top: int = 16, one_d_one_d: bool = False, half_promote: int = 0,
+                      k_batch: int = 12) -> list[Fp8GemmConfig]:
     """What the tuner times for a shape: the model's `top` best, plus the best of every
     (block_m, splits > 1, multicast, epilogue) family the model ranks lower (its blind spots are
-    whole families, not neighbours), plus half-promote twins of the first `half_promote` block_m
-    128 ones (the model does not rank half-promote). The model's own choice is first."""
+    whole families, not neighbours), plus half-promote twins of the first `half_promote` of each
+    block_m (0 by default: ptxas serializes that kernel's wgmmas, measured 1.3-2x slower), plus
+    k_batch 2 / 4 twins of the first `k_batch` narrow ones (the model does not rank either),
+    plus two-CTA-per-SM configs. The model's own choice is first."""
     cands = sorted(_model_candidates(m, n, k, num_sms, out_fp32, has_c, True, True, one_d_one_d))
     chosen, seen_family = [], set()
     for c in cands:
@@ -355,6 +365,12 @@ def candidate_configs(m: int, n: int, k: int, num_sms: int, out_fp32: bool = Fal
             hp_left[bm] -= 1
             out.append(dataclasses.replace(cfg, half_promote=True))
     out += _two_cta_candidates(m, n, k, num_sms, out_fp32, has_c, one_d_one_d)
+    if not one_d_one_d:
+        narrow = [c for c in out if not c.half_promote and c.block_n <= MAX_BLOCK_N_KBATCH[2]][:k_batch]
+        for c in narrow:
+            for kbat in (2, 4):
+                if c.block_n <= MAX_BLOCK_N_KBATCH[kbat] and ceil_div(ceil_div(k, BLOCK_K), c.num_splits) >= kbat:
+                    out.append(dataclasses.replace(c, k_batch=kbat))
     return out
 
 
@@ -401,7 +417,8 @@ def _tuned_config(m: int, n: int, k: int, num_sms: int, out_fp32: bool, has_c: b
     try:
         return make_config(m, n, k, num_sms, out_fp32, has_c, hit["block_m"], hit["block_n"], hit["num_stages"],
                            hit["num_splits"], hit["num_multicast"], hit["multicast_on_a"], hit["tma_store"],
-                           hit["half_promote"], one_d_one_d, ctas_per_sm=hit.get("ctas_per_sm", 1))
+                           hit["half_promote"], one_d_one_d, ctas_per_sm=hit.get("ctas_per_sm", 1),
+                           k_batch=hit.get("k_batch", 1))
     except ValueError as e:
         _warn_bad_entry(m, n, k, e)
         return None
@@ -452,7 +469,8 @@ def select_config(m: int, n: int, k: int, num_sms: int, out_fp32: bool = False, 
             f"{' +C' if has_c else ''}{' 1d1d' if one_d_one_d else ''} sms={num_sms} -> ({source}) "
             f"block_m={cfg.block_m} block_n={cfg.block_n} stages={cfg.num_stages} splits={cfg.num_splits} "
             f"multicast={cfg.num_multicast}{'(A)' if cfg.multicast_on_a else '(B)' if cfg.num_multicast == 2 else ''}"
-            f"{' half-promote' if cfg.half_promote else ''}{' 2-CTA/SM' if cfg.ctas_per_sm == 2 else ''} epilogue={'tma' if cfg.tma_store else 'direct'} "
+            f"{' half-promote' if cfg.half_promote else ''}{' 2-CTA/SM' if cfg.ctas_per_sm == 2 else ''}"
+            f"{f' k-batch {cfg.k_batch}' if cfg.k_batch > 1 else ''} epilogue={'tma' if cfg.tma_store else 'direct'} "
             f"tiles={cfg.num_tiles} grid={cfg.grid} smem={cfg.smem_bytes} est={cfg.est_us:.1f}us",
             file=sys.stderr, flush=True,
         )

@@ -17,7 +17,7 @@ tuned one. FINEGEMM_DISABLE_TUNED=1 ignores every table (for A/B timing against 
 Table format (version 1): {"version": 1, "entries": [{"kind": "fp8_1d2d", "num_sms": 132,
 "m": ..., "n": ..., "k": ..., "out_fp32": false, "has_c": false, "config": {"block_m": ...,
 "block_n": ..., "num_stages": ..., "num_splits": ..., "num_multicast": ..., "multicast_on_a": ...,
-"tma_store": ..., "half_promote": ..., "ctas_per_sm": ... (optional, 1)}, "us": ..., "model_us": ..., "gpu": ..., "commit": ...}]}.
+"tma_store": ..., "half_promote": ..., "ctas_per_sm": ..., "k_batch": ... (both optional, 1)}, "us": ..., "model_us": ..., "gpu": ..., "commit": ...}]}.
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ TUNED_FILE_ENV = "FINEGEMM_TUNED_FILE"
 DISABLE_TUNED_ENV = "FINEGEMM_DISABLE_TUNED"
 CONFIG_FIELDS = ("block_m", "block_n", "num_stages", "num_splits", "num_multicast", "multicast_on_a",
                  "tma_store", "half_promote")
-OPTIONAL_FIELDS = {"ctas_per_sm": 1}  # absent in a table = the default
+OPTIONAL_FIELDS = {"ctas_per_sm": 1, "k_batch": 1}  # absent in a table = the default
 _VERSION = 1
 
 _lock = threading.Lock()

@@ -46,7 +46,7 @@ extern "C" __global__ void __launch_bounds__({threads}, 1) finegemm_entry(
     float* workspace, int* counters, uint32_t m, uint32_t n, uint32_t k, uint32_t ldd,
     uint32_t flags, uint32_t num_splits, const int* grouped, uint32_t num_groups) {{
   finegemm::impls::sm90_fp8_gemm_1d2d<{block_m}, {block_n}, {stages}, {out_fp32}, {has_c}, {split_k},
-                                      {num_multicast}, {multicast_on_a}, {half_promote}, {tma_store}, {gemm_kind}>(
+                                      {num_multicast}, {multicast_on_a}, {half_promote}, {tma_store}, {gemm_kind}{k_batch}>(
       &tmap_a, &tmap_b, &tmap_sfa, &tmap_d, sfb, d, c, workspace, counters, m, n, k, ldd, flags, num_splits,
       grouped, num_groups);
 }}
@@ -77,11 +77,14 @@ def _b(x: bool) -> str:
 
 def render(block_m: int, block_n: int, num_stages: int, out_fp32: bool, has_c: bool, split_k: bool,
            num_multicast: int = 1, multicast_on_a: bool = False, half_promote: bool = False,
-           tma_store: bool = False, gemm_kind: int = GEMM_NORMAL, one_d_one_d: bool = False) -> str:
+           tma_store: bool = False, gemm_kind: int = GEMM_NORMAL, one_d_one_d: bool = False,
+           k_batch: int = 1) -> str:
     """The instantiation source of one kernel configuration (tma_store: the shared-memory + TMA
     store epilogue; bf16 out, no C, no split-K; gemm_kind: GEMM_NORMAL or an m-grouped kind,
     which has bf16 out, no C, no split-K, no half-promote and clusters sharing A only;
     one_d_one_d: recipe (1, 1, 128), dense kind, fp32 out, no half-promote, direct epilogue)."""
+    if k_batch not in (1, 2, 4) or (k_batch > 1 and (one_d_one_d or half_promote)):
+        raise ValueError(f"k_batch must be 1, 2 or 4 (and 1 with recipe (1, 1, 128) or half-promote), got {k_batch}")
     if one_d_one_d:
         if gemm_kind != GEMM_NORMAL or not out_fp32 or half_promote or tma_store:
             raise ValueError("recipe (1, 1, 128): dense kind, fp32 out, no half-promote, no TMA store")
@@ -117,13 +120,15 @@ def render(block_m: int, block_n: int, num_stages: int, out_fp32: bool, has_c: b
     return _TEMPLATE.format(threads=(block_m // 64 + 1) * 128, block_m=block_m, block_n=block_n,
                             stages=num_stages, out_fp32=_b(out_fp32), has_c=_b(has_c), split_k=_b(split_k),
                             num_multicast=num_multicast, multicast_on_a=_b(num_multicast == 2 and multicast_on_a),
-                            half_promote=_b(half_promote), tma_store=_b(tma_store), gemm_kind=gemm_kind)
+                            half_promote=_b(half_promote), tma_store=_b(tma_store), gemm_kind=gemm_kind,
+                            # k_batch 1 renders the source it always had (same cache keys, same cubins).
+                            k_batch=f", false, {k_batch}" if k_batch > 1 else "")
 
 
 def _render_cfg(cfg: Fp8GemmConfig) -> str:
     return render(cfg.block_m, cfg.block_n, cfg.num_stages, cfg.out_fp32, cfg.has_c, cfg.split_k,
                   cfg.num_multicast, cfg.multicast_on_a, cfg.half_promote, cfg.tma_store, cfg.gemm_kind,
-                  cfg.one_d_one_d)
+                  cfg.one_d_one_d, cfg.k_batch)
 
 
 def _kernel_name(cfg: Fp8GemmConfig) -> str:
@@ -131,7 +136,8 @@ def _kernel_name(cfg: Fp8GemmConfig) -> str:
             f"{'_f32' if cfg.out_fp32 else '_bf16'}{'_c' if cfg.has_c else ''}{'_splitk' if cfg.split_k else ''}"
             f"{('_mca' if cfg.multicast_on_a else '_mcb') if cfg.num_multicast == 2 else ''}"
             f"{'_hp' if cfg.half_promote else ''}{'_tmas' if cfg.tma_store else ''}"
-            f"{_KIND_SUFFIX[cfg.gemm_kind]}{'_1d1d' if cfg.one_d_one_d else ''}")
+            f"{_KIND_SUFFIX[cfg.gemm_kind]}{'_1d1d' if cfg.one_d_one_d else ''}"
+            f"{f'_kb{cfg.k_batch}' if cfg.k_batch > 1 else ''}")
 
 
 _KIND_SUFFIX = {GEMM_NORMAL: "", GEMM_GROUPED_CONTIGUOUS: "_gcont", GEMM_GROUPED_MASKED: "_gmask"}

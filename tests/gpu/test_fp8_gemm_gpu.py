@@ -320,26 +320,29 @@ def test_tuned_table_entries(entry):
 
 
 FORCED_TUNER_VARIANTS = [
-    # (block_n, splits, multicast, tma_store, half_promote, ctas_per_sm): the tuner's extra families.
-    (32, 4, 1, False, False, 2), (64, 6, 1, False, True, 2), (48, 1, 1, True, True, 2), (32, 1, 2, True, False, 2),
-    (96, 1, 1, True, True, 1), (64, 3, 1, False, True, 1), (208, 1, 2, True, True, 1),
+    # (block_n, splits, multicast, tma_store, half_promote, ctas_per_sm, k_batch): the tuner's extra
+    # families. K of the shapes below leaves k-block counts that k_batch does not divide.
+    (32, 4, 1, False, False, 2, 1), (64, 6, 1, False, True, 2, 1), (48, 1, 1, True, True, 2, 1),
+    (32, 1, 2, True, False, 2, 1), (96, 1, 1, True, True, 1, 1), (64, 3, 1, False, True, 1, 1),
+    (208, 1, 2, True, True, 1, 1), (32, 1, 1, True, False, 1, 4), (64, 3, 1, False, False, 1, 2),
+    (48, 2, 1, False, False, 2, 4), (96, 1, 2, True, False, 1, 2), (16, 1, 1, False, False, 1, 4),
 ]
 
 
 @pytest.mark.parametrize("m,n,k", [(17, 2112, 7296), (1, 576, 7168), (65, 2104, 1664), (130, 7168, 2048)])
 @pytest.mark.parametrize("variant", FORCED_TUNER_VARIANTS, ids=str)
 def test_forced_tuner_families(m, n, k, variant):
-    """Two CTAs per SM and half-promote (block_m 64 and 128), which only the tuner picks, on
-    partial tiles in M, N and K: exact reference, poisoned output, bitwise repeat."""
+    """Two CTAs per SM, half-promote and k-block batches (block_m 64 and 128), which only the tuner
+    picks, on partial tiles in M, N and K: exact reference, poisoned output, bitwise repeat."""
     from finegemm import runtime
     from finegemm.heuristics.sm90_fp8_gemm import make_config, max_stages
 
-    bn, splits, mc, tma, hp, cps = variant
+    bn, splits, mc, tma, hp, cps, kbat = variant
     sms = runtime.get_num_sms()
     splits = min(splits, -(-k // 128))
     for bm in ((64,) if cps == 2 else (64, 128)):
         cfg = make_config(m, n, k, sms, False, False, bm, bn, max_stages(bm, bn, tma, ctas_per_sm=cps), splits, mc,
-                          mc == 2, tma, hp, ctas_per_sm=cps)
+                          mc == 2, tma, hp, ctas_per_sm=cps, k_batch=kbat)
         x, w, a, sfa, b, sfb = _inputs(m, n, k, seed=bn + m + k)
         d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
         call = ops.prepare(a, sfa, b, sfb, d, config=cfg)

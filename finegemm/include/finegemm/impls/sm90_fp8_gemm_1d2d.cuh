@@ -157,7 +157,7 @@ __device__ __forceinline__ void promote(uint32_t off, float (&fin)[kNumFin], con
 
 template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages, bool kOutFp32, bool kHasC, bool kSplitK,
           uint32_t kNumMulticast = 1, bool kMulticastOnA = false, bool kHalfPromote = false, bool kTmaStore = false,
-          uint32_t kGemmKind = scheduler::kGemmNormal, bool k1D1D = false>
+          uint32_t kGemmKind = scheduler::kGemmNormal, bool k1D1D = false, uint32_t kKBatch = 1>
 __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, const CUtensorMap* tmap_b,
                                                    const CUtensorMap* tmap_sfa, const CUtensorMap* tmap_d,
                                                    const float* sfb, void* d_ptr,
@@ -180,6 +180,12 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   // the other (and on the next k-block's left half): the promotion leaves the critical path at
   // the price of twice the A-fragment shared-memory reads.
   constexpr uint32_t kMmaN = kHalfPromote ? BLOCK_N / 2 : BLOCK_N;
+  // kKBatch > 1: the wgmmas of kKBatch consecutive k-blocks go into kKBatch accumulator sets
+  // under one wait, so a narrow tile pays the wgmma -> wait -> promote latency once per batch
+  // instead of once per k-block (skinny shapes are bound by that serial chain, not by the tensor
+  // core or HBM). Accumulators are only read after wait_group 0: no wgmma serialization.
+  static_assert(kKBatch == 1 || kKBatch == 2 || kKBatch == 4, "k-block batches of 1, 2 or 4");
+  static_assert(kKBatch == 1 || (!kHalfPromote && !k1D1D), "k-block batching is a 1D2D, whole-tile mode");
   static_assert(!kHalfPromote || (BLOCK_N / 2) % 8 == 0, "half tiles must keep whole 8-row swizzle atoms");
   using Mma = ptx::WgmmaFp8<kMmaN>;
   constexpr uint32_t kNumConsumerWG = Traits::kNumConsumerWG;
@@ -418,6 +424,71 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
 #pragma unroll
       for (uint32_t i = 0; i < kNumAcc; ++i) fin[i] = 0.0f;
 
+      if constexpr (kKBatch > 1) {
+      float accb[kKBatch][kHalfAcc];
+      // B scales of the next batch are loaded while this one runs (their L2 latency would
+      // otherwise sit on the chain).
+      float sb_next[kKBatch][kSpan];
+      const uint32_t kb_last = kb_end > kb_begin ? kb_end - 1 : kb_begin;  // every index read stays valid
+#pragma unroll
+      for (uint32_t j = 0; j < kKBatch; ++j) {
+        const uint32_t kbj = kb_begin + j < kb_end ? kb_begin + j : kb_last;
+#pragma unroll
+        for (uint32_t b = 0; b < kSpan; ++b) sb_next[j][b] = __ldg(sfb_rows[b] + kbj);
+      }
+      for (uint32_t kb0 = kb_begin; kb0 < kb_end; kb0 += kKBatch) {
+        const uint32_t cnt = kb_end - kb0 < kKBatch ? kb_end - kb0 : kKBatch;
+        float sb[kKBatch][kSpan];
+#pragma unroll
+        for (uint32_t j = 0; j < kKBatch; ++j) {
+          const uint32_t kbn = kb0 + kKBatch + j < kb_end ? kb0 + kKBatch + j : kb_last;
+#pragma unroll
+          for (uint32_t b = 0; b < kSpan; ++b) {
+            sb[j][b] = sb_next[j][b];
+            sb_next[j][b] = __ldg(sfb_rows[b] + kbn);
+          }
+        }
+        float sa[kKBatch][2];
+        uint32_t st[kKBatch];
+#pragma unroll
+        for (uint32_t j = 0; j < kKBatch; ++j) {
+          st[j] = stage;
+          sa[j][0] = sa[j][1] = 0.0f;
+          if (j < cnt) {
+            ptx::mbar_wait(full_bar(stage), phase);
+            sa[j][0] = sfa_smem[stage * BLOCK_M + r0];
+            sa[j][1] = sfa_smem[stage * BLOCK_M + r0 + 8];
+            issue(accb[j], stage, 0);
+            if (++stage == kNumStages) {
+              stage = 0;
+              phase ^= 1u;
+            }
+          }
+        }
+        ptx::wgmma_wait<0>();
+#pragma unroll
+        for (uint32_t j = 0; j < kKBatch; ++j) ptx::fence_operands(accb[j]);
+        float s0[kKBatch][kSpan], s1[kKBatch][kSpan];
+#pragma unroll
+        for (uint32_t j = 0; j < kKBatch; ++j) {
+#pragma unroll
+          for (uint32_t b = 0; b < kSpan; ++b) {
+            s0[j][b] = sa[j][0] * sb[j][b];
+            s1[j][b] = sa[j][1] * sb[j][b];
+          }
+        }
+        // The sfa shared loads above precede the arrives (in-order issue).
+#pragma unroll
+        for (uint32_t j = 0; j < kKBatch; ++j)
+          if (j < cnt) release(st[j]);
+#pragma unroll
+        for (uint32_t j = 0; j < kKBatch; ++j)
+          if (j < cnt)
+            promote<Traits::kStaticChunkBlocks, kHalfChunks, kNumAcc, kSpan, Traits::kG, 0>(n_off, fin, accb[j],
+                                                                                          s0[j], s1[j]);
+      }
+      } else {  // kKBatch == 1 (kept at its original indentation)
+
       // B scales are software-pipelined one k-block ahead: the load for k-block kb + 1 is issued
       // at the start of iteration kb, so its (L1/L2) latency hides behind a whole k-block of MMA
       // instead of stalling the promotion (measured: ~10% of the runtime when loaded in-iteration).
@@ -500,6 +571,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           if (has_next) issue(acc_hi, stage, kMmaN);  // hi(kb + 1)
         }
       }
+      }  // if constexpr (kKBatch > 1) ... else
       }  // if constexpr (k1D1D) ... else
 
       // ---------------------------------------------------------------- split-K reduction
