@@ -392,7 +392,7 @@ def test_1d1d_configs():
             assert cfg.block_n <= MAX_BLOCK_N_1D1D[cfg.block_m]
             assert cfg.num_stages == max_stages(cfg.block_m, cfg.block_n, False, True) >= 2
             assert cfg.smem_bytes == smem_bytes(cfg.block_m, cfg.block_n, cfg.num_stages, False, True) <= SMEM_LIMIT
-            assert cfg.kernel_key()[-1] is True
+            assert cfg.kernel_key()[-2] is True  # (..., one_d_one_d, k_batch)
             assert not (cfg.split_k and cfg.num_multicast == 2)
     # Per stage: + block_n fp32 padded to 128 bytes.
     assert smem_bytes(128, 144, 4, False, True) - smem_bytes(128, 144, 4) == 4 * 640
@@ -473,7 +473,7 @@ def _mock_1d1d_launch(monkeypatch, ops):
     from finegemm.heuristics.sm90_fp8_gemm import select_config
 
     launches = []
-    monkeypatch.setattr(ops, "plan", lambda m, n, k, f32, has_c, dev, one_d_one_d=False: (
+    monkeypatch.setattr(ops, "plan", lambda m, n, k, f32, has_c, dev, one_d_one_d=False, config=None: (
         select_config(m, n, k, 132, f32, has_c, one_d_one_d=one_d_one_d), 1))
     monkeypatch.setattr(ops, "_get_launcher", lambda: None)
     monkeypatch.setattr(ops, "_launcher_1d1d", lambda *args: launches.append(args) or 0)

@@ -14,6 +14,15 @@ NKS = [(576, 7168), (2112, 7168), (7168, 7296), (7168, 512), (24576, 1536), (129
 SMS = [132, 78, 1]
 
 
+@pytest.fixture(autouse=True)
+def _model_only(monkeypatch):
+    """These are properties of the model; measured tables (tests/test_tuned.py) may override it."""
+    monkeypatch.setenv("FINEGEMM_DISABLE_TUNED", "1")
+    h.clear_cache()
+    yield
+    h.clear_cache()
+
+
 def _all():
     for m, (n, k), sms, (f32, c) in itertools.product(MS, NKS, SMS, [(False, False), (True, False), (True, True)]):
         yield m, n, k, sms, f32, c, h.select_config(m, n, k, sms, f32, c)
