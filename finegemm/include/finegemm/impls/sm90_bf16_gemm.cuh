@@ -447,6 +447,31 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
       const bool vec = (flags & kBf16FlagVectorStores) != 0;
       const bool out_fp32 = (flags & kBf16FlagOutFp32) != 0;
       const bool has_c = (flags & kBf16FlagHasC) != 0;
+      if (has_c) {
+        // C in a pass of its own (c may be d: loads after stores to d would serialize one HBM
+        // latency per chunk; see sm90_fp8_gemm_1d2d.cuh). Each element is read and written by
+        // this thread only.
+#pragma unroll
+        for (uint32_t h = 0; h < 2; ++h) {
+          const uint32_t row = m0 + r0 + 8 * h;
+          if (row >= row_limit) continue;
+          const size_t row_off = static_cast<size_t>(row) * ldd;
+#pragma unroll
+          for (uint32_t j = 0; j < kNumChunks; ++j) {
+            const uint32_t col = n0 + 8 * j + col_in_chunk;
+            if (col >= N) continue;
+            const size_t off = row_off + col;
+            if (vec) {
+              const float2 cv = __ldcs(reinterpret_cast<const float2*>(c_ptr + off));
+              acc[4 * j + 2 * h + 0] += cv.x;
+              acc[4 * j + 2 * h + 1] += cv.y;
+            } else {
+              acc[4 * j + 2 * h + 0] += __ldcs(c_ptr + off);
+              if (col + 1 < N) acc[4 * j + 2 * h + 1] += __ldcs(c_ptr + off + 1);
+            }
+          }
+        }
+      }
 #pragma unroll
       for (uint32_t h = 0; h < 2; ++h) {
         const uint32_t row = m0 + r0 + 8 * h;
@@ -461,11 +486,6 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
           const size_t off = row_off + col;
           if (vec) {
             // col is even, N is even and ldd is even: both columns are in range and aligned.
-            if (has_c) {
-              const float2 cv = *reinterpret_cast<const float2*>(c_ptr + off);
-              v0 += cv.x;
-              v1 += cv.y;
-            }
             if (out_fp32) {
               *reinterpret_cast<float2*>(static_cast<float*>(d_ptr) + off) = make_float2(v0, v1);
             } else {
@@ -474,10 +494,6 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
             }
           } else {
             const bool has1 = col + 1 < N;
-            if (has_c) {
-              v0 += c_ptr[off];
-              if (has1) v1 += c_ptr[off + 1];
-            }
             if (out_fp32) {
               static_cast<float*>(d_ptr)[off] = v0;
               if (has1) static_cast<float*>(d_ptr)[off + 1] = v1;

@@ -652,6 +652,32 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
       }
       // Direct register -> global stores.
       const bool vec = (flags & kFlagVectorStores) != 0;
+      if constexpr (kHasC) {
+        // C first, in a pass of its own: c may be d, so a load placed after a store to d cannot
+        // be hoisted above it, and interleaved load/add/store serializes one HBM latency per
+        // chunk (measured: 4096x32768x512 fp32+C 1.43 ms vs 0.24 ms without C). Independent
+        // loads here all go out at once; each element is read and written by this thread only.
+#pragma unroll
+        for (uint32_t h = 0; h < 2; ++h) {
+          const uint32_t row = m0 + r0 + 8 * h;
+          if (row >= row_limit) continue;
+          const size_t row_off = static_cast<size_t>(row) * ldd;
+#pragma unroll
+          for (uint32_t j = 0; j < kNumChunks; ++j) {
+            const uint32_t col = n0 + 8 * j + col_in_chunk;
+            if (col >= N) continue;
+            const size_t off = row_off + col;
+            if (vec) {
+              const float2 cv = __ldcs(reinterpret_cast<const float2*>(c_ptr + off));
+              fin[4 * j + 2 * h + 0] += cv.x;
+              fin[4 * j + 2 * h + 1] += cv.y;
+            } else {
+              fin[4 * j + 2 * h + 0] += __ldcs(c_ptr + off);
+              if (col + 1 < N) fin[4 * j + 2 * h + 1] += __ldcs(c_ptr + off + 1);
+            }
+          }
+        }
+      }
 #pragma unroll
       for (uint32_t h = 0; h < 2; ++h) {
         const uint32_t row = m0 + r0 + 8 * h;
@@ -666,11 +692,6 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           const size_t off = row_off + col;
           if (vec) {
             // col is even, N is even and ldd is even: both columns are in range and aligned.
-            if constexpr (kHasC) {
-              const float2 cv = *reinterpret_cast<const float2*>(c_ptr + off);
-              v0 += cv.x;
-              v1 += cv.y;
-            }
             if constexpr (kOutFp32) {
               *reinterpret_cast<float2*>(static_cast<float*>(d_ptr) + off) = make_float2(v0, v1);
             } else {
@@ -679,10 +700,6 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
             }
           } else {
             const bool has1 = col + 1 < N;
-            if constexpr (kHasC) {
-              v0 += c_ptr[off];
-              if (has1) v1 += c_ptr[off + 1];
-            }
             if constexpr (kOutFp32) {
               static_cast<float*>(d_ptr)[off] = v0;
               if (has1) static_cast<float*>(d_ptr)[off + 1] = v1;
