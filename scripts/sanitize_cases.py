@@ -49,7 +49,48 @@ def _bf16(layout, m, n, k):
     return calc_diff(d.float(), a.float() @ b.float().t())
 
 
+def _fp8_wgrad(m, n, k):
+    """Recipe (1, 1, 128), fp32 d accumulated in place (c is d): the C-first epilogue pass."""
+    a, sfa = finegemm.per_token_cast_to_fp8(torch.randn(m, k, device="cuda"))
+    b, sfb = finegemm.per_token_cast_to_fp8(torch.randn(n, k, device="cuda"))
+    d = torch.randn(m, n, device="cuda")
+    c0 = d.clone()
+    finegemm.fp8_gemm_nt((a, sfa), (b, sfb), d, c=d, recipe=(1, 1, 128))
+    ref = reference.fp8_gemm_nt(a, sfa, b, sfb, c=c0, out_dtype=torch.float32, recipe=(1, 1, 128))
+    return calc_diff(d, ref)
+
+
+def _fp8_forced(m, n, k, **kw):
+    """A tuner-only variant (two CTAs per SM, k-block batches) forced through the ops layer."""
+    from finegemm.heuristics.sm90_fp8_gemm import make_config, max_stages
+    from finegemm.ops import sm90_fp8_gemm as ops
+
+    a, sfa = finegemm.per_token_cast_to_fp8(torch.randn(m, k, device="cuda"))
+    b, sfb = finegemm.per_block_cast_to_fp8(torch.randn(n, k, device="cuda"))
+    d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    bn, splits, tma, cps, kbat = kw["bn"], kw["splits"], kw["tma"], kw["cps"], kw["kbat"]
+    cfg = make_config(m, n, k, torch.cuda.get_device_properties(0).multi_processor_count, False, False, 64, bn,
+                      max_stages(64, bn, tma, ctas_per_sm=cps), splits, 1, False, tma, ctas_per_sm=cps, k_batch=kbat)
+    ops.prepare(a, sfa, b, sfb, d, config=cfg)()
+    return calc_diff(d.float(), reference.fp8_gemm_nt(a, sfa, b, sfb, out_dtype=torch.float32))
+
+
+def _bf16_grouped_contiguous(ms, n, k):
+    g = len(ms)
+    a = torch.randn(sum(ms), k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(g, n, k, device="cuda", dtype=torch.bfloat16)
+    layout = torch.cat([torch.full((m,), i, dtype=torch.int32) for i, m in enumerate(ms)]).cuda()
+    d = torch.empty(sum(ms), n, device="cuda", dtype=torch.bfloat16)
+    finegemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, layout)
+    ref = torch.cat([a[sum(ms[:i]):sum(ms[:i + 1])].float() @ b[i].float().t() for i in range(g)])
+    return calc_diff(d.float(), ref)
+
+
 CASES = [
+    ("fp8 wgrad 1d1d, c is d", lambda: _fp8_wgrad(129, 576, 640)),
+    ("fp8 two CTAs/SM + split-K", lambda: _fp8_forced(17, 2112, 1664, bn=32, splits=4, tma=False, cps=2, kbat=1)),
+    ("fp8 k-batch 4, TMA store", lambda: _fp8_forced(65, 576, 1664, bn=32, splits=1, tma=True, cps=1, kbat=4)),
+    ("bf16 grouped contiguous", lambda: _bf16_grouped_contiguous([128, 256, 128], 576, 512)),
     ("fp8 dense split-K", lambda: _fp8_dense(17, 576, 7296)),
     ("fp8 dense partial tiles", lambda: _fp8_dense(129, 2112, 512)),
     ("fp8 dense fp32 out", lambda: _fp8_dense(65, 576, 1024, torch.float32)),

@@ -451,6 +451,21 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
         // C in a pass of its own (c may be d: loads after stores to d would serialize one HBM
         // latency per chunk; see sm90_fp8_gemm_1d2d.cuh). Each element is read and written by
         // this thread only.
+        // Interior tile (the common case): unconditional loads, which the compiler issues back to
+        // back; per-element guards would make each load a branch of its own and serialize them.
+        if (vec && m0 + wg * 64 + 64 <= row_limit && n0 + BLOCK_N <= N) {
+          const float* c_row0 = c_ptr + static_cast<size_t>(m0 + r0) * ldd + n0 + col_in_chunk;
+          const float* c_row1 = c_row0 + static_cast<size_t>(8) * ldd;
+#pragma unroll
+          for (uint32_t j = 0; j < kNumChunks; ++j) {
+            const float2 v0 = __ldcs(reinterpret_cast<const float2*>(c_row0 + 8 * j));
+            const float2 v1 = __ldcs(reinterpret_cast<const float2*>(c_row1 + 8 * j));
+            acc[4 * j + 0] += v0.x;
+            acc[4 * j + 1] += v0.y;
+            acc[4 * j + 2] += v1.x;
+            acc[4 * j + 3] += v1.y;
+          }
+        } else {
 #pragma unroll
         for (uint32_t h = 0; h < 2; ++h) {
           const uint32_t row = m0 + r0 + 8 * h;
@@ -471,6 +486,7 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
             }
           }
         }
+        }  // edge tile
       }
 #pragma unroll
       for (uint32_t h = 0; h < 2; ++h) {
