@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the H200 machine: GPU tests + benchmarks, logs and JSON under $OUT.
 # Usage (from the repo root on the GPU machine):
-#   bash scripts/device_run.sh [all|tests|bench|sanitize]      (default: all)
+#   bash scripts/device_run.sh [all|tests|bench|sanitize|tune]      (default: all)
 # Every later GPU claim in benchmarks/results/ comes from this script.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -32,6 +32,17 @@ if [[ "$what" == sanitize ]]; then
   for tool in memcheck racecheck synccheck; do
     timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 3 python3 scripts/sanitize_cases.py 2>&1 \
       | tee "$OUT/sanitize_$tool.log"
+    status=$(( status | ${PIPESTATUS[0]} ))
+  done
+fi
+if [[ "$what" == tune ]]; then
+  # Re-tune on this GPU: the shipped table plus fresh winners -> $OUT/tuned_sm90.json (copy it to
+  # finegemm/heuristics/ to ship it). FINEGEMM_TUNE_FAMILIES narrows (default: dense wgrad).
+  cp finegemm/heuristics/tuned_sm90.json "$OUT/tuned_sm90.json"
+  for fam in ${FINEGEMM_TUNE_FAMILIES:-dense wgrad}; do
+    extra=""; [[ "$fam" == dense ]] && extra="--curve"
+    python3 -m finegemm tune "$fam" $extra --table "$OUT/tuned_sm90.json" --out "$OUT/tune_$fam.json" 2>&1 \
+      | grep -v -i "warn" | tee "$OUT/tune_$fam.log"
     status=$(( status | ${PIPESTATUS[0]} ))
   done
 fi

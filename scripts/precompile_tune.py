@@ -13,7 +13,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from finegemm import jit  # noqa: E402
-from finegemm.bench.tune import _parse_shape, default_shapes  # noqa: E402
+from finegemm.bench.tune import _parse_shape, default_shapes, wgrad_default_shapes  # noqa: E402
 from finegemm.heuristics.sm90_fp8_gemm import candidate_configs  # noqa: E402
 from finegemm.ops import sm90_fp8_gemm as ops  # noqa: E402
 
@@ -42,11 +42,16 @@ def main() -> int:
     p.add_argument("--top", type=int, default=16)
     p.add_argument("--shapes", nargs="+", type=_parse_shape)
     p.add_argument("--curve", action="store_true")
+    p.add_argument("--wgrad", action="store_true", help="also the candidates of `tune wgrad`")
     args = p.parse_args()
     cfgs = {}
     for (m, n, k) in args.shapes or default_shapes(args.curve):
         for cfg in candidate_configs(m, n, k, args.sms, top=args.top):
             cfgs[ops._kernel_name(cfg)] = cfg
+    if args.wgrad:
+        for (m, n, k) in wgrad_default_shapes():
+            for cfg in candidate_configs(m, n, k, args.sms, True, True, top=args.top, one_d_one_d=True):
+                cfgs[ops._kernel_name(cfg)] = cfg
     for cfg in forced_test_configs(args.sms):
         cfgs[ops._kernel_name(cfg)] = cfg
     print(f"{len(cfgs)} candidate kernels")

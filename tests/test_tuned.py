@@ -49,6 +49,9 @@ def test_user_table_serves_the_nearest_tuned_m(tmp_path, monkeypatch):
     model129, model7 = (_model(129), _model(7))
     assert _cfg_fields(h.select_config(129, 2112, 7168, 132)) == _cfg_fields(model129)  # > 2x from 64: model
     assert _cfg_fields(h.select_config(7, 2112, 7168, 132)) == _cfg_fields(model7)  # > 2x from 16: model
+    # K is matched by nearness too (within 2x): 5120 finds the 7168 entries, 3072 does not.
+    assert h.select_config(64, 2112, 5120, 132).block_n == 128
+    assert _cfg_fields(h.select_config(64, 2112, 3072, 132)) == _cfg_fields(_model(64, 3072))
     assert h.select_config(100, 2112, 7168, 78).grid <= 78  # another SM count: the model
     h.clear_cache()
     monkeypatch.setenv(tuned.DISABLE_TUNED_ENV, "1")
@@ -59,13 +62,13 @@ def _cfg_fields(cfg):
     return {f: getattr(cfg, f) for f in (*tuned.CONFIG_FIELDS, *tuned.OPTIONAL_FIELDS)}
 
 
-def _model(m):
+def _model(m, k=7168):
     import os
     saved = os.environ.get(tuned.DISABLE_TUNED_ENV)
     os.environ[tuned.DISABLE_TUNED_ENV] = "1"
     try:
         h.clear_cache()
-        return h.select_config(m, 2112, 7168, 132)
+        return h.select_config(m, 2112, k, 132)
     finally:
         if saved is None:
             del os.environ[tuned.DISABLE_TUNED_ENV]
@@ -76,13 +79,13 @@ def _model(m):
 
 def test_merge_replaces_by_key_and_keeps_others(tmp_path):
     path = tmp_path / "t.json"
-    tuned.merge_entries(path, [_entry(64, 2112, 7168), _entry(64, 4096, 7168)])
+    tuned.merge_entries(path, [_entry(64, 2112, 7168), _entry(64, 4096, 7168), _entry(64, 2112, 2048)])
     tuned.merge_entries(path, [_entry(64, 2112, 7168, block_n=128, num_stages=5)])
     data = json.loads(path.read_text())
-    assert data["version"] == 1 and len(data["entries"]) == 2
+    assert data["version"] == 1 and len(data["entries"]) == 3  # same N, other K: a separate entry
     table = tuned.load_table(path)
-    assert table[tuned.entry_key("fp8_1d2d", 132, 2112, 7168, False, False)][64]["block_n"] == 128
-    assert table[tuned.entry_key("fp8_1d2d", 132, 4096, 7168, False, False)][64]["block_n"] == 96
+    assert table[tuned.entry_key("fp8_1d2d", 132, 2112, False, False)][(64, 7168)]["block_n"] == 128
+    assert table[tuned.entry_key("fp8_1d2d", 132, 4096, False, False)][(64, 7168)]["block_n"] == 96
 
 
 def test_malformed_tables_are_rejected(tmp_path):
@@ -119,12 +122,14 @@ def test_shipped_table_entries_are_buildable_and_consulted(monkeypatch):
     assert data["version"] == 1
     monkeypatch.setattr(tuned, "SHIPPED_TABLE", SHIPPED)
     for e in data["entries"]:
-        picked = h.select_config(e["m"], e["n"], e["k"], e["num_sms"], e["out_fp32"], e["has_c"])
+        picked = h.select_config(e["m"], e["n"], e["k"], e["num_sms"], e["out_fp32"], e["has_c"],
+                                 one_d_one_d=e["kind"] == "fp8_1d1d")
         assert _cfg_fields(picked) == {**tuned.OPTIONAL_FIELDS, **e["config"]}
         c = e["config"]
         cfg = h.make_config(e["m"], e["n"], e["k"], e["num_sms"], e["out_fp32"], e["has_c"], c["block_m"],
                             c["block_n"], c["num_stages"], c["num_splits"], c["num_multicast"], c["multicast_on_a"],
-                            c["tma_store"], c["half_promote"], ctas_per_sm=c.get("ctas_per_sm", 1),
+                            c["tma_store"], c["half_promote"], one_d_one_d=e["kind"] == "fp8_1d1d",
+                            ctas_per_sm=c.get("ctas_per_sm", 1),
                             k_batch=c.get("k_batch", 1))
         ops._render_cfg(cfg)  # renders (the kernel's own checks)
         assert e["us"] <= e["model_us"], "the tuner keeps the model's choice unless a candidate beats it"
@@ -147,3 +152,14 @@ def test_candidates_start_with_the_model_choice_and_are_distinct(m, n, k, monkey
         ops._render_cfg(c)
     # Skinny shapes whose tiles cannot fill the SMs twice get two-CTA-per-SM candidates.
     assert any(c.ctas_per_sm == 2 for c in cands) == ((m, n, k) == (64, 2112, 7168))
+
+
+def test_wgrad_family_entries_and_shapes():
+    from finegemm.bench import tune
+    shapes = tune.wgrad_default_shapes()
+    assert len(shapes) == len(set(shapes)) and (4096, 7168, 16384) in shapes and (7168, 2048, 2048) in shapes
+    rec = {"family": "wgrad", "m": 4096, "n": 7168, "k": 4096, "model_us": 300.0,
+           "best": {**_entry(0, 0, 0)["config"], "ctas_per_sm": 1, "k_batch": 1, "us": 250.0}}
+    e = tune.table_entry(rec, 132, {"gpu": "x", "commit": "y", "date": "z"})
+    assert (e["kind"], e["out_fp32"], e["has_c"], e["us"]) == ("fp8_1d1d", True, True, 250.0)
+    assert tune.table_entry({**rec, "family": "dense"}, 132, {})["kind"] == "fp8_1d2d"

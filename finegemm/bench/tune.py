@@ -35,14 +35,26 @@ def _parse_shape(text: str) -> tuple[int, int, int]:
     return m, n, k
 
 
+def wgrad_default_shapes() -> list[tuple[int, int, int]]:
+    """The recipe (1, 1, 128) launches of `bench grouped`: its wgrad shapes and the k-grouped
+    problems at their expected K (per-group K find these entries by nearness)."""
+    from .grouped import k_grouped_problems, wgrad_shapes
+    shapes = [(m, n, k) for (_s, m, n, k) in wgrad_shapes()]
+    shapes += [(m, n, ek) for (_g, m, n, _ks, ek) in k_grouped_problems()]
+    return list(dict.fromkeys(shapes))
+
+
 def default_shapes(curve: bool = False) -> list[tuple[int, int, int]]:
     """The 18 anchor shapes of `bench dense` (with curve: also its M curve on the same N, K)."""
     from .dense import CURVE_M, DENSE_M, DENSE_NK
     return [(m, n, k) for m in DENSE_M + (CURVE_M if curve else []) for (n, k) in DENSE_NK]
 
 
-def tune_shape(m: int, n: int, k: int, num_sms: int, top: int, num_tests: int, gen, log=print) -> dict:
-    """Every candidate's check and time for one bf16-output shape; returns the shape's record."""
+def tune_shape(m: int, n: int, k: int, num_sms: int, top: int, num_tests: int, gen, log=print,
+               family: str = "dense") -> dict:
+    """Every candidate's check and time for one shape; returns the shape's record. family
+    "dense": recipe (1, 128, 128), bf16 d; "wgrad": recipe (1, 1, 128), fp32 d accumulated in
+    place (c = d), as weight gradients are."""
     from finegemm import reference
     from finegemm.heuristics.sm90_fp8_gemm import candidate_configs
     from finegemm.ops import sm90_fp8_gemm as ops
@@ -50,10 +62,20 @@ def tune_shape(m: int, n: int, k: int, num_sms: int, top: int, num_tests: int, g
 
     from .dense import _inputs
 
-    _, _, a, sfa, b, sfb = _inputs(m, n, k, gen)
-    ref = reference.fp8_gemm_nt(a, sfa, b, sfb, out_dtype=torch.float32)
-    d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-    cands = candidate_configs(m, n, k, num_sms, top=top)
+    wgrad = family == "wgrad"
+    if wgrad:
+        from finegemm.quant import per_token_cast_to_fp8
+        a, sfa = per_token_cast_to_fp8(torch.randn(m, k, device="cuda", generator=gen))
+        b, sfb = per_token_cast_to_fp8(torch.randn(n, k, device="cuda", generator=gen))
+        c0 = torch.randn(m, n, device="cuda", generator=gen)
+        ref = reference.fp8_gemm_nt(a, sfa, b, sfb, c=c0, out_dtype=torch.float32, recipe=(1, 1, 128))
+        d = c0.clone()
+    else:
+        _, _, a, sfa, b, sfb = _inputs(m, n, k, gen)
+        ref = reference.fp8_gemm_nt(a, sfa, b, sfb, out_dtype=torch.float32)
+        d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        c0 = None
+    cands = candidate_configs(m, n, k, num_sms, out_fp32=wgrad, has_c=wgrad, top=top, one_d_one_d=wgrad)
     # Compile (or load from the cache) in parallel before timing anything.
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         list(pool.map(lambda c: ops._load(c, d.device.index), cands))
@@ -65,11 +87,19 @@ def tune_shape(m: int, n: int, k: int, num_sms: int, top: int, num_tests: int, g
                "ctas_per_sm": cfg.ctas_per_sm, "k_batch": cfg.k_batch,
                "model_us": round(cfg.est_us, 3), "model_choice": i == 0}
         try:
-            call = ops.prepare(a, sfa, b, sfb, d, config=cfg)
-            d.fill_(float("nan"))
-            call()
-            first = d.clone()
-            call()
+            if wgrad:
+                call = ops.prepare(a, sfa, b, sfb, d, c=d, recipe=(1, 1, 128), config=cfg)
+                d.copy_(c0)
+                call()
+                first = d.clone()
+                d.copy_(c0)
+                call()
+            else:
+                call = ops.prepare(a, sfa, b, sfb, d, config=cfg)
+                d.fill_(float("nan"))
+                call()
+                first = d.clone()
+                call()
             torch.cuda.synchronize()
             diff = calc_diff(d.float(), ref)
             row["calc_diff"] = diff
@@ -83,7 +113,7 @@ def tune_shape(m: int, n: int, k: int, num_sms: int, top: int, num_tests: int, g
     good = [r for r in rows if r.get("ok")]
     model = rows[0]
     best = min(good, key=lambda r: r["us"]) if good else None
-    rec = {"m": m, "n": n, "k": k, "candidates": rows, "model_us": model.get("us"),
+    rec = {"family": family, "m": m, "n": n, "k": k, "candidates": rows, "model_us": model.get("us"),
            "best_us": best["us"] if best else None, "best": best}
     if best and model.get("us"):
         log(f"{m:>5}x{n:>6}x{k:>6}: model {model['us']:8.2f} us -> best {best['us']:8.2f} us "
@@ -106,15 +136,17 @@ def table_entry(rec: dict, num_sms: int, meta: dict) -> dict | None:
     best = rec.get("best")
     if not best:
         return None
-    return {"kind": "fp8_1d2d", "num_sms": num_sms, "m": rec["m"], "n": rec["n"], "k": rec["k"],
-            "out_fp32": False, "has_c": False, "config": {f: best[f] for f in (*CONFIG_FIELDS, *OPTIONAL_FIELDS)},
+    wgrad = rec.get("family") == "wgrad"
+    return {"kind": "fp8_1d1d" if wgrad else "fp8_1d2d", "num_sms": num_sms, "m": rec["m"], "n": rec["n"],
+            "k": rec["k"], "out_fp32": wgrad, "has_c": wgrad, "config": {f: best[f] for f in (*CONFIG_FIELDS, *OPTIONAL_FIELDS)},
             "us": round(best["us"], 3), "model_us": round(rec["model_us"], 3) if rec.get("model_us") else None,
             "gpu": meta.get("gpu"), "commit": meta.get("commit"), "date": meta.get("date")}
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m finegemm tune", description=__doc__.split("\n")[0])
-    p.add_argument("family", choices=["dense"], help="kernel family to tune (dense: FP8 1D2D, bf16 out)")
+    p.add_argument("family", choices=["dense", "wgrad"],
+                   help="dense: recipe (1, 128, 128), bf16 out; wgrad: recipe (1, 1, 128), fp32 out += in place")
     p.add_argument("--shapes", nargs="+", type=_parse_shape, metavar="M,N,K", help="default: the 18 anchor shapes")
     p.add_argument("--curve", action="store_true", help="also the M curve of `bench dense` (1 ... 8192)")
     p.add_argument("--top", type=int, default=16, help="the model's best N candidates (plus family bests)")
@@ -131,8 +163,9 @@ def main(argv=None) -> int:
     meta = run_metadata()
     gen = torch.Generator(device="cuda").manual_seed(0)
     t0 = time.time()
-    records = [tune_shape(m, n, k, num_sms, args.top, args.num_tests, gen)
-               for (m, n, k) in (args.shapes or default_shapes(args.curve))]
+    shapes = args.shapes or (wgrad_default_shapes() if args.family == "wgrad" else default_shapes(args.curve))
+    records = [tune_shape(m, n, k, num_sms, args.top, args.num_tests, gen, family=args.family)
+               for (m, n, k) in shapes]
     print(f"tuned {len(records)} shapes in {time.time() - t0:.0f} s")
     failed = sum(1 for r in records for c in r["candidates"] if not c.get("ok"))
     if args.out:

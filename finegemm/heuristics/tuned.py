@@ -7,10 +7,11 @@ writes the fastest into a JSON table. The heuristics consult, in order:
 2. the table shipped with the package (heuristics/tuned_sm90.json, measured on an H200),
 
 and fall back to the model when neither has the shape. An entry matches on the kernel family
-(`kind`), the SM count the plan uses (so set_num_sms still means what it says), N, K, the output
-type and C; among the entries for those, the one whose tuned M is nearest to the call's M (in
-ratio, within a factor of 2; ties to the larger) is used, so a table tuned at M = 1, 16, 32, 64,
-... also serves the M in between. The configuration it names is re-derived for the actual M
+(`kind`), the SM count the plan uses (so set_num_sms still means what it says), N, the output
+type and C; among the entries for those, the one whose tuned M and K are nearest to the call's
+(sum of |log ratio|, each ratio within a factor of 2; ties to the larger M) is used, so a table
+tuned at M = 1, 16, 32, 64, ... also serves the M in between, and the per-group K of k-grouped
+GEMMs find the entry tuned at the expected K. The configuration it names is re-derived for the actual M
 (grid, tiles): every configuration is correct for every M, only its speed was measured at the
 tuned one. FINEGEMM_DISABLE_TUNED=1 ignores every table (for A/B timing against the model).
 
@@ -22,6 +23,7 @@ Table format (version 1): {"version": 1, "entries": [{"kind": "fp8_1d2d", "num_s
 from __future__ import annotations
 
 import json
+import math
 import os
 import threading
 from pathlib import Path
@@ -46,13 +48,13 @@ _tables: dict[str, dict] = {}  # path -> {key: config dict}
 MAX_M_RATIO = 2.0  # an entry serves M within this factor of its tuned M
 
 
-def entry_key(kind: str, num_sms: int, n: int, k: int, out_fp32: bool, has_c: bool) -> tuple:
-    """What an entry must match exactly (M is matched by nearness, see lookup())."""
-    return (kind, int(num_sms), int(n), int(k), bool(out_fp32), bool(has_c))
+def entry_key(kind: str, num_sms: int, n: int, out_fp32: bool, has_c: bool) -> tuple:
+    """What an entry must match exactly (M and K are matched by nearness, see lookup())."""
+    return (kind, int(num_sms), int(n), bool(out_fp32), bool(has_c))
 
 
 def _key_of(e: dict) -> tuple:
-    return entry_key(e["kind"], e["num_sms"], e["n"], e["k"], e.get("out_fp32", False), e.get("has_c", False))
+    return entry_key(e["kind"], e["num_sms"], e["n"], e.get("out_fp32", False), e.get("has_c", False))
 
 
 def _check_entry(e: dict, where: str) -> dict:
@@ -66,8 +68,8 @@ def _check_entry(e: dict, where: str) -> dict:
 
 
 def load_table(path: str | os.PathLike) -> dict:
-    """{entry_key: {tuned m: config dict}} of one table file (cached per path; a missing file
-    is empty)."""
+    """{entry_key: {(tuned m, tuned k): config dict}} of one table file (cached per path; a
+    missing file is empty)."""
     path = str(path)
     with _lock:
         table = _tables.get(path)
@@ -81,7 +83,7 @@ def load_table(path: str | os.PathLike) -> dict:
             raise ValueError(f"{path}: not a finegemm tuned table (want {{'version': {_VERSION}, 'entries': [...]}})")
         for e in data["entries"]:
             cfg = _check_entry(e, path)
-            table.setdefault(_key_of(e), {})[int(e["m"])] = {**OPTIONAL_FIELDS, **cfg}
+            table.setdefault(_key_of(e), {})[(int(e["m"]), int(e["k"]))] = {**OPTIONAL_FIELDS, **cfg}
     with _lock:
         _tables[path] = table
     return table
@@ -97,21 +99,28 @@ def lookup(kind: str, num_sms: int, m: int, n: int, k: int, out_fp32: bool, has_
     """The tuned config fields for a problem, or None (the heuristic model decides)."""
     if os.environ.get(DISABLE_TUNED_ENV, "").strip() not in ("", "0"):
         return None
-    key = entry_key(kind, num_sms, n, k, out_fp32, has_c)
+    key = entry_key(kind, num_sms, n, out_fp32, has_c)
     user = os.environ.get(TUNED_FILE_ENV)
     tables = ([load_table(user)] if user else []) + [load_table(SHIPPED_TABLE)]
     for table in tables:
-        hit = _nearest(table.get(key), m)
+        hit = _nearest(table.get(key), m, k)
         if hit is not None:
             return hit
     return None
 
 
-def _nearest(by_m: Optional[dict], m: int) -> Optional[dict]:
-    if not by_m or m < 1:
+def _ratio(a: int, b: int) -> float:
+    return max(a / b, b / a)
+
+
+def _nearest(by_mk: Optional[dict], m: int, k: int) -> Optional[dict]:
+    if not by_mk or m < 1 or k < 1:
         return None
-    best = min(by_m, key=lambda t: (max(t / m, m / t), -t))
-    return by_m[best] if max(best / m, m / best) <= MAX_M_RATIO else None
+    near = [t for t in by_mk if _ratio(t[0], m) <= MAX_M_RATIO and _ratio(t[1], k) <= MAX_M_RATIO]
+    if not near:
+        return None
+    best = min(near, key=lambda t: (math.log(_ratio(t[0], m)) + math.log(_ratio(t[1], k)), -t[0], -t[1]))
+    return by_mk[best]
 
 
 def merge_entries(path: str | os.PathLike, entries: list[dict]) -> None:
@@ -123,7 +132,7 @@ def merge_entries(path: str | os.PathLike, entries: list[dict]) -> None:
             data = json.load(f)
         old = data.get("entries", [])
     def key_of(e):
-        return _key_of(e) + (int(e["m"]),)
+        return _key_of(e) + (int(e["m"]), int(e["k"]))
     for e in entries:
         _check_entry(e, str(path))
     new_keys = {key_of(e) for e in entries}

@@ -309,10 +309,20 @@ def test_tuned_table_entries(entry):
     if entry["num_sms"] != runtime.get_num_sms():
         pytest.skip("tuned for another SM count")
     n, k = entry["n"], entry["k"]
+    wgrad = entry["kind"] == "fp8_1d1d"
     for m in (entry["m"], entry["m"] + 17):
-        cfg = select_config(m, n, k, runtime.get_num_sms())
+        cfg = select_config(m, n, k, runtime.get_num_sms(), wgrad, wgrad, one_d_one_d=wgrad)
         if m == entry["m"]:
             assert {f: getattr(cfg, f) for f in entry["config"]} == entry["config"]
+        if wgrad:  # weight gradient: fp32 d accumulated in place
+            g = torch.Generator(device="cuda").manual_seed(m + n + k)
+            a, sfa = quant.per_token_cast_to_fp8(torch.randn(m, k, device="cuda", generator=g))
+            b, sfb = quant.per_token_cast_to_fp8(torch.randn(n, k, device="cuda", generator=g))
+            d = torch.randn(m, n, device="cuda", generator=g)
+            ref = reference.fp8_gemm_nt(a, sfa, b, sfb, c=d.clone(), out_dtype=torch.float64, recipe=(1, 1, 128))
+            finegemm.fp8_gemm_nt((a, sfa), (b, sfb), d, c=d, recipe=(1, 1, 128))
+            assert calc_diff(d, ref) <= 1e-5
+            continue
         x, w, a, sfa, b, sfb = _inputs(m, n, k, seed=m + n + k)
         d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
         _gemm(a, sfa, b, sfb, d)
