@@ -7,6 +7,7 @@ Usage: FINEGEMM_CACHE_DIR=.fgcache python scripts/precompile.py [--sms 132] [--j
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import concurrent.futures
 import sys
 import time
@@ -122,6 +123,8 @@ def main() -> int:
     for cfg in grouped_configs(args.sms):
         cfgs[ops._kernel_name(cfg)] = cfg
     for cfg in wgrad_configs(args.sms):
+        if cfg.one_d_one_d and cfg.has_c:  # C is added after the kernel (ops: _AccumulateAfter)
+            cfg = dataclasses.replace(cfg, has_c=False)
         cfgs[ops._kernel_name(cfg)] = cfg
     print(f"{len(cfgs)} kernel configurations")
     t0 = time.time()

@@ -497,15 +497,21 @@ def test_1d1d_ops_layer_launch_arguments(monkeypatch):
         b = torch.zeros(n, k).to(fp8)
         sfa = torch.rand(m, k // 128)
         sfb = torch.rand(n, k // 128)
-        d = torch.empty(m, n)
-        call = ops.prepare(a, sfa, b, sfb, d, d, (1, 1, 128))
-        assert isinstance(call, ops.PreparedCall1d1d) and call.cfg.one_d_one_d
-        call()
+        d = torch.rand(m, n)
+        d0 = d.clone()
+        # With C the kernel writes a temporary (no C) and C is added after it (ops._AccumulateAfter).
+        outer = ops.prepare(a, sfa, b, sfb, d, d, (1, 1, 128))
+        assert isinstance(outer, ops._AccumulateAfter) and not outer.cacheable
+        call = outer._inner
+        assert isinstance(call, ops.PreparedCall1d1d) and call.cfg.one_d_one_d and not call.cfg.has_c
+        outer._tmp.fill_(0.5)  # what the (mocked) kernel would have written
+        outer()
+        assert torch.equal(d, d0 + 0.5)
         (fn, a_p, b_p, sfa_p, sfb_p, d_p, c_p, ws, cnt, m_, n_, k_, lda, ldb, ldd, sfa_ld, sfb_ld, bm, bn, splits,
          mc, mca, grid, smem, stream) = launches[-1]
         cfg = call.cfg
         assert (m_, n_, k_, lda, ldb) == (m, n, k, k, k) and ldd == (n if m > 1 else ops.align(n, 8))
-        assert (a_p, b_p, d_p, c_p) == (a.data_ptr(), b.data_ptr(), d.data_ptr(), d.data_ptr())
+        assert (a_p, b_p, d_p, c_p) == (a.data_ptr(), b.data_ptr(), outer._tmp.data_ptr(), None)
         assert sfa_ld == ops.align(m, 4) and sfb_ld == ops.align(n, 4)
         assert (bm, bn, splits, mc, mca, grid, smem) == (cfg.block_m, cfg.block_n, cfg.num_splits, cfg.num_multicast,
                                                          int(cfg.multicast_on_a), cfg.grid, cfg.smem_bytes)

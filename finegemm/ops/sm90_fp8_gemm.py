@@ -389,8 +389,39 @@ class PreparedCall1d1d(PreparedCall):
     _what = "sm90_fp8_gemm (1, 1, 128)"
 
 
+class _AccumulateAfter:
+    """Recipe (1, 1, 128) with C: the kernel writes A @ B^T into a temporary, then d = c + tmp.
+
+    Why not the kernel's own C epilogue: with C, the 1D1D kernel gives run-to-run differences on
+    some configurations (measured on the H200: 4096x32768x512, block 128x208, 29 of 29 repeats
+    differ in a few 8-column chunks by ~1e-3 relative; scripts/probe_determinism.py), a race not
+    yet found; without C, and the 1D2D kernel with C, are bitwise repeatable. Correct first: the
+    C is added outside until the race is fixed (costs one extra fp32 M x N write + read)."""
+
+    __slots__ = ("cfg", "_inner", "_c", "_d", "_tmp")
+    cacheable = False  # the temporary is per call
+
+    def __init__(self, inner, c, d, tmp):
+        self.cfg, self._inner, self._c, self._d, self._tmp = inner.cfg, inner, c, d, tmp
+
+    def __call__(self) -> None:
+        self._inner()
+        torch.add(self._c, self._tmp, out=self._d)
+
+
 def _prepare_1d1d(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.Tensor, d: torch.Tensor,
-                  c: Optional[torch.Tensor], config: Optional[Fp8GemmConfig] = None) -> Optional[PreparedCall]:
+                  c: Optional[torch.Tensor], config: Optional[Fp8GemmConfig] = None):
+    if c is not None:
+        if config is None:
+            config, _ = plan(a.shape[0], b.shape[0], a.shape[1], True, True, d.device.index, one_d_one_d=True)
+        tmp = torch.empty(d.shape, dtype=torch.float32, device=d.device)
+        inner = _prepare_1d1d_kernel(a, sfa, b, sfb, tmp, None, dataclasses.replace(config, has_c=False))
+        return None if inner is None else _AccumulateAfter(inner, c, d, tmp)
+    return _prepare_1d1d_kernel(a, sfa, b, sfb, d, None, config)
+
+
+def _prepare_1d1d_kernel(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.Tensor, d: torch.Tensor,
+                         c: Optional[torch.Tensor], config: Optional[Fp8GemmConfig] = None) -> Optional[PreparedCall]:
     """prepare() for recipe (1, 1, 128): sfb fp32 [N, ceil(K/128)] (any strides; converted to the
     MN-major TMA-aligned layout like sfa, a no-op when already in it), d fp32, c fp32 or None."""
     m, k = a.shape
