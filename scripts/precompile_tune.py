@@ -44,6 +44,7 @@ def main() -> int:
     p.add_argument("--shapes", nargs="+", type=_parse_shape)
     p.add_argument("--curve", action="store_true")
     p.add_argument("--wgrad", action="store_true", help="also the candidates of `tune wgrad`")
+    p.add_argument("--masked", action="store_true", help="also the candidates of `tune masked`")
     args = p.parse_args()
     cfgs = {}
     for (m, n, k) in args.shapes or default_shapes(args.curve):
@@ -54,6 +55,14 @@ def main() -> int:
             for cfg in candidate_configs(m, n, k, args.sms, True, True, top=args.top, one_d_one_d=True):
                 # C is added after the kernel (ops: _AccumulateAfter): the kernel runs without C.
                 cfg = dataclasses.replace(cfg, has_c=False)
+                cfgs[ops._kernel_name(cfg)] = cfg
+    if args.masked:
+        from finegemm.bench.tune import masked_default_shapes
+        from finegemm.heuristics.sm90_fp8_gemm import GEMM_GROUPED_MASKED, grouped_candidate_configs
+        from finegemm.utils import align
+        for (g, m, n, k) in masked_default_shapes():
+            for cfg in grouped_candidate_configs(GEMM_GROUPED_MASKED, align(m, 128), n, k, g, args.sms, m, 0,
+                                                 top=args.top):
                 cfgs[ops._kernel_name(cfg)] = cfg
     for cfg in forced_test_configs(args.sms):
         cfgs[ops._kernel_name(cfg)] = cfg

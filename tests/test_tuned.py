@@ -122,6 +122,15 @@ def test_shipped_table_entries_are_buildable_and_consulted(monkeypatch):
     assert data["version"] == 1
     monkeypatch.setattr(tuned, "SHIPPED_TABLE", SHIPPED)
     for e in data["entries"]:
+        if e["kind"].startswith("fp8_masked_g"):  # m-grouped masked: (G, expected m, N, K)
+            g, c = int(e["kind"][len("fp8_masked_g"):]), e["config"]
+            m_max = -(-e["m"] // 128) * 128
+            picked = h.select_grouped_config(h.GEMM_GROUPED_MASKED, m_max, e["n"], e["k"], g, e["num_sms"], e["m"], 0)
+            fields = ("block_m", "block_n", "num_stages", "num_multicast", "tma_store")
+            assert {f: getattr(picked, f) for f in fields} == {f: c[f] for f in fields}
+            ops._render_cfg(picked)
+            assert e["us"] <= e["model_us"]
+            continue
         picked = h.select_config(e["m"], e["n"], e["k"], e["num_sms"], e["out_fp32"], e["has_c"],
                                  one_d_one_d=e["kind"] == "fp8_1d1d")
         assert _cfg_fields(picked) == {**tuned.OPTIONAL_FIELDS, **e["config"]}
@@ -163,3 +172,25 @@ def test_wgrad_family_entries_and_shapes():
     e = tune.table_entry(rec, 132, {"gpu": "x", "commit": "y", "date": "z"})
     assert (e["kind"], e["out_fp32"], e["has_c"], e["us"]) == ("fp8_1d1d", True, True, 250.0)
     assert tune.table_entry({**rec, "family": "dense"}, 132, {})["kind"] == "fp8_1d2d"
+
+
+def test_masked_family_entries_and_shapes(tmp_path, monkeypatch):
+    from finegemm.bench import tune
+    shapes = tune.masked_default_shapes()
+    assert len(shapes) == 24 and (32, 20, 4096, 7168) in shapes
+    rec = {"family": "masked", "groups": 32, "m": 20, "n": 4096, "k": 7168, "model_us": 300.0,
+           "best": {**_entry(0, 0, 0)["config"], "block_m": 64, "block_n": 128, "num_stages": 6,
+                    "ctas_per_sm": 1, "k_batch": 1, "us": 250.0}}
+    e = tune.table_entry(rec, 132, {})
+    assert (e["kind"], e["m"], e["out_fp32"], e["has_c"]) == ("fp8_masked_g32", 20, False, False)
+    # The entry steers select_grouped_config for G = 32 (and nearby expected_m), not other G.
+    path = tmp_path / "t.json"
+    tuned.merge_entries(path, [e])
+    monkeypatch.setenv(tuned.TUNED_FILE_ENV, str(path))
+    h.clear_cache()
+    cfg = h.select_grouped_config(h.GEMM_GROUPED_MASKED, 128, 4096, 7168, 32, 132, 24, 0)
+    assert (cfg.block_m, cfg.block_n, cfg.num_stages) == (64, 128, 6) and cfg.grid == 132
+    other = h.select_grouped_config(h.GEMM_GROUPED_MASKED, 128, 4096, 7168, 16, 132, 24, 0)
+    h.clear_cache()
+    monkeypatch.setenv(tuned.DISABLE_TUNED_ENV, "1")
+    assert other == h.select_grouped_config(h.GEMM_GROUPED_MASKED, 128, 4096, 7168, 16, 132, 24, 0)

@@ -25,14 +25,15 @@ import torch
 from ._common import kernel_time_us, run_metadata
 
 
-def _parse_shape(text: str) -> tuple[int, int, int]:
+def _parse_shape(text: str) -> tuple[int, ...]:
+    """M,N,K (dense, wgrad) or G,M,N,K (masked)."""
     try:
-        m, n, k = (int(v) for v in text.split(","))
+        dims = tuple(int(v) for v in text.split(","))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"shape must be M,N,K (three integers), got {text!r}")
-    if min(m, n, k) <= 0 or k % 16:
-        raise argparse.ArgumentTypeError(f"shape needs positive dims and K % 16 == 0, got {text!r}")
-    return m, n, k
+        raise argparse.ArgumentTypeError(f"shape must be M,N,K or G,M,N,K (integers), got {text!r}")
+    if len(dims) not in (3, 4) or min(dims) <= 0 or dims[-1] % 16:
+        raise argparse.ArgumentTypeError(f"shape needs 3 or 4 positive dims and K % 16 == 0, got {text!r}")
+    return dims
 
 
 def wgrad_default_shapes() -> list[tuple[int, int, int]]:
@@ -130,6 +131,73 @@ def tune_shape(m: int, n: int, k: int, num_sms: int, top: int, num_tests: int, g
     return rec
 
 
+def masked_default_shapes() -> list[tuple[int, int, int, int]]:
+    """(G, m per group, N, K) of `bench grouped`'s masked records."""
+    from .grouped import GROUPED_NK, MASKED_GM
+    return [(g, m, n, k) for (g, m) in MASKED_GM for (n, k) in GROUPED_NK]
+
+
+def tune_masked_shape(g: int, m: int, n: int, k: int, num_sms: int, top: int, num_tests: int, gen, log=print) -> dict:
+    """m_grouped_fp8_gemm_nt_masked with masked_m = m in every group (Mmax = m rounded up to 128):
+    every candidate checked (valid rows vs the exact reference, rows >= masked_m untouched, a
+    bitwise repeat) and timed."""
+    import finegemm
+    from finegemm import reference
+    from finegemm.heuristics.sm90_fp8_gemm import GEMM_GROUPED_MASKED, grouped_candidate_configs
+    from finegemm.ops import sm90_fp8_gemm as ops
+    from finegemm.testing import calc_diff
+
+    m_max = finegemm.align(m, 128)
+    qs = [finegemm.per_token_cast_to_fp8(torch.randn(m_max, k, device="cuda", generator=gen)) for _ in range(g)]
+    a, sfa = torch.stack([q for q, _ in qs]), torch.stack([s_ for _, s_ in qs])
+    ws = [finegemm.per_block_cast_to_fp8(torch.randn(n, k, device="cuda", generator=gen)) for _ in range(g)]
+    b, sfb = torch.stack([w for w, _ in ws]), torch.stack([s_ for _, s_ in ws])
+    masked_m = torch.full((g,), m, dtype=torch.int32, device="cuda")
+    ref = reference.m_grouped_fp8_gemm_nt_masked(a, sfa, b, sfb, masked_m, out_dtype=torch.float32)
+    d = torch.empty(g, m_max, n, device="cuda", dtype=torch.bfloat16)
+    cands = grouped_candidate_configs(GEMM_GROUPED_MASKED, m_max, n, k, g, num_sms, m, 0, top=top)
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda c: ops._load(c, d.device.index), cands))
+    rows = []
+    for i, cfg in enumerate(cands):
+        row = {"block_m": cfg.block_m, "block_n": cfg.block_n, "num_stages": cfg.num_stages, "num_splits": 1,
+               "num_multicast": cfg.num_multicast, "multicast_on_a": cfg.multicast_on_a, "tma_store": cfg.tma_store,
+               "half_promote": False, "ctas_per_sm": 1, "k_batch": 1, "model_us": round(cfg.est_us, 3),
+               "model_choice": i == 0}
+
+        def call(cfg=cfg):
+            ops.m_grouped_fp8_gemm_nt_masked(a, sfa, b, sfb, d, masked_m, m, config=cfg)
+        try:
+            d.fill_(float("nan"))
+            call()
+            first = d.clone()
+            call()
+            torch.cuda.synchronize()
+            diff = max(calc_diff(d[j, :m].float(), ref[j, :m]) for j in range(g))
+            untouched = bool(torch.isnan(d[:, m:]).all()) if m < m_max else True
+            row["calc_diff"] = diff
+            row["ok"] = bool(diff <= 1e-5 and untouched and not torch.isnan(first[:, :m]).any()
+                             and torch.equal(first[:, :m], d[:, :m]))
+            if row["ok"]:
+                row["us"] = kernel_time_us(call, num_tests)
+        except Exception as exc:
+            row["ok"] = False
+            row["error"] = f"{type(exc).__name__}: {exc}"[:300]
+        rows.append(row)
+    good = [r for r in rows if r.get("ok")]
+    best = min(good, key=lambda r: r["us"]) if good else None
+    rec = {"family": "masked", "groups": g, "m": m, "n": n, "k": k, "candidates": rows,
+           "model_us": rows[0].get("us"), "best_us": best["us"] if best else None, "best": best}
+    if best and rows[0].get("us"):
+        log(f"masked G={g:>2} m={m:>5} {n:>6}x{k:>6}: model {rows[0]['us']:8.2f} us -> best {best['us']:8.2f} us "
+            f"({rows[0]['us'] / best['us']:.3f}x) bm{best['block_m']} bn{best['block_n']} s{best['num_stages']} "
+            f"mc{best['num_multicast']}{' tma' if best['tma_store'] else ''} [{len(good)}/{len(rows)} ok]")
+    for r in rows:
+        if not r.get("ok"):
+            log(f"   FAILED candidate {r}")
+    return rec
+
+
 def table_entry(rec: dict, num_sms: int, meta: dict) -> dict | None:
     from finegemm.heuristics.tuned import CONFIG_FIELDS, OPTIONAL_FIELDS
 
@@ -137,7 +205,8 @@ def table_entry(rec: dict, num_sms: int, meta: dict) -> dict | None:
     if not best:
         return None
     wgrad = rec.get("family") == "wgrad"
-    return {"kind": "fp8_1d1d" if wgrad else "fp8_1d2d", "num_sms": num_sms, "m": rec["m"], "n": rec["n"],
+    kind = f"fp8_masked_g{rec['groups']}" if rec.get("family") == "masked" else "fp8_1d1d" if wgrad else "fp8_1d2d"
+    return {"kind": kind, "num_sms": num_sms, "m": rec["m"], "n": rec["n"],
             "k": rec["k"], "out_fp32": wgrad, "has_c": wgrad, "config": {f: best[f] for f in (*CONFIG_FIELDS, *OPTIONAL_FIELDS)},
             "us": round(best["us"], 3), "model_us": round(rec["model_us"], 3) if rec.get("model_us") else None,
             "gpu": meta.get("gpu"), "commit": meta.get("commit"), "date": meta.get("date")}
@@ -145,8 +214,9 @@ def table_entry(rec: dict, num_sms: int, meta: dict) -> dict | None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m finegemm tune", description=__doc__.split("\n")[0])
-    p.add_argument("family", choices=["dense", "wgrad"],
-                   help="dense: recipe (1, 128, 128), bf16 out; wgrad: recipe (1, 1, 128), fp32 out += in place")
+    p.add_argument("family", choices=["dense", "wgrad", "masked"],
+                   help="dense: recipe (1, 128, 128), bf16 out; wgrad: recipe (1, 1, 128), fp32 out += in place; "
+                        "masked: m-grouped masked (--shapes G,M,N,K)")
     p.add_argument("--shapes", nargs="+", type=_parse_shape, metavar="M,N,K", help="default: the 18 anchor shapes")
     p.add_argument("--curve", action="store_true", help="also the M curve of `bench dense` (1 ... 8192)")
     p.add_argument("--top", type=int, default=16, help="the model's best N candidates (plus family bests)")
@@ -163,9 +233,13 @@ def main(argv=None) -> int:
     meta = run_metadata()
     gen = torch.Generator(device="cuda").manual_seed(0)
     t0 = time.time()
-    shapes = args.shapes or (wgrad_default_shapes() if args.family == "wgrad" else default_shapes(args.curve))
-    records = [tune_shape(m, n, k, num_sms, args.top, args.num_tests, gen, family=args.family)
-               for (m, n, k) in shapes]
+    if args.family == "masked":
+        shapes = args.shapes or masked_default_shapes()
+        records = [tune_masked_shape(*shape, num_sms, args.top, args.num_tests, gen) for shape in shapes]
+    else:
+        shapes = args.shapes or (wgrad_default_shapes() if args.family == "wgrad" else default_shapes(args.curve))
+        records = [tune_shape(m, n, k, num_sms, args.top, args.num_tests, gen, family=args.family)
+                   for (m, n, k) in shapes]
     print(f"tuned {len(records)} shapes in {time.time() - t0:.0f} s")
     failed = sum(1 for r in records for c in r["candidates"] if not c.get("ok"))
     if args.out:

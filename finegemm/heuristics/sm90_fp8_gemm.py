@@ -49,6 +49,8 @@ __all__ = [
     "select_grouped_config",
     "make_config",
     "candidate_configs",
+    "make_grouped_config",
+    "grouped_candidate_configs",
     "GEMM_NORMAL",
     "GEMM_GROUPED_CONTIGUOUS",
     "GEMM_GROUPED_MASKED",
@@ -477,6 +479,74 @@ def select_config(m: int, n: int, k: int, num_sms: int, out_fp32: bool = False, 
     return cfg
 
 
+def _grouped_model_candidates(kind: int, m: int, n: int, k: int, num_groups: int, num_sms: int,
+                              expected_m: int, alignment: int) -> list[tuple]:
+    """Every (rank, bm, bn, mc, mc_on_a, tma, est, tiles, units) the grouped model considers."""
+    contiguous = kind == GEMM_GROUPED_CONTIGUOUS
+    bms, em = grouped_block_m_options(contiguous, m, expected_m, alignment, "FP8")
+    out = []
+    for bm in bms:
+        m_eff = grouped_model_rows(contiguous, m, num_groups, em, bm)
+        for bn in block_n_candidates(bm):
+            options = [(1, False)] + ([(2, True)] if num_sms >= 2 else [])
+            for mc, mc_on_a in options:
+                for tma in (True, False):
+                    if tma and kind == GEMM_GROUPED_MASKED and bn > MAX_BLOCK_N_MASKED_TMA[bm]:
+                        continue
+                    est, tiles, units = _estimate(m_eff, n, k, bm, bn, 1, num_sms, 2, False, mc, mc_on_a, tma,
+                                                  b_groups=num_groups)
+                    rank = (round(est, 4), units, mc, -bm * bn, not tma, len(out))
+                    out.append((rank, bm, bn, mc, mc_on_a, tma, est, tiles, units))
+    return out
+
+
+def make_grouped_config(kind: int, m: int, n: int, k: int, num_groups: int, num_sms: int, expected_m: int,
+                        alignment: int, block_m: int, block_n: int, num_stages: int, num_multicast: int,
+                        tma_store: bool, est_us: float | None = None) -> Fp8GemmConfig:
+    """An m-grouped config with the given choices (ValueError for one the kernel does not build)."""
+    contiguous = kind == GEMM_GROUPED_CONTIGUOUS
+    bms, em = grouped_block_m_options(contiguous, m, expected_m, alignment, "FP8")
+    bm, bn, mc = block_m, block_n, num_multicast
+    top = MAX_BLOCK_N_MASKED_TMA[bm] if (tma_store and not contiguous and bm in MAX_BLOCK_N_MASKED_TMA) \
+        else MAX_BLOCK_N.get(bm, 0)
+    if bm not in bms or bn % 16 or not 16 <= bn <= top:
+        raise ValueError(f"grouped block {bm}x{bn}: block_m in {bms}, block_n a multiple of 16 <= {top}")
+    if mc not in (1, 2) or (mc == 2 and num_sms < 2):
+        raise ValueError(f"num_multicast {mc}: 1 or 2")
+    if not MIN_STAGES <= num_stages <= max_stages(bm, bn, tma_store):
+        raise ValueError(f"num_stages {num_stages} outside [{MIN_STAGES}, {max_stages(bm, bn, tma_store)}]")
+    m_eff = grouped_model_rows(contiguous, m, num_groups, em, bm)
+    est, tiles, units = _estimate(m_eff, n, k, bm, bn, 1, num_sms, 2, False, mc, mc == 2, tma_store,
+                                  b_groups=num_groups)
+    if kind == GEMM_GROUPED_MASKED:
+        grid = num_sms if mc == 1 else 2 * (num_sms // 2)
+    else:
+        grid = _grid(units, num_sms, mc)
+    return Fp8GemmConfig(
+        m=m, n=n, k=k, block_m=bm, block_n=bn, num_stages=num_stages, num_splits=1, grid=grid,
+        smem_bytes=smem_bytes(bm, bn, num_stages, tma_store), num_threads=num_threads(bm), num_tiles=tiles,
+        num_units=units, out_fp32=False, has_c=False, est_us=est if est_us is None else est_us, num_multicast=mc,
+        multicast_on_a=bool(mc == 2), tma_store=bool(tma_store), gemm_kind=kind, num_groups=num_groups,
+    )
+
+
+def grouped_candidate_configs(kind: int, m: int, n: int, k: int, num_groups: int, num_sms: int, expected_m: int,
+                              alignment: int, top: int = 16) -> list[Fp8GemmConfig]:
+    """What the tuner times for an m-grouped shape: the model's `top` best plus the best of each
+    (block_m, multicast, epilogue) family, each also with one stage fewer for the TMA store (the
+    model's own choice first)."""
+    cands = sorted(_grouped_model_candidates(kind, m, n, k, num_groups, num_sms, expected_m, alignment))
+    chosen, seen = [], set()
+    for c in cands:
+        family = (c[1], c[3], c[5])
+        if len(chosen) < top or family not in seen:
+            chosen.append(c)
+        seen.add(family)
+    return [make_grouped_config(kind, m, n, k, num_groups, num_sms, expected_m, alignment, bm, bn,
+                                max_stages(bm, bn, tma), mc, tma, est_us=est)
+            for _, bm, bn, mc, _mca, tma, est, _t, _u in chosen]
+
+
 def select_grouped_config(kind: int, m: int, n: int, k: int, num_groups: int, num_sms: int,
                           expected_m: int = 0, alignment: int = 128) -> Fp8GemmConfig:
     """Launch configuration of the m-grouped kernels (bf16 D, no C, no split-K in v1; cached).
@@ -499,40 +569,31 @@ def select_grouped_config(kind: int, m: int, n: int, k: int, num_groups: int, nu
     if m < 1 or n < 1 or k < 1 or num_groups < 1 or num_sms < 1:
         raise ValueError(f"select_grouped_config: need m, n, k, num_groups, num_sms >= 1, got "
                          f"{(m, n, k, num_groups, num_sms)}")
-    contiguous = kind == GEMM_GROUPED_CONTIGUOUS
-    bms, em = grouped_block_m_options(contiguous, m, expected_m, alignment, "FP8")
-    best = None
-    for bm in bms:
-        m_eff = grouped_model_rows(contiguous, m, num_groups, em, bm)
-        for bn in block_n_candidates(bm):
-            options = [(1, False)] + ([(2, True)] if num_sms >= 2 else [])
-            for mc, mc_on_a in options:
-                for tma in (True, False):
-                    if tma and kind == GEMM_GROUPED_MASKED and bn > MAX_BLOCK_N_MASKED_TMA[bm]:
-                        continue
-                    est, tiles, units = _estimate(m_eff, n, k, bm, bn, 1, num_sms, 2, False, mc, mc_on_a, tma,
-                                                  b_groups=num_groups)
-                    rank = (round(est, 4), units, mc, -bm * bn, not tma)
-                    if best is None or rank < best[0]:
-                        best = (rank, bm, bn, mc, mc_on_a, tma, est, tiles, units)
-    _, bm, bn, mc, mc_on_a, tma, est, tiles, units = best
-    stages = max_stages(bm, bn, tma)
+    cfg = None
+    source = "model"
     if kind == GEMM_GROUPED_MASKED:
-        grid = num_sms if mc == 1 else 2 * (num_sms // 2)
-    else:
-        grid = _grid(units, num_sms, mc)
-    cfg = Fp8GemmConfig(
-        m=m, n=n, k=k, block_m=bm, block_n=bn, num_stages=stages, num_splits=1, grid=grid,
-        smem_bytes=smem_bytes(bm, bn, stages, tma), num_threads=num_threads(bm), num_tiles=tiles,
-        num_units=units, out_fp32=False, has_c=False, est_us=est, num_multicast=mc,
-        multicast_on_a=bool(mc == 2), tma_store=tma, gemm_kind=kind, num_groups=num_groups,
-    )
+        hit = tuned.lookup(f"fp8_masked_g{num_groups}", num_sms, expected_m if expected_m > 0 else m, n, k,
+                           False, False)
+        if hit is not None:
+            try:
+                cfg = make_grouped_config(kind, m, n, k, num_groups, num_sms, expected_m, alignment, hit["block_m"],
+                                          hit["block_n"], hit["num_stages"], hit["num_multicast"], hit["tma_store"])
+                source = "tuned"
+            except ValueError as e:
+                _warn_bad_entry(m, n, k, e)
+    if cfg is None:
+        _, bm, bn, mc, mc_on_a, tma, est, tiles, units = min(
+            _grouped_model_candidates(kind, m, n, k, num_groups, num_sms, expected_m, alignment))
+        cfg = make_grouped_config(kind, m, n, k, num_groups, num_sms, expected_m, alignment, bm, bn,
+                                  max_stages(bm, bn, tma), mc, tma, est_us=est)
+    bm, bn, mc, tma, stages, grid, tiles, est = (cfg.block_m, cfg.block_n, cfg.num_multicast, cfg.tma_store,
+                                                 cfg.num_stages, cfg.grid, cfg.num_tiles, cfg.est_us)
     with _cache_lock:
         _cache[key] = cfg
     if print_configs_enabled():
         print(
             f"finegemm: sm90_fp8_gemm {'contiguous' if kind == GEMM_GROUPED_CONTIGUOUS else 'masked'} G={num_groups} "
-            f"m={m} n={n} k={k} expected_m={expected_m} sms={num_sms} -> block_m={bm} block_n={bn} stages={stages} "
+            f"m={m} n={n} k={k} expected_m={expected_m} sms={num_sms} -> ({source}) block_m={bm} block_n={bn} stages={stages} "
             f"multicast={mc}{'(A)' if mc == 2 else ''} epilogue={'tma' if tma else 'direct'} tiles~{tiles} "
             f"grid={grid} smem={cfg.smem_bytes} est={est:.1f}us",
             file=sys.stderr, flush=True,

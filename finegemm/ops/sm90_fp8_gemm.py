@@ -504,8 +504,14 @@ def k_grouped_fp8_gemm_nt_contiguous(a: torch.Tensor, sfa: torch.Tensor, b: torc
 
 # ----------------------------------------------------------------------------- m-grouped (MoE)
 def plan_grouped(kind: int, m: int, n: int, k: int, num_groups: int, expected_m: int, alignment: int,
-                 device: int) -> tuple[Fp8GemmConfig, int]:
-    """(config, CUfunction) of an m-grouped problem (cached; compiles on first use)."""
+                 device: int, config: Optional[Fp8GemmConfig] = None) -> tuple[Fp8GemmConfig, int]:
+    """(config, CUfunction) of an m-grouped problem (cached; compiles on first use). `config`
+    forces a configuration (the tuner: heuristics.grouped_candidate_configs)."""
+    if config is not None:
+        if (config.gemm_kind, config.m, config.n, config.k, config.num_groups) != (kind, m, n, k, num_groups):
+            raise ValueError("sm90_fp8_gemm: forced grouped config does not match the problem")
+        fn = _load(config, device)
+        return _fit_clusters(config, fn), fn
     num_sms = runtime.get_num_sms()
     key = ("grouped", kind, m, n, k, num_groups, expected_m, alignment, num_sms, device)
     p = _plans.get(key)
@@ -609,7 +615,8 @@ def _sfa_masked_for_tma(sfa: torch.Tensor, m_max: int) -> tuple[torch.Tensor, in
 
 
 def m_grouped_fp8_gemm_nt_masked(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.Tensor,
-                                 d: torch.Tensor, masked_m: torch.Tensor, expected_m: int) -> None:
+                                 d: torch.Tensor, masked_m: torch.Tensor, expected_m: int,
+                                 config: Optional[Fp8GemmConfig] = None) -> None:
     """d[g, :masked_m[g]] = A[g, :masked_m[g]] @ B[g]^T, other rows of d untouched, on the current
     stream. masked_m (int32 [G], on the GPU) is never read by the host: the kernel clamps it to
     [0, Mmax], so one captured CUDA graph serves any masked_m values. expected_m: planning hint.
@@ -634,7 +641,8 @@ def m_grouped_fp8_gemm_nt_masked(a: torch.Tensor, sfa: torch.Tensor, b: torch.Te
     except RuntimeError:  # group stride of d is not Mmax rows: compute into a copy (rows kept)
         tmp = d.contiguous()
         d2 = tmp.view(-1, n)
-    cfg, fn = plan_grouped(GEMM_GROUPED_MASKED, m_max, n, k, num_groups, int(expected_m), 0, d.device.index)
+    cfg, fn = plan_grouped(GEMM_GROUPED_MASKED, m_max, n, k, num_groups, int(expected_m), 0, d.device.index,
+                           config=config)
     _launch_grouped(cfg, fn, a2, sfa, sfa_ld, b2, sfb, d2, m_max, n, k, masked_m, num_groups)
     if tmp is not None:
         d.copy_(tmp)

@@ -257,3 +257,40 @@ def test_masked_cuda_graph_replay_follows_masked_m():
         graph.replay()
         torch.cuda.synchronize()
         _check_masked(d, a, sfa, b, sfb, values)
+
+
+def _shipped_masked_entries():
+    import json
+
+    from finegemm.heuristics import tuned
+    return [e for e in json.loads(tuned.SHIPPED_TABLE.read_text())["entries"] if e["kind"].startswith("fp8_masked_g")]
+
+
+@pytest.mark.parametrize("entry", _shipped_masked_entries(), ids=lambda e: f"{e['kind']}-{e['m']}x{e['n']}x{e['k']}")
+def test_tuned_masked_entries(entry):
+    """Every shipped tuned masked configuration through the public API (which must pick it for its
+    expected_m), with masked_m varying per group around it (incl. 0 and Mmax): exact reference,
+    untouched rows, fully written valid rows."""
+    from finegemm import runtime
+    from finegemm.heuristics.sm90_fp8_gemm import GEMM_GROUPED_MASKED, select_grouped_config
+    if entry["num_sms"] != runtime.get_num_sms():
+        pytest.skip("tuned for another SM count")
+    g = int(entry["kind"][len("fp8_masked_g"):])
+    em, n, k = entry["m"], entry["n"], entry["k"]
+    m_max = finegemm.align(em, 128)
+    cfg = select_grouped_config(GEMM_GROUPED_MASKED, m_max, n, k, g, runtime.get_num_sms(), em, 0)
+    picked = {f: getattr(cfg, f) for f in ("block_m", "block_n", "num_stages", "num_multicast", "tma_store")}
+    assert picked == {f: entry["config"][f] for f in picked}
+    # The same kernel configuration on a few groups (the plan above is the one for G groups).
+    from finegemm.heuristics.sm90_fp8_gemm import make_grouped_config
+    from finegemm.ops import sm90_fp8_gemm as ops
+    gg = min(g, 4)
+    c = entry["config"]
+    forced = make_grouped_config(GEMM_GROUPED_MASKED, m_max, n, k, gg, runtime.get_num_sms(), em, 0, c["block_m"],
+                                 c["block_n"], c["num_stages"], c["num_multicast"], c["tma_store"])
+    a, sfa, b, sfb = _masked_problem(gg, m_max, n, k, seed=em + n + k)
+    masked = [em, 0, m_max, max(em // 3, 1)][:gg]
+    masked_m = torch.tensor(masked, dtype=torch.int32, device="cuda")
+    d = torch.full((gg, m_max, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    ops.m_grouped_fp8_gemm_nt_masked(a, sfa, b, sfb, d, masked_m, em, config=forced)
+    _check_masked(d, a, sfa, b, sfb, masked)
