@@ -123,7 +123,7 @@ def main() -> int:
     for cfg in grouped_configs(args.sms):
         cfgs[ops._kernel_name(cfg)] = cfg
     for cfg in wgrad_configs(args.sms):
-        if cfg.one_d_one_d and cfg.has_c:  # C is added after the kernel (ops: _AccumulateAfter)
+        if cfg.one_d_one_d and cfg.has_c and not ops.ACCUMULATE_C_IN_KERNEL_1D1D:  # ops: _AccumulateAfter
             cfg = dataclasses.replace(cfg, has_c=False)
         cfgs[ops._kernel_name(cfg)] = cfg
     print(f"{len(cfgs)} kernel configurations")

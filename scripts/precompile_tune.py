@@ -53,8 +53,8 @@ def main() -> int:
     if args.wgrad:
         for (m, n, k) in wgrad_default_shapes():
             for cfg in candidate_configs(m, n, k, args.sms, True, True, top=args.top, one_d_one_d=True):
-                # C is added after the kernel (ops: _AccumulateAfter): the kernel runs without C.
-                cfg = dataclasses.replace(cfg, has_c=False)
+                if not ops.ACCUMULATE_C_IN_KERNEL_1D1D:  # C added after the kernel (ops: _AccumulateAfter)
+                    cfg = dataclasses.replace(cfg, has_c=False)
                 cfgs[ops._kernel_name(cfg)] = cfg
     if args.masked:
         from finegemm.bench.tune import masked_default_shapes

@@ -51,6 +51,9 @@ def run(m, n, k, one_d_one_d, has_c, bm, bn, st, mc=1, mc_a=False, reps=30):
 
 
 def main() -> int:
+    if "--accumulate-after" in sys.argv:  # the fallback path (C added after the kernel)
+        ops.ACCUMULATE_C_IN_KERNEL_1D1D = False
+    print(f"1D1D with C in the kernel: {ops.ACCUMULATE_C_IN_KERNEL_1D1D}")
     run(2112, 7168, 4096, True, True, 128, 192, 5)
     run(2112, 7168, 4096, True, False, 128, 192, 5)
     run(2112, 7168, 4096, False, True, 128, 192, 5)

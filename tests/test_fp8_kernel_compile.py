@@ -499,7 +499,8 @@ def test_1d1d_ops_layer_launch_arguments(monkeypatch):
         sfb = torch.rand(n, k // 128)
         d = torch.rand(m, n)
         d0 = d.clone()
-        # With C the kernel writes a temporary (no C) and C is added after it (ops._AccumulateAfter).
+        # Fallback path: the kernel writes a temporary (no C) and C is added after it.
+        monkeypatch.setattr(ops, "ACCUMULATE_C_IN_KERNEL_1D1D", False)
         outer = ops.prepare(a, sfa, b, sfb, d, d, (1, 1, 128))
         assert isinstance(outer, ops._AccumulateAfter) and not outer.cacheable
         call = outer._inner
@@ -512,6 +513,12 @@ def test_1d1d_ops_layer_launch_arguments(monkeypatch):
         cfg = call.cfg
         assert (m_, n_, k_, lda, ldb) == (m, n, k, k, k) and ldd == (n if m > 1 else ops.align(n, 8))
         assert (a_p, b_p, d_p, c_p) == (a.data_ptr(), b.data_ptr(), outer._tmp.data_ptr(), None)
+        # Default: C in the kernel's epilogue (d and c both passed to the launcher).
+        monkeypatch.setattr(ops, "ACCUMULATE_C_IN_KERNEL_1D1D", True)
+        call_in = ops.prepare(a, sfa, b, sfb, d, d, (1, 1, 128))
+        assert isinstance(call_in, ops.PreparedCall1d1d) and call_in.cfg.has_c
+        call_in()
+        assert launches[-1][5] == launches[-1][6] == d.data_ptr()
         assert sfa_ld == ops.align(m, 4) and sfb_ld == ops.align(n, 4)
         assert (bm, bn, splits, mc, mca, grid, smem) == (cfg.block_m, cfg.block_n, cfg.num_splits, cfg.num_multicast,
                                                          int(cfg.multicast_on_a), cfg.grid, cfg.smem_bytes)

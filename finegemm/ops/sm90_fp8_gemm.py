@@ -389,14 +389,17 @@ class PreparedCall1d1d(PreparedCall):
     _what = "sm90_fp8_gemm (1, 1, 128)"
 
 
-class _AccumulateAfter:
-    """Recipe (1, 1, 128) with C: the kernel writes A @ B^T into a temporary, then d = c + tmp.
+# Recipe (1, 1, 128) with C: True = the kernel's C epilogue (one pass over d); False = the kernel
+# writes a temporary and C is added after it (_AccumulateAfter: one extra fp32 M x N write + read).
+# The in-kernel path had a race (shared-memory scale loads still in flight when the stage was
+# released: fixed with a proxy fence before the release, impls/sm90_fp8_gemm_1d2d.cuh); the
+# fallback stays for A/B checks (scripts/probe_determinism.py).
+ACCUMULATE_C_IN_KERNEL_1D1D = True
 
-    Why not the kernel's own C epilogue: with C, the 1D1D kernel gives run-to-run differences on
-    some configurations (measured on the H200: 4096x32768x512, block 128x208, 29 of 29 repeats
-    differ in a few 8-column chunks by ~1e-3 relative; scripts/probe_determinism.py), a race not
-    yet found; without C, and the 1D2D kernel with C, are bitwise repeatable. Correct first: the
-    C is added outside until the race is fixed (costs one extra fp32 M x N write + read)."""
+
+class _AccumulateAfter:
+    """Recipe (1, 1, 128) with C, ACCUMULATE_C_IN_KERNEL_1D1D False: the kernel writes A @ B^T
+    into a temporary, then d = c + tmp."""
 
     __slots__ = ("cfg", "_inner", "_c", "_d", "_tmp")
     cacheable = False  # the temporary is per call
@@ -411,13 +414,13 @@ class _AccumulateAfter:
 
 def _prepare_1d1d(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.Tensor, d: torch.Tensor,
                   c: Optional[torch.Tensor], config: Optional[Fp8GemmConfig] = None):
-    if c is not None:
+    if c is not None and not ACCUMULATE_C_IN_KERNEL_1D1D:
         if config is None:
             config, _ = plan(a.shape[0], b.shape[0], a.shape[1], True, True, d.device.index, one_d_one_d=True)
         tmp = torch.empty(d.shape, dtype=torch.float32, device=d.device)
         inner = _prepare_1d1d_kernel(a, sfa, b, sfb, tmp, None, dataclasses.replace(config, has_c=False))
         return None if inner is None else _AccumulateAfter(inner, c, d, tmp)
-    return _prepare_1d1d_kernel(a, sfa, b, sfb, d, None, config)
+    return _prepare_1d1d_kernel(a, sfa, b, sfb, d, c, config)
 
 
 def _prepare_1d1d_kernel(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.Tensor, d: torch.Tensor,

@@ -401,7 +401,12 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
             fin[4 * j + 2] = fmaf(sa1 * sb.x, acc_lo[4 * j + 2], fin[4 * j + 2]);
             fin[4 * j + 3] = fmaf(sa1 * sb.y, acc_lo[4 * j + 3], fin[4 * j + 3]);
           }
-          release(stage);  // the sfa / sfb shared loads above precede the (release) arrive
+          // The stage's sfb was read with ordinary shared loads, and the producer's next TMA (async
+          // proxy) overwrites it once the stage is released: without this fence ptxas issued the
+          // arrive with some of those loads still outstanding (their FMULs scheduled after it),
+          // and the result changed from run to run (scripts/probe_determinism.py, fp32 + C).
+          ptx::fence_proxy_async_shared();
+          release(stage);
           if (++stage == kNumStages) {
             stage = 0;
             phase ^= 1u;
