@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import concurrent.futures
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -127,13 +125,7 @@ def main() -> int:
             cfg = dataclasses.replace(cfg, has_c=False)
         cfgs[ops._kernel_name(cfg)] = cfg
     print(f"{len(cfgs)} kernel configurations")
-    t0 = time.time()
-    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-        futs = [pool.submit(jit.build_cubin, name, ops._render_cfg(cfg)) for name, cfg in cfgs.items()]
-        for i, f in enumerate(concurrent.futures.as_completed(futs), 1):
-            f.result()
-            print(f"\r{i}/{len(futs)} ({time.time() - t0:.0f} s)", end="", flush=True)
-    print()
+    jit.build_many({name: ops._render_cfg(cfg) for name, cfg in cfgs.items()}, args.jobs)
     return 0
 
 

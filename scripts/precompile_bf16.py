@@ -13,9 +13,7 @@ Usage: FINEGEMM_CACHE_DIR=.fgcache python scripts/precompile_bf16.py [--sms 132]
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -114,13 +112,7 @@ def main() -> int:
     args = p.parse_args()
     sources = kernel_sources(args.sms, args.shapes_only)
     print(f"{len(sources)} kernel configurations")
-    t0 = time.time()
-    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-        futs = [pool.submit(jit.build_cubin, name, src) for name, src in sources.items()]
-        for i, f in enumerate(concurrent.futures.as_completed(futs), 1):
-            f.result()
-            print(f"\r{i}/{len(futs)} ({time.time() - t0:.0f} s)", end="", flush=True)
-    print()
+    jit.build_many(sources, args.jobs)
     return 0
 
 

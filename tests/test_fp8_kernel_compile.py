@@ -327,7 +327,7 @@ def test_grouped_ops_layer_plans_and_launch_arguments(monkeypatch):
     from finegemm.reference._common import psum_layout_to_group_ids
 
     launches = []
-    monkeypatch.setattr(ops, "plan_grouped", lambda kind, m, n, k, g, em, al, dev: (
+    monkeypatch.setattr(ops, "plan_grouped", lambda kind, m, n, k, g, em, al, dev, config=None: (
         select_grouped_config(kind, m, n, k, g, 132, em, al), 1))
     monkeypatch.setattr(ops, "_launch_grouped", lambda *args: launches.append(args))
     fp8 = torch.float8_e4m3fn

@@ -7,6 +7,7 @@ FINEGEMM_LINEINFO, FINEGEMM_DISABLE_CACHE.
 from .compiler import (
     INCLUDE_DIR,
     build_cubin,
+    build_many,
     build_host_library,
     cache_dir,
     cuda_home,
@@ -25,7 +26,7 @@ from .checks import compile_check, register_compile_check, registered_compile_ch
 from .trivial import render_trivial_add, trivial_add
 
 __all__ = [
-    "INCLUDE_DIR", "build_cubin", "build_host_library", "cache_dir", "cuda_home", "have_nvcc",
+    "INCLUDE_DIR", "build_cubin", "build_many", "build_host_library", "cache_dir", "cuda_home", "have_nvcc",
     "header_digest", "kernel_flags", "kernel_key", "nvcc_path", "nvcc_version", "parse_ptxas_log",
     "ptxas_report", "stats", "Kernel", "check", "error_string", "host_library", "load_function",
     "load_kernel", "compile_check", "register_compile_check", "registered_compile_checks",

@@ -374,6 +374,23 @@ def build_cubin(name: str, source: str, extra_flags: Sequence[str] = ()) -> Path
 
 
 # ----------------------------------------------------------------------------- host library
+
+def build_many(sources: "dict[str, str]", jobs: int = 2, progress: bool = True) -> None:
+    """Compile many rendered kernels (name -> source) into the cache, `jobs` at a time (the
+    ahead-of-time scripts: scripts/precompile*.py); raises the first compile error."""
+    import concurrent.futures
+    import time
+
+    t0 = time.time()
+    with concurrent.futures.ThreadPoolExecutor(max(1, jobs)) as pool:
+        futs = [pool.submit(build_cubin, name, src) for name, src in sources.items()]
+        for i, f in enumerate(concurrent.futures.as_completed(futs), 1):
+            f.result()
+            if progress:
+                print(f"\r{i}/{len(futs)} ({time.time() - t0:.0f} s)", end="", flush=True)
+    if progress:
+        print()
+
 def host_sources() -> list[Path]:
     return sorted(HOST_DIR.glob("*.cpp"))
 

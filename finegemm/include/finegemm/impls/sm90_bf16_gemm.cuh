@@ -54,6 +54,7 @@
 
 #include <cstdint>
 
+#include <finegemm/epilogue/add_c_fp32.cuh>
 #include <finegemm/epilogue/tma_store_bf16.cuh>
 #include <finegemm/ptx/common.cuh>
 #include <finegemm/ptx/mbarrier.cuh>
@@ -448,45 +449,8 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
       const bool out_fp32 = (flags & kBf16FlagOutFp32) != 0;
       const bool has_c = (flags & kBf16FlagHasC) != 0;
       if (has_c) {
-        // C in a pass of its own (c may be d: loads after stores to d would serialize one HBM
-        // latency per chunk; see sm90_fp8_gemm_1d2d.cuh). Each element is read and written by
-        // this thread only.
-        // Interior tile (the common case): unconditional loads, which the compiler issues back to
-        // back; per-element guards would make each load a branch of its own and serialize them.
-        if (vec && m0 + wg * 64 + 64 <= row_limit && n0 + BLOCK_N <= N) {
-          const float* c_row0 = c_ptr + static_cast<size_t>(m0 + r0) * ldd + n0 + col_in_chunk;
-          const float* c_row1 = c_row0 + static_cast<size_t>(8) * ldd;
-#pragma unroll
-          for (uint32_t j = 0; j < kNumChunks; ++j) {
-            const float2 v0 = __ldcs(reinterpret_cast<const float2*>(c_row0 + 8 * j));
-            const float2 v1 = __ldcs(reinterpret_cast<const float2*>(c_row1 + 8 * j));
-            acc[4 * j + 0] += v0.x;
-            acc[4 * j + 1] += v0.y;
-            acc[4 * j + 2] += v1.x;
-            acc[4 * j + 3] += v1.y;
-          }
-        } else {
-#pragma unroll
-        for (uint32_t h = 0; h < 2; ++h) {
-          const uint32_t row = m0 + r0 + 8 * h;
-          if (row >= row_limit) continue;
-          const size_t row_off = static_cast<size_t>(row) * ldd;
-#pragma unroll
-          for (uint32_t j = 0; j < kNumChunks; ++j) {
-            const uint32_t col = n0 + 8 * j + col_in_chunk;
-            if (col >= N) continue;
-            const size_t off = row_off + col;
-            if (vec) {
-              const float2 cv = __ldcs(reinterpret_cast<const float2*>(c_ptr + off));
-              acc[4 * j + 2 * h + 0] += cv.x;
-              acc[4 * j + 2 * h + 1] += cv.y;
-            } else {
-              acc[4 * j + 2 * h + 0] += __ldcs(c_ptr + off);
-              if (col + 1 < N) acc[4 * j + 2 * h + 1] += __ldcs(c_ptr + off + 1);
-            }
-          }
-        }
-        }  // edge tile
+        epilogue::add_c_fp32<BLOCK_N, kNumChunks>(acc, c_ptr, m0, r0, m0 + wg * 64 + 64, n0, col_in_chunk, ldd, N,
+                                                 row_limit, vec);
       }
 #pragma unroll
       for (uint32_t h = 0; h < 2; ++h) {
