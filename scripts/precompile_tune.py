@@ -34,6 +34,34 @@ def forced_test_configs(sms: int) -> list:
     return out
 
 
+def shipped_table_configs() -> list:
+    """The configuration of every entry of the shipped tuned table (what the library will launch
+    for those shapes; tests/gpu test each one)."""
+    import json
+
+    from finegemm.heuristics import tuned
+    from finegemm.heuristics.sm90_fp8_gemm import (GEMM_GROUPED_MASKED, make_config, make_grouped_config)
+    from finegemm.utils import align
+
+    out = []
+    for e in json.loads(tuned.SHIPPED_TABLE.read_text())["entries"]:
+        c = {**tuned.OPTIONAL_FIELDS, **e["config"]}
+        if e["kind"].startswith("fp8_masked_g"):
+            g = int(e["kind"][len("fp8_masked_g"):])
+            out.append(make_grouped_config(GEMM_GROUPED_MASKED, align(e["m"], 128), e["n"], e["k"], g, e["num_sms"],
+                                           e["m"], 0, c["block_m"], c["block_n"], c["num_stages"], c["num_multicast"],
+                                           c["tma_store"]))
+            continue
+        one_d = e["kind"] == "fp8_1d1d"
+        cfg = make_config(e["m"], e["n"], e["k"], e["num_sms"], e["out_fp32"], e["has_c"], c["block_m"], c["block_n"],
+                          c["num_stages"], c["num_splits"], c["num_multicast"], c["multicast_on_a"], c["tma_store"],
+                          c["half_promote"], one_d, ctas_per_sm=c["ctas_per_sm"], k_batch=c["k_batch"])
+        if one_d and cfg.has_c and not ops.ACCUMULATE_C_IN_KERNEL_1D1D:
+            cfg = dataclasses.replace(cfg, has_c=False)
+        out.append(cfg)
+    return out
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--sms", type=int, default=132)
@@ -62,6 +90,8 @@ def main() -> int:
             for cfg in grouped_candidate_configs(GEMM_GROUPED_MASKED, align(m, 128), n, k, g, args.sms, m, 0,
                                                  top=args.top):
                 cfgs[ops._kernel_name(cfg)] = cfg
+    for cfg in shipped_table_configs():
+        cfgs[ops._kernel_name(cfg)] = cfg
     for cfg in forced_test_configs(args.sms):
         cfgs[ops._kernel_name(cfg)] = cfg
     print(f"{len(cfgs)} candidate kernels")
