@@ -87,7 +87,7 @@ def main() -> int:
         from finegemm.heuristics.sm90_fp8_gemm import GEMM_GROUPED_MASKED, grouped_candidate_configs
         from finegemm.utils import align
         for (g, m, n, k) in masked_default_shapes():
-            for cfg in grouped_candidate_configs(GEMM_GROUPED_MASKED, align(m, 128), n, k, g, args.sms, m, 0,
+            for cfg in grouped_candidate_configs(GEMM_GROUPED_MASKED, align(m, 128) + 128, n, k, g, args.sms, m, 0,
                                                  top=args.top):
                 cfgs[ops._kernel_name(cfg)] = cfg
     for cfg in shipped_table_configs():

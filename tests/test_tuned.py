@@ -194,3 +194,64 @@ def test_masked_family_entries_and_shapes(tmp_path, monkeypatch):
     h.clear_cache()
     monkeypatch.setenv(tuned.DISABLE_TUNED_ENV, "1")
     assert other == h.select_grouped_config(h.GEMM_GROUPED_MASKED, 128, 4096, 7168, 16, 132, 24, 0)
+
+
+def test_k_batch_above_stages_is_rejected():
+    """A batch waits for k_batch full stages before releasing one: more than the ring deadlocks."""
+    with pytest.raises(ValueError, match="k_batch 4 > num_stages 3"):
+        h.make_config(16, 576, 7168, 132, False, False, 64, 64, 3, k_batch=4)
+    assert h.make_config(16, 576, 7168, 132, False, False, 64, 64, 4, k_batch=4).k_batch == 4
+
+
+@pytest.mark.parametrize("bad, rule", [
+    ({"m": 0}, "'m' must be an integer >= 1"),
+    ({"k": 0}, "'k' must be an integer >= 1"),
+    ({"config": {**_entry(1, 1, 16)["config"], "block_m": 64.0}}, "config 'block_m' must be an integer"),
+    ({"config": {**_entry(1, 1, 16)["config"], "tma_store": 1}}, "config 'tma_store' must be true or false"),
+    ({"out_fp32": "no"}, "'out_fp32' must be true or false"),
+])
+def test_malformed_user_table_is_ignored_with_a_warning(tmp_path, monkeypatch, capsys, bad, rule):
+    path = tmp_path / "t.json"
+    entry = {**_entry(64, 2112, 7168, block_n=128, num_stages=5), **bad}
+    path.write_text(json.dumps({"version": 1, "entries": [entry]}))
+    with pytest.raises(ValueError, match=rule):
+        tuned.load_table(path)
+    tuned.clear()
+    model = h.select_config(64, 2112, 7168, 132)
+    h.clear_cache()
+    monkeypatch.setenv(tuned.TUNED_FILE_ENV, str(path))
+    assert h.select_config(64, 2112, 7168, 132) == model  # the model decides; no exception
+    assert "ignoring tuned table" in capsys.readouterr().err
+
+
+def test_missing_or_broken_user_table_files(tmp_path, monkeypatch, capsys):
+    model = h.select_config(64, 2112, 7168, 132)
+    for name, text in (("missing.json", None), ("broken.json", "{not json")):
+        path = tmp_path / name
+        if text is not None:
+            path.write_text(text)
+        monkeypatch.setenv(tuned.TUNED_FILE_ENV, str(path))
+        h.clear_cache()
+        tuned.clear()
+        assert h.select_config(64, 2112, 7168, 132) == model
+        err = capsys.readouterr().err
+        assert ("does not exist" in err) if text is None else ("ignoring tuned table" in err)
+
+
+def test_env_changes_after_the_first_call_take_effect(tmp_path, monkeypatch):
+    """The planners' caches key on the tables' state (FINEGEMM_TUNED_FILE, FINEGEMM_DISABLE_TUNED)."""
+    path = tmp_path / "t.json"
+    tuned.merge_entries(path, [_entry(64, 2112, 7168, block_n=128, num_stages=5)])
+    model = h.select_config(64, 2112, 7168, 132)
+    monkeypatch.setenv(tuned.TUNED_FILE_ENV, str(path))
+    assert h.select_config(64, 2112, 7168, 132).block_n == 128  # no clear_cache() needed
+    monkeypatch.setenv(tuned.DISABLE_TUNED_ENV, "1")
+    assert h.select_config(64, 2112, 7168, 132) == model
+
+
+def test_two_cta_entries_need_the_whole_device(tmp_path, monkeypatch):
+    path = tmp_path / "t.json"
+    tuned.merge_entries(path, [_entry(64, 2112, 7168, block_n=32, num_stages=8, num_splits=4, ctas_per_sm=2)])
+    monkeypatch.setenv(tuned.TUNED_FILE_ENV, str(path))
+    assert h.select_config(64, 2112, 7168, 132).ctas_per_sm == 2
+    assert h.select_config(64, 2112, 7168, 132, allow_two_cta=False).ctas_per_sm == 1

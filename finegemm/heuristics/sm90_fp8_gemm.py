@@ -277,6 +277,8 @@ def make_config(m: int, n: int, k: int, num_sms: int, out_fp32: bool, has_c: boo
     if k_batch != 1 and (k_batch not in MAX_BLOCK_N_KBATCH or bn > MAX_BLOCK_N_KBATCH[k_batch] or one_d_one_d
                          or half_promote):
         raise ValueError(f"k_batch {k_batch}: 1, or 2 / 4 with block_n <= {MAX_BLOCK_N_KBATCH} (1D2D, no half-promote)")
+    if k_batch > num_stages:  # a batch waits for k_batch full stages before releasing one: deadlock
+        raise ValueError(f"k_batch {k_batch} > num_stages {num_stages}")
     if ctas_per_sm not in (1, 2) or (ctas_per_sm == 2 and bm != 64):
         raise ValueError(f"ctas_per_sm {ctas_per_sm}: 1, or 2 with block_m 64")
     top_stages = max_stages(bm, bn, tma_store, one_d_one_d, ctas_per_sm)
@@ -410,11 +412,12 @@ def _two_cta_candidates(m: int, n: int, k: int, num_sms: int, out_fp32: bool, ha
 
 
 def _tuned_config(m: int, n: int, k: int, num_sms: int, out_fp32: bool, has_c: bool, allow_split_k: bool,
-                  allow_multicast: bool, one_d_one_d: bool) -> Fp8GemmConfig | None:
+                  allow_multicast: bool, one_d_one_d: bool, allow_two_cta: bool = True) -> Fp8GemmConfig | None:
     hit = tuned.lookup("fp8_1d1d" if one_d_one_d else "fp8_1d2d", num_sms, m, n, k, out_fp32, has_c)
     if hit is None:
         return None
-    if (not allow_split_k and hit["num_splits"] > 1) or (not allow_multicast and hit["num_multicast"] > 1):
+    if (not allow_split_k and hit["num_splits"] > 1) or (not allow_multicast and hit["num_multicast"] > 1) or \
+            (not allow_two_cta and hit.get("ctas_per_sm", 1) > 1):
         return None
     try:
         return make_config(m, n, k, num_sms, out_fp32, has_c, hit["block_m"], hit["block_n"], hit["num_stages"],
@@ -430,20 +433,23 @@ _warned: set = set()
 
 
 def _warn_bad_entry(m, n, k, err) -> None:
-    if (n, k) not in _warned:
-        _warned.add((n, k))
+    if (n, k, str(err)) not in _warned:
+        _warned.add((n, k, str(err)))
         print(f"finegemm: ignoring a tuned-table entry for n={n} k={k} (m={m}): {err}", file=sys.stderr, flush=True)
 
 
 def select_config(m: int, n: int, k: int, num_sms: int, out_fp32: bool = False, has_c: bool = False,
                   allow_split_k: bool = True, allow_multicast: bool = True,
-                  one_d_one_d: bool = False) -> Fp8GemmConfig:
+                  one_d_one_d: bool = False, allow_two_cta: bool = True) -> Fp8GemmConfig:
     """The launch configuration for D[m, n] (+C) = A[m, k] . B[n, k] on num_sms SMs (cached).
 
     m, n >= 1, k >= 16 (k % 16 == 0). has_c requires out_fp32. one_d_one_d: recipe (1, 1, 128)
     (weight gradients; needs out_fp32): the same model with the per-stage sfb row in the stage size.
+    allow_two_cta=False: no two-CTA-per-SM tuned entry (ops passes it when set_num_sms limits the
+    SMs: two CTAs per SM on a grid of 2 x num_sms could spread over more SMs than allowed).
     """
-    key = (m, n, k, num_sms, bool(out_fp32), bool(has_c), bool(allow_split_k), bool(allow_multicast))
+    key = (m, n, k, num_sms, bool(out_fp32), bool(has_c), bool(allow_split_k), bool(allow_multicast),
+           bool(allow_two_cta), tuned.state())
     if one_d_one_d:
         key = key + ("1d1d",)
     cfg = _cache.get(key)
@@ -455,7 +461,8 @@ def select_config(m: int, n: int, k: int, num_sms: int, out_fp32: bool = False, 
         raise ValueError("select_config: C is only supported with an fp32 output")
     if one_d_one_d and not out_fp32:
         raise ValueError("select_config: recipe (1, 1, 128) needs an fp32 output")
-    cfg = _tuned_config(m, n, k, num_sms, out_fp32, has_c, allow_split_k, allow_multicast, one_d_one_d)
+    cfg = _tuned_config(m, n, k, num_sms, out_fp32, has_c, allow_split_k, allow_multicast, one_d_one_d,
+                        allow_two_cta)
     source = "tuned"
     if cfg is None:
         source = "model"
@@ -560,7 +567,7 @@ def select_grouped_config(kind: int, m: int, n: int, k: int, num_groups: int, nu
     SM (the real tile count depends on masked_m, which stays on the GPU); idle CTAs exit.
     Clusters only share A (two n-blocks of one m-block, which lie in one group).
     """
-    key = ("grouped", kind, m, n, k, num_groups, num_sms, expected_m, alignment)
+    key = ("grouped", kind, m, n, k, num_groups, num_sms, expected_m, alignment, tuned.state())
     cfg = _cache.get(key)
     if cfg is not None:
         return cfg

@@ -25,12 +25,13 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import threading
 from pathlib import Path
 from typing import Optional
 
 
-__all__ = ["SHIPPED_TABLE", "TUNED_FILE_ENV", "DISABLE_TUNED_ENV", "CONFIG_FIELDS", "OPTIONAL_FIELDS", "lookup", "entry_key",
+__all__ = ["SHIPPED_TABLE", "TUNED_FILE_ENV", "DISABLE_TUNED_ENV", "CONFIG_FIELDS", "OPTIONAL_FIELDS", "state", "lookup", "entry_key",
            "load_table", "merge_entries", "clear"]
 
 SHIPPED_TABLE = Path(__file__).with_name("tuned_sm90.json")
@@ -57,13 +58,36 @@ def _key_of(e: dict) -> tuple:
     return entry_key(e["kind"], e["num_sms"], e["n"], e.get("out_fp32", False), e.get("has_c", False))
 
 
+_INT_FIELDS = ("block_m", "block_n", "num_stages", "num_splits", "num_multicast", "ctas_per_sm", "k_batch")
+_BOOL_FIELDS = ("multicast_on_a", "tma_store", "half_promote")
+
+
+def _is_int(v) -> bool:
+    return type(v) is int and v >= 1  # bool is not int here; 64.0 is rejected
+
+
 def _check_entry(e: dict, where: str) -> dict:
+    """The entry's config, after checking every field's presence and type (a malformed table must
+    fail here, once, not inside a GEMM call)."""
+    if not isinstance(e, dict):
+        raise ValueError(f"{where}: entry {e!r} is not an object")
     cfg = e.get("config")
     if not isinstance(cfg, dict) or any(f not in cfg for f in CONFIG_FIELDS):
         raise ValueError(f"{where}: entry {e!r} needs a 'config' with fields {CONFIG_FIELDS}")
-    for f in ("kind", "num_sms", "m", "n", "k"):
-        if f not in e:
-            raise ValueError(f"{where}: entry {e!r} lacks {f!r}")
+    if not isinstance(e.get("kind"), str):
+        raise ValueError(f"{where}: entry {e!r} needs a string 'kind'")
+    for f in ("num_sms", "m", "n", "k"):
+        if not _is_int(e.get(f)):
+            raise ValueError(f"{where}: entry {e!r}: {f!r} must be an integer >= 1")
+    for f in ("out_fp32", "has_c"):
+        if not isinstance(e.get(f, False), bool):
+            raise ValueError(f"{where}: entry {e!r}: {f!r} must be true or false")
+    for f in _INT_FIELDS:
+        if f in cfg and not _is_int(cfg[f]):
+            raise ValueError(f"{where}: entry {e!r}: config {f!r} must be an integer >= 1")
+    for f in _BOOL_FIELDS:
+        if not isinstance(cfg[f], bool):
+            raise ValueError(f"{where}: entry {e!r}: config {f!r} must be true or false")
     return cfg
 
 
@@ -93,15 +117,42 @@ def clear() -> None:
     """Forget the loaded tables (after writing a table file, or in tests)."""
     with _lock:
         _tables.clear()
+    _bad_tables.clear()
+
+
+def state() -> tuple:
+    """What the tables consulted depend on (the planners' caches include it in their keys)."""
+    return (os.environ.get(TUNED_FILE_ENV), os.environ.get(DISABLE_TUNED_ENV, "").strip() not in ("", "0"))
+
+
+_bad_tables: set = set()
+
+
+def _table_or_empty(path) -> dict:
+    """load_table(), but a missing or malformed table is reported once and treated as empty: a GEMM
+    call never fails because of a tuned table (the model decides instead)."""
+    try:
+        if not os.path.exists(str(path)) and str(path) not in _bad_tables:
+            _bad_tables.add(str(path))
+            if str(path) != str(SHIPPED_TABLE):
+                print(f"finegemm: tuned table {path} does not exist ({TUNED_FILE_ENV}); ignored", file=sys.stderr)
+        return load_table(path)
+    except (ValueError, OSError) as e:  # json.JSONDecodeError is a ValueError
+        if str(path) not in _bad_tables:
+            _bad_tables.add(str(path))
+            print(f"finegemm: ignoring tuned table {path}: {e}", file=sys.stderr)
+        with _lock:
+            _tables[str(path)] = {}
+        return {}
 
 
 def lookup(kind: str, num_sms: int, m: int, n: int, k: int, out_fp32: bool, has_c: bool) -> Optional[dict]:
     """The tuned config fields for a problem, or None (the heuristic model decides)."""
-    if os.environ.get(DISABLE_TUNED_ENV, "").strip() not in ("", "0"):
+    user, disabled = state()
+    if disabled:
         return None
     key = entry_key(kind, num_sms, n, out_fp32, has_c)
-    user = os.environ.get(TUNED_FILE_ENV)
-    tables = ([load_table(user)] if user else []) + [load_table(SHIPPED_TABLE)]
+    tables = ([_table_or_empty(user)] if user else []) + [_table_or_empty(SHIPPED_TABLE)]
     for table in tables:
         hit = _nearest(table.get(key), m, k)
         if hit is not None:

@@ -29,6 +29,7 @@ from finegemm.heuristics.sm90_fp8_gemm import (
     select_config,
     select_grouped_config,
 )
+from finegemm.heuristics import tuned
 from finegemm.ops._runtime import SplitKWorkspace, is_capturing, raw_stream
 from finegemm.quant import get_mn_major_tma_aligned_tensor
 from finegemm.utils import align
@@ -219,13 +220,12 @@ def plan(m: int, n: int, k: int, out_fp32: bool, has_c: bool, device: int,
         fn = _load(config, device)
         return _fit_clusters(config, fn), fn
     num_sms = runtime.get_num_sms()
-    key = (m, n, k, out_fp32, has_c, num_sms, device)
-    if one_d_one_d:
-        key = key + ("1d1d",)
+    key = (m, n, k, out_fp32, has_c, num_sms, device, one_d_one_d, tuned.state())
     p = _plans.get(key)
     if p is None:
-        cfg = (select_config(m, n, k, num_sms, out_fp32, has_c, one_d_one_d=True) if one_d_one_d
-               else select_config(m, n, k, num_sms, out_fp32, has_c))
+        # Two CTAs per SM only when every SM may be used (a set_num_sms limit is a limit on SMs).
+        whole = num_sms >= torch.cuda.get_device_properties(device).multi_processor_count
+        cfg = select_config(m, n, k, num_sms, out_fp32, has_c, one_d_one_d=one_d_one_d, allow_two_cta=whole)
         fn = _load(cfg, device)
         p = (_fit_clusters(cfg, fn), fn)
         with _plans_lock:
@@ -415,8 +415,11 @@ class _AccumulateAfter:
 def _prepare_1d1d(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.Tensor, d: torch.Tensor,
                   c: Optional[torch.Tensor], config: Optional[Fp8GemmConfig] = None):
     if c is not None and not ACCUMULATE_C_IN_KERNEL_1D1D:
+        if a.shape[0] == 0 or b.shape[0] == 0:
+            return None
         if config is None:
-            config, _ = plan(a.shape[0], b.shape[0], a.shape[1], True, True, d.device.index, one_d_one_d=True)
+            config = select_config(a.shape[0], b.shape[0], a.shape[1], runtime.get_num_sms(), True, True,
+                                   one_d_one_d=True)
         tmp = torch.empty(d.shape, dtype=torch.float32, device=d.device)
         inner = _prepare_1d1d_kernel(a, sfa, b, sfb, tmp, None, dataclasses.replace(config, has_c=False))
         return None if inner is None else _AccumulateAfter(inner, c, d, tmp)
@@ -516,7 +519,7 @@ def plan_grouped(kind: int, m: int, n: int, k: int, num_groups: int, expected_m:
         fn = _load(config, device)
         return _fit_clusters(config, fn), fn
     num_sms = runtime.get_num_sms()
-    key = ("grouped", kind, m, n, k, num_groups, expected_m, alignment, num_sms, device)
+    key = ("grouped", kind, m, n, k, num_groups, expected_m, alignment, num_sms, device, tuned.state())
     p = _plans.get(key)
     if p is None:
         cfg = select_grouped_config(kind, m, n, k, num_groups, num_sms, expected_m, alignment)

@@ -187,6 +187,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   // core or HBM). Accumulators are only read after wait_group 0: no wgmma serialization.
   static_assert(kKBatch == 1 || kKBatch == 2 || kKBatch == 4, "k-block batches of 1, 2 or 4");
   static_assert(kKBatch == 1 || (!kHalfPromote && !k1D1D), "k-block batching is a 1D2D, whole-tile mode");
+  static_assert(kKBatch <= kNumStages, "a batch waits for kKBatch full stages before releasing any");
   static_assert(!kHalfPromote || (BLOCK_N / 2) % 8 == 0, "half tiles must keep whole 8-row swizzle atoms");
   using Mma = ptx::WgmmaFp8<kMmaN>;
   constexpr uint32_t kNumConsumerWG = Traits::kNumConsumerWG;
