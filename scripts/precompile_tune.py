@@ -40,23 +40,12 @@ def shipped_table_configs() -> list:
     import json
 
     from finegemm.heuristics import tuned
-    from finegemm.heuristics.sm90_fp8_gemm import (GEMM_GROUPED_MASKED, make_config, make_grouped_config)
-    from finegemm.utils import align
+    from finegemm.heuristics.sm90_fp8_gemm import tuned_entry_config
 
     out = []
     for e in json.loads(tuned.SHIPPED_TABLE.read_text())["entries"]:
-        c = {**tuned.OPTIONAL_FIELDS, **e["config"]}
-        if e["kind"].startswith("fp8_masked_g"):
-            g = int(e["kind"][len("fp8_masked_g"):])
-            out.append(make_grouped_config(GEMM_GROUPED_MASKED, align(e["m"], 128), e["n"], e["k"], g, e["num_sms"],
-                                           e["m"], 0, c["block_m"], c["block_n"], c["num_stages"], c["num_multicast"],
-                                           c["tma_store"]))
-            continue
-        one_d = e["kind"] == "fp8_1d1d"
-        cfg = make_config(e["m"], e["n"], e["k"], e["num_sms"], e["out_fp32"], e["has_c"], c["block_m"], c["block_n"],
-                          c["num_stages"], c["num_splits"], c["num_multicast"], c["multicast_on_a"], c["tma_store"],
-                          c["half_promote"], one_d, ctas_per_sm=c["ctas_per_sm"], k_batch=c["k_batch"])
-        if one_d and cfg.has_c and not ops.ACCUMULATE_C_IN_KERNEL_1D1D:
+        cfg = tuned_entry_config(e)
+        if cfg.one_d_one_d and cfg.has_c and not ops.ACCUMULATE_C_IN_KERNEL_1D1D:
             cfg = dataclasses.replace(cfg, has_c=False)
         out.append(cfg)
     return out

@@ -255,3 +255,36 @@ def test_two_cta_entries_need_the_whole_device(tmp_path, monkeypatch):
     monkeypatch.setenv(tuned.TUNED_FILE_ENV, str(path))
     assert h.select_config(64, 2112, 7168, 132).ctas_per_sm == 2
     assert h.select_config(64, 2112, 7168, 132, allow_two_cta=False).ctas_per_sm == 1
+
+
+def test_tune_cli_rejects_bad_shapes(capsys):
+    from finegemm.bench import tune
+    for bad in ("64,2112", "64,2112,7169", "0,2112,7168", "a,b,c", "1,2,3,4,5"):
+        with pytest.raises(SystemExit):
+            tune.main(["dense", "--shapes", bad])
+        assert "--shapes" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        tune.main(["sparse"])
+    assert "family" in capsys.readouterr().err
+
+
+def test_forced_configs_must_match_the_problem():
+    """ops.plan / plan_grouped(config=...) name the mismatch instead of launching a wrong plan."""
+    cfg = h.make_config(64, 2112, 7168, 132, False, False, 64, 64, 8)
+    with pytest.raises(ValueError, match="forced config is for"):
+        ops.plan(64, 2112, 7296, False, False, 0, config=cfg)
+    g = h.make_grouped_config(h.GEMM_GROUPED_MASKED, 256, 4096, 7168, 4, 132, 192, 0, 128, 128, 5, 1, True)
+    with pytest.raises(ValueError, match="forced grouped config does not match"):
+        ops.plan_grouped(h.GEMM_GROUPED_MASKED, 256, 4096, 7168, 8, 192, 0, 0, config=g)
+
+
+@pytest.mark.parametrize("args, rule", [
+    (dict(block_m=256), "block_m in"), (dict(block_n=200), "block_n a multiple of 16"),
+    (dict(num_multicast=3), "num_multicast 3"), (dict(num_stages=20), "num_stages 20 outside"),
+])
+def test_illegal_grouped_configs_are_rejected(args, rule):
+    base = dict(block_m=128, block_n=128, num_stages=5, num_multicast=1, tma_store=True)
+    base.update(args)
+    with pytest.raises(ValueError, match=rule):
+        h.make_grouped_config(h.GEMM_GROUPED_MASKED, 256, 4096, 7168, 4, 132, 192, 0, base["block_m"],
+                              base["block_n"], base["num_stages"], base["num_multicast"], base["tma_store"])

@@ -215,7 +215,9 @@ def table_entry(rec: dict, num_sms: int, meta: dict) -> dict | None:
     if not best:
         return None
     wgrad = rec.get("family") == "wgrad"
-    kind = f"fp8_masked_g{rec['groups']}" if rec.get("family") == "masked" else "fp8_1d1d" if wgrad else "fp8_1d2d"
+    from finegemm.heuristics.sm90_fp8_gemm import MASKED_KIND_PREFIX
+    masked = rec.get("family") == "masked"
+    kind = f"{MASKED_KIND_PREFIX}{rec['groups']}" if masked else "fp8_1d1d" if wgrad else "fp8_1d2d"
     return {"kind": kind, "num_sms": num_sms, "m": rec["m"], "n": rec["n"],
             "k": rec["k"], "out_fp32": wgrad, "has_c": wgrad, "config": {f: best[f] for f in (*CONFIG_FIELDS, *OPTIONAL_FIELDS)},
             "us": round(best["us"], 3), "model_us": round(rec["model_us"], 3) if rec.get("model_us") else None,

@@ -51,6 +51,10 @@ __all__ = [
     "candidate_configs",
     "make_grouped_config",
     "grouped_candidate_configs",
+    "config_from_fields",
+    "masked_config_from_fields",
+    "tuned_entry_config",
+    "MASKED_KIND_PREFIX",
     "GEMM_NORMAL",
     "GEMM_GROUPED_CONTIGUOUS",
     "GEMM_GROUPED_MASKED",
@@ -69,6 +73,7 @@ BLOCK_K = 128
 GEMM_NORMAL = 0
 GEMM_GROUPED_CONTIGUOUS = 1
 GEMM_GROUPED_MASKED = 2
+MASKED_KIND_PREFIX = "fp8_masked_g"  # tuned-table kind of masked entries: prefix + number of groups
 SMEM_LIMIT = 232448  # 227 KB: the SM90 per-block dynamic shared memory limit
 SMEM_PER_SM = 233472  # 228 KB per SM, of which the driver reserves 1 KB per resident CTA
 # Two co-resident CTAs per SM (`ctas_per_sm` 2): two independent wgmma -> promote chains and twice
@@ -420,13 +425,36 @@ def _tuned_config(m: int, n: int, k: int, num_sms: int, out_fp32: bool, has_c: b
             (not allow_two_cta and hit.get("ctas_per_sm", 1) > 1):
         return None
     try:
-        return make_config(m, n, k, num_sms, out_fp32, has_c, hit["block_m"], hit["block_n"], hit["num_stages"],
-                           hit["num_splits"], hit["num_multicast"], hit["multicast_on_a"], hit["tma_store"],
-                           hit["half_promote"], one_d_one_d, ctas_per_sm=hit.get("ctas_per_sm", 1),
-                           k_batch=hit.get("k_batch", 1))
+        return config_from_fields(hit, m, n, k, num_sms, out_fp32, has_c, one_d_one_d)
     except ValueError as e:
         _warn_bad_entry(m, n, k, e)
         return None
+
+
+def config_from_fields(f: dict, m: int, n: int, k: int, num_sms: int, out_fp32: bool, has_c: bool,
+                       one_d_one_d: bool = False) -> Fp8GemmConfig:
+    """make_config() from a tuned entry's config fields (tuned.CONFIG_FIELDS + OPTIONAL_FIELDS)."""
+    return make_config(m, n, k, num_sms, out_fp32, has_c, f["block_m"], f["block_n"], f["num_stages"],
+                       f["num_splits"], f["num_multicast"], f["multicast_on_a"], f["tma_store"], f["half_promote"],
+                       one_d_one_d, ctas_per_sm=f.get("ctas_per_sm", 1), k_batch=f.get("k_batch", 1))
+
+
+def masked_config_from_fields(f: dict, m_max: int, n: int, k: int, num_groups: int, num_sms: int,
+                              expected_m: int) -> Fp8GemmConfig:
+    """make_grouped_config() (masked kind) from a tuned entry's config fields."""
+    return make_grouped_config(GEMM_GROUPED_MASKED, m_max, n, k, num_groups, num_sms, expected_m, 0, f["block_m"],
+                               f["block_n"], f["num_stages"], f["num_multicast"], f["tma_store"])
+
+
+def tuned_entry_config(e: dict) -> Fp8GemmConfig:
+    """The configuration a tuned-table entry names, at the entry's own shape (masked entries:
+    Mmax = expected m rounded up to 128)."""
+    f = {**tuned.OPTIONAL_FIELDS, **e["config"]}
+    if e["kind"].startswith(MASKED_KIND_PREFIX):
+        return masked_config_from_fields(f, ceil_div(e["m"], 128) * 128, e["n"], e["k"],
+                                         int(e["kind"][len(MASKED_KIND_PREFIX):]), e["num_sms"], e["m"])
+    return config_from_fields(f, e["m"], e["n"], e["k"], e["num_sms"], e.get("out_fp32", False),
+                              e.get("has_c", False), e["kind"] == "fp8_1d1d")
 
 
 _warned: set = set()
@@ -579,12 +607,11 @@ def select_grouped_config(kind: int, m: int, n: int, k: int, num_groups: int, nu
     cfg = None
     source = "model"
     if kind == GEMM_GROUPED_MASKED:
-        hit = tuned.lookup(f"fp8_masked_g{num_groups}", num_sms, expected_m if expected_m > 0 else m, n, k,
+        hit = tuned.lookup(f"{MASKED_KIND_PREFIX}{num_groups}", num_sms, expected_m if expected_m > 0 else m, n, k,
                            False, False)
         if hit is not None:
             try:
-                cfg = make_grouped_config(kind, m, n, k, num_groups, num_sms, expected_m, alignment, hit["block_m"],
-                                          hit["block_n"], hit["num_stages"], hit["num_multicast"], hit["tma_store"])
+                cfg = masked_config_from_fields(hit, m, n, k, num_groups, num_sms, expected_m)
                 source = "tuned"
             except ValueError as e:
                 _warn_bad_entry(m, n, k, e)
@@ -593,16 +620,15 @@ def select_grouped_config(kind: int, m: int, n: int, k: int, num_groups: int, nu
             _grouped_model_candidates(kind, m, n, k, num_groups, num_sms, expected_m, alignment))
         cfg = make_grouped_config(kind, m, n, k, num_groups, num_sms, expected_m, alignment, bm, bn,
                                   max_stages(bm, bn, tma), mc, tma, est_us=est)
-    bm, bn, mc, tma, stages, grid, tiles, est = (cfg.block_m, cfg.block_n, cfg.num_multicast, cfg.tma_store,
-                                                 cfg.num_stages, cfg.grid, cfg.num_tiles, cfg.est_us)
     with _cache_lock:
         _cache[key] = cfg
     if print_configs_enabled():
         print(
             f"finegemm: sm90_fp8_gemm {'contiguous' if kind == GEMM_GROUPED_CONTIGUOUS else 'masked'} G={num_groups} "
-            f"m={m} n={n} k={k} expected_m={expected_m} sms={num_sms} -> ({source}) block_m={bm} block_n={bn} stages={stages} "
-            f"multicast={mc}{'(A)' if mc == 2 else ''} epilogue={'tma' if tma else 'direct'} tiles~{tiles} "
-            f"grid={grid} smem={cfg.smem_bytes} est={est:.1f}us",
+            f"m={m} n={n} k={k} expected_m={expected_m} sms={num_sms} -> ({source}) block_m={cfg.block_m} "
+            f"block_n={cfg.block_n} stages={cfg.num_stages} multicast={cfg.num_multicast}"
+            f"{'(A)' if cfg.num_multicast == 2 else ''} epilogue={'tma' if cfg.tma_store else 'direct'} "
+            f"tiles~{cfg.num_tiles} grid={cfg.grid} smem={cfg.smem_bytes} est={cfg.est_us:.1f}us",
             file=sys.stderr, flush=True,
         )
     return cfg

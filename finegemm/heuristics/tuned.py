@@ -117,7 +117,6 @@ def clear() -> None:
     """Forget the loaded tables (after writing a table file, or in tests)."""
     with _lock:
         _tables.clear()
-    _bad_tables.clear()
 
 
 def state() -> tuple:
@@ -125,24 +124,22 @@ def state() -> tuple:
     return (os.environ.get(TUNED_FILE_ENV), os.environ.get(DISABLE_TUNED_ENV, "").strip() not in ("", "0"))
 
 
-_bad_tables: set = set()
-
-
 def _table_or_empty(path) -> dict:
     """load_table(), but a missing or malformed table is reported once and treated as empty: a GEMM
     call never fails because of a tuned table (the model decides instead)."""
+    path = str(path)
+    with _lock:
+        table = _tables.get(path)
+    if table is not None:  # loaded (or found bad) before: no file-system access
+        return table
     try:
-        if not os.path.exists(str(path)) and str(path) not in _bad_tables:
-            _bad_tables.add(str(path))
-            if str(path) != str(SHIPPED_TABLE):
-                print(f"finegemm: tuned table {path} does not exist ({TUNED_FILE_ENV}); ignored", file=sys.stderr)
+        if not os.path.exists(path) and path != str(SHIPPED_TABLE):
+            print(f"finegemm: tuned table {path} does not exist ({TUNED_FILE_ENV}); ignored", file=sys.stderr)
         return load_table(path)
     except (ValueError, OSError) as e:  # json.JSONDecodeError is a ValueError
-        if str(path) not in _bad_tables:
-            _bad_tables.add(str(path))
-            print(f"finegemm: ignoring tuned table {path}: {e}", file=sys.stderr)
+        print(f"finegemm: ignoring tuned table {path}: {e}", file=sys.stderr)
         with _lock:
-            _tables[str(path)] = {}
+            _tables[path] = {}  # reported once: later lookups hit the cache above
         return {}
 
 
