@@ -346,6 +346,17 @@ def _model_candidates(m: int, n: int, k: int, num_sms: int, out_fp32: bool, has_
     return out
 
 
+def _top_and_family_bests(ranked: list, top: int, family) -> list:
+    """The first `top` of a ranked candidate list, plus the best of every family ranked lower (the
+    model's blind spots are whole families, not neighbours)."""
+    chosen, seen = [], set()
+    for c in ranked:
+        if len(chosen) < top or family(c) not in seen:
+            chosen.append(c)
+        seen.add(family(c))
+    return chosen
+
+
 def candidate_configs(m: int, n: int, k: int, num_sms: int, out_fp32: bool = False, has_c: bool = False,
                       top: int = 16, one_d_one_d: bool = False, half_promote: int = 0,
                       k_batch: int = 12) -> list[Fp8GemmConfig]:
@@ -356,13 +367,8 @@ def candidate_configs(m: int, n: int, k: int, num_sms: int, out_fp32: bool = Fal
     k_batch 2 / 4 twins of the first `k_batch` narrow ones (the model does not rank either),
     plus two-CTA-per-SM configs. The model's own choice is first."""
     cands = sorted(_model_candidates(m, n, k, num_sms, out_fp32, has_c, True, True, one_d_one_d))
-    chosen, seen_family = [], set()
-    for c in cands:
-        _, bm, bn, splits, mc, mc_on_a, tma, est, tiles, units = c
-        family = (bm, splits > 1, mc, mc_on_a, tma)
-        if len(chosen) < top or family not in seen_family:
-            chosen.append(c)
-        seen_family.add(family)
+    # family: (block_m, split-K, multicast, multicast on A, TMA store)
+    chosen = _top_and_family_bests(cands, top, lambda c: (c[1], c[3] > 1, c[4], c[5], c[6]))
     out = []
     hp_left = {64: half_promote, 128: half_promote}
     for _, bm, bn, splits, mc, mc_on_a, tma, est, tiles, units in chosen:
@@ -571,12 +577,8 @@ def grouped_candidate_configs(kind: int, m: int, n: int, k: int, num_groups: int
     (block_m, multicast, epilogue) family, each also with one stage fewer for the TMA store (the
     model's own choice first)."""
     cands = sorted(_grouped_model_candidates(kind, m, n, k, num_groups, num_sms, expected_m, alignment))
-    chosen, seen = [], set()
-    for c in cands:
-        family = (c[1], c[3], c[5])
-        if len(chosen) < top or family not in seen:
-            chosen.append(c)
-        seen.add(family)
+    # family: (block_m, multicast, TMA store)
+    chosen = _top_and_family_bests(cands, top, lambda c: (c[1], c[3], c[5]))
     return [make_grouped_config(kind, m, n, k, num_groups, num_sms, expected_m, alignment, bm, bn,
                                 max_stages(bm, bn, tma), mc, tma, est_us=est)
             for _, bm, bn, mc, _mca, tma, est, _t, _u in chosen]
