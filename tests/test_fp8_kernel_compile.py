@@ -10,6 +10,7 @@ Regenerate the wgmma header: python tests/test_fp8_kernel_compile.py --write-wgm
 from __future__ import annotations
 
 import ctypes
+import re
 import shutil
 import subprocess
 import sys
@@ -581,23 +582,57 @@ def test_k_grouped_ops_layer_per_group_calls(monkeypatch):
             a_off, b_off, kb_off = a_off + M * kg, b_off + N * kg, kb_off + kg // 128
 
 
+_REG = re.compile(r"(?<![A-Z])R(\d+)\b")
+
+
+def _regs(text: str) -> set[int]:
+    return {int(r) for r in _REG.findall(text)}
+
+
+def _lds_dest_regs(op: str, dest: str) -> set[int]:
+    """Registers an LDS writes: LDS / LDS.U8 ... one, LDS.64 two, LDS.128 four."""
+    first = _regs(dest)
+    if not first:
+        return set()
+    r0 = min(first)
+    width = 4 if ".128" in op else (2 if ".64" in op else 1)
+    return set(range(r0, r0 + width))
+
+
 def _releases_with_loads_in_flight(sass: str) -> int:
-    """Consumer stage releases (SYNCS.ARRIVE ...A1T0) issued while an ordinary shared load (LDS) of
-    the thread has not been ordered by a fence (MEMBAR / FENCE.VIEW.ASYNC) since: the pattern of
-    the 1D1D race (benchmarks/NOTES.md v0.8)."""
-    pending, bad = False, 0
+    """Consumer stage releases (SYNCS.ARRIVE ...A1T0) issued while an ordinary shared load (LDS)
+    of the thread may still be in flight: the pattern of the 1D1D race (benchmarks/NOTES.md v0.8).
+
+    A load is known complete once a later instruction reads (or overwrites) one of its
+    destination registers (the scoreboard makes that instruction wait for the whole load), or
+    after a fence (MEMBAR / FENCE.VIEW.ASYNC). A straight scan of the listing: conservative for
+    loads consumed only in another basic block."""
+    pending: list[set[int]] = []  # destination registers of loads not yet known complete
+    bad = 0
     for line in sass.splitlines():
         parts = line.split("*/", 1)
         if len(parts) < 2:
             continue
-        ins = parts[1].strip()
-        op = ins.split()[1] if ins.startswith("@") and len(ins.split()) > 1 else (ins.split() or [""])[0]
-        if op.startswith("LDS") and not op.startswith("LDSM"):
-            pending = True
-        elif op.startswith("MEMBAR") or op.startswith("FENCE.VIEW.ASYNC"):
-            pending = False
-        elif op.startswith("SYNCS.ARRIVE") and "A1T0" in op:
-            bad += pending
+        ins = parts[1].split(";", 1)[0].strip()
+        if ins.startswith("@"):
+            ins = ins.split(None, 1)[1] if len(ins.split(None, 1)) > 1 else ""
+        if not ins:
+            continue
+        op, _, rest = ins.partition(" ")
+        operands = [o.strip() for o in rest.split(",")] if rest else []
+        if op.startswith("MEMBAR") or op.startswith("FENCE.VIEW.ASYNC"):
+            pending.clear()
+            continue
+        if op.startswith("SYNCS.ARRIVE") and "A1T0" in op:
+            bad += bool(pending)
+        # Registers this instruction touches: a read of a load's destination waits for it; so
+        # does an overwrite (write-after-write on the same scoreboard).
+        touched = _regs(rest)
+        pending = [p for p in pending if not (p & touched)]
+        if op.startswith("LDS") and not op.startswith("LDSM") and operands:
+            dest = _lds_dest_regs(op, operands[0])
+            if dest:
+                pending.append(dest)
     return bad
 
 
@@ -619,13 +654,72 @@ def test_1d1d_stage_release_is_fenced_after_scale_loads(bm, bn, has_c, mc):
     assert _releases_with_loads_in_flight(sass) == 0
 
 
+# 1D2D configurations covering each main-loop variant (plain, split-K, multicast on A / B,
+# TMA store, k-batch 2 / 4, half-promote, two CTAs per SM) and both m-grouped kinds.
+_1D2D_RELEASE_CASES = [
+    dict(m=4096, n=7168, k=4096, out_fp32=False, has_c=False, bm=128, bn=128, splits=1, mc=1, tma=True),
+    dict(m=64, n=2112, k=7168, out_fp32=False, has_c=False, bm=64, bn=128, splits=4, mc=1),
+    dict(m=4096, n=7168, k=4096, out_fp32=True, has_c=True, bm=128, bn=144, splits=1, mc=2, mc_a=True),
+    dict(m=4096, n=7168, k=4096, out_fp32=False, has_c=False, bm=128, bn=112, splits=1, mc=2, mc_a=False),
+    dict(m=64, n=4096, k=7168, out_fp32=False, has_c=False, bm=64, bn=64, splits=2, mc=1, k_batch=2),
+    dict(m=128, n=7168, k=2048, out_fp32=False, has_c=False, bm=64, bn=64, splits=1, mc=1, k_batch=4),
+    dict(m=4096, n=4096, k=7168, out_fp32=False, has_c=False, bm=128, bn=128, splits=1, mc=1, half=True),
+    dict(m=64, n=7168, k=16384, out_fp32=False, has_c=False, bm=64, bn=64, splits=2, mc=1, ctas=2),
+]
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("case", _1D2D_RELEASE_CASES + ["grouped_contiguous", "grouped_masked"])
+def test_1d2d_stage_release_follows_completed_scale_loads(case):
+    """The 1D2D consumers read the stage's sfa with ordinary shared loads and release the stage
+    without a proxy fence: safe only because the combined scales (sfa * sfb) are computed from
+    those loads before the arrive, so the loads have completed. The SASS must keep that order
+    (the 1D1D race was the same release with its consumers scheduled after the arrive)."""
+    from finegemm import jit
+    from finegemm.heuristics import sm90_fp8_gemm as heur
+    from finegemm.ops import sm90_fp8_gemm as ops
+
+    if case == "grouped_contiguous":
+        cfg = heur.make_grouped_config(heur.GEMM_GROUPED_CONTIGUOUS, 8 * 4096, 4096, 7168, 8, 132, 4096, 128,
+                                       128, 128, heur.max_stages(128, 128, True), 2, True)
+    elif case == "grouped_masked":
+        cfg = heur.make_grouped_config(heur.GEMM_GROUPED_MASKED, 256, 4096, 7168, 4, 132, 192, 128,
+                                       64, 128, heur.max_stages(64, 128, False), 1, False)
+    else:
+        c = case
+        ctas = c.get("ctas", 1)
+        stages = min(heur.max_stages(c["bm"], c["bn"], c.get("tma", False), ctas_per_sm=ctas), 8)
+        cfg = heur.make_config(c["m"], c["n"], c["k"], 132, c["out_fp32"], c["has_c"], c["bm"], c["bn"], stages,
+                               c["splits"], c["mc"], c.get("mc_a", False), c.get("tma", False), c.get("half", False),
+                               ctas_per_sm=ctas, k_batch=c.get("k_batch", 1))
+    sass = _sass(str(jit.build_cubin(ops._kernel_name(cfg), ops._render_cfg(cfg))))
+    if sass is None:
+        pytest.skip("no cuobjdump")
+    assert "SYNCS.ARRIVE" in sass and "LDS" in sass
+    assert _releases_with_loads_in_flight(sass) == 0
+
+
 def test_release_fence_detector_on_synthetic_sass():
-    """The detector itself: flags an arrive after an unfenced LDS, accepts a fenced one."""
+    """The detector itself: flags an arrive while a shared load may be in flight; accepts one
+    after a fence, or after an instruction that read (or overwrote) the load's destination."""
     def sass(*ops_):
         return "\n".join(f"        /*{i:04x}*/                   {o} ;" for i, o in enumerate(ops_))
-    assert _releases_with_loads_in_flight(sass("LDS.64 R2, [R1]", "FMUL R3, R2, R2",
-                                               "@!P0 SYNCS.ARRIVE.TRANS64.A1T0 RZ, [UR4], RZ")) == 1
+    arrive = "@!P0 SYNCS.ARRIVE.TRANS64.A1T0 RZ, [UR4], RZ"
+    # The 1D1D race: the FMUL consuming the load was scheduled after the arrive.
+    assert _releases_with_loads_in_flight(sass("LDS.64 R2, [R1]", arrive, "FMUL R3, R2, R2")) == 1
+    # An unrelated instruction in between does not complete the load (R20 is not R2/R3).
+    assert _releases_with_loads_in_flight(sass("LDS.64 R2, [R1]", "FMUL R20, R21, R22", arrive)) == 1
+    # The second register of a 64-bit load counts; a read of it waits for the whole load.
+    assert _releases_with_loads_in_flight(sass("LDS.64 R2, [R1]", "FMUL R9, R3, R8", arrive)) == 0
+    assert _releases_with_loads_in_flight(sass("LDS R155, [R154+0x24000]", "FMUL R155, R155, R152.reuse",
+                                               arrive)) == 0
     assert _releases_with_loads_in_flight(sass("LDS.64 R2, [R1]", "MEMBAR.ALL.CTA", "FENCE.VIEW.ASYNC.S",
-                                               "@!P0 SYNCS.ARRIVE.TRANS64.A1T0 RZ, [UR4], RZ")) == 0
-    assert _releases_with_loads_in_flight(sass("LDSM.16.M88.4 R4, [R1]",
-                                               "SYNCS.ARRIVE.TRANS64.A1T0 RZ, [UR4], RZ")) == 0
+                                               arrive)) == 0
+    # Two loads, only one consumed: still in flight.
+    assert _releases_with_loads_in_flight(sass("LDS R2, [R1]", "LDS R4, [R1+0x20]", "FMUL R9, R2, R2",
+                                               arrive)) == 1
+    # Uniform registers are not R registers; ldmatrix (LDSM) feeds wgmma-free paths and is not scanned.
+    assert _releases_with_loads_in_flight(sass("LDS R2, [R1]", "UMOV UR2, 0x1", arrive)) == 1
+    assert _releases_with_loads_in_flight(sass("LDSM.16.M88.4 R4, [R1]", arrive)) == 0
+
+

@@ -448,12 +448,8 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         float sb[kKBatch][kSpan];
 #pragma unroll
         for (uint32_t j = 0; j < kKBatch; ++j) {
-          const uint32_t kbn = kb0 + kKBatch + j < kb_end ? kb0 + kKBatch + j : kb_last;
 #pragma unroll
-          for (uint32_t b = 0; b < kSpan; ++b) {
-            sb[j][b] = sb_next[j][b];
-            sb_next[j][b] = __ldg(sfb_rows[b] + kbn);
-          }
+          for (uint32_t b = 0; b < kSpan; ++b) sb[j][b] = sb_next[j][b];
         }
         float sa[kKBatch][2];
         uint32_t st[kKBatch];
@@ -484,10 +480,19 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
             s1[j][b] = sa[j][1] * sb[j][b];
           }
         }
-        // The sfa shared loads above precede the arrives (in-order issue).
+        // The stages' sfa shared loads must complete before the stages are released (see the
+        // k_batch == 1 path); the next batch's B scales are fetched after the fence so that it
+        // does not wait for them.
+        ptx::fence_proxy_async_shared();
 #pragma unroll
         for (uint32_t j = 0; j < kKBatch; ++j)
           if (j < cnt) release(st[j]);
+#pragma unroll
+        for (uint32_t j = 0; j < kKBatch; ++j) {
+          const uint32_t kbn = kb0 + kKBatch + j < kb_end ? kb0 + kKBatch + j : kb_last;
+#pragma unroll
+          for (uint32_t b = 0; b < kSpan; ++b) sb_next[j][b] = __ldg(sfb_rows[b] + kbn);
+        }
 #pragma unroll
         for (uint32_t j = 0; j < kKBatch; ++j)
           if (j < cnt)
@@ -518,10 +523,12 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         float sb[kSpan];
         const uint32_t kb_pref = kb + 1 < kb_end ? kb + 1 : kb;  // stays in range (re-reads the last)
 #pragma unroll
-        for (uint32_t b = 0; b < kSpan; ++b) {
-          sb[b] = sb_next[b];
-          sb_next[b] = __ldg(sfb_rows[b] + kb_pref);
-        }
+        for (uint32_t b = 0; b < kSpan; ++b) sb[b] = sb_next[b];
+        // Issued after the stage's release fence (which would otherwise wait for this load).
+        auto prefetch_next_sfb = [&]() {
+#pragma unroll
+          for (uint32_t b = 0; b < kSpan; ++b) sb_next[b] = __ldg(sfb_rows[b] + kb_pref);
+        };
 
         if constexpr (!kHalfPromote) {
           ptx::mbar_wait(full_bar(stage), phase);
@@ -530,15 +537,18 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           issue(acc_lo, stage, 0);
           ptx::wgmma_wait<0>();
           ptx::fence_operands(acc_lo);
-          // Combined scales; computing them before the arrive also guarantees the sfa shared
-          // loads have completed before the stage is released (in-order issue).
           float s0[kSpan], s1[kSpan];
 #pragma unroll
           for (uint32_t b = 0; b < kSpan; ++b) {
             s0[b] = sa0 * sb[b];
             s1[b] = sa1 * sb[b];
           }
+          // Computing s0/s1 before the arrive in the source does not order the sfa loads before
+          // it: ptxas moved those FMULs after the arrive (bm128/bn144, multicast), leaving the
+          // loads in flight when the producer may already overwrite the stage (the 1D1D race).
+          ptx::fence_proxy_async_shared();
           release(stage);
+          prefetch_next_sfb();
           if (++stage == kNumStages) {
             stage = 0;
             phase ^= 1u;
@@ -572,7 +582,9 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
             ptx::wgmma_wait<0>();
           }
           ptx::fence_operands(acc_hi);
+          ptx::fence_proxy_async_shared();  // the sfa loads of k-block kb (as the plain path)
           release(cur);  // both halves of k-block kb have completed
+          prefetch_next_sfb();
           promote<Traits::kStaticChunkBlocks, kHalfChunks, kNumAcc, kSpan, Traits::kG, kHalfChunks>(n_off, fin, acc_hi,
                                                                                                    s0, s1);
           if (has_next) issue(acc_hi, stage, kMmaN);  // hi(kb + 1)
