@@ -260,6 +260,22 @@ def test_host_library_has_launcher():
     assert call(kind=2, grouped=16, groups=0) == invalid
     assert call(kind=1, grouped=16, mc=2, mc_a=0) == invalid  # grouped: clusters share A only
     assert call(kind=2, grouped=16, out_fp32=1) == invalid
+    # The prepared path validates the same way, before the driver, and allocates nothing then.
+    prep = ops._launcher_prepare
+    out = ctypes.c_uint64(7)
+
+    def prepare(**kw):
+        a = dict(args, **kw)
+        return prep(ctypes.byref(out), a["fn"], a["a"], a["b"], a["sfa"], a["sfb"], a["d"], a["c"], a["m"], a["n"],
+                    a["k"], a["lda"], a["ldb"], a["ldd"], a["sfa_ld"], a["block_m"], a["block_n"], a["splits"],
+                    a["mc"], a["mc_a"], a["out_fp32"], a["tma"], a["grid"], a["smem"], a["kind"], a["grouped"],
+                    a["groups"])
+
+    for bad in (dict(fn=0), dict(block_m=96), dict(splits=3), dict(lda=250), dict(mc=2, grid=3),
+                dict(tma=1, out_fp32=1), dict(kind=1)):
+        out.value = 7
+        assert prepare(**bad) == invalid and out.value == 0, bad
+    assert ops._launch_prepared(0, None, None, 0) == invalid  # no handle
     # Valid arguments reach the driver: without one (a build machine) the answer is NO_DRIVER.
     # (With a driver the fake pointers / CUfunction would be handed to it: not called then.)
     try:

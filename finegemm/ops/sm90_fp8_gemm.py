@@ -174,10 +174,29 @@ def _get_launcher():
                                i, i,  # grid, smem
                                u64]  # stream
                 f1.restype = ctypes.c_int
-                global _launcher_1d1d
+                # Prepared launches: the same arguments without (workspace, counters, stream),
+                # behind an out-pointer for the handle.
+                p = lib.fg_prepare_sm90_fp8_gemm
+                p.argtypes = [ctypes.POINTER(u64)] + f.argtypes[:7] + f.argtypes[9:-1]
+                p.restype = ctypes.c_int
+                p1 = lib.fg_prepare_sm90_fp8_gemm_1d1d
+                p1.argtypes = [ctypes.POINTER(u64)] + f1.argtypes[:7] + f1.argtypes[9:-1]
+                p1.restype = ctypes.c_int
+                lp = lib.fg_launch_prepared_sm90_fp8_gemm
+                lp.argtypes = [u64, vp, vp, u64]  # handle, workspace, counters, stream
+                lp.restype = ctypes.c_int
+                fp = lib.fg_free_prepared_sm90_fp8_gemm
+                fp.argtypes = [u64]
+                fp.restype = None
+                global _launcher_1d1d, _launcher_prepare, _launcher_prepare_1d1d, _launch_prepared, _free_prepared
                 _launcher_1d1d = f1
+                _launcher_prepare, _launcher_prepare_1d1d, _launch_prepared, _free_prepared = p, p1, lp, fp
                 _launcher = f
     return _launcher
+
+
+_launcher_prepare = _launcher_prepare_1d1d = _launch_prepared = _free_prepared = None
+_prepare_lock = threading.Lock()
 
 
 # ----------------------------------------------------------------------------- plans
@@ -273,9 +292,15 @@ class PreparedCall:
 
     `cacheable` is False when preparing needed a temporary copy (a scale or C tensor in a layout
     the kernel cannot read), whose contents would go stale: such a call must be prepared anew.
+
+    The first call encodes the launch once in the host library (fg_prepare_*: tensor maps and
+    parameters behind a handle); later calls pass only (handle, workspace, counters, stream). When
+    preparing fails (or the launcher was substituted, as the CPU tests do), every call goes
+    through the one-shot launcher with all arguments, which reports the error.
     """
 
-    __slots__ = ("cfg", "cacheable", "_head", "_tail", "_device", "_dev_index", "_keepalive", "_split_cache")
+    __slots__ = ("cfg", "cacheable", "_head", "_tail", "_device", "_dev_index", "_keepalive", "_split_cache",
+                 "_handle")
 
     def __init__(self, cfg, head, tail, device, cacheable, keepalive):
         self.cfg = cfg
@@ -286,6 +311,13 @@ class PreparedCall:
         self._dev_index = device.index
         self._keepalive = keepalive  # temporaries whose pointers are in head
         self._split_cache = None  # (stream, ws_ptr, cnt_ptr, buffers kept alive) of the last eager call
+        self._handle = None  # None: not tried yet; 0: no prepared launch (one-shot launcher)
+
+    def __del__(self):
+        handle = getattr(self, "_handle", None)
+        free = _free_prepared
+        if handle and free is not None:
+            free(handle)
 
     def _split_pointers(self, stream: int) -> tuple[int, int]:
         # Eager calls on the stream of the previous call reuse its buffers (held here, so they
@@ -299,9 +331,24 @@ class PreparedCall:
             self._split_cache = (stream, ws_ptr, cnt_ptr, _buffers.get((self._dev_index, stream)))
         return ws_ptr, cnt_ptr
 
-    # Module-level name of the ctypes launcher (looked up per call: tests substitute it).
+    # Module-level names of the ctypes launcher and preparer (looked up per class: tests
+    # substitute the launcher).
     _launcher_name = "_launcher"
+    _prepare_name = "_launcher_prepare"
     _what = "sm90_fp8_gemm"
+
+    def _make_handle(self) -> int:
+        with _prepare_lock:  # once per call object, even when threads share it
+            if self._handle is not None:
+                return self._handle
+            launcher, prepare = globals()[self._launcher_name], globals()[self._prepare_name]
+            handle = 0
+            if prepare is not None and isinstance(launcher, ctypes._CFuncPtr):
+                out = ctypes.c_uint64(0)
+                if prepare(ctypes.byref(out), *self._head, *self._tail) == 0:
+                    handle = out.value
+            self._handle = handle
+            return handle
 
     def __call__(self) -> None:
         stream = _get_raw_stream(self._dev_index)
@@ -309,7 +356,13 @@ class PreparedCall:
             ws_ptr, cnt_ptr = self._split_pointers(stream)
         else:
             ws_ptr = cnt_ptr = None
-        rc = globals()[self._launcher_name](*self._head, ws_ptr, cnt_ptr, *self._tail, stream)
+        handle = self._handle
+        if handle is None:
+            handle = self._make_handle()
+        if handle:
+            rc = _launch_prepared(handle, ws_ptr, cnt_ptr, stream)
+        else:
+            rc = globals()[self._launcher_name](*self._head, ws_ptr, cnt_ptr, *self._tail, stream)
         if rc != 0:
             cfg = self.cfg
             m, n, k = self._tail[:3]
@@ -387,6 +440,7 @@ class PreparedCall1d1d(PreparedCall):
 
     __slots__ = ()
     _launcher_name = "_launcher_1d1d"
+    _prepare_name = "_launcher_prepare_1d1d"
     _what = "sm90_fp8_gemm (1, 1, 128)"
 
 

@@ -1,6 +1,11 @@
 // Host launcher of the SM90 FP8 "1D2D" GEMM (impls/sm90_fp8_gemm_1d2d.cuh).
-// Encodes the TMA descriptors (A, B, sfa, and D for the TMA-store epilogue) and launches the persistent kernel. No
-// allocation; every size comes from the caller (finegemm/ops/sm90_fp8_gemm.py).
+// Encodes the TMA descriptors (A, B, sfa, and D for the TMA-store epilogue) and launches the persistent kernel.
+// Every size comes from the caller (finegemm/ops/sm90_fp8_gemm.py).
+//
+// Two ways in: fg_launch_sm90_fp8_gemm[_1d1d] encodes and launches in one call; fg_prepare_* encodes
+// once into a heap-allocated Sm90Fp8Launch (the handle a cached Python call keeps), and
+// fg_launch_prepared_sm90_fp8_gemm then only launches: the per-call cost is one 4-argument ctypes
+// call and cuLaunchKernelEx, not ~30 converted arguments and 3-4 descriptor encodes.
 #include "finegemm/host/common.h"
 
 #include <dlfcn.h>
@@ -18,6 +23,195 @@ constexpr uint32_t kFlagTmaStore = 2u;      // mirrors impls::kFlagTmaStore
 int tma_store_swizzle_bytes(int block_n) {
   const int row_bytes = block_n * 2;
   return row_bytes % 128 == 0 ? 128 : (row_bytes % 64 == 0 ? 64 : 32);
+}
+
+// Everything one launch needs except the stream and the split-K buffers. The tensor maps are
+// passed by value (__grid_constant__), so a Launch may be freed as soon as cuLaunchKernelEx returns.
+struct Sm90Fp8Launch {
+  CUtensorMap tmap_a, tmap_b, tmap_sfa, tmap_d, tmap_sfb;  // tmap_sfb: recipe (1,1,128) only
+  const float* sfb_p = nullptr;
+  void* d = nullptr;
+  const float* c_p = nullptr;
+  uint32_t m = 0, n = 0, k = 0, ldd = 0, flags = 0, num_splits = 1;
+  const int* grouped_p = nullptr;
+  uint32_t num_groups = 1;
+  CUfunction fn = nullptr;
+  unsigned grid = 0, threads = 0, smem_bytes = 0, cluster = 1;
+};
+
+int launch(const Sm90Fp8Launch& L, void* workspace, void* counters, uint64_t stream) {
+  if (L.num_splits > 1 && (workspace == nullptr || counters == nullptr)) return fg::FG_ERROR_INVALID_ARGUMENT;
+  float* ws_p = static_cast<float*>(workspace);
+  int* cnt_p = static_cast<int*>(counters);
+  // cuLaunchKernelEx copies the values behind these pointers: L is only read.
+  void* params[] = {const_cast<CUtensorMap*>(&L.tmap_a), const_cast<CUtensorMap*>(&L.tmap_b),
+                    const_cast<CUtensorMap*>(&L.tmap_sfa), const_cast<CUtensorMap*>(&L.tmap_d),
+                    const_cast<const float**>(&L.sfb_p), const_cast<void**>(&L.d),
+                    const_cast<const float**>(&L.c_p), &ws_p, &cnt_p,
+                    const_cast<uint32_t*>(&L.m), const_cast<uint32_t*>(&L.n), const_cast<uint32_t*>(&L.k),
+                    const_cast<uint32_t*>(&L.ldd), const_cast<uint32_t*>(&L.flags),
+                    const_cast<uint32_t*>(&L.num_splits), const_cast<const int**>(&L.grouped_p),
+                    const_cast<uint32_t*>(&L.num_groups), const_cast<CUtensorMap*>(&L.tmap_sfb)};
+  // The 1D2D entry point has 17 parameters, the 1D1D one an 18th (tmap_sfb): the driver reads as
+  // many entries as the kernel declares.
+  return fg::launch(L.fn, L.grid, 1, 1, L.threads, 1, 1, L.smem_bytes, L.cluster, fg::as_stream(stream), params);
+}
+
+// Validates the arguments of fg_launch_sm90_fp8_gemm (documented there) and encodes L.
+int encode_1d2d(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sfa, void* sfb, void* d, void* c, int m,
+                int n, int k, int lda, int ldb, int ldd, int sfa_ld, int block_m, int block_n, int num_splits,
+                int num_multicast, int multicast_on_a, int out_fp32, int tma_store, int grid, int smem_bytes,
+                int gemm_kind, void* grouped, int num_groups) {
+  if (fn == 0 || a == nullptr || b == nullptr || sfa == nullptr || sfb == nullptr || d == nullptr)
+    return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (gemm_kind < 0 || gemm_kind > 2) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (gemm_kind != 0 && (grouped == nullptr || num_groups < 1 || num_splits != 1 || c != nullptr ||
+                         out_fp32 != 0 || (num_multicast == 2 && multicast_on_a == 0)))
+    return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (gemm_kind == 0) num_groups = 1;
+  // Rows of the 2-D views the tensor maps cover.
+  const uint64_t rows_a = static_cast<uint64_t>(m) * (gemm_kind == 2 ? num_groups : 1);
+  const uint64_t rows_b = static_cast<uint64_t>(n) * (gemm_kind != 0 ? num_groups : 1);
+  if (m <= 0 || n <= 0 || k <= 0 || k % 16 != 0) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (lda % 16 != 0 || ldb % 16 != 0 || lda < k || ldb < k || ldd < n) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (sfa_ld % 4 != 0 || sfa_ld < m) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if ((block_m != 64 && block_m != 128) || block_n < 16 || block_n > 256 || block_n % 16 != 0)
+    return fg::FG_ERROR_INVALID_ARGUMENT;
+  const int num_kb = (k + kBlockK - 1) / kBlockK;
+  if (num_splits < 1 || num_splits > num_kb) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (grid <= 0 || smem_bytes <= 0) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (num_multicast != 1 && num_multicast != 2) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (num_multicast == 2 && (grid % 2 != 0 || num_splits != 1)) return fg::FG_ERROR_INVALID_ARGUMENT;
+  const bool mc_a = num_multicast == 2 && multicast_on_a != 0;
+  const bool mc_b = num_multicast == 2 && multicast_on_a == 0;
+
+  // The TMA-store epilogue exists only for bf16 d without c and without split-K.
+  if (tma_store != 0 && (out_fp32 != 0 || c != nullptr || num_splits != 1)) return fg::FG_ERROR_INVALID_ARGUMENT;
+
+  const fg::Driver& drv = fg::driver();
+  if (!drv.ok) return fg::FG_ERROR_NO_DRIVER;
+
+  CUresult r = fg::make_tmap_2d(&L->tmap_a, CU_TENSOR_MAP_DATA_TYPE_UINT8, a, static_cast<uint64_t>(k),
+                                rows_a, static_cast<uint64_t>(lda), kBlockK,
+                                static_cast<uint32_t>(mc_a ? block_m / 2 : block_m), CU_TENSOR_MAP_SWIZZLE_128B);
+  if (r != CUDA_SUCCESS) return r;
+  r = fg::make_tmap_2d(&L->tmap_b, CU_TENSOR_MAP_DATA_TYPE_UINT8, b, static_cast<uint64_t>(k),
+                       rows_b, static_cast<uint64_t>(ldb), kBlockK,
+                       static_cast<uint32_t>(mc_b ? block_n / 2 : block_n), CU_TENSOR_MAP_SWIZZLE_128B);
+  if (r != CUDA_SUCCESS) return r;
+  r = fg::make_tmap_2d(&L->tmap_sfa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, sfa, static_cast<uint64_t>(m),
+                       static_cast<uint64_t>(num_kb) * (gemm_kind == 2 ? num_groups : 1),
+                       static_cast<uint64_t>(sfa_ld) * 4u,
+                       static_cast<uint32_t>(block_m), 1, CU_TENSOR_MAP_SWIZZLE_NONE);
+  if (r != CUDA_SUCCESS) return r;
+
+  // Two-element vector stores (bf16x2 / float2) need an even N, an even row stride and base
+  // pointers aligned to the vector size.
+  const uintptr_t vec_bytes = out_fp32 ? 8u : 4u;
+  bool vec = (n % 2 == 0) && (ldd % 2 == 0) && (reinterpret_cast<uintptr_t>(d) % vec_bytes == 0);
+  if (c != nullptr) vec = vec && (reinterpret_cast<uintptr_t>(c) % 8u == 0);
+  uint32_t flags = vec ? kFlagVectorStores : 0u;
+
+  std::memset(&L->tmap_d, 0, sizeof(L->tmap_d));
+  std::memset(&L->tmap_sfb, 0, sizeof(L->tmap_sfb));
+  if (tma_store != 0) {
+    const bool ok = reinterpret_cast<uintptr_t>(d) % 16 == 0 && (static_cast<int64_t>(ldd) * 2) % 16 == 0;
+    if (ok) {
+      const int sw = tma_store_swizzle_bytes(block_n);
+      r = fg::make_tmap_2d(&L->tmap_d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, d, static_cast<uint64_t>(n),
+                           rows_a, static_cast<uint64_t>(ldd) * 2u, static_cast<uint32_t>(sw / 2),
+                           64,
+                           sw == 128 ? CU_TENSOR_MAP_SWIZZLE_128B
+                                     : (sw == 64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_32B));
+      if (r != CUDA_SUCCESS) return r;
+      flags |= kFlagTmaStore;
+    }
+  }
+
+  L->sfb_p = static_cast<const float*>(sfb);
+  L->d = d;
+  L->c_p = static_cast<const float*>(c);
+  L->m = static_cast<uint32_t>(m), L->n = static_cast<uint32_t>(n), L->k = static_cast<uint32_t>(k);
+  L->ldd = static_cast<uint32_t>(ldd), L->flags = flags, L->num_splits = static_cast<uint32_t>(num_splits);
+  L->grouped_p = static_cast<const int*>(grouped);
+  L->num_groups = static_cast<uint32_t>(num_groups);
+  L->fn = fg::as_function(fn);
+  L->grid = static_cast<unsigned>(grid);
+  L->threads = static_cast<unsigned>((block_m / 64 + 1) * 128);
+  L->smem_bytes = static_cast<unsigned>(smem_bytes);
+  L->cluster = static_cast<unsigned>(num_multicast);
+  return CUDA_SUCCESS;
+}
+
+// Validates the arguments of fg_launch_sm90_fp8_gemm_1d1d (documented there) and encodes L.
+int encode_1d1d(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sfa, void* sfb, void* d, void* c, int m,
+                int n, int k, int lda, int ldb, int ldd, int sfa_ld, int sfb_ld, int block_m, int block_n,
+                int num_splits, int num_multicast, int multicast_on_a, int grid, int smem_bytes) {
+  if (fn == 0 || a == nullptr || b == nullptr || sfa == nullptr || sfb == nullptr || d == nullptr)
+    return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (m <= 0 || n <= 0 || k <= 0 || k % 16 != 0) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (lda % 16 != 0 || ldb % 16 != 0 || lda < k || ldb < k || ldd < n) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (sfa_ld % 4 != 0 || sfa_ld < m || sfb_ld % 4 != 0 || sfb_ld < n) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if ((block_m != 64 && block_m != 128) || block_n < 16 || block_n > 256 || block_n % 16 != 0)
+    return fg::FG_ERROR_INVALID_ARGUMENT;
+  const int num_kb = (k + kBlockK - 1) / kBlockK;
+  if (num_splits < 1 || num_splits > num_kb) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (grid <= 0 || smem_bytes <= 0) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (num_multicast != 1 && num_multicast != 2) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (num_multicast == 2 && (grid % 2 != 0 || num_splits != 1)) return fg::FG_ERROR_INVALID_ARGUMENT;
+  const bool mc_a = num_multicast == 2 && multicast_on_a != 0;
+  const bool mc_b = num_multicast == 2 && multicast_on_a == 0;
+
+  const fg::Driver& drv = fg::driver();
+  if (!drv.ok) return fg::FG_ERROR_NO_DRIVER;
+
+  CUresult r = fg::make_tmap_2d(&L->tmap_a, CU_TENSOR_MAP_DATA_TYPE_UINT8, a, static_cast<uint64_t>(k),
+                                static_cast<uint64_t>(m), static_cast<uint64_t>(lda), kBlockK,
+                                static_cast<uint32_t>(mc_a ? block_m / 2 : block_m), CU_TENSOR_MAP_SWIZZLE_128B);
+  if (r != CUDA_SUCCESS) return r;
+  r = fg::make_tmap_2d(&L->tmap_b, CU_TENSOR_MAP_DATA_TYPE_UINT8, b, static_cast<uint64_t>(k),
+                       static_cast<uint64_t>(n), static_cast<uint64_t>(ldb), kBlockK,
+                       static_cast<uint32_t>(mc_b ? block_n / 2 : block_n), CU_TENSOR_MAP_SWIZZLE_128B);
+  if (r != CUDA_SUCCESS) return r;
+  r = fg::make_tmap_2d(&L->tmap_sfa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, sfa, static_cast<uint64_t>(m),
+                       static_cast<uint64_t>(num_kb), static_cast<uint64_t>(sfa_ld) * 4u,
+                       static_cast<uint32_t>(block_m), 1, CU_TENSOR_MAP_SWIZZLE_NONE);
+  if (r != CUDA_SUCCESS) return r;
+  r = fg::make_tmap_2d(&L->tmap_sfb, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, sfb, static_cast<uint64_t>(n),
+                       static_cast<uint64_t>(num_kb), static_cast<uint64_t>(sfb_ld) * 4u,
+                       static_cast<uint32_t>(block_n), 1, CU_TENSOR_MAP_SWIZZLE_NONE);
+  if (r != CUDA_SUCCESS) return r;
+
+  // float2 stores (and C loads) need an even N, an even row stride and 8-byte aligned bases.
+  bool vec = (n % 2 == 0) && (ldd % 2 == 0) && (reinterpret_cast<uintptr_t>(d) % 8u == 0);
+  if (c != nullptr) vec = vec && (reinterpret_cast<uintptr_t>(c) % 8u == 0);
+  std::memset(&L->tmap_d, 0, sizeof(L->tmap_d));  // unused (direct epilogue)
+
+  L->sfb_p = nullptr;  // the kernel reads sfb through tmap_sfb
+  L->d = d;
+  L->c_p = static_cast<const float*>(c);
+  L->m = static_cast<uint32_t>(m), L->n = static_cast<uint32_t>(n), L->k = static_cast<uint32_t>(k);
+  L->ldd = static_cast<uint32_t>(ldd), L->flags = vec ? kFlagVectorStores : 0u;
+  L->num_splits = static_cast<uint32_t>(num_splits);
+  L->grouped_p = nullptr;
+  L->num_groups = 1;
+  L->fn = fg::as_function(fn);
+  L->grid = static_cast<unsigned>(grid);
+  L->threads = static_cast<unsigned>((block_m / 64 + 1) * 128);
+  L->smem_bytes = static_cast<unsigned>(smem_bytes);
+  L->cluster = static_cast<unsigned>(num_multicast);
+  return CUDA_SUCCESS;
+}
+
+// The handle given to Python: a Launch from `new` (CUtensorMap is 64-byte aligned: C++17
+// aligned new).
+int publish(Sm90Fp8Launch* L, int rc, uint64_t* out) {
+  if (rc != CUDA_SUCCESS) {
+    delete L;
+    return rc;
+  }
+  *out = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(L));
+  return CUDA_SUCCESS;
 }
 
 }  // namespace
@@ -48,88 +242,28 @@ int fg_launch_sm90_fp8_gemm(uint64_t fn, void* a, void* b, void* sfa, void* sfb,
                             int ldd, int sfa_ld, int block_m, int block_n, int num_splits, int num_multicast,
                             int multicast_on_a, int out_fp32, int tma_store, int grid, int smem_bytes,
                             int gemm_kind, void* grouped, int num_groups, uint64_t stream) {
-  if (fn == 0 || a == nullptr || b == nullptr || sfa == nullptr || sfb == nullptr || d == nullptr)
-    return fg::FG_ERROR_INVALID_ARGUMENT;
-  if (gemm_kind < 0 || gemm_kind > 2) return fg::FG_ERROR_INVALID_ARGUMENT;
-  if (gemm_kind != 0 && (grouped == nullptr || num_groups < 1 || num_splits != 1 || c != nullptr ||
-                         out_fp32 != 0 || (num_multicast == 2 && multicast_on_a == 0)))
-    return fg::FG_ERROR_INVALID_ARGUMENT;
-  if (gemm_kind == 0) num_groups = 1;
-  // Rows of the 2-D views the tensor maps cover.
-  const uint64_t rows_a = static_cast<uint64_t>(m) * (gemm_kind == 2 ? num_groups : 1);
-  const uint64_t rows_b = static_cast<uint64_t>(n) * (gemm_kind != 0 ? num_groups : 1);
-  if (m <= 0 || n <= 0 || k <= 0 || k % 16 != 0) return fg::FG_ERROR_INVALID_ARGUMENT;
-  if (lda % 16 != 0 || ldb % 16 != 0 || lda < k || ldb < k || ldd < n) return fg::FG_ERROR_INVALID_ARGUMENT;
-  if (sfa_ld % 4 != 0 || sfa_ld < m) return fg::FG_ERROR_INVALID_ARGUMENT;
-  if ((block_m != 64 && block_m != 128) || block_n < 16 || block_n > 256 || block_n % 16 != 0)
-    return fg::FG_ERROR_INVALID_ARGUMENT;
-  const int num_kb = (k + kBlockK - 1) / kBlockK;
-  if (num_splits < 1 || num_splits > num_kb) return fg::FG_ERROR_INVALID_ARGUMENT;
   if (num_splits > 1 && (workspace == nullptr || counters == nullptr)) return fg::FG_ERROR_INVALID_ARGUMENT;
-  if (grid <= 0 || smem_bytes <= 0) return fg::FG_ERROR_INVALID_ARGUMENT;
-  if (num_multicast != 1 && num_multicast != 2) return fg::FG_ERROR_INVALID_ARGUMENT;
-  if (num_multicast == 2 && (grid % 2 != 0 || num_splits != 1)) return fg::FG_ERROR_INVALID_ARGUMENT;
-  const bool mc_a = num_multicast == 2 && multicast_on_a != 0;
-  const bool mc_b = num_multicast == 2 && multicast_on_a == 0;
+  Sm90Fp8Launch L;
+  const int rc = encode_1d2d(&L, fn, a, b, sfa, sfb, d, c, m, n, k, lda, ldb, ldd, sfa_ld, block_m, block_n,
+                             num_splits, num_multicast, multicast_on_a, out_fp32, tma_store, grid, smem_bytes,
+                             gemm_kind, grouped, num_groups);
+  return rc != CUDA_SUCCESS ? rc : launch(L, workspace, counters, stream);
+}
 
-  // The TMA-store epilogue exists only for bf16 d without c and without split-K.
-  if (tma_store != 0 && (out_fp32 != 0 || c != nullptr || num_splits != 1)) return fg::FG_ERROR_INVALID_ARGUMENT;
-
-  const fg::Driver& drv = fg::driver();
-  if (!drv.ok) return fg::FG_ERROR_NO_DRIVER;
-
-  CUtensorMap tmap_a, tmap_b, tmap_sfa;
-  CUresult r = fg::make_tmap_2d(&tmap_a, CU_TENSOR_MAP_DATA_TYPE_UINT8, a, static_cast<uint64_t>(k),
-                                rows_a, static_cast<uint64_t>(lda), kBlockK,
-                                static_cast<uint32_t>(mc_a ? block_m / 2 : block_m), CU_TENSOR_MAP_SWIZZLE_128B);
-  if (r != CUDA_SUCCESS) return r;
-  r = fg::make_tmap_2d(&tmap_b, CU_TENSOR_MAP_DATA_TYPE_UINT8, b, static_cast<uint64_t>(k),
-                       rows_b, static_cast<uint64_t>(ldb), kBlockK,
-                       static_cast<uint32_t>(mc_b ? block_n / 2 : block_n), CU_TENSOR_MAP_SWIZZLE_128B);
-  if (r != CUDA_SUCCESS) return r;
-  r = fg::make_tmap_2d(&tmap_sfa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, sfa, static_cast<uint64_t>(m),
-                       static_cast<uint64_t>(num_kb) * (gemm_kind == 2 ? num_groups : 1),
-                       static_cast<uint64_t>(sfa_ld) * 4u,
-                       static_cast<uint32_t>(block_m), 1, CU_TENSOR_MAP_SWIZZLE_NONE);
-  if (r != CUDA_SUCCESS) return r;
-
-  // Two-element vector stores (bf16x2 / float2) need an even N, an even row stride and base
-  // pointers aligned to the vector size.
-  const uintptr_t vec_bytes = out_fp32 ? 8u : 4u;
-  bool vec = (n % 2 == 0) && (ldd % 2 == 0) && (reinterpret_cast<uintptr_t>(d) % vec_bytes == 0);
-  if (c != nullptr) vec = vec && (reinterpret_cast<uintptr_t>(c) % 8u == 0);
-  uint32_t flags = vec ? kFlagVectorStores : 0u;
-
-  CUtensorMap tmap_d;
-  std::memset(&tmap_d, 0, sizeof(tmap_d));
-  if (tma_store != 0) {
-    const bool ok = reinterpret_cast<uintptr_t>(d) % 16 == 0 && (static_cast<int64_t>(ldd) * 2) % 16 == 0;
-    if (ok) {
-      const int sw = tma_store_swizzle_bytes(block_n);
-      r = fg::make_tmap_2d(&tmap_d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, d, static_cast<uint64_t>(n),
-                           rows_a, static_cast<uint64_t>(ldd) * 2u, static_cast<uint32_t>(sw / 2),
-                           64,
-                           sw == 128 ? CU_TENSOR_MAP_SWIZZLE_128B
-                                     : (sw == 64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_32B));
-      if (r != CUDA_SUCCESS) return r;
-      flags |= kFlagTmaStore;
-    }
-  }
-
-  const float* sfb_p = static_cast<const float*>(sfb);
-  const float* c_p = static_cast<const float*>(c);
-  float* ws_p = static_cast<float*>(workspace);
-  int* cnt_p = static_cast<int*>(counters);
-  uint32_t um = static_cast<uint32_t>(m), un = static_cast<uint32_t>(n), uk = static_cast<uint32_t>(k);
-  uint32_t uldd = static_cast<uint32_t>(ldd), usplits = static_cast<uint32_t>(num_splits);
-  const int* grouped_p = static_cast<const int*>(grouped);
-  uint32_t ugroups = static_cast<uint32_t>(num_groups);
-  void* params[] = {&tmap_a, &tmap_b, &tmap_sfa, &tmap_d, &sfb_p, &d, &c_p, &ws_p, &cnt_p,
-                    &um, &un, &uk, &uldd, &flags, &usplits, &grouped_p, &ugroups};
-  const unsigned threads = static_cast<unsigned>((block_m / 64 + 1) * 128);
-  return fg::launch(fg::as_function(fn), static_cast<unsigned>(grid), 1, 1, threads, 1, 1,
-                    static_cast<unsigned>(smem_bytes), static_cast<unsigned>(num_multicast),
-                    fg::as_stream(stream), params);
+// As fg_launch_sm90_fp8_gemm without the split-K buffers and the stream: validates and encodes
+// once; *out receives a handle for fg_launch_prepared_sm90_fp8_gemm (free it with
+// fg_free_prepared_sm90_fp8_gemm). Nothing is allocated when an error is returned.
+int fg_prepare_sm90_fp8_gemm(uint64_t* out, uint64_t fn, void* a, void* b, void* sfa, void* sfb, void* d, void* c,
+                             int m, int n, int k, int lda, int ldb, int ldd, int sfa_ld, int block_m, int block_n,
+                             int num_splits, int num_multicast, int multicast_on_a, int out_fp32, int tma_store,
+                             int grid, int smem_bytes, int gemm_kind, void* grouped, int num_groups) {
+  if (out == nullptr) return fg::FG_ERROR_INVALID_ARGUMENT;
+  *out = 0;
+  Sm90Fp8Launch* L = new Sm90Fp8Launch();
+  return publish(L, encode_1d2d(L, fn, a, b, sfa, sfb, d, c, m, n, k, lda, ldb, ldd, sfa_ld, block_m, block_n,
+                                num_splits, num_multicast, multicast_on_a, out_fp32, tma_store, grid, smem_bytes,
+                                gemm_kind, grouped, num_groups),
+                 out);
 }
 
 // Recipe (1,1,128) ("1D1D", weight gradients) of the same kernel family (template flag k1D1D):
@@ -141,70 +275,37 @@ int fg_launch_sm90_fp8_gemm_1d1d(uint64_t fn, void* a, void* b, void* sfa, void*
                                  void* workspace, void* counters, int m, int n, int k, int lda, int ldb,
                                  int ldd, int sfa_ld, int sfb_ld, int block_m, int block_n, int num_splits,
                                  int num_multicast, int multicast_on_a, int grid, int smem_bytes, uint64_t stream) {
-  if (fn == 0 || a == nullptr || b == nullptr || sfa == nullptr || sfb == nullptr || d == nullptr)
-    return fg::FG_ERROR_INVALID_ARGUMENT;
-  if (m <= 0 || n <= 0 || k <= 0 || k % 16 != 0) return fg::FG_ERROR_INVALID_ARGUMENT;
-  if (lda % 16 != 0 || ldb % 16 != 0 || lda < k || ldb < k || ldd < n) return fg::FG_ERROR_INVALID_ARGUMENT;
-  if (sfa_ld % 4 != 0 || sfa_ld < m || sfb_ld % 4 != 0 || sfb_ld < n) return fg::FG_ERROR_INVALID_ARGUMENT;
-  if ((block_m != 64 && block_m != 128) || block_n < 16 || block_n > 256 || block_n % 16 != 0)
-    return fg::FG_ERROR_INVALID_ARGUMENT;
-  const int num_kb = (k + kBlockK - 1) / kBlockK;
-  if (num_splits < 1 || num_splits > num_kb) return fg::FG_ERROR_INVALID_ARGUMENT;
   if (num_splits > 1 && (workspace == nullptr || counters == nullptr)) return fg::FG_ERROR_INVALID_ARGUMENT;
-  if (grid <= 0 || smem_bytes <= 0) return fg::FG_ERROR_INVALID_ARGUMENT;
-  if (num_multicast != 1 && num_multicast != 2) return fg::FG_ERROR_INVALID_ARGUMENT;
-  if (num_multicast == 2 && (grid % 2 != 0 || num_splits != 1)) return fg::FG_ERROR_INVALID_ARGUMENT;
-  const bool mc_a = num_multicast == 2 && multicast_on_a != 0;
-  const bool mc_b = num_multicast == 2 && multicast_on_a == 0;
-
-  const fg::Driver& drv = fg::driver();
-  if (!drv.ok) return fg::FG_ERROR_NO_DRIVER;
-
-  CUtensorMap tmap_a, tmap_b, tmap_sfa, tmap_sfb;
-  CUresult r = fg::make_tmap_2d(&tmap_a, CU_TENSOR_MAP_DATA_TYPE_UINT8, a, static_cast<uint64_t>(k),
-                                static_cast<uint64_t>(m), static_cast<uint64_t>(lda), kBlockK,
-                                static_cast<uint32_t>(mc_a ? block_m / 2 : block_m), CU_TENSOR_MAP_SWIZZLE_128B);
-  if (r != CUDA_SUCCESS) return r;
-  r = fg::make_tmap_2d(&tmap_b, CU_TENSOR_MAP_DATA_TYPE_UINT8, b, static_cast<uint64_t>(k),
-                       static_cast<uint64_t>(n), static_cast<uint64_t>(ldb), kBlockK,
-                       static_cast<uint32_t>(mc_b ? block_n / 2 : block_n), CU_TENSOR_MAP_SWIZZLE_128B);
-  if (r != CUDA_SUCCESS) return r;
-  r = fg::make_tmap_2d(&tmap_sfa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, sfa, static_cast<uint64_t>(m),
-                       static_cast<uint64_t>(num_kb), static_cast<uint64_t>(sfa_ld) * 4u,
-                       static_cast<uint32_t>(block_m), 1, CU_TENSOR_MAP_SWIZZLE_NONE);
-  if (r != CUDA_SUCCESS) return r;
-  r = fg::make_tmap_2d(&tmap_sfb, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, sfb, static_cast<uint64_t>(n),
-                       static_cast<uint64_t>(num_kb), static_cast<uint64_t>(sfb_ld) * 4u,
-                       static_cast<uint32_t>(block_n), 1, CU_TENSOR_MAP_SWIZZLE_NONE);
-  if (r != CUDA_SUCCESS) return r;
-
-  // float2 stores (and C loads) need an even N, an even row stride and 8-byte aligned bases.
-  bool vec = (n % 2 == 0) && (ldd % 2 == 0) && (reinterpret_cast<uintptr_t>(d) % 8u == 0);
-  if (c != nullptr) vec = vec && (reinterpret_cast<uintptr_t>(c) % 8u == 0);
-  uint32_t flags = vec ? kFlagVectorStores : 0u;
-  CUtensorMap tmap_d;  // unused (direct epilogue)
-  std::memset(&tmap_d, 0, sizeof(tmap_d));
-
-  const float* sfb_p = nullptr;  // the kernel reads sfb through tmap_sfb
-  const float* c_p = static_cast<const float*>(c);
-  float* ws_p = static_cast<float*>(workspace);
-  int* cnt_p = static_cast<int*>(counters);
-  uint32_t um = static_cast<uint32_t>(m), un = static_cast<uint32_t>(n), uk = static_cast<uint32_t>(k);
-  uint32_t uldd = static_cast<uint32_t>(ldd), usplits = static_cast<uint32_t>(num_splits);
-  const int* grouped_p = nullptr;
-  uint32_t ugroups = 1;
-  void* params[] = {&tmap_a, &tmap_b, &tmap_sfa, &tmap_d, &sfb_p, &d, &c_p, &ws_p, &cnt_p,
-                    &um, &un, &uk, &uldd, &flags, &usplits, &grouped_p, &ugroups, &tmap_sfb};
-  const unsigned threads = static_cast<unsigned>((block_m / 64 + 1) * 128);
-  return fg::launch(fg::as_function(fn), static_cast<unsigned>(grid), 1, 1, threads, 1, 1,
-                    static_cast<unsigned>(smem_bytes), static_cast<unsigned>(num_multicast),
-                    fg::as_stream(stream), params);
+  Sm90Fp8Launch L;
+  const int rc = encode_1d1d(&L, fn, a, b, sfa, sfb, d, c, m, n, k, lda, ldb, ldd, sfa_ld, sfb_ld, block_m,
+                             block_n, num_splits, num_multicast, multicast_on_a, grid, smem_bytes);
+  return rc != CUDA_SUCCESS ? rc : launch(L, workspace, counters, stream);
 }
 
-// How many clusters of `cluster_size` CTAs of kernel `fn` (block of `threads`, `smem_bytes` of
-// dynamic shared memory) can be resident at once (cuOccupancyMaxActiveClusters), into *out.
-// Returns a CUresult. Persistent launches with clusters must not ask for more: the excess
-// clusters would only start after others finished (a second wave).
+// fg_prepare_sm90_fp8_gemm for recipe (1,1,128).
+int fg_prepare_sm90_fp8_gemm_1d1d(uint64_t* out, uint64_t fn, void* a, void* b, void* sfa, void* sfb, void* d,
+                                  void* c, int m, int n, int k, int lda, int ldb, int ldd, int sfa_ld, int sfb_ld,
+                                  int block_m, int block_n, int num_splits, int num_multicast, int multicast_on_a,
+                                  int grid, int smem_bytes) {
+  if (out == nullptr) return fg::FG_ERROR_INVALID_ARGUMENT;
+  *out = 0;
+  Sm90Fp8Launch* L = new Sm90Fp8Launch();
+  return publish(L, encode_1d1d(L, fn, a, b, sfa, sfb, d, c, m, n, k, lda, ldb, ldd, sfa_ld, sfb_ld, block_m,
+                                block_n, num_splits, num_multicast, multicast_on_a, grid, smem_bytes),
+                 out);
+}
+
+// Launch a prepared call on `stream` (workspace / counters: as fg_launch_sm90_fp8_gemm).
+int fg_launch_prepared_sm90_fp8_gemm(uint64_t handle, void* workspace, void* counters, uint64_t stream) {
+  if (handle == 0) return fg::FG_ERROR_INVALID_ARGUMENT;
+  return launch(*reinterpret_cast<const Sm90Fp8Launch*>(static_cast<uintptr_t>(handle)), workspace, counters,
+                stream);
+}
+
+void fg_free_prepared_sm90_fp8_gemm(uint64_t handle) {
+  delete reinterpret_cast<Sm90Fp8Launch*>(static_cast<uintptr_t>(handle));
+}
+
 int fg_sm90_fp8_gemm_max_active_clusters(uint64_t fn, int cluster_size, int threads, int smem_bytes, int* out) {
   if (fn == 0 || out == nullptr || cluster_size < 1 || threads <= 0 || smem_bytes < 0)
     return fg::FG_ERROR_INVALID_ARGUMENT;

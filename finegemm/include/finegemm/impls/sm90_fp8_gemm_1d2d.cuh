@@ -523,12 +523,10 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         float sb[kSpan];
         const uint32_t kb_pref = kb + 1 < kb_end ? kb + 1 : kb;  // stays in range (re-reads the last)
 #pragma unroll
-        for (uint32_t b = 0; b < kSpan; ++b) sb[b] = sb_next[b];
-        // Issued after the stage's release fence (which would otherwise wait for this load).
-        auto prefetch_next_sfb = [&]() {
-#pragma unroll
-          for (uint32_t b = 0; b < kSpan; ++b) sb_next[b] = __ldg(sfb_rows[b] + kb_pref);
-        };
+        for (uint32_t b = 0; b < kSpan; ++b) {
+          sb[b] = sb_next[b];
+          sb_next[b] = __ldg(sfb_rows[b] + kb_pref);
+        }
 
         if constexpr (!kHalfPromote) {
           ptx::mbar_wait(full_bar(stage), phase);
@@ -546,9 +544,10 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           // Computing s0/s1 before the arrive in the source does not order the sfa loads before
           // it: ptxas moved those FMULs after the arrive (bm128/bn144, multicast), leaving the
           // loads in flight when the producer may already overwrite the stage (the 1D1D race).
+          // (Issuing the B-scale prefetch after the fence instead, so that the fence cannot wait
+          // for it, spills bm128/bn224 fp32+C split-K.)
           ptx::fence_proxy_async_shared();
           release(stage);
-          prefetch_next_sfb();
           if (++stage == kNumStages) {
             stage = 0;
             phase ^= 1u;
@@ -584,7 +583,6 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           ptx::fence_operands(acc_hi);
           ptx::fence_proxy_async_shared();  // the sfa loads of k-block kb (as the plain path)
           release(cur);  // both halves of k-block kb have completed
-          prefetch_next_sfb();
           promote<Traits::kStaticChunkBlocks, kHalfChunks, kNumAcc, kSpan, Traits::kG, kHalfChunks>(n_off, fin, acc_hi,
                                                                                                    s0, s1);
           if (has_next) issue(acc_hi, stage, kMmaN);  // hi(kb + 1)

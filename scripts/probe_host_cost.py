@@ -1,0 +1,81 @@
+"""Host time per cached fp8_gemm_nt call, and its parts (GPU machine).
+
+Every figure is host time only: the GPU is first given a long sleep kernel so the timed calls
+queue behind it (finegemm.bench._common.host_time_us). Parts:
+  full_call         fp8_gemm_nt on tensors seen before (the fast path a serving loop takes)
+  fast_key          building + hashing the call signature (validation cache key)
+  prepared_launch   the cached PreparedCall alone (prepared handle: 4-argument ctypes + launch)
+  oneshot_launch    the same call through the one-shot launcher (~30 ctypes arguments, tensor
+                    maps encoded per call: what every call paid before prepared launches)
+  torch_add         torch.add(x, y, out=z) on small tensors: what this CPU charges for one
+                    trivial PyTorch launch
+  torch_scaled_mm   cuBLAS blockwise through torch._scaled_mm, for comparison
+Usage: python scripts/probe_host_cost.py [--out FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+import torch
+
+from finegemm.api import dense_fp8
+from finegemm.bench._common import host_time_us, run_metadata
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    import finegemm
+
+    results = {}
+    for m, n, k in [(64, 2112, 7168), (4096, 7168, 2048), (64, 7168, 16384)]:
+        a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
+        b = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn)
+        sfa = torch.rand(m, k // 128, device="cuda")
+        sfa = finegemm.get_mn_major_tma_aligned_tensor(sfa)
+        sfb = torch.rand((n + 127) // 128, k // 128, device="cuda")
+        d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+
+        def full():
+            finegemm.fp8_gemm_nt((a, sfa), (b, sfb), d)
+
+        full()
+        key = dense_fp8._fast_key((a, sfa), (b, sfb), d, None, None, "nk", False)
+        call = dense_fp8._validated_calls[key]
+
+        def oneshot():
+            saved = call._handle
+            call._handle = 0
+            try:
+                call()
+            finally:
+                call._handle = saved
+
+        rec = {
+            "full_call": host_time_us(full),
+            "fast_key": host_time_us(lambda: dense_fp8._fast_key((a, sfa), (b, sfb), d, None, None, "nk", False)),
+            "prepared_launch": host_time_us(call),
+            "oneshot_launch": host_time_us(oneshot),
+            "split_k": call.cfg.split_k,
+        }
+        x = torch.randn(64, 64, device="cuda")
+        rec["torch_add"] = host_time_us(lambda: torch.add(x, x, out=x))
+        try:
+            scale_a = sfa.contiguous() if sfa.stride(0) == 1 else sfa
+            rec["torch_scaled_mm"] = host_time_us(lambda: torch._scaled_mm(
+                a, b.t(), scale_a=scale_a, scale_b=sfb.t(), out_dtype=torch.bfloat16))
+        except Exception as exc:  # older torch without blockwise scaling
+            rec["torch_scaled_mm"] = f"{type(exc).__name__}: {exc}"[:200]
+        results[f"{m}x{n}x{k}"] = rec
+        print(f"{m}x{n}x{k}: " + ", ".join(f"{k_}={v:.2f}" if isinstance(v, float) else f"{k_}={v}"
+                                          for k_, v in rec.items()), flush=True)
+    out = dict(run_metadata(), unit="us host time per call", records=results)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
