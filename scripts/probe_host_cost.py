@@ -16,11 +16,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+from pathlib import Path
 
-import torch
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from finegemm.api import dense_fp8
-from finegemm.bench._common import host_time_us, run_metadata
+import torch  # noqa: E402
+
+from finegemm.api import dense_fp8  # noqa: E402
+from finegemm.bench._common import host_time_us, run_metadata  # noqa: E402
 
 
 def main() -> None:

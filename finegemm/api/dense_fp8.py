@@ -46,15 +46,18 @@ def _not_built(fn: str, capability: str, issue: str) -> NotImplementedError:
 
 # ---- host fast path -------------------------------------------------------------------------
 # Validation in Python costs ~10 us per call, more than the kernel of a decode-sized GEMM. A call
-# whose every tensor has the same address, shape, strides, dtype and device as an earlier call
-# that passed validation passes it again (the rules read nothing else), so its prepared launch is
-# reused: key building + one dict lookup + one ctypes call.
+# whose every tensor has the same address, shape, strides and dtype as an earlier call that
+# passed validation passes it again (the rules read nothing else), so its prepared launch is
+# reused: key building + one dict lookup + one short ctypes call. Devices need no entry per
+# tensor: with CUDA's unified virtual addressing an address belongs to one device (or to host
+# memory) for the whole process, so equal addresses mean equal devices; d's device is in the key
+# because it selects the GPU path.
 _validated_calls: dict = {}
 _MAX_VALIDATED_CALLS = 4096
 
 
 def _tensor_sig(t: torch.Tensor) -> tuple:
-    return (t.data_ptr(), t.shape, t.stride(), t.dtype, t.device)
+    return (t.data_ptr(), t.shape, t.stride(), t.dtype)
 
 
 def _fast_key(a, b, d, c, recipe, compiled_dims, disable_ue8m0_cast) -> Optional[tuple]:
@@ -64,11 +67,9 @@ def _fast_key(a, b, d, c, recipe, compiled_dims, disable_ue8m0_cast) -> Optional
             return None
         if not _v.on_cuda(d):
             return None
-        key = (_tensor_sig(a[0]), _tensor_sig(a[1]), _tensor_sig(b[0]), _tensor_sig(b[1]), _tensor_sig(d),
-               None if c is None else _tensor_sig(c), None if recipe is None else tuple(recipe),
-               compiled_dims, disable_ue8m0_cast, runtime.get_num_sms_setting())
-        hash(key)
-        return key
+        return (_tensor_sig(a[0]), _tensor_sig(a[1]), _tensor_sig(b[0]), _tensor_sig(b[1]), _tensor_sig(d), d.device,
+                None if c is None else _tensor_sig(c), None if recipe is None else tuple(recipe),
+                compiled_dims, disable_ue8m0_cast, runtime.get_num_sms_setting())
     except Exception:  # anything unusual takes the validating path, which raises the right error
         return None
 
@@ -226,7 +227,10 @@ def fp8_gemm_nt(
 ) -> None:
     key = _fast_key(a, b, d, c, recipe, compiled_dims, disable_ue8m0_cast)
     if key is not None:
-        call = _validated_calls.get(key)
+        try:
+            call = _validated_calls.get(key)
+        except TypeError:  # an unhashable argument (e.g. a list recipe): validate
+            call = key = None
         if call is not None:
             call()
             return

@@ -117,8 +117,8 @@ def test_forced_block_n(block_n, monkeypatch):
 
     real = h.select_config
 
-    def forced(m, n, k, num_sms, out_fp32=False, has_c=False, allow_split_k=True, allow_multicast=True):
-        cfg = real(m, n, k, num_sms, out_fp32, has_c, allow_split_k, allow_multicast)
+    def forced(m, n, k, num_sms, out_fp32=False, has_c=False, allow_split_k=True, allow_multicast=True, **kwargs):
+        cfg = real(m, n, k, num_sms, out_fp32, has_c, allow_split_k, allow_multicast, **kwargs)
         import dataclasses
 
         bm = 128 if m > 64 else 64

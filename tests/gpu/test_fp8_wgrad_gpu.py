@@ -124,8 +124,9 @@ def _forced_select(bm, bn, mc, mc_a, splits):
     real = h.select_config
 
     def forced(m, n, k, num_sms, out_fp32=False, has_c=False, allow_split_k=True, allow_multicast=True,
-               one_d_one_d=False):
-        cfg = real(m, n, k, num_sms, out_fp32, has_c, allow_split_k, allow_multicast, one_d_one_d=one_d_one_d)
+               one_d_one_d=False, **kwargs):
+        cfg = real(m, n, k, num_sms, out_fp32, has_c, allow_split_k, allow_multicast, one_d_one_d=one_d_one_d,
+                   **kwargs)
         if not one_d_one_d:
             return cfg
         return forced_config(cfg, bm, bn, mc, mc_a, splits, num_sms)
