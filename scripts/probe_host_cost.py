@@ -10,6 +10,7 @@ queue behind it (finegemm.bench._common.host_time_us). Parts:
   torch_add         torch.add(x, y, out=z) on small tensors: what this CPU charges for one
                     trivial PyTorch launch
   torch_scaled_mm   cuBLAS blockwise through torch._scaled_mm, for comparison
+and for dense BF16: bf16_full_call (finegemm.bf16_gemm_nt, cached) and torch_matmul_out.
 Usage: python scripts/probe_host_cost.py [--out FILE]
 """
 from __future__ import annotations
@@ -75,6 +76,15 @@ def main() -> None:
         results[f"{m}x{n}x{k}"] = rec
         print(f"{m}x{n}x{k}: " + ", ".join(f"{k_}={v:.2f}" if isinstance(v, float) else f"{k_}={v}"
                                           for k_, v in rec.items()), flush=True)
+    # Dense BF16 (its own fast path and prepared launch) against torch.matmul's host cost.
+    for m, n, k in [(64, 2112, 7168), (4096, 7168, 2048)]:
+        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+        d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        rec = {"bf16_full_call": host_time_us(lambda: finegemm.bf16_gemm_nt(a, b, d)),
+               "torch_matmul_out": host_time_us(lambda: torch.matmul(a, b.t(), out=d))}
+        results[f"bf16 {m}x{n}x{k}"] = rec
+        print(f"bf16 {m}x{n}x{k}: " + ", ".join(f"{k_}={v:.2f}" for k_, v in rec.items()), flush=True)
     out = dict(run_metadata(), unit="us host time per call", records=results)
     if args.out:
         with open(args.out, "w") as f:

@@ -554,6 +554,47 @@ def test_fast_path_reuses_only_identical_validated_calls(fake_cuda, monkeypatch)
         finegemm.fp8_gemm_nt((A, sfa[:, :0]), b, d)
 
 
+def test_bf16_fast_path_reuses_only_identical_validated_calls(monkeypatch):
+    """Dense BF16 on "CUDA" (faked): the first call validates and prepares, identical repeats
+    reuse the prepared launch, and a different tensor (or a wrong dtype) validates again."""
+    from finegemm.api import bf16 as api_bf16
+
+    prepared, launched = [], []
+
+    class _FakeBf16Ops(types.ModuleType):
+        def prepare(self, a, b, d, c, layout):
+            prepared.append(layout)
+
+            class _Call:
+                cacheable = True
+
+                def __call__(self):
+                    launched.append(layout)
+
+            return _Call()
+
+    fake = _FakeBf16Ops("finegemm.ops.sm90_bf16_gemm")
+    monkeypatch.setitem(sys.modules, "finegemm.ops.sm90_bf16_gemm", fake)
+    import finegemm.ops as ops_pkg
+    monkeypatch.setattr(ops_pkg, "sm90_bf16_gemm", fake, raising=False)
+    monkeypatch.setattr(_validate, "on_cuda", lambda t: True)
+    monkeypatch.setattr(api_bf16, "_validated_calls", {})
+    a, b = rand_bf16(32, 128), rand_bf16(64, 128)
+    d = torch.empty(32, 64, dtype=BF16)
+    for _ in range(3):
+        finegemm.bf16_gemm_nt(a, b, d)
+    assert prepared == ["nt"] and launched == ["nt"] * 3
+    finegemm.bf16_gemm_nn(a, b.t().contiguous(), d)  # another layout: its own entry
+    assert prepared == ["nt", "nn"]
+    finegemm.bf16_gemm_nt(a, b, torch.empty(32, 64, dtype=BF16))  # another d: validated again
+    assert prepared == ["nt", "nn", "nt"]
+    with pytest.raises(TypeError, match="d"):
+        finegemm.bf16_gemm_nt(a, b, torch.empty(32, 64, dtype=torch.float16))
+    with pytest.raises(ValueError):
+        finegemm.bf16_gemm_nt(a, rand_bf16(64, 96), d)  # K mismatch
+    assert len(prepared) == 3
+
+
 def test_unvalidated_kernels_are_gated(fake_cuda, monkeypatch):
     """A capability listed in UNVALIDATED_ON_GPU raises on CUDA (naming the suite and the switch)
     and never reaches the ops layer; FINEGEMM_ENABLE_UNVALIDATED=1 lifts the gate."""

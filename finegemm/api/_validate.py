@@ -19,6 +19,7 @@ import torch
 
 __all__ = [
     "FP8",
+    "tensor_signature",
     "RECIPE_1D2D",
     "RECIPE_1D1D",
     "on_cuda",
@@ -59,6 +60,13 @@ _SUPPORTED_DEVICE_TYPES = ("cpu", "cuda")
 def on_cuda(t: torch.Tensor) -> bool:
     """True when the op must run on the GPU path (tests monkeypatch this to exercise routing)."""
     return t.device.type == "cuda"
+
+
+def tensor_signature(t: torch.Tensor) -> tuple:
+    """What the validation rules read of a tensor, as a hashable key of the host fast paths
+    (api/dense_fp8.py, api/bf16.py). No device: with CUDA's unified virtual addressing an address
+    belongs to one device (or to host memory) for the whole process."""
+    return (t.data_ptr(), t.shape, t.stride(), t.dtype)
 
 
 def fmt_shape(shape: Iterable[int]) -> str:

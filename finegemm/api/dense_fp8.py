@@ -56,8 +56,7 @@ _validated_calls: dict = {}
 _MAX_VALIDATED_CALLS = 4096
 
 
-def _tensor_sig(t: torch.Tensor) -> tuple:
-    return (t.data_ptr(), t.shape, t.stride(), t.dtype)
+_tensor_sig = _v.tensor_signature
 
 
 def _fast_key(a, b, d, c, recipe, compiled_dims, disable_ue8m0_cast) -> Optional[tuple]:

@@ -9,14 +9,17 @@
   launch gets buffers of its own (allocated during capture, kept alive for the process), so graph
   replays never share buffers with eager calls. Replaced buffers are kept alive too: kernels
   queued on other streams may still use them.
+- PreparedLaunch: a planned launch whose tensor maps and parameters the host library encodes
+  once; a call then costs one short ctypes call and cuLaunchKernelEx.
 """
 from __future__ import annotations
 
+import ctypes
 import threading
 
 import torch
 
-__all__ = ["raw_stream", "is_capturing", "SplitKWorkspace"]
+__all__ = ["raw_stream", "is_capturing", "SplitKWorkspace", "PreparedLaunch"]
 
 try:
     raw_stream = torch._C._cuda_getCurrentRawStream
@@ -64,3 +67,91 @@ class SplitKWorkspace:
                     self.retired.append(self.buffers[key])
                 self.buffers[key] = buf = (ws, cnt)
         return buf[0].data_ptr(), buf[1].data_ptr()
+
+
+class PreparedLaunch:
+    """One planned kernel launch with every argument fixed except the stream and the split-K
+    buffers; the common half of each family's prepared call (ops/sm90_*.py subclass it).
+
+    `head` / `tail` are the family's one-shot launcher arguments before and after (workspace,
+    counters); the stream comes last. The first call asks the host library to encode the launch
+    once (fg_prepare_<family>: tensor maps and parameters behind a handle); later calls pass only
+    (handle, workspace, counters, stream). When preparing fails or the launcher is not the host
+    library's (the CPU tests substitute it), every call takes the one-shot launcher with all
+    arguments, which reports any error. `cacheable` is False when preparing needed a temporary
+    copy (a scale or C tensor in a layout the kernel cannot read) whose contents would go stale.
+
+    Subclasses provide `_functions()` -> (one-shot launcher, preparer, prepared launcher, free),
+    `_stream(device_index)`, `_capturing()`, `_split_buffers(cfg, device, stream)`,
+    `_buffers_of(key)` and `_describe()` (for errors), looked up in their own module so that
+    tests can monkeypatch the module-level names.
+    """
+
+    __slots__ = ("cfg", "cacheable", "_head", "_tail", "_device", "_dev_index", "_keepalive", "_split_cache",
+                 "_handle")
+    _prepare_lock = threading.Lock()
+
+    def __init__(self, cfg, head, tail, device, cacheable, keepalive):
+        self.cfg = cfg
+        self.cacheable = cacheable
+        self._head = head
+        self._tail = tail
+        self._device = device
+        self._dev_index = device.index
+        self._keepalive = keepalive  # temporaries whose pointers are in head
+        self._split_cache = None  # (stream, ws_ptr, cnt_ptr, buffers kept alive) of the last eager call
+        self._handle = None  # None: not tried yet; 0: no prepared launch (one-shot launcher)
+
+    def __del__(self):
+        handle = getattr(self, "_handle", None)
+        if handle:
+            try:
+                free = self._functions()[3]
+            except Exception:  # interpreter shutdown
+                return
+            if free is not None:
+                free(handle)
+
+    def _split_pointers(self, stream: int) -> tuple[int, int]:
+        # Eager calls on the stream of the previous call reuse its buffers (held here, so they
+        # stay valid even if the shared per-stream buffers grow meanwhile; the counters reset
+        # themselves). Graph capture always takes graph-private buffers.
+        cached = self._split_cache
+        capturing = self._capturing()
+        if cached is not None and cached[0] == stream and not capturing:
+            return cached[1], cached[2]
+        ws_ptr, cnt_ptr = self._split_buffers(self.cfg, self._device, stream)
+        if not capturing:
+            self._split_cache = (stream, ws_ptr, cnt_ptr, self._buffers_of((self._dev_index, stream)))
+        return ws_ptr, cnt_ptr
+
+    def _make_handle(self) -> int:
+        with PreparedLaunch._prepare_lock:  # once per call object, even when threads share it
+            if self._handle is not None:
+                return self._handle
+            launcher, prepare = self._functions()[:2]
+            handle = 0
+            if prepare is not None and isinstance(launcher, ctypes._CFuncPtr):
+                out = ctypes.c_uint64(0)
+                if prepare(ctypes.byref(out), *self._head, *self._tail) == 0:
+                    handle = out.value
+            self._handle = handle
+            return handle
+
+    def __call__(self) -> None:
+        stream = self._stream(self._dev_index)
+        if self.cfg.split_k:
+            ws_ptr, cnt_ptr = self._split_pointers(stream)
+        else:
+            ws_ptr = cnt_ptr = None
+        handle = self._handle
+        if handle is None:
+            handle = self._make_handle()
+        if handle:
+            rc = self._functions()[2](handle, ws_ptr, cnt_ptr, stream)
+        else:
+            rc = self._functions()[0](*self._head, ws_ptr, cnt_ptr, *self._tail, stream)
+        if rc != 0:
+            from finegemm import jit
+
+            raise RuntimeError(f"finegemm: {self._describe()} launch failed: {jit.error_string(rc)}")

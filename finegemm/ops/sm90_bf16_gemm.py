@@ -26,7 +26,7 @@ from typing import Optional
 import torch
 
 from finegemm import jit, quant, runtime
-from finegemm.ops._runtime import SplitKWorkspace, raw_stream
+from finegemm.ops._runtime import PreparedLaunch, SplitKWorkspace, is_capturing, raw_stream
 from finegemm.heuristics.sm90_bf16_gemm import (
     GEMM_GROUPED_CONTIGUOUS,
     GEMM_GROUPED_MASKED,
@@ -109,8 +109,24 @@ def _get_launcher():
                               i, i, i, i,  # out_fp32, tma_store, grid, smem
                               u64]  # stream
                 f.restype = ctypes.c_int
+                # Prepared launches: the same arguments without (workspace, counters, stream),
+                # behind an out-pointer for the handle (ops/_runtime.PreparedLaunch).
+                p = lib.fg_prepare_sm90_bf16_gemm
+                p.argtypes = [ctypes.POINTER(u64)] + f.argtypes[:5] + f.argtypes[7:-1]
+                p.restype = ctypes.c_int
+                lp = lib.fg_launch_prepared_sm90_bf16_gemm
+                lp.argtypes = [u64, vp, vp, u64]  # handle, workspace, counters, stream
+                lp.restype = ctypes.c_int
+                fp = lib.fg_free_prepared_sm90_bf16_gemm
+                fp.argtypes = [u64]
+                fp.restype = None
+                global _launcher_prepare, _launch_prepared, _free_prepared
+                _launcher_prepare, _launch_prepared, _free_prepared = p, lp, fp
                 _launcher = f
     return _launcher
+
+
+_launcher_prepare = _launch_prepared = _free_prepared = None
 
 
 # ----------------------------------------------------------------------------- plans
@@ -157,9 +173,42 @@ def _row_pitch(t: torch.Tensor, inner: int) -> int:
     return t.stride(0) if t.shape[0] > 1 else align(max(inner, 1), 8)
 
 
-def bf16_gemm(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: Optional[torch.Tensor] = None,
-              layout: str = "nt") -> None:
-    """d = c + op(A) @ op(B) on the current stream (validated CUDA tensors, see module doc).
+_is_capturing = is_capturing  # module-level name: tests monkeypatch it
+
+
+class PreparedBf16Call(PreparedLaunch):
+    """A prepared dense launch of the SM90 BF16 kernel (ops/_runtime.PreparedLaunch)."""
+
+    __slots__ = ()
+    _names = ("_launcher", "_launcher_prepare", "_launch_prepared", "_free_prepared")
+
+    def _functions(self):
+        g = globals()
+        return tuple(g[name] for name in self._names)
+
+    def _stream(self, device_index):
+        return _get_raw_stream(device_index)
+
+    def _capturing(self):
+        return _is_capturing()
+
+    def _split_buffers(self, cfg, device, stream):
+        return _split_buffers(cfg, device, stream)
+
+    def _buffers_of(self, key):
+        return _buffers.get(key)
+
+    def _describe(self) -> str:
+        cfg = self.cfg
+        m, n, k = self._tail[:3]
+        layout = ("t" if self._tail[6] else "n") + ("n" if self._tail[7] else "t")
+        return (f"sm90_bf16_gemm (layout={layout}, m={m}, n={n}, k={k}, block_m={cfg.block_m}, "
+                f"block_n={cfg.block_n}, splits={cfg.num_splits})")
+
+
+def prepare(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: Optional[torch.Tensor] = None,
+            layout: str = "nt") -> Optional[PreparedBf16Call]:
+    """Plan (and compile on first use) the launch of d = c + op(A) @ op(B); None when M or N is 0.
 
     a, b bf16 with a unit inner stride and 16-byte aligned base / row pitch; d bf16 or fp32
     [M, N] (unit column stride); c fp32 [M, N] or None (fp32 d only; may be d itself).
@@ -170,40 +219,39 @@ def bf16_gemm(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: Optional[tor
     m, k = (a.shape[1], a.shape[0]) if a_mn else (a.shape[0], a.shape[1])
     n = b.shape[1] if b_mn else b.shape[0]
     if m == 0 or n == 0:
-        return
+        return None
     if k == 0 or k % 8:
         raise ValueError(f"sm90_bf16_gemm: K must be a positive multiple of 8, got {k}")
     out_fp32 = d.dtype == torch.float32
     has_c = c is not None
     if has_c and not out_fp32:
         raise ValueError("sm90_bf16_gemm: c is only supported with an fp32 d")
-    keepalive = None
+    keepalive = []
     if has_c and c is not d and (c.stride(1) != 1 or (m > 1 and c.stride(0) != d.stride(0))):
         c2 = torch.empty_strided(d.shape, d.stride(), dtype=torch.float32, device=d.device)
         c2.copy_(c)
-        c = keepalive = c2
+        c = c2
+        keepalive.append(c2)
 
     device = d.device
     cfg, fn = plan(m, n, k, layout, out_fp32, has_c, device.index)
-    launch = _get_launcher()
+    _get_launcher()
     lda = _row_pitch(a, m if a_mn else k)
     ldb = _row_pitch(b, n if b_mn else k)
     ldd = d.stride(0) if m > 1 else align(n, 8)
-    stream = _get_raw_stream(device.index)
-    if cfg.split_k:
-        ws_ptr, cnt_ptr = _split_buffers(cfg, device, stream)
-    else:
-        ws_ptr = cnt_ptr = None
-    rc = launch(fn, a.data_ptr(), b.data_ptr(), d.data_ptr(), c.data_ptr() if has_c else None, ws_ptr, cnt_ptr,
-                m, n, k, lda, ldb, ldd, 1 if a_mn else 0, 1 if b_mn else 0,
-                cfg.block_m, cfg.block_n, cfg.num_splits, 1 if out_fp32 else 0, 1 if cfg.tma_store else 0,
-                cfg.grid, cfg.smem_bytes, stream)
-    del keepalive  # the copy kernel and the GEMM are stream-ordered; the allocator reuses safely
-    if rc != 0:
-        raise RuntimeError(
-            f"finegemm: sm90_bf16_gemm launch failed (layout={layout}, m={m}, n={n}, k={k}, "
-            f"block_m={cfg.block_m}, block_n={cfg.block_n}, splits={cfg.num_splits}): {jit.error_string(rc)}"
-        )
+    head = (fn, a.data_ptr(), b.data_ptr(), d.data_ptr(), c.data_ptr() if has_c else None)
+    tail = (m, n, k, lda, ldb, ldd, 1 if a_mn else 0, 1 if b_mn else 0,
+            cfg.block_m, cfg.block_n, cfg.num_splits, 1 if out_fp32 else 0, 1 if cfg.tma_store else 0,
+            cfg.grid, cfg.smem_bytes)
+    return PreparedBf16Call(cfg, head, tail, device, not keepalive, keepalive)
+
+
+def bf16_gemm(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: Optional[torch.Tensor] = None,
+              layout: str = "nt") -> None:
+    """d = c + op(A) @ op(B) on the current stream (validated CUDA tensors, see prepare())."""
+    call = prepare(a, b, d, c, layout)
+    if call is not None:
+        call()
 
 
 def bf16_gemm_nt(a, b, d, c=None) -> None:

@@ -29,7 +29,7 @@ from finegemm.heuristics.sm90_fp8_gemm import (
     select_config,
     select_grouped_config,
 )
-from finegemm.ops._runtime import SplitKWorkspace, is_capturing, raw_stream
+from finegemm.ops._runtime import PreparedLaunch, SplitKWorkspace, is_capturing, raw_stream
 from finegemm.quant import get_mn_major_tma_aligned_tensor
 from finegemm.utils import align
 
@@ -196,7 +196,6 @@ def _get_launcher():
 
 
 _launcher_prepare = _launcher_prepare_1d1d = _launch_prepared = _free_prepared = None
-_prepare_lock = threading.Lock()
 
 
 # ----------------------------------------------------------------------------- plans
@@ -287,89 +286,35 @@ _get_raw_stream = raw_stream
 _is_capturing = is_capturing
 
 
-class PreparedCall:
-    """One planned launch with every argument fixed except the stream (and split-K buffers).
+class PreparedCall(PreparedLaunch):
+    """A prepared launch of the SM90 FP8 kernel, recipe (1, 128, 128) (ops/_runtime.PreparedLaunch)."""
 
-    `cacheable` is False when preparing needed a temporary copy (a scale or C tensor in a layout
-    the kernel cannot read), whose contents would go stale: such a call must be prepared anew.
-
-    The first call encodes the launch once in the host library (fg_prepare_*: tensor maps and
-    parameters behind a handle); later calls pass only (handle, workspace, counters, stream). When
-    preparing fails (or the launcher was substituted, as the CPU tests do), every call goes
-    through the one-shot launcher with all arguments, which reports the error.
-    """
-
-    __slots__ = ("cfg", "cacheable", "_head", "_tail", "_device", "_dev_index", "_keepalive", "_split_cache",
-                 "_handle")
-
-    def __init__(self, cfg, head, tail, device, cacheable, keepalive):
-        self.cfg = cfg
-        self.cacheable = cacheable
-        self._head = head
-        self._tail = tail
-        self._device = device
-        self._dev_index = device.index
-        self._keepalive = keepalive  # temporaries whose pointers are in head
-        self._split_cache = None  # (stream, ws_ptr, cnt_ptr, buffers kept alive) of the last eager call
-        self._handle = None  # None: not tried yet; 0: no prepared launch (one-shot launcher)
-
-    def __del__(self):
-        handle = getattr(self, "_handle", None)
-        free = _free_prepared
-        if handle and free is not None:
-            free(handle)
-
-    def _split_pointers(self, stream: int) -> tuple[int, int]:
-        # Eager calls on the stream of the previous call reuse its buffers (held here, so they
-        # stay valid even if the shared per-stream buffers grow meanwhile; the counters reset
-        # themselves). Graph capture always takes graph-private buffers.
-        cached = self._split_cache
-        if cached is not None and cached[0] == stream and not _is_capturing():
-            return cached[1], cached[2]
-        ws_ptr, cnt_ptr = _split_buffers(self.cfg, self._device, stream)
-        if not _is_capturing():
-            self._split_cache = (stream, ws_ptr, cnt_ptr, _buffers.get((self._dev_index, stream)))
-        return ws_ptr, cnt_ptr
-
-    # Module-level names of the ctypes launcher and preparer (looked up per class: tests
-    # substitute the launcher).
-    _launcher_name = "_launcher"
-    _prepare_name = "_launcher_prepare"
+    __slots__ = ()
+    # Module-level names of the ctypes functions (looked up per call: tests substitute the launcher).
+    _names = ("_launcher", "_launcher_prepare", "_launch_prepared", "_free_prepared")
     _what = "sm90_fp8_gemm"
 
-    def _make_handle(self) -> int:
-        with _prepare_lock:  # once per call object, even when threads share it
-            if self._handle is not None:
-                return self._handle
-            launcher, prepare = globals()[self._launcher_name], globals()[self._prepare_name]
-            handle = 0
-            if prepare is not None and isinstance(launcher, ctypes._CFuncPtr):
-                out = ctypes.c_uint64(0)
-                if prepare(ctypes.byref(out), *self._head, *self._tail) == 0:
-                    handle = out.value
-            self._handle = handle
-            return handle
+    def _functions(self):
+        g = globals()
+        return tuple(g[name] for name in self._names)
 
-    def __call__(self) -> None:
-        stream = _get_raw_stream(self._dev_index)
-        if self.cfg.split_k:
-            ws_ptr, cnt_ptr = self._split_pointers(stream)
-        else:
-            ws_ptr = cnt_ptr = None
-        handle = self._handle
-        if handle is None:
-            handle = self._make_handle()
-        if handle:
-            rc = _launch_prepared(handle, ws_ptr, cnt_ptr, stream)
-        else:
-            rc = globals()[self._launcher_name](*self._head, ws_ptr, cnt_ptr, *self._tail, stream)
-        if rc != 0:
-            cfg = self.cfg
-            m, n, k = self._tail[:3]
-            raise RuntimeError(
-                f"finegemm: {self._what} launch failed (m={m}, n={n}, k={k}, block_m={cfg.block_m}, "
-                f"block_n={cfg.block_n}, splits={cfg.num_splits}): {jit.error_string(rc)}"
-            )
+    def _stream(self, device_index):
+        return _get_raw_stream(device_index)
+
+    def _capturing(self):
+        return _is_capturing()
+
+    def _split_buffers(self, cfg, device, stream):
+        return _split_buffers(cfg, device, stream)
+
+    def _buffers_of(self, key):
+        return _buffers.get(key)
+
+    def _describe(self) -> str:
+        cfg = self.cfg
+        m, n, k = self._tail[:3]
+        return (f"{self._what} (m={m}, n={n}, k={k}, block_m={cfg.block_m}, block_n={cfg.block_n}, "
+                f"splits={cfg.num_splits})")
 
 
 def _c_like_d(c: torch.Tensor, d: torch.Tensor, m: int, keepalive: list) -> torch.Tensor:
@@ -439,8 +384,7 @@ class PreparedCall1d1d(PreparedCall):
     """A PreparedCall of the recipe (1, 1, 128) kernel (its own host launcher: sfb through TMA)."""
 
     __slots__ = ()
-    _launcher_name = "_launcher_1d1d"
-    _prepare_name = "_launcher_prepare_1d1d"
+    _names = ("_launcher_1d1d", "_launcher_prepare_1d1d", "_launch_prepared", "_free_prepared")
     _what = "sm90_fp8_gemm (1, 1, 128)"
 
 

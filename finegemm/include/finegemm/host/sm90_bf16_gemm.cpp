@@ -1,7 +1,8 @@
 // Host launcher of the SM90 BF16 GEMM (impls/sm90_bf16_gemm.cuh), every layout.
 // Encodes the TMA descriptors (A and B in their stored major order, D for the TMA-store
-// epilogue) and launches the persistent kernel. No allocation; every size comes from the caller
-// (finegemm/ops/sm90_bf16_gemm.py).
+// epilogue) and launches the persistent kernel; every size comes from the caller
+// (finegemm/ops/sm90_bf16_gemm.py). Dense launches can also be prepared once (fg_prepare_*:
+// a heap Launch behind a handle) and launched with 4 arguments (as host/sm90_fp8_gemm.cpp).
 #include "finegemm/host/common.h"
 
 #include <cstdint>
@@ -34,6 +35,90 @@ CUresult bf16_operand_tmap(CUtensorMap* tmap, void* ptr, bool mn_major, int rows
                           static_cast<uint32_t>(box_rows), CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
+// Everything one dense launch needs except the stream and the split-K buffers (tensor maps are
+// passed by value, so a Launch may be freed once cuLaunchKernelEx returns).
+struct Sm90Bf16Launch {
+  CUtensorMap tmap_a, tmap_b, tmap_d;
+  void* d = nullptr;
+  const float* c_p = nullptr;
+  uint32_t m = 0, n = 0, k = 0, ldd = 0, flags = 0, num_splits = 1;
+  CUfunction fn = nullptr;
+  unsigned grid = 0, threads = 0, smem_bytes = 0;
+};
+
+int launch_dense(const Sm90Bf16Launch& L, void* workspace, void* counters, uint64_t stream) {
+  if (L.num_splits > 1 && (workspace == nullptr || counters == nullptr)) return fg::FG_ERROR_INVALID_ARGUMENT;
+  float* ws_p = static_cast<float*>(workspace);
+  int* cnt_p = static_cast<int*>(counters);
+  // cuLaunchKernelEx copies the values behind these pointers: L is only read.
+  void* params[] = {const_cast<CUtensorMap*>(&L.tmap_a), const_cast<CUtensorMap*>(&L.tmap_b),
+                    const_cast<CUtensorMap*>(&L.tmap_d), const_cast<void**>(&L.d),
+                    const_cast<const float**>(&L.c_p), &ws_p, &cnt_p, const_cast<uint32_t*>(&L.m),
+                    const_cast<uint32_t*>(&L.n), const_cast<uint32_t*>(&L.k), const_cast<uint32_t*>(&L.ldd),
+                    const_cast<uint32_t*>(&L.flags), const_cast<uint32_t*>(&L.num_splits)};
+  return fg::launch(L.fn, L.grid, 1, 1, L.threads, 1, 1, L.smem_bytes, 1, fg::as_stream(stream), params);
+}
+
+// Validates the arguments of fg_launch_sm90_bf16_gemm (documented there) and encodes L.
+int encode_dense(Sm90Bf16Launch* L, uint64_t fn, void* a, void* b, void* d, void* c, int m, int n, int k, int lda,
+                 int ldb, int ldd, int a_mn_major, int b_mn_major, int block_m, int block_n, int num_splits,
+                 int out_fp32, int tma_store, int grid, int smem_bytes) {
+  if (fn == 0 || a == nullptr || b == nullptr || d == nullptr) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (m <= 0 || n <= 0 || k <= 0 || k % 8 != 0) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (lda % 8 != 0 || ldb % 8 != 0 || ldd < n) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (lda < (a_mn_major ? m : k) || ldb < (b_mn_major ? n : k)) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if ((block_m != 64 && block_m != 128) || block_n < 16 || block_n > 256 || block_n % 16 != 0)
+    return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (b_mn_major && block_n % 64 != 0) return fg::FG_ERROR_INVALID_ARGUMENT;
+  const int num_kb = (k + kBf16BlockK - 1) / kBf16BlockK;
+  if (num_splits < 1 || num_splits > num_kb) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (num_splits > 1 && tma_store != 0) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (c != nullptr && out_fp32 == 0) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (grid <= 0 || smem_bytes <= 0) return fg::FG_ERROR_INVALID_ARGUMENT;
+
+  const fg::Driver& drv = fg::driver();
+  if (!drv.ok) return fg::FG_ERROR_NO_DRIVER;
+
+  CUresult r = bf16_operand_tmap(&L->tmap_a, a, a_mn_major != 0, m, k, lda, block_m);
+  if (r != CUDA_SUCCESS) return r;
+  r = bf16_operand_tmap(&L->tmap_b, b, b_mn_major != 0, n, k, ldb, block_n);
+  if (r != CUDA_SUCCESS) return r;
+
+  // Two-element vector stores (bf16x2 / float2) need an even N, an even row pitch and base
+  // pointers aligned to the vector size.
+  const uintptr_t vec_bytes = out_fp32 ? 8u : 4u;
+  bool vec = (n % 2 == 0) && (ldd % 2 == 0) && (reinterpret_cast<uintptr_t>(d) % vec_bytes == 0);
+  if (c != nullptr) vec = vec && (reinterpret_cast<uintptr_t>(c) % 8u == 0);
+  uint32_t flags = vec ? kBf16FlagVectorStores : 0u;
+  if (out_fp32) flags |= kBf16FlagOutFp32;
+  if (c != nullptr) flags |= kBf16FlagHasC;
+
+  std::memset(&L->tmap_d, 0, sizeof(L->tmap_d));
+  if (tma_store != 0 && out_fp32 == 0 && c == nullptr) {
+    const bool ok = reinterpret_cast<uintptr_t>(d) % 16 == 0 && (static_cast<int64_t>(ldd) * 2) % 16 == 0;
+    if (ok) {
+      const int sw = bf16_tma_store_swizzle_bytes(block_n);
+      r = fg::make_tmap_2d(&L->tmap_d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, d, static_cast<uint64_t>(n),
+                           static_cast<uint64_t>(m), static_cast<uint64_t>(ldd) * 2u, static_cast<uint32_t>(sw / 2),
+                           64,
+                           sw == 128 ? CU_TENSOR_MAP_SWIZZLE_128B
+                                     : (sw == 64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_32B));
+      if (r != CUDA_SUCCESS) return r;
+      flags |= kBf16FlagTmaStore;
+    }
+  }
+
+  L->d = d;
+  L->c_p = static_cast<const float*>(c);
+  L->m = static_cast<uint32_t>(m), L->n = static_cast<uint32_t>(n), L->k = static_cast<uint32_t>(k);
+  L->ldd = static_cast<uint32_t>(ldd), L->flags = flags, L->num_splits = static_cast<uint32_t>(num_splits);
+  L->fn = fg::as_function(fn);
+  L->grid = static_cast<unsigned>(grid);
+  L->threads = static_cast<unsigned>((block_m / 64 + 1) * 128);
+  L->smem_bytes = static_cast<unsigned>(smem_bytes);
+  return CUDA_SUCCESS;
+}
+
 }  // namespace
 
 extern "C" {
@@ -54,63 +139,40 @@ int fg_launch_sm90_bf16_gemm(uint64_t fn, void* a, void* b, void* d, void* c, vo
                              int m, int n, int k, int lda, int ldb, int ldd, int a_mn_major, int b_mn_major,
                              int block_m, int block_n, int num_splits, int out_fp32, int tma_store, int grid,
                              int smem_bytes, uint64_t stream) {
-  if (fn == 0 || a == nullptr || b == nullptr || d == nullptr) return fg::FG_ERROR_INVALID_ARGUMENT;
-  if (m <= 0 || n <= 0 || k <= 0 || k % 8 != 0) return fg::FG_ERROR_INVALID_ARGUMENT;
-  if (lda % 8 != 0 || ldb % 8 != 0 || ldd < n) return fg::FG_ERROR_INVALID_ARGUMENT;
-  if (lda < (a_mn_major ? m : k) || ldb < (b_mn_major ? n : k)) return fg::FG_ERROR_INVALID_ARGUMENT;
-  if ((block_m != 64 && block_m != 128) || block_n < 16 || block_n > 256 || block_n % 16 != 0)
-    return fg::FG_ERROR_INVALID_ARGUMENT;
-  if (b_mn_major && block_n % 64 != 0) return fg::FG_ERROR_INVALID_ARGUMENT;
-  const int num_kb = (k + kBf16BlockK - 1) / kBf16BlockK;
-  if (num_splits < 1 || num_splits > num_kb) return fg::FG_ERROR_INVALID_ARGUMENT;
   if (num_splits > 1 && (workspace == nullptr || counters == nullptr)) return fg::FG_ERROR_INVALID_ARGUMENT;
-  if (num_splits > 1 && tma_store != 0) return fg::FG_ERROR_INVALID_ARGUMENT;
-  if (c != nullptr && out_fp32 == 0) return fg::FG_ERROR_INVALID_ARGUMENT;
-  if (grid <= 0 || smem_bytes <= 0) return fg::FG_ERROR_INVALID_ARGUMENT;
+  Sm90Bf16Launch L;
+  const int rc = encode_dense(&L, fn, a, b, d, c, m, n, k, lda, ldb, ldd, a_mn_major, b_mn_major, block_m, block_n,
+                              num_splits, out_fp32, tma_store, grid, smem_bytes);
+  return rc != CUDA_SUCCESS ? rc : launch_dense(L, workspace, counters, stream);
+}
 
-  const fg::Driver& drv = fg::driver();
-  if (!drv.ok) return fg::FG_ERROR_NO_DRIVER;
-
-  CUtensorMap tmap_a, tmap_b;
-  CUresult r = bf16_operand_tmap(&tmap_a, a, a_mn_major != 0, m, k, lda, block_m);
-  if (r != CUDA_SUCCESS) return r;
-  r = bf16_operand_tmap(&tmap_b, b, b_mn_major != 0, n, k, ldb, block_n);
-  if (r != CUDA_SUCCESS) return r;
-
-  // Two-element vector stores (bf16x2 / float2) need an even N, an even row pitch and base
-  // pointers aligned to the vector size.
-  const uintptr_t vec_bytes = out_fp32 ? 8u : 4u;
-  bool vec = (n % 2 == 0) && (ldd % 2 == 0) && (reinterpret_cast<uintptr_t>(d) % vec_bytes == 0);
-  if (c != nullptr) vec = vec && (reinterpret_cast<uintptr_t>(c) % 8u == 0);
-  uint32_t flags = vec ? kBf16FlagVectorStores : 0u;
-  if (out_fp32) flags |= kBf16FlagOutFp32;
-  if (c != nullptr) flags |= kBf16FlagHasC;
-
-  CUtensorMap tmap_d;
-  std::memset(&tmap_d, 0, sizeof(tmap_d));
-  if (tma_store != 0 && out_fp32 == 0 && c == nullptr) {
-    const bool ok = reinterpret_cast<uintptr_t>(d) % 16 == 0 && (static_cast<int64_t>(ldd) * 2) % 16 == 0;
-    if (ok) {
-      const int sw = bf16_tma_store_swizzle_bytes(block_n);
-      r = fg::make_tmap_2d(&tmap_d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, d, static_cast<uint64_t>(n),
-                           static_cast<uint64_t>(m), static_cast<uint64_t>(ldd) * 2u, static_cast<uint32_t>(sw / 2),
-                           64,
-                           sw == 128 ? CU_TENSOR_MAP_SWIZZLE_128B
-                                     : (sw == 64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_32B));
-      if (r != CUDA_SUCCESS) return r;
-      flags |= kBf16FlagTmaStore;
-    }
+// As fg_launch_sm90_bf16_gemm without (workspace, counters, stream): validates and encodes once;
+// *out receives a handle for fg_launch_prepared_sm90_bf16_gemm (free it with
+// fg_free_prepared_sm90_bf16_gemm). Nothing is allocated when an error is returned.
+int fg_prepare_sm90_bf16_gemm(uint64_t* out, uint64_t fn, void* a, void* b, void* d, void* c, int m, int n, int k,
+                              int lda, int ldb, int ldd, int a_mn_major, int b_mn_major, int block_m, int block_n,
+                              int num_splits, int out_fp32, int tma_store, int grid, int smem_bytes) {
+  if (out == nullptr) return fg::FG_ERROR_INVALID_ARGUMENT;
+  *out = 0;
+  Sm90Bf16Launch* L = new Sm90Bf16Launch();
+  const int rc = encode_dense(L, fn, a, b, d, c, m, n, k, lda, ldb, ldd, a_mn_major, b_mn_major, block_m, block_n,
+                              num_splits, out_fp32, tma_store, grid, smem_bytes);
+  if (rc != CUDA_SUCCESS) {
+    delete L;
+    return rc;
   }
+  *out = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(L));
+  return CUDA_SUCCESS;
+}
 
-  const float* c_p = static_cast<const float*>(c);
-  float* ws_p = static_cast<float*>(workspace);
-  int* cnt_p = static_cast<int*>(counters);
-  uint32_t um = static_cast<uint32_t>(m), un = static_cast<uint32_t>(n), uk = static_cast<uint32_t>(k);
-  uint32_t uldd = static_cast<uint32_t>(ldd), usplits = static_cast<uint32_t>(num_splits);
-  void* params[] = {&tmap_a, &tmap_b, &tmap_d, &d, &c_p, &ws_p, &cnt_p, &um, &un, &uk, &uldd, &flags, &usplits};
-  const unsigned threads = static_cast<unsigned>((block_m / 64 + 1) * 128);
-  return fg::launch(fg::as_function(fn), static_cast<unsigned>(grid), 1, 1, threads, 1, 1,
-                    static_cast<unsigned>(smem_bytes), 1, fg::as_stream(stream), params);
+int fg_launch_prepared_sm90_bf16_gemm(uint64_t handle, void* workspace, void* counters, uint64_t stream) {
+  if (handle == 0) return fg::FG_ERROR_INVALID_ARGUMENT;
+  return launch_dense(*reinterpret_cast<const Sm90Bf16Launch*>(static_cast<uintptr_t>(handle)), workspace, counters,
+                      stream);
+}
+
+void fg_free_prepared_sm90_bf16_gemm(uint64_t handle) {
+  delete reinterpret_cast<Sm90Bf16Launch*>(static_cast<uintptr_t>(handle));
 }
 
 // M-grouped (MoE) launches of the same kernel family, nt layout, bf16 d, no c, no split-K
