@@ -97,6 +97,9 @@ FORCED_K_GROUPED = (257, 1000, [0, 1152, 128, 640, 256])
 FORCED_K_GROUPED_MANY = (72, 328, _draw_ks(70, 70))
 K_GROUPED_REPEAT = ("repeat", 192, 1000, _draw_ks(80, 81), "sep")
 K_GROUPED_GRAPH = (256, 576, [512, 0, 1024, 128, 384])
+# Launch counting: (ks, expected launches = ceil(G / 64)) on M x N = K_GROUPED_LAUNCH_COUNT_MN.
+K_GROUPED_LAUNCH_COUNT = [(_draw_ks(g, 7 + g, (128, 256)), -(-g // 64)) for g in (4, 130)]
+K_GROUPED_LAUNCH_COUNT_MN = (64, 136)
 
 
 def _rows(m, k, gen):
@@ -332,12 +335,13 @@ def test_k_grouped_one_launch_is_one_launch_per_64_groups(monkeypatch):
     from finegemm.ops import sm90_fp8_k_grouped as kg
 
     _set_path(monkeypatch, "one_launch")
-    for g, expect in ((4, 1), (130, 3)):
+    m, n = K_GROUPED_LAUNCH_COUNT_MN
+    for ks, expect in K_GROUPED_LAUNCH_COUNT:
+        g = len(ks)
         assert expect == -(-g // kg.max_groups_per_launch())
-        ks = _draw_ks(g, 7 + g, (128, 256))
-        a, sfa, b, sfb = _k_grouped_problem(64, 136, ks, seed=g)
-        d = torch.empty(g, 64, 136, device="cuda")
-        _run_k_grouped(a, sfa, b, sfb, 64, 136, ks, "none", None)  # compile + plan outside the profile
+        a, sfa, b, sfb = _k_grouped_problem(m, n, ks, seed=g)
+        d = torch.empty(g, m, n, device="cuda")
+        _run_k_grouped(a, sfa, b, sfb, m, n, ks, "none", None)  # compile + plan outside the profile
         torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             finegemm.k_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, ks,
@@ -345,7 +349,7 @@ def test_k_grouped_one_launch_is_one_launch_per_64_groups(monkeypatch):
             torch.cuda.synchronize()
         launches = [e for e in prof.events() if e.device_type.name == "CUDA" and "finegemm_entry" in e.name]
         assert len(launches) == expect, [e.name for e in prof.events() if e.device_type.name == "CUDA"]
-        _check_k_grouped(d, a, sfa, b, sfb, 64, 136, ks, None)
+        _check_k_grouped(d, a, sfa, b, sfb, m, n, ks, None)
 
 
 def _forced_k_grouped(m, n, ks, has_c, bm, bn, mc, mc_a):
