@@ -647,7 +647,8 @@ def k_grouped_plan_k(ks) -> tuple[int, int]:
     rounded up to the next 128 * {1, 1.5, 2, 3, 4, 6, ...} (within 1.5x). ks change every training
     step (tokens per expert); the bucket keeps the plan cache small, and the choice hardly moves
     inside a bucket (K scales every unit alike). (0, 0) when every group is empty."""
-    active = sum(1 for k in ks if k)
+    ks = ks if isinstance(ks, list) else list(ks)
+    active = len(ks) - ks.count(0)  # C-level: this runs on every call (plan key)
     if active == 0:
         return 0, 0
     mean = ceil_div(sum(ks), active)
