@@ -7,6 +7,7 @@ The GPU tests are in tests/gpu/test_fp8_wgrad_gpu.py.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 
 import pytest
 
@@ -188,6 +189,22 @@ def test_k_grouped_ops_layer_copies_and_empty(monkeypatch):
     assert not launches and torch.equal(d, c)
     with pytest.raises(ValueError):  # scale rows must match sum(ks) / 128
         kg.k_grouped_fp8_gemm_nt_contiguous(a, sfa[:1], b, sfb, torch.empty(g, m, n), ks, None)
+
+
+def test_k_grouped_forced_config_must_match(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from finegemm.heuristics import sm90_fp8_gemm as h
+    from finegemm.ops import sm90_fp8_k_grouped as kg
+
+    monkeypatch.setattr(kg._dense, "_load", lambda cfg, dev: pytest.fail("loaded a mismatched config"))
+    m, n, ks = 20, 36, [256, 0, 128]
+    a, sfa, b, sfb = _problem(torch, m, n, ks)
+    with_c = h.make_k_grouped_config(m, n, 256, 3, 2, 132, True, 64, 64, 4)
+    for config, c in [(with_c, None), (dataclasses.replace(with_c, has_c=False), torch.zeros(3, m, n)),
+                      (dataclasses.replace(with_c, n=40), torch.zeros(3, m, n)),
+                      (dataclasses.replace(with_c, gemm_kind=h.GEMM_NORMAL), torch.zeros(3, m, n))]:
+        with pytest.raises(ValueError):
+            kg.k_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, torch.empty(3, m, n), ks, c, config=config)
 
 
 def test_k_grouped_per_group_path_behind_flag(monkeypatch):

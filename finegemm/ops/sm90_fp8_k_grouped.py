@@ -24,7 +24,8 @@ from typing import Optional
 import torch
 
 from finegemm import jit, runtime
-from finegemm.heuristics.sm90_fp8_gemm import Fp8GemmConfig, k_grouped_plan_k, select_k_grouped_config
+from finegemm.heuristics.sm90_fp8_gemm import (GEMM_K_GROUPED, Fp8GemmConfig, k_grouped_plan_k,
+                                               select_k_grouped_config)
 from finegemm.ops import sm90_fp8_gemm as _dense
 from finegemm.ops._runtime import raw_stream
 from finegemm.utils import align
@@ -70,6 +71,10 @@ def plan(m: int, n: int, ks, has_c: bool, device: int,
     """(config, CUfunction) of a k-grouped problem (cached per (M, N, G, non-empty groups, K bucket,
     C); compiles on first use). `config`: a forced configuration (make_k_grouped_config)."""
     if config is not None:
+        # A kernel built without C would ignore c; one built with C would read a null c.
+        if (config.gemm_kind, config.m, config.n, config.has_c) != (GEMM_K_GROUPED, m, n, bool(has_c)):
+            raise ValueError(f"sm90_fp8_gemm k-grouped: forced config is for (kind {config.gemm_kind}, m={config.m}, "
+                             f"n={config.n}, C={config.has_c}), the problem is (m={m}, n={n}, C={bool(has_c)})")
         fn = _dense._load(config, device)
         return _dense._fit_clusters(config, fn), fn
     num_sms = runtime.get_num_sms()
