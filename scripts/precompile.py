@@ -97,13 +97,40 @@ def wgrad_configs(sms: int) -> list:
     base = select_config(m, n, k, sms, True, True, one_d_one_d=True)
     for bm, bn, mc, mc_a, splits in t.FORCED:
         out.append(t.forced_config(base, bm, bn, mc, mc_a, splits, sms))
-    for _, m, n, ks, mode in t.K_GROUPED_CASES + [t.K_GROUPED_DET]:
+    # k-grouped, per-group path (K_GROUPED_SINGLE_LAUNCH False, parametrized in the GPU tests too).
+    per_group = t.K_GROUPED_CASES + [t.K_GROUPED_DET] + t.K_GROUPED_ONE_LAUNCH_CASES + [t.K_GROUPED_REPEAT]
+    for _, m, n, ks, mode in per_group:
         for kg in ks:
             if kg:
                 out.append(select_config(m, n, kg, sms, True, mode != "none", one_d_one_d=True))
-    # bench grouped: k_grouped (one dense launch per non-empty group) and wgrad records.
+    # bench grouped: k_grouped (per-group path: one dense launch per non-empty group) and wgrad records.
     for (m, n, k, has_c) in bench.planned_1d1d_problems():
         out.append(select_config(m, n, k, sms, True, has_c, one_d_one_d=True))
+    return out + k_grouped_configs(sms, t)
+
+
+def k_grouped_configs(sms: int, t) -> list:
+    """The one-launch k-grouped configs (scheduler kind GEMM_K_GROUPED) of tests/gpu/test_fp8_wgrad_gpu.py
+    (`t`: that module) and of `bench grouped`'s k_grouped records (c = d)."""
+    from finegemm.bench import grouped as bench
+    from finegemm.heuristics.sm90_fp8_gemm import k_grouped_plan_k, make_k_grouped_config, select_k_grouped_config
+
+    out = []
+    cases = t.K_GROUPED_CASES + [t.K_GROUPED_DET] + t.K_GROUPED_ONE_LAUNCH_CASES + [t.K_GROUPED_REPEAT]
+    problems = [(m, n, ks, mode != "none") for _, m, n, ks, mode in cases]
+    problems += [(m, n, ks, True) for m, n, ks in [t.K_GROUPED_GRAPH]]
+    problems += [(t.K_GROUPED_LAUNCH_COUNT_MN[0], t.K_GROUPED_LAUNCH_COUNT_MN[1], ks, False)
+                 for ks, _ in t.K_GROUPED_LAUNCH_COUNT]
+    for (g, m, n, ks, _ek) in bench.k_grouped_problems():
+        problems.append((m, n, ks, True))
+    for m, n, ks, has_c in problems:
+        if any(ks):
+            out.append(select_k_grouped_config(m, n, ks, sms, has_c))
+    for m, n, ks in [t.FORCED_K_GROUPED, t.FORCED_K_GROUPED_MANY]:
+        active, k_plan = k_grouped_plan_k(ks)
+        for bm, bn, mc, mc_a in t.FORCED_K_GROUPED_CFGS:
+            out.append(make_k_grouped_config(m, n, k_plan, len(ks), active, sms, True, bm, bn,
+                                             max_stages(bm, bn, False, True), mc, mc_a))
     return out
 
 

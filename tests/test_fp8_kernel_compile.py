@@ -554,13 +554,14 @@ def test_1d1d_ops_layer_launch_arguments(monkeypatch):
 
 
 def test_k_grouped_ops_layer_per_group_calls(monkeypatch):
-    """k_grouped_fp8_gemm_nt_contiguous (v1: one dense 1D1D launch per non-empty group): the
+    """k_grouped_fp8_gemm_nt_contiguous, K_GROUPED_SINGLE_LAUNCH False (v1: one dense 1D1D launch per group): the
     per-group views of A, B, the scales, d and c; empty groups get c (or zeros) on the device."""
     torch = pytest.importorskip("torch")
     from finegemm.ops import sm90_fp8_gemm as ops
 
     calls = []
     monkeypatch.setattr(ops, "fp8_gemm_nt", lambda *args: calls.append(args))
+    monkeypatch.setattr(ops, "K_GROUPED_SINGLE_LAUNCH", False)  # the v1 path (one-launch: test_fp8_k_grouped.py)
     fp8 = torch.float8_e4m3fn
     M, N = 20, 36
     ks = [256, 0, 128, 384]

@@ -241,10 +241,12 @@ def k_grouped_fp8_gemm_nt_contiguous(
     N == 0 or G == 0 returns at once after validation.
 
     Devices: CPU runs ``finegemm.reference``; CUDA runs the SM90 FP8 kernel with recipe
-    (1, 1, 128) (finegemm.ops.sm90_fp8_gemm.k_grouped_fp8_gemm_nt_contiguous). v1 issues G
-    launches, one dense launch per non-empty group (groups with k_g = 0 get D_g = C_g or zeros
-    on the device); a single persistent launch over all groups is the next step. Scales whose row
-    length M (resp. N) is not a multiple of 4 are copied into the TMA-aligned layout per group.
+    (1, 1, 128) in ONE persistent launch over every group's tiles (one launch per 64 groups:
+    the per-group tensor maps travel in the kernel's parameters; groups with k_g = 0 are tiles
+    that only write C_g or zeros, in the same launch); finegemm.ops.sm90_fp8_k_grouped. Setting
+    finegemm.ops.sm90_fp8_gemm.K_GROUPED_SINGLE_LAUNCH = False selects the v1 path (one dense
+    launch per non-empty group). Scales whose row length M (resp. N) is not a multiple of 4 (or
+    whose rows are not contiguous) are copied once into the TMA-aligned layout.
     """
     fn = "k_grouped_fp8_gemm_nt_contiguous"
     A, sfa = _v.check_pair(fn, "a", a, ("A", "sfa"))
@@ -300,7 +302,7 @@ def k_grouped_fp8_gemm_nt_contiguous(
         _v.require_gpu_validated(fn, "k_grouped_fp8")
         from finegemm.ops import sm90_fp8_gemm  # lazy: the CUDA stack is only needed for CUDA tensors
 
-        # v1: one launch of the dense 1D1D kernel per non-empty group (G launches).
+        # One persistent launch for all groups (K_GROUPED_SINGLE_LAUNCH; else one per group).
         sm90_fp8_gemm.k_grouped_fp8_gemm_nt_contiguous(A, sfa, B, sfb, d, ks_list, c)
         return
     d.copy_(reference.k_grouped_fp8_gemm_nt_contiguous(A, sfa, B, sfb, ks_list, M, N, c=c))

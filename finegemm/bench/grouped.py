@@ -304,6 +304,16 @@ def k_grouped_reference_rows(a, sfa, b, sfb, m, n, ks, rows):
     return reference.k_grouped_fp8_gemm_nt_contiguous(a_sub, sfa[:, idx], b, sfb, ks, len(rows), n)
 
 
+def _k_grouped_path() -> str:
+    """Which k-grouped implementation the record times (ops K_GROUPED_SINGLE_LAUNCH, for A/B runs)."""
+    try:
+        from finegemm.ops import sm90_fp8_gemm
+
+        return "one_launch" if sm90_fp8_gemm.K_GROUPED_SINGLE_LAUNCH else "per_group"
+    except Exception:
+        return "unknown"
+
+
 def bench_k_grouped(g, m, n, ks, gen, num_tests, *, expected_k=None, device="cuda", timer=None,
                     ref_flops=REF_FLOPS):
     """One k_grouped record: finegemm.k_grouped_fp8_gemm_nt_contiguous (fp32 d, c = d), a
@@ -315,7 +325,7 @@ def bench_k_grouped(g, m, n, ks, gen, num_tests, *, expected_k=None, device="cud
     assert len(ks) == g
     sum_k = sum(ks)
     rec = {"kind": "k_grouped", "groups": g, "m": m, "n": n, "k": sum_k, "ks": list(ks), "expected_k": expected_k,
-           "us": {}, "calc_diff": None, "contender_ops": {}}
+           "us": {}, "calc_diff": None, "contender_ops": {}, "finegemm_path": _k_grouped_path()}
     a, sfa, b, sfb, a_bf16, b_bf16 = k_grouped_inputs(m, n, ks, gen, device)
     ks_t = torch.tensor(ks, dtype=torch.int32, device=device)
     c0 = torch.randn(g, m, n, device=device, generator=gen)
@@ -458,8 +468,9 @@ def _warmup_1d1d(problems, device=None) -> None:
 
 
 def planned_1d1d_problems(kinds=KINDS, wgrad_sets=WGRAD_SETS) -> list[tuple[int, int, int, bool]]:
-    """(m, n, k, has_c) of every recipe (1, 1, 128) launch the k_grouped and wgrad records make
-    (k-grouped v1: one dense launch per non-empty group, with c since c = d)."""
+    """(m, n, k, has_c) of every dense recipe (1, 1, 128) launch the k_grouped and wgrad records make
+    (k-grouped: the per-group path's launches, one per non-empty group, with c since c = d; the
+    one-launch path compiles its own kernel at the record's correctness call)."""
     out = []
     if "k_grouped" in kinds:
         for (_g, m, n, ks, _ek) in k_grouped_problems():

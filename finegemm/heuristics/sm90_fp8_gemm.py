@@ -58,6 +58,10 @@ __all__ = [
     "GEMM_NORMAL",
     "GEMM_GROUPED_CONTIGUOUS",
     "GEMM_GROUPED_MASKED",
+    "GEMM_K_GROUPED",
+    "select_k_grouped_config",
+    "make_k_grouped_config",
+    "k_grouped_plan_k",
     "smem_bytes",
     "max_stages",
     "num_threads",
@@ -73,6 +77,7 @@ BLOCK_K = 128
 GEMM_NORMAL = 0
 GEMM_GROUPED_CONTIGUOUS = 1
 GEMM_GROUPED_MASKED = 2
+GEMM_K_GROUPED = 3  # recipe (1, 1, 128) only: groups differing in K, one launch (select_k_grouped_config)
 MASKED_KIND_PREFIX = "fp8_masked_g"  # tuned-table kind of masked entries: prefix + number of groups
 SMEM_LIMIT = 232448  # 227 KB: the SM90 per-block dynamic shared memory limit
 SMEM_PER_SM = 233472  # 228 KB per SM, of which the driver reserves 1 KB per resident CTA
@@ -631,6 +636,95 @@ def select_grouped_config(kind: int, m: int, n: int, k: int, num_groups: int, nu
             f"block_n={cfg.block_n} stages={cfg.num_stages} multicast={cfg.num_multicast}"
             f"{'(A)' if cfg.num_multicast == 2 else ''} epilogue={'tma' if cfg.tma_store else 'direct'} "
             f"tiles~{cfg.num_tiles} grid={cfg.grid} smem={cfg.smem_bytes} est={cfg.est_us:.1f}us",
+            file=sys.stderr, flush=True,
+        )
+    return cfg
+
+
+# ----------------------------------------------------------------------------- k-grouped (one launch)
+def k_grouped_plan_k(ks) -> tuple[int, int]:
+    """(non-empty groups, planning K) of a k-grouped problem: the mean k_g of the non-empty groups
+    rounded up to the next 128 * {1, 1.5, 2, 3, 4, 6, ...} (within 1.5x). ks change every training
+    step (tokens per expert); the bucket keeps the plan cache small, and the choice hardly moves
+    inside a bucket (K scales every unit alike). (0, 0) when every group is empty."""
+    ks = ks if isinstance(ks, list) else list(ks)
+    active = len(ks) - ks.count(0)  # C-level: this runs on every call (plan key)
+    if active == 0:
+        return 0, 0
+    mean = ceil_div(sum(ks), active)
+    lo = BLOCK_K
+    while 2 * lo < mean:
+        lo *= 2
+    # lo < mean <= 2 lo (or mean <= 128): lo, 1.5 lo (a multiple of 128 once lo >= 256) or 2 lo.
+    if mean <= lo:
+        return active, lo
+    return active, lo * 3 // 2 if lo > BLOCK_K and mean <= lo * 3 // 2 else 2 * lo
+
+
+def make_k_grouped_config(m: int, n: int, k_plan: int, num_groups: int, active_groups: int, num_sms: int,
+                          has_c: bool, block_m: int, block_n: int, num_stages: int, num_multicast: int = 1,
+                          multicast_on_a: bool = False, est_us: float | None = None) -> Fp8GemmConfig:
+    """A k-grouped config (scheduler kind GEMM_K_GROUPED, recipe (1, 1, 128), fp32 D, no split-K) with
+    the given kernel choices. The estimate is the dense model's on the non-empty groups' stacked
+    rows (active_groups * m, n, k_plan): one persistent launch runs them all as one pool of units.
+    Tiles and units count every group (an empty group's tiles still write C or zeros); the grid is
+    every SM (the host shrinks it for a launch with fewer units). ValueError for a combination the
+    kernel does not build."""
+    if num_groups < 1 or active_groups < 1 or active_groups > num_groups or k_plan < BLOCK_K:
+        raise ValueError(f"k-grouped config: need 1 <= active_groups <= num_groups and k_plan >= 128, got "
+                         f"{(num_groups, active_groups, k_plan)}")
+    base = make_config(active_groups * m, n, k_plan, num_sms, True, has_c, block_m, block_n, num_stages, 1,
+                       num_multicast, multicast_on_a, False, False, one_d_one_d=True, est_us=est_us)
+    mb, nb = ceil_div(m, block_m), ceil_div(n, block_n)
+    _, per_group = _units(m, n, block_m, block_n, 1, num_multicast, multicast_on_a)
+    units = num_groups * per_group
+    return dataclasses.replace(base, m=m, k=k_plan, gemm_kind=GEMM_K_GROUPED, num_groups=num_groups,
+                               num_tiles=num_groups * mb * nb, num_units=units,
+                               grid=_grid(units, num_sms, num_multicast))
+
+
+def select_k_grouped_config(m: int, n: int, ks, num_sms: int, has_c: bool = False) -> Fp8GemmConfig:
+    """Launch configuration of the k-grouped FP8 GEMM (one launch for every group; cached).
+
+    The kernel choices (block_m, block_n, stages, multicast) are the dense 1D1D ones of an average
+    group: a tuned-table entry for (m, n, planning K = k_grouped_plan_k(ks)) when there is one
+    without split-K and with one CTA per SM (measured on the dense kernel, whose main loop this
+    is), else the dense model's best without split-K on the stacked shape (non-empty groups x m
+    rows, n, planning K) — one launch runs all groups' units as one pool, so wave quantization is
+    that of the stack. Units of all G groups, a grid of every SM. At least one k_g must be non-zero."""
+    num_groups = len(ks)
+    active, k_plan = k_grouped_plan_k(ks)
+    if m < 1 or n < 1 or num_sms < 1 or active == 0:
+        raise ValueError(f"select_k_grouped_config: need m, n, num_sms >= 1 and a non-empty group, got "
+                         f"{(m, n, num_sms, list(ks)[:8])}")
+    key = ("k_grouped", m, n, k_plan, num_groups, active, num_sms, bool(has_c), tuned.state())
+    cfg = _cache.get(key)
+    if cfg is not None:
+        return cfg
+    cfg = None
+    source = "model"
+    hit = _tuned_config(m, n, k_plan, num_sms, True, has_c, False, True, True, allow_two_cta=False)
+    if hit is not None:
+        try:
+            cfg = make_k_grouped_config(m, n, k_plan, num_groups, active, num_sms, has_c, hit.block_m, hit.block_n,
+                                        hit.num_stages, hit.num_multicast, hit.multicast_on_a)
+            source = "tuned"
+        except ValueError as e:
+            _warn_bad_entry(m, n, k_plan, e)
+    if cfg is None:
+        best = min(_model_candidates(active * m, n, k_plan, num_sms, True, has_c, False, True, True))
+        _, bm, bn, _splits, mc, mc_on_a, _tma, est, _tiles, _units_ = best
+        cfg = make_k_grouped_config(m, n, k_plan, num_groups, active, num_sms, has_c, bm, bn,
+                                    max_stages(bm, bn, False, True), mc, mc_on_a, est_us=est)
+    with _cache_lock:
+        _cache[key] = cfg
+    if print_configs_enabled():
+        print(
+            f"finegemm: sm90_fp8_gemm k-grouped G={num_groups} (non-empty {active}) m={m} n={n} k~{k_plan}"
+            f"{' +C' if has_c else ''} sms={num_sms} -> ({source}) block_m={cfg.block_m} block_n={cfg.block_n} "
+            f"stages={cfg.num_stages} multicast={cfg.num_multicast}"
+            f"{'(A)' if cfg.multicast_on_a else '(B)' if cfg.num_multicast == 2 else ''} epilogue=direct "
+            f"tiles={cfg.num_tiles} grid={cfg.grid} smem={cfg.smem_bytes} est={cfg.est_us:.1f}us",
             file=sys.stderr, flush=True,
         )
     return cfg

@@ -24,6 +24,7 @@ from finegemm import jit, quant, runtime
 from finegemm.heuristics.sm90_fp8_gemm import (
     GEMM_GROUPED_CONTIGUOUS,
     GEMM_GROUPED_MASKED,
+    GEMM_K_GROUPED,
     GEMM_NORMAL,
     Fp8GemmConfig,
     select_config,
@@ -71,6 +72,24 @@ extern "C" __global__ void __launch_bounds__({threads}, 1) finegemm_entry(
 """
 
 
+# K-grouped (recipe (1, 1, 128), scheduler::kGemmKGrouped): A_g / B_g tensor maps per group in a
+# __grid_constant__ table (impls/sm90_fp8_k_grouped_params.h), one scale map each over all
+# groups' rows; D / C as one [G*M, N] view. No split-K, no tma_d / sfb pointer / workspace.
+_TEMPLATE_K_GROUPED = """\
+#include <finegemm/impls/sm90_fp8_gemm_1d2d.cuh>
+
+extern "C" __global__ void __launch_bounds__({threads}, 1) finegemm_entry(
+    const __grid_constant__ CUtensorMap tmap_sfa, const __grid_constant__ CUtensorMap tmap_sfb, float* d,
+    const float* c, uint32_t m, uint32_t n, uint32_t ldd, uint32_t flags,
+    const __grid_constant__ finegemm::impls::Sm90Fp8KGroupedParams groups) {{
+  finegemm::impls::sm90_fp8_gemm_1d2d<{block_m}, {block_n}, {stages}, true, {has_c}, false,
+                                      {num_multicast}, {multicast_on_a}, false, false, 3, true>(
+      nullptr, nullptr, &tmap_sfa, nullptr, nullptr, d, c, nullptr, nullptr, m, n, 0, ldd, flags, 1u, nullptr,
+      groups.num_slots, &tmap_sfb, &groups);
+}}
+"""
+
+
 def _b(x: bool) -> str:
     return "true" if x else "false"
 
@@ -85,9 +104,11 @@ def render(block_m: int, block_n: int, num_stages: int, out_fp32: bool, has_c: b
     one_d_one_d: recipe (1, 1, 128), dense kind, fp32 out, no half-promote, direct epilogue)."""
     if k_batch not in (1, 2, 4) or (k_batch > 1 and (one_d_one_d or half_promote)):
         raise ValueError(f"k_batch must be 1, 2 or 4 (and 1 with recipe (1, 1, 128) or half-promote), got {k_batch}")
+    if gemm_kind == GEMM_K_GROUPED and (not one_d_one_d or split_k):
+        raise ValueError("the k-grouped kind is recipe (1, 1, 128) without split-K")
     if one_d_one_d:
-        if gemm_kind != GEMM_NORMAL or not out_fp32 or half_promote or tma_store:
-            raise ValueError("recipe (1, 1, 128): dense kind, fp32 out, no half-promote, no TMA store")
+        if gemm_kind not in (GEMM_NORMAL, GEMM_K_GROUPED) or not out_fp32 or half_promote or tma_store:
+            raise ValueError("recipe (1, 1, 128): dense or k-grouped kind, fp32 out, no half-promote, no TMA store")
         if num_multicast not in (1, 2):
             raise ValueError(f"num_multicast must be 1 or 2, got {num_multicast}")
         if num_multicast == 2 and split_k:
@@ -96,10 +117,10 @@ def render(block_m: int, block_n: int, num_stages: int, out_fp32: bool, has_c: b
             raise ValueError(f"block_m must be 64 or 128, got {block_m}")
         if block_n % 16 or not 16 <= block_n <= 256:
             raise ValueError(f"block_n must be a multiple of 16 in [16, 256], got {block_n}")
-        return _TEMPLATE_1D1D.format(threads=(block_m // 64 + 1) * 128, block_m=block_m, block_n=block_n,
-                                     stages=num_stages, has_c=_b(has_c), split_k=_b(split_k),
-                                     num_multicast=num_multicast,
-                                     multicast_on_a=_b(num_multicast == 2 and multicast_on_a))
+        template = _TEMPLATE_K_GROUPED if gemm_kind == GEMM_K_GROUPED else _TEMPLATE_1D1D
+        return template.format(threads=(block_m // 64 + 1) * 128, block_m=block_m, block_n=block_n,
+                               stages=num_stages, has_c=_b(has_c), split_k=_b(split_k), num_multicast=num_multicast,
+                               multicast_on_a=_b(num_multicast == 2 and multicast_on_a))
     if gemm_kind not in (GEMM_NORMAL, GEMM_GROUPED_CONTIGUOUS, GEMM_GROUPED_MASKED):
         raise ValueError(f"gemm_kind must be 0, 1 or 2, got {gemm_kind}")
     if gemm_kind != GEMM_NORMAL and (out_fp32 or has_c or split_k or half_promote or
@@ -140,7 +161,8 @@ def _kernel_name(cfg: Fp8GemmConfig) -> str:
             f"{f'_kb{cfg.k_batch}' if cfg.k_batch > 1 else ''}")
 
 
-_KIND_SUFFIX = {GEMM_NORMAL: "", GEMM_GROUPED_CONTIGUOUS: "_gcont", GEMM_GROUPED_MASKED: "_gmask"}
+_KIND_SUFFIX = {GEMM_NORMAL: "", GEMM_GROUPED_CONTIGUOUS: "_gcont", GEMM_GROUPED_MASKED: "_gmask",
+                GEMM_K_GROUPED: "_kgrp"}
 
 
 # ----------------------------------------------------------------------------- host launcher
@@ -474,6 +496,12 @@ def fp8_gemm_nt(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.
 
 
 # ----------------------------------------------------------------------------- k-grouped (MoE wgrad)
+# True: one persistent launch for all groups (ops/sm90_fp8_k_grouped.py, scheduler kind
+# GEMM_K_GROUPED). False: the v1 path, one dense 1D1D launch per non-empty group (kept for A/B
+# measurements and as a fallback).
+K_GROUPED_SINGLE_LAUNCH = True
+
+
 def k_grouped_fp8_gemm_nt_contiguous(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.Tensor,
                                      d: torch.Tensor, ks, c: Optional[torch.Tensor] = None) -> None:
     """D_g = C_g + A_g @ B_g^T (recipe (1, 1, 128)) for every group g, on the current stream.
@@ -482,10 +510,22 @@ def k_grouped_fp8_gemm_nt_contiguous(a: torch.Tensor, sfa: torch.Tensor, b: torc
     [k_g/128, M] block after the previous ones), b / sfb likewise with N, d fp32 [G, M, N], c fp32
     [G, M, N] or None (may be d), ks: Python ints, multiples of 128 (0: D_g = C_g or zeros).
 
-    v1: G launches of the dense 1D1D kernel, one per non-empty group (each group's scale block is
-    already the MN-major [Kb_g, M] layout the kernel reads: no copy when M % 4 == 0 and the rows
-    are contiguous). A single persistent launch over all groups is the next step.
+    K_GROUPED_SINGLE_LAUNCH (default): one persistent launch over all groups' tiles (one per 64
+    groups; ops/sm90_fp8_k_grouped.py). Otherwise _k_grouped_per_group_launches (v1).
     """
+    if K_GROUPED_SINGLE_LAUNCH:
+        from finegemm.ops import sm90_fp8_k_grouped  # imports this module: resolved at call time
+
+        sm90_fp8_k_grouped.k_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, d, ks, c)
+        return
+    _k_grouped_per_group_launches(a, sfa, b, sfb, d, ks, c)
+
+
+def _k_grouped_per_group_launches(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.Tensor,
+                                  d: torch.Tensor, ks, c: Optional[torch.Tensor] = None) -> None:
+    """v1 of k_grouped_fp8_gemm_nt_contiguous: G launches of the dense 1D1D kernel, one per
+    non-empty group (each group's scale block is already the MN-major [Kb_g, M] layout the kernel
+    reads: no copy when M % 4 == 0 and the rows are contiguous); empty groups get C or zeros."""
     num_groups, m, n = d.shape
     a_off = b_off = kb_off = 0
     for g in range(num_groups):
@@ -739,6 +779,19 @@ def representative_configs() -> list[tuple[str, tuple]]:
         label = (f"bm{bm}_bn{bn}_s{st}_f32{'_c' if has_c else ''}{'_splitk' if split else ''}"
                  f"{('_mca' if mc_a else '_mcb') if mc == 2 else ''}_1d1d")
         out.append((label, (bm, bn, st, True, has_c, split, mc, mc_a, False, False, GEMM_NORMAL, True)))
+    # K-grouped (recipe (1, 1, 128), one launch for all groups): what select_k_grouped_config picks
+    # on the issue's shapes (bm128 bn208 mcb; bm128 bn128 mca), the narrow / single-WG ends.
+    for bm, bn, has_c, mc, mc_a in [
+        (128, 208, True, 2, False),
+        (128, 128, True, 2, True),
+        (128, 208, False, 1, False),
+        (64, 112, True, 1, False),
+        (64, 16, True, 2, True),
+    ]:
+        st = max_stages(bm, bn, False, True)
+        label = (f"bm{bm}_bn{bn}_s{st}_f32{'_c' if has_c else ''}"
+                 f"{('_mca' if mc_a else '_mcb') if mc == 2 else ''}_kgrp_1d1d")
+        out.append((label, (bm, bn, st, True, has_c, False, mc, mc_a, False, False, GEMM_K_GROUPED, True)))
     return out
 
 

@@ -8,6 +8,11 @@ fully written (no NaN left); against the fp32 product of the unquantized inputs:
 C accumulation (separate c, and c = d in place), forced kernel configurations (both block_m,
 multicast on A / on B, split-K), bitwise determinism; k-grouped: G = 1, 4, 16, empty groups
 (k_g = 0: D_g = C_g or zeros), K from 128 to 8192, M % 4 != 0 (scale copies), c and in-place.
+K-grouped in one launch (ops/sm90_fp8_k_grouped.py; the per-group v1 path runs the same cases for
+A/B): G = 1, 4, 16, 64 and above the 64-group launch table (80, 130: two and three launches),
+empty groups first / middle / last / all, M and N off the block grid (100 x 136), c None /
+separate / d itself, strided d and c, forced configurations (block_m 64 / 128, multicast on A /
+on B), an elementwise bound besides calc_diff, bitwise-identical repeats, CUDA graph replay.
 
 The case lists are module-level data: scripts/precompile.py reads them to build the kernels.
 """
@@ -55,6 +60,46 @@ K_GROUPED_CASES = [
     ("g16_m17_n200", 17, 200, [random.Random(17).choice([0, 128, 384, 896, 1536]) for _ in range(16)], "sep"),
 ]
 K_GROUPED_DET = ("det", 192, 2112, [1024, 128, 0, 4096], "sep")
+
+
+def _draw_ks(g, seed, choices=(0, 128, 256, 384, 640, 1024)):
+    rng = random.Random(seed)
+    return [rng.choice(choices) for _ in range(g)]
+
+
+# One-launch k-grouped cases (id, M, N, ks, c mode); both paths run them (PATHS).
+K_GROUPED_ONE_LAUNCH_CASES = [
+    ("g1", 128, 576, [4096], "none"),
+    ("g1_m100_n136_c", 100, 136, [1152], "sep"),
+    ("g4_zero_first", 256, 2112, [0, 1024, 384, 2048], "sep"),
+    ("g4_zero_middle", 256, 576, [640, 0, 0, 128], "in_place"),
+    ("g4_zero_last", 128, 7168, [512, 1280, 256, 0], "none"),
+    ("g4_all_zero_c", 128, 576, [0, 0, 0, 0], "sep"),
+    ("g4_all_zero", 64, 200, [0, 0, 0, 0], "none"),
+    ("g4_m100_n136", 100, 136, [256, 0, 640, 128], "sep"),
+    ("g4_m100_n136_in_place", 100, 136, [384, 128, 0, 1024], "in_place"),
+    ("g4_m100_n136_none", 100, 136, [0, 768, 128, 256], "none"),
+    ("g4_issue_tiles", 4096, 7168, [1024, 512, 0, 768], "in_place"),  # the issue's M, N (bm128 bn208 mcb)
+    ("g16", 256, 1024, _draw_ks(16, 160, (0, 128, 512, 1024, 2048, 4096)), "sep"),
+    ("g16_issue_tiles", 7168, 2048, _draw_ks(16, 161, (128, 256, 384)), "in_place"),
+    ("g64", 64, 256, _draw_ks(64, 64), "in_place"),
+    ("g64_m100_n136", 100, 136, _draw_ks(64, 65), "sep"),
+    ("g80_two_launches", 64, 136, _draw_ks(80, 80), "sep"),
+    ("g130_three_launches", 40, 144, _draw_ks(130, 130), "in_place"),
+    ("g130_none", 96, 200, _draw_ks(130, 131), "none"),
+]
+PATHS = ("one_launch", "per_group")
+# Forced (block_m, block_n, num_multicast, multicast_on_a) of the k-grouped kernel on
+# FORCED_K_GROUPED = (M, N, ks) with c; the last also with G = 70 (two launches).
+FORCED_K_GROUPED_CFGS = [(128, 208, 2, False), (128, 128, 2, True), (128, 144, 1, False), (64, 112, 1, False),
+                         (64, 16, 2, True), (64, 208, 2, False)]
+FORCED_K_GROUPED = (257, 1000, [0, 1152, 128, 640, 256])
+FORCED_K_GROUPED_MANY = (72, 328, _draw_ks(70, 70))
+K_GROUPED_REPEAT = ("repeat", 192, 1000, _draw_ks(80, 81), "sep")
+K_GROUPED_GRAPH = (256, 576, [512, 0, 1024, 128, 384])
+# Launch counting: (ks, expected launches = ceil(G / 64)) on M x N = K_GROUPED_LAUNCH_COUNT_MN.
+K_GROUPED_LAUNCH_COUNT = [(_draw_ks(g, 7 + g, (128, 256)), -(-g // 64)) for g in (4, 130)]
+K_GROUPED_LAUNCH_COUNT_MN = (64, 136)
 
 
 def _rows(m, k, gen):
@@ -242,3 +287,166 @@ def test_k_grouped_deterministic():
             assert torch.equal(d.view(torch.int32), first.view(torch.int32)), "results differ between identical calls"
     ref = reference.k_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, ks, m, n, c=c0)
     assert calc_diff(first, ref) <= 1e-5
+
+
+# ----------------------------------------------------------------------------- k-grouped, one launch
+def _set_path(monkeypatch, path):
+    from finegemm.ops import sm90_fp8_gemm as ops
+
+    monkeypatch.setattr(ops, "K_GROUPED_SINGLE_LAUNCH", path == "one_launch")
+
+
+def _check_k_grouped(d, a, sfa, b, sfb, m, n, ks, c0):
+    """d against the exact reference: no NaN left, calc_diff <= 1e-5 per non-empty group, every
+    element within 2e-3 of the group's largest |reference| (a wrong tile, group, k-block or a
+    missing C is off by O(1) of that scale), and empty groups exactly C_g (or zeros)."""
+    assert not torch.isnan(d).any(), "d not fully written (NaN poison left)"
+    ref = reference.k_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, ks, m, n, c=c0)
+    for g, kg in enumerate(ks):
+        if kg == 0:
+            expect = torch.zeros(m, n, device="cuda") if c0 is None else c0[g]
+            assert torch.equal(d[g], expect), f"group {g} (k_g = 0) must be C_g or zeros"
+            continue
+        diff = calc_diff(d[g], ref[g])
+        assert diff <= 1e-5, f"group {g} (k_g = {kg}): calc_diff {diff:.3e}"
+        err = (d[g].double() - ref[g].double()).abs().max().item()
+        bound = 2e-3 * ref[g].double().abs().max().item() + 1e-6
+        assert err <= bound, f"group {g} (k_g = {kg}): max |d - ref| = {err:.3e} > {bound:.3e}"
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("case", K_GROUPED_ONE_LAUNCH_CASES, ids=[c[0] for c in K_GROUPED_ONE_LAUNCH_CASES])
+def test_k_grouped_one_launch(case, path, monkeypatch):
+    _set_path(monkeypatch, path)
+    _, m, n, ks, mode = case
+    a, sfa, b, sfb = _k_grouped_problem(m, n, ks, seed=m * 3 + n + sum(ks) + len(ks))
+    c0 = None if mode == "none" else torch.randn(len(ks), m, n, device="cuda") * 4
+    c_keep = None if c0 is None else c0.clone()
+    d = _run_k_grouped(a, sfa, b, sfb, m, n, ks, mode, c0)
+    if mode == "sep":
+        assert torch.equal(c0, c_keep), "a separate c must stay untouched"
+    _check_k_grouped(d, a, sfa, b, sfb, m, n, ks, c_keep)
+
+
+def test_k_grouped_one_launch_is_one_launch_per_64_groups(monkeypatch):
+    """The one-launch path really launches ceil(G / 64) kernels (no per-group launches): counted
+    with the profiler on a G = 4 and a G = 130 problem."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from finegemm.ops import sm90_fp8_k_grouped as kg
+
+    _set_path(monkeypatch, "one_launch")
+    m, n = K_GROUPED_LAUNCH_COUNT_MN
+    for ks, expect in K_GROUPED_LAUNCH_COUNT:
+        g = len(ks)
+        assert expect == -(-g // kg.max_groups_per_launch())
+        a, sfa, b, sfb = _k_grouped_problem(m, n, ks, seed=g)
+        d = torch.empty(g, m, n, device="cuda")
+        _run_k_grouped(a, sfa, b, sfb, m, n, ks, "none", None)  # compile + plan outside the profile
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            finegemm.k_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, ks,
+                                                       torch.tensor(ks, dtype=torch.int32, device="cuda"))
+            torch.cuda.synchronize()
+        launches = [e for e in prof.events() if e.device_type.name == "CUDA" and "finegemm_entry" in e.name]
+        assert len(launches) == expect, [e.name for e in prof.events() if e.device_type.name == "CUDA"]
+        _check_k_grouped(d, a, sfa, b, sfb, m, n, ks, None)
+
+
+def _forced_k_grouped(m, n, ks, has_c, bm, bn, mc, mc_a):
+    from finegemm import runtime
+    from finegemm.heuristics import sm90_fp8_gemm as h
+
+    active, k_plan = h.k_grouped_plan_k(ks)
+    return h.make_k_grouped_config(m, n, k_plan, len(ks), active, runtime.get_num_sms(), has_c, bm, bn,
+                                   h.max_stages(bm, bn, False, True), mc, mc_a)
+
+
+@pytest.mark.parametrize("bm,bn,mc,mc_a", FORCED_K_GROUPED_CFGS)
+def test_k_grouped_forced_configs(bm, bn, mc, mc_a):
+    """Each k-grouped kernel variant (heuristic overridden): block_m 64 / 128, narrow and widest
+    block_n, no cluster, multicast on A and on B; with c, M and N off the block grid."""
+    from finegemm.ops import sm90_fp8_k_grouped as kg
+
+    problems = [FORCED_K_GROUPED] + ([FORCED_K_GROUPED_MANY] if (bm, bn) == (64, 208) else [])
+    for m, n, ks in problems:
+        a, sfa, b, sfb = _k_grouped_problem(m, n, ks, seed=bm + bn + mc + len(ks))
+        c0 = torch.randn(len(ks), m, n, device="cuda") * 4
+        d = torch.full((len(ks), m, n), float("nan"), device="cuda")
+        cfg = _forced_k_grouped(m, n, ks, True, bm, bn, mc, mc_a)
+        kg.k_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, d, ks, c0, config=cfg)
+        _check_k_grouped(d, a, sfa, b, sfb, m, n, ks, c0)
+
+
+@pytest.mark.parametrize("mode", ["sep", "in_place", "none"])
+def test_k_grouped_strided_d_and_c(mode, monkeypatch):
+    """d (and c) whose group stride is not M rows, c with another row pitch than d: computed
+    through compact copies, d's padding rows and columns untouched."""
+    _set_path(monkeypatch, "one_launch")
+    m, n, ks = 100, 136, [256, 0, 384, 128]
+    g = len(ks)
+    a, sfa, b, sfb = _k_grouped_problem(m, n, ks, seed=5)
+    big = torch.full((g, m + 3, n + 4), 7.0, device="cuda")
+    d = big[:, :m, :n]
+    c0 = torch.randn(g, m, n, device="cuda") * 4
+    ks_t = torch.tensor(ks, dtype=torch.int32, device="cuda")
+    if mode == "in_place":
+        d.copy_(c0)
+        finegemm.k_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, ks, ks_t, c=d)
+    else:
+        d.fill_(float("nan"))
+        c_arg = None
+        if mode == "sep":
+            c_big = torch.zeros(g, m, n + 8, device="cuda")
+            c_big[..., :n] = c0
+            c_arg = c_big[..., :n]
+        finegemm.k_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, ks, ks_t, c=c_arg)
+    _check_k_grouped(d, a, sfa, b, sfb, m, n, ks, None if mode == "none" else c0)
+    assert (big[:, m:, :] == 7.0).all() and (big[:, :, n:] == 7.0).all(), "padding of d written"
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_k_grouped_one_launch_bitwise_repeat(path, monkeypatch):
+    _set_path(monkeypatch, path)
+    _, m, n, ks, mode = K_GROUPED_REPEAT
+    a, sfa, b, sfb = _k_grouped_problem(m, n, ks, seed=123)
+    c0 = torch.randn(len(ks), m, n, device="cuda")
+    first = None
+    for _ in range(4):
+        d = _run_k_grouped(a, sfa, b, sfb, m, n, ks, mode, c0)
+        if first is None:
+            first = d.clone()
+        else:
+            assert torch.equal(d.view(torch.int32), first.view(torch.int32)), "results differ between identical calls"
+    _check_k_grouped(first, a, sfa, b, sfb, m, n, ks, c0)
+
+
+def test_k_grouped_one_launch_cuda_graph(monkeypatch):
+    """Captured once, replayed with new A, B, scales and C in the same tensors (the group table
+    and tensor maps are captured by value: same addresses, same ks)."""
+    _set_path(monkeypatch, "one_launch")
+    m, n, ks = K_GROUPED_GRAPH
+    a, sfa, b, sfb = _k_grouped_problem(m, n, ks, seed=31)
+    ks_t = torch.tensor(ks, dtype=torch.int32, device="cuda")
+    c0 = torch.randn(len(ks), m, n, device="cuda")
+    d = torch.full((len(ks), m, n), float("nan"), device="cuda")
+    finegemm.k_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, ks, ks_t, c=c0)  # compile + plan
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        with torch.cuda.graph(graph, stream=stream):
+            finegemm.k_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, ks, ks_t, c=c0)
+    torch.cuda.current_stream().wait_stream(stream)
+    for seed in (1, 2, 3):
+        a2, sfa2, b2, sfb2 = _k_grouped_problem(m, n, ks, seed=200 + seed)
+        a.copy_(a2)
+        sfa.copy_(sfa2)
+        b.copy_(b2)
+        sfb.copy_(sfb2)
+        c0.copy_(torch.randn(len(ks), m, n, device="cuda"))
+        d.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        _check_k_grouped(d, a, sfa, b, sfb, m, n, ks, c0)

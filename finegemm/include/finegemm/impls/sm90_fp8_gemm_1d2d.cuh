@@ -40,6 +40,14 @@
 // stage's transaction bytes) and the consumers promote with per-column scales read from shared
 // memory, releasing the stage after the promotion.
 //
+// K-grouped (kGemmKGrouped, k1D1D only; MoE weight gradients): G problems D_g [M, N] = C_g +
+// A_g [M, k_g] . B_g [N, k_g]^T in one launch. `kgroups` (impls/sm90_fp8_k_grouped_params.h, a
+// __grid_constant__ kernel parameter) holds per slot the group's A_g / B_g tensor maps (row pitch
+// k_g), its k-block count and its row offset in the shared scale maps (tmap_sfa over [sum Kb, M],
+// tmap_sfb over [sum Kb, N]: row kb_offset + kb); D and C are one [G*M, N] view (group g's rows
+// start at g * M). Work units are slot x tile (TileWalker); a slot with k_g = 0 runs no k-block
+// and its tiles write C (or zeros), so every group is served by the same launch.
+//
 // Split-K (kSplitK): a work unit is (tile, split); each split covers a contiguous k-block range
 // and writes its FP32 partial tile to the workspace; the CTA that finishes last (per-tile atomic
 // counter) sums all partials in split order 0..S-1 (deterministic), writes D and resets the
@@ -53,6 +61,7 @@
 
 #include <finegemm/epilogue/add_c_fp32.cuh>
 #include <finegemm/epilogue/tma_store_bf16.cuh>
+#include <finegemm/impls/sm90_fp8_k_grouped_params.h>
 #include <finegemm/ptx/common.cuh>
 #include <finegemm/ptx/mbarrier.cuh>
 #include <finegemm/ptx/tma.cuh>
@@ -166,13 +175,18 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
                                                    uint32_t M, uint32_t N, uint32_t K, uint32_t ldd,
                                                    uint32_t flags, uint32_t num_splits,
                                                    const int* grouped = nullptr, uint32_t num_groups = 1,
-                                                   const CUtensorMap* tmap_sfb = nullptr) {
+                                                   const CUtensorMap* tmap_sfb = nullptr,
+                                                   const Sm90Fp8KGroupedParams* kgroups = nullptr) {
   using Traits = Sm90Fp8Gemm1d2dTraits<BLOCK_M, BLOCK_N, kNumStages, kTmaStore, k1D1D>;
   // k1D1D (recipe (1, 1, 128), weight gradients): sfb is one fp32 per row of B per k-block,
   // MN-major [Kb, N (aligned to 4)], TMA-loaded per stage (BLOCK_N x 1 box through tmap_sfb);
   // the `sfb` pointer is unused. Dense kind, fp32 D, no half-promote.
-  static_assert(!k1D1D || (kOutFp32 && !kHalfPromote && kGemmKind == scheduler::kGemmNormal && !kTmaStore),
-                "1D1D: fp32 D, dense kind, no half-promote, direct epilogue");
+  static_assert(!k1D1D || (kOutFp32 && !kHalfPromote && !kTmaStore &&
+                           (kGemmKind == scheduler::kGemmNormal || kGemmKind == scheduler::kGemmKGrouped)),
+                "1D1D: fp32 D, dense or k-grouped kind, no half-promote, direct epilogue");
+  // K-grouped: the 1D1D recipe only; no split-K (the units of all groups fill the machine).
+  constexpr bool kKGrouped = kGemmKind == scheduler::kGemmKGrouped;
+  static_assert(!kKGrouped || (k1D1D && !kSplitK), "k-grouped: recipe (1, 1, 128), no split-K");
   static_assert(!kTmaStore || (!kOutFp32 && !kHasC && !kSplitK), "TMA-store epilogue: bf16 D, no C, no split-K");
   using EpiTma = epilogue::TmaStoreBf16<BLOCK_N>;
   static_assert(!kTmaStore || Traits::kSmemD == (BLOCK_M / 64) * EpiTma::kBytes, "staging size");
@@ -204,9 +218,10 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   // maps are the halves accordingly.
   constexpr bool kMcA = kNumMulticast == 2 && kMulticastOnA;
   constexpr bool kMcB = kNumMulticast == 2 && !kMulticastOnA;
+  // kGrouped: the work units come from the TileWalker (every kind but the dense one).
   constexpr bool kGrouped = kGemmKind != scheduler::kGemmNormal;
-  static_assert(!kGrouped || (!kSplitK && !kMcB && !kHalfPromote && !kHasC),
-                "grouped GEMMs: no split-K, no C, no half-promote; clusters only share A");
+  static_assert(!kGrouped || kKGrouped || (!kSplitK && !kMcB && !kHalfPromote && !kHasC),
+                "m-grouped GEMMs: no split-K, no C, no half-promote; clusters only share A");
 
   constexpr uint32_t kBoxRowsA = kMcA ? BLOCK_M / 2 : BLOCK_M;
   constexpr uint32_t kBoxRowsB = kMcB ? BLOCK_N / 2 : BLOCK_N;
@@ -256,8 +271,10 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
     // ------------------------------------------------------------------ producer warpgroup
     if constexpr (kNumConsumerWG == 2) ptx::setmaxnreg_dec<40>();
     if (threadIdx.x == kNumConsumerThreads) {
-      ptx::tma_prefetch_desc(tmap_a);
-      ptx::tma_prefetch_desc(tmap_b);
+      if constexpr (!kKGrouped) {  // k-grouped: the slot's maps are prefetched per unit
+        ptx::tma_prefetch_desc(tmap_a);
+        ptx::tma_prefetch_desc(tmap_b);
+      }
       ptx::tma_prefetch_desc(tmap_sfa);
       if constexpr (k1D1D) ptx::tma_prefetch_desc(tmap_sfb);
       uint32_t stage = 0, phase = 0;
@@ -278,6 +295,21 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         uint32_t kb_begin, kb_end;
         sched.k_range(t.split, num_kb, kb_begin, kb_end);
         if (t.skip) kb_end = kb_begin;  // padding tile: the consumers skip it too
+        const CUtensorMap* map_a = tmap_a;
+        const CUtensorMap* map_b = tmap_b;
+        if constexpr (kKGrouped) {
+          // The slot's own A_g / B_g maps, k-blocks and scale rows (the consumers read the same).
+          const Sm90Fp8KGroupedSlot& sl = kgroups->slot[t.group];
+          kb_begin = 0;
+          kb_end = sl.num_kb;
+          t.sfa_kb0 = sl.kb_offset;
+          map_a = &kgroups->tmap_a[t.group];
+          map_b = &kgroups->tmap_b[t.group];
+          if (kb_end > 0) {  // an empty group's maps are not encoded
+            ptx::tma_prefetch_desc(map_a);
+            ptx::tma_prefetch_desc(map_b);
+          }
+        }
         const int32_t m0 = static_cast<int32_t>(t.a_row);
         const int32_t n0 = static_cast<int32_t>(t.b_row);
         for (uint32_t kb = kb_begin; kb < kb_end; ++kb) {
@@ -289,23 +321,23 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           const uint32_t dst_a = base + Traits::kOffA + stage * Traits::kSmemA;
           const uint32_t dst_b = base + Traits::kOffB + stage * Traits::kSmemB;
           if constexpr (kMcA) {
-            ptx::tma_load_2d_multicast(dst_a + rank * kBoxRowsA * Traits::BLOCK_K, tmap_a, full_bar(stage), k0,
+            ptx::tma_load_2d_multicast(dst_a + rank * kBoxRowsA * Traits::BLOCK_K, map_a, full_bar(stage), k0,
                                        m0 + static_cast<int32_t>(rank * kBoxRowsA), 0x3);
           } else {
-            ptx::tma_load_2d(dst_a, tmap_a, full_bar(stage), k0, m0);
+            ptx::tma_load_2d(dst_a, map_a, full_bar(stage), k0, m0);
           }
           if constexpr (kMcB) {
-            ptx::tma_load_2d_multicast(dst_b + rank * kBoxRowsB * Traits::BLOCK_K, tmap_b, full_bar(stage), k0,
+            ptx::tma_load_2d_multicast(dst_b + rank * kBoxRowsB * Traits::BLOCK_K, map_b, full_bar(stage), k0,
                                        n0 + static_cast<int32_t>(rank * kBoxRowsB), 0x3);
           } else {
-            ptx::tma_load_2d(dst_b, tmap_b, full_bar(stage), k0, n0);
+            ptx::tma_load_2d(dst_b, map_b, full_bar(stage), k0, n0);
           }
           ptx::tma_load_2d(base + Traits::kOffSfa + stage * Traits::kSmemSfa, tmap_sfa, full_bar(stage),
                            static_cast<int32_t>(t.sfa_m), static_cast<int32_t>(t.sfa_kb0 + kb));
           if constexpr (k1D1D) {
             // This CTA's own BLOCK_N column scales (never multicast: a pair sharing A has two n-blocks).
             ptx::tma_load_2d(base + Traits::kOffSfb + stage * Traits::kSmemSfb, tmap_sfb, full_bar(stage), n0,
-                             static_cast<int32_t>(kb));
+                             static_cast<int32_t>(kKGrouped ? t.sfa_kb0 + kb : kb));
           }
           if (++stage == kNumStages) {
             stage = 0;
@@ -377,7 +409,14 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
       uint32_t kb_begin, kb_end;
       sched.k_range(split, num_kb, kb_begin, kb_end);
       if (t.skip) kb_end = kb_begin;  // padding tile (as the producer): zeros are written
-      const uint32_t m0 = t.a_row;  // first row in the 2-D A / D view
+      uint32_t m0 = t.a_row;  // first row in the 2-D A / D view
+      if constexpr (kKGrouped) {
+        // The slot's k-blocks (as the producer); D rows of group g start at g * M ([G*M, N] view).
+        const Sm90Fp8KGroupedSlot& sl = kgroups->slot[t.group];
+        kb_begin = 0;
+        kb_end = sl.num_kb;
+        m0 = sl.group * M + t.a_row;
+      }
       const uint32_t n0 = n_block * BLOCK_N;
 
       if constexpr (k1D1D) {
@@ -656,7 +695,8 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           }
         }
       }
-      const uint32_t row_limit = walker.row_limit();  // recomputed (not kept live across the main loop)
+      // Recomputed (not kept live across the main loop). K-grouped: the end of the tile's group.
+      const uint32_t row_limit = kKGrouped ? kgroups->slot[t.group].group * M + M : walker.row_limit();
       if constexpr (kTmaStore) {
         // Masked: only a warpgroup whose 64 rows are all valid may TMA-store (the box would
         // otherwise overwrite rows >= masked_m, which must stay untouched).

@@ -87,6 +87,7 @@ enum GemmKind : uint32_t {
   kGemmNormal = 0,             // one [M, N] problem
   kGemmGroupedContiguous = 1,  // rows of all groups stacked: A [M, K], B [G*N, K], group id per row
   kGemmGroupedMasked = 2,      // A [G*Mmax, K], B [G*N, K], only the first masked_m[g] rows of group g
+  kGemmKGrouped = 3,           // recipe (1, 1, 128) only: G problems [M, N] with their own K (weight gradients)
 };
 
 // One tile of work, in the coordinates of the 2-D tensor maps.
@@ -113,11 +114,18 @@ struct TileCoords {
 //     m-blocks, in the PersistentScheduler's swizzled order inside the group. masked_m is read
 //     on the GPU (never by the host); the walk is monotonic (units of a CTA increase), so its
 //     cost is O(G + units) per CTA. Tiles of rows >= masked_m are never visited.
+//   KGrouped: num_groups slots (the host's group table) of the same [M, N] tile grid, slot after
+//     slot, each in the PersistentScheduler's order; `group` is the SLOT (the kernel reads its
+//     tensor maps, k-blocks and D group from the table); a_row / sfa_m / b_row are coordinates
+//     inside the slot's own maps (A_g [M, k_g], B_g [N, k_g]). A cluster's super-tile never
+//     leaves its slot, so both CTAs walk the same k-blocks. Balance: the host orders the slots by
+//     k_g, longest first, so with the round-robin unit assignment the last, partial wave holds
+//     the shortest tiles (longest-processing-time-first at no cost on the GPU).
 template <uint32_t kGemmKind, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kClusterM, uint32_t kClusterN,
           uint32_t kGroupN = 16>
 struct TileWalker {
-  static_assert(kGemmKind <= kGemmGroupedMasked, "unknown GEMM kind");
-  static_assert(kGemmKind == kGemmNormal || kClusterM == 1,
+  static_assert(kGemmKind <= kGemmKGrouped, "unknown GEMM kind");
+  static_assert(kGemmKind == kGemmNormal || kGemmKind == kGemmKGrouped || kClusterM == 1,
                 "grouped GEMMs: clusters only share A (two n-blocks of one m-block: one group)");
   using Sched = PersistentScheduler<kClusterM, kClusterN, kGroupN>;
   // Normal / contiguous: the whole problem (masked: unused; a group's scheduler is rebuilt per
@@ -159,6 +167,11 @@ struct TileWalker {
         if (++g >= num_groups) return false;  // the caller's loop ends: no later call
       }
       local = unit - base;
+    } else if constexpr (kGemmKind == kGemmKGrouped) {
+      const uint32_t slot = unit / s.num_units;
+      if (slot >= num_groups) return false;
+      g = slot;
+      local = unit - slot * s.num_units;
     } else {
       if (unit >= s.num_units) return false;
     }
@@ -181,6 +194,13 @@ struct TileWalker {
       t.sfa_m = m0;
       t.sfa_kb0 = 0;
       t.b_row = t.group * N + n0;
+    } else if constexpr (kGemmKind == kGemmKGrouped) {
+      t.group = g;  // the slot
+      t.a_row = m0;
+      t.row_limit = M;  // inside the group: the kernel adds the group's D row base
+      t.sfa_m = m0;
+      t.sfa_kb0 = 0;  // the kernel adds the slot's kb_offset
+      t.b_row = n0;
     } else {
       t.group = g;
       t.a_row = g * M + m0;
