@@ -86,7 +86,27 @@ def _bf16_grouped_contiguous(ms, n, k):
     return calc_diff(d.float(), ref)
 
 
+def _fp8_k_grouped(ks, m, n, with_c):
+    """k-grouped (recipe (1, 1, 128)) in one launch: empty groups, partial tiles, c is d."""
+    g, total = len(ks), sum(ks)
+    a_parts = [finegemm.per_token_cast_to_fp8(torch.randn(m, kg, device="cuda")) for kg in ks if kg]
+    b_parts = [finegemm.per_token_cast_to_fp8(torch.randn(n, kg, device="cuda")) for kg in ks if kg]
+    a = torch.cat([q.reshape(-1) for q, _ in a_parts])
+    b = torch.cat([q.reshape(-1) for q, _ in b_parts])
+    sfa = torch.cat([s.t().contiguous() for _, s in a_parts])  # [sum(ks)/128, M]
+    sfb = torch.cat([s.t().contiguous() for _, s in b_parts])
+    d = torch.randn(g, m, n, device="cuda")
+    c0 = d.clone()
+    ks_t = torch.tensor(ks, dtype=torch.int32, device="cuda")
+    finegemm.k_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, ks, ks_t, c=d if with_c else None)
+    ref = reference.k_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, ks, m, n, c=c0 if with_c else None)
+    assert total == sum(ks)
+    return calc_diff(d, ref)
+
+
 CASES = [
+    ("fp8 k-grouped one launch, c is d", lambda: _fp8_k_grouped([256, 0, 384, 128], 100, 136, True)),
+    ("fp8 k-grouped one launch, no c", lambda: _fp8_k_grouped([0, 128, 256], 65, 200, False)),
     ("fp8 wgrad 1d1d, c is d", lambda: _fp8_wgrad(129, 576, 640)),
     ("fp8 two CTAs/SM + split-K", lambda: _fp8_forced(17, 2112, 1664, bn=32, splits=4, tma=False, cps=2, kbat=1)),
     ("fp8 k-batch 4, TMA store", lambda: _fp8_forced(65, 576, 1664, bn=32, splits=1, tma=True, cps=1, kbat=4)),
