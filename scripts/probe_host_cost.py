@@ -85,7 +85,7 @@ def main() -> None:
                "torch_matmul_out": host_time_us(lambda: torch.matmul(a, b.t(), out=d))}
         results[f"bf16 {m}x{n}x{k}"] = rec
         print(f"bf16 {m}x{n}x{k}: " + ", ".join(f"{k_}={v:.2f}" for k_, v in rec.items()), flush=True)
-    out = dict(run_metadata(), unit="us host time per call", records=results)
+    out = dict(run_metadata(), command=" ".join(["python", "scripts/probe_host_cost.py"] + sys.argv[1:]), unit="us host time per call", records=results)
     if args.out:
         with open(args.out, "w") as f:
             json.dump(out, f, indent=1)

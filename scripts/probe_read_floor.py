@@ -96,7 +96,7 @@ def main() -> None:
               f" | best {rec['best_us']:.2f} us = {rec['best_TBps']:.2f} TB/s", flush=True)
     if args.out:
         with open(args.out, "w") as f:
-            json.dump(dict(run_metadata(), records=records), f, indent=1)
+            json.dump(dict(run_metadata(), command=" ".join(["python", "scripts/probe_read_floor.py"] + sys.argv[1:]), records=records), f, indent=1)
 
 
 if __name__ == "__main__":
