@@ -86,6 +86,20 @@ def _bf16_grouped_contiguous(ms, n, k):
     return calc_diff(d.float(), ref)
 
 
+def _bf16_k_grouped(ks, m, n):
+    """One launch of the k-grouped kind: edge tiles (m, n not multiples of the tile), an empty group
+    (its tiles store C), C separate from d."""
+    g = len(ks)
+    a = torch.randn(sum(ks), -(-m // 8) * 8, device="cuda", dtype=torch.bfloat16)[:, :m]
+    b = torch.randn(sum(ks), n, device="cuda", dtype=torch.bfloat16)
+    c = torch.randn(g, m, n, device="cuda")
+    d = torch.empty(g, m, n, device="cuda")
+    finegemm.k_grouped_bf16_gemm_tn_contiguous(a, b, d, ks, torch.tensor(ks, dtype=torch.int32, device="cuda"), c=c)
+    offs = [sum(ks[:i]) for i in range(g)]
+    ref = torch.stack([c[i] + a[o:o + k].float().t() @ b[o:o + k].float() for i, (o, k) in enumerate(zip(offs, ks))])
+    return calc_diff(d, ref)
+
+
 CASES = [
     ("fp8 wgrad 1d1d, c is d", lambda: _fp8_wgrad(129, 576, 640)),
     ("fp8 two CTAs/SM + split-K", lambda: _fp8_forced(17, 2112, 1664, bn=32, splits=4, tma=False, cps=2, kbat=1)),
@@ -97,6 +111,7 @@ CASES = [
     ("fp8 masked", lambda: _fp8_masked(3, 192, 576, 512)),
     ("bf16 nt", lambda: _bf16("nt", 129, 576, 512)),
     ("bf16 tn", lambda: _bf16("tn", 128, 576, 520)),
+    ("bf16 k-grouped one launch", lambda: _bf16_k_grouped([128, 0, 256], 100, 136)),
 ]
 
 

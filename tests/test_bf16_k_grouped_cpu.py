@@ -289,7 +289,10 @@ def _problem(ks, m, n, mode, a_pitch=None, d_layout="plain", c_layout="plain", s
         d = torch.full((g, m + 3, n + 4), float("nan"))[:, :m, :n]
     c = None
     if mode == "c":
-        c = torch.randn(g, m, n, generator=gen) if c_layout == "plain" else torch.randn(g, m, n + 8, generator=gen)[..., :n]
+        if c_layout == "plain":
+            c = torch.randn(g, m, n, generator=gen)
+        else:  # another row pitch than d's
+            c = torch.randn(g, m, n + 8, generator=gen)[..., :n]
     elif mode == "in_place":
         d.copy_(torch.randn(g, m, n, generator=gen))
         c = d
