@@ -6,8 +6,10 @@ By default that is every kernel the heuristic can pick (heuristics.sm90_bf16_gem
 which tests/gpu/test_bf16_gemm_gpu.py::test_every_kernel runs anyway); --shapes-only compiles
 just the configs select_config returns for the test and bench shapes. Always: every m-grouped
 kernel (heuristics.grouped_kernel_keys(), which tests/gpu/test_bf16_grouped_gpu.py forces one by
-one), the dense tn kernels its k-grouped cases launch per group, and the kernels of `bench bf16`'s
-grouped records (m-grouped configs and the per-group dense tn launches of its k-grouped records).
+one), every k-grouped kernel (heuristics.k_grouped_kernel_keys(), forced one by one there too; the
+bench's k-grouped records use the heuristic's pick among them), the dense tn kernels of the v1
+per-group k-grouped path (ops.K_GROUPED_SINGLE_LAUNCH = False, A/B runs), and the kernels of
+`bench bf16`'s grouped records (m-grouped configs and the per-group dense tn launches).
 Usage: FINEGEMM_CACHE_DIR=.fgcache python scripts/precompile_bf16.py [--sms 132] [--jobs 2] [--shapes-only]
 """
 from __future__ import annotations
@@ -26,8 +28,11 @@ from finegemm.heuristics.sm90_bf16_gemm import (  # noqa: E402
     LAYOUTS,
     all_kernel_keys,
     grouped_kernel_keys,
+    k_grouped_k_bucket,
+    k_grouped_kernel_keys,
     select_config,
     select_grouped_config,
+    select_k_grouped_config,
 )
 from finegemm.ops import sm90_bf16_gemm as ops  # noqa: E402
 
@@ -81,6 +86,18 @@ def bench_k_grouped_problems() -> list[tuple[int, int, int, bool]]:
     return [(r["m"], r["n"], kg, True) for r in grouped_plan() if r["layout"] == "k_grouped" for kg in r["ks"] if kg]
 
 
+def bench_k_grouped_configs(sms: int) -> list:
+    """The k-grouped configs of `bench bf16`'s k-grouped records (c = d), planned as
+    ops.plan_k_grouped does (mean k rounded up to a power of two)."""
+    out = []
+    for r in grouped_plan():
+        if r["layout"] == "k_grouped":
+            g = r["groups"]
+            k_plan = k_grouped_k_bucket(-(-sum(r["ks"]) // g))
+            out.append(select_k_grouped_config(r["m"], r["n"], k_plan, g, sms, True))
+    return out
+
+
 def kernel_sources(sms: int, shapes_only: bool = False) -> dict[str, str]:
     """{kernel name: rendered source} of everything this script compiles."""
     keys = {}
@@ -101,6 +118,9 @@ def kernel_sources(sms: int, shapes_only: bool = False) -> dict[str, str]:
     gkeys = set(grouped_kernel_keys()) | {cfg.grouped_kernel_key() for cfg in bench_grouped_configs(sms)}
     for key in sorted(gkeys):
         sources[ops.grouped_kernel_name(key)] = ops.render_grouped(*key)
+    kkeys = set(k_grouped_kernel_keys()) | {cfg.k_grouped_kernel_key() for cfg in bench_k_grouped_configs(sms)}
+    for key in sorted(kkeys):
+        sources[ops.k_grouped_kernel_name(key)] = ops.render_k_grouped(*key)
     return sources
 
 

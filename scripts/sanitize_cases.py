@@ -104,6 +104,20 @@ def _fp8_k_grouped(ks, m, n, with_c):
     return calc_diff(d, ref)
 
 
+def _bf16_k_grouped(ks, m, n):
+    """One launch of the k-grouped kind: edge tiles (m, n not multiples of the tile), an empty group
+    (its tiles store C), C separate from d."""
+    g = len(ks)
+    a = torch.randn(sum(ks), -(-m // 8) * 8, device="cuda", dtype=torch.bfloat16)[:, :m]
+    b = torch.randn(sum(ks), n, device="cuda", dtype=torch.bfloat16)
+    c = torch.randn(g, m, n, device="cuda")
+    d = torch.empty(g, m, n, device="cuda")
+    finegemm.k_grouped_bf16_gemm_tn_contiguous(a, b, d, ks, torch.tensor(ks, dtype=torch.int32, device="cuda"), c=c)
+    offs = [sum(ks[:i]) for i in range(g)]
+    ref = torch.stack([c[i] + a[o:o + k].float().t() @ b[o:o + k].float() for i, (o, k) in enumerate(zip(offs, ks))])
+    return calc_diff(d, ref)
+
+
 CASES = [
     ("fp8 k-grouped one launch, c is d", lambda: _fp8_k_grouped([256, 0, 384, 128], 100, 136, True)),
     ("fp8 k-grouped one launch, no c", lambda: _fp8_k_grouped([0, 128, 256], 65, 200, False)),
@@ -117,6 +131,7 @@ CASES = [
     ("fp8 masked", lambda: _fp8_masked(3, 192, 576, 512)),
     ("bf16 nt", lambda: _bf16("nt", 129, 576, 512)),
     ("bf16 tn", lambda: _bf16("tn", 128, 576, 520)),
+    ("bf16 k-grouped one launch", lambda: _bf16_k_grouped([128, 0, 256], 100, 136)),
 ]
 
 

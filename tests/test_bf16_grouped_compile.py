@@ -6,8 +6,9 @@ need nvcc).
   0 stack frame, no local memory (and, with cuobjdump, HGMMA + TMA loads + stmatrix/TMA stores);
 * the rendered sources, the heuristic's rules, the grouped host launcher's argument checks;
 * the ops layer on CPU tensors: the psum -> per-row group id conversion matches the reference's,
-  and the k-grouped loop (one dense tn call per non-empty group on row slices) gives the
-  reference result with a stand-in for the dense kernel.
+  and the v1 k-grouped loop (ops.K_GROUPED_SINGLE_LAUNCH = False: one dense tn call per non-empty
+  group on row slices) gives the reference result with a stand-in for the dense kernel (the
+  one-launch path: tests/test_bf16_k_grouped_cpu.py).
 """
 from __future__ import annotations
 
@@ -116,6 +117,7 @@ def test_k_grouped_ops_loop(monkeypatch, with_c):
         d.copy_((out + (c.double() if c is not None else 0)).float())
 
     monkeypatch.setattr(ops, "bf16_gemm", fake_dense)
+    monkeypatch.setattr(ops, "K_GROUPED_SINGLE_LAUNCH", False)
     torch.manual_seed(0)
     ks, M, N = [128, 0, 256, 0], 16, 24
     a = torch.randn(sum(ks), M).to(BF16)

@@ -316,9 +316,11 @@ def k_grouped_bf16_gemm_tn_contiguous(
     Constraints: TMA layout rules for a, b (so M % 8 == 0 and N % 8 == 0 for contiguous
     operands), d and c; one device; d must not overlap the inputs. M == 0, N == 0 or G == 0
     returns at once after validation.
-    Devices: CPU runs ``finegemm.reference``; CUDA (v1) launches the dense SM90 BF16 tn kernel once
-    per non-empty group on row-slice views of a and b (no copies); an empty group gets
-    d[g] = c[g] (or zeros). One grouped launch is future work.
+    Devices: CPU runs ``finegemm.reference``; CUDA runs the SM90 BF16 kernel's k-grouped kind in ONE
+    persistent launch for G <= 256 (ceil(G / 256) launches above): all groups' tiles, empty groups
+    included (d[g] = c[g] or zeros). The per-group K sizes come from ``ks`` (Python ints), packed
+    by the host launcher into the kernel's parameters: no device copy, no host sync, CUDA-graph
+    capturable (a replay uses the ks of the capture); ``ks_tensor`` is not read on CUDA.
     """
     fn = "k_grouped_bf16_gemm_tn_contiguous"
     a = _v.check_tensor(fn, "a", a)

@@ -253,6 +253,10 @@ def bench_k_grouped_tn(g, m, n, ks, gen, num_tests, *, device="cuda", timer=None
     c0 = torch.randn(g, m, n, device=device, generator=gen)
     d = c0.clone()
     rec = {"layout": "k_grouped", "groups": g, "m": m, "n": n, "k": sum_k, "ks": list(ks), "us": {}, "calc_diff": None}
+    from finegemm.ops import sm90_bf16_gemm as bf16_ops
+
+    # Which CUDA path ran (A/B: set ops.sm90_bf16_gemm.K_GROUPED_SINGLE_LAUNCH = False for the v1 loop).
+    rec["single_launch"] = bool(bf16_ops.K_GROUPED_SINGLE_LAUNCH)
 
     def ours():
         finegemm.k_grouped_bf16_gemm_tn_contiguous(a, b, d, ks, ks_t, c=d)

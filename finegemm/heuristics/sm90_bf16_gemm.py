@@ -28,6 +28,13 @@ M-grouped GEMMs (MoE; select_grouped_config): the same kernel with a GEMM-kind t
 (GEMM_GROUPED_CONTIGUOUS / GEMM_GROUPED_MASKED, scheduler/grouped_bf16.cuh), nt layout, bf16 D,
 no C, no split-K, always the TMA-store epilogue; block_n from GROUPED_BLOCK_N[kind] (a small set:
 every member is compiled spill-free by tests/test_bf16_grouped_compile.py).
+
+K-grouped GEMM (MoE weight gradient; select_k_grouped_config): the same kernel with GEMM_K_GROUPED,
+tn layout, fp32 D, optional C, no split-K, no TMA-store staging (fp32 D is stored directly, so
+its shared memory goes to stages); one launch walks all groups' tiles. The model is the dense one
+on the "average group": G x ceil(M / block_m) m-blocks with K = the mean k of the groups, G weight
+and activation slices read from DRAM. block_n from K_GROUPED_BLOCK_N (every member compiled
+spill-free by tests/test_bf16_grouped_compile.py).
 """
 from __future__ import annotations
 
@@ -56,6 +63,11 @@ __all__ = [
     "GEMM_GROUPED_CONTIGUOUS",
     "GEMM_GROUPED_MASKED",
     "GROUPED_BLOCK_N",
+    "GEMM_K_GROUPED",
+    "K_GROUPED_BLOCK_N",
+    "select_k_grouped_config",
+    "k_grouped_kernel_keys",
+    "k_grouped_k_bucket",
 ]
 
 BLOCK_K = 64
@@ -75,9 +87,12 @@ LAYOUTS = {"nt": (False, False), "nn": (False, True), "tn": (True, True), "tt": 
 GEMM_NORMAL = 0
 GEMM_GROUPED_CONTIGUOUS = 1
 GEMM_GROUPED_MASKED = 2
+GEMM_K_GROUPED = 3
 # block_n of the m-grouped kernels per kind: the contiguous kind spills at 256 (the per-tile
 # group lookups and the padding-row selects; tests/test_bf16_grouped_compile.py).
 GROUPED_BLOCK_N = {GEMM_GROUPED_CONTIGUOUS: (64, 128, 192), GEMM_GROUPED_MASKED: (64, 128, 192, 256)}
+# block_n of the k-grouped kernel (B is N-major: whole 64-column TMA boxes).
+K_GROUPED_BLOCK_N = (64, 128, 192, 256)
 
 # Machine model (H100/H200 SXM; only ratios matter for the choice).
 _PEAK_FLOPS_PER_SM_US = 989e6 / 132  # dense bf16 flops per microsecond per SM
@@ -110,7 +125,7 @@ class Bf16GemmConfig:
     out_fp32: bool
     has_c: bool
     est_us: float  # the model's estimate (for comparing candidates, not a prediction)
-    gemm_kind: int = GEMM_NORMAL  # GEMM_GROUPED_*: m-grouped kernels (nt, bf16 D, no C, no split-K)
+    gemm_kind: int = GEMM_NORMAL  # GEMM_GROUPED_*: m-grouped (nt, bf16 D); GEMM_K_GROUPED: k-grouped (tn, fp32 D)
     num_groups: int = 1
 
     @property
@@ -119,8 +134,9 @@ class Bf16GemmConfig:
 
     @property
     def tma_store(self) -> bool:
-        """The kernel carries the TMA-store epilogue (every non-split kernel; used for bf16 d)."""
-        return not self.split_k
+        """The kernel carries the TMA-store epilogue (every non-split kernel but the k-grouped one,
+        whose fp32 d is stored directly; used for bf16 d)."""
+        return not self.split_k and self.gemm_kind != GEMM_K_GROUPED
 
     @property
     def workspace_floats(self) -> int:
@@ -138,6 +154,10 @@ class Bf16GemmConfig:
     def grouped_kernel_key(self) -> tuple:
         """(block_m, block_n, num_stages, gemm_kind) of an m-grouped config."""
         return (self.block_m, self.block_n, self.num_stages, self.gemm_kind)
+
+    def k_grouped_kernel_key(self) -> tuple:
+        """(block_m, block_n, num_stages) of a k-grouped config."""
+        return (self.block_m, self.block_n, self.num_stages)
 
 
 def num_threads(block_m: int) -> int:
@@ -329,6 +349,64 @@ def select_grouped_config(kind: int, m: int, n: int, k: int, num_groups: int, nu
             f"finegemm: sm90_bf16_gemm {'contiguous' if kind == GEMM_GROUPED_CONTIGUOUS else 'masked'} "
             f"G={num_groups} m={m} n={n} k={k} expected_m={expected_m} sms={num_sms} -> block_m={bm} block_n={bn} "
             f"stages={stages} tiles~{tiles} grid={grid} smem={cfg.smem_bytes} est={est:.1f}us",
+            file=sys.stderr, flush=True,
+        )
+    return cfg
+
+
+def k_grouped_kernel_keys() -> list[tuple]:
+    """Every k_grouped_kernel_key() select_k_grouped_config can return: (block_m, block_n, stages)."""
+    return [(bm, bn, max_stages(bm, bn, False)) for bm in (64, 128) for bn in K_GROUPED_BLOCK_N]
+
+
+def k_grouped_k_bucket(k_avg: int) -> int:
+    """The planning K of a k-grouped call: the mean group k rounded up to a power of two (>= 128),
+    so that calls whose token counts move a little (every MoE step) share one plan."""
+    k = 128
+    while k < k_avg:
+        k *= 2
+    return k
+
+
+def select_k_grouped_config(m: int, n: int, k_avg: int, num_groups: int, num_sms: int,
+                            has_c: bool = False) -> Bf16GemmConfig:
+    """Launch configuration of the k-grouped BF16 kernel (tn, fp32 D [G, M, N], optional C; cached).
+
+    k_avg: the planning K of one group (k_grouped_k_bucket of the mean k); num_groups: groups whose
+    tiles the launch walks. The model is the dense tn one on G x ceil(m / block_m) m-blocks of
+    k_avg (whole tiles per group, so the wave count is right when m is not a multiple of block_m).
+    grid = num_sms: the host launcher clamps it to each launch's tile count.
+    """
+    key = ("k_grouped", m, n, k_avg, num_groups, num_sms, bool(has_c))
+    cfg = _cache.get(key)
+    if cfg is not None:
+        return cfg
+    if m < 1 or n < 1 or k_avg < 1 or num_groups < 1 or num_sms < 1:
+        raise ValueError(f"select_k_grouped_config: need m, n, k_avg, num_groups, num_sms >= 1, got "
+                         f"{(m, n, k_avg, num_groups, num_sms)}")
+    best = None
+    for bm in ([64] if m <= 64 else [64, 128]):
+        m_eff = num_groups * ceil_div(m, bm) * bm
+        for bn in K_GROUPED_BLOCK_N:
+            est, tiles, units = _estimate(m_eff, n, k_avg, bm, bn, 1, num_sms, 4, has_c, b_groups=num_groups)
+            rank = (round(est, 4), units, -bm * bn)
+            if best is None or rank < best[0]:
+                best = (rank, bm, bn, est, tiles, units)
+    _, bm, bn, est, tiles, units = best
+    stages = max_stages(bm, bn, False)
+    cfg = Bf16GemmConfig(
+        m=m, n=n, k=k_avg, a_mn_major=True, b_mn_major=True, block_m=bm, block_n=bn, num_stages=stages,
+        num_splits=1, grid=num_sms, smem_bytes=smem_bytes(bm, bn, stages, False), num_threads=num_threads(bm),
+        num_tiles=tiles, num_units=units, out_fp32=True, has_c=bool(has_c), est_us=est, gemm_kind=GEMM_K_GROUPED,
+        num_groups=num_groups,
+    )
+    with _cache_lock:
+        _cache[key] = cfg
+    if print_configs_enabled():
+        print(
+            f"finegemm: sm90_bf16_gemm k-grouped G={num_groups} m={m} n={n} k_avg={k_avg}{' +C' if has_c else ''} "
+            f"sms={num_sms} -> block_m={bm} block_n={bn} stages={stages} tiles={tiles} smem={cfg.smem_bytes} "
+            f"est={est:.1f}us",
             file=sys.stderr, flush=True,
         )
     return cfg

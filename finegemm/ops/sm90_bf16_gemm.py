@@ -14,11 +14,18 @@ alive for the process, so graph replays never share buffers with eager calls.
 
 M-grouped (MoE) GEMMs, nt layout: m_grouped_bf16_gemm_nt_contiguous / _masked run the same kernel
 with a GEMM-kind template parameter (scheduler/grouped_bf16.cuh) through their own entry point and
-host launcher (fg_launch_sm90_bf16_grouped). k_grouped_bf16_gemm_tn_contiguous (v1) launches the
-dense tn kernel once per non-empty group on row-slice views.
+host launcher (fg_launch_sm90_bf16_grouped).
+
+K-grouped (MoE weight gradient), tn layout: k_grouped_bf16_gemm_tn_contiguous runs the kernel's
+k-grouped kind in ONE launch for up to 256 groups (fg_launch_sm90_bf16_k_grouped; larger G is
+split into launches of 256): the a / b tensor maps cover all groups (K is their outer dimension)
+and a by-value group table in the kernel parameters gives each group's k-block range. The v1
+path (the dense tn kernel once per non-empty group) stays behind K_GROUPED_SINGLE_LAUNCH = False
+for A/B measurements.
 """
 from __future__ import annotations
 
+import array
 import ctypes
 import threading
 from typing import Optional
@@ -34,15 +41,20 @@ from finegemm.heuristics.sm90_bf16_gemm import (
     Bf16GemmConfig,
     all_kernel_keys,
     grouped_kernel_keys,
+    k_grouped_k_bucket,
+    k_grouped_kernel_keys,
     select_config,
     select_grouped_config,
+    select_k_grouped_config,
 )
 from finegemm.utils import align
 
 __all__ = ["bf16_gemm", "bf16_gemm_nt", "bf16_gemm_nn", "bf16_gemm_tn", "bf16_gemm_tt", "warmup_shape", "render",
            "plan", "representative_configs", "kernel_name", "m_grouped_bf16_gemm_nt_contiguous",
            "m_grouped_bf16_gemm_nt_masked", "k_grouped_bf16_gemm_tn_contiguous", "render_grouped",
-           "grouped_kernel_name", "plan_grouped", "representative_grouped_configs"]
+           "grouped_kernel_name", "plan_grouped", "representative_grouped_configs", "K_GROUPED_SINGLE_LAUNCH",
+           "render_k_grouped", "k_grouped_kernel_name", "plan_k_grouped", "representative_k_grouped_configs",
+           "k_grouped_tables"]
 
 _TEMPLATE = """\
 #include <finegemm/impls/sm90_bf16_gemm.cuh>
@@ -461,16 +473,136 @@ def m_grouped_bf16_gemm_nt_masked(a: torch.Tensor, b: torch.Tensor, d: torch.Ten
         d.copy_(tmp)
 
 
-def k_grouped_bf16_gemm_tn_contiguous(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, ks: list,
-                                      c: Optional[torch.Tensor] = None) -> None:
-    """d[g] = c[g] + A_g^T @ B_g (fp32), A_g = a[off_g : off_g + ks[g]] ([k_g, M]), B_g likewise
-    ([k_g, N]), on the current stream.
+def representative_grouped_configs() -> list[tuple[str, tuple]]:
+    """(label, grouped kernel key) of every m-grouped kernel select_grouped_config can pick."""
+    return [(grouped_kernel_name(key), key) for key in grouped_kernel_keys()]
 
-    v1: one launch of the dense tn kernel per non-empty group, on row-slice views of a and b (no
-    copies; a group's K offset is a multiple of 128 rows, so the slices keep the 16-byte TMA
-    alignment); an empty group gets d[g] = c[g] (or zeros). c may be d (in-place accumulation).
-    a bf16 [sum(ks), M], b bf16 [sum(ks), N], d fp32 [G, M, N], c fp32 [G, M, N] or None.
-    """
+
+jit.register_compile_check(
+    "sm90_bf16_gemm_grouped",
+    lambda: [(label, render_grouped(*key)) for label, key in representative_grouped_configs()],
+)
+
+
+# ============================================================================= k-grouped (wgrad)
+# True: one launch of the k-grouped kind per call (G <= 256); False: the v1 path, the dense tn
+# kernel once per non-empty group (kept for A/B measurements).
+K_GROUPED_SINGLE_LAUNCH = True
+
+_K_GROUPED_TEMPLATE = """\
+#include <finegemm/impls/sm90_bf16_gemm.cuh>
+
+extern "C" __global__ void __launch_bounds__({threads}, 1) finegemm_entry(
+    const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b, float* d, const float* c,
+    uint32_t m, uint32_t n, uint32_t ldd, uint32_t flags,
+    const __grid_constant__ finegemm::scheduler::Bf16KGroupedArgs kgroups) {{
+  finegemm::impls::sm90_bf16_gemm<{block_m}, {block_n}, {stages}, true, true, false, false,
+                                  finegemm::scheduler::kBf16GemmKGrouped>(
+      &tmap_a, &tmap_b, nullptr, d, c, nullptr, nullptr, m, n, 0u, ldd, flags, 1u, nullptr, 0u, &kgroups);
+}}
+"""
+
+
+def render_k_grouped(block_m: int, block_n: int, num_stages: int) -> str:
+    """The instantiation source of one k-grouped kernel (tn, fp32 D, optional C, direct stores)."""
+    if block_m not in (64, 128):
+        raise ValueError(f"block_m must be 64 or 128, got {block_m}")
+    if block_n % 64 or not 64 <= block_n <= 256:
+        raise ValueError(f"block_n must be 64, 128, 192 or 256 (N-major B: whole 64-column boxes), got {block_n}")
+    if num_stages < 2:
+        raise ValueError(f"num_stages must be >= 2, got {num_stages}")
+    return _K_GROUPED_TEMPLATE.format(threads=(block_m // 64 + 1) * 128, block_m=block_m, block_n=block_n,
+                                      stages=num_stages)
+
+
+def k_grouped_kernel_name(key: tuple) -> str:
+    bm, bn, st = key
+    return f"sm90_bf16_gemm_kgrouped_tn_bm{bm}_bn{bn}_s{st}"
+
+
+_k_grouped_launcher = None
+_K_GROUPED_LAYOUT = None  # (sizeof, max slots, offsetof group, kb_begin, num_kb) of Bf16KGroupedArgs
+
+
+def _get_k_grouped_launcher():
+    global _k_grouped_launcher, _K_GROUPED_LAYOUT
+    if _k_grouped_launcher is None:
+        with _launcher_lock:
+            if _k_grouped_launcher is None:
+                lib = jit.host_library()
+                u64, vp, i, ip = ctypes.c_uint64, ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_int)
+                t = lib.fg_sm90_bf16_k_grouped_tables
+                t.argtypes = [vp, i, i, vp, i, ip]  # ks, num_groups, skip_empty, out, max_tables, num_tables
+                t.restype = ctypes.c_int
+                lay = lib.fg_sm90_bf16_k_grouped_layout
+                lay.argtypes = [ip]
+                lay.restype = None
+                out5 = (ctypes.c_int * 5)()
+                lay(out5)
+                _K_GROUPED_LAYOUT = tuple(out5)
+                f = lib.fg_launch_sm90_bf16_k_grouped
+                f.argtypes = [u64, vp, vp, vp, vp,  # fn, a, b, d, c
+                              vp, i,  # ks (host int32 [G]), num_groups
+                              i, i, i, i, i, i,  # m, n, sum_k, lda, ldb, ldd
+                              i, i, i, i,  # block_m, block_n, grid, smem
+                              ip, u64]  # launches (out), stream
+                f.restype = ctypes.c_int
+                _k_grouped_launcher = f
+    return _k_grouped_launcher
+
+
+def k_grouped_tables(ks: list, skip_empty: bool = False) -> list[dict]:
+    """The group tables the host launcher passes for `ks` (one per launch), decoded: [{"group": [...],
+    "kb_begin": [...], "num_kb": [...]}] (the CPU tests check them; no driver needed)."""
+    _get_k_grouped_launcher()
+    lib = jit.host_library()
+    size, max_slots, off_group, off_begin, off_num = _K_GROUPED_LAYOUT
+    buf = array.array("i", ks)
+    count = ctypes.c_int(0)
+    ptr = buf.buffer_info()[0]
+    rc = lib.fg_sm90_bf16_k_grouped_tables(ptr, len(ks), int(skip_empty), None, 0, ctypes.byref(count))
+    if rc != 0 and count.value == 0:  # the count is only set for valid ks
+        raise ValueError(f"k_grouped_tables: bad ks {ks}: {jit.error_string(rc)}")
+    if count.value == 0:
+        return []
+    out = ctypes.create_string_buffer(size * count.value)
+    rc = lib.fg_sm90_bf16_k_grouped_tables(ptr, len(ks), int(skip_empty), out, count.value, ctypes.byref(count))
+    if rc != 0:
+        raise ValueError(f"k_grouped_tables: bad ks {ks}: {jit.error_string(rc)}")
+    tables = []
+    for t in range(count.value):
+        raw = out.raw[t * size:(t + 1) * size]
+        num_slots = int.from_bytes(raw[0:4], "little")
+
+        def field(off, raw=raw, num_slots=num_slots):
+            return list(array.array("I", raw[off:off + 4 * max_slots]))[:num_slots]
+
+        tables.append({"group": field(off_group), "kb_begin": field(off_begin), "num_kb": field(off_num)})
+    return tables
+
+
+def plan_k_grouped(m: int, n: int, sum_k: int, num_groups: int, has_c: bool,
+                   device: int) -> tuple[Bf16GemmConfig, int]:
+    """(config, CUfunction) of a k-grouped problem (cached per planning K bucket; compiles on first use)."""
+    num_sms = runtime.get_num_sms()
+    k_plan = k_grouped_k_bucket(-(-sum_k // max(num_groups, 1)))
+    key = ("k_grouped", m, n, k_plan, num_groups, has_c, num_sms, device)
+    p = _plans.get(key)
+    if p is None:
+        cfg = select_k_grouped_config(m, n, k_plan, num_groups, num_sms, has_c)
+        kkey = cfg.k_grouped_kernel_key()
+        with torch.cuda.device(device):
+            fn = jit.load_kernel(k_grouped_kernel_name(kkey), render_k_grouped(*kkey), smem_bytes=cfg.smem_bytes).fn
+        p = (cfg, fn)
+        with _plans_lock:
+            _plans[key] = p
+    return p
+
+
+def _k_grouped_per_group(a, b, d, ks, c):
+    """v1: the dense tn kernel once per non-empty group, on row-slice views of a and b (no copies;
+    a group's K offset is a multiple of 128 rows, so the slices keep the 16-byte TMA alignment);
+    an empty group gets d[g] = c[g] (or zeros)."""
     off = 0
     for g, kg in enumerate(ks):
         dg = d[g]
@@ -485,12 +617,74 @@ def k_grouped_bf16_gemm_tn_contiguous(a: torch.Tensor, b: torch.Tensor, d: torch
         off += kg
 
 
-def representative_grouped_configs() -> list[tuple[str, tuple]]:
-    """(label, grouped kernel key) of every m-grouped kernel select_grouped_config can pick."""
-    return [(grouped_kernel_name(key), key) for key in grouped_kernel_keys()]
+def k_grouped_bf16_gemm_tn_contiguous(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, ks: list,
+                                      c: Optional[torch.Tensor] = None) -> None:
+    """d[g] = c[g] + A_g^T @ B_g (fp32), A_g = a[off_g : off_g + ks[g]] ([k_g, M]), B_g likewise
+    ([k_g, N]), on the current stream. c may be d (in-place accumulation); an empty group gets
+    d[g] = c[g] (or zeros).
+
+    One launch of the k-grouped kernel for G <= 256 (ceil(G / 256) launches above), empty groups
+    included (their tiles store C or zeros; skipped when c is d). The per-group K sizes travel as
+    a by-value table in the kernel parameters, built by the host launcher from `ks` (Python ints:
+    no device copy, no host sync; a captured CUDA graph replays with the ks of the capture).
+    Extra copies only for unusual strides: d whose group stride is not M rows (computed in a
+    contiguous temporary, copied back) and a separate c whose strides differ from d's.
+    a bf16 [sum(ks), M], b bf16 [sum(ks), N], d fp32 [G, M, N], c fp32 [G, M, N] or None.
+    """
+    if not K_GROUPED_SINGLE_LAUNCH:
+        _k_grouped_per_group(a, b, d, ks, c)
+        return
+    num_groups, m, n = d.shape
+    if num_groups == 0 or m == 0 or n == 0:
+        return
+    sum_k = a.shape[0]
+    if sum_k == 0:
+        if c is None:
+            d.zero_()
+        elif c is not d:
+            d.copy_(c)
+        return
+    # D (and C) viewed as [G * M, N]: the kernel stores group g's tile rows at g * M + m.
+    try:
+        d2, tmp = d.view(num_groups * m, n), None
+    except RuntimeError:
+        tmp = d.contiguous()
+        d2 = tmp.view(num_groups * m, n)
+    ldd = _row_pitch(d2, n)
+    c2 = None
+    if c is d:
+        c2 = d2
+    elif c is not None:
+        try:
+            c2 = c.view(num_groups * m, n)
+        except RuntimeError:
+            c2 = None
+        if c2 is None or (num_groups * m > 1 and c2.stride(0) != ldd) or c2.stride(1) != 1:
+            c2 = torch.empty_strided(d2.shape, d2.stride(), dtype=torch.float32, device=d.device)
+            c2.copy_(c.reshape(num_groups * m, n))
+    cfg, fn = plan_k_grouped(m, n, sum_k, num_groups, c is not None, d.device.index)
+    launch = _get_k_grouped_launcher()
+    ks_buf = array.array("i", ks)  # the one packed host buffer (read during the call only)
+    launches = ctypes.c_int(0)
+    rc = launch(fn, a.data_ptr(), b.data_ptr(), d2.data_ptr(), None if c2 is None else c2.data_ptr(),
+                ks_buf.buffer_info()[0], num_groups, m, n, sum_k, _row_pitch(a, m), _row_pitch(b, n), ldd,
+                cfg.block_m, cfg.block_n, cfg.grid, cfg.smem_bytes, ctypes.byref(launches),
+                _get_raw_stream(d.device.index))
+    if rc != 0:
+        raise RuntimeError(
+            f"finegemm: sm90_bf16_gemm k-grouped launch failed (G={num_groups}, m={m}, n={n}, sum_k={sum_k}, "
+            f"block_m={cfg.block_m}, block_n={cfg.block_n}): {jit.error_string(rc)}"
+        )
+    if tmp is not None:
+        d.copy_(tmp)
+
+
+def representative_k_grouped_configs() -> list[tuple[str, tuple]]:
+    """(label, k-grouped kernel key) of every k-grouped kernel select_k_grouped_config can pick."""
+    return [(k_grouped_kernel_name(key), key) for key in k_grouped_kernel_keys()]
 
 
 jit.register_compile_check(
-    "sm90_bf16_gemm_grouped",
-    lambda: [(label, render_grouped(*key)) for label, key in representative_grouped_configs()],
+    "sm90_bf16_gemm_k_grouped",
+    lambda: [(label, render_k_grouped(*key)) for label, key in representative_k_grouped_configs()],
 )

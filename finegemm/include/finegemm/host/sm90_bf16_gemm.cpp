@@ -1,12 +1,17 @@
-// Host launcher of the SM90 BF16 GEMM (impls/sm90_bf16_gemm.cuh), every layout.
+// Host launcher of the SM90 BF16 GEMM (impls/sm90_bf16_gemm.cuh), every layout, and of its m-grouped
+// and k-grouped kinds.
 // Encodes the TMA descriptors (A and B in their stored major order, D for the TMA-store
 // epilogue) and launches the persistent kernel; every size comes from the caller
 // (finegemm/ops/sm90_bf16_gemm.py). Dense launches can also be prepared once (fg_prepare_*:
 // a heap Launch behind a handle) and launched with 4 arguments (as host/sm90_fp8_gemm.cpp).
 #include "finegemm/host/common.h"
+#include "finegemm/scheduler/k_grouped_bf16_args.h"
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 namespace {
 
@@ -117,6 +122,46 @@ int encode_dense(Sm90Bf16Launch* L, uint64_t fn, void* a, void* b, void* d, void
   L->threads = static_cast<unsigned>((block_m / 64 + 1) * 128);
   L->smem_bytes = static_cast<unsigned>(smem_bytes);
   return CUDA_SUCCESS;
+}
+
+using finegemm::scheduler::Bf16KGroupedArgs;
+using finegemm::scheduler::kBf16KGroupedMaxSlots;
+
+// Group tables of a k-grouped call (see fg_sm90_bf16_k_grouped_tables). Returns the number of
+// tables (launches), or -1 for bad ks.
+int k_grouped_tables(const int32_t* ks, int num_groups, bool skip_empty, std::vector<Bf16KGroupedArgs>* tables,
+                     int64_t* sum_k) {
+  std::vector<uint32_t> kb_begin(static_cast<size_t>(num_groups));
+  int64_t off = 0;
+  for (int g = 0; g < num_groups; ++g) {
+    if (ks[g] < 0 || ks[g] % kBf16BlockK != 0) return -1;
+    kb_begin[g] = static_cast<uint32_t>(off / kBf16BlockK);
+    off += ks[g];
+    if (off > 0x7fffffff) return -1;  // TMA coordinates are int32
+  }
+  *sum_k = off;
+  // Longest groups first (stable: equal sizes keep the group order): with the static
+  // round-robin unit walk the last wave then holds the shortest tiles.
+  std::vector<int> order;
+  order.reserve(static_cast<size_t>(num_groups));
+  for (int g = 0; g < num_groups; ++g)
+    if (!(skip_empty && ks[g] == 0)) order.push_back(g);
+  std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return ks[x] > ks[y]; });
+  tables->clear();
+  for (size_t first = 0; first < order.size(); first += kBf16KGroupedMaxSlots) {
+    Bf16KGroupedArgs t;
+    std::memset(&t, 0, sizeof(t));
+    const size_t count = std::min<size_t>(kBf16KGroupedMaxSlots, order.size() - first);
+    t.num_slots = static_cast<uint32_t>(count);
+    for (size_t s = 0; s < count; ++s) {
+      const int g = order[first + s];
+      t.group[s] = static_cast<uint32_t>(g);
+      t.kb_begin[s] = kb_begin[g];
+      t.num_kb[s] = static_cast<uint32_t>(ks[g] / kBf16BlockK);
+    }
+    tables->push_back(t);
+  }
+  return static_cast<int>(tables->size());
 }
 
 }  // namespace
@@ -236,6 +281,102 @@ int fg_launch_sm90_bf16_grouped(uint64_t fn, void* a, void* b, void* d, void* gr
   const unsigned threads = static_cast<unsigned>((block_m / 64 + 1) * 128);
   return fg::launch(fg::as_function(fn), static_cast<unsigned>(grid), 1, 1, threads, 1, 1,
                     static_cast<unsigned>(smem_bytes), 1, fg::as_stream(stream), params);
+}
+
+// K-grouped launch (kind 3, MoE weight gradient) of the kernel built with kGemmKind = 3: tn layout,
+// fp32 d, optional c, no split-K. D_g = C_g + A_g^T B_g for g < num_groups, A_g the ks[g] rows of
+// group g in a (groups one after the other), B_g likewise.
+// a:       bf16 [sum_k, m], row pitch lda elements (lda % 8 == 0, lda >= m);
+// b:       bf16 [sum_k, n], row pitch ldb (ldb % 8 == 0, ldb >= n);
+// d:       fp32 [num_groups * m, n], row pitch ldd >= n (group g's block = rows g*m ..);
+// c:       null or fp32 like d (same pitch; may equal d: in-place accumulation, then empty groups
+//          are skipped, d[g] = c[g] already);
+// ks:      host int32 [num_groups], each >= 0 and a multiple of 64 (the kernel's BLOCK_K), sum = sum_k
+//          (> 0); read during this call only (the table is copied into the kernel parameters).
+// grid:    the most CTAs per launch (each launch uses min(grid, its tiles)).
+// Groups are sorted by decreasing k and split into launches of <= kBf16KGroupedMaxSlots groups (one
+// launch for num_groups <= 256). *launches (may be null) receives the number of launches issued.
+// Returns a CUresult (0 = success) or fg::FG_ERROR_*; nothing is launched when an argument is bad.
+int fg_launch_sm90_bf16_k_grouped(uint64_t fn, void* a, void* b, void* d, void* c, const int32_t* ks, int num_groups,
+                                  int m, int n, int sum_k, int lda, int ldb, int ldd, int block_m, int block_n,
+                                  int grid, int smem_bytes, int* launches, uint64_t stream) {
+  if (launches != nullptr) *launches = 0;
+  if (fn == 0 || a == nullptr || b == nullptr || d == nullptr || ks == nullptr) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (num_groups < 1 || m <= 0 || n <= 0 || sum_k <= 0 || sum_k % kBf16BlockK != 0)
+    return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (lda % 8 != 0 || ldb % 8 != 0 || lda < m || ldb < n || ldd < n) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if ((block_m != 64 && block_m != 128) || block_n < 64 || block_n > 256 || block_n % 64 != 0)
+    return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (grid <= 0 || smem_bytes <= 0) return fg::FG_ERROR_INVALID_ARGUMENT;
+  // fp32 pointers; rows of the [num_groups * m, n] view are uint32 in the kernel.
+  if (reinterpret_cast<uintptr_t>(d) % 4 != 0 || reinterpret_cast<uintptr_t>(c) % 4 != 0)
+    return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (static_cast<int64_t>(num_groups) * m > 0x7fffffff) return fg::FG_ERROR_INVALID_ARGUMENT;
+  const int64_t tiles = static_cast<int64_t>((m + block_m - 1) / block_m) * ((n + block_n - 1) / block_n);
+  if (tiles * kBf16KGroupedMaxSlots > 0x7fffffff) return fg::FG_ERROR_INVALID_ARGUMENT;  // uint32 unit index
+
+  std::vector<Bf16KGroupedArgs> tables;
+  int64_t total_k = 0;
+  const bool in_place = c != nullptr && c == d;
+  if (k_grouped_tables(ks, num_groups, in_place, &tables, &total_k) < 0 || total_k != sum_k)
+    return fg::FG_ERROR_INVALID_ARGUMENT;
+
+  const fg::Driver& drv = fg::driver();
+  if (!drv.ok) return fg::FG_ERROR_NO_DRIVER;
+
+  // One tensor map per operand over all groups: K is the outer dimension, so group g's k-blocks
+  // are rows of the same map.
+  CUtensorMap tmap_a, tmap_b;
+  CUresult r = bf16_operand_tmap(&tmap_a, a, true, m, sum_k, lda, block_m);
+  if (r != CUDA_SUCCESS) return r;
+  r = bf16_operand_tmap(&tmap_b, b, true, n, sum_k, ldb, block_n);
+  if (r != CUDA_SUCCESS) return r;
+
+  bool vec = (n % 2 == 0) && (ldd % 2 == 0) && (reinterpret_cast<uintptr_t>(d) % 8u == 0);
+  if (c != nullptr) vec = vec && (reinterpret_cast<uintptr_t>(c) % 8u == 0);
+  uint32_t flags = kBf16FlagOutFp32 | (vec ? kBf16FlagVectorStores : 0u) | (c != nullptr ? kBf16FlagHasC : 0u);
+
+  float* d_p = static_cast<float*>(d);
+  const float* c_p = static_cast<const float*>(c);
+  uint32_t um = static_cast<uint32_t>(m), un = static_cast<uint32_t>(n), uldd = static_cast<uint32_t>(ldd);
+  const unsigned threads = static_cast<unsigned>((block_m / 64 + 1) * 128);
+  for (Bf16KGroupedArgs& table : tables) {
+    void* params[] = {&tmap_a, &tmap_b, &d_p, &c_p, &um, &un, &uldd, &flags, &table};
+    const int64_t units = tiles * table.num_slots;
+    const unsigned ctas = static_cast<unsigned>(std::min<int64_t>(grid, units));
+    r = fg::launch(fg::as_function(fn), ctas, 1, 1, threads, 1, 1, static_cast<unsigned>(smem_bytes), 1,
+                   fg::as_stream(stream), params);
+    if (r != CUDA_SUCCESS) return r;
+    if (launches != nullptr) ++*launches;
+  }
+  return CUDA_SUCCESS;
+}
+
+// The group tables fg_launch_sm90_bf16_k_grouped would pass (no driver needed; the CPU tests read
+// them): writes up to max_tables Bf16KGroupedArgs structs to out (may be null with max_tables 0)
+// and the number needed to *num_tables. skip_empty: drop empty groups (the in-place case).
+// Returns 0, or fg::FG_ERROR_INVALID_ARGUMENT for bad ks or too small an output.
+int fg_sm90_bf16_k_grouped_tables(const int32_t* ks, int num_groups, int skip_empty, void* out, int max_tables,
+                                  int* num_tables) {
+  if (ks == nullptr || num_tables == nullptr || num_groups < 1 || max_tables < 0) return fg::FG_ERROR_INVALID_ARGUMENT;
+  std::vector<Bf16KGroupedArgs> tables;
+  int64_t total_k = 0;
+  const int count = k_grouped_tables(ks, num_groups, skip_empty != 0, &tables, &total_k);
+  if (count < 0) return fg::FG_ERROR_INVALID_ARGUMENT;
+  *num_tables = count;
+  if (count > max_tables || (count > 0 && out == nullptr)) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (count > 0) std::memcpy(out, tables.data(), tables.size() * sizeof(Bf16KGroupedArgs));
+  return CUDA_SUCCESS;
+}
+
+// Layout of Bf16KGroupedArgs for the Python side: {sizeof, max slots, offsetof(group),
+// offsetof(kb_begin), offsetof(num_kb)}.
+void fg_sm90_bf16_k_grouped_layout(int* out5) {
+  out5[0] = static_cast<int>(sizeof(Bf16KGroupedArgs));
+  out5[1] = static_cast<int>(kBf16KGroupedMaxSlots);
+  out5[2] = static_cast<int>(offsetof(Bf16KGroupedArgs, group));
+  out5[3] = static_cast<int>(offsetof(Bf16KGroupedArgs, kb_begin));
+  out5[4] = static_cast<int>(offsetof(Bf16KGroupedArgs, num_kb));
 }
 
 }  // extern "C"

@@ -47,6 +47,15 @@
 // warpgroup whose 64 rows are all valid, predicated direct stores otherwise). Tiles of group g
 // read B rows g*N + n0 ..: rows past N (the next group's, or zero-filled) only feed columns >= N,
 // which are never stored. The dense kind (kBf16GemmNormal) keeps its own loop head.
+//
+// K-grouped kind kBf16GemmKGrouped (MoE weight gradient; tn layout, fp32 D [G, M, N], optional fp32
+// C like D, no split-K, no TMA store): A [sum(k_g), M] and B [sum(k_g), N] have K as the OUTER
+// dimension, so the dense tn tensor maps over the whole arrays serve every group: group g's
+// k-blocks are rows [kb_begin * 64, (kb_begin + num_kb) * 64) of the same maps. One launch walks
+// every group's tiles (scheduler::Bf16KGroupedWalker over the by-value group table `kgroups`); a
+// tile runs the dense producer / consumer loops on its group's k-block range and stores rows
+// g * M + m of D viewed as [G * M, N] (C likewise, same strides); an empty group's tiles run no
+// k-block and store C or zeros.
 #pragma once
 
 #include <cuda.h>
@@ -155,20 +164,25 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
                                                const CUtensorMap* tmap_d, void* d_ptr, const float* c_ptr,
                                                float* workspace, int* counters, uint32_t M, uint32_t N, uint32_t K,
                                                uint32_t ldd, uint32_t flags, uint32_t num_splits,
-                                               const int* grouped = nullptr, uint32_t num_groups = 1) {
+                                               const int* grouped = nullptr, uint32_t num_groups = 1,
+                                               const scheduler::Bf16KGroupedArgs* kgroups = nullptr) {
   using Traits = Sm90Bf16GemmTraits<BLOCK_M, BLOCK_N, kNumStages, kTmaStore>;
   using EpiTma = epilogue::TmaStoreBf16<BLOCK_N>;
   using Mma = ptx::WgmmaBf16<BLOCK_N>;
   static_assert(!kTmaStore || !kSplitK, "TMA-store epilogue: no split-K");
   static_assert(!kTmaStore || Traits::kSmemD == (BLOCK_M / 64) * EpiTma::kBytes, "staging size");
   static_assert(!kBMnMajor || BLOCK_N % 64 == 0, "an N-major B tile is whole 64-column TMA boxes");
-  static_assert(kGemmKind <= scheduler::kBf16GemmGroupedMasked, "unknown GEMM kind");
-  constexpr bool kGrouped = kGemmKind != scheduler::kBf16GemmNormal;
+  static_assert(kGemmKind <= scheduler::kBf16GemmKGrouped, "unknown GEMM kind");
   constexpr bool kContiguous = kGemmKind == scheduler::kBf16GemmGroupedContiguous;
   constexpr bool kMasked = kGemmKind == scheduler::kBf16GemmGroupedMasked;
+  constexpr bool kGrouped = kContiguous || kMasked;  // the m-grouped kinds
+  constexpr bool kKGrouped = kGemmKind == scheduler::kBf16GemmKGrouped;
   static_assert(!kGrouped || (!kAMnMajor && !kBMnMajor && !kSplitK), "grouped kinds: nt layout, no split-K");
+  static_assert(!kKGrouped || (kAMnMajor && kBMnMajor && !kSplitK && !kTmaStore),
+                "k-grouped kind: tn layout, no split-K, fp32 D stored directly");
   using Walker = scheduler::Bf16GroupedWalker<kGrouped ? kGemmKind : scheduler::kBf16GemmGroupedContiguous, BLOCK_M,
                                               BLOCK_N, 8>;
+  using KWalker = scheduler::Bf16KGroupedWalker<BLOCK_M, BLOCK_N, 8>;
   constexpr uint32_t BLOCK_K = Traits::BLOCK_K;
   constexpr uint32_t kNumConsumerWG = Traits::kNumConsumerWG;
   constexpr uint32_t kNumConsumerThreads = Traits::kNumConsumerThreads;
@@ -235,13 +249,20 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
         }
       }
     } else if (!kGrouped && threadIdx.x == kNumConsumerThreads) {
+      // Dense kind, and the k-grouped kind (its tiles' absolute k-block ranges in the same maps).
       ptx::tma_prefetch_desc(tmap_a);
       ptx::tma_prefetch_desc(tmap_b);
       uint32_t stage = 0, phase = 0;
-      for (uint32_t unit = blockIdx.x; unit < sched.num_units; unit += gridDim.x) {
+      [[maybe_unused]] const KWalker kwalk(M, N, kgroups, kKGrouped ? kgroups->num_slots : 0u);
+      for (uint32_t unit = blockIdx.x; unit < (kKGrouped ? kwalk.num_units : sched.num_units); unit += gridDim.x) {
         uint32_t m_block, n_block, split, kb_begin, kb_end;
-        sched.get(unit, m_block, n_block, split);
-        sched.k_range(split, num_kb, kb_begin, kb_end);
+        if constexpr (kKGrouped) {
+          uint32_t group;
+          kwalk.get(unit, m_block, n_block, group, kb_begin, kb_end);
+        } else {
+          sched.get(unit, m_block, n_block, split);
+          sched.k_range(split, num_kb, kb_begin, kb_end);
+        }
         const int32_t m0 = static_cast<int32_t>(m_block * BLOCK_M);
         const int32_t n0 = static_cast<int32_t>(n_block * BLOCK_N);
         for (uint32_t kb = kb_begin; kb < kb_end; ++kb) {
@@ -297,10 +318,24 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
 
     uint32_t stage = 0, phase = 0;
     [[maybe_unused]] Walker walker(M, N, grouped, num_groups);
-    for (uint32_t unit = blockIdx.x; kGrouped || unit < sched.num_units; unit += gridDim.x) {
+    [[maybe_unused]] const KWalker kwalk(M, N, kgroups, kKGrouped ? kgroups->num_slots : 0u);
+    for (uint32_t unit = blockIdx.x; kGrouped || unit < (kKGrouped ? kwalk.num_units : sched.num_units);
+         unit += gridDim.x) {
       uint32_t m_block, n_block, split, kb_begin, kb_end, m0, n0;
       [[maybe_unused]] bool skip = false;
-      if constexpr (kGrouped) {
+      uint32_t row_limit = M;  // rows >= row_limit (2-D D / C view) are never stored
+      if constexpr (kKGrouped) {
+        uint32_t group;
+        kwalk.get(unit, m_block, n_block, group, kb_begin, kb_end);
+        split = 0;
+        skip = kb_begin == kb_end;  // empty group (the producer loads nothing either)
+        // D and C viewed as [G * M, N]: the group's rows start at group * M. Folding the group
+        // into the row keeps the epilogue's pointers the kernel parameters (no extra 64-bit
+        // registers next to the accumulators: the bn256 variants stay spill-free).
+        m0 = group * M + m_block * BLOCK_M;
+        row_limit = group * M + M;
+        n0 = n_block * BLOCK_N;
+      } else if constexpr (kGrouped) {
         scheduler::Bf16GroupedTile t;
         if (!walker.next(unit, t)) break;
         m_block = t.m_block;
@@ -355,7 +390,36 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
       }
       ptx::wgmma_wait<0>();
       ptx::fence_operands(acc);
-      if constexpr (kGrouped) {
+      if constexpr (kKGrouped) {
+        if (skip) {
+          // Empty group: D = C (or zeros), stored without touching the accumulators (selecting
+          // zeros into them, as the m-grouped kinds do, spills the bn256 variants).
+          const bool vec = (flags & kBf16FlagVectorStores) != 0;
+          const bool has_c = (flags & kBf16FlagHasC) != 0;
+          float* d_out = static_cast<float*>(d_ptr);
+#pragma unroll
+          for (uint32_t h = 0; h < 2; ++h) {
+            const uint32_t row = m0 + r0 + 8 * h;
+            if (row >= row_limit) continue;
+            const size_t row_off = static_cast<size_t>(row) * ldd;
+#pragma unroll 4
+            for (uint32_t j = 0; j < kNumChunks; ++j) {
+              const uint32_t col = n0 + 8 * j + col_in_chunk;
+              if (col >= N) continue;
+              const size_t off = row_off + col;
+              if (vec) {
+                *reinterpret_cast<float2*>(d_out + off) =
+                    has_c ? __ldcs(reinterpret_cast<const float2*>(c_ptr + off)) : make_float2(0.0f, 0.0f);
+              } else {
+                d_out[off] = has_c ? __ldcs(c_ptr + off) : 0.0f;
+                if (col + 1 < N) d_out[off + 1] = has_c ? __ldcs(c_ptr + off + 1) : 0.0f;
+              }
+            }
+          }
+          continue;
+        }
+        release(prev_stage);
+      } else if constexpr (kGrouped) {
         if (skip) {
 #pragma unroll
           for (uint32_t i = 0; i < kNumAcc; ++i) acc[i] = 0.0f;  // no k-block ran: the tile is zeros
@@ -431,7 +495,6 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
           }
         }
       }
-      uint32_t row_limit = M;  // rows >= row_limit (2-D view) are never stored
       if constexpr (kMasked) row_limit = walker.row_limit();
       if constexpr (kTmaStore) {
         // Masked: only a warpgroup whose 64 rows are all valid may TMA-store (the box would

@@ -1,5 +1,5 @@
-// Tile walker of the m-grouped BF16 GEMMs (impls/sm90_bf16_gemm.cuh, template parameter
-// kGemmKind). Self-contained (the FP8 family's scheduler/persistent.cuh is not shared, so the
+// Tile walkers of the grouped BF16 GEMMs (impls/sm90_bf16_gemm.cuh, template parameter
+// kGemmKind): Bf16GroupedWalker (m-grouped kinds) and Bf16KGroupedWalker (k-grouped kind). Self-contained (the FP8 family's scheduler/persistent.cuh is not shared, so the
 // two kernel families can change independently); the same rules as its TileWalker:
 //
 //   GroupedContiguous: A [M, K] rows of all groups stacked, B viewed as [G*N, K], D [M, N];
@@ -14,11 +14,20 @@
 //     order inside the group. A CTA's units increase, so the walk is monotonic: O(G + units)
 //     per CTA. Rows >= rows_g of a group are never stored (row_limit()).
 //
+//   KGrouped (tn layout, fp32 D): A [sum(k_g), M], B [sum(k_g), N] (K outer), one tensor map
+//     each over all groups; D, C [G, M, N]. Units are num_slots x ceil(M/BLOCK_M) x
+//     ceil(N/BLOCK_N) tiles, slot-major (scheduler/k_grouped_bf16_args.h: a slot is one group of
+//     the launch, longest first); inside a slot the dense column-grouped order. A tile's k-loop is
+//     its group's k-blocks, rows [kb_begin * 64, (kb_begin + num_kb) * 64) of the tensor maps;
+//     num_kb = 0 (empty group): no main loop, C or zeros are stored.
+//
 // Producer and consumers of a CTA each own a walker and call next() with the same unit
 // sequence, so they agree on the tiles (and the k-blocks: all of them, or none for `skip`).
 #pragma once
 
 #include <cstdint>
+
+#include <finegemm/scheduler/k_grouped_bf16_args.h>
 
 namespace finegemm {
 namespace scheduler {
@@ -29,6 +38,7 @@ enum Bf16GemmKind : uint32_t {
   kBf16GemmNormal = 0,
   kBf16GemmGroupedContiguous = 1,
   kBf16GemmGroupedMasked = 2,
+  kBf16GemmKGrouped = 3,
 };
 
 struct Bf16GroupedTile {
@@ -99,6 +109,42 @@ struct Bf16GroupedWalker {
       t.b_row = (t.skip ? 0u : static_cast<uint32_t>(gid)) * N + t.n_block * BLOCK_N;
     }
     return true;
+  }
+};
+
+// k-grouped tile walk; the group table lives in kernel parameter space (read with constant-bank
+// loads, no global memory traffic).
+template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kGroupN = 8>
+struct Bf16KGroupedWalker {
+  const Bf16KGroupedArgs* args;
+  uint32_t num_m_blocks, num_n_blocks, tiles_per_slot, num_units;
+
+  // num_slots: a->num_slots (a separate argument so that kinds without a table never read one);
+  // clamped to the table size (a bad value never indexes past it).
+  __device__ __forceinline__ Bf16KGroupedWalker(uint32_t m, uint32_t n, const Bf16KGroupedArgs* a, uint32_t num_slots)
+      : args(a),
+        num_m_blocks((m + BLOCK_M - 1) / BLOCK_M),
+        num_n_blocks((n + BLOCK_N - 1) / BLOCK_N),
+        tiles_per_slot(num_m_blocks * num_n_blocks),
+        num_units(num_m_blocks * num_n_blocks *
+                  (num_slots < kBf16KGroupedMaxSlots ? num_slots : kBf16KGroupedMaxSlots)) {}
+
+  // Tile of `unit` (< num_units): (m_block, n_block) in the group's grid, the group index and
+  // the absolute k-block range [kb_begin, kb_end) in a and b.
+  __device__ __forceinline__ void get(uint32_t unit, uint32_t& m_block, uint32_t& n_block, uint32_t& group,
+                                      uint32_t& kb_begin, uint32_t& kb_end) const {
+    const uint32_t slot = unit / tiles_per_slot;
+    const uint32_t tile = unit - slot * tiles_per_slot;
+    const uint32_t grp = tile / (kGroupN * num_m_blocks);
+    const uint32_t first_n = grp * kGroupN;
+    const uint32_t rest = num_n_blocks - first_n;
+    const uint32_t width = rest < kGroupN ? rest : kGroupN;
+    const uint32_t in_group = tile - grp * (kGroupN * num_m_blocks);
+    m_block = in_group / width;
+    n_block = first_n + (in_group - m_block * width);
+    group = args->group[slot];
+    kb_begin = args->kb_begin[slot];
+    kb_end = kb_begin + args->num_kb[slot];
   }
 };
 
