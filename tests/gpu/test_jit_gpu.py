@@ -150,4 +150,6 @@ def test_host_time_per_call():
     torch_us = (time.perf_counter() - t0) / n * 1e6
     torch.cuda.synchronize()
     print(f"\ntrivial_add host time per call: {best:.2f} us (torch.add: {torch_us:.2f} us)")
-    assert best < 20.0
+    # Relative to torch.add measured in the same run: the GPU machine's CPU speed varies by 1.5x
+    # from run to run (torch.add 15 us at 1a37aff, 23 us at d2da286), so an absolute bound flakes.
+    assert best < 2.0 * torch_us
