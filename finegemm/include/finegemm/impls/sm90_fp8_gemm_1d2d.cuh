@@ -558,18 +558,13 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         issue(acc_hi, stage, kMmaN);
       }
 
-      // The release fence below (MEMBAR) waits for every outstanding load of the thread, this
-      // prefetch included: issue it after the release, a promotion plus a wgmma batch ahead of its
-      // use (measured: bm128/bn208 4096x4096x7168 7% slower with it in front of the fence, v0.9).
-      // bm128/bn224 fp32 + C + split-K spills that way (24 B): it keeps the prefetch up front.
-      constexpr bool kPrefetchAfterRelease = !kHalfPromote && !(kSplitK && kHasC && BLOCK_N >= 224);
       for (uint32_t kb = kb_begin; kb < kb_end; ++kb) {
         float sb[kSpan];
         const uint32_t kb_pref = kb + 1 < kb_end ? kb + 1 : kb;  // stays in range (re-reads the last)
 #pragma unroll
         for (uint32_t b = 0; b < kSpan; ++b) {
           sb[b] = sb_next[b];
-          if constexpr (!kPrefetchAfterRelease) sb_next[b] = __ldg(sfb_rows[b] + kb_pref);
+          sb_next[b] = __ldg(sfb_rows[b] + kb_pref);
         }
 
         if constexpr (!kHalfPromote) {
@@ -588,12 +583,10 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           // Computing s0/s1 before the arrive in the source does not order the sfa loads before
           // it: ptxas moved those FMULs after the arrive (bm128/bn144, multicast), leaving the
           // loads in flight when the producer may already overwrite the stage (the 1D1D race).
+          // (Issuing the B-scale prefetch after the fence instead, so that the fence cannot wait
+          // for it, spills bm128/bn224 fp32+C split-K.)
           ptx::fence_proxy_async_shared();
           release(stage);
-          if constexpr (kPrefetchAfterRelease) {
-#pragma unroll
-            for (uint32_t b = 0; b < kSpan; ++b) sb_next[b] = __ldg(sfb_rows[b] + kb_pref);
-          }
           if (++stage == kNumStages) {
             stage = 0;
             phase ^= 1u;
