@@ -62,6 +62,11 @@ def main() -> int:
     run(4096, 32768, 512, True, False, 128, 208, 5)
     run(4096, 32768, 512, False, True, 128, 208, 5)
     run(4096, 32768, 512, True, True, 128, 144, 6, 2, False)
+    # 1D2D with multicast: bm128/bn144 multicast on A is where ptxas had moved the sfa consumers
+    # after the stage release (v0.9); C makes the producer run a full ring ahead.
+    run(4096, 32768, 512, False, True, 128, 144, 6, 2, True)
+    run(2112, 7168, 4096, False, True, 128, 144, 6, 2, True)
+    run(4096, 32768, 512, False, True, 128, 208, 5, 2, False)
     return 0
 
 
