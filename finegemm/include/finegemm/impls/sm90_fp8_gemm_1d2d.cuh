@@ -384,11 +384,8 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
       ptx::wgmma_commit();
     };
     // Lane 0 of every consumer warp releases stage `s` (to the peer CTA too with multicast).
-    // `mask` is the warp's __syncwarp mask (0xffffffff): passing one computed from the stage's
-    // sfa loads (ptx::full_warp_mask_from_zero) makes every lane's warp sync, and so lane 0's
-    // arrive, wait until those loads have completed.
-    auto release = [&](uint32_t s, uint32_t mask = 0xffffffffu) {
-      __syncwarp(mask);
+    auto release = [&](uint32_t s) {
+      __syncwarp();
       if (lane == 0) ptx::mbar_arrive(empty_bar(s));
       if constexpr (kNumMulticast > 1) {
         if (lane == 1) ptx::mbar_arrive_cluster(empty_bar(s), rank ^ 1u);
@@ -510,6 +507,9 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
             }
           }
         }
+        // The batch's sfa loads must be complete before its stages are released (see the
+        // k_batch == 1 path): fence while the wgmmas run.
+        ptx::fence_proxy_async_shared();
         ptx::wgmma_wait<0>();
 #pragma unroll
         for (uint32_t j = 0; j < kKBatch; ++j) ptx::fence_operands(accb[j]);
@@ -522,16 +522,10 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
             s1[j][b] = sa[j][1] * sb[j][b];
           }
         }
-        // The stages' sfa shared loads must complete before the stages are released: the warp
-        // sync's mask depends on all of them (see the k_batch == 1 path). The next batch's B
-        // scales are fetched after the releases.
-        float z = 0.0f;
-#pragma unroll
-        for (uint32_t j = 0; j < kKBatch; ++j) z += ptx::zero_after(sa[j][0]) + ptx::zero_after(sa[j][1]);
-        const uint32_t release_mask = ptx::full_warp_mask_from_zero(z);
+        // The next batch's B scales are fetched after the releases.
 #pragma unroll
         for (uint32_t j = 0; j < kKBatch; ++j)
-          if (j < cnt) release(st[j], release_mask);
+          if (j < cnt) release(st[j]);
 #pragma unroll
         for (uint32_t j = 0; j < kKBatch; ++j) {
           const uint32_t kbn = kb0 + kKBatch + j < kb_end ? kb0 + kKBatch + j : kb_last;
@@ -578,6 +572,13 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           sa0 = sfa_smem[stage * BLOCK_M + r0];
           sa1 = sfa_smem[stage * BLOCK_M + r0 + 8];
           issue(acc_lo, stage, 0);
+          // The sfa loads must be complete before the stage is released (below): ptxas moved
+          // their consumers after the arrive on bm128/bn144 with multicast — the 1D1D race
+          // pattern. The proxy fence goes here, while the wgmmas run, so that its wait (for
+          // these loads and the B-scale prefetch) overlaps the tensor-core work; in front of the
+          // arrive it cost 7% on 4096x4096x7168, and a register dependency through the warp
+          // sync's mask more (v0.9).
+          ptx::fence_proxy_async_shared();
           ptx::wgmma_wait<0>();
           ptx::fence_operands(acc_lo);
           float s0[kSpan], s1[kSpan];
@@ -586,12 +587,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
             s0[b] = sa0 * sb[b];
             s1[b] = sa1 * sb[b];
           }
-          // Computing s0/s1 before the arrive in the source does not order the sfa loads before
-          // it: ptxas moved those FMULs after the arrive (bm128/bn144, multicast), leaving the
-          // loads in flight when the producer may already overwrite the stage (the 1D1D race).
-          // A register dependency orders them: the warp sync's mask is computed from sa0 and sa1.
-          // (A proxy fence here cost 7% on 4096x4096x7168, v0.9.)
-          release(stage, ptx::full_warp_mask_from_zero(ptx::zero_after(sa0) + ptx::zero_after(sa1)));
+          release(stage);
           if (++stage == kNumStages) {
             stage = 0;
             phase ^= 1u;

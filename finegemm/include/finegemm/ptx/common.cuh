@@ -18,25 +18,6 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
-// Register dependencies that order ordinary shared loads before a later instruction without a
-// memory fence. zero_after(x) is +0 or -0 for every x, NaN and Inf included (x * 0 is +-0 or NaN,
-// and max(NaN, 0) = 0), yet no compiler can know it without x: an instruction consuming the
-// result waits (scoreboard) for the load that produced x. full_warp_mask_from_zero(z) turns such
-// a zero into 0xffffffff (the sign bit is shifted out). Written in PTX with .rn so that no
-// floating-point contraction or fast-math rewrite can fold them away.
-__device__ __forceinline__ float zero_after(float x) {
-  float z;
-  asm volatile("{\n .reg .f32 t;\n mul.rn.f32 t, %1, 0f00000000;\n max.f32 %0, t, 0f00000000;\n}\n"
-               : "=f"(z) : "f"(x));
-  return z;
-}
-__device__ __forceinline__ uint32_t full_warp_mask_from_zero(float z) {
-  uint32_t mask;
-  asm volatile("{\n .reg .b32 t;\n mov.b32 t, %1;\n shl.b32 t, t, 1;\n xor.b32 %0, t, 0xffffffff;\n}\n"
-               : "=r"(mask) : "f"(z));
-  return mask;
-}
-
 // Makes mbarrier.init visible to the async proxy / other CTAs of the cluster.
 __device__ __forceinline__ void fence_mbarrier_init() {
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
