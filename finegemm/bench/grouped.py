@@ -130,7 +130,10 @@ def bench_contiguous(g, expected, n, k, gen, rng, num_tests):
     if "finegemm" in rec["us"]:
         ref = reference.m_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, layout, out_dtype=torch.float32)
         rec["calc_diff"] = calc_diff(d.float(), ref)
-    views = _cublas_views([(a[s:s + m], sfa[s:s + m], b[i], sfb[i]) for i, (s, m) in enumerate(zip(starts, ms))])
+    # cuBLASLt's blockwise kernels reject most drawn segment lengths (CUBLAS_STATUS_NOT_SUPPORTED,
+    # e.g. M % 4 != 0): the loop runs each group's aligned segment (its padding rows included),
+    # which is the work our kernel does too.
+    views = _cublas_views([(a[s:s + p], sfa[s:s + p], b[i], sfb[i]) for i, (s, p) in enumerate(zip(starts, padded))])
     _time(rec, "cublas_blockwise_loop", lambda: [_scaled_mm(*v) for v in views], num_tests)
     offs = torch.tensor([sum(padded[:i + 1]) for i in range(g)], dtype=torch.int32, device="cuda")
     bt = b_bf16.transpose(1, 2)
