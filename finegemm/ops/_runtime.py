@@ -81,10 +81,11 @@ class PreparedLaunch:
     arguments, which reports any error. `cacheable` is False when preparing needed a temporary
     copy (a scale or C tensor in a layout the kernel cannot read) whose contents would go stale.
 
-    Subclasses provide `_functions()` -> (one-shot launcher, preparer, prepared launcher, free),
-    `_stream(device_index)`, `_capturing()`, `_split_buffers(cfg, device, stream)`,
-    `_buffers_of(key)` and `_describe()` (for errors), looked up in their own module so that
-    tests can monkeypatch the module-level names.
+    Subclasses set `_ns` to their module's globals() and `_names` to the module-level names of
+    (one-shot launcher, preparer, prepared launcher, free), and define `_describe()` (for errors).
+    Everything per call is looked up in that module by name — `_get_raw_stream`, `_is_capturing`,
+    `_split_buffers(cfg, device, stream)`, `_buffers` and the four functions — so that tests can
+    monkeypatch the module-level names.
     """
 
     __slots__ = ("cfg", "cacheable", "_head", "_tail", "_device", "_dev_index", "_keepalive", "_split_cache",
@@ -101,6 +102,28 @@ class PreparedLaunch:
         self._keepalive = keepalive  # temporaries whose pointers are in head
         self._split_cache = None  # (stream, ws_ptr, cnt_ptr, buffers kept alive) of the last eager call
         self._handle = None  # None: not tried yet; 0: no prepared launch (one-shot launcher)
+
+    _ns: dict = {}
+    _names: tuple = ()
+
+    def _functions(self):
+        ns = self._ns
+        return tuple(ns[name] for name in self._names)
+
+    def _stream(self, device_index):
+        return self._ns["_get_raw_stream"](device_index)
+
+    def _capturing(self):
+        return self._ns["_is_capturing"]()
+
+    def _split_buffers(self, cfg, device, stream):
+        return self._ns["_split_buffers"](cfg, device, stream)
+
+    def _buffers_of(self, key):
+        return self._ns["_buffers"].get(key)
+
+    def _describe(self) -> str:
+        raise NotImplementedError
 
     def __del__(self):
         handle = getattr(self, "_handle", None)

@@ -192,23 +192,8 @@ class PreparedBf16Call(PreparedLaunch):
     """A prepared dense launch of the SM90 BF16 kernel (ops/_runtime.PreparedLaunch)."""
 
     __slots__ = ()
+    _ns = globals()
     _names = ("_launcher", "_launcher_prepare", "_launch_prepared", "_free_prepared")
-
-    def _functions(self):
-        g = globals()
-        return tuple(g[name] for name in self._names)
-
-    def _stream(self, device_index):
-        return _get_raw_stream(device_index)
-
-    def _capturing(self):
-        return _is_capturing()
-
-    def _split_buffers(self, cfg, device, stream):
-        return _split_buffers(cfg, device, stream)
-
-    def _buffers_of(self, key):
-        return _buffers.get(key)
 
     def _describe(self) -> str:
         cfg = self.cfg

@@ -313,24 +313,9 @@ class PreparedCall(PreparedLaunch):
 
     __slots__ = ()
     # Module-level names of the ctypes functions (looked up per call: tests substitute the launcher).
+    _ns = globals()
     _names = ("_launcher", "_launcher_prepare", "_launch_prepared", "_free_prepared")
     _what = "sm90_fp8_gemm"
-
-    def _functions(self):
-        g = globals()
-        return tuple(g[name] for name in self._names)
-
-    def _stream(self, device_index):
-        return _get_raw_stream(device_index)
-
-    def _capturing(self):
-        return _is_capturing()
-
-    def _split_buffers(self, cfg, device, stream):
-        return _split_buffers(cfg, device, stream)
-
-    def _buffers_of(self, key):
-        return _buffers.get(key)
 
     def _describe(self) -> str:
         cfg = self.cfg

@@ -224,6 +224,25 @@ inline CUresult launch(CUfunction fn, Dim3 grid, Dim3 block, unsigned smem_bytes
                 stream, params, pdl);
 }
 
+// Prepared launches (fg_prepare_* / fg_launch_prepared_* / fg_free_prepared_*): a family's Launch
+// struct (tensor maps, parameters) lives on the heap behind a uint64 handle that Python keeps.
+// publish_prepared takes ownership of `launch`: on an error it is freed and rc returned, else
+// *out receives the handle. (CUtensorMap members are 64-byte aligned: C++17 aligned new.)
+template <typename Launch>
+inline int publish_prepared(Launch* launch, int rc, uint64_t* out) {
+  if (rc != CUDA_SUCCESS) {
+    delete launch;
+    return rc;
+  }
+  *out = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(launch));
+  return CUDA_SUCCESS;
+}
+
+template <typename Launch>
+inline const Launch* prepared_from_handle(uint64_t handle) {
+  return reinterpret_cast<const Launch*>(static_cast<uintptr_t>(handle));
+}
+
 // Helpers for the extern "C" launchers, whose arguments are plain integers.
 inline CUfunction as_function(uint64_t fn) { return reinterpret_cast<CUfunction>(static_cast<uintptr_t>(fn)); }
 inline CUstream as_stream(uint64_t stream) { return reinterpret_cast<CUstream>(static_cast<uintptr_t>(stream)); }

@@ -200,24 +200,18 @@ int fg_prepare_sm90_bf16_gemm(uint64_t* out, uint64_t fn, void* a, void* b, void
   if (out == nullptr) return fg::FG_ERROR_INVALID_ARGUMENT;
   *out = 0;
   Sm90Bf16Launch* L = new Sm90Bf16Launch();
-  const int rc = encode_dense(L, fn, a, b, d, c, m, n, k, lda, ldb, ldd, a_mn_major, b_mn_major, block_m, block_n,
-                              num_splits, out_fp32, tma_store, grid, smem_bytes);
-  if (rc != CUDA_SUCCESS) {
-    delete L;
-    return rc;
-  }
-  *out = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(L));
-  return CUDA_SUCCESS;
+  return fg::publish_prepared(L, encode_dense(L, fn, a, b, d, c, m, n, k, lda, ldb, ldd, a_mn_major, b_mn_major,
+                                              block_m, block_n, num_splits, out_fp32, tma_store, grid, smem_bytes),
+                              out);
 }
 
 int fg_launch_prepared_sm90_bf16_gemm(uint64_t handle, void* workspace, void* counters, uint64_t stream) {
   if (handle == 0) return fg::FG_ERROR_INVALID_ARGUMENT;
-  return launch_dense(*reinterpret_cast<const Sm90Bf16Launch*>(static_cast<uintptr_t>(handle)), workspace, counters,
-                      stream);
+  return launch_dense(*fg::prepared_from_handle<Sm90Bf16Launch>(handle), workspace, counters, stream);
 }
 
 void fg_free_prepared_sm90_bf16_gemm(uint64_t handle) {
-  delete reinterpret_cast<Sm90Bf16Launch*>(static_cast<uintptr_t>(handle));
+  delete fg::prepared_from_handle<Sm90Bf16Launch>(handle);
 }
 
 // M-grouped (MoE) launches of the same kernel family, nt layout, bf16 d, no c, no split-K

@@ -203,17 +203,6 @@ int encode_1d1d(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sfa, void
   return CUDA_SUCCESS;
 }
 
-// The handle given to Python: a Launch from `new` (CUtensorMap is 64-byte aligned: C++17
-// aligned new).
-int publish(Sm90Fp8Launch* L, int rc, uint64_t* out) {
-  if (rc != CUDA_SUCCESS) {
-    delete L;
-    return rc;
-  }
-  *out = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(L));
-  return CUDA_SUCCESS;
-}
-
 }  // namespace
 
 extern "C" {
@@ -260,7 +249,7 @@ int fg_prepare_sm90_fp8_gemm(uint64_t* out, uint64_t fn, void* a, void* b, void*
   if (out == nullptr) return fg::FG_ERROR_INVALID_ARGUMENT;
   *out = 0;
   Sm90Fp8Launch* L = new Sm90Fp8Launch();
-  return publish(L, encode_1d2d(L, fn, a, b, sfa, sfb, d, c, m, n, k, lda, ldb, ldd, sfa_ld, block_m, block_n,
+  return fg::publish_prepared(L, encode_1d2d(L, fn, a, b, sfa, sfb, d, c, m, n, k, lda, ldb, ldd, sfa_ld, block_m, block_n,
                                 num_splits, num_multicast, multicast_on_a, out_fp32, tma_store, grid, smem_bytes,
                                 gemm_kind, grouped, num_groups),
                  out);
@@ -290,7 +279,7 @@ int fg_prepare_sm90_fp8_gemm_1d1d(uint64_t* out, uint64_t fn, void* a, void* b, 
   if (out == nullptr) return fg::FG_ERROR_INVALID_ARGUMENT;
   *out = 0;
   Sm90Fp8Launch* L = new Sm90Fp8Launch();
-  return publish(L, encode_1d1d(L, fn, a, b, sfa, sfb, d, c, m, n, k, lda, ldb, ldd, sfa_ld, sfb_ld, block_m,
+  return fg::publish_prepared(L, encode_1d1d(L, fn, a, b, sfa, sfb, d, c, m, n, k, lda, ldb, ldd, sfa_ld, sfb_ld, block_m,
                                 block_n, num_splits, num_multicast, multicast_on_a, grid, smem_bytes),
                  out);
 }
@@ -298,12 +287,11 @@ int fg_prepare_sm90_fp8_gemm_1d1d(uint64_t* out, uint64_t fn, void* a, void* b, 
 // Launch a prepared call on `stream` (workspace / counters: as fg_launch_sm90_fp8_gemm).
 int fg_launch_prepared_sm90_fp8_gemm(uint64_t handle, void* workspace, void* counters, uint64_t stream) {
   if (handle == 0) return fg::FG_ERROR_INVALID_ARGUMENT;
-  return launch(*reinterpret_cast<const Sm90Fp8Launch*>(static_cast<uintptr_t>(handle)), workspace, counters,
-                stream);
+  return launch(*fg::prepared_from_handle<Sm90Fp8Launch>(handle), workspace, counters, stream);
 }
 
 void fg_free_prepared_sm90_fp8_gemm(uint64_t handle) {
-  delete reinterpret_cast<Sm90Fp8Launch*>(static_cast<uintptr_t>(handle));
+  delete fg::prepared_from_handle<Sm90Fp8Launch>(handle);
 }
 
 int fg_sm90_fp8_gemm_max_active_clusters(uint64_t fn, int cluster_size, int threads, int smem_bytes, int* out) {
