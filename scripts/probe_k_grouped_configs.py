@@ -78,9 +78,11 @@ def main() -> int:
         default = select_k_grouped_config(m, n, ks, 132, True)
         flops = 2.0 * m * n * sum(ks)
         rows = []
-        for cfg in candidates(m, n, ks):
+        # The heuristic's choice is timed first and again last: the two must agree, or the order
+        # of the sweep (clocks, power) moved the times.
+        for pos, cfg in enumerate([default] + candidates(m, n, ks) + [default]):
             row = {"block_n": cfg.block_n, "num_stages": cfg.num_stages, "num_multicast": cfg.num_multicast,
-                   "multicast_on_a": cfg.multicast_on_a,
+                   "multicast_on_a": cfg.multicast_on_a, "position": pos,
                    "default": (cfg.block_n, cfg.num_stages, cfg.num_multicast, cfg.multicast_on_a) ==
                               (default.block_n, default.num_stages, default.num_multicast, default.multicast_on_a)}
             try:
@@ -98,8 +100,9 @@ def main() -> int:
         rows.sort(key=lambda r: r.get("us", 1e18))
         records.append({"groups": g, "m": m, "n": n, "ks": ks, "expected_k": expected_k, "candidates": rows})
         print(f"G={g} M={m} N={n} K~{expected_k}:", flush=True)
-        for r in rows[:8]:
-            print(f"   bn{r['block_n']} s{r['num_stages']} mc{r['num_multicast']}{'A' if r['multicast_on_a'] else 'B'}"
+        for r in rows[:6] + [r for r in rows[6:] if r["default"]]:
+            print(f"   #{r['position']} bn{r['block_n']} s{r['num_stages']} mc{r['num_multicast']}"
+                  f"{'A' if r['multicast_on_a'] else 'B'}"
                   f"{' (default)' if r['default'] else ''}: {r.get('tflops', 0):.0f} TFLOPS "
                   f"{r.get('us', 0):.1f} us bitwise={r.get('bitwise_equal')} {r.get('error', '')}", flush=True)
     del ks_t
