@@ -12,6 +12,7 @@ import torch
 
 from finegemm import quant, reference, runtime
 from finegemm.api import _validate as _v
+from finegemm.utils import write_empty_product
 
 __all__ = [
     "bf16_gemm_nt",
@@ -84,10 +85,7 @@ def _bf16_gemm(fn: str, layout: str, a: object, b: object, d: object, c: object,
     if M == 0 or N == 0:
         return
     if K == 0:
-        if c is None:
-            d.zero_()
-        elif c is not d:
-            d.copy_(c)
+        write_empty_product(d, c)
         return
     if _v.on_cuda(d):
         from finegemm.ops import sm90_bf16_gemm
@@ -356,10 +354,7 @@ def k_grouped_bf16_gemm_tn_contiguous(
     if G == 0 or M == 0 or N == 0:
         return
     if sum_k == 0:
-        if c is None:
-            d.zero_()
-        elif c is not d:
-            d.copy_(c)
+        write_empty_product(d, c)
         return
     if _v.on_cuda(d):
         _v.require_gpu_validated(fn, "k_grouped_bf16")

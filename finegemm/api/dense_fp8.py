@@ -30,7 +30,7 @@ import torch
 
 from finegemm import reference, runtime
 from finegemm.api import _validate as _v
-from finegemm.utils import ceil_div
+from finegemm.utils import ceil_div, write_empty_product
 
 __all__ = ["fp8_gemm_nt", "fp8_gemm_nn", "fp8_gemm_tn", "fp8_gemm_tt"]
 
@@ -146,10 +146,7 @@ def _fp8_gemm(
     if M == 0 or N == 0:
         return
     if K == 0:
-        if c is None:
-            d.zero_()
-        elif c is not d:
-            d.copy_(c)
+        write_empty_product(d, c)
         return
 
     # ---- canonical NT views (transposed views, never copies)

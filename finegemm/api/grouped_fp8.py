@@ -15,7 +15,7 @@ import torch
 
 from finegemm import quant, reference
 from finegemm.api import _validate as _v
-from finegemm.utils import ceil_div
+from finegemm.utils import ceil_div, write_empty_product
 
 __all__ = [
     "m_grouped_fp8_gemm_nt_contiguous",
@@ -293,10 +293,7 @@ def k_grouped_fp8_gemm_nt_contiguous(
     if G == 0 or M == 0 or N == 0:
         return
     if sum_k == 0:
-        if c is None:
-            d.zero_()
-        elif c is not d:
-            d.copy_(c)
+        write_empty_product(d, c)
         return
     if _v.on_cuda(d):
         _v.require_gpu_validated(fn, "k_grouped_fp8")

@@ -89,8 +89,10 @@ class PreparedLaunch:
     """
 
     __slots__ = ("cfg", "cacheable", "_head", "_tail", "_device", "_dev_index", "_keepalive", "_split_cache",
-                 "_handle")
+                 "_handle", "_split_k")
     _prepare_lock = threading.Lock()
+    _ns: dict = {}
+    _names: tuple = ()  # (one-shot launcher, preparer, prepared launcher, free) in _ns
 
     def __init__(self, cfg, head, tail, device, cacheable, keepalive):
         self.cfg = cfg
@@ -102,25 +104,7 @@ class PreparedLaunch:
         self._keepalive = keepalive  # temporaries whose pointers are in head
         self._split_cache = None  # (stream, ws_ptr, cnt_ptr, buffers kept alive) of the last eager call
         self._handle = None  # None: not tried yet; 0: no prepared launch (one-shot launcher)
-
-    _ns: dict = {}
-    _names: tuple = ()
-
-    def _functions(self):
-        ns = self._ns
-        return tuple(ns[name] for name in self._names)
-
-    def _stream(self, device_index):
-        return self._ns["_get_raw_stream"](device_index)
-
-    def _capturing(self):
-        return self._ns["_is_capturing"]()
-
-    def _split_buffers(self, cfg, device, stream):
-        return self._ns["_split_buffers"](cfg, device, stream)
-
-    def _buffers_of(self, key):
-        return self._ns["_buffers"].get(key)
+        self._split_k = cfg.split_k  # read on every call: a plain slot, not the config's property
 
     def _describe(self) -> str:
         raise NotImplementedError
@@ -128,31 +112,29 @@ class PreparedLaunch:
     def __del__(self):
         handle = getattr(self, "_handle", None)
         if handle:
-            try:
-                free = self._functions()[3]
-            except Exception:  # interpreter shutdown
-                return
-            if free is not None:
+            free = self._ns.get(self._names[3])
+            if free is not None:  # None before the library was loaded, or at interpreter shutdown
                 free(handle)
 
     def _split_pointers(self, stream: int) -> tuple[int, int]:
         # Eager calls on the stream of the previous call reuse its buffers (held here, so they
         # stay valid even if the shared per-stream buffers grow meanwhile; the counters reset
         # themselves). Graph capture always takes graph-private buffers.
+        ns = self._ns
         cached = self._split_cache
-        capturing = self._capturing()
+        capturing = ns["_is_capturing"]()
         if cached is not None and cached[0] == stream and not capturing:
             return cached[1], cached[2]
-        ws_ptr, cnt_ptr = self._split_buffers(self.cfg, self._device, stream)
+        ws_ptr, cnt_ptr = ns["_split_buffers"](self.cfg, self._device, stream)
         if not capturing:
-            self._split_cache = (stream, ws_ptr, cnt_ptr, self._buffers_of((self._dev_index, stream)))
+            self._split_cache = (stream, ws_ptr, cnt_ptr, ns["_buffers"].get((self._dev_index, stream)))
         return ws_ptr, cnt_ptr
 
     def _make_handle(self) -> int:
         with PreparedLaunch._prepare_lock:  # once per call object, even when threads share it
             if self._handle is not None:
                 return self._handle
-            launcher, prepare = self._functions()[:2]
+            launcher, prepare = self._ns[self._names[0]], self._ns[self._names[1]]
             handle = 0
             if prepare is not None and isinstance(launcher, ctypes._CFuncPtr):
                 out = ctypes.c_uint64(0)
@@ -162,8 +144,9 @@ class PreparedLaunch:
             return handle
 
     def __call__(self) -> None:
-        stream = self._stream(self._dev_index)
-        if self.cfg.split_k:
+        ns = self._ns
+        stream = ns["_get_raw_stream"](self._dev_index)
+        if self._split_k:
             ws_ptr, cnt_ptr = self._split_pointers(stream)
         else:
             ws_ptr = cnt_ptr = None
@@ -171,9 +154,9 @@ class PreparedLaunch:
         if handle is None:
             handle = self._make_handle()
         if handle:
-            rc = self._functions()[2](handle, ws_ptr, cnt_ptr, stream)
+            rc = ns[self._names[2]](handle, ws_ptr, cnt_ptr, stream)
         else:
-            rc = self._functions()[0](*self._head, ws_ptr, cnt_ptr, *self._tail, stream)
+            rc = ns[self._names[0]](*self._head, ws_ptr, cnt_ptr, *self._tail, stream)
         if rc != 0:
             from finegemm import jit
 

@@ -47,7 +47,7 @@ from finegemm.heuristics.sm90_bf16_gemm import (
     select_grouped_config,
     select_k_grouped_config,
 )
-from finegemm.utils import align
+from finegemm.utils import align, write_empty_product
 
 __all__ = ["bf16_gemm", "bf16_gemm_nt", "bf16_gemm_nn", "bf16_gemm_tn", "bf16_gemm_tt", "warmup_shape", "render",
            "plan", "representative_configs", "kernel_name", "m_grouped_bf16_gemm_nt_contiguous",
@@ -593,10 +593,7 @@ def _k_grouped_per_group(a, b, d, ks, c):
         dg = d[g]
         cg = None if c is None else (dg if c is d else c[g])
         if kg == 0:
-            if cg is None:
-                dg.zero_()
-            elif cg is not dg:
-                dg.copy_(cg)
+            write_empty_product(dg, cg)
         else:
             bf16_gemm(a[off:off + kg], b[off:off + kg], dg, cg, "tn")
         off += kg
@@ -624,10 +621,7 @@ def k_grouped_bf16_gemm_tn_contiguous(a: torch.Tensor, b: torch.Tensor, d: torch
         return
     sum_k = a.shape[0]
     if sum_k == 0:
-        if c is None:
-            d.zero_()
-        elif c is not d:
-            d.copy_(c)
+        write_empty_product(d, c)
         return
     # D (and C) viewed as [G * M, N]: the kernel stores group g's tile rows at g * M + m.
     try:

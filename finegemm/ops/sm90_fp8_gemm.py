@@ -32,7 +32,7 @@ from finegemm.heuristics.sm90_fp8_gemm import (
 )
 from finegemm.ops._runtime import PreparedLaunch, SplitKWorkspace, is_capturing, raw_stream
 from finegemm.quant import get_mn_major_tma_aligned_tensor
-from finegemm.utils import align
+from finegemm.utils import align, write_empty_product
 
 __all__ = ["fp8_gemm_nt", "m_grouped_fp8_gemm_nt_contiguous", "m_grouped_fp8_gemm_nt_masked",
            "k_grouped_fp8_gemm_nt_contiguous", "warmup_shape", "render", "plan", "plan_grouped",
@@ -517,10 +517,8 @@ def _k_grouped_per_group_launches(a: torch.Tensor, sfa: torch.Tensor, b: torch.T
         kg = int(ks[g])
         kb = kg // 128
         if kg == 0:
-            if c is None:
-                d[g].zero_()
-            elif c is not d:
-                d[g].copy_(c[g])
+            dg = d[g]
+            write_empty_product(dg, None if c is None else (dg if c is d else c[g]))
         else:
             a_g = a[a_off:a_off + m * kg].view(m, kg)
             b_g = b[b_off:b_off + n * kg].view(n, kg)

@@ -28,7 +28,7 @@ from finegemm.heuristics.sm90_fp8_gemm import (GEMM_K_GROUPED, Fp8GemmConfig, k_
                                                select_k_grouped_config)
 from finegemm.ops import sm90_fp8_gemm as _dense
 from finegemm.ops._runtime import raw_stream
-from finegemm.utils import align
+from finegemm.utils import align, write_empty_product
 
 __all__ = ["k_grouped_fp8_gemm_nt_contiguous", "plan", "max_groups_per_launch"]
 
@@ -136,10 +136,7 @@ def k_grouped_fp8_gemm_nt_contiguous(a: torch.Tensor, sfa: torch.Tensor, b: torc
     ks = ks if isinstance(ks, list) else [int(k) for k in ks]
     sum_k = sum(ks)
     if sum_k == 0:  # no scale row exists to build a map over: D = C or zeros, on the device
-        if c is None:
-            d.zero_()
-        elif c is not d:
-            d.copy_(c)
+        write_empty_product(d, c)
         return
     if c is not None and not _dense.ACCUMULATE_C_IN_KERNEL_1D1D:
         # A/B switch shared with the dense 1D1D path: the kernel writes A @ B^T, C is added after.
