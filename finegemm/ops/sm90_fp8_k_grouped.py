@@ -93,17 +93,10 @@ def plan(m: int, n: int, ks, has_c: bool, device: int,
 # ----------------------------------------------------------------------------- entry point
 def _rows_for_tma(sf: torch.Tensor, inner: int) -> tuple[torch.Tensor, int]:
     """Scales [rows, inner] -> (fp32 tensor whose element (r, i) is at r * ld + i, ld): the tensor
-    itself when its rows are contiguous with a 16-byte pitch and base, else one aligned copy."""
-    if sf.dtype != torch.float32:
-        sf = sf.float()
-    rows = sf.shape[0]
-    ld = sf.stride(0) if rows > 1 else align(inner, 4)  # a single row's pitch is never used
-    if (sf.stride(1) == 1 or inner == 1) and ld % 4 == 0 and ld >= inner and sf.data_ptr() % 16 == 0:
-        return sf, ld
-    ld = align(inner, 4)
-    fresh = torch.empty((rows, ld), dtype=torch.float32, device=sf.device)
-    fresh[:, :inner].copy_(sf)
-    return fresh[:, :inner], ld
+    itself when its rows are contiguous with a 16-byte pitch and base, else one aligned copy.
+    That is the dense path's MN-major TMA-aligned sfa of the transposed [inner, rows] view."""
+    t, ld = _dense._sfa_for_tma(sf.t(), inner)
+    return t.t(), ld
 
 
 def _as_rows(t: torch.Tensor, rows: int, n: int) -> Optional[torch.Tensor]:
