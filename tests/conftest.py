@@ -30,6 +30,24 @@ def _nvcc_available() -> bool:
         return False
 
 
+@functools.lru_cache(maxsize=None)
+def _cuda_driver_present() -> bool:
+    import ctypes
+
+    try:
+        ctypes.CDLL("libcuda.so.1")
+        return True
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def cuda_driver_present() -> bool:
+    """Whether libcuda.so.1 loads here: without it, valid launcher arguments reach the driver check
+    and get FG_ERROR_NO_DRIVER (the host-library tests assert that on build machines)."""
+    return _cuda_driver_present()
+
+
 _GPU_DIR = Path(__file__).resolve().parent / "gpu"
 
 

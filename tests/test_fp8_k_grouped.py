@@ -242,7 +242,7 @@ def _launcher_call(**kw):
 
 
 @pytest.mark.nvcc
-def test_host_library_k_grouped_launcher_rejects_bad_arguments():
+def test_host_library_k_grouped_launcher_rejects_bad_arguments(cuda_driver_present):
     invalid = 100001  # fg::FG_ERROR_INVALID_ARGUMENT
     assert _launcher_call(fn=0) == invalid
     assert _launcher_call(sfb=None) == invalid
@@ -261,12 +261,7 @@ def test_host_library_k_grouped_launcher_rejects_bad_arguments():
     assert _launcher_call(grid=0) == invalid and _launcher_call(smem=0) == invalid
     assert _launcher_call(a=17) == invalid  # TMA base alignment
     assert _launcher_call(m=1 << 20, sfa_ld=1 << 20, ks=[128] * 4096) == invalid  # G * M rows past 2^31
-    try:
-        ctypes.CDLL("libcuda.so.1")
-        have_driver = True
-    except OSError:
-        have_driver = False
-    if not have_driver:
+    if not cuda_driver_present:
         assert _launcher_call() == 100000  # fg::FG_ERROR_NO_DRIVER: valid arguments reach the driver
 
 

@@ -274,17 +274,23 @@ def test_k_grouped(case):
             assert diff <= 1e-5, f"group {g} (k_g = {kg}): calc_diff {diff:.3e}"
 
 
-def test_k_grouped_deterministic():
-    _, m, n, ks, mode = K_GROUPED_DET
-    a, sfa, b, sfb = _k_grouped_problem(m, n, ks, seed=99)
+def _k_grouped_repeats(case, seed, times):
+    """The first result of `times` identical k-grouped calls, each asserted bitwise equal to it."""
+    _, m, n, ks, mode = case
+    a, sfa, b, sfb = _k_grouped_problem(m, n, ks, seed=seed)
     c0 = torch.randn(len(ks), m, n, device="cuda")
     first = None
-    for _ in range(5):
+    for _ in range(times):
         d = _run_k_grouped(a, sfa, b, sfb, m, n, ks, mode, c0)
         if first is None:
             first = d.clone()
         else:
             assert torch.equal(d.view(torch.int32), first.view(torch.int32)), "results differ between identical calls"
+    return first, (a, sfa, b, sfb, m, n, ks, c0)
+
+
+def test_k_grouped_deterministic():
+    first, (a, sfa, b, sfb, m, n, ks, c0) = _k_grouped_repeats(K_GROUPED_DET, seed=99, times=5)
     ref = reference.k_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, ks, m, n, c=c0)
     assert calc_diff(first, ref) <= 1e-5
 
@@ -408,16 +414,7 @@ def test_k_grouped_strided_d_and_c(mode, monkeypatch):
 @pytest.mark.parametrize("path", PATHS)
 def test_k_grouped_one_launch_bitwise_repeat(path, monkeypatch):
     _set_path(monkeypatch, path)
-    _, m, n, ks, mode = K_GROUPED_REPEAT
-    a, sfa, b, sfb = _k_grouped_problem(m, n, ks, seed=123)
-    c0 = torch.randn(len(ks), m, n, device="cuda")
-    first = None
-    for _ in range(4):
-        d = _run_k_grouped(a, sfa, b, sfb, m, n, ks, mode, c0)
-        if first is None:
-            first = d.clone()
-        else:
-            assert torch.equal(d.view(torch.int32), first.view(torch.int32)), "results differ between identical calls"
+    first, (a, sfa, b, sfb, m, n, ks, c0) = _k_grouped_repeats(K_GROUPED_REPEAT, seed=123, times=4)
     _check_k_grouped(first, a, sfa, b, sfb, m, n, ks, c0)
 
 
