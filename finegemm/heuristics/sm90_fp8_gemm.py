@@ -88,7 +88,7 @@ SMEM_PER_SM = 233472  # 228 KB per SM, of which the driver reserves 1 KB per res
 SMEM_LIMIT_2CTA = SMEM_PER_SM // 2 - 1024
 # k_batch (k-blocks per wgmma wait): k_batch accumulator sets per thread, so only narrow tiles
 # (spill-free up to these block_n in every variant: tests/test_fp8_kernel_compile.py).
-MAX_BLOCK_N_KBATCH = {2: 96, 4: 64}
+MAX_BLOCK_N_KBATCH = {2: 128, 4: 64}
 MAX_STAGES = 8
 MIN_STAGES = 2
 MAX_SPLITS = 16

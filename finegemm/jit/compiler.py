@@ -207,6 +207,8 @@ def kernel_flags(extra_flags: Sequence[str] = ()) -> list[str]:
     flags += ["--expt-relaxed-constexpr", "-Xptxas=--warn-on-spills", "-Xptxas=-v"]
     if _env_flag("FINEGEMM_LINEINFO"):
         flags.append("-lineinfo")
+    # Experiments: e.g. FINEGEMM_EXTRA_NVCC_FLAGS="-DFINEGEMM_WG_SKEW=0" (part of the cache key).
+    flags += os.environ.get("FINEGEMM_EXTRA_NVCC_FLAGS", "").split()
     flags += list(extra_flags)
     return flags
 

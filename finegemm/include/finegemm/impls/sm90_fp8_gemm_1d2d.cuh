@@ -191,9 +191,9 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   using EpiTma = epilogue::TmaStoreBf16<BLOCK_N>;
   static_assert(!kTmaStore || Traits::kSmemD == (BLOCK_M / 64) * EpiTma::kBytes, "staging size");
   // kHalfPromote: the wgmmas of a k-block are issued as two commit groups over the left and
-  // right halves of the tile's columns, so one half is promoted while the tensor core works on
-  // the other (and on the next k-block's left half): the promotion leaves the critical path at
-  // the price of twice the A-fragment shared-memory reads.
+  // right halves of the tile's columns, so the left half is promoted while the tensor core works
+  // on the right one: half the promotion leaves the critical path, at the price of twice the
+  // A-fragment shared-memory reads.
   constexpr uint32_t kMmaN = kHalfPromote ? BLOCK_N / 2 : BLOCK_N;
   // kKBatch > 1: the wgmmas of kKBatch consecutive k-blocks go into kKBatch accumulator sets
   // under one wait, so a narrow tile pays the wgmma -> wait -> promote latency once per batch
@@ -505,14 +505,17 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
               stage = 0;
               phase ^= 1u;
             }
+          } else {
+            ptx::wgmma_commit();  // an empty group: every batch commits kKBatch groups (static waits below)
           }
         }
         // The batch's sfa loads must be complete before its stages are released (see the
         // k_batch == 1 path): fence while the wgmmas run.
         ptx::fence_proxy_async_shared();
-        ptx::wgmma_wait<0>();
-#pragma unroll
-        for (uint32_t j = 0; j < kKBatch; ++j) ptx::fence_operands(accb[j]);
+        // Staggered waits: k-block j of the batch is promoted (and its stage released) as soon as
+        // its own group completes, while the batch's later k-blocks still run on the tensor core.
+        // Nothing stays in flight across the loop's back edge (ptxas serializes every wgmma of the
+        // kernel when a group it cannot track is pending where accumulators are read: C7514).
         float s0[kKBatch][kSpan], s1[kKBatch][kSpan];
 #pragma unroll
         for (uint32_t j = 0; j < kKBatch; ++j) {
@@ -522,10 +525,6 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
             s1[j][b] = sa[j][1] * sb[j][b];
           }
         }
-        // The next batch's B scales are fetched after the releases.
-#pragma unroll
-        for (uint32_t j = 0; j < kKBatch; ++j)
-          if (j < cnt) release(st[j]);
 #pragma unroll
         for (uint32_t j = 0; j < kKBatch; ++j) {
           const uint32_t kbn = kb0 + kKBatch + j < kb_end ? kb0 + kKBatch + j : kb_last;
@@ -533,10 +532,15 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           for (uint32_t b = 0; b < kSpan; ++b) sb_next[j][b] = __ldg(sfb_rows[b] + kbn);
         }
 #pragma unroll
-        for (uint32_t j = 0; j < kKBatch; ++j)
-          if (j < cnt)
+        for (uint32_t j = 0; j < kKBatch; ++j) {
+          ptx::wgmma_wait_pending(kKBatch - 1 - j);  // a constant after unrolling
+          ptx::fence_operands(accb[j]);
+          if (j < cnt) {
+            release(st[j]);
             promote<Traits::kStaticChunkBlocks, kHalfChunks, kNumAcc, kSpan, Traits::kG, 0>(n_off, fin, accb[j],
                                                                                           s0[j], s1[j]);
+          }
+        }
       }
       } else {  // kKBatch == 1 (kept at its original indentation)
 
@@ -547,16 +551,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
 #pragma unroll
       for (uint32_t b = 0; b < kSpan; ++b) sb_next[b] = __ldg(sfb_rows[b] + kb_begin);
 
-      // With kHalfPromote the left half of k-block kb is always already issued when iteration kb
-      // starts (sa0/sa1 are its sfa values).
       float sa0 = 0.0f, sa1 = 0.0f;
-      if constexpr (kHalfPromote) {
-        ptx::mbar_wait(full_bar(stage), phase);
-        sa0 = sfa_smem[stage * BLOCK_M + r0];
-        sa1 = sfa_smem[stage * BLOCK_M + r0 + 8];
-        issue(acc_lo, stage, 0);
-        issue(acc_hi, stage, kMmaN);
-      }
 
       for (uint32_t kb = kb_begin; kb < kb_end; ++kb) {
         float sb[kSpan];
@@ -595,37 +590,34 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           // Promotion: fin += (sfa * sfb) * acc, per 8-column chunk with that chunk's B scale.
           promote<Traits::kStaticChunkBlocks, kHalfChunks, kNumAcc, kSpan, Traits::kG, 0>(n_off, fin, acc_lo, s0, s1);
         } else {
-          // Pending groups here: {lo(kb), hi(kb)}.
+          // Half-promote: both halves of k-block kb are issued as two groups; the left half is
+          // promoted while the right one still runs. Both complete inside the iteration: a group
+          // left in flight across the loop's back edge made ptxas serialize every wgmma of the
+          // kernel (C7514), which it did to the earlier version of this path.
+          ptx::mbar_wait(full_bar(stage), phase);
+          sa0 = sfa_smem[stage * BLOCK_M + r0];
+          sa1 = sfa_smem[stage * BLOCK_M + r0 + 8];
+          issue(acc_lo, stage, 0);
+          issue(acc_hi, stage, kMmaN);
+          ptx::fence_proxy_async_shared();  // the sfa loads (as the plain path)
           float s0[kSpan], s1[kSpan];
 #pragma unroll
           for (uint32_t b = 0; b < kSpan; ++b) {
             s0[b] = sa0 * sb[b];
             s1[b] = sa1 * sb[b];
           }
-          ptx::wgmma_wait<1>();  // lo(kb) done
+          ptx::wgmma_wait<1>();  // left half done
           ptx::fence_operands(acc_lo);
           promote<Traits::kStaticChunkBlocks, kHalfChunks, kNumAcc, kSpan, Traits::kG, 0>(n_off, fin, acc_lo, s0, s1);
-          const uint32_t cur = stage;
+          ptx::wgmma_wait<0>();
+          ptx::fence_operands(acc_hi);
+          release(stage);
           if (++stage == kNumStages) {
             stage = 0;
             phase ^= 1u;
           }
-          const bool has_next = kb + 1 < kb_end;
-          if (has_next) {
-            ptx::mbar_wait(full_bar(stage), phase);
-            sa0 = sfa_smem[stage * BLOCK_M + r0];
-            sa1 = sfa_smem[stage * BLOCK_M + r0 + 8];
-            issue(acc_lo, stage, 0);  // lo(kb + 1): pending {hi(kb), lo(kb + 1)}
-            ptx::wgmma_wait<1>();     // hi(kb) done
-          } else {
-            ptx::wgmma_wait<0>();
-          }
-          ptx::fence_operands(acc_hi);
-          ptx::fence_proxy_async_shared();  // the sfa loads of k-block kb (as the plain path)
-          release(cur);  // both halves of k-block kb have completed
           promote<Traits::kStaticChunkBlocks, kHalfChunks, kNumAcc, kSpan, Traits::kG, kHalfChunks>(n_off, fin, acc_hi,
                                                                                                    s0, s1);
-          if (has_next) issue(acc_hi, stage, kMmaN);  // hi(kb + 1)
         }
       }
       }  // if constexpr (kKBatch > 1) ... else

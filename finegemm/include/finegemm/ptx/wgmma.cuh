@@ -38,6 +38,19 @@ __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
 }
 
+// wgmma_wait<pending> for a `pending` that is a constant once the caller's loop is unrolled.
+__device__ __forceinline__ void wgmma_wait_pending(uint32_t pending) {
+  if (pending == 0) {
+    wgmma_wait<0>();
+  } else if (pending == 1) {
+    wgmma_wait<1>();
+  } else if (pending == 2) {
+    wgmma_wait<2>();
+  } else {
+    wgmma_wait<3>();
+  }
+}
+
 // Compiler-only fence on an accumulator register: the asm statements of wgmma/wait do not name
 // the accumulators they read or write asynchronously, so pin them around the MMA batch.
 __device__ __forceinline__ void fence_operand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
