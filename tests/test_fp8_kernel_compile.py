@@ -211,6 +211,51 @@ def test_every_heuristic_block_n_compiles_spill_free():
 
 
 @pytest.mark.nvcc
+def test_widest_k_batch_and_half_promote_tiles_compile_unserialized():
+    """k-block batches (staggered waits) at their widest block_n in the heaviest variants, and
+    half-promote at its widest: no spills, and ptxas keeps the wgmmas asynchronous (a group left in
+    flight where it cannot track it makes ptxas serialize every wgmma of the kernel, C7514; the
+    half-promote path had that until its groups were kept inside one k-block)."""
+    from finegemm import jit
+    from finegemm.heuristics.sm90_fp8_gemm import (GEMM_NORMAL, MAX_BLOCK_N_HALF_PROMOTE, MAX_BLOCK_N_KBATCH,
+                                                   max_stages)
+    from finegemm.ops.sm90_fp8_gemm import render
+
+    jobs = []
+    for kb, bn in MAX_BLOCK_N_KBATCH.items():
+        for bm in (64, 128):
+            st = max_stages(bm, bn)
+            jobs.append((f"bm{bm}_bn{bn}_kb{kb}_f32_c_splitk",
+                         render(bm, bn, st, True, True, True, 1, False, False, False, GEMM_NORMAL, False, kb)))
+            jobs.append((f"bm{bm}_bn{bn}_kb{kb}_mca",
+                         render(bm, bn, st, False, False, False, 2, True, False, False, GEMM_NORMAL, False, kb)))
+    bn = MAX_BLOCK_N_HALF_PROMOTE
+    jobs.append((f"bm128_bn{bn}_hp_mcb_tmas", render(128, bn, max_stages(128, bn, True), False, False, False, 2, False,
+                                                    True, True)))
+    reports = jit.compile_check(jobs, raise_on_failure=False)
+    _check_reports(reports)
+    assert not any(r["wgmma_serialized"] for r in reports)
+
+
+def test_half_promote_above_its_limit_is_rejected():
+    from finegemm.heuristics import sm90_fp8_gemm as h
+
+    with pytest.raises(ValueError, match="half_promote"):
+        h.make_config(4096, 4096, 7168, 132, False, False, 128, h.MAX_BLOCK_N_HALF_PROMOTE + 16, 3, half_promote=True)
+
+
+def test_ptxas_log_parser_flags_serialized_wgmma():
+    from finegemm.jit import parse_ptxas_log
+
+    log = ("ptxas info    : (C7514) Potential Performance Loss: wgmma.mma_async instructions are serialized due "
+           "to non wgmma instructions reading accumulator registers of  a wgmma between start and end of the "
+           "pipeline stage in the function 'finegemm_entry'\n"
+           "ptxas info    : Used 168 registers, used 16 barriers\n")
+    assert parse_ptxas_log(log)["wgmma_serialized"]
+    assert not parse_ptxas_log("ptxas info    : Used 168 registers, used 16 barriers\n")["wgmma_serialized"]
+
+
+@pytest.mark.nvcc
 def test_too_wide_block_n_is_rejected_by_heuristic():
     # Just past the limit spills (documents why MAX_BLOCK_N is what it is).
     from finegemm import jit

@@ -88,7 +88,8 @@ SMEM_PER_SM = 233472  # 228 KB per SM, of which the driver reserves 1 KB per res
 SMEM_LIMIT_2CTA = SMEM_PER_SM // 2 - 1024
 # k_batch (k-blocks per wgmma wait): k_batch accumulator sets per thread, so only narrow tiles
 # (spill-free up to these block_n in every variant: tests/test_fp8_kernel_compile.py).
-MAX_BLOCK_N_KBATCH = {2: 128, 4: 64}
+MAX_BLOCK_N_KBATCH = {2: 96, 4: 64}
+MAX_BLOCK_N_HALF_PROMOTE = 208  # bm128 bn224 half-promote spills 16 bytes (nvcc 13.0)
 MAX_STAGES = 8
 MIN_STAGES = 2
 MAX_SPLITS = 16
@@ -287,6 +288,8 @@ def make_config(m: int, n: int, k: int, num_sms: int, out_fp32: bool, has_c: boo
     if k_batch != 1 and (k_batch not in MAX_BLOCK_N_KBATCH or bn > MAX_BLOCK_N_KBATCH[k_batch] or one_d_one_d
                          or half_promote):
         raise ValueError(f"k_batch {k_batch}: 1, or 2 / 4 with block_n <= {MAX_BLOCK_N_KBATCH} (1D2D, no half-promote)")
+    if half_promote and bn > MAX_BLOCK_N_HALF_PROMOTE:
+        raise ValueError(f"half_promote: block_n <= {MAX_BLOCK_N_HALF_PROMOTE} (wider spills)")
     if k_batch > num_stages:  # a batch waits for k_batch full stages before releasing one: deadlock
         raise ValueError(f"k_batch {k_batch} > num_stages {num_stages}")
     if ctas_per_sm not in (1, 2) or (ctas_per_sm == 2 and bm != 64):

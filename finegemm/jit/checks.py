@@ -53,6 +53,8 @@ def _failure_reasons(rep: dict) -> list[str]:
         reasons.append(f"{rep['stack_frame']} B stack frame")
     if rep.get("lmem"):
         reasons.append(f"{rep['lmem']} B local memory")
+    if rep.get("wgmma_serialized"):
+        reasons.append("ptxas serialized the wgmmas (C7514-type warning in the build log)")
     return reasons
 
 
@@ -62,9 +64,9 @@ def compile_check(configs: Iterable | None = None, *, raise_on_failure: bool = T
 
     configs: None (every registered family), or an iterable of family names and/or
     (label, source) pairs. Returns one report per kernel: family, label, cubin, registers,
-    spill_stores, spill_loads, stack_frame, smem, lmem, ok, reasons, error. Raises RuntimeError
-    (after compiling everything) when a kernel fails to build, spills, or uses a stack frame /
-    local memory, unless raise_on_failure=False.
+    spill_stores, spill_loads, stack_frame, smem, lmem, wgmma_serialized, ok, reasons, error.
+    Raises RuntimeError (after compiling everything) when a kernel fails to build, spills, uses a
+    stack frame / local memory, or has its wgmmas serialized by ptxas, unless raise_on_failure=False.
     """
     _import_ops()
     jobs: list[tuple[str, str, str]] = []  # (family, label, source)
@@ -84,12 +86,12 @@ def compile_check(configs: Iterable | None = None, *, raise_on_failure: bool = T
     def run(job):
         family, label, source = job
         rep = {"family": family, "label": label, "cubin": None, "registers": 0, "spill_stores": 0,
-               "spill_loads": 0, "stack_frame": 0, "smem": 0, "lmem": 0, "error": None}
+               "spill_loads": 0, "stack_frame": 0, "smem": 0, "lmem": 0, "wgmma_serialized": False, "error": None}
         try:
             cubin = compiler.build_cubin(family, source)
             parsed = compiler.ptxas_report(cubin)
             rep.update({k: parsed[k] for k in ("registers", "spill_stores", "spill_loads",
-                                               "stack_frame", "smem", "lmem", "spilled")})
+                                               "stack_frame", "smem", "lmem", "spilled", "wgmma_serialized")})
             rep["cubin"] = str(cubin)
         except Exception as exc:  # reported per kernel, raised below
             rep["error"] = str(exc)

@@ -483,6 +483,9 @@ def parse_ptxas_log(text: str) -> dict:
     report["functions"] = funcs
     report["warnings"] = warnings
     report["spilled"] = spill_warned or report["spill_stores"] > 0 or report["spill_loads"] > 0
+    # C7514 / C7515 ...: ptxas found accumulator registers touched while a wgmma may be in flight
+    # and made every wgmma of the function synchronous (correct, but the pipelining is gone).
+    report["wgmma_serialized"] = "wgmma.mma_async instructions are serialized" in text
     return report
 
 

@@ -712,6 +712,13 @@ def representative_configs() -> list[tuple[str, tuple]]:
         out.append((label, (bm, bn, st, f32, has_c, split, mc, mc_a, False, tma)))
     # The half-promote mainloop variant (not chosen by the heuristic: measured slower on H200).
     out.append(("bm128_bn208_s5_mcb_hp", (128, 208, max_stages(128, 208), False, False, False, 2, False, True)))
+    out.append(("bm128_bn208_s4_mcb_hp_tmas",
+                (128, 208, max_stages(128, 208, True), False, False, False, 2, False, True, True)))
+    # k-block batches (staggered waits): the widest tile of each batch size, both block_m.
+    for bm, bn, kb in [(128, 96, 2), (64, 96, 2), (128, 64, 4), (64, 64, 4)]:
+        st = max_stages(bm, bn, True)
+        out.append((f"bm{bm}_bn{bn}_s{st}_tmas_kb{kb}",
+                    (bm, bn, st, False, False, False, 1, False, False, True, GEMM_NORMAL, False, kb)))
     for bm, bn, f32, has_c, split in [
         (64, 16, False, False, False),
         (64, 64, False, False, True),

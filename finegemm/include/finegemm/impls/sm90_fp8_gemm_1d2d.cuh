@@ -482,64 +482,75 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
 #pragma unroll
         for (uint32_t b = 0; b < kSpan; ++b) sb_next[j][b] = __ldg(sfb_rows[b] + kbj);
       }
-      for (uint32_t kb0 = kb_begin; kb0 < kb_end; kb0 += kKBatch) {
-        const uint32_t cnt = kb_end - kb0 < kKBatch ? kb_end - kb0 : kKBatch;
-        float sb[kKBatch][kSpan];
-#pragma unroll
-        for (uint32_t j = 0; j < kKBatch; ++j) {
-#pragma unroll
-          for (uint32_t b = 0; b < kSpan; ++b) sb[j][b] = sb_next[j][b];
-        }
-        float sa[kKBatch][2];
+      // Whole batches, then the (< kKBatch) remaining k-blocks one at a time. No wgmma is issued
+      // under a per-k-block condition inside a batch: ptxas serialized every wgmma of the bm64
+      // kernels when a batch's issue was conditional (C7520).
+      const uint32_t kb_batched_end = kb_begin + (kb_end - kb_begin) / kKBatch * kKBatch;
+      for (uint32_t kb0 = kb_begin; kb0 < kb_batched_end; kb0 += kKBatch) {
+        float s0[kKBatch][kSpan], s1[kKBatch][kSpan];
         uint32_t st[kKBatch];
 #pragma unroll
         for (uint32_t j = 0; j < kKBatch; ++j) {
           st[j] = stage;
-          sa[j][0] = sa[j][1] = 0.0f;
-          if (j < cnt) {
-            ptx::mbar_wait(full_bar(stage), phase);
-            sa[j][0] = sfa_smem[stage * BLOCK_M + r0];
-            sa[j][1] = sfa_smem[stage * BLOCK_M + r0 + 8];
-            issue(accb[j], stage, 0);
-            if (++stage == kNumStages) {
-              stage = 0;
-              phase ^= 1u;
-            }
-          } else {
-            ptx::wgmma_commit();  // an empty group: every batch commits kKBatch groups (static waits below)
+          ptx::mbar_wait(full_bar(stage), phase);
+          const float sa0 = sfa_smem[stage * BLOCK_M + r0];
+          const float sa1 = sfa_smem[stage * BLOCK_M + r0 + 8];
+          issue(accb[j], stage, 0);
+#pragma unroll
+          for (uint32_t b = 0; b < kSpan; ++b) {
+            s0[j][b] = sa0 * sb_next[j][b];
+            s1[j][b] = sa1 * sb_next[j][b];
+          }
+          if (++stage == kNumStages) {
+            stage = 0;
+            phase ^= 1u;
           }
         }
         // The batch's sfa loads must be complete before its stages are released (see the
         // k_batch == 1 path): fence while the wgmmas run.
         ptx::fence_proxy_async_shared();
-        // Staggered waits: k-block j of the batch is promoted (and its stage released) as soon as
-        // its own group completes, while the batch's later k-blocks still run on the tensor core.
-        // Nothing stays in flight across the loop's back edge (ptxas serializes every wgmma of the
-        // kernel when a group it cannot track is pending where accumulators are read: C7514).
-        float s0[kKBatch][kSpan], s1[kKBatch][kSpan];
-#pragma unroll
-        for (uint32_t j = 0; j < kKBatch; ++j) {
-#pragma unroll
-          for (uint32_t b = 0; b < kSpan; ++b) {
-            s0[j][b] = sa[j][0] * sb[j][b];
-            s1[j][b] = sa[j][1] * sb[j][b];
-          }
-        }
 #pragma unroll
         for (uint32_t j = 0; j < kKBatch; ++j) {
           const uint32_t kbn = kb0 + kKBatch + j < kb_end ? kb0 + kKBatch + j : kb_last;
 #pragma unroll
           for (uint32_t b = 0; b < kSpan; ++b) sb_next[j][b] = __ldg(sfb_rows[b] + kbn);
         }
+        // Staggered waits: k-block j is promoted (and its stage released) as soon as its own
+        // group completes, while the batch's later k-blocks still run on the tensor core. Nothing
+        // stays in flight across the loop's back edge (ptxas serializes every wgmma of the kernel
+        // when accumulators are read while a group it cannot track may be pending: C7514).
 #pragma unroll
         for (uint32_t j = 0; j < kKBatch; ++j) {
           ptx::wgmma_wait_pending(kKBatch - 1 - j);  // a constant after unrolling
           ptx::fence_operands(accb[j]);
-          if (j < cnt) {
-            release(st[j]);
-            promote<Traits::kStaticChunkBlocks, kHalfChunks, kNumAcc, kSpan, Traits::kG, 0>(n_off, fin, accb[j],
-                                                                                          s0[j], s1[j]);
+          release(st[j]);
+          promote<Traits::kStaticChunkBlocks, kHalfChunks, kNumAcc, kSpan, Traits::kG, 0>(n_off, fin, accb[j],
+                                                                                        s0[j], s1[j]);
+        }
+      }
+      // The remaining k-blocks (their B scales are in sb_next[0 ..]).
+#pragma unroll
+      for (uint32_t j = 0; j + 1 < kKBatch; ++j) {
+        if (kb_batched_end + j < kb_end) {
+          ptx::mbar_wait(full_bar(stage), phase);
+          const float sa0 = sfa_smem[stage * BLOCK_M + r0];
+          const float sa1 = sfa_smem[stage * BLOCK_M + r0 + 8];
+          issue(accb[0], stage, 0);
+          ptx::fence_proxy_async_shared();
+          ptx::wgmma_wait<0>();
+          ptx::fence_operands(accb[0]);
+          float s0[kSpan], s1[kSpan];
+#pragma unroll
+          for (uint32_t b = 0; b < kSpan; ++b) {
+            s0[b] = sa0 * sb_next[j][b];
+            s1[b] = sa1 * sb_next[j][b];
           }
+          release(stage);
+          if (++stage == kNumStages) {
+            stage = 0;
+            phase ^= 1u;
+          }
+          promote<Traits::kStaticChunkBlocks, kHalfChunks, kNumAcc, kSpan, Traits::kG, 0>(n_off, fin, accb[0], s0, s1);
         }
       }
       } else {  // kKBatch == 1 (kept at its original indentation)
