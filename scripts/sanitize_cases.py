@@ -124,6 +124,7 @@ CASES = [
     ("fp8 wgrad 1d1d, c is d", lambda: _fp8_wgrad(129, 576, 640)),
     ("fp8 two CTAs/SM + split-K", lambda: _fp8_forced(17, 2112, 1664, bn=32, splits=4, tma=False, cps=2, kbat=1)),
     ("fp8 k-batch 4, TMA store", lambda: _fp8_forced(65, 576, 1664, bn=32, splits=1, tma=True, cps=1, kbat=4)),
+    ("fp8 k-batch 2, odd k-blocks", lambda: _fp8_forced(130, 1000, 1664, bn=96, splits=1, tma=False, cps=1, kbat=2)),
     ("bf16 grouped contiguous", lambda: _bf16_grouped_contiguous([128, 256, 128], 576, 512)),
     ("fp8 dense split-K", lambda: _fp8_dense(17, 576, 7296)),
     ("fp8 dense partial tiles", lambda: _fp8_dense(129, 2112, 512)),
