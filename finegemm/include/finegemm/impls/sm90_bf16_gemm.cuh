@@ -298,7 +298,9 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
   } else {
     // ------------------------------------------------------------------ consumer warpgroups
     if constexpr (kNumConsumerWG == 2) ptx::setmaxnreg_inc<232>();
-    const uint32_t wg = threadIdx.x / 128;
+    // Warp-uniform through a shuffle: the wgmma descriptors depend on wg and are then built in
+    // uniform registers (no per-wgmma R2UR; as in the FP8 kernel).
+    const uint32_t wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);
     const uint32_t warp = (threadIdx.x % 128) / 32;
     const uint32_t lane = threadIdx.x % 32;
     // This thread's two rows inside the tile (wgmma D fragment: row 16*warp + lane/4, +8).

@@ -165,6 +165,41 @@ __device__ __forceinline__ void promote(uint32_t off, float (&fin)[kNumFin], con
   }
 }
 
+// Promotion of chunks [kChunkBase, kChunkBase + kNumChunks): at the compile-time offset kOff when
+// the caller's loop was dispatched per offset (kHoisted), else through promote()'s runtime dispatch.
+template <bool kHoisted, bool kStatic, uint32_t kNumChunks, uint32_t kNumFin, uint32_t kSpan, uint32_t kG,
+          uint32_t kOff, uint32_t kChunkBase>
+__device__ __forceinline__ void promote_at(uint32_t off, float (&fin)[kNumFin], const float (&acc)[kNumChunks * 4],
+                                           const float (&s0)[kSpan], const float (&s1)[kSpan]) {
+  if constexpr (kHoisted) {
+    promote_fixed<kNumChunks, kNumFin, kSpan, kOff, kChunkBase>(fin, acc, s0, s1);
+  } else {
+    promote<kStatic, kNumChunks, kNumFin, kSpan, kG, kChunkBase>(off, fin, acc, s0, s1);
+  }
+}
+
+// A compile-time offset value for the generic lambdas below.
+template <uint32_t V>
+struct StaticOffset {
+  static constexpr uint32_t value = V;
+};
+
+// f(StaticOffset<off>{}) for the runtime `off` (as promote()), dispatched once: the caller puts a
+// whole k-loop in f, so the per-k-block promotion has no offset branches (on bm128/bn208 the
+// compare-and-branch chain of promote() held ~8% of the consumer warps' stall samples, ncu).
+template <bool kStatic, uint32_t kG, uint32_t kOff = 0, typename F>
+__device__ __forceinline__ void with_static_offset(uint32_t off, F&& f) {
+  if constexpr (kStatic || kOff + kG >= 128) {
+    f(StaticOffset<kOff>{});
+  } else {
+    if (off == kOff) {
+      f(StaticOffset<kOff>{});
+    } else {
+      with_static_offset<kStatic, kG, kOff + kG>(off, f);
+    }
+  }
+}
+
 template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages, bool kOutFp32, bool kHasC, bool kSplitK,
           uint32_t kNumMulticast = 1, bool kMulticastOnA = false, bool kHalfPromote = false, bool kTmaStore = false,
           uint32_t kGemmKind = scheduler::kGemmNormal, bool k1D1D = false, uint32_t kKBatch = 1>
@@ -349,7 +384,11 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   } else {
     // ------------------------------------------------------------------ consumer warpgroups
     if constexpr (kNumConsumerWG == 2) ptx::setmaxnreg_inc<232>();
-    const uint32_t wg = threadIdx.x / 128;
+    // Warp-uniform through a shuffle, so the wgmma descriptors (which depend on wg) are built in
+    // uniform registers: from threadIdx directly, each descriptor went through per-thread
+    // registers and an R2UR (with its latency) in front of every wgmma of the main loop (-4 to
+    // -6% time at M = 4096, benchmarks/NOTES.md v0.13). Not at block_n 224: it spills there.
+    const uint32_t wg = BLOCK_N <= 208 ? __shfl_sync(0xffffffffu, threadIdx.x / 128, 0) : threadIdx.x / 128;
     const uint32_t warp = (threadIdx.x % 128) / 32;
     const uint32_t lane = threadIdx.x % 32;
     // This thread's two rows inside the tile (wgmma D fragment: row 16*warp + lane/4, +8).
@@ -555,6 +594,12 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
       }
       } else {  // kKBatch == 1 (kept at its original indentation)
 
+      // The k-loop is instantiated per scale-block offset of the tile (one dispatch per tile). Not
+      // for block_n 224: the hoisted loop spills there (nvcc 13.0); it keeps the per-k-block
+      // dispatch of promote().
+      constexpr bool kHoistOffset = BLOCK_N <= 208;
+      auto kloop = [&](auto off_c) {
+      constexpr uint32_t kOff = decltype(off_c)::value;
       // B scales are software-pipelined one k-block ahead: the load for k-block kb + 1 is issued
       // at the start of iteration kb, so its (L1/L2) latency hides behind a whole k-block of MMA
       // instead of stalling the promotion (measured: ~10% of the runtime when loaded in-iteration).
@@ -599,7 +644,8 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
             phase ^= 1u;
           }
           // Promotion: fin += (sfa * sfb) * acc, per 8-column chunk with that chunk's B scale.
-          promote<Traits::kStaticChunkBlocks, kHalfChunks, kNumAcc, kSpan, Traits::kG, 0>(n_off, fin, acc_lo, s0, s1);
+          promote_at<kHoistOffset, Traits::kStaticChunkBlocks, kHalfChunks, kNumAcc, kSpan, Traits::kG, kOff, 0>(
+              n_off, fin, acc_lo, s0, s1);
         } else {
           // Half-promote: both halves of k-block kb are issued as two groups; the left half is
           // promoted while the right one still runs. Both complete inside the iteration: a group
@@ -619,7 +665,8 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           }
           ptx::wgmma_wait<1>();  // left half done
           ptx::fence_operands(acc_lo);
-          promote<Traits::kStaticChunkBlocks, kHalfChunks, kNumAcc, kSpan, Traits::kG, 0>(n_off, fin, acc_lo, s0, s1);
+          promote_at<kHoistOffset, Traits::kStaticChunkBlocks, kHalfChunks, kNumAcc, kSpan, Traits::kG, kOff, 0>(
+              n_off, fin, acc_lo, s0, s1);
           ptx::wgmma_wait<0>();
           ptx::fence_operands(acc_hi);
           release(stage);
@@ -627,9 +674,15 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
             stage = 0;
             phase ^= 1u;
           }
-          promote<Traits::kStaticChunkBlocks, kHalfChunks, kNumAcc, kSpan, Traits::kG, kHalfChunks>(n_off, fin, acc_hi,
-                                                                                                   s0, s1);
+          promote_at<kHoistOffset, Traits::kStaticChunkBlocks, kHalfChunks, kNumAcc, kSpan, Traits::kG, kOff,
+                     kHalfChunks>(n_off, fin, acc_hi, s0, s1);
         }
+      }
+      };
+      if constexpr (kHoistOffset) {
+        with_static_offset<Traits::kStaticChunkBlocks, Traits::kG>(n_off, kloop);
+      } else {
+        kloop(StaticOffset<0>{});
       }
       }  // if constexpr (kKBatch > 1) ... else
       }  // if constexpr (k1D1D) ... else
