@@ -89,6 +89,7 @@ SMEM_LIMIT_2CTA = SMEM_PER_SM // 2 - 1024
 # k_batch (k-blocks per wgmma wait): k_batch accumulator sets per thread, so only narrow tiles
 # (spill-free up to these block_n in every variant: tests/test_fp8_kernel_compile.py).
 MAX_BLOCK_N_KBATCH = {2: 96, 4: 64}
+_BN224_LOOP_EFFICIENCY = 0.93
 MAX_BLOCK_N_HALF_PROMOTE = 208  # bm128 bn224 half-promote spills 16 bytes (nvcc 13.0)
 MAX_STAGES = 8
 MIN_STAGES = 2
@@ -212,6 +213,13 @@ def _mma_efficiency(block_n: int) -> float:
     return (block_n / 2) / max(block_n / 2, 16 + block_n / 4)
 
 
+def _main_loop_efficiency(block_n: int, one_d_one_d: bool) -> float:
+    # The 1D2D main loop above block_n 208 keeps its per-k-block offset dispatch and per-thread
+    # wgmma descriptors (both spill-free only up to 208): bm128/bn224 measured 4-10% slower than
+    # bn208 at M = 4096 on H200 (benchmarks/NOTES.md v0.13).
+    return _BN224_LOOP_EFFICIENCY if block_n > 208 and not one_d_one_d else 1.0
+
+
 def _units(m: int, n: int, bm: int, bn: int, splits: int, mc: int, mc_on_a: bool) -> tuple[int, int]:
     """(tiles, work units in CTAs incl. phantom tiles of clusters)."""
     mb, nb = ceil_div(m, bm), ceil_div(n, bn)
@@ -242,7 +250,8 @@ def _estimate(m: int, n: int, k: int, bm: int, bn: int, splits: int, num_sms: in
     kb_unit = ceil_div(num_kb, splits)
     flops = 2.0 * bm * bn * BLOCK_K * kb_unit
     stage_eff = _STAGE_EFFICIENCY.get(max_stages(bm, bn, tma_store, one_d_one_d), 1.0)
-    t_mma = flops / (_PEAK_FLOPS_PER_SM_US * _mma_efficiency(bn) * _WG_EFFICIENCY[bm] * stage_eff)
+    t_mma = flops / (_PEAK_FLOPS_PER_SM_US * _mma_efficiency(bn) * _WG_EFFICIENCY[bm] * stage_eff
+                     * _main_loop_efficiency(bn, one_d_one_d))
     rows_loaded = (bm // 2 + bn) if (mc == 2 and mc_on_a) else (bm + bn // 2) if mc == 2 else (bm + bn)
     t_load = kb_unit * BLOCK_K * rows_loaded / _L2_BYTES_PER_SM_US
     rows = min(bm, m)
