@@ -10,8 +10,11 @@ reference (calc_diff) on fresh data before it is timed (kernel-only, L2 flushed)
   # GPU machine
   python3 scripts/probe_variants.py --out $OUT/variants.json
 
-Configs: "auto" (the library's choice) or "bm,bn,stages,multicast(0/1/2; 2 = on A... see below)":
-  bm,bn,stages,mc,on_a,tma_store[,half_promote[,k_batch]]   e.g. 128,208,4,1,0,1
+A case is "M,N,K:config" with config "auto" (the library's choice) or
+  bm,bn,stages,multicast(1|2),multicast_on_a(0|1),tma_store(0|1)[,half_promote(0|1)[,k_batch]]
+e.g. "4096,4096,7168:128,208,4,1,0,1". The defaults are the last experiment run (v0.13 in
+benchmarks/NOTES.md: the per-offset k-loop; its macro is gone since, so re-running them now compares
+two identical builds).
 """
 from __future__ import annotations
 
