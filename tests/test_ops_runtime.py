@@ -1,7 +1,10 @@
 """The split-K workspace bookkeeping shared by the kernel families (CPU tensors stand in for CUDA)."""
+import ctypes
+import types
+
 import torch
 
-from finegemm.ops._runtime import SplitKWorkspace
+from finegemm.ops._runtime import SplitKWorkspace, c_function, prepare_function, prepared_handle_functions
 
 CPU = torch.device("cpu")
 
@@ -27,3 +30,21 @@ def test_capture_gets_private_buffers():
     assert len({eager, g1, g2}) == 3
     assert all(not c.any() for _, c in ws.retired)  # counters start at zero
     assert ws.buffers[(None, 1)][0].data_ptr() == eager[0]  # capture never replaces eager buffers
+
+
+def _fake_lib(*names):
+    """An object with one plain attribute-holder per entry point (ctypes declarations are attributes)."""
+    return types.SimpleNamespace(**{n: types.SimpleNamespace() for n in names})
+
+
+def test_ctypes_declaration_helpers():
+    u64, vp, i = ctypes.c_uint64, ctypes.c_void_p, ctypes.c_int
+    lib = _fake_lib("fg_launch_x", "fg_prepare_x", "fg_launch_prepared_x", "fg_free_prepared_x")
+    launch = c_function(lib, "fg_launch_x", [u64, vp, vp, vp, vp, i, i, u64])  # fn, a, b, ws, counters, m, n, stream
+    assert launch is lib.fg_launch_x and launch.restype is ctypes.c_int
+    prep = prepare_function(lib, "fg_prepare_x", launch.argtypes, 3)
+    # out-pointer for the handle, then the launch arguments without (workspace, counters) and stream
+    assert prep.argtypes == [ctypes.POINTER(u64), u64, vp, vp, i, i] and prep.restype is ctypes.c_int
+    lp, fp = prepared_handle_functions(lib, "x")
+    assert lp.argtypes == [u64, vp, vp, u64] and lp.restype is ctypes.c_int
+    assert fp.argtypes == [u64] and fp.restype is None

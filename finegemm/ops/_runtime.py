@@ -11,6 +11,8 @@
   queued on other streams may still use them.
 - PreparedLaunch: a planned launch whose tensor maps and parameters the host library encodes
   once; a call then costs one short ctypes call and cuLaunchKernelEx.
+- c_function, prepare_function, prepared_handle_functions: ctypes declarations of the host
+  library's entry points (one-time, when a family's launcher is first needed).
 """
 from __future__ import annotations
 
@@ -19,7 +21,8 @@ import threading
 
 import torch
 
-__all__ = ["raw_stream", "is_capturing", "SplitKWorkspace", "PreparedLaunch"]
+__all__ = ["raw_stream", "is_capturing", "SplitKWorkspace", "PreparedLaunch", "c_function", "prepare_function",
+           "prepared_handle_functions"]
 
 try:
     raw_stream = torch._C._cuda_getCurrentRawStream
@@ -31,6 +34,29 @@ try:
     is_capturing = torch._C._cuda_isCurrentStreamCapturing
 except AttributeError:  # pragma: no cover
     is_capturing = torch.cuda.is_current_stream_capturing
+
+
+def c_function(lib: ctypes.CDLL, name: str, argtypes: list, restype=ctypes.c_int):
+    """lib.<name> with its ctypes argument and result types declared."""
+    f = getattr(lib, name)
+    f.argtypes = argtypes
+    f.restype = restype
+    return f
+
+
+def prepare_function(lib: ctypes.CDLL, name: str, launch_argtypes: list, scratch_at: int):
+    """The fg_prepare_* twin of a one-shot launcher with `launch_argtypes`: the same arguments
+    without the (workspace, counters) pair at `scratch_at` and without the trailing stream, behind an
+    out-pointer for the handle."""
+    args = launch_argtypes[:scratch_at] + launch_argtypes[scratch_at + 2:-1]
+    return c_function(lib, name, [ctypes.POINTER(ctypes.c_uint64)] + args)
+
+
+def prepared_handle_functions(lib: ctypes.CDLL, family: str) -> tuple:
+    """(launch_prepared(handle, workspace, counters, stream), free_prepared(handle)) of a family."""
+    u64, vp = ctypes.c_uint64, ctypes.c_void_p
+    return (c_function(lib, f"fg_launch_prepared_{family}", [u64, vp, vp, u64]),
+            c_function(lib, f"fg_free_prepared_{family}", [u64], None))
 
 
 class SplitKWorkspace:

@@ -33,7 +33,8 @@ from typing import Optional
 import torch
 
 from finegemm import jit, quant, runtime
-from finegemm.ops._runtime import PreparedLaunch, SplitKWorkspace, is_capturing, raw_stream
+from finegemm.ops._runtime import (PreparedLaunch, SplitKWorkspace, c_function, is_capturing, prepare_function,
+                                   prepared_handle_functions, raw_stream)
 from finegemm.heuristics.sm90_bf16_gemm import (
     GEMM_GROUPED_CONTIGUOUS,
     GEMM_GROUPED_MASKED,
@@ -112,28 +113,17 @@ def _get_launcher():
         with _launcher_lock:
             if _launcher is None:
                 lib = jit.host_library()
-                f = lib.fg_launch_sm90_bf16_gemm
                 u64, vp, i = ctypes.c_uint64, ctypes.c_void_p, ctypes.c_int
-                f.argtypes = [u64, vp, vp, vp, vp, vp, vp,  # fn, a, b, d, c, workspace, counters
-                              i, i, i, i, i, i,  # m, n, k, lda, ldb, ldd
-                              i, i,  # a_mn_major, b_mn_major
-                              i, i, i,  # block_m, block_n, num_splits
-                              i, i, i, i,  # out_fp32, tma_store, grid, smem
-                              u64]  # stream
-                f.restype = ctypes.c_int
-                # Prepared launches: the same arguments without (workspace, counters, stream),
-                # behind an out-pointer for the handle (ops/_runtime.PreparedLaunch).
-                p = lib.fg_prepare_sm90_bf16_gemm
-                p.argtypes = [ctypes.POINTER(u64)] + f.argtypes[:5] + f.argtypes[7:-1]
-                p.restype = ctypes.c_int
-                lp = lib.fg_launch_prepared_sm90_bf16_gemm
-                lp.argtypes = [u64, vp, vp, u64]  # handle, workspace, counters, stream
-                lp.restype = ctypes.c_int
-                fp = lib.fg_free_prepared_sm90_bf16_gemm
-                fp.argtypes = [u64]
-                fp.restype = None
+                f = c_function(lib, "fg_launch_sm90_bf16_gemm",
+                               [u64, vp, vp, vp, vp, vp, vp,  # fn, a, b, d, c, workspace, counters
+                                i, i, i, i, i, i,  # m, n, k, lda, ldb, ldd
+                                i, i,  # a_mn_major, b_mn_major
+                                i, i, i,  # block_m, block_n, num_splits
+                                i, i, i, i,  # out_fp32, tma_store, grid, smem
+                                u64])  # stream
                 global _launcher_prepare, _launch_prepared, _free_prepared
-                _launcher_prepare, _launch_prepared, _free_prepared = p, lp, fp
+                _launcher_prepare = prepare_function(lib, "fg_prepare_sm90_bf16_gemm", f.argtypes, 5)
+                _launch_prepared, _free_prepared = prepared_handle_functions(lib, "sm90_bf16_gemm")
                 _launcher = f
     return _launcher
 
@@ -336,14 +326,12 @@ def _get_grouped_launcher():
     if _grouped_launcher is None:
         with _launcher_lock:
             if _grouped_launcher is None:
-                lib = jit.host_library()
-                f = lib.fg_launch_sm90_bf16_grouped
                 u64, vp, i = ctypes.c_uint64, ctypes.c_void_p, ctypes.c_int
-                f.argtypes = [u64, vp, vp, vp, vp,  # fn, a, b, d, grouped
-                              i, i, i, i, i, i,  # m, n, k, lda, ldb, ldd
-                              i, i, i, i, i, i,  # block_m, block_n, grid, smem, gemm_kind, num_groups
-                              u64]  # stream
-                f.restype = ctypes.c_int
+                f = c_function(jit.host_library(), "fg_launch_sm90_bf16_grouped",
+                               [u64, vp, vp, vp, vp,  # fn, a, b, d, grouped
+                                i, i, i, i, i, i,  # m, n, k, lda, ldb, ldd
+                                i, i, i, i, i, i,  # block_m, block_n, grid, smem, gemm_kind, num_groups
+                                u64])  # stream
                 _grouped_launcher = f
     return _grouped_launcher
 
@@ -516,22 +504,18 @@ def _get_k_grouped_launcher():
             if _k_grouped_launcher is None:
                 lib = jit.host_library()
                 u64, vp, i, ip = ctypes.c_uint64, ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_int)
-                t = lib.fg_sm90_bf16_k_grouped_tables
-                t.argtypes = [vp, i, i, vp, i, ip]  # ks, num_groups, skip_empty, out, max_tables, num_tables
-                t.restype = ctypes.c_int
-                lay = lib.fg_sm90_bf16_k_grouped_layout
-                lay.argtypes = [ip]
-                lay.restype = None
+                # ks, num_groups, skip_empty, out, max_tables, num_tables
+                c_function(lib, "fg_sm90_bf16_k_grouped_tables", [vp, i, i, vp, i, ip])
+                lay = c_function(lib, "fg_sm90_bf16_k_grouped_layout", [ip], None)
                 out5 = (ctypes.c_int * 5)()
                 lay(out5)
                 _K_GROUPED_LAYOUT = tuple(out5)
-                f = lib.fg_launch_sm90_bf16_k_grouped
-                f.argtypes = [u64, vp, vp, vp, vp,  # fn, a, b, d, c
-                              vp, i,  # ks (host int32 [G]), num_groups
-                              i, i, i, i, i, i,  # m, n, sum_k, lda, ldb, ldd
-                              i, i, i, i,  # block_m, block_n, grid, smem
-                              ip, u64]  # launches (out), stream
-                f.restype = ctypes.c_int
+                f = c_function(lib, "fg_launch_sm90_bf16_k_grouped",
+                               [u64, vp, vp, vp, vp,  # fn, a, b, d, c
+                                vp, i,  # ks (host int32 [G]), num_groups
+                                i, i, i, i, i, i,  # m, n, sum_k, lda, ldb, ldd
+                                i, i, i, i,  # block_m, block_n, grid, smem
+                                ip, u64])  # launches (out), stream
                 _k_grouped_launcher = f
     return _k_grouped_launcher
 

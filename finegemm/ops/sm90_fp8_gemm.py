@@ -30,7 +30,8 @@ from finegemm.heuristics.sm90_fp8_gemm import (
     select_config,
     select_grouped_config,
 )
-from finegemm.ops._runtime import PreparedLaunch, SplitKWorkspace, is_capturing, raw_stream
+from finegemm.ops._runtime import (PreparedLaunch, SplitKWorkspace, c_function, is_capturing, prepare_function,
+                                   prepared_handle_functions, raw_stream)
 from finegemm.quant import get_mn_major_tma_aligned_tensor
 from finegemm.utils import align, write_empty_product
 
@@ -177,42 +178,26 @@ def _get_launcher():
         with _launcher_lock:
             if _launcher is None:
                 lib = jit.host_library()
-                f = lib.fg_launch_sm90_fp8_gemm
                 u64, vp, i = ctypes.c_uint64, ctypes.c_void_p, ctypes.c_int
-                f.argtypes = [u64, vp, vp, vp, vp, vp, vp, vp, vp,  # fn, a, b, sfa, sfb, d, c, ws, counters
-                              i, i, i, i, i, i, i,  # m, n, k, lda, ldb, ldd, sfa_ld
-                              i, i, i, i, i,  # block_m, block_n, num_splits, num_multicast, multicast_on_a
-                              i, i, i, i,  # out_fp32, tma_store, grid, smem
-                              i, vp, i,  # gemm_kind, grouped, num_groups
-                              u64]  # stream
-                f.restype = ctypes.c_int
-                occ = lib.fg_sm90_fp8_gemm_max_active_clusters
-                occ.argtypes = [u64, i, i, i, ctypes.POINTER(ctypes.c_int)]
-                occ.restype = ctypes.c_int
-                f1 = lib.fg_launch_sm90_fp8_gemm_1d1d
-                f1.argtypes = [u64, vp, vp, vp, vp, vp, vp, vp, vp,  # fn, a, b, sfa, sfb, d, c, ws, counters
-                               i, i, i, i, i, i, i, i,  # m, n, k, lda, ldb, ldd, sfa_ld, sfb_ld
-                               i, i, i, i, i,  # block_m, block_n, num_splits, num_multicast, multicast_on_a
-                               i, i,  # grid, smem
-                               u64]  # stream
-                f1.restype = ctypes.c_int
-                # Prepared launches: the same arguments without (workspace, counters, stream),
-                # behind an out-pointer for the handle.
-                p = lib.fg_prepare_sm90_fp8_gemm
-                p.argtypes = [ctypes.POINTER(u64)] + f.argtypes[:7] + f.argtypes[9:-1]
-                p.restype = ctypes.c_int
-                p1 = lib.fg_prepare_sm90_fp8_gemm_1d1d
-                p1.argtypes = [ctypes.POINTER(u64)] + f1.argtypes[:7] + f1.argtypes[9:-1]
-                p1.restype = ctypes.c_int
-                lp = lib.fg_launch_prepared_sm90_fp8_gemm
-                lp.argtypes = [u64, vp, vp, u64]  # handle, workspace, counters, stream
-                lp.restype = ctypes.c_int
-                fp = lib.fg_free_prepared_sm90_fp8_gemm
-                fp.argtypes = [u64]
-                fp.restype = None
+                f = c_function(lib, "fg_launch_sm90_fp8_gemm",
+                               [u64, vp, vp, vp, vp, vp, vp, vp, vp,  # fn, a, b, sfa, sfb, d, c, ws, counters
+                                i, i, i, i, i, i, i,  # m, n, k, lda, ldb, ldd, sfa_ld
+                                i, i, i, i, i,  # block_m, block_n, num_splits, num_multicast, multicast_on_a
+                                i, i, i, i,  # out_fp32, tma_store, grid, smem
+                                i, vp, i,  # gemm_kind, grouped, num_groups
+                                u64])  # stream
+                c_function(lib, "fg_sm90_fp8_gemm_max_active_clusters", [u64, i, i, i, ctypes.POINTER(ctypes.c_int)])
+                f1 = c_function(lib, "fg_launch_sm90_fp8_gemm_1d1d",
+                                [u64, vp, vp, vp, vp, vp, vp, vp, vp,  # fn, a, b, sfa, sfb, d, c, ws, counters
+                                 i, i, i, i, i, i, i, i,  # m, n, k, lda, ldb, ldd, sfa_ld, sfb_ld
+                                 i, i, i, i, i,  # block_m, block_n, num_splits, num_multicast, multicast_on_a
+                                 i, i,  # grid, smem
+                                 u64])  # stream
                 global _launcher_1d1d, _launcher_prepare, _launcher_prepare_1d1d, _launch_prepared, _free_prepared
                 _launcher_1d1d = f1
-                _launcher_prepare, _launcher_prepare_1d1d, _launch_prepared, _free_prepared = p, p1, lp, fp
+                _launcher_prepare = prepare_function(lib, "fg_prepare_sm90_fp8_gemm", f.argtypes, 7)
+                _launcher_prepare_1d1d = prepare_function(lib, "fg_prepare_sm90_fp8_gemm_1d1d", f1.argtypes, 7)
+                _launch_prepared, _free_prepared = prepared_handle_functions(lib, "sm90_fp8_gemm")
                 _launcher = f
     return _launcher
 

@@ -27,7 +27,7 @@ from finegemm import jit, runtime
 from finegemm.heuristics.sm90_fp8_gemm import (GEMM_K_GROUPED, Fp8GemmConfig, k_grouped_plan_k,
                                                select_k_grouped_config)
 from finegemm.ops import sm90_fp8_gemm as _dense
-from finegemm.ops._runtime import raw_stream
+from finegemm.ops._runtime import c_function, raw_stream
 from finegemm.utils import align, write_empty_product
 
 __all__ = ["k_grouped_fp8_gemm_nt_contiguous", "plan", "max_groups_per_launch"]
@@ -43,15 +43,13 @@ def _get_launcher():
     if _launcher is None:
         with _launcher_lock:
             if _launcher is None:
-                lib = jit.host_library()
-                f = lib.fg_launch_sm90_fp8_k_grouped
                 u64, i64, vp, i = ctypes.c_uint64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
-                f.argtypes = [u64, vp, vp, vp, vp, vp, vp,  # fn, a, b, sfa, sfb, d, c
-                              vp, i, i64, i64, i,  # ks (int32 [G]), G, a_elems, b_elems, sf_rows
-                              i, i, i, i, i,  # m, n, ldd, sfa_ld, sfb_ld
-                              i, i, i, i, i, i,  # block_m, block_n, num_multicast, multicast_on_a, grid, smem
-                              u64]  # stream
-                f.restype = ctypes.c_int
+                f = c_function(jit.host_library(), "fg_launch_sm90_fp8_k_grouped",
+                               [u64, vp, vp, vp, vp, vp, vp,  # fn, a, b, sfa, sfb, d, c
+                                vp, i, i64, i64, i,  # ks (int32 [G]), G, a_elems, b_elems, sf_rows
+                                i, i, i, i, i,  # m, n, ldd, sfa_ld, sfb_ld
+                                i, i, i, i, i, i,  # block_m, block_n, num_multicast, multicast_on_a, grid, smem
+                                u64])  # stream
                 _launcher = f
     return _launcher
 
