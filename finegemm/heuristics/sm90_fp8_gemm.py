@@ -89,7 +89,10 @@ SMEM_LIMIT_2CTA = SMEM_PER_SM // 2 - 1024
 # k_batch (k-blocks per wgmma wait): k_batch accumulator sets per thread, so only narrow tiles
 # (spill-free up to these block_n in every variant: tests/test_fp8_kernel_compile.py).
 MAX_BLOCK_N_KBATCH = {2: 96, 4: 64}
-_BN224_LOOP_EFFICIENCY = 0.93
+# Widest block_n of the kernel's lean main loop (impls/sm90_fp8_gemm_1d2d.cuh kLeanLoop); wider
+# tiles run the old loop, measured 4-10% slower at M = 4096 (benchmarks/NOTES.md v0.13).
+MAX_BLOCK_N_LEAN_LOOP = 208
+_WIDE_LOOP_EFFICIENCY = 0.93
 MAX_BLOCK_N_HALF_PROMOTE = 208  # bm128 bn224 half-promote spills 16 bytes (nvcc 13.0)
 MAX_STAGES = 8
 MIN_STAGES = 2
@@ -214,10 +217,7 @@ def _mma_efficiency(block_n: int) -> float:
 
 
 def _main_loop_efficiency(block_n: int, one_d_one_d: bool) -> float:
-    # The 1D2D main loop above block_n 208 keeps its per-k-block offset dispatch and per-thread
-    # wgmma descriptors (both spill-free only up to 208): bm128/bn224 measured 4-10% slower than
-    # bn208 at M = 4096 on H200 (benchmarks/NOTES.md v0.13).
-    return _BN224_LOOP_EFFICIENCY if block_n > 208 and not one_d_one_d else 1.0
+    return _WIDE_LOOP_EFFICIENCY if block_n > MAX_BLOCK_N_LEAN_LOOP and not one_d_one_d else 1.0
 
 
 def _units(m: int, n: int, bm: int, bn: int, splits: int, mc: int, mc_on_a: bool) -> tuple[int, int]:

@@ -251,6 +251,14 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   // loads half of the shared A box (BLOCK_M/2 rows) into both CTAs. Multicast on B: m-blocks
   // 2q, 2q+1 of one n-block, each loads BLOCK_N/2 rows of B. The boxes of the host's tensor
   // maps are the halves accordingly.
+  // The lean main loop (tiles up to 208 columns; both parts spill at 224 with nvcc 13.0, and the
+  // heuristic's model mirrors the limit: heuristics/sm90_fp8_gemm.py MAX_BLOCK_N_LEAN_LOOP):
+  //  - a warp-uniform warpgroup index (shuffle), so the wgmma descriptors are built in uniform
+  //    registers; from threadIdx, every wgmma of the loop waited for an R2UR (-4 to -6% time at
+  //    M = 4096, benchmarks/NOTES.md v0.13);
+  //  - the k-loop instantiated per scale-block offset of the tile (one dispatch per tile instead of
+  //    promote()'s compare-and-branch chain per k-block; -5 to -9.5% more).
+  constexpr bool kLeanLoop = BLOCK_N <= 208;
   constexpr bool kMcA = kNumMulticast == 2 && kMulticastOnA;
   constexpr bool kMcB = kNumMulticast == 2 && !kMulticastOnA;
   // kGrouped: the work units come from the TileWalker (every kind but the dense one).
@@ -384,11 +392,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   } else {
     // ------------------------------------------------------------------ consumer warpgroups
     if constexpr (kNumConsumerWG == 2) ptx::setmaxnreg_inc<232>();
-    // Warp-uniform through a shuffle, so the wgmma descriptors (which depend on wg) are built in
-    // uniform registers: from threadIdx directly, each descriptor went through per-thread
-    // registers and an R2UR (with its latency) in front of every wgmma of the main loop (-4 to
-    // -6% time at M = 4096, benchmarks/NOTES.md v0.13). Not at block_n 224: it spills there.
-    const uint32_t wg = BLOCK_N <= 208 ? __shfl_sync(0xffffffffu, threadIdx.x / 128, 0) : threadIdx.x / 128;
+    const uint32_t wg = kLeanLoop ? __shfl_sync(0xffffffffu, threadIdx.x / 128, 0) : threadIdx.x / 128;
     const uint32_t warp = (threadIdx.x % 128) / 32;
     const uint32_t lane = threadIdx.x % 32;
     // This thread's two rows inside the tile (wgmma D fragment: row 16*warp + lane/4, +8).
@@ -594,10 +598,8 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
       }
       } else {  // kKBatch == 1 (kept at its original indentation)
 
-      // The k-loop is instantiated per scale-block offset of the tile (one dispatch per tile). Not
-      // for block_n 224: the hoisted loop spills there (nvcc 13.0); it keeps the per-k-block
-      // dispatch of promote().
-      constexpr bool kHoistOffset = BLOCK_N <= 208;
+      // kLeanLoop: the k-loop below is instantiated per scale-block offset (with_static_offset);
+      // otherwise it runs once and promote() dispatches per k-block.
       auto kloop = [&](auto off_c) {
       constexpr uint32_t kOff = decltype(off_c)::value;
       // B scales are software-pipelined one k-block ahead: the load for k-block kb + 1 is issued
@@ -644,7 +646,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
             phase ^= 1u;
           }
           // Promotion: fin += (sfa * sfb) * acc, per 8-column chunk with that chunk's B scale.
-          promote_at<kHoistOffset, Traits::kStaticChunkBlocks, kHalfChunks, kNumAcc, kSpan, Traits::kG, kOff, 0>(
+          promote_at<kLeanLoop, Traits::kStaticChunkBlocks, kHalfChunks, kNumAcc, kSpan, Traits::kG, kOff, 0>(
               n_off, fin, acc_lo, s0, s1);
         } else {
           // Half-promote: both halves of k-block kb are issued as two groups; the left half is
@@ -665,7 +667,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           }
           ptx::wgmma_wait<1>();  // left half done
           ptx::fence_operands(acc_lo);
-          promote_at<kHoistOffset, Traits::kStaticChunkBlocks, kHalfChunks, kNumAcc, kSpan, Traits::kG, kOff, 0>(
+          promote_at<kLeanLoop, Traits::kStaticChunkBlocks, kHalfChunks, kNumAcc, kSpan, Traits::kG, kOff, 0>(
               n_off, fin, acc_lo, s0, s1);
           ptx::wgmma_wait<0>();
           ptx::fence_operands(acc_hi);
@@ -674,12 +676,12 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
             stage = 0;
             phase ^= 1u;
           }
-          promote_at<kHoistOffset, Traits::kStaticChunkBlocks, kHalfChunks, kNumAcc, kSpan, Traits::kG, kOff,
+          promote_at<kLeanLoop, Traits::kStaticChunkBlocks, kHalfChunks, kNumAcc, kSpan, Traits::kG, kOff,
                      kHalfChunks>(n_off, fin, acc_hi, s0, s1);
         }
       }
       };
-      if constexpr (kHoistOffset) {
+      if constexpr (kLeanLoop) {
         with_static_offset<Traits::kStaticChunkBlocks, Traits::kG>(n_off, kloop);
       } else {
         kloop(StaticOffset<0>{});
