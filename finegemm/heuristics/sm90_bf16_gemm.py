@@ -243,6 +243,12 @@ def clear_cache() -> None:
         _cache.clear()
 
 
+def _fastest(options):
+    """The option (block_m, block_n, splits, est, tiles, units) ranked first: fastest, then fewest
+    work units, then biggest tile, then the earliest listed."""
+    return min(options, key=lambda o: (round(o[3], 4), o[5], -o[0] * o[1]))
+
+
 def select_config(m: int, n: int, k: int, num_sms: int, a_mn_major: bool = False, b_mn_major: bool = False,
                   out_fp32: bool = False, has_c: bool = False, allow_split_k: bool = True) -> Bf16GemmConfig:
     """The launch configuration for D[m, n] (+C) = op(A) . op(B) on num_sms SMs (cached).
@@ -260,22 +266,19 @@ def select_config(m: int, n: int, k: int, num_sms: int, a_mn_major: bool = False
     out_bytes = 4 if out_fp32 else 2
     num_kb = ceil_div(k, BLOCK_K)
 
-    best = None
-    for bm in ([64] if m <= 64 else [64, 128]):
-        for bn in block_n_candidates(b_mn_major):
-            tiles = ceil_div(m, bm) * ceil_div(n, bn)
-            split_options = [1]
-            if (allow_split_k and bm == SPLIT_BLOCK_M and bn in SPLIT_BLOCK_N and 2 * tiles <= num_sms
-                    and num_kb >= 2 * MIN_KB_PER_SPLIT):
-                top = min(MAX_SPLITS, num_kb // MIN_KB_PER_SPLIT, num_sms // tiles)
-                split_options += list(range(2, top + 1))
-            for splits in split_options:
-                est, tiles, units = _estimate(m, n, k, bm, bn, splits, num_sms, out_bytes, has_c)
-                # Tie-break: faster, then fewer units, then bigger tiles.
-                rank = (round(est, 4), units, -bm * bn)
-                if best is None or rank < best[0]:
-                    best = (rank, bm, bn, splits, est, tiles, units)
-    _, bm, bn, splits, est, tiles, units = best
+    def options():
+        for bm in ([64] if m <= 64 else [64, 128]):
+            for bn in block_n_candidates(b_mn_major):
+                tiles = ceil_div(m, bm) * ceil_div(n, bn)
+                split_options = [1]
+                if (allow_split_k and bm == SPLIT_BLOCK_M and bn in SPLIT_BLOCK_N and 2 * tiles <= num_sms
+                        and num_kb >= 2 * MIN_KB_PER_SPLIT):
+                    top = min(MAX_SPLITS, num_kb // MIN_KB_PER_SPLIT, num_sms // tiles)
+                    split_options += list(range(2, top + 1))
+                for splits in split_options:
+                    yield (bm, bn, splits, *_estimate(m, n, k, bm, bn, splits, num_sms, out_bytes, has_c))
+
+    bm, bn, splits, est, tiles, units = _fastest(options())
     tma = splits == 1
     stages = max_stages(bm, bn, tma)
     cfg = Bf16GemmConfig(
@@ -326,15 +329,10 @@ def select_grouped_config(kind: int, m: int, n: int, k: int, num_groups: int, nu
                          f"{(m, n, k, num_groups, num_sms)}")
     contiguous = kind == GEMM_GROUPED_CONTIGUOUS
     bms, em = grouped_block_m_options(contiguous, m, expected_m, alignment, "BF16")
-    best = None
-    for bm in bms:
-        m_eff = grouped_model_rows(contiguous, m, num_groups, em, bm)
-        for bn in GROUPED_BLOCK_N[kind]:
-            est, tiles, units = _estimate(m_eff, n, k, bm, bn, 1, num_sms, 2, False, b_groups=num_groups)
-            rank = (round(est, 4), units, -bm * bn)
-            if best is None or rank < best[0]:
-                best = (rank, bm, bn, est, tiles, units)
-    _, bm, bn, est, tiles, units = best
+    bm, bn, _, est, tiles, units = _fastest(
+        (bm, bn, 1, *_estimate(grouped_model_rows(contiguous, m, num_groups, em, bm), n, k, bm, bn, 1, num_sms, 2,
+                               False, b_groups=num_groups))
+        for bm in bms for bn in GROUPED_BLOCK_N[kind])
     stages = max_stages(bm, bn, True)
     grid = num_sms if kind == GEMM_GROUPED_MASKED else min(num_sms, units)
     cfg = Bf16GemmConfig(
@@ -384,15 +382,10 @@ def select_k_grouped_config(m: int, n: int, k_avg: int, num_groups: int, num_sms
     if m < 1 or n < 1 or k_avg < 1 or num_groups < 1 or num_sms < 1:
         raise ValueError(f"select_k_grouped_config: need m, n, k_avg, num_groups, num_sms >= 1, got "
                          f"{(m, n, k_avg, num_groups, num_sms)}")
-    best = None
-    for bm in ([64] if m <= 64 else [64, 128]):
-        m_eff = num_groups * ceil_div(m, bm) * bm
-        for bn in K_GROUPED_BLOCK_N:
-            est, tiles, units = _estimate(m_eff, n, k_avg, bm, bn, 1, num_sms, 4, has_c, b_groups=num_groups)
-            rank = (round(est, 4), units, -bm * bn)
-            if best is None or rank < best[0]:
-                best = (rank, bm, bn, est, tiles, units)
-    _, bm, bn, est, tiles, units = best
+    bm, bn, _, est, tiles, units = _fastest(
+        (bm, bn, 1, *_estimate(num_groups * ceil_div(m, bm) * bm, n, k_avg, bm, bn, 1, num_sms, 4, has_c,
+                               b_groups=num_groups))
+        for bm in ([64] if m <= 64 else [64, 128]) for bn in K_GROUPED_BLOCK_N)
     stages = max_stages(bm, bn, False)
     cfg = Bf16GemmConfig(
         m=m, n=n, k=k_avg, a_mn_major=True, b_mn_major=True, block_m=bm, block_n=bn, num_stages=stages,
