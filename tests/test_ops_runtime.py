@@ -2,9 +2,10 @@
 import ctypes
 import types
 
+import pytest
 import torch
 
-from finegemm.ops._runtime import SplitKWorkspace, c_function, prepare_function, prepared_handle_functions
+from finegemm.ops._runtime import SplitKWorkspace, c_function, check_tile, prepare_function, prepared_handle_functions
 
 CPU = torch.device("cpu")
 
@@ -48,3 +49,11 @@ def test_ctypes_declaration_helpers():
     lp, fp = prepared_handle_functions(lib, "x")
     assert lp.argtypes == [u64, vp, vp, u64] and lp.restype is ctypes.c_int
     assert fp.argtypes == [u64] and fp.restype is None
+
+
+@pytest.mark.parametrize("args, word", [((96, 128, 4), "block_m"), ((128, 24, 4), "block_n"),
+                                        ((128, 272, 4), "block_n"), ((64, 64, 1), "num_stages")])
+def test_check_tile_names_the_broken_rule(args, word):
+    with pytest.raises(ValueError, match=word):
+        check_tile(*args)
+    check_tile(128, 208, 4)  # a valid tile passes

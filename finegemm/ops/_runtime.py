@@ -13,6 +13,7 @@
   once; a call then costs one short ctypes call and cuLaunchKernelEx.
 - c_function, prepare_function, prepared_handle_functions: ctypes declarations of the host
   library's entry points (one-time, when a family's launcher is first needed).
+- check_tile: the block / stage rules every kernel template shares (render-time checks).
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import threading
 import torch
 
 __all__ = ["raw_stream", "is_capturing", "SplitKWorkspace", "PreparedLaunch", "c_function", "prepare_function",
-           "prepared_handle_functions"]
+           "prepared_handle_functions", "check_tile"]
 
 try:
     raw_stream = torch._C._cuda_getCurrentRawStream
@@ -34,6 +35,17 @@ try:
     is_capturing = torch._C._cuda_isCurrentStreamCapturing
 except AttributeError:  # pragma: no cover
     is_capturing = torch.cuda.is_current_stream_capturing
+
+
+def check_tile(block_m: int, block_n: int, num_stages: int | None = None) -> None:
+    """The tile rules of every SM90 kernel template: block_m 64 or 128 (one or two consumer
+    warpgroups), block_n a multiple of 16 in [16, 256] (wgmma N), at least two pipeline stages."""
+    if block_m not in (64, 128):
+        raise ValueError(f"block_m must be 64 or 128, got {block_m}")
+    if block_n % 16 or not 16 <= block_n <= 256:
+        raise ValueError(f"block_n must be a multiple of 16 in [16, 256], got {block_n}")
+    if num_stages is not None and num_stages < 2:
+        raise ValueError(f"num_stages must be >= 2, got {num_stages}")
 
 
 def c_function(lib: ctypes.CDLL, name: str, argtypes: list, restype=ctypes.c_int):

@@ -33,8 +33,8 @@ from typing import Optional
 import torch
 
 from finegemm import jit, quant, runtime
-from finegemm.ops._runtime import (PreparedLaunch, SplitKWorkspace, c_function, is_capturing, prepare_function,
-                                   prepared_handle_functions, raw_stream)
+from finegemm.ops._runtime import (PreparedLaunch, SplitKWorkspace, c_function, check_tile, is_capturing,
+                                   prepare_function, prepared_handle_functions, raw_stream)
 from finegemm.heuristics.sm90_bf16_gemm import (
     GEMM_GROUPED_CONTIGUOUS,
     GEMM_GROUPED_MASKED,
@@ -77,16 +77,11 @@ def _b(x: bool) -> str:
 def render(block_m: int, block_n: int, num_stages: int, a_mn_major: bool, b_mn_major: bool, split_k: bool,
            tma_store: bool) -> str:
     """The instantiation source of one kernel configuration."""
-    if block_m not in (64, 128):
-        raise ValueError(f"block_m must be 64 or 128, got {block_m}")
-    if block_n % 16 or not 16 <= block_n <= 256:
-        raise ValueError(f"block_n must be a multiple of 16 in [16, 256], got {block_n}")
+    check_tile(block_m, block_n, num_stages)
     if b_mn_major and block_n % 64:
         raise ValueError(f"an N-major B needs block_n % 64 == 0, got {block_n}")
     if split_k and tma_store:
         raise ValueError("the TMA-store epilogue is not combined with split-K")
-    if num_stages < 2:
-        raise ValueError(f"num_stages must be >= 2, got {num_stages}")
     return _TEMPLATE.format(threads=(block_m // 64 + 1) * 128, block_m=block_m, block_n=block_n, stages=num_stages,
                             a_mn_major=_b(a_mn_major), b_mn_major=_b(b_mn_major), split_k=_b(split_k),
                             tma_store=_b(tma_store))
@@ -303,12 +298,7 @@ def render_grouped(block_m: int, block_n: int, num_stages: int, gemm_kind: int) 
     """The instantiation source of one m-grouped kernel (nt layout, bf16 D, TMA-store epilogue)."""
     if gemm_kind not in _KIND_SUFFIX:
         raise ValueError(f"gemm_kind must be {GEMM_GROUPED_CONTIGUOUS} or {GEMM_GROUPED_MASKED}, got {gemm_kind}")
-    if block_m not in (64, 128):
-        raise ValueError(f"block_m must be 64 or 128, got {block_m}")
-    if block_n % 16 or not 16 <= block_n <= 256:
-        raise ValueError(f"block_n must be a multiple of 16 in [16, 256], got {block_n}")
-    if num_stages < 2:
-        raise ValueError(f"num_stages must be >= 2, got {num_stages}")
+    check_tile(block_m, block_n, num_stages)
     return _GROUPED_TEMPLATE.format(threads=(block_m // 64 + 1) * 128, block_m=block_m, block_n=block_n,
                                     stages=num_stages, gemm_kind=gemm_kind)
 
@@ -478,12 +468,9 @@ extern "C" __global__ void __launch_bounds__({threads}, 1) finegemm_entry(
 
 def render_k_grouped(block_m: int, block_n: int, num_stages: int) -> str:
     """The instantiation source of one k-grouped kernel (tn, fp32 D, optional C, direct stores)."""
-    if block_m not in (64, 128):
-        raise ValueError(f"block_m must be 64 or 128, got {block_m}")
-    if block_n % 64 or not 64 <= block_n <= 256:
+    check_tile(block_m, block_n, num_stages)
+    if block_n % 64:
         raise ValueError(f"block_n must be 64, 128, 192 or 256 (N-major B: whole 64-column boxes), got {block_n}")
-    if num_stages < 2:
-        raise ValueError(f"num_stages must be >= 2, got {num_stages}")
     return _K_GROUPED_TEMPLATE.format(threads=(block_m // 64 + 1) * 128, block_m=block_m, block_n=block_n,
                                       stages=num_stages)
 

@@ -30,8 +30,8 @@ from finegemm.heuristics.sm90_fp8_gemm import (
     select_config,
     select_grouped_config,
 )
-from finegemm.ops._runtime import (PreparedLaunch, SplitKWorkspace, c_function, is_capturing, prepare_function,
-                                   prepared_handle_functions, raw_stream)
+from finegemm.ops._runtime import (PreparedLaunch, SplitKWorkspace, c_function, check_tile, is_capturing,
+                                   prepare_function, prepared_handle_functions, raw_stream)
 from finegemm.quant import get_mn_major_tma_aligned_tensor
 from finegemm.utils import align, write_empty_product
 
@@ -114,10 +114,7 @@ def render(block_m: int, block_n: int, num_stages: int, out_fp32: bool, has_c: b
             raise ValueError(f"num_multicast must be 1 or 2, got {num_multicast}")
         if num_multicast == 2 and split_k:
             raise ValueError("split-K and multicast are not combined")
-        if block_m not in (64, 128):
-            raise ValueError(f"block_m must be 64 or 128, got {block_m}")
-        if block_n % 16 or not 16 <= block_n <= 256:
-            raise ValueError(f"block_n must be a multiple of 16 in [16, 256], got {block_n}")
+        check_tile(block_m, block_n)
         template = _TEMPLATE_K_GROUPED if gemm_kind == GEMM_K_GROUPED else _TEMPLATE_1D1D
         return template.format(threads=(block_m // 64 + 1) * 128, block_m=block_m, block_n=block_n,
                                stages=num_stages, has_c=_b(has_c), split_k=_b(split_k), num_multicast=num_multicast,
@@ -131,10 +128,7 @@ def render(block_m: int, block_n: int, num_stages: int, out_fp32: bool, has_c: b
         raise ValueError(f"num_multicast must be 1 or 2, got {num_multicast}")
     if num_multicast == 2 and split_k:
         raise ValueError("split-K and multicast are not combined")
-    if block_m not in (64, 128):
-        raise ValueError(f"block_m must be 64 or 128, got {block_m}")
-    if block_n % 16 or not 16 <= block_n <= 256:
-        raise ValueError(f"block_n must be a multiple of 16 in [16, 256], got {block_n}")
+    check_tile(block_m, block_n)
     if has_c and not out_fp32:
         raise ValueError("has_c requires out_fp32")
     if tma_store and (out_fp32 or has_c or split_k):
