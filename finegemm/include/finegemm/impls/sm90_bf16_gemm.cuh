@@ -64,6 +64,7 @@
 #include <cstdint>
 
 #include <finegemm/epilogue/add_c_fp32.cuh>
+#include <finegemm/epilogue/store_direct.cuh>
 #include <finegemm/epilogue/tma_store_bf16.cuh>
 #include <finegemm/ptx/common.cuh>
 #include <finegemm/ptx/mbarrier.cuh>
@@ -517,38 +518,7 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
         epilogue::add_c_fp32<BLOCK_N, kNumChunks>(acc, c_ptr, m0, r0, m0 + wg * 64 + 64, n0, col_in_chunk, ldd, N,
                                                  row_limit, vec);
       }
-#pragma unroll
-      for (uint32_t h = 0; h < 2; ++h) {
-        const uint32_t row = m0 + r0 + 8 * h;
-        if (row >= row_limit) continue;
-        const size_t row_off = static_cast<size_t>(row) * ldd;
-#pragma unroll
-        for (uint32_t j = 0; j < kNumChunks; ++j) {
-          const uint32_t col = n0 + 8 * j + col_in_chunk;
-          if (col >= N) continue;
-          float v0 = acc[4 * j + 2 * h + 0];
-          float v1 = acc[4 * j + 2 * h + 1];
-          const size_t off = row_off + col;
-          if (vec) {
-            // col is even, N is even and ldd is even: both columns are in range and aligned.
-            if (out_fp32) {
-              *reinterpret_cast<float2*>(static_cast<float*>(d_ptr) + off) = make_float2(v0, v1);
-            } else {
-              *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(d_ptr) + off) =
-                  __floats2bfloat162_rn(v0, v1);
-            }
-          } else {
-            const bool has1 = col + 1 < N;
-            if (out_fp32) {
-              static_cast<float*>(d_ptr)[off] = v0;
-              if (has1) static_cast<float*>(d_ptr)[off + 1] = v1;
-            } else {
-              static_cast<__nv_bfloat16*>(d_ptr)[off] = __float2bfloat16_rn(v0);
-              if (has1) static_cast<__nv_bfloat16*>(d_ptr)[off + 1] = __float2bfloat16_rn(v1);
-            }
-          }
-        }
-      }
+      epilogue::store_direct<kNumChunks>(acc, d_ptr, m0, r0, n0, col_in_chunk, ldd, N, row_limit, vec, out_fp32);
     }
     if constexpr (kTmaStore) EpiTma::finish();  // the last tile's stores complete before exit
   }
