@@ -463,12 +463,14 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
       }
     };
     // Lookahead (1D2D loop, one k-block per wait): the last k-block of a tile, once its wgmmas
-    // are issued, decodes the next unit's tile (t_next) and loads that tile's first B scales
-    // (sb_carry). At a tile head the stages are usually full already, so a B-scale load (or, for
-    // the contiguous kind, the group-id load it depends on) issued there put its whole L2 latency
-    // in front of the first wgmmas with the tensor core idle: ~700 SM cycles per tile, ~5% of a
-    // 16-k-block tile (scripts/trace_tiles.py). Decoding in the last k-block (not at the head)
-    // keeps t_next out of the main loop's registers (at the head it made every bn208 kernel spill).
+    // are issued, decodes the next unit's tile (t_next) and prefetches that tile's first B scales
+    // into L1. At a tile head the stages are usually full already, so a B-scale load from L2 (or,
+    // for the contiguous kind, the group-id load it depends on) issued there put its whole
+    // latency in front of the first wgmmas with the tensor core idle: ~700 SM cycles per tile,
+    // ~5% of a 16-k-block tile (scripts/trace_tiles.py). Decoding in the last k-block (not at the
+    // head) keeps t_next out of the main loop's registers (at the head it made every bn208 kernel
+    // spill). A prefetch, not a load carried in registers: ptxas kept a carried value in uniform
+    // registers and then made every k-block's B-scale load wait (R2UR) before its last wgmma.
     // Not on the wide, non-lean loop (bn224 spills with it), nor with split-K (a CTA runs one or
     // two units there, and bm64/bn208 fp32+C spills).
     constexpr bool kLookahead = !k1D1D && kKBatch == 1 && kLeanLoop && !kSplitK;
@@ -481,8 +483,6 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
     };
     scheduler::TileCoords t, t_next;
     bool have_next = false;
-    float sb_carry[kSpan];  // with kLookahead: the B scales of t's first k-block, when carry_valid
-    bool carry_valid = false;
 #ifdef FINEGEMM_WG_SKEW_ONCE
     // Experiment (scripts/probe_variants.py): warpgroup 1 issues its first k-block only after
     // warpgroup 0's first wgmmas completed, once per CTA, so that from then on one warpgroup's
@@ -659,39 +659,32 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
       constexpr uint32_t kOff = decltype(off_c)::value;
       // B scales are software-pipelined one k-block ahead: the load for k-block kb + 1 is issued
       // at the start of iteration kb, so its (L1/L2) latency hides behind a whole k-block of MMA
-      // instead of stalling the promotion (measured: ~10% of the runtime when loaded in-iteration);
-      // with kLookahead the last k-block loads the next tile's first ones, which arrive in
-      // sb_carry (carry_valid), else the first ones are loaded here.
+      // instead of stalling the promotion (measured: ~10% of the runtime when loaded in-iteration).
       // In the last k-block, with its wgmmas running: the lookahead (nothing without it).
-      auto last_kblock_extra = [&](float (&sbn)[kSpan]) {
+      auto last_kblock_extra = [&]() {
         if constexpr (kLookahead) {
           have_next = tile_of(unit + num_clusters, t_next);
           if (have_next) {
             uint32_t kbn_begin, kbn_end;
             sched.k_range(t_next.split, num_kb, kbn_begin, kbn_end);
 #pragma unroll
-            for (uint32_t b = 0; b < kSpan; ++b) sbn[b] = __ldg(sfb_row(t_next, b) + kbn_begin);
+            for (uint32_t b = 0; b < kSpan; ++b) ptx::prefetch_l1(sfb_row(t_next, b) + kbn_begin);
           }
         }
       };
       float sb_next[kSpan];
-      if (carry_valid) {
 #pragma unroll
-        for (uint32_t b = 0; b < kSpan; ++b) sb_next[b] = sb_carry[b];
-      } else {
-#pragma unroll
-        for (uint32_t b = 0; b < kSpan; ++b) sb_next[b] = __ldg(sfb_rows[b] + kb_begin);
-      }
+      for (uint32_t b = 0; b < kSpan; ++b) sb_next[b] = __ldg(sfb_rows[b] + kb_begin);
 
       float sa0 = 0.0f, sa1 = 0.0f;
 
       for (uint32_t kb = kb_begin; kb < kb_end; ++kb) {
         float sb[kSpan];
+        const uint32_t kb_pref = kb + 1 < kb_end ? kb + 1 : kb;  // stays in range (re-reads the last)
 #pragma unroll
-        for (uint32_t b = 0; b < kSpan; ++b) sb[b] = sb_next[b];
-        if (kb + 1 < kb_end) {
-#pragma unroll
-          for (uint32_t b = 0; b < kSpan; ++b) sb_next[b] = __ldg(sfb_rows[b] + kb + 1);
+        for (uint32_t b = 0; b < kSpan; ++b) {
+          sb[b] = sb_next[b];
+          sb_next[b] = __ldg(sfb_rows[b] + kb_pref);
         }
 
         if constexpr (!kHalfPromote) {
@@ -710,7 +703,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           // arrive it cost 7% on 4096x4096x7168, and a register dependency through the warp
           // sync's mask more (v0.9).
           ptx::fence_proxy_async_shared();
-          if (kb + 1 == kb_end) last_kblock_extra(sb_next);
+          if (kb + 1 == kb_end) last_kblock_extra();
           ptx::wgmma_wait<0>();
           ptx::fence_operands(acc_lo);
 #ifdef FINEGEMM_WG_SKEW_ONCE
@@ -744,7 +737,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           issue(acc_lo, stage, 0);
           issue(acc_hi, stage, kMmaN);
           ptx::fence_proxy_async_shared();  // the sfa loads (as the plain path)
-          if (kb + 1 == kb_end) last_kblock_extra(sb_next);
+          if (kb + 1 == kb_end) last_kblock_extra();
           float s0[kSpan], s1[kSpan];
 #pragma unroll
           for (uint32_t b = 0; b < kSpan; ++b) {
@@ -767,9 +760,6 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         }
       }
       if constexpr (kLookahead) {
-#pragma unroll
-        for (uint32_t b = 0; b < kSpan; ++b) sb_carry[b] = sb_next[b];
-        carry_valid = have_next && kb_begin < kb_end;  // else sb_next was not loaded for the next tile
         if (kb_begin >= kb_end) have_next = tile_of(unit + num_clusters, t_next);  // no last k-block
       }
       };
