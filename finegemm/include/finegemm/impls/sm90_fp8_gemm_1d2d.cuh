@@ -447,62 +447,20 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
     uint32_t stage = 0, phase = 0;
     FG_TRACE_ONLY(uint32_t traced_tile = 0; void* const wg_trace = threadIdx.x % 128 == 0 ? trace_buf : nullptr;)
     Walker walker(M, N, num_kb, kSplitK ? num_splits : 1u, grouped, num_groups);
-    // The tile of work unit `u` into `c`; false past the last unit. The dense kind decodes with the
-    // scheduler directly (see the producer's loop head).
-    auto tile_of = [&](uint32_t u, scheduler::TileCoords& c) -> bool {
-      if constexpr (kGrouped) {
-        return walker.next(u, rank, c);
-      } else {
-        if (u >= sched.num_units) return false;
-        sched.get(u, rank, c.m_block, c.n_block, c.split);
-        c.a_row = c.m_block * BLOCK_M;
-        c.row_limit = M;
-        c.skip = false;
-        c.group = 0;
-        return true;
-      }
-    };
-    // Lookahead (1D2D loop, one k-block per wait): the last k-block of a tile, once its wgmmas
-    // are issued, decodes the next unit's tile (t_next) and prefetches that tile's first B scales
-    // into L1. At a tile head the stages are usually full already, so a B-scale load from L2 (or,
-    // for the contiguous kind, the group-id load it depends on) issued there put its whole
-    // latency in front of the first wgmmas with the tensor core idle: ~700 SM cycles per tile,
-    // ~5% of a 16-k-block tile (scripts/trace_tiles.py). Decoding in the last k-block (not at the
-    // head) keeps t_next out of the main loop's registers (at the head it made every bn208 kernel
-    // spill). A prefetch, not a load carried in registers: ptxas kept a carried value in uniform
-    // registers and then made every k-block's B-scale load wait (R2UR) before its last wgmma.
-    // Not on the wide, non-lean loop (bn224 spills with it), nor with split-K (a CTA runs one or
-    // two units there, and bm64/bn208 fp32+C spills).
-    constexpr bool kLookahead = !k1D1D && kKBatch == 1 && kLeanLoop && !kSplitK;
-    // Row b of the B scales a tile touches ([G,] ceil(N/128), Kb; clamped: blocks past the end
-    // are never selected).
-    auto sfb_row = [&](const scheduler::TileCoords& c, uint32_t b) -> const float* {
-      uint32_t nb = c.n_block * BLOCK_N / 128 + b;
-      nb = nb < num_sfb_blocks ? nb : num_sfb_blocks - 1;
-      return sfb + (static_cast<size_t>(c.group) * num_sfb_blocks + nb) * num_kb;
-    };
-    scheduler::TileCoords t, t_next;
-    bool have_next = false;
-#ifdef FINEGEMM_WG_SKEW_ONCE
-    // Experiment (scripts/probe_variants.py): warpgroup 1 issues its first k-block only after
-    // warpgroup 0's first wgmmas completed, once per CTA, so that from then on one warpgroup's
-    // promotion overlaps the other's wgmmas (the per-k-block version cost 6%, NOTES v0.13).
-    bool skew_pending = kNumConsumerWG == 2;
-#endif
-    for (uint32_t unit = cluster_id;; unit += num_clusters) {
+    scheduler::TileCoords t;
+    for (uint32_t unit = cluster_id; kGrouped || unit < sched.num_units; unit += num_clusters) {
       FG_TRACE_ONLY(const uint32_t traced = traced_tile++;)
       FG_TRACE_TILE(wg_trace, wg, traced, 0);
-      if constexpr (kLookahead) {
-        if (unit == cluster_id) {
-          if (!tile_of(unit, t)) break;
-        } else {
-          if (!have_next) break;
-          t = t_next;
-        }
-      } else {
-        if (!tile_of(unit, t)) break;
+      uint32_t m_block, n_block, split;
+      if constexpr (kGrouped) {
+        if (!walker.next(unit, rank, t)) break;
+        m_block = t.m_block, n_block = t.n_block, split = t.split;
+      } else {  // the dense loop head (see the producer)
+        sched.get(unit, rank, m_block, n_block, split);
+        t.a_row = m_block * BLOCK_M;
+        t.skip = false;
+        t.group = 0;
       }
-      const uint32_t m_block = t.m_block, n_block = t.n_block, split = t.split;
       uint32_t kb_begin, kb_end;
       sched.k_range(split, num_kb, kb_begin, kb_end);
       if (t.skip) kb_end = kb_begin;  // padding tile (as the producer): zeros are written
@@ -552,10 +510,15 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         }
       } else {
       // 1D2D main loop (kept at its original indentation).
-      // Scale rows of B this tile touches.
+      // Scale rows of B this tile touches (clamped: blocks past the end are never selected).
+      const float* sfb_group = sfb + static_cast<size_t>(t.group) * num_sfb_blocks * num_kb;
       const float* sfb_rows[kSpan];
 #pragma unroll
-      for (uint32_t b = 0; b < kSpan; ++b) sfb_rows[b] = sfb_row(t, b);
+      for (uint32_t b = 0; b < kSpan; ++b) {
+        uint32_t nb = n0 / 128 + b;
+        nb = nb < num_sfb_blocks ? nb : num_sfb_blocks - 1;
+        sfb_rows[b] = sfb_group + static_cast<size_t>(nb) * num_kb;
+      }
       // Offset of the tile's first column inside its 128-wide scale block (a multiple of kG).
       const uint32_t n_off = n0 % 128u;
 
@@ -579,15 +542,20 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
       // kernels when a batch's issue was conditional (C7520).
       const uint32_t kb_batched_end = kb_begin + (kb_end - kb_begin) / kKBatch * kKBatch;
       for (uint32_t kb0 = kb_begin; kb0 < kb_batched_end; kb0 += kKBatch) {
-        float s0[kKBatch][kSpan], s1[kKBatch][kSpan], sa0[kKBatch], sa1[kKBatch];
+        float s0[kKBatch][kSpan], s1[kKBatch][kSpan];
         uint32_t st[kKBatch];
 #pragma unroll
         for (uint32_t j = 0; j < kKBatch; ++j) {
           st[j] = stage;
           ptx::mbar_wait(full_bar(stage), phase);
-          sa0[j] = sfa_smem[stage * BLOCK_M + r0];
-          sa1[j] = sfa_smem[stage * BLOCK_M + r0 + 8];
+          const float sa0 = sfa_smem[stage * BLOCK_M + r0];
+          const float sa1 = sfa_smem[stage * BLOCK_M + r0 + 8];
           issue(accb[j], stage, 0);
+#pragma unroll
+          for (uint32_t b = 0; b < kSpan; ++b) {
+            s0[j][b] = sa0 * sb_next[j][b];
+            s1[j][b] = sa1 * sb_next[j][b];
+          }
           if (++stage == kNumStages) {
             stage = 0;
             phase ^= 1u;
@@ -596,17 +564,6 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         // The batch's sfa loads must be complete before its stages are released (see the
         // k_batch == 1 path): fence while the wgmmas run.
         ptx::fence_proxy_async_shared();
-        // Scale products only now that every wgmma of the batch is issued: at a tile head the B
-        // scales were loaded just before, and a product inside the issue loop held the next
-        // k-block's wgmmas back for that load's L2 latency.
-#pragma unroll
-        for (uint32_t j = 0; j < kKBatch; ++j) {
-#pragma unroll
-          for (uint32_t b = 0; b < kSpan; ++b) {
-            s0[j][b] = sa0[j] * sb_next[j][b];
-            s1[j][b] = sa1[j] * sb_next[j][b];
-          }
-        }
 #pragma unroll
         for (uint32_t j = 0; j < kKBatch; ++j) {
           const uint32_t kbn = kb0 + kKBatch + j < kb_end ? kb0 + kKBatch + j : kb_last;
@@ -660,18 +617,6 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
       // B scales are software-pipelined one k-block ahead: the load for k-block kb + 1 is issued
       // at the start of iteration kb, so its (L1/L2) latency hides behind a whole k-block of MMA
       // instead of stalling the promotion (measured: ~10% of the runtime when loaded in-iteration).
-      // In the last k-block, with its wgmmas running: the lookahead (nothing without it).
-      auto last_kblock_extra = [&]() {
-        if constexpr (kLookahead) {
-          have_next = tile_of(unit + num_clusters, t_next);
-          if (have_next) {
-            uint32_t kbn_begin, kbn_end;
-            sched.k_range(t_next.split, num_kb, kbn_begin, kbn_end);
-#pragma unroll
-            for (uint32_t b = 0; b < kSpan; ++b) ptx::prefetch_l1(sfb_row(t_next, b) + kbn_begin);
-          }
-        }
-      };
       float sb_next[kSpan];
 #pragma unroll
       for (uint32_t b = 0; b < kSpan; ++b) sb_next[b] = __ldg(sfb_rows[b] + kb_begin);
@@ -688,9 +633,6 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         }
 
         if constexpr (!kHalfPromote) {
-#ifdef FINEGEMM_WG_SKEW_ONCE
-          if (skew_pending && wg == 1) ptx::named_barrier_sync(4, 256);
-#endif
           ptx::mbar_wait(full_bar(stage), phase);
           FG_TRACE_ONLY(if (kb == kb_begin) FG_TRACE_TILE(wg_trace, wg, traced, 1);)
           sa0 = sfa_smem[stage * BLOCK_M + r0];
@@ -703,15 +645,8 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           // arrive it cost 7% on 4096x4096x7168, and a register dependency through the warp
           // sync's mask more (v0.9).
           ptx::fence_proxy_async_shared();
-          if (kb + 1 == kb_end) last_kblock_extra();
           ptx::wgmma_wait<0>();
           ptx::fence_operands(acc_lo);
-#ifdef FINEGEMM_WG_SKEW_ONCE
-          if (skew_pending) {
-            if (wg == 0) ptx::named_barrier_arrive(4, 256);
-            skew_pending = false;
-          }
-#endif
           float s0[kSpan], s1[kSpan];
 #pragma unroll
           for (uint32_t b = 0; b < kSpan; ++b) {
@@ -737,7 +672,6 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           issue(acc_lo, stage, 0);
           issue(acc_hi, stage, kMmaN);
           ptx::fence_proxy_async_shared();  // the sfa loads (as the plain path)
-          if (kb + 1 == kb_end) last_kblock_extra();
           float s0[kSpan], s1[kSpan];
 #pragma unroll
           for (uint32_t b = 0; b < kSpan; ++b) {
@@ -758,9 +692,6 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           promote_at<kLeanLoop, Traits::kStaticChunkBlocks, kHalfChunks, kNumAcc, kSpan, Traits::kG, kOff,
                      kHalfChunks>(n_off, fin, acc_hi, s0, s1);
         }
-      }
-      if constexpr (kLookahead) {
-        if (kb_begin >= kb_end) have_next = tile_of(unit + num_clusters, t_next);  // no last k-block
       }
       };
       if constexpr (kLeanLoop) {
@@ -837,11 +768,8 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           }
         }
       }
-      // K-grouped: the end of the tile's group. Without the lookahead, recomputed from the walker
-      // rather than kept live across the main loop (with it, the walker has moved on to t_next).
-      const uint32_t row_limit = kKGrouped   ? kgroups->slot[t.group].group * M + M
-                                 : kLookahead ? t.row_limit
-                                              : walker.row_limit();
+      // Recomputed (not kept live across the main loop). K-grouped: the end of the tile's group.
+      const uint32_t row_limit = kKGrouped ? kgroups->slot[t.group].group * M + M : walker.row_limit();
       if constexpr (kTmaStore) {
         // Masked: only a warpgroup whose 64 rows are all valid may TMA-store (the box would
         // otherwise overwrite rows >= masked_m, which must stay untouched).

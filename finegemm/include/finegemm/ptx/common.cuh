@@ -54,11 +54,6 @@ __device__ __forceinline__ uint32_t dynamic_smem_size() {
   return r;
 }
 
-// Brings the line holding `p` into L1 (no register result: nothing waits for it).
-__device__ __forceinline__ void prefetch_l1(const void* p) {
-  asm volatile("prefetch.global.L1 [%0];\n" ::"l"(p));
-}
-
 // Warp index broadcast from lane 0 so the compiler knows it is warp-uniform.
 __device__ __forceinline__ uint32_t warp_idx_uniform() {
   return __shfl_sync(0xffffffffu, threadIdx.x / 32, 0);
