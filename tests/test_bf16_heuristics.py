@@ -1,9 +1,12 @@
 """Tests of the SM90 BF16 GEMM heuristic (finegemm/heuristics/sm90_bf16_gemm.py); no GPU needed."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from finegemm.heuristics import sm90_bf16_gemm as h
+from finegemm.heuristics import tuned
 from finegemm.utils import ceil_div
 
 SMS = 132
@@ -38,7 +41,8 @@ def test_block_n_candidates():
 
 @pytest.mark.parametrize("layout", sorted(h.LAYOUTS))
 @pytest.mark.parametrize("out_fp32,has_c", [(False, False), (True, False), (True, True)])
-def test_select_config_valid_and_in_kernel_space(layout, out_fp32, has_c):
+def test_select_config_valid_and_in_kernel_space(layout, out_fp32, has_c, monkeypatch):
+    monkeypatch.setenv(tuned.DISABLE_TUNED_ENV, "1")  # the model's own choices
     a_mn, b_mn = h.LAYOUTS[layout]
     keys = set(h.all_kernel_keys())
     for m, n, k in SHAPES:
@@ -55,7 +59,7 @@ def test_select_config_valid_and_in_kernel_space(layout, out_fp32, has_c):
         assert cfg.smem_bytes <= h.SMEM_LIMIT
         assert cfg.num_threads == (cfg.block_m // 64 + 1) * 128
         if cfg.split_k:
-            assert cfg.block_m == h.SPLIT_BLOCK_M and cfg.block_n in h.SPLIT_BLOCK_N
+            assert (cfg.block_m, cfg.block_n) in h.MODEL_SPLIT_TILES
             assert 2 * cfg.num_tiles <= SMS
             assert ceil_div(k, h.BLOCK_K) // cfg.num_splits >= h.MIN_KB_PER_SPLIT
             assert cfg.workspace_floats == cfg.num_tiles * cfg.num_splits * cfg.block_m * cfg.block_n
@@ -87,7 +91,9 @@ def test_all_kernel_keys():
     assert len(keys) == len(set(keys))
     n_k = len(h.BLOCK_N_K_MAJOR)
     n_mn = len(h.BLOCK_N_MN_MAJOR)
-    assert len(keys) == 2 * 2 * (n_k + n_mn) + 4 * len(h.SPLIT_BLOCK_N)
+    n_split = sum(len(h.SPLIT_BLOCK_M) * len([bn for bn in h.SPLIT_BLOCK_N if bn in h.block_n_candidates(b_mn)])
+                  for _, b_mn in h.LAYOUTS.values())
+    assert len(keys) == 2 * 2 * (n_k + n_mn) + n_split
     for bm, bn, st, a_mn, b_mn, split, tma in keys:
         assert tma == (not split)
         assert st == h.max_stages(bm, bn, tma)
@@ -109,3 +115,75 @@ def test_print_configs(monkeypatch, capsys):
     h.select_config(17, 576, 512, SMS, True, False)
     err = capsys.readouterr().err
     assert "sm90_bf16_gemm tt m=17 n=576 k=512" in err and "block_m=64" in err
+
+
+def test_tuned_entries_override_the_model(tmp_path, monkeypatch):
+    # A bf16 entry (kind bf16_<layout>) replaces the model's choice for its layout and nearby M / K
+    # only; an entry outside the kernel space is ignored (the model decides), never fatal.
+    monkeypatch.setenv(tuned.DISABLE_TUNED_ENV, "1")
+    model = h.select_config(128, 4096, 7168, SMS)
+    assert (model.block_m, model.block_n, model.num_splits) != (128, 32, 1)
+
+    def entry(layout, **cfg):
+        c = {"block_m": 128, "block_n": 32, "num_stages": 1, "num_splits": 1, "num_multicast": 1,
+             "multicast_on_a": False, "tma_store": True, "half_promote": False, **cfg}
+        return {"kind": f"bf16_{layout}", "num_sms": SMS, "m": 128, "n": 4096, "k": 7168, "out_fp32": False,
+                "has_c": False, "config": c, "us": 1.0, "model_us": 2.0}
+
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"version": 1, "entries": [entry("nt"), entry("tt", block_n=48, num_splits=2)]}))
+    monkeypatch.delenv(tuned.DISABLE_TUNED_ENV)
+    monkeypatch.setenv(tuned.TUNED_FILE_ENV, str(path))
+    tuned.clear()
+    cfg = h.select_config(128, 4096, 7168, SMS)
+    assert (cfg.block_m, cfg.block_n, cfg.num_splits, cfg.est_us) == (128, 32, 1, 0.0)
+    assert cfg.kernel_key() in set(h.all_kernel_keys()) and cfg.grid == 128 and cfg.tma_store
+    assert h.select_config(100, 4096, 5000, SMS).block_n == 32  # nearest M / K within 2x
+    assert h.select_config(128, 4096, 7168, SMS, False, True) == h._model_config(128, 4096, 7168, SMS, False, True,
+                                                                                  False, False, True)  # nn: no entry
+    assert h.select_config(128, 4096, 7168, SMS, allow_split_k=False).block_n == 32
+    # tt names split-K with block_n 48: not a split kernel of the space -> the model decides
+    tt = h.select_config(128, 4096, 7168, SMS, True, False)
+    assert tt == h._model_config(128, 4096, 7168, SMS, True, False, False, False, True)
+
+
+def test_make_config_rejects_tiles_outside_the_space():
+    with pytest.raises(ValueError, match="block 128x48"):
+        h.make_config(128, 4096, 7168, SMS, False, True, False, False, 128, 48, 1)  # N-major B: 64-column boxes
+    with pytest.raises(ValueError, match="split-K needs"):
+        h.make_config(128, 4096, 7168, SMS, False, False, False, False, 128, 256, 2)
+    with pytest.raises(ValueError, match="num_splits"):
+        h.make_config(128, 4096, 128, SMS, False, False, False, False, 128, 64, 3)  # 2 k-blocks
+    cfg = h.make_config(128, 4096, 7168, SMS, False, False, False, False, 128, 64, 2)
+    assert cfg.num_units == 128 and cfg.grid == 128 and not cfg.tma_store and cfg.workspace_floats == 64 * 2 * 128 * 64
+
+
+def test_candidates_start_with_the_model_choice_and_are_in_the_space(monkeypatch):
+    monkeypatch.setenv(tuned.DISABLE_TUNED_ENV, "1")
+    keys = set(h.all_kernel_keys())
+    for m, n, k in [(128, 4096, 7168), (64, 256, 7168), (4096, 4096, 7168)]:
+        for a_mn, b_mn in h.LAYOUTS.values():
+            cands = h.candidate_configs(m, n, k, SMS, a_mn, b_mn)
+            assert cands[0] == h.select_config(m, n, k, SMS, a_mn, b_mn)
+            tiles = [(c.block_m, c.block_n, c.num_splits) for c in cands]
+            assert len(tiles) == len(set(tiles))
+            assert all(c.kernel_key() in keys for c in cands)
+            if m == 128 and not b_mn:  # the skinny family the model misjudges is always timed
+                assert (128, 32, 1) in tiles and (128, 64, 2) in tiles
+
+
+def test_shipped_bf16_table_entries_are_buildable_and_consulted(monkeypatch):
+    data = json.loads(tuned.SHIPPED_BF16_TABLE.read_text())
+    assert data["version"] == 1
+    monkeypatch.delenv(tuned.TUNED_FILE_ENV, raising=False)
+    monkeypatch.delenv(tuned.DISABLE_TUNED_ENV, raising=False)
+    keys = set(h.all_kernel_keys())
+    for e in data["entries"]:
+        assert e["kind"].startswith("bf16_") and not e["has_c"]
+        a_mn, b_mn = h.LAYOUTS[e["kind"][len("bf16_"):]]
+        c = e["config"]
+        picked = h.select_config(e["m"], e["n"], e["k"], e["num_sms"], a_mn, b_mn, e["out_fp32"])
+        assert (picked.block_m, picked.block_n, picked.num_splits, picked.num_stages) == \
+            (c["block_m"], c["block_n"], c["num_splits"], c["num_stages"])
+        assert picked.kernel_key() in keys
+        assert e["us"] <= e["model_us"], "the tuner keeps the model's choice unless a candidate beats it"

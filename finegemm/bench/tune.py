@@ -208,6 +208,68 @@ def tune_masked_shape(g: int, m: int, n: int, k: int, num_sms: int, top: int, nu
     return rec
 
 
+def bf16_default_shapes() -> list[tuple[int, int, int, bool]]:
+    """(m, n, k, out_fp32) of `bench bf16` but 8192^3: its dense set (bf16 d) and its fp32-d shapes."""
+    from .bf16 import bench_shapes
+    return [s for s in bench_shapes() if s[0] != 8192]
+
+
+def tune_bf16_shape(m: int, n: int, k: int, layout: str, num_sms: int, top: int, num_tests: int, gen,
+                    log=print, out_fp32: bool = False) -> dict:
+    """Every candidate (heuristics.sm90_bf16_gemm.candidate_configs) of a dense BF16 problem: checked
+    against the fp32 product on a NaN-poisoned output, twice (bitwise equal), then timed."""
+    from finegemm.heuristics.sm90_bf16_gemm import LAYOUTS, candidate_configs
+    from finegemm.ops import sm90_bf16_gemm as ops
+    from finegemm.testing import calc_diff
+
+    a_mn, b_mn = LAYOUTS[layout]
+    a = torch.randn((k, m) if a_mn else (m, k), device="cuda", generator=gen).to(torch.bfloat16)
+    b = torch.randn((k, n) if b_mn else (n, k), device="cuda", generator=gen).to(torch.bfloat16)
+    ref = (a.t() if a_mn else a).float() @ (b if b_mn else b.t()).float()
+    d = torch.empty(m, n, device="cuda", dtype=torch.float32 if out_fp32 else torch.bfloat16)
+    cands = candidate_configs(m, n, k, num_sms, a_mn, b_mn, out_fp32=out_fp32, top=top)
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda c: ops._load(c, d.device.index), cands))
+    rows = []
+    for i, cfg in enumerate(cands):
+        row = {"block_m": cfg.block_m, "block_n": cfg.block_n, "num_stages": cfg.num_stages,
+               "num_splits": cfg.num_splits, "num_multicast": 1, "multicast_on_a": False,
+               "tma_store": cfg.tma_store, "half_promote": False,
+               "model_us": round(cfg.est_us, 3), "model_choice": i == 0}
+        try:
+            call = ops.prepare(a, b, d, None, layout, config=cfg)
+            d.fill_(float("nan"))
+            call()
+            first = d.clone()
+            d.fill_(float("nan"))
+            call()
+            torch.cuda.synchronize()
+            diff = calc_diff(d.float(), ref)
+            row["calc_diff"] = diff
+            row["ok"] = bool(diff <= 1e-5 and not torch.isnan(d).any() and torch.equal(first, d))
+            if row["ok"]:
+                row["us"] = kernel_time_us(call, num_tests)
+        except Exception as exc:  # a candidate that cannot launch is reported, not fatal
+            row["ok"] = False
+            row["error"] = f"{type(exc).__name__}: {exc}"[:300]
+        rows.append(row)
+    good = [r for r in rows if r.get("ok")]
+    model = rows[0]
+    best = min(good, key=lambda r: r["us"]) if good else None
+    rec = {"family": "bf16", "layout": layout, "m": m, "n": n, "k": k, "out_fp32": out_fp32, "candidates": rows,
+           "model_us": model.get("us"), "best_us": best["us"] if best else None, "best": best}
+    if best and model.get("us"):
+        log(f"{layout} {m:>5}x{n:>6}x{k:>6}{' fp32' if out_fp32 else ''}: model {model['us']:8.2f} us -> best {best['us']:8.2f} us "
+            f"({model['us'] / best['us']:.3f}x) bm{best['block_m']} bn{best['block_n']} split{best['num_splits']} "
+            f"[{len(good)}/{len(rows)} ok]")
+    else:
+        log(f"{layout} {m}x{n}x{k}: no timing ({len(good)}/{len(rows)} candidates ok)")
+    for r in rows:
+        if not r.get("ok"):
+            log(f"   FAILED candidate {r}")
+    return rec
+
+
 def table_entry(rec: dict, num_sms: int, meta: dict) -> dict | None:
     from finegemm.heuristics.tuned import CONFIG_FIELDS, OPTIONAL_FIELDS
 
@@ -218,17 +280,25 @@ def table_entry(rec: dict, num_sms: int, meta: dict) -> dict | None:
     from finegemm.heuristics.sm90_fp8_gemm import MASKED_KIND_PREFIX
     masked = rec.get("family") == "masked"
     kind = f"{MASKED_KIND_PREFIX}{rec['groups']}" if masked else "fp8_1d1d" if wgrad else "fp8_1d2d"
+    out_fp32 = wgrad
+    if rec.get("family") == "bf16":
+        kind = f"bf16_{rec['layout']}"
+        best = {**best, **{f: best.get(f, v) for f, v in OPTIONAL_FIELDS.items()}}
+        out_fp32 = rec.get("out_fp32", False)
     return {"kind": kind, "num_sms": num_sms, "m": rec["m"], "n": rec["n"],
-            "k": rec["k"], "out_fp32": wgrad, "has_c": wgrad, "config": {f: best[f] for f in (*CONFIG_FIELDS, *OPTIONAL_FIELDS)},
+            "k": rec["k"], "out_fp32": out_fp32, "has_c": wgrad, "config": {f: best[f] for f in (*CONFIG_FIELDS, *OPTIONAL_FIELDS)},
             "us": round(best["us"], 3), "model_us": round(rec["model_us"], 3) if rec.get("model_us") else None,
             "gpu": meta.get("gpu"), "commit": meta.get("commit"), "date": meta.get("date")}
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m finegemm tune", description=__doc__.split("\n")[0])
-    p.add_argument("family", choices=["dense", "wgrad", "masked"],
+    p.add_argument("family", choices=["dense", "wgrad", "masked", "bf16"],
                    help="dense: recipe (1, 128, 128), bf16 out; wgrad: recipe (1, 1, 128), fp32 out += in place; "
-                        "masked: m-grouped masked (--shapes G,M,N,K)")
+                        "masked: m-grouped masked (--shapes G,M,N,K); bf16: the dense BF16 kernel, bf16 out "
+                        "(--layouts; entries go to a bf16 table, heuristics/tuned_sm90_bf16.json when shipped)")
+    p.add_argument("--layouts", nargs="+", default=["nt", "nn", "tn", "tt"], choices=["nt", "nn", "tn", "tt"],
+                   help="bf16 family: the layouts to tune")
     p.add_argument("--shapes", nargs="+", type=_parse_shape, metavar="M,N,K", help="default: the 18 anchor shapes")
     p.add_argument("--curve", action="store_true", help="also the M curve of `bench dense` (1 ... 8192)")
     p.add_argument("--top", type=int, default=16, help="the model's best N candidates (plus family bests)")
@@ -248,6 +318,10 @@ def main(argv=None) -> int:
     if args.family == "masked":
         shapes = args.shapes or masked_default_shapes()
         records = [tune_masked_shape(*shape, num_sms, args.top, args.num_tests, gen) for shape in shapes]
+    elif args.family == "bf16":
+        shapes = [(*s, False) for s in args.shapes] if args.shapes else bf16_default_shapes()
+        records = [tune_bf16_shape(m, n, k, layout, num_sms, args.top, args.num_tests, gen, out_fp32=fp32)
+                   for (m, n, k, fp32) in shapes for layout in args.layouts]
     else:
         shapes = args.shapes or (wgrad_default_shapes() if args.family == "wgrad" else default_shapes(args.curve))
         records = [tune_shape(m, n, k, num_sms, args.top, args.num_tests, gen, family=args.family)

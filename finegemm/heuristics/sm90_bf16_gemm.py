@@ -20,8 +20,9 @@ and returns the cheapest:
 The kernel space is kept small on purpose (every member is compiled spill-free by
 tests/test_bf16_kernel_compile.py): block_m 64 / 128; block_n from BLOCK_N_K_MAJOR when B is
 K-major, from BLOCK_N_MN_MAJOR (whole 64-column TMA boxes) when B is N-major; the stage count
-is a function of the tile (as many as fit); split-K only with block_m 64 and SPLIT_BLOCK_N, for
-problems with fewer tiles than half the SMs. The output dtype and C are run-time flags of the
+is a function of the tile (as many as fit); split-K only with SPLIT_BLOCK_M x SPLIT_BLOCK_N tiles (the model: MODEL_SPLIT_TILES),
+for problems with fewer tiles than half the SMs. A tuned table (heuristics/tuned.py, kinds
+"bf16_<layout>", `python -m finegemm tune bf16`) overrides the model for the shapes it holds. The output dtype and C are run-time flags of the
 kernel, not variants.
 
 M-grouped GEMMs (MoE; select_grouped_config): the same kernel with a GEMM-kind template parameter
@@ -42,12 +43,16 @@ import sys
 import threading
 from dataclasses import dataclass
 
+from finegemm.heuristics import tuned
 from finegemm.heuristics._common import grouped_block_m_options, grouped_model_rows, print_configs_enabled
 from finegemm.utils import ceil_div
 
 __all__ = [
     "Bf16GemmConfig",
     "select_config",
+    "make_config",
+    "candidate_configs",
+    "tuned_kind",
     "smem_bytes",
     "max_stages",
     "num_threads",
@@ -78,8 +83,12 @@ MAX_SPLITS = 16
 MIN_KB_PER_SPLIT = 8  # 512 of K per split at least
 BLOCK_N_K_MAJOR = (16, 32, 48, 64, 96, 128, 160, 192, 224, 256)
 BLOCK_N_MN_MAJOR = (64, 128, 192, 256)
-SPLIT_BLOCK_M = 64
-SPLIT_BLOCK_N = (64, 128)
+# Split-K kernels (the kernel space; tuned entries may name any of them): block_m 64 or 128, block_n
+# 32 / 64 / 128 (bn256 spills with split-K). The model itself only picks MODEL_SPLIT_TILES: its
+# split-K estimates for the others were 10-30% off (scripts/probe_bf16_configs.py, NOTES v0.15).
+SPLIT_BLOCK_M = (64, 128)
+SPLIT_BLOCK_N = (32, 64, 128)
+MODEL_SPLIT_TILES = ((64, 64), (64, 128))
 # Layout suffix -> (A is M-major, B is N-major). nt: A [M, K], B [N, K]; nn: B [K, N];
 # tn: A [K, M], B [K, N]; tt: A [K, M], B [N, K].
 LAYOUTS = {"nt": (False, False), "nn": (False, True), "tn": (True, True), "tt": (True, False)}
@@ -193,7 +202,7 @@ def all_kernel_keys() -> list[tuple]:
         for bm in (64, 128):
             for bn in block_n_candidates(b_mn):
                 keys.append((bm, bn, max_stages(bm, bn, True), a_mn, b_mn, False, True))
-                if bm == SPLIT_BLOCK_M and bn in SPLIT_BLOCK_N:
+                if bm in SPLIT_BLOCK_M and bn in SPLIT_BLOCK_N:
                     keys.append((bm, bn, max_stages(bm, bn, False), a_mn, b_mn, True, False))
     return keys
 
@@ -255,7 +264,8 @@ def select_config(m: int, n: int, k: int, num_sms: int, a_mn_major: bool = False
 
     m, n, k >= 1 (k % 8 == 0 for the kernel). has_c requires out_fp32.
     """
-    key = (m, n, k, num_sms, bool(a_mn_major), bool(b_mn_major), bool(out_fp32), bool(has_c), bool(allow_split_k))
+    key = (m, n, k, num_sms, bool(a_mn_major), bool(b_mn_major), bool(out_fp32), bool(has_c), bool(allow_split_k),
+           tuned.state())
     cfg = _cache.get(key)
     if cfg is not None:
         return cfg
@@ -263,41 +273,115 @@ def select_config(m: int, n: int, k: int, num_sms: int, a_mn_major: bool = False
         raise ValueError(f"select_config: need m, n, k, num_sms >= 1, got {(m, n, k, num_sms)}")
     if has_c and not out_fp32:
         raise ValueError("select_config: C is only supported with an fp32 output")
-    out_bytes = 4 if out_fp32 else 2
-    num_kb = ceil_div(k, BLOCK_K)
-
-    def options():
-        for bm in ([64] if m <= 64 else [64, 128]):
-            for bn in block_n_candidates(b_mn_major):
-                tiles = ceil_div(m, bm) * ceil_div(n, bn)
-                split_options = [1]
-                if (allow_split_k and bm == SPLIT_BLOCK_M and bn in SPLIT_BLOCK_N and 2 * tiles <= num_sms
-                        and num_kb >= 2 * MIN_KB_PER_SPLIT):
-                    top = min(MAX_SPLITS, num_kb // MIN_KB_PER_SPLIT, num_sms // tiles)
-                    split_options += list(range(2, top + 1))
-                for splits in split_options:
-                    yield (bm, bn, splits, *_estimate(m, n, k, bm, bn, splits, num_sms, out_bytes, has_c))
-
-    bm, bn, splits, est, tiles, units = _fastest(options())
-    tma = splits == 1
-    stages = max_stages(bm, bn, tma)
-    cfg = Bf16GemmConfig(
-        m=m, n=n, k=k, a_mn_major=bool(a_mn_major), b_mn_major=bool(b_mn_major), block_m=bm, block_n=bn,
-        num_stages=stages, num_splits=splits, grid=min(num_sms, units), smem_bytes=smem_bytes(bm, bn, stages, tma),
-        num_threads=num_threads(bm), num_tiles=tiles, num_units=units, out_fp32=bool(out_fp32), has_c=bool(has_c),
-        est_us=est,
-    )
+    cfg = _tuned_config(m, n, k, num_sms, a_mn_major, b_mn_major, out_fp32, has_c, allow_split_k)
+    if cfg is None:
+        cfg = _model_config(m, n, k, num_sms, a_mn_major, b_mn_major, out_fp32, has_c, allow_split_k)
     with _cache_lock:
         _cache[key] = cfg
     if print_configs_enabled():
         layout = {v: k_ for k_, v in LAYOUTS.items()}[(bool(a_mn_major), bool(b_mn_major))]
         print(
             f"finegemm: sm90_bf16_gemm {layout} m={m} n={n} k={k} out={'fp32' if out_fp32 else 'bf16'}"
-            f"{' +C' if has_c else ''} sms={num_sms} -> block_m={bm} block_n={bn} stages={stages} "
-            f"splits={splits} tiles={tiles} grid={cfg.grid} smem={cfg.smem_bytes} est={est:.1f}us",
+            f"{' +C' if has_c else ''} sms={num_sms} -> block_m={cfg.block_m} block_n={cfg.block_n} "
+            f"stages={cfg.num_stages} splits={cfg.num_splits} tiles={cfg.num_tiles} grid={cfg.grid} "
+            f"smem={cfg.smem_bytes} {'tuned' if cfg.est_us == 0.0 else f'est={cfg.est_us:.1f}us'}",
             file=sys.stderr, flush=True,
         )
     return cfg
+
+
+def tuned_kind(a_mn_major: bool, b_mn_major: bool) -> str:
+    """The tuned-table kind of a dense BF16 layout ("bf16_nt", ...)."""
+    return "bf16_" + {v: k_ for k_, v in LAYOUTS.items()}[(bool(a_mn_major), bool(b_mn_major))]
+
+
+def _tuned_config(m: int, n: int, k: int, num_sms: int, a_mn_major: bool, b_mn_major: bool, out_fp32: bool,
+                  has_c: bool, allow_split_k: bool) -> Bf16GemmConfig | None:
+    hit = tuned.lookup(tuned_kind(a_mn_major, b_mn_major), num_sms, m, n, k, out_fp32, has_c)
+    if hit is None or (not allow_split_k and hit["num_splits"] > 1):
+        return None
+    try:
+        return make_config(m, n, k, num_sms, a_mn_major, b_mn_major, out_fp32, has_c, hit["block_m"],
+                           hit["block_n"], hit["num_splits"])
+    except ValueError as e:  # an entry that does not fit this problem: the model decides
+        print(f"finegemm: tuned bf16 entry not usable for m={m} n={n} k={k}: {e}", file=sys.stderr)
+        return None
+
+
+def make_config(m: int, n: int, k: int, num_sms: int, a_mn_major: bool, b_mn_major: bool, out_fp32: bool,
+                has_c: bool, block_m: int, block_n: int, num_splits: int, est_us: float = 0.0) -> Bf16GemmConfig:
+    """A configuration of the kernel space for a problem (stages: as many as fit; grid: one CTA per
+    unit up to num_sms). Raises ValueError for a tile or split outside the space or the problem."""
+    if block_m not in (64, 128) or block_n not in block_n_candidates(b_mn_major):
+        raise ValueError(f"block {block_m}x{block_n} outside the BF16 kernel space for this layout")
+    num_kb = ceil_div(k, BLOCK_K)
+    if num_splits < 1 or num_splits > min(MAX_SPLITS, num_kb):
+        raise ValueError(f"num_splits {num_splits} outside [1, min({MAX_SPLITS}, {num_kb} k-blocks)]")
+    if num_splits > 1 and (block_m not in SPLIT_BLOCK_M or block_n not in SPLIT_BLOCK_N):
+        raise ValueError(f"split-K needs block_m in {SPLIT_BLOCK_M} and block_n in {SPLIT_BLOCK_N}")
+    tiles = ceil_div(m, block_m) * ceil_div(n, block_n)
+    units = tiles * num_splits
+    tma = num_splits == 1
+    stages = max_stages(block_m, block_n, tma)
+    return Bf16GemmConfig(
+        m=m, n=n, k=k, a_mn_major=bool(a_mn_major), b_mn_major=bool(b_mn_major), block_m=block_m, block_n=block_n,
+        num_stages=stages, num_splits=num_splits, grid=min(num_sms, units),
+        smem_bytes=smem_bytes(block_m, block_n, stages, tma), num_threads=num_threads(block_m), num_tiles=tiles,
+        num_units=units, out_fp32=bool(out_fp32), has_c=bool(has_c), est_us=est_us,
+    )
+
+
+def _model_options(m: int, n: int, k: int, num_sms: int, b_mn_major: bool, out_fp32: bool, has_c: bool,
+                   allow_split_k: bool):
+    """(bm, bn, splits, est, tiles, units) of every configuration the model considers."""
+    out_bytes = 4 if out_fp32 else 2
+    num_kb = ceil_div(k, BLOCK_K)
+    for bm in ([64] if m <= 64 else [64, 128]):
+        for bn in block_n_candidates(b_mn_major):
+            tiles = ceil_div(m, bm) * ceil_div(n, bn)
+            split_options = [1]
+            if (allow_split_k and (bm, bn) in MODEL_SPLIT_TILES and 2 * tiles <= num_sms
+                    and num_kb >= 2 * MIN_KB_PER_SPLIT):
+                top = min(MAX_SPLITS, num_kb // MIN_KB_PER_SPLIT, num_sms // tiles)
+                split_options += list(range(2, top + 1))
+            for splits in split_options:
+                yield (bm, bn, splits, *_estimate(m, n, k, bm, bn, splits, num_sms, out_bytes, has_c))
+
+
+def _model_config(m: int, n: int, k: int, num_sms: int, a_mn_major: bool, b_mn_major: bool, out_fp32: bool,
+                  has_c: bool, allow_split_k: bool) -> Bf16GemmConfig:
+    bm, bn, splits, est, _, _ = _fastest(_model_options(m, n, k, num_sms, b_mn_major, out_fp32, has_c, allow_split_k))
+    return make_config(m, n, k, num_sms, a_mn_major, b_mn_major, out_fp32, has_c, bm, bn, splits, est_us=est)
+
+
+def candidate_configs(m: int, n: int, k: int, num_sms: int, a_mn_major: bool = False, b_mn_major: bool = False,
+                      out_fp32: bool = False, has_c: bool = False, top: int = 12) -> list[Bf16GemmConfig]:
+    """What `python -m finegemm tune bf16` times for a problem: the model's choice first, its next
+    best estimates, and the skinny-shape family the model misjudges (block_m 128 for M > 64, block_n
+    32 / 64 / 128 with the fewest splits that fill the SMs, and half that)."""
+    model = _model_config(m, n, k, num_sms, a_mn_major, b_mn_major, out_fp32, has_c, True)
+    ranked = sorted(_model_options(m, n, k, num_sms, b_mn_major, out_fp32, has_c, True), key=lambda o: o[3])
+    picks = [(model.block_m, model.block_n, model.num_splits)] + [o[:3] for o in ranked[:top]]
+    num_kb = ceil_div(k, BLOCK_K)
+    for bm in ([64] if m <= 64 else [64, 128]):
+        for bn in SPLIT_BLOCK_N:
+            if bn not in block_n_candidates(b_mn_major):
+                continue
+            tiles = ceil_div(m, bm) * ceil_div(n, bn)
+            fill = max(1, min(MAX_SPLITS, num_kb // MIN_KB_PER_SPLIT, num_sms // tiles))
+            for splits in sorted({1, fill, max(1, fill // 2)}):
+                picks.append((bm, bn, splits))
+    out, seen = [], set()
+    for bm, bn, splits in picks:
+        if (bm, bn, splits) in seen:
+            continue
+        seen.add((bm, bn, splits))
+        try:
+            out.append(model if not out else make_config(m, n, k, num_sms, a_mn_major, b_mn_major, out_fp32, has_c,
+                                                          bm, bn, splits))
+        except ValueError:
+            continue
+    return out
 
 
 def grouped_kernel_keys() -> list[tuple]:

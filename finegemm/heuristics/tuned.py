@@ -4,7 +4,9 @@
 writes the fastest into a JSON table. The heuristics consult, in order:
 
 1. the file named by FINEGEMM_TUNED_FILE (a user's own table, e.g. tuned for their model's shapes),
-2. the table shipped with the package (heuristics/tuned_sm90.json, measured on an H200),
+2. the table shipped with the package (heuristics/tuned_sm90.json for the FP8 kinds,
+   heuristics/tuned_sm90_bf16.json for the dense BF16 kernel, kinds "bf16_<layout>"; both
+   measured on an H200),
 
 and fall back to the model when neither has the shape. An entry matches on the kernel family
 (`kind`), the SM count the plan uses (so set_num_sms still means what it says), N, the output
@@ -31,10 +33,11 @@ from pathlib import Path
 from typing import Optional
 
 
-__all__ = ["SHIPPED_TABLE", "TUNED_FILE_ENV", "DISABLE_TUNED_ENV", "CONFIG_FIELDS", "OPTIONAL_FIELDS", "state", "lookup", "entry_key",
+__all__ = ["SHIPPED_TABLE", "SHIPPED_BF16_TABLE", "TUNED_FILE_ENV", "DISABLE_TUNED_ENV", "CONFIG_FIELDS", "OPTIONAL_FIELDS", "state", "lookup", "entry_key",
            "load_table", "merge_entries", "clear"]
 
 SHIPPED_TABLE = Path(__file__).with_name("tuned_sm90.json")
+SHIPPED_BF16_TABLE = Path(__file__).with_name("tuned_sm90_bf16.json")  # kinds "bf16_<layout>"
 TUNED_FILE_ENV = "FINEGEMM_TUNED_FILE"
 DISABLE_TUNED_ENV = "FINEGEMM_DISABLE_TUNED"
 CONFIG_FIELDS = ("block_m", "block_n", "num_stages", "num_splits", "num_multicast", "multicast_on_a",
@@ -133,7 +136,7 @@ def _table_or_empty(path) -> dict:
     if table is not None:  # loaded (or found bad) before: no file-system access
         return table
     try:
-        if not os.path.exists(path) and path != str(SHIPPED_TABLE):
+        if not os.path.exists(path) and path not in (str(SHIPPED_TABLE), str(SHIPPED_BF16_TABLE)):
             print(f"finegemm: tuned table {path} does not exist ({TUNED_FILE_ENV}); ignored", file=sys.stderr)
         return load_table(path)
     except (ValueError, OSError) as e:  # json.JSONDecodeError is a ValueError
@@ -149,7 +152,8 @@ def lookup(kind: str, num_sms: int, m: int, n: int, k: int, out_fp32: bool, has_
     if disabled:
         return None
     key = entry_key(kind, num_sms, n, out_fp32, has_c)
-    tables = ([_table_or_empty(user)] if user else []) + [_table_or_empty(SHIPPED_TABLE)]
+    shipped = SHIPPED_BF16_TABLE if kind.startswith("bf16_") else SHIPPED_TABLE
+    tables = ([_table_or_empty(user)] if user else []) + [_table_or_empty(shipped)]
     for table in tables:
         hit = _nearest(table.get(key), m, k)
         if hit is not None:

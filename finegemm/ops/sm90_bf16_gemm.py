@@ -38,6 +38,7 @@ from finegemm.ops._runtime import (PreparedLaunch, SplitKWorkspace, c_function, 
 from finegemm.heuristics.sm90_bf16_gemm import (
     GEMM_GROUPED_CONTIGUOUS,
     GEMM_GROUPED_MASKED,
+    GEMM_NORMAL,
     LAYOUTS,
     Bf16GemmConfig,
     all_kernel_keys,
@@ -189,11 +190,13 @@ class PreparedBf16Call(PreparedLaunch):
 
 
 def prepare(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: Optional[torch.Tensor] = None,
-            layout: str = "nt") -> Optional[PreparedBf16Call]:
+            layout: str = "nt", config: Optional[Bf16GemmConfig] = None) -> Optional[PreparedBf16Call]:
     """Plan (and compile on first use) the launch of d = c + op(A) @ op(B); None when M or N is 0.
 
     a, b bf16 with a unit inner stride and 16-byte aligned base / row pitch; d bf16 or fp32
     [M, N] (unit column stride); c fp32 [M, N] or None (fp32 d only; may be d itself).
+    config: a configuration of this problem (heuristics make_config / candidate_configs; the
+    tuner) instead of the planned one.
     """
     if layout not in LAYOUTS:
         raise ValueError(f"sm90_bf16_gemm: layout must be one of {sorted(LAYOUTS)}, got {layout!r}")
@@ -216,7 +219,14 @@ def prepare(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: Optional[torch
         keepalive.append(c2)
 
     device = d.device
-    cfg, fn = plan(m, n, k, layout, out_fp32, has_c, device.index)
+    if config is None:
+        cfg, fn = plan(m, n, k, layout, out_fp32, has_c, device.index)
+    else:
+        if ((config.m, config.n, config.k, config.a_mn_major, config.b_mn_major, config.out_fp32, config.has_c)
+                != (m, n, k, a_mn, b_mn, out_fp32, has_c) or config.gemm_kind != GEMM_NORMAL):
+            raise ValueError(f"sm90_bf16_gemm: config {config} is not one of this problem "
+                             f"(m={m}, n={n}, k={k}, layout={layout}, out_fp32={out_fp32}, c={has_c})")
+        cfg, fn = config, _load(config, device.index)
     _get_launcher()
     lda = _row_pitch(a, m if a_mn else k)
     ldb = _row_pitch(b, n if b_mn else k)

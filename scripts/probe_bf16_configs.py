@@ -1,0 +1,107 @@
+"""Time forced configurations of the dense BF16 kernel against torch.matmul (GPU machine).
+
+A case is "M,N,K,layout:auto" (the heuristic's choice) or "M,N,K,layout:bm,bn,splits" (stages:
+as many as fit, as the heuristic does). Every case is checked against the fp32 product on fresh
+data (calc_diff) before it is timed (kernel-only, L2 flushed); torch.matmul is timed in the same
+process.
+
+  FINEGEMM_CACHE_DIR=.fgcache python3 scripts/probe_bf16_configs.py --precompile CASES   # CPU
+  python3 scripts/probe_bf16_configs.py CASES --out $OUT/bf16_configs.json                # GPU
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from finegemm.heuristics import sm90_bf16_gemm as heur  # noqa: E402
+from finegemm.ops import sm90_bf16_gemm as ops  # noqa: E402
+from finegemm.utils import ceil_div  # noqa: E402
+
+
+def parse(case: str):
+    shape, _, spec = case.partition(":")
+    m, n, k, layout = shape.split(",")
+    return int(m), int(n), int(k), layout, spec or "auto"
+
+
+def config(m, n, k, layout, spec, sms):
+    a_mn, b_mn = heur.LAYOUTS[layout]
+    auto = heur.select_config(m, n, k, sms, a_mn, b_mn)
+    if spec == "auto":
+        return auto
+    bm, bn, splits = (int(v) for v in spec.split(","))
+    tma = splits == 1
+    stages = heur.max_stages(bm, bn, tma)
+    tiles = ceil_div(m, bm) * ceil_div(n, bn)
+    units = tiles * splits
+    return dataclasses.replace(auto, block_m=bm, block_n=bn, num_stages=stages, num_splits=splits,
+                               grid=min(sms, units), smem_bytes=heur.smem_bytes(bm, bn, stages, tma),
+                               num_threads=heur.num_threads(bm), num_tiles=tiles, num_units=units, est_us=0.0)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("cases", nargs="+")
+    ap.add_argument("--precompile", action="store_true")
+    ap.add_argument("--sms", type=int, default=132)
+    ap.add_argument("--num-tests", type=int, default=30)
+    ap.add_argument("--out")
+    args = ap.parse_args()
+    if args.precompile:
+        from finegemm import jit
+        srcs = {}
+        for c in args.cases:
+            cfg = config(*parse(c), args.sms)
+            key = cfg.kernel_key()
+            srcs[ops.kernel_name(key)] = ops.render(*key)
+        jit.build_many(srcs, 2)
+        return 0
+
+    import torch
+
+    from finegemm import runtime
+    from finegemm.bench._common import kernel_time_us, run_metadata
+    from finegemm.testing.numeric import calc_diff
+    sms = runtime.get_num_sms()
+    out = []
+    for c in args.cases:
+        m, n, k, layout, spec = parse(c)
+        cfg = config(m, n, k, layout, spec, sms)
+        a_mn, b_mn = heur.LAYOUTS[layout]
+        a = torch.randn((k, m) if a_mn else (m, k), device="cuda", dtype=torch.bfloat16)
+        b = torch.randn((k, n) if b_mn else (n, k), device="cuda", dtype=torch.bfloat16)
+        d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        dev = d.device.index
+        saved = ops.plan
+        ops.plan = lambda *a_, **k_: (cfg, ops._load(cfg, dev))
+        try:
+            call = ops.prepare(a, b, d, None, layout)
+        finally:
+            ops.plan = saved
+        call()
+        torch.cuda.synchronize()
+        op_a = a.t() if a_mn else a
+        op_b = b if b_mn else b.t()
+        diff = calc_diff(d.float(), op_a.float() @ op_b.float())
+        us = kernel_time_us(call, num_tests=args.num_tests)
+        d2 = torch.empty((m, n), device="cuda", dtype=torch.bfloat16)
+        us_torch = kernel_time_us(lambda: torch.matmul(op_a, op_b, out=d2), num_tests=args.num_tests)
+        rec = {"case": c, "m": m, "n": n, "k": k, "layout": layout, "block_m": cfg.block_m, "block_n": cfg.block_n,
+               "splits": cfg.num_splits, "stages": cfg.num_stages, "us": us, "us_torch": us_torch,
+               "speedup_vs_torch": us_torch / us, "calc_diff": diff}
+        out.append(rec)
+        print(f"{c:36s} bm{cfg.block_m} bn{cfg.block_n} s{cfg.num_splits}: {us:7.2f} us  torch {us_torch:7.2f}  "
+              f"x{us_torch / us:.3f}  diff {diff:.1e}", flush=True)
+    if args.out:
+        Path(args.out).write_text(json.dumps({**run_metadata(), "command": " ".join(sys.argv), "records": out},
+                                             indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
