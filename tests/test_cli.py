@@ -42,3 +42,11 @@ def test_warmup_and_missing_suites(tmp_path):
 def test_bad_shape(tmp_path):
     r = _run(["warmup", "--shapes", "1,2"], tmp_path / "c")
     assert r.returncode == 2
+
+
+@pytest.mark.parametrize("family", ["dense", "wgrad", "masked", "bf16"])
+def test_tune_accepts_every_family(family, tmp_path):
+    # The subcommand's choices must list every family bench/tune.py implements (bf16 was missing once).
+    r = _run(["tune", family, "--help"], tmp_path / "c")
+    assert r.returncode == 0, r.stderr
+    assert "--shapes" in r.stdout and "--table" in r.stdout
