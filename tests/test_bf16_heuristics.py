@@ -132,6 +132,9 @@ def test_tuned_entries_override_the_model(tmp_path, monkeypatch):
 
     path = tmp_path / "t.json"
     path.write_text(json.dumps({"version": 1, "entries": [entry("nt"), entry("tt", block_n=48, num_splits=2)]}))
+    empty = tmp_path / "shipped.json"  # only the user table here (the shipped one has these shapes too)
+    empty.write_text(json.dumps({"version": 1, "entries": []}))
+    monkeypatch.setattr(tuned, "SHIPPED_BF16_TABLE", empty)
     monkeypatch.delenv(tuned.DISABLE_TUNED_ENV)
     monkeypatch.setenv(tuned.TUNED_FILE_ENV, str(path))
     tuned.clear()
