@@ -191,7 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_bench)
 
     s = sub.add_parser("tune", help="time candidate configs per shape on the GPU; write a tuned table")
-    s.add_argument("family", choices=["dense", "wgrad", "masked", "bf16"])
+    s.add_argument("family", choices=["dense", "wgrad", "masked", "contiguous", "bf16"])
     s.add_argument("rest", nargs=argparse.REMAINDER)
     s.set_defaults(func=cmd_tune)
     return p

@@ -44,7 +44,7 @@ def test_bad_shape(tmp_path):
     assert r.returncode == 2
 
 
-@pytest.mark.parametrize("family", ["dense", "wgrad", "masked", "bf16"])
+@pytest.mark.parametrize("family", ["dense", "wgrad", "masked", "contiguous", "bf16"])
 def test_tune_accepts_every_family(family, tmp_path):
     # The subcommand's choices must list every family bench/tune.py implements (bf16 was missing once).
     r = _run(["tune", family, "--help"], tmp_path / "c")

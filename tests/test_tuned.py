@@ -122,6 +122,15 @@ def test_shipped_table_entries_are_buildable_and_consulted(monkeypatch):
     assert data["version"] == 1
     monkeypatch.setattr(tuned, "SHIPPED_TABLE", SHIPPED)
     for e in data["entries"]:
+        if e["kind"].startswith("fp8_contiguous_g"):  # m-grouped contiguous: (G, stacked rows, N, K)
+            g, c = int(e["kind"][len("fp8_contiguous_g"):]), e["config"]
+            picked = h.select_grouped_config(h.GEMM_GROUPED_CONTIGUOUS, e["m"], e["n"], e["k"], g, e["num_sms"], 0, 128)
+            fields = ("block_m", "block_n", "num_stages", "num_multicast", "tma_store")
+            assert {f: getattr(picked, f) for f in fields} == {f: c[f] for f in fields}
+            assert h.tuned_entry_config(e) == picked
+            ops._render_cfg(picked)
+            assert e["us"] <= e["model_us"]
+            continue
         if e["kind"].startswith("fp8_masked_g"):  # m-grouped masked: (G, expected m, N, K)
             g, c = int(e["kind"][len("fp8_masked_g"):]), e["config"]
             m_max = -(-e["m"] // 128) * 128
@@ -194,6 +203,29 @@ def test_masked_family_entries_and_shapes(tmp_path, monkeypatch):
     h.clear_cache()
     monkeypatch.setenv(tuned.DISABLE_TUNED_ENV, "1")
     assert other == h.select_grouped_config(h.GEMM_GROUPED_MASKED, 128, 4096, 7168, 16, 132, 24, 0)
+
+
+def test_contiguous_family_entries_and_problems(tmp_path, monkeypatch):
+    from finegemm.bench import tune
+    probs = tune.contiguous_default_problems()
+    assert len(probs) == 8 and all(len(ms) == g for g, _m, _n, _k, ms in probs)
+    rec = {"family": "contiguous", "groups": 4, "m": 34304, "n": 4096, "k": 7168, "model_us": 1500.0,
+           "best": {**_entry(0, 0, 0)["config"], "block_m": 128, "block_n": 192, "num_stages": 4, "num_multicast": 2,
+                    "multicast_on_a": True, "tma_store": True, "ctas_per_sm": 1, "k_batch": 1, "us": 1400.0}}
+    e = tune.table_entry(rec, 132, {})
+    assert (e["kind"], e["m"], e["out_fp32"], e["has_c"]) == ("fp8_contiguous_g4", 34304, False, False)
+    # The entry steers select_grouped_config for G = 4 contiguous near its stacked rows, not masked
+    # nor other G.
+    path = tmp_path / "t.json"
+    tuned.merge_entries(path, [e])
+    monkeypatch.setenv(tuned.TUNED_FILE_ENV, str(path))
+    h.clear_cache()
+    cfg = h.select_grouped_config(h.GEMM_GROUPED_CONTIGUOUS, 30000, 4096, 7168, 4, 132, 0, 128)
+    assert (cfg.block_m, cfg.block_n, cfg.num_stages, cfg.num_multicast, cfg.tma_store) == (128, 192, 4, 2, True)
+    other = h.select_grouped_config(h.GEMM_GROUPED_CONTIGUOUS, 30000, 4096, 7168, 8, 132, 0, 128)
+    h.clear_cache()
+    monkeypatch.setenv(tuned.DISABLE_TUNED_ENV, "1")
+    assert other == h.select_grouped_config(h.GEMM_GROUPED_CONTIGUOUS, 30000, 4096, 7168, 8, 132, 0, 128)
 
 
 def test_k_batch_above_stages_is_rejected():

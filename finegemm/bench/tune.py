@@ -208,6 +208,84 @@ def tune_masked_shape(g: int, m: int, n: int, k: int, num_sms: int, top: int, nu
     return rec
 
 
+def contiguous_default_problems() -> list[tuple[int, int, int, int, list[int]]]:
+    """(G, expected m per group, N, K, per-group m) of `bench grouped`'s contiguous records, with
+    the segment sizes that run draws."""
+    from .grouped import plan_records
+    return [(r["groups"], r["m"], r["n"], r["k"], r["ms"]) for r in plan_records(kinds=("contiguous",))]
+
+
+def tune_contiguous_shape(g: int, expected: int, n: int, k: int, ms: list[int], num_sms: int, top: int,
+                          num_tests: int, gen, log=print) -> dict:
+    """m_grouped_fp8_gemm_nt_contiguous on `bench grouped`'s layout: groups of ms rows, segments
+    padded to the alignment (padding rows must come out as zeros). Every candidate checked (exact
+    reference, poisoned output, bitwise repeat) and timed; the entry is keyed by the stacked rows
+    (what the op plans with) and G."""
+    import finegemm
+    from finegemm import reference
+    from finegemm.heuristics.sm90_fp8_gemm import GEMM_GROUPED_CONTIGUOUS, grouped_candidate_configs
+    from finegemm.ops import sm90_fp8_gemm as ops
+    from finegemm.testing import calc_diff
+
+    from .grouped import _quantized_experts
+
+    align_m = finegemm.get_mk_alignment_for_contiguous_layout()
+    padded = [finegemm.align(m, align_m) for m in ms]
+    m_total = sum(padded)
+    layout = torch.full((m_total,), -1, dtype=torch.int32, device="cuda")
+    row = 0
+    for i, (m, p) in enumerate(zip(ms, padded)):
+        layout[row:row + m] = i
+        row += p
+    a, sfa = finegemm.per_token_cast_to_fp8(torch.randn(m_total, k, device="cuda", generator=gen))
+    _, b, sfb = _quantized_experts(g, n, k, gen)
+    ref = reference.m_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, layout, out_dtype=torch.float32)
+    d = torch.empty(m_total, n, device="cuda", dtype=torch.bfloat16)
+    cands = grouped_candidate_configs(GEMM_GROUPED_CONTIGUOUS, m_total, n, k, g, num_sms, 0, align_m, top=top)
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda c: ops._load(c, d.device.index), cands))
+    rows = []
+    for i, cfg in enumerate(cands):
+        row = {"block_m": cfg.block_m, "block_n": cfg.block_n, "num_stages": cfg.num_stages, "num_splits": 1,
+               "num_multicast": cfg.num_multicast, "multicast_on_a": cfg.multicast_on_a, "tma_store": cfg.tma_store,
+               "half_promote": False, "ctas_per_sm": 1, "k_batch": 1, "model_us": round(cfg.est_us, 3),
+               "model_choice": i == 0}
+
+        def call(cfg=cfg):
+            ops.m_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, d, layout, config=cfg)
+        try:
+            d.fill_(float("nan"))
+            call()
+            first = d.clone()
+            d.fill_(float("nan"))
+            call()
+            torch.cuda.synchronize()
+            diff = calc_diff(d.float(), ref)
+            row["calc_diff"] = diff
+            row["ok"] = bool(diff <= 1e-5 and bool((d[layout < 0] == 0).all()) and not torch.isnan(d).any()
+                             and torch.equal(first, d))
+            if row["ok"]:
+                row["us"] = kernel_time_us(call, num_tests)
+        except Exception as exc:
+            row["ok"] = False
+            row["error"] = f"{type(exc).__name__}: {exc}"[:300]
+        rows.append(row)
+    good = [r for r in rows if r.get("ok")]
+    best = min(good, key=lambda r: r["us"]) if good else None
+    rec = {"family": "contiguous", "groups": g, "m": m_total, "expected_m": expected, "n": n, "k": k,
+           "candidates": rows, "model_us": rows[0].get("us"), "best_us": best["us"] if best else None, "best": best}
+    if best and rows[0].get("us"):
+        log(f"contiguous G={g} m={m_total:>6} {n:>5}x{k:>5}: model {rows[0]['us']:8.2f} us -> best {best['us']:8.2f} us "
+            f"({rows[0]['us'] / best['us']:.3f}x) bm{best['block_m']} bn{best['block_n']} s{best['num_stages']} "
+            f"mc{best['num_multicast']}{' tma' if best['tma_store'] else ''} [{len(good)}/{len(rows)} ok]")
+    else:
+        log(f"contiguous G={g} m={m_total} {n}x{k}: no timing ({len(good)}/{len(rows)} candidates ok)")
+    for r in rows:
+        if not r.get("ok"):
+            log(f"   FAILED candidate {r}")
+    return rec
+
+
 def bf16_default_shapes() -> list[tuple[int, int, int, bool]]:
     """(m, n, k, out_fp32) of `bench bf16` but 8192^3: its dense set (bf16 d) and its fp32-d shapes."""
     from .bf16 import bench_shapes
@@ -277,9 +355,11 @@ def table_entry(rec: dict, num_sms: int, meta: dict) -> dict | None:
     if not best:
         return None
     wgrad = rec.get("family") == "wgrad"
-    from finegemm.heuristics.sm90_fp8_gemm import MASKED_KIND_PREFIX
+    from finegemm.heuristics.sm90_fp8_gemm import CONTIGUOUS_KIND_PREFIX, MASKED_KIND_PREFIX
     masked = rec.get("family") == "masked"
     kind = f"{MASKED_KIND_PREFIX}{rec['groups']}" if masked else "fp8_1d1d" if wgrad else "fp8_1d2d"
+    if rec.get("family") == "contiguous":
+        kind = f"{CONTIGUOUS_KIND_PREFIX}{rec['groups']}"
     out_fp32 = wgrad
     if rec.get("family") == "bf16":
         kind = f"bf16_{rec['layout']}"
@@ -293,9 +373,10 @@ def table_entry(rec: dict, num_sms: int, meta: dict) -> dict | None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m finegemm tune", description=__doc__.split("\n")[0])
-    p.add_argument("family", choices=["dense", "wgrad", "masked", "bf16"],
+    p.add_argument("family", choices=["dense", "wgrad", "masked", "contiguous", "bf16"],
                    help="dense: recipe (1, 128, 128), bf16 out; wgrad: recipe (1, 1, 128), fp32 out += in place; "
-                        "masked: m-grouped masked (--shapes G,M,N,K); bf16: the dense BF16 kernel, bf16 out "
+                        "masked: m-grouped masked (--shapes G,M,N,K); contiguous: m-grouped contiguous "
+                        "(--shapes G,expected M,N,K; bench grouped's layout); bf16: the dense BF16 kernel, bf16 out "
                         "(--layouts; entries go to a bf16 table, heuristics/tuned_sm90_bf16.json when shipped)")
     p.add_argument("--layouts", nargs="+", default=["nt", "nn", "tn", "tt"], choices=["nt", "nn", "tn", "tt"],
                    help="bf16 family: the layouts to tune")
@@ -318,6 +399,16 @@ def main(argv=None) -> int:
     if args.family == "masked":
         shapes = args.shapes or masked_default_shapes()
         records = [tune_masked_shape(*shape, num_sms, args.top, args.num_tests, gen) for shape in shapes]
+    elif args.family == "contiguous":
+        if args.shapes:
+            import random
+
+            from .grouped import draw_ms
+            rng = random.Random(0)
+            problems = [(g, m, n, k, draw_ms(g, m, rng)) for (g, m, n, k) in args.shapes]
+        else:
+            problems = contiguous_default_problems()
+        records = [tune_contiguous_shape(*p, num_sms, args.top, args.num_tests, gen) for p in problems]
     elif args.family == "bf16":
         shapes = [(*s, False) for s in args.shapes] if args.shapes else bf16_default_shapes()
         records = [tune_bf16_shape(m, n, k, layout, num_sms, args.top, args.num_tests, gen, out_fp32=fp32)

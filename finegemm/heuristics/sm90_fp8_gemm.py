@@ -54,6 +54,7 @@ __all__ = [
     "config_from_fields",
     "masked_config_from_fields",
     "tuned_entry_config",
+    "CONTIGUOUS_KIND_PREFIX",
     "MASKED_KIND_PREFIX",
     "GEMM_NORMAL",
     "GEMM_GROUPED_CONTIGUOUS",
@@ -79,6 +80,7 @@ GEMM_GROUPED_CONTIGUOUS = 1
 GEMM_GROUPED_MASKED = 2
 GEMM_K_GROUPED = 3  # recipe (1, 1, 128) only: groups differing in K, one launch (select_k_grouped_config)
 MASKED_KIND_PREFIX = "fp8_masked_g"  # tuned-table kind of masked entries: prefix + number of groups
+CONTIGUOUS_KIND_PREFIX = "fp8_contiguous_g"  # contiguous entries: prefix + number of groups (m: all rows)
 SMEM_LIMIT = 232448  # 227 KB: the SM90 per-block dynamic shared memory limit
 SMEM_PER_SM = 233472  # 228 KB per SM, of which the driver reserves 1 KB per resident CTA
 # Two co-resident CTAs per SM (`ctas_per_sm` 2): two independent wgmma -> promote chains and twice
@@ -473,6 +475,10 @@ def tuned_entry_config(e: dict) -> Fp8GemmConfig:
     """The configuration a tuned-table entry names, at the entry's own shape (masked entries:
     Mmax = expected m rounded up to 128)."""
     f = {**tuned.OPTIONAL_FIELDS, **e["config"]}
+    if e["kind"].startswith(CONTIGUOUS_KIND_PREFIX):  # planned as the op plans: expected_m 0, alignment 128
+        return make_grouped_config(GEMM_GROUPED_CONTIGUOUS, e["m"], e["n"], e["k"],
+                                   int(e["kind"][len(CONTIGUOUS_KIND_PREFIX):]), e["num_sms"], 0, 128, f["block_m"],
+                                   f["block_n"], f["num_stages"], f["num_multicast"], f["tma_store"])
     if e["kind"].startswith(MASKED_KIND_PREFIX):
         return masked_config_from_fields(f, ceil_div(e["m"], 128) * 128, e["n"], e["k"],
                                          int(e["kind"][len(MASKED_KIND_PREFIX):]), e["num_sms"], e["m"])
@@ -625,6 +631,15 @@ def select_grouped_config(kind: int, m: int, n: int, k: int, num_groups: int, nu
                          f"{(m, n, k, num_groups, num_sms)}")
     cfg = None
     source = "model"
+    if kind == GEMM_GROUPED_CONTIGUOUS:  # entries keyed by the stacked rows (M of all groups)
+        hit = tuned.lookup(f"{CONTIGUOUS_KIND_PREFIX}{num_groups}", num_sms, m, n, k, False, False)
+        if hit is not None:
+            try:
+                cfg = make_grouped_config(kind, m, n, k, num_groups, num_sms, expected_m, alignment, hit["block_m"],
+                                          hit["block_n"], hit["num_stages"], hit["num_multicast"], hit["tma_store"])
+                source = "tuned"
+            except ValueError as e:
+                _warn_bad_entry(m, n, k, e)
     if kind == GEMM_GROUPED_MASKED:
         hit = tuned.lookup(f"{MASKED_KIND_PREFIX}{num_groups}", num_sms, expected_m if expected_m > 0 else m, n, k,
                            False, False)

@@ -582,7 +582,7 @@ def _check_k(k: int) -> None:
 
 def m_grouped_fp8_gemm_nt_contiguous(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.Tensor,
                                      d: torch.Tensor, grouped_layout: torch.Tensor,
-                                     use_psum_layout: bool = False) -> None:
+                                     use_psum_layout: bool = False, config: Optional[Fp8GemmConfig] = None) -> None:
     """d[r] = A[r] @ B[g(r)]^T for every row r (zeros for padding rows), on the current stream.
 
     a fp8 [M, K], sfa fp32 [M, ceil(K/128)] (any strides), b fp8 [G, N, K], sfb fp32
@@ -603,7 +603,8 @@ def m_grouped_fp8_gemm_nt_contiguous(a: torch.Tensor, sfa: torch.Tensor, b: torc
     b2 = _rows_2d(b)
     if sfb.dtype != torch.float32 or not sfb.is_contiguous():
         sfb = sfb.float().contiguous()
-    cfg, fn = plan_grouped(GEMM_GROUPED_CONTIGUOUS, m, n, k, num_groups, 0, alignment, d.device.index)
+    cfg, fn = plan_grouped(GEMM_GROUPED_CONTIGUOUS, m, n, k, num_groups, 0, alignment, d.device.index,
+                           config=config)
     _launch_grouped(cfg, fn, a, sfa, sfa_ld, b2, sfb, d, m, n, k, ids, num_groups)
 
 

@@ -294,3 +294,35 @@ def test_tuned_masked_entries(entry):
     d = torch.full((gg, m_max, n), float("nan"), device="cuda", dtype=torch.bfloat16)
     ops.m_grouped_fp8_gemm_nt_masked(a, sfa, b, sfb, d, masked_m, em, config=forced)
     _check_masked(d, a, sfa, b, sfb, masked)
+
+
+def _shipped_contiguous_entries():
+    import json
+
+    from finegemm.heuristics import tuned
+    return [e for e in json.loads(tuned.SHIPPED_TABLE.read_text())["entries"]
+            if e["kind"].startswith("fp8_contiguous_g")]
+
+
+@pytest.mark.parametrize("entry", _shipped_contiguous_entries(), ids=lambda e: f"{e['kind']}-{e['m']}x{e['n']}x{e['k']}")
+def test_tuned_contiguous_entries(entry):
+    """Every shipped tuned contiguous configuration: the planner picks it for its stacked rows, and
+    the same kernel configuration on a small problem (segments of odd lengths, an empty group, a
+    whole padding block) matches the exact reference with zero padding rows."""
+    from finegemm import runtime
+    from finegemm.heuristics.sm90_fp8_gemm import GEMM_GROUPED_CONTIGUOUS, make_grouped_config, select_grouped_config
+    from finegemm.ops import sm90_fp8_gemm as ops
+    if entry["num_sms"] != runtime.get_num_sms():
+        pytest.skip("tuned for another SM count")
+    g = int(entry["kind"][len("fp8_contiguous_g"):])
+    m, n, k, c = entry["m"], entry["n"], entry["k"], entry["config"]
+    cfg = select_grouped_config(GEMM_GROUPED_CONTIGUOUS, m, n, k, g, runtime.get_num_sms(), 0, 128)
+    picked = {f: getattr(cfg, f) for f in ("block_m", "block_n", "num_stages", "num_multicast", "tma_store")}
+    assert picked == {f: c[f] for f in picked}
+    ms = [300, 0, 129, 517]
+    a, sfa, b, sfb, layout, ids = _contiguous_problem(ms, n, k, pad_after=1, use_psum=False, seed=n + k)
+    forced = make_grouped_config(GEMM_GROUPED_CONTIGUOUS, a.shape[0], n, k, len(ms), runtime.get_num_sms(), 0, 128,
+                                 c["block_m"], c["block_n"], c["num_stages"], c["num_multicast"], c["tma_store"])
+    d = torch.full((a.shape[0], n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    ops.m_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, d, layout, config=forced)
+    _check_contiguous(d, a, sfa, b, sfb, layout, ids, False)
