@@ -133,13 +133,20 @@ CASES = [
     ("bf16 nt", lambda: _bf16("nt", 129, 576, 512)),
     ("bf16 tn", lambda: _bf16("tn", 128, 576, 520)),
     ("bf16 k-grouped one launch", lambda: _bf16_k_grouped([128, 0, 256], 100, 136)),
+    # Tuned-table configurations (heuristics/tuned_sm90_bf16.json): block_m 128 split-K, and
+    # block_n 32 split-K on a partial m-block (M = 100 is served by the M = 128 entry).
+    ("bf16 tn tuned bm128 split-K", lambda: _bf16("tn", 128, 2112, 7168)),
+    ("bf16 nt tuned bm128 bn32 split-K, partial M", lambda: _bf16("nt", 100, 2112, 7168)),
 ]
 
 
 def main() -> int:
     torch.manual_seed(0)
     bad = 0
+    only = sys.argv[1:]  # optional substrings: run only the cases whose name contains one
     for name, fn in CASES:
+        if only and not any(o in name for o in only):
+            continue
         diff = fn()
         torch.cuda.synchronize()
         ok = diff <= 1e-5
