@@ -60,6 +60,7 @@ def main() -> int:
     p.add_argument("--curve", action="store_true")
     p.add_argument("--wgrad", action="store_true", help="also the candidates of `tune wgrad`")
     p.add_argument("--masked", action="store_true", help="also the candidates of `tune masked`")
+    p.add_argument("--contiguous", action="store_true", help="also the candidates of `tune contiguous`")
     args = p.parse_args()
     cfgs = {}
     for (m, n, k) in args.shapes or default_shapes(args.curve):
@@ -77,6 +78,15 @@ def main() -> int:
         from finegemm.utils import align
         for (g, m, n, k) in masked_default_shapes():
             for cfg in grouped_candidate_configs(GEMM_GROUPED_MASKED, align(m, 128) + 128, n, k, g, args.sms, m, 0,
+                                                 top=args.top):
+                cfgs[ops._kernel_name(cfg)] = cfg
+    if args.contiguous:
+        from finegemm.bench.tune import contiguous_default_problems
+        from finegemm.heuristics.sm90_fp8_gemm import GEMM_GROUPED_CONTIGUOUS, grouped_candidate_configs
+        from finegemm.utils import align
+        for (g, _m, n, k, ms) in contiguous_default_problems():
+            m_total = sum(align(m_g, 128) for m_g in ms)
+            for cfg in grouped_candidate_configs(GEMM_GROUPED_CONTIGUOUS, m_total, n, k, g, args.sms, 0, 128,
                                                  top=args.top):
                 cfgs[ops._kernel_name(cfg)] = cfg
     for cfg in shipped_table_configs():

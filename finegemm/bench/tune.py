@@ -79,41 +79,74 @@ def tune_shape(m: int, n: int, k: int, num_sms: int, top: int, num_tests: int, g
         d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
         c0 = None
     cands = candidate_configs(m, n, k, num_sms, out_fp32=wgrad, has_c=wgrad, top=top, one_d_one_d=wgrad)
-    # Compile (or load from the cache) in parallel before timing anything.
+
+    def row_of(cfg):
+        return {"block_m": cfg.block_m, "block_n": cfg.block_n, "num_stages": cfg.num_stages,
+                "num_splits": cfg.num_splits, "num_multicast": cfg.num_multicast,
+                "multicast_on_a": cfg.multicast_on_a, "tma_store": cfg.tma_store, "half_promote": cfg.half_promote,
+                "ctas_per_sm": cfg.ctas_per_sm, "k_batch": cfg.k_batch}
+
+    def check(cfg):
+        if wgrad:  # accumulates in place: each run starts from C
+            call = ops.prepare(a, sfa, b, sfb, d, c=d, recipe=(1, 1, 128), config=cfg)
+            first = _run_twice(call, d, lambda: d.copy_(c0))
+        else:
+            call = ops.prepare(a, sfa, b, sfb, d, config=cfg)
+            first = _run_twice(call, d)
+        diff = calc_diff(d.float(), ref)
+        # Elementwise too: a few wrong elements barely move calc_diff on a big output.
+        tol = 1e-2 * ref.abs().max().item() + 1e-6
+        close = bool(((d.float() - ref).abs() <= tol).all())
+        if wgrad:  # the product part alone (C must not hide an error in it, nor the reverse)
+            diff = max(diff, calc_diff((d - c0).float(), ref - c0))
+        ok = (diff <= 1e-5 and close and not torch.isnan(first).any() and not torch.isnan(d).any()
+              and torch.equal(first, d))
+        return call, diff, ok
+
+    rows, best = _time_candidates(cands, lambda c: ops._load(c, d.device.index), row_of, check, num_tests)
+    rec = {"family": family, "m": m, "n": n, "k": k, "candidates": rows, "model_us": rows[0].get("us"),
+           "best_us": best["us"] if best else None, "best": best}
+    detail = (f"bm{best['block_m']} bn{best['block_n']} s{best['num_stages']} split{best['num_splits']} "
+              f"mc{best['num_multicast']}{'A' if best['multicast_on_a'] else ''}{' hp' if best['half_promote'] else ''}"
+              f"{' tma' if best['tma_store'] else ''}{' 2cta' if best['ctas_per_sm'] == 2 else ''}"
+              f"{' kb%d' % best['k_batch'] if best['k_batch'] > 1 else ''}") if best else ""
+    _log_result(log, f"{m:>5}x{n:>6}x{k:>6}", rows, best, detail)
+    return rec
+
+
+def _run_twice(call, d, reset=None):
+    """call() twice, d poisoned with NaN (or reset()) before each: returns the first result (the
+    second stays in d) for the fully-written and bitwise-repeat checks."""
+    reset = reset or (lambda: d.fill_(float("nan")))
+    reset()
+    call()
+    first = d.clone()
+    reset()
+    call()
+    torch.cuda.synchronize()
+    return first
+
+
+def _grouped_row(cfg) -> dict:
+    """A grouped candidate's config fields, as table_entry writes them."""
+    return {"block_m": cfg.block_m, "block_n": cfg.block_n, "num_stages": cfg.num_stages, "num_splits": 1,
+            "num_multicast": cfg.num_multicast, "multicast_on_a": cfg.multicast_on_a, "tma_store": cfg.tma_store,
+            "half_promote": False, "ctas_per_sm": 1, "k_batch": 1}
+
+
+def _time_candidates(cands, load, row_of, check, num_tests):
+    """Load every candidate (in parallel), then per candidate check(cfg) -> (call, calc_diff, ok) and,
+    when ok, time call. A candidate that fails or cannot launch is reported in its row, never
+    timed. Returns (rows, the best ok row or None); rows[0] is the model's choice."""
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
-        list(pool.map(lambda c: ops._load(c, d.device.index), cands))
+        list(pool.map(load, cands))
     rows = []
     for i, cfg in enumerate(cands):
-        row = {"block_m": cfg.block_m, "block_n": cfg.block_n, "num_stages": cfg.num_stages,
-               "num_splits": cfg.num_splits, "num_multicast": cfg.num_multicast,
-               "multicast_on_a": cfg.multicast_on_a, "tma_store": cfg.tma_store, "half_promote": cfg.half_promote,
-               "ctas_per_sm": cfg.ctas_per_sm, "k_batch": cfg.k_batch,
-               "model_us": round(cfg.est_us, 3), "model_choice": i == 0}
+        row = {**row_of(cfg), "model_us": round(cfg.est_us, 3), "model_choice": i == 0}
         try:
-            if wgrad:
-                call = ops.prepare(a, sfa, b, sfb, d, c=d, recipe=(1, 1, 128), config=cfg)
-                d.copy_(c0)
-                call()
-                first = d.clone()
-                d.copy_(c0)
-                call()
-            else:
-                call = ops.prepare(a, sfa, b, sfb, d, config=cfg)
-                d.fill_(float("nan"))
-                call()
-                first = d.clone()
-                d.fill_(float("nan"))  # the repeat must write everything again too
-                call()
-            torch.cuda.synchronize()
-            diff = calc_diff(d.float(), ref)
-            # Elementwise too: a few wrong elements barely move calc_diff on a big output.
-            tol = 1e-2 * ref.abs().max().item() + 1e-6
-            close = bool(((d.float() - ref).abs() <= tol).all())
-            if wgrad:  # the product part alone (C must not hide an error in it, nor the reverse)
-                diff = max(diff, calc_diff((d - c0).float(), ref - c0))
+            call, diff, ok = check(cfg)
             row["calc_diff"] = diff
-            row["ok"] = bool(diff <= 1e-5 and close and not torch.isnan(first).any() and not torch.isnan(d).any()
-                             and torch.equal(first, d))
+            row["ok"] = bool(ok)
             if row["ok"]:
                 row["us"] = kernel_time_us(call, num_tests)
         except Exception as exc:  # a candidate that cannot launch is reported, not fatal
@@ -121,23 +154,24 @@ def tune_shape(m: int, n: int, k: int, num_sms: int, top: int, num_tests: int, g
             row["error"] = f"{type(exc).__name__}: {exc}"[:300]
         rows.append(row)
     good = [r for r in rows if r.get("ok")]
-    model = rows[0]
-    best = min(good, key=lambda r: r["us"]) if good else None
-    rec = {"family": family, "m": m, "n": n, "k": k, "candidates": rows, "model_us": model.get("us"),
-           "best_us": best["us"] if best else None, "best": best}
-    if best and model.get("us"):
-        log(f"{m:>5}x{n:>6}x{k:>6}: model {model['us']:8.2f} us -> best {best['us']:8.2f} us "
-            f"({model['us'] / best['us']:.3f}x) bm{best['block_m']} bn{best['block_n']} s{best['num_stages']} "
-            f"split{best['num_splits']} mc{best['num_multicast']}{'A' if best['multicast_on_a'] else ''}"
-            f"{' hp' if best['half_promote'] else ''}{' tma' if best['tma_store'] else ''}"
-            f"{' 2cta' if best['ctas_per_sm'] == 2 else ''}{' kb%d' % best['k_batch'] if best['k_batch'] > 1 else ''} "
-            f"[{len(good)}/{len(rows)} ok]")
+    return rows, (min(good, key=lambda r: r["us"]) if good else None)
+
+
+def _log_result(log, label: str, rows: list, best, detail: str) -> None:
+    ok = sum(1 for r in rows if r.get("ok"))
+    if best and rows[0].get("us"):
+        log(f"{label}: model {rows[0]['us']:8.2f} us -> best {best['us']:8.2f} us "
+            f"({rows[0]['us'] / best['us']:.3f}x) {detail} [{ok}/{len(rows)} ok]")
     else:
-        log(f"{m}x{n}x{k}: no timing ({len(good)}/{len(rows)} candidates ok)")
-    bad = [r for r in rows if not r.get("ok")]
-    for r in bad:
-        log(f"   FAILED candidate {r}")
-    return rec
+        log(f"{label}: no timing ({ok}/{len(rows)} candidates ok)")
+    for r in rows:
+        if not r.get("ok"):
+            log(f"   FAILED candidate {r}")
+
+
+def _grouped_detail(best) -> str:
+    return (f"bm{best['block_m']} bn{best['block_n']} s{best['num_stages']} mc{best['num_multicast']}"
+            f"{' tma' if best['tma_store'] else ''}") if best else ""
 
 
 def masked_default_shapes() -> list[tuple[int, int, int, int]]:
@@ -165,46 +199,21 @@ def tune_masked_shape(g: int, m: int, n: int, k: int, num_sms: int, top: int, nu
     ref = reference.m_grouped_fp8_gemm_nt_masked(a, sfa, b, sfb, masked_m, out_dtype=torch.float32)
     d = torch.empty(g, m_max, n, device="cuda", dtype=torch.bfloat16)
     cands = grouped_candidate_configs(GEMM_GROUPED_MASKED, m_max, n, k, g, num_sms, m, 0, top=top)
-    with concurrent.futures.ThreadPoolExecutor(8) as pool:
-        list(pool.map(lambda c: ops._load(c, d.device.index), cands))
-    rows = []
-    for i, cfg in enumerate(cands):
-        row = {"block_m": cfg.block_m, "block_n": cfg.block_n, "num_stages": cfg.num_stages, "num_splits": 1,
-               "num_multicast": cfg.num_multicast, "multicast_on_a": cfg.multicast_on_a, "tma_store": cfg.tma_store,
-               "half_promote": False, "ctas_per_sm": 1, "k_batch": 1, "model_us": round(cfg.est_us, 3),
-               "model_choice": i == 0}
 
-        def call(cfg=cfg):
+    def check(cfg):
+        def call():
             ops.m_grouped_fp8_gemm_nt_masked(a, sfa, b, sfb, d, masked_m, m, config=cfg)
-        try:
-            d.fill_(float("nan"))
-            call()
-            first = d.clone()
-            d.fill_(float("nan"))
-            call()
-            torch.cuda.synchronize()
-            diff = max(calc_diff(d[j, :m].float(), ref[j, :m]) for j in range(g))
-            untouched = bool(torch.isnan(d[:, m:]).all()) and bool(torch.isnan(first[:, m:]).all())
-            row["calc_diff"] = diff
-            row["ok"] = bool(diff <= 1e-5 and untouched and not torch.isnan(first[:, :m]).any()
-                             and not torch.isnan(d[:, :m]).any() and torch.equal(first[:, :m], d[:, :m]))
-            if row["ok"]:
-                row["us"] = kernel_time_us(call, num_tests)
-        except Exception as exc:
-            row["ok"] = False
-            row["error"] = f"{type(exc).__name__}: {exc}"[:300]
-        rows.append(row)
-    good = [r for r in rows if r.get("ok")]
-    best = min(good, key=lambda r: r["us"]) if good else None
+        first = _run_twice(call, d)
+        diff = max(calc_diff(d[j, :m].float(), ref[j, :m]) for j in range(g))
+        untouched = bool(torch.isnan(d[:, m:]).all()) and bool(torch.isnan(first[:, m:]).all())
+        ok = (diff <= 1e-5 and untouched and not torch.isnan(first[:, :m]).any()
+              and not torch.isnan(d[:, :m]).any() and torch.equal(first[:, :m], d[:, :m]))
+        return call, diff, ok
+
+    rows, best = _time_candidates(cands, lambda c: ops._load(c, d.device.index), _grouped_row, check, num_tests)
     rec = {"family": "masked", "groups": g, "m": m, "n": n, "k": k, "candidates": rows,
            "model_us": rows[0].get("us"), "best_us": best["us"] if best else None, "best": best}
-    if best and rows[0].get("us"):
-        log(f"masked G={g:>2} m={m:>5} {n:>6}x{k:>6}: model {rows[0]['us']:8.2f} us -> best {best['us']:8.2f} us "
-            f"({rows[0]['us'] / best['us']:.3f}x) bm{best['block_m']} bn{best['block_n']} s{best['num_stages']} "
-            f"mc{best['num_multicast']}{' tma' if best['tma_store'] else ''} [{len(good)}/{len(rows)} ok]")
-    for r in rows:
-        if not r.get("ok"):
-            log(f"   FAILED candidate {r}")
+    _log_result(log, f"masked G={g:>2} m={m:>5} {n:>6}x{k:>6}", rows, best, _grouped_detail(best))
     return rec
 
 
@@ -242,47 +251,20 @@ def tune_contiguous_shape(g: int, expected: int, n: int, k: int, ms: list[int], 
     ref = reference.m_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, layout, out_dtype=torch.float32)
     d = torch.empty(m_total, n, device="cuda", dtype=torch.bfloat16)
     cands = grouped_candidate_configs(GEMM_GROUPED_CONTIGUOUS, m_total, n, k, g, num_sms, 0, align_m, top=top)
-    with concurrent.futures.ThreadPoolExecutor(8) as pool:
-        list(pool.map(lambda c: ops._load(c, d.device.index), cands))
-    rows = []
-    for i, cfg in enumerate(cands):
-        row = {"block_m": cfg.block_m, "block_n": cfg.block_n, "num_stages": cfg.num_stages, "num_splits": 1,
-               "num_multicast": cfg.num_multicast, "multicast_on_a": cfg.multicast_on_a, "tma_store": cfg.tma_store,
-               "half_promote": False, "ctas_per_sm": 1, "k_batch": 1, "model_us": round(cfg.est_us, 3),
-               "model_choice": i == 0}
 
-        def call(cfg=cfg):
+    def check(cfg):
+        def call():
             ops.m_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, d, layout, config=cfg)
-        try:
-            d.fill_(float("nan"))
-            call()
-            first = d.clone()
-            d.fill_(float("nan"))
-            call()
-            torch.cuda.synchronize()
-            diff = calc_diff(d.float(), ref)
-            row["calc_diff"] = diff
-            row["ok"] = bool(diff <= 1e-5 and bool((d[layout < 0] == 0).all()) and not torch.isnan(d).any()
-                             and torch.equal(first, d))
-            if row["ok"]:
-                row["us"] = kernel_time_us(call, num_tests)
-        except Exception as exc:
-            row["ok"] = False
-            row["error"] = f"{type(exc).__name__}: {exc}"[:300]
-        rows.append(row)
-    good = [r for r in rows if r.get("ok")]
-    best = min(good, key=lambda r: r["us"]) if good else None
+        first = _run_twice(call, d)
+        diff = calc_diff(d.float(), ref)
+        ok = (diff <= 1e-5 and bool((d[layout < 0] == 0).all()) and not torch.isnan(d).any()
+              and torch.equal(first, d))
+        return call, diff, ok
+
+    rows, best = _time_candidates(cands, lambda c: ops._load(c, d.device.index), _grouped_row, check, num_tests)
     rec = {"family": "contiguous", "groups": g, "m": m_total, "expected_m": expected, "n": n, "k": k,
            "candidates": rows, "model_us": rows[0].get("us"), "best_us": best["us"] if best else None, "best": best}
-    if best and rows[0].get("us"):
-        log(f"contiguous G={g} m={m_total:>6} {n:>5}x{k:>5}: model {rows[0]['us']:8.2f} us -> best {best['us']:8.2f} us "
-            f"({rows[0]['us'] / best['us']:.3f}x) bm{best['block_m']} bn{best['block_n']} s{best['num_stages']} "
-            f"mc{best['num_multicast']}{' tma' if best['tma_store'] else ''} [{len(good)}/{len(rows)} ok]")
-    else:
-        log(f"contiguous G={g} m={m_total} {n}x{k}: no timing ({len(good)}/{len(rows)} candidates ok)")
-    for r in rows:
-        if not r.get("ok"):
-            log(f"   FAILED candidate {r}")
+    _log_result(log, f"contiguous G={g} m={m_total:>6} {n:>5}x{k:>5}", rows, best, _grouped_detail(best))
     return rec
 
 
@@ -306,45 +288,23 @@ def tune_bf16_shape(m: int, n: int, k: int, layout: str, num_sms: int, top: int,
     ref = (a.t() if a_mn else a).float() @ (b if b_mn else b.t()).float()
     d = torch.empty(m, n, device="cuda", dtype=torch.float32 if out_fp32 else torch.bfloat16)
     cands = candidate_configs(m, n, k, num_sms, a_mn, b_mn, out_fp32=out_fp32, top=top)
-    with concurrent.futures.ThreadPoolExecutor(8) as pool:
-        list(pool.map(lambda c: ops._load(c, d.device.index), cands))
-    rows = []
-    for i, cfg in enumerate(cands):
-        row = {"block_m": cfg.block_m, "block_n": cfg.block_n, "num_stages": cfg.num_stages,
-               "num_splits": cfg.num_splits, "num_multicast": 1, "multicast_on_a": False,
-               "tma_store": cfg.tma_store, "half_promote": False,
-               "model_us": round(cfg.est_us, 3), "model_choice": i == 0}
-        try:
-            call = ops.prepare(a, b, d, None, layout, config=cfg)
-            d.fill_(float("nan"))
-            call()
-            first = d.clone()
-            d.fill_(float("nan"))
-            call()
-            torch.cuda.synchronize()
-            diff = calc_diff(d.float(), ref)
-            row["calc_diff"] = diff
-            row["ok"] = bool(diff <= 1e-5 and not torch.isnan(d).any() and torch.equal(first, d))
-            if row["ok"]:
-                row["us"] = kernel_time_us(call, num_tests)
-        except Exception as exc:  # a candidate that cannot launch is reported, not fatal
-            row["ok"] = False
-            row["error"] = f"{type(exc).__name__}: {exc}"[:300]
-        rows.append(row)
-    good = [r for r in rows if r.get("ok")]
-    model = rows[0]
-    best = min(good, key=lambda r: r["us"]) if good else None
+
+    def row_of(cfg):
+        return {"block_m": cfg.block_m, "block_n": cfg.block_n, "num_stages": cfg.num_stages,
+                "num_splits": cfg.num_splits, "num_multicast": 1, "multicast_on_a": False,
+                "tma_store": cfg.tma_store, "half_promote": False}
+
+    def check(cfg):
+        call = ops.prepare(a, b, d, None, layout, config=cfg)
+        first = _run_twice(call, d)
+        diff = calc_diff(d.float(), ref)
+        return call, diff, diff <= 1e-5 and not torch.isnan(d).any() and torch.equal(first, d)
+
+    rows, best = _time_candidates(cands, lambda c: ops._load(c, d.device.index), row_of, check, num_tests)
     rec = {"family": "bf16", "layout": layout, "m": m, "n": n, "k": k, "out_fp32": out_fp32, "candidates": rows,
-           "model_us": model.get("us"), "best_us": best["us"] if best else None, "best": best}
-    if best and model.get("us"):
-        log(f"{layout} {m:>5}x{n:>6}x{k:>6}{' fp32' if out_fp32 else ''}: model {model['us']:8.2f} us -> best {best['us']:8.2f} us "
-            f"({model['us'] / best['us']:.3f}x) bm{best['block_m']} bn{best['block_n']} split{best['num_splits']} "
-            f"[{len(good)}/{len(rows)} ok]")
-    else:
-        log(f"{layout} {m}x{n}x{k}: no timing ({len(good)}/{len(rows)} candidates ok)")
-    for r in rows:
-        if not r.get("ok"):
-            log(f"   FAILED candidate {r}")
+           "model_us": rows[0].get("us"), "best_us": best["us"] if best else None, "best": best}
+    detail = f"bm{best['block_m']} bn{best['block_n']} split{best['num_splits']}" if best else ""
+    _log_result(log, f"{layout} {m:>5}x{n:>6}x{k:>6}{' fp32' if out_fp32 else ''}", rows, best, detail)
     return rec
 
 
