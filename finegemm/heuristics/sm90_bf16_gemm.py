@@ -20,10 +20,10 @@ and returns the cheapest:
 The kernel space is kept small on purpose (every member is compiled spill-free by
 tests/test_bf16_kernel_compile.py): block_m 64 / 128; block_n from BLOCK_N_K_MAJOR when B is
 K-major, from BLOCK_N_MN_MAJOR (whole 64-column TMA boxes) when B is N-major; the stage count
-is a function of the tile (as many as fit); split-K only with SPLIT_BLOCK_M x SPLIT_BLOCK_N tiles (the model: MODEL_SPLIT_TILES),
-for problems with fewer tiles than half the SMs. A tuned table (heuristics/tuned.py, kinds
-"bf16_<layout>", `python -m finegemm tune bf16`) overrides the model for the shapes it holds. The output dtype and C are run-time flags of the
-kernel, not variants.
+is a function of the tile (as many as fit); split-K only with SPLIT_BLOCK_M x SPLIT_BLOCK_N tiles
+(the model: MODEL_SPLIT_TILES, for problems with fewer tiles than half the SMs). A tuned table
+(heuristics/tuned.py, kinds "bf16_<layout>", `python -m finegemm tune bf16`) overrides the model
+for the shapes it holds. The output dtype and C are run-time flags of the kernel, not variants.
 
 M-grouped GEMMs (MoE; select_grouped_config): the same kernel with a GEMM-kind template parameter
 (GEMM_GROUPED_CONTIGUOUS / GEMM_GROUPED_MASKED, scheduler/grouped_bf16.cuh), nt layout, bf16 D,
@@ -274,8 +274,10 @@ def select_config(m: int, n: int, k: int, num_sms: int, a_mn_major: bool = False
     if has_c and not out_fp32:
         raise ValueError("select_config: C is only supported with an fp32 output")
     cfg = _tuned_config(m, n, k, num_sms, a_mn_major, b_mn_major, out_fp32, has_c, allow_split_k)
+    source = "tuned"
     if cfg is None:
         cfg = _model_config(m, n, k, num_sms, a_mn_major, b_mn_major, out_fp32, has_c, allow_split_k)
+        source = f"model, est={cfg.est_us:.1f}us"
     with _cache_lock:
         _cache[key] = cfg
     if print_configs_enabled():
@@ -284,7 +286,7 @@ def select_config(m: int, n: int, k: int, num_sms: int, a_mn_major: bool = False
             f"finegemm: sm90_bf16_gemm {layout} m={m} n={n} k={k} out={'fp32' if out_fp32 else 'bf16'}"
             f"{' +C' if has_c else ''} sms={num_sms} -> block_m={cfg.block_m} block_n={cfg.block_n} "
             f"stages={cfg.num_stages} splits={cfg.num_splits} tiles={cfg.num_tiles} grid={cfg.grid} "
-            f"smem={cfg.smem_bytes} {'tuned' if cfg.est_us == 0.0 else f'est={cfg.est_us:.1f}us'}",
+            f"smem={cfg.smem_bytes} ({source})",
             file=sys.stderr, flush=True,
         )
     return cfg
