@@ -11,7 +11,6 @@ process.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -20,7 +19,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from finegemm.heuristics import sm90_bf16_gemm as heur  # noqa: E402
 from finegemm.ops import sm90_bf16_gemm as ops  # noqa: E402
-from finegemm.utils import ceil_div  # noqa: E402
 
 
 def parse(case: str):
@@ -31,17 +29,10 @@ def parse(case: str):
 
 def config(m, n, k, layout, spec, sms):
     a_mn, b_mn = heur.LAYOUTS[layout]
-    auto = heur.select_config(m, n, k, sms, a_mn, b_mn)
     if spec == "auto":
-        return auto
+        return heur.select_config(m, n, k, sms, a_mn, b_mn)
     bm, bn, splits = (int(v) for v in spec.split(","))
-    tma = splits == 1
-    stages = heur.max_stages(bm, bn, tma)
-    tiles = ceil_div(m, bm) * ceil_div(n, bn)
-    units = tiles * splits
-    return dataclasses.replace(auto, block_m=bm, block_n=bn, num_stages=stages, num_splits=splits,
-                               grid=min(sms, units), smem_bytes=heur.smem_bytes(bm, bn, stages, tma),
-                               num_threads=heur.num_threads(bm), num_tiles=tiles, num_units=units, est_us=0.0)
+    return heur.make_config(m, n, k, sms, a_mn, b_mn, False, False, bm, bn, splits)
 
 
 def main() -> int:
@@ -76,13 +67,7 @@ def main() -> int:
         a = torch.randn((k, m) if a_mn else (m, k), device="cuda", dtype=torch.bfloat16)
         b = torch.randn((k, n) if b_mn else (n, k), device="cuda", dtype=torch.bfloat16)
         d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-        dev = d.device.index
-        saved = ops.plan
-        ops.plan = lambda *a_, **k_: (cfg, ops._load(cfg, dev))
-        try:
-            call = ops.prepare(a, b, d, None, layout)
-        finally:
-            ops.plan = saved
+        call = ops.prepare(a, b, d, None, layout, config=cfg)
         call()
         torch.cuda.synchronize()
         op_a = a.t() if a_mn else a

@@ -308,6 +308,27 @@ def test_forced_configs_must_match_the_problem():
     g = h.make_grouped_config(h.GEMM_GROUPED_MASKED, 256, 4096, 7168, 4, 132, 192, 0, 128, 128, 5, 1, True)
     with pytest.raises(ValueError, match="forced grouped config does not match"):
         ops.plan_grouped(h.GEMM_GROUPED_MASKED, 256, 4096, 7168, 8, 192, 0, 0, config=g)
+    # The contiguous kind's config= (the tuner): another kind or another G is refused too.
+    c = h.make_grouped_config(h.GEMM_GROUPED_CONTIGUOUS, 1024, 4096, 7168, 4, 132, 0, 128, 128, 128, 5, 1, True)
+    with pytest.raises(ValueError, match="forced grouped config does not match"):
+        ops.plan_grouped(h.GEMM_GROUPED_MASKED, 1024, 4096, 7168, 4, 0, 0, 0, config=c)
+    with pytest.raises(ValueError, match="forced grouped config does not match"):
+        ops.plan_grouped(h.GEMM_GROUPED_CONTIGUOUS, 1024, 4096, 7168, 8, 0, 128, 0, config=c)
+
+
+def test_bf16_forced_config_must_match_the_problem():
+    """sm90_bf16_gemm.prepare(config=...) names the argument when the config is another problem's."""
+    import torch
+
+    from finegemm.heuristics import sm90_bf16_gemm as bh
+    from finegemm.ops import sm90_bf16_gemm as bops
+    a, b = torch.zeros(128, 512, dtype=torch.bfloat16), torch.zeros(256, 512, dtype=torch.bfloat16)
+    d = torch.empty(128, 256, dtype=torch.bfloat16)
+    for wrong in (bh.make_config(64, 256, 512, 132, False, False, False, False, 64, 64, 1),  # other M
+                  bh.make_config(128, 256, 512, 132, False, True, False, False, 128, 64, 1),  # other layout
+                  bh.make_config(128, 256, 512, 132, False, False, True, False, 128, 64, 1)):  # fp32 out
+        with pytest.raises(ValueError, match="config .* is not one of this problem"):
+            bops.prepare(a, b, d, None, "nt", config=wrong)
 
 
 @pytest.mark.parametrize("args, rule", [

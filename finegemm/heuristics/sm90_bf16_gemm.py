@@ -363,7 +363,7 @@ def candidate_configs(m: int, n: int, k: int, num_sms: int, a_mn_major: bool = F
     32 / 64 / 128 with the fewest splits that fill the SMs, and half that)."""
     model = _model_config(m, n, k, num_sms, a_mn_major, b_mn_major, out_fp32, has_c, True)
     ranked = sorted(_model_options(m, n, k, num_sms, b_mn_major, out_fp32, has_c, True), key=lambda o: o[3])
-    picks = [(model.block_m, model.block_n, model.num_splits)] + [o[:3] for o in ranked[:top]]
+    picks = [o[:3] for o in ranked[:top]]
     num_kb = ceil_div(k, BLOCK_K)
     for bm in ([64] if m <= 64 else [64, 128]):
         for bn in SPLIT_BLOCK_N:
@@ -373,15 +373,14 @@ def candidate_configs(m: int, n: int, k: int, num_sms: int, a_mn_major: bool = F
             fill = max(1, min(MAX_SPLITS, num_kb // MIN_KB_PER_SPLIT, num_sms // tiles))
             for splits in sorted({1, fill, max(1, fill // 2)}):
                 picks.append((bm, bn, splits))
-    out, seen = [], set()
+    out, seen = [model], {(model.block_m, model.block_n, model.num_splits)}
     for bm, bn, splits in picks:
         if (bm, bn, splits) in seen:
             continue
         seen.add((bm, bn, splits))
         try:
-            out.append(model if not out else make_config(m, n, k, num_sms, a_mn_major, b_mn_major, out_fp32, has_c,
-                                                          bm, bn, splits))
-        except ValueError:
+            out.append(make_config(m, n, k, num_sms, a_mn_major, b_mn_major, out_fp32, has_c, bm, bn, splits))
+        except ValueError:  # a skinny-family tile outside this layout's space or K
             continue
     return out
 

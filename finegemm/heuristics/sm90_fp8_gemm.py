@@ -52,7 +52,7 @@ __all__ = [
     "make_grouped_config",
     "grouped_candidate_configs",
     "config_from_fields",
-    "masked_config_from_fields",
+    "grouped_config_from_fields",
     "tuned_entry_config",
     "CONTIGUOUS_KIND_PREFIX",
     "MASKED_KIND_PREFIX",
@@ -464,24 +464,32 @@ def config_from_fields(f: dict, m: int, n: int, k: int, num_sms: int, out_fp32: 
                        one_d_one_d, ctas_per_sm=f.get("ctas_per_sm", 1), k_batch=f.get("k_batch", 1))
 
 
-def masked_config_from_fields(f: dict, m_max: int, n: int, k: int, num_groups: int, num_sms: int,
-                              expected_m: int) -> Fp8GemmConfig:
-    """make_grouped_config() (masked kind) from a tuned entry's config fields."""
-    return make_grouped_config(GEMM_GROUPED_MASKED, m_max, n, k, num_groups, num_sms, expected_m, 0, f["block_m"],
-                               f["block_n"], f["num_stages"], f["num_multicast"], f["tma_store"])
+def grouped_config_from_fields(f: dict, kind: int, m: int, n: int, k: int, num_groups: int, num_sms: int,
+                               expected_m: int, alignment: int) -> Fp8GemmConfig:
+    """make_grouped_config() from a tuned entry's config fields."""
+    return make_grouped_config(kind, m, n, k, num_groups, num_sms, expected_m, alignment, f["block_m"], f["block_n"],
+                               f["num_stages"], f["num_multicast"], f["tma_store"])
+
+
+def _grouped_tuned_kind(kind: int, m: int, num_groups: int, expected_m: int) -> tuple[str, int]:
+    """(tuned-table kind, the M its entries are keyed by) of an m-grouped problem: the stacked rows
+    for the contiguous kind, the expected m (else Mmax) for the masked kind."""
+    if kind == GEMM_GROUPED_CONTIGUOUS:
+        return f"{CONTIGUOUS_KIND_PREFIX}{num_groups}", m
+    return f"{MASKED_KIND_PREFIX}{num_groups}", expected_m if expected_m > 0 else m
 
 
 def tuned_entry_config(e: dict) -> Fp8GemmConfig:
-    """The configuration a tuned-table entry names, at the entry's own shape (masked entries:
-    Mmax = expected m rounded up to 128)."""
+    """The configuration a tuned-table entry names, at the entry's own shape, planned as the ops
+    plan: contiguous entries with expected_m 0 and alignment 128, masked ones with Mmax = expected
+    m rounded up to 128."""
     f = {**tuned.OPTIONAL_FIELDS, **e["config"]}
-    if e["kind"].startswith(CONTIGUOUS_KIND_PREFIX):  # planned as the op plans: expected_m 0, alignment 128
-        return make_grouped_config(GEMM_GROUPED_CONTIGUOUS, e["m"], e["n"], e["k"],
-                                   int(e["kind"][len(CONTIGUOUS_KIND_PREFIX):]), e["num_sms"], 0, 128, f["block_m"],
-                                   f["block_n"], f["num_stages"], f["num_multicast"], f["tma_store"])
+    if e["kind"].startswith(CONTIGUOUS_KIND_PREFIX):
+        return grouped_config_from_fields(f, GEMM_GROUPED_CONTIGUOUS, e["m"], e["n"], e["k"],
+                                          int(e["kind"][len(CONTIGUOUS_KIND_PREFIX):]), e["num_sms"], 0, 128)
     if e["kind"].startswith(MASKED_KIND_PREFIX):
-        return masked_config_from_fields(f, ceil_div(e["m"], 128) * 128, e["n"], e["k"],
-                                         int(e["kind"][len(MASKED_KIND_PREFIX):]), e["num_sms"], e["m"])
+        return grouped_config_from_fields(f, GEMM_GROUPED_MASKED, ceil_div(e["m"], 128) * 128, e["n"], e["k"],
+                                          int(e["kind"][len(MASKED_KIND_PREFIX):]), e["num_sms"], e["m"], 0)
     return config_from_fields(f, e["m"], e["n"], e["k"], e["num_sms"], e.get("out_fp32", False),
                               e.get("has_c", False), e["kind"] == "fp8_1d1d")
 
@@ -631,24 +639,14 @@ def select_grouped_config(kind: int, m: int, n: int, k: int, num_groups: int, nu
                          f"{(m, n, k, num_groups, num_sms)}")
     cfg = None
     source = "model"
-    if kind == GEMM_GROUPED_CONTIGUOUS:  # entries keyed by the stacked rows (M of all groups)
-        hit = tuned.lookup(f"{CONTIGUOUS_KIND_PREFIX}{num_groups}", num_sms, m, n, k, False, False)
-        if hit is not None:
-            try:
-                cfg = make_grouped_config(kind, m, n, k, num_groups, num_sms, expected_m, alignment, hit["block_m"],
-                                          hit["block_n"], hit["num_stages"], hit["num_multicast"], hit["tma_store"])
-                source = "tuned"
-            except ValueError as e:
-                _warn_bad_entry(m, n, k, e)
-    if kind == GEMM_GROUPED_MASKED:
-        hit = tuned.lookup(f"{MASKED_KIND_PREFIX}{num_groups}", num_sms, expected_m if expected_m > 0 else m, n, k,
-                           False, False)
-        if hit is not None:
-            try:
-                cfg = masked_config_from_fields(hit, m, n, k, num_groups, num_sms, expected_m)
-                source = "tuned"
-            except ValueError as e:
-                _warn_bad_entry(m, n, k, e)
+    tuned_kind, tuned_m = _grouped_tuned_kind(kind, m, num_groups, expected_m)
+    hit = tuned.lookup(tuned_kind, num_sms, tuned_m, n, k, False, False)
+    if hit is not None:
+        try:
+            cfg = grouped_config_from_fields(hit, kind, m, n, k, num_groups, num_sms, expected_m, alignment)
+            source = "tuned"
+        except ValueError as e:
+            _warn_bad_entry(m, n, k, e)
     if cfg is None:
         _, bm, bn, mc, mc_on_a, tma, est, tiles, units = min(
             _grouped_model_candidates(kind, m, n, k, num_groups, num_sms, expected_m, alignment))
