@@ -75,6 +75,21 @@ def _fp8_forced(m, n, k, **kw):
     return calc_diff(d.float(), reference.fp8_gemm_nt(a, sfa, b, sfb, out_dtype=torch.float32))
 
 
+def _fp8_tile(m, n, k, bm, bn, mc=1, on_a=False, tma=False):
+    """A forced bm128 tile: the scale warp (tiles straddling two scale blocks, multicast pairs) or
+    the wide bn224 loop that reads B scales from global."""
+    from finegemm.heuristics.sm90_fp8_gemm import make_config, max_stages
+    from finegemm.ops import sm90_fp8_gemm as ops
+
+    a, sfa = finegemm.per_token_cast_to_fp8(torch.randn(m, k, device="cuda"))
+    b, sfb = finegemm.per_block_cast_to_fp8(torch.randn(n, k, device="cuda"))
+    d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    cfg = make_config(m, n, k, torch.cuda.get_device_properties(0).multi_processor_count, False, False, bm, bn,
+                      min(4, max_stages(bm, bn, tma)), 1, mc, on_a, tma)
+    ops.prepare(a, sfa, b, sfb, d, config=cfg)()
+    return calc_diff(d.float(), reference.fp8_gemm_nt(a, sfa, b, sfb, out_dtype=torch.float32))
+
+
 def _bf16_grouped_contiguous(ms, n, k):
     g = len(ms)
     a = torch.randn(sum(ms), k, device="cuda", dtype=torch.bfloat16)
@@ -130,6 +145,9 @@ CASES = [
     ("fp8 dense partial tiles", lambda: _fp8_dense(129, 2112, 512)),
     ("fp8 dense fp32 out", lambda: _fp8_dense(65, 576, 1024, torch.float32)),
     ("fp8 masked", lambda: _fp8_masked(3, 192, 576, 512)),
+    ("fp8 bm128 bn176 multicast B, TMA store", lambda: _fp8_tile(300, 1000, 1664, 128, 176, 2, False, True)),
+    ("fp8 bm128 bn208 multicast A", lambda: _fp8_tile(129, 1000, 5248, 128, 208, 2, True)),
+    ("fp8 bm128 bn224 wide loop", lambda: _fp8_tile(129, 600, 640, 128, 224)),
     ("bf16 nt", lambda: _bf16("nt", 129, 576, 512)),
     ("bf16 tn", lambda: _bf16("tn", 128, 576, 520)),
     ("bf16 k-grouped one launch", lambda: _bf16_k_grouped([128, 0, 256], 100, 136)),

@@ -451,8 +451,8 @@ def test_1d1d_configs():
             assert cfg.smem_bytes == smem_bytes(cfg.block_m, cfg.block_n, cfg.num_stages, False, True) <= SMEM_LIMIT
             assert cfg.kernel_key()[-2] is True  # (..., one_d_one_d, k_batch)
             assert not (cfg.split_k and cfg.num_multicast == 2)
-    # Per stage: + block_n fp32 padded to 128 bytes.
-    assert smem_bytes(128, 144, 4, False, True) - smem_bytes(128, 144, 4) == 4 * 640
+    # Per stage: block_n fp32 padded to 128 bytes in place of 1D2D's 16-byte B-scale slot.
+    assert smem_bytes(128, 144, 4, False, True) - smem_bytes(128, 144, 4) == 4 * (640 - 16)
     assert select_config(1, 576, 7168, 132, True, False, one_d_one_d=True).num_splits > 1
     with pytest.raises(ValueError):
         select_config(64, 64, 128, 132, False, False, one_d_one_d=True)

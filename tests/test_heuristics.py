@@ -118,12 +118,13 @@ def test_print_configs(monkeypatch, capsys):
 
 
 def test_smem_formula_matches_kernel_layout():
-    # Mirrors Sm90Fp8Gemm1d2dTraits: stages * (A + B + sfa + 2 barriers) + flag + 1024 alignment slack.
-    assert h.smem_bytes(128, 128, 6) == 1024 + 6 * (16384 + 16384 + 512) + 6 * 16 + 16
+    # Mirrors Sm90Fp8Gemm1d2dTraits: stages * (A + B + sfa + 16-byte sfb slot + 2 barriers) + flag
+    # + 1024 alignment slack.
+    assert h.smem_bytes(128, 128, 6) == 1024 + 6 * (16384 + 16384 + 512 + 16) + 6 * 16 + 16
     assert h.max_stages(64, 16) == h.MAX_STAGES
     assert h.max_stages(128, 192) == 5
     # + the TMA-store staging buffer (block_m x block_n bf16) in front of the stages.
-    assert h.smem_bytes(128, 208, 4, True) == 1024 + 128 * 208 * 2 + 4 * (16384 + 208 * 128 + 512) + 4 * 16 + 16
+    assert h.smem_bytes(128, 208, 4, True) == 1024 + 128 * 208 * 2 + 4 * (16384 + 208 * 128 + 512 + 16) + 4 * 16 + 16
     assert h.smem_bytes(64, 112, 3, False) == h.smem_bytes(64, 112, 3, True) - 64 * 112 * 2
     assert h.max_stages(128, 192, True) == 4 and h.max_stages(128, 224, True) == 3
     assert h.MAX_BLOCK_N == {64: 208, 128: 224}

@@ -185,16 +185,17 @@ def _staging_bytes(block_m: int, block_n: int, tma_store: bool) -> int:
 
 
 def _sfb_stage_bytes(block_n: int, one_d_one_d: bool) -> int:
-    """Recipe (1, 1, 128): block_n fp32 column scales per stage, padded to 128 bytes."""
-    return ceil_div(block_n * 4, 128) * 128 if one_d_one_d else 0
+    """Recipe (1, 1, 128): block_n fp32 column scales per stage, padded to 128 bytes; 1D2D: the
+    tile's (at most 3) B scales of the stage's k-block, 16 bytes."""
+    return ceil_div(block_n * 4, 128) * 128 if one_d_one_d else 16
 
 
 def smem_bytes(block_m: int, block_n: int, num_stages: int, tma_store: bool = False,
                one_d_one_d: bool = False) -> int:
     """Dynamic shared memory of a launch; mirrors Sm90Fp8Gemm1d2dTraits::kDynamicSmemBytes:
     the TMA-store staging buffer (block_m x block_n bf16, when tma_store), per stage A
-    (block_m x 128 B) + B (block_n x 128 B) + sfa (block_m fp32) [+ sfb (block_n fp32, padded to
-    128 B) with recipe (1, 1, 128)] + 2 barriers (16 B), a 16-byte flag, and 1024 bytes of slack to
+    (block_m x 128 B) + B (block_n x 128 B) + sfa (block_m fp32) + sfb (16 B; block_n fp32, padded
+    to 128 B, with recipe (1, 1, 128)) + 2 barriers (16 B), a 16-byte flag, and 1024 bytes of slack to
     align the base to the 128B-swizzle atom."""
     return (1024 + _staging_bytes(block_m, block_n, tma_store) +
             num_stages * (block_m * BLOCK_K + block_n * BLOCK_K + block_m * 4 + _sfb_stage_bytes(block_n, one_d_one_d))

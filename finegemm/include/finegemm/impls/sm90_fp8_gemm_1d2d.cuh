@@ -1,8 +1,9 @@
 // SM90 FP8 GEMM, "1D2D" scaling recipe (1,128,128):
 //   D[m, n] = C[m, n] + sum_kb sfa[m, kb] * sfb[n / 128, kb] * (A[m, kb-block] . B[n, kb-block])
 // A fp8 e4m3 [M, K] K-major, B fp8 e4m3 [N, K] K-major, sfa fp32 MN-major (element (kb, m) at
-// kb * sfa_ld + m; read through TMA), sfb fp32 [ceil(N/128), ceil(K/128)] contiguous (read from
-// global by the consumers), D bf16 or fp32 [M, N] (row stride ldd), C fp32 (only with fp32 D).
+// kb * sfa_ld + m; read through TMA), sfb fp32 [ceil(N/128), ceil(K/128)] contiguous (copied into
+// each stage by the scale warp, below; the bn224 loop reads it from global), D bf16 or fp32
+// [M, N] (row stride ldd), C fp32 (only with fp32 D).
 //
 // Persistent, warp-specialized kernel:
 //   warpgroups 0 .. kNumConsumerWG-1 : consumers (math). Each owns 64 rows of the BLOCK_M tile
@@ -10,10 +11,17 @@
 //                                      then promotes the k-block's partial sums into FP32
 //                                      registers with sfa * sfb.
 //   warpgroup kNumConsumerWG          : producer. One thread issues the TMA loads of A, B and
-//                                      sfa into a ring of kNumStages shared-memory stages.
+//                                      sfa into a ring of kNumStages shared-memory stages; with
+//                                      1D2D scaling (tiles up to 208 columns: kScaleWarp) its
+//                                      second warp (the scale warp) writes each
+//                                      stage's B scales (kSpan fp32) into the stage, so the
+//                                      consumers never wait on a global load: their first B-scale
+//                                      load of a tile sat ~850 cycles in front of its first wgmma
+//                                      (benchmarks/NOTES.md v0.14).
 // Barriers per stage: full (count 1: the producer's arrive.expect_tx, plus the stage's TMA
-// bytes) and empty (count = number of consumer warps: lane 0 of every consumer warp arrives
-// once its warpgroup's wgmmas on the stage have completed and its sfa reads are done).
+// bytes; count 2 with kScaleWarp: also the scale warp's arrive after its stores) and empty (count =
+// number of consumer warps: lane 0 of every consumer warp arrives once its warpgroup's wgmmas on
+// the stage have completed and its sfa / sfb reads are done).
 // Producer and consumers walk the same sequence of (work unit, k-block), so they agree on the
 // (stage, phase) of every k-block; the phase flips each time the ring index wraps.
 //
@@ -85,14 +93,15 @@ struct Sm90Fp8Gemm1d2dTraits {
 
   // Shared memory layout (offsets from a 1024-byte aligned base):
   //   [D staging (kTmaStore: BLOCK_M x BLOCK_N bf16, one 64-row buffer per consumer WG)]
-  //   [A stage 0..S-1][B stage 0..S-1][sfa stage 0..S-1][sfb stage 0..S-1 (k1D1D only)]
+  //   [A stage 0..S-1][B stage 0..S-1][sfa stage 0..S-1][sfb stage 0..S-1]
   //   [full bar x S][empty bar x S][flag]
   static constexpr uint32_t kSmemA = BLOCK_M * BLOCK_K;    // multiple of 1024 (swizzle atom)
   static constexpr uint32_t kSmemB = BLOCK_N * BLOCK_K;    // multiple of 1024 as BLOCK_N % 8 == 0
   static constexpr uint32_t kSmemSfa = BLOCK_M * 4;        // 256 or 512: keeps 128-byte alignment
-  // k1D1D: BLOCK_N fp32 B scales per stage (one per column), padded to 128 bytes.
+  // k1D1D: BLOCK_N fp32 B scales per stage (one per column, a TMA box), padded to 128 bytes.
+  // 1D2D: the tile's (at most 3) B scales of the stage's k-block, written by the scale warp.
   static constexpr uint32_t kSfbBoxBytes = k1D1D ? BLOCK_N * 4 : 0;
-  static constexpr uint32_t kSmemSfb = (kSfbBoxBytes + 127) / 128 * 128;
+  static constexpr uint32_t kSmemSfb = k1D1D ? (kSfbBoxBytes + 127) / 128 * 128 : 16;
   static constexpr uint32_t kSmemD = kTmaStore ? BLOCK_M * BLOCK_N * 2 : 0;  // multiple of 2048
   static constexpr uint32_t kOffD = 0;
   static constexpr uint32_t kOffA = kOffD + kSmemD;
@@ -261,6 +270,10 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   //  - the k-loop instantiated per scale-block offset of the tile (one dispatch per tile instead of
   //    promote()'s compare-and-branch chain per k-block; -5 to -9.5% more).
   constexpr bool kLeanLoop = BLOCK_N <= 208;
+  // 1D2D B scales through the stages (the scale warp) with the lean loop; the wide loop (bn224)
+  // keeps loading them from global one k-block ahead: with the scale warp ptxas spills there.
+  constexpr bool kScaleWarp = !k1D1D && kLeanLoop;
+  static_assert(kScaleWarp || k1D1D || (kKBatch == 1 && !kHalfPromote), "k-batch / half-promote: lean tiles only");
   constexpr bool kMcA = kNumMulticast == 2 && kMulticastOnA;
   constexpr bool kMcB = kNumMulticast == 2 && !kMulticastOnA;
   // kGrouped: the work units come from the TileWalker (every kind but the dense one).
@@ -299,7 +312,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
     if (ptx::dynamic_smem_size() < Traits::kDynamicSmemBytes) __trap();
 #pragma unroll
     for (uint32_t s = 0; s < kNumStages; ++s) {
-      ptx::mbar_init(full_bar(s), 1);
+      ptx::mbar_init(full_bar(s), kScaleWarp ? 2 : 1);
       // Every consumer warp of every CTA of the cluster releases the stage (the peer's
       // multicast writes into this CTA's stage too).
       ptx::mbar_init(empty_bar(s), kNumConsumerWG * 4 * kNumMulticast);
@@ -397,6 +410,57 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         FG_TRACE_TILE(trace_buf, 2, traced_tile, 2);
         FG_TRACE_ONLY(++traced_tile;)
       }
+    } else if (kScaleWarp && threadIdx.x / 32 == kNumConsumerThreads / 32 + 1) {
+      // The scale warp (1D2D): walks the producer's sequence of (unit, k-block) and writes each
+      // stage's B scales into shared memory, then arrives on the stage's full barrier. Lane i
+      // loads k-block kb0 + i of a 32-k-block chunk (one load round trip per 32 k-blocks, issued
+      // while the ring is still kNumStages k-blocks ahead of the consumers); lane kb - kb0 stores.
+      const uint32_t lane = threadIdx.x % 32;
+      const uint32_t num_sfb_blocks = (N + 127) / 128;
+      float* sfb_smem = reinterpret_cast<float*>(smem + Traits::kOffSfb);
+      uint32_t stage = 0, phase = 0;
+      Walker walker(M, N, num_kb, kSplitK ? num_splits : 1u, grouped, num_groups);
+      scheduler::TileCoords t;
+      for (uint32_t unit = cluster_id; kGrouped || unit < sched.num_units; unit += num_clusters) {
+        if constexpr (kGrouped) {
+          if (!walker.next(unit, rank, t)) break;
+        } else {
+          sched.get(unit, rank, t.m_block, t.n_block, t.split);
+          t.skip = false;
+          t.group = 0;
+        }
+        uint32_t kb_begin, kb_end;
+        sched.k_range(t.split, num_kb, kb_begin, kb_end);
+        if (t.skip) kb_end = kb_begin;
+        // The tile's scale blocks, clamped (blocks past the end are never selected; a phantom
+        // tile's scales are never stored). Addresses are recomputed per load: this warp runs in
+        // the producer's 40 registers.
+        const float* sfb_group = sfb + static_cast<size_t>(t.group) * num_sfb_blocks * num_kb;
+        const uint32_t nb0 = t.n_block * BLOCK_N / 128;
+        for (uint32_t kb0 = kb_begin; kb0 < kb_end; kb0 += 32) {
+          float v[kSpan];
+          const uint32_t kb_mine = kb0 + lane;
+#pragma unroll
+          for (uint32_t b = 0; b < kSpan; ++b) {
+            const uint32_t nb = nb0 + b < num_sfb_blocks ? nb0 + b : num_sfb_blocks - 1;
+            v[b] = kb_mine < kb_end ? __ldg(sfb_group + static_cast<size_t>(nb) * num_kb + kb_mine) : 0.0f;
+          }
+          const uint32_t n_here = kb_end - kb0 < 32 ? kb_end - kb0 : 32;
+          for (uint32_t i = 0; i < n_here; ++i) {
+            ptx::mbar_wait(empty_bar(stage), phase ^ 1u);
+            if (lane == i) {
+#pragma unroll
+              for (uint32_t b = 0; b < kSpan; ++b) sfb_smem[stage * (Traits::kSmemSfb / 4) + b] = v[b];
+              ptx::mbar_arrive(full_bar(stage));  // release: orders the stores before the arrive
+            }
+            __syncwarp();
+            if (++stage == kNumStages) {
+              stage = 0;
+              phase ^= 1u;
+            }
+          }
+        }
+      }
     }
   } else {
     // ------------------------------------------------------------------ consumer warpgroups
@@ -407,7 +471,6 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
     // This thread's two rows inside the tile (wgmma D fragment: row 16*warp + lane/4, +8).
     const uint32_t r0 = wg * 64 + warp * 16 + lane / 4;
     const uint32_t col_in_chunk = 2 * (lane % 4);
-    const uint32_t num_sfb_blocks = (N + 127) / 128;
 
     constexpr uint32_t kHalfAcc = kMmaN / 2;  // accumulators of one wgmma batch
     constexpr uint32_t kHalfChunks = kMmaN / 8;
@@ -509,15 +572,20 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           }
         }
       } else {
-      // 1D2D main loop (kept at its original indentation).
-      // Scale rows of B this tile touches (clamped: blocks past the end are never selected).
-      const float* sfb_group = sfb + static_cast<size_t>(t.group) * num_sfb_blocks * num_kb;
-      const float* sfb_rows[kSpan];
+      // 1D2D main loop (kept at its original indentation). The k-block's B scales of the tile's
+      // (up to kSpan) scale blocks are in the stage (written by the scale warp), or, on the wide
+      // loop, read from these rows of sfb (clamped: blocks past the end are never selected).
+      const float* sfb_smem = reinterpret_cast<const float*>(smem + Traits::kOffSfb);
+      const float* sfb_rows[kScaleWarp ? 1 : kSpan];
+      if constexpr (!kScaleWarp) {
+        const uint32_t num_sfb_blocks = (N + 127) / 128;
+        const float* sfb_group = sfb + static_cast<size_t>(t.group) * num_sfb_blocks * num_kb;
 #pragma unroll
-      for (uint32_t b = 0; b < kSpan; ++b) {
-        uint32_t nb = n0 / 128 + b;
-        nb = nb < num_sfb_blocks ? nb : num_sfb_blocks - 1;
-        sfb_rows[b] = sfb_group + static_cast<size_t>(nb) * num_kb;
+        for (uint32_t b = 0; b < kSpan; ++b) {
+          uint32_t nb = n0 / 128 + b;
+          nb = nb < num_sfb_blocks ? nb : num_sfb_blocks - 1;
+          sfb_rows[b] = sfb_group + static_cast<size_t>(nb) * num_kb;
+        }
       }
       // Offset of the tile's first column inside its 128-wide scale block (a multiple of kG).
       const uint32_t n_off = n0 % 128u;
@@ -527,16 +595,6 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
 
       if constexpr (kKBatch > 1) {
       float accb[kKBatch][kHalfAcc];
-      // B scales of the next batch are loaded while this one runs (their L2 latency would
-      // otherwise sit on the chain).
-      float sb_next[kKBatch][kSpan];
-      const uint32_t kb_last = kb_end > kb_begin ? kb_end - 1 : kb_begin;  // every index read stays valid
-#pragma unroll
-      for (uint32_t j = 0; j < kKBatch; ++j) {
-        const uint32_t kbj = kb_begin + j < kb_end ? kb_begin + j : kb_last;
-#pragma unroll
-        for (uint32_t b = 0; b < kSpan; ++b) sb_next[j][b] = __ldg(sfb_rows[b] + kbj);
-      }
       // Whole batches, then the (< kKBatch) remaining k-blocks one at a time. No wgmma is issued
       // under a per-k-block condition inside a batch: ptxas serialized every wgmma of the bm64
       // kernels when a batch's issue was conditional (C7520).
@@ -550,11 +608,14 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           ptx::mbar_wait(full_bar(stage), phase);
           const float sa0 = sfa_smem[stage * BLOCK_M + r0];
           const float sa1 = sfa_smem[stage * BLOCK_M + r0 + 8];
+          float sb[kSpan];  // loaded before the issue (see the k_batch == 1 path)
+#pragma unroll
+          for (uint32_t b = 0; b < kSpan; ++b) sb[b] = sfb_smem[stage * (Traits::kSmemSfb / 4) + b];
           issue(accb[j], stage, 0);
 #pragma unroll
           for (uint32_t b = 0; b < kSpan; ++b) {
-            s0[j][b] = sa0 * sb_next[j][b];
-            s1[j][b] = sa1 * sb_next[j][b];
+            s0[j][b] = sa0 * sb[b];
+            s1[j][b] = sa1 * sb[b];
           }
           if (++stage == kNumStages) {
             stage = 0;
@@ -564,12 +625,6 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         // The batch's sfa loads must be complete before its stages are released (see the
         // k_batch == 1 path): fence while the wgmmas run.
         ptx::fence_proxy_async_shared();
-#pragma unroll
-        for (uint32_t j = 0; j < kKBatch; ++j) {
-          const uint32_t kbn = kb0 + kKBatch + j < kb_end ? kb0 + kKBatch + j : kb_last;
-#pragma unroll
-          for (uint32_t b = 0; b < kSpan; ++b) sb_next[j][b] = __ldg(sfb_rows[b] + kbn);
-        }
         // Staggered waits: k-block j is promoted (and its stage released) as soon as its own
         // group completes, while the batch's later k-blocks still run on the tensor core. Nothing
         // stays in flight across the loop's back edge (ptxas serializes every wgmma of the kernel
@@ -583,23 +638,26 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
                                                                                         s0[j], s1[j]);
         }
       }
-      // The remaining k-blocks (their B scales are in sb_next[0 ..]).
+      // The remaining k-blocks.
 #pragma unroll
       for (uint32_t j = 0; j + 1 < kKBatch; ++j) {
         if (kb_batched_end + j < kb_end) {
           ptx::mbar_wait(full_bar(stage), phase);
           const float sa0 = sfa_smem[stage * BLOCK_M + r0];
           const float sa1 = sfa_smem[stage * BLOCK_M + r0 + 8];
+          float sb[kSpan];
+#pragma unroll
+          for (uint32_t b = 0; b < kSpan; ++b) sb[b] = sfb_smem[stage * (Traits::kSmemSfb / 4) + b];
           issue(accb[0], stage, 0);
-          ptx::fence_proxy_async_shared();
-          ptx::wgmma_wait<0>();
-          ptx::fence_operands(accb[0]);
           float s0[kSpan], s1[kSpan];
 #pragma unroll
           for (uint32_t b = 0; b < kSpan; ++b) {
-            s0[b] = sa0 * sb_next[j][b];
-            s1[b] = sa1 * sb_next[j][b];
+            s0[b] = sa0 * sb[b];
+            s1[b] = sa1 * sb[b];
           }
+          ptx::fence_proxy_async_shared();
+          ptx::wgmma_wait<0>();
+          ptx::fence_operands(accb[0]);
           release(stage);
           if (++stage == kNumStages) {
             stage = 0;
@@ -614,34 +672,44 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
       // otherwise it runs once and promote() dispatches per k-block.
       auto kloop = [&](auto off_c) {
       constexpr uint32_t kOff = decltype(off_c)::value;
-      // B scales are software-pipelined one k-block ahead: the load for k-block kb + 1 is issued
-      // at the start of iteration kb, so its (L1/L2) latency hides behind a whole k-block of MMA
-      // instead of stalling the promotion (measured: ~10% of the runtime when loaded in-iteration).
-      float sb_next[kSpan];
+      // Wide loop: B scales software-pipelined one k-block ahead (the load for k-block kb + 1 is
+      // issued at the start of iteration kb, so its latency hides behind a k-block of MMA).
+      float sb_next[kScaleWarp ? 1 : kSpan];
+      if constexpr (!kScaleWarp) {
 #pragma unroll
-      for (uint32_t b = 0; b < kSpan; ++b) sb_next[b] = __ldg(sfb_rows[b] + kb_begin);
-
+        for (uint32_t b = 0; b < kSpan; ++b) sb_next[b] = __ldg(sfb_rows[b] + kb_begin);
+      }
       float sa0 = 0.0f, sa1 = 0.0f;
 
       for (uint32_t kb = kb_begin; kb < kb_end; ++kb) {
+        // The stage's B scales. Lean loop: shared loads next to the sfa ones, before the wgmma
+        // issue. Loaded after the issue, ptxas put the loads and their products between the
+        // k-block's 3rd and 4th wgmma, whose issue then waited for the load (shared memory is busy
+        // with the wgmma operand reads): +6% / +15% time on bm128 bn208 / bn176; loaded after
+        // the wait, +1-6% (NOTES v0.17).
         float sb[kSpan];
-        const uint32_t kb_pref = kb + 1 < kb_end ? kb + 1 : kb;  // stays in range (re-reads the last)
+        if constexpr (!kScaleWarp) {
+          const uint32_t kb_pref = kb + 1 < kb_end ? kb + 1 : kb;  // stays in range (re-reads the last)
 #pragma unroll
-        for (uint32_t b = 0; b < kSpan; ++b) {
-          sb[b] = sb_next[b];
-          sb_next[b] = __ldg(sfb_rows[b] + kb_pref);
+          for (uint32_t b = 0; b < kSpan; ++b) {
+            sb[b] = sb_next[b];
+            sb_next[b] = __ldg(sfb_rows[b] + kb_pref);
+          }
         }
-
         if constexpr (!kHalfPromote) {
           ptx::mbar_wait(full_bar(stage), phase);
           FG_TRACE_ONLY(if (kb == kb_begin) FG_TRACE_TILE(wg_trace, wg, traced, 1);)
           sa0 = sfa_smem[stage * BLOCK_M + r0];
           sa1 = sfa_smem[stage * BLOCK_M + r0 + 8];
+          if constexpr (kScaleWarp) {
+#pragma unroll
+            for (uint32_t b = 0; b < kSpan; ++b) sb[b] = sfb_smem[stage * (Traits::kSmemSfb / 4) + b];
+          }
           issue(acc_lo, stage, 0);
           // The sfa loads must be complete before the stage is released (below): ptxas moved
           // their consumers after the arrive on bm128/bn144 with multicast — the 1D1D race
           // pattern. The proxy fence goes here, while the wgmmas run, so that its wait (for
-          // these loads and the B-scale prefetch) overlaps the tensor-core work; in front of the
+          // these loads and the stage's B-scale loads) overlaps the tensor-core work; in front of the
           // arrive it cost 7% on 4096x4096x7168, and a register dependency through the warp
           // sync's mask more (v0.9).
           ptx::fence_proxy_async_shared();
@@ -669,6 +737,8 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           ptx::mbar_wait(full_bar(stage), phase);
           sa0 = sfa_smem[stage * BLOCK_M + r0];
           sa1 = sfa_smem[stage * BLOCK_M + r0 + 8];
+#pragma unroll
+          for (uint32_t b = 0; b < kSpan; ++b) sb[b] = sfb_smem[stage * (Traits::kSmemSfb / 4) + b];
           issue(acc_lo, stage, 0);
           issue(acc_hi, stage, kMmaN);
           ptx::fence_proxy_async_shared();  // the sfa loads (as the plain path)
