@@ -55,9 +55,13 @@ struct Bf16GroupedWalker {
   uint32_t M;          // contiguous: total rows; masked: Mmax
   uint32_t N, num_groups, num_n_blocks;
   uint32_t g, base;  // masked walk: current group, units of the groups before it
+  uint32_t rows_g;   // masked walk: group_rows(g), read once per group (as the FP8 TileWalker)
 
   __device__ __forceinline__ Bf16GroupedWalker(uint32_t m, uint32_t n, const int* gl, uint32_t groups)
-      : grouped(gl), M(m), N(n), num_groups(groups), num_n_blocks((n + BLOCK_N - 1) / BLOCK_N), g(0), base(0) {}
+      : grouped(gl), M(m), N(n), num_groups(groups), num_n_blocks((n + BLOCK_N - 1) / BLOCK_N), g(0), base(0),
+        rows_g(0) {
+    if constexpr (kKind == kBf16GemmGroupedMasked) rows_g = group_rows(0);
+  }
 
   // Dense column-grouped order (impls::Bf16TileScheduler): tile -> (m_block, n_block).
   __device__ __forceinline__ void order(uint32_t tile, uint32_t num_m_blocks, uint32_t& m_block,
@@ -80,7 +84,7 @@ struct Bf16GroupedWalker {
 
   // Rows >= this (2-D view index) of the tile last returned by next() are never stored.
   __device__ __forceinline__ uint32_t row_limit() const {
-    if constexpr (kKind == kBf16GemmGroupedMasked) return g * M + group_rows(g);
+    if constexpr (kKind == kBf16GemmGroupedMasked) return g * M + rows_g;
     return M;
   }
 
@@ -89,10 +93,11 @@ struct Bf16GroupedWalker {
     if constexpr (kKind == kBf16GemmGroupedMasked) {
       uint32_t m_blocks;
       while (true) {
-        m_blocks = (group_rows(g) + BLOCK_M - 1) / BLOCK_M;
+        m_blocks = (rows_g + BLOCK_M - 1) / BLOCK_M;
         if (unit < base + m_blocks * num_n_blocks) break;
         base += m_blocks * num_n_blocks;
         if (++g >= num_groups) return false;
+        rows_g = group_rows(g);
       }
       order(unit - base, m_blocks, t.m_block, t.n_block);
       t.a_row = g * M + t.m_block * BLOCK_M;

@@ -112,8 +112,10 @@ struct TileCoords {
 //     tile is padding: `skip`).
 //   GroupedMasked: group after group, each with ceil(clamp(masked_m[g], 0, Mmax) / BLOCK_M)
 //     m-blocks, in the PersistentScheduler's swizzled order inside the group. masked_m is read
-//     on the GPU (never by the host); the walk is monotonic (units of a CTA increase), so its
-//     cost is O(G + units) per CTA. Tiles of rows >= masked_m are never visited.
+//     on the GPU (never by the host), once per group and walker: the walk is monotonic (units of
+//     a CTA increase), so its cost is O(G + units) per CTA, and the current group's row count
+//     stays in a register (re-reading it per tile put a global-load round trip in front of every
+//     tile's main loop and epilogue). Tiles of rows >= masked_m are never visited.
 //   KGrouped: num_groups slots (the host's group table) of the same [M, N] tile grid, slot after
 //     slot, each in the PersistentScheduler's order; `group` is the SLOT (the kernel reads its
 //     tensor maps, k-blocks and D group from the table); a_row / sfa_m / b_row are coordinates
@@ -134,13 +136,16 @@ struct TileWalker {
   const int* grouped;  // contiguous: group id per row; masked: masked_m per group
   uint32_t M, N, num_kb, num_groups;
   uint32_t g, base;  // masked walk: current group, units of the groups before it
+  uint32_t rows_g;   // masked walk: group_rows(g)
 
   // m: rows (M, or Mmax per group for masked); num_groups >= 1 for masked.
   __device__ __forceinline__ TileWalker(uint32_t m, uint32_t n, uint32_t kb, uint32_t splits, const int* gl,
                                         uint32_t groups)
       : sched(kGemmKind == kGemmGroupedMasked ? 0u : (m + BLOCK_M - 1) / BLOCK_M, (n + BLOCK_N - 1) / BLOCK_N,
               splits),
-        grouped(gl), M(m), N(n), num_kb(kb), num_groups(groups), g(0), base(0) {}
+        grouped(gl), M(m), N(n), num_kb(kb), num_groups(groups), g(0), base(0), rows_g(0) {
+    if constexpr (kGemmKind == kGemmGroupedMasked) rows_g = group_rows(0);
+  }
 
   // masked_m[g] clamped to [0, Mmax] (a bad value never reads or writes out of bounds).
   __device__ __forceinline__ uint32_t group_rows(uint32_t grp) const {
@@ -150,7 +155,7 @@ struct TileWalker {
 
   // Rows >= this (2-D view index) of the tile last returned by next() are never stored.
   __device__ __forceinline__ uint32_t row_limit() const {
-    if constexpr (kGemmKind == kGemmGroupedMasked) return g * M + group_rows(g);
+    if constexpr (kGemmKind == kGemmGroupedMasked) return g * M + rows_g;
     return M;
   }
 
@@ -161,10 +166,11 @@ struct TileWalker {
     if constexpr (kGemmKind == kGemmGroupedMasked) {
       const uint32_t num_n_blocks = (N + BLOCK_N - 1) / BLOCK_N;
       while (true) {
-        s = Sched((group_rows(g) + BLOCK_M - 1) / BLOCK_M, num_n_blocks, 1u);
+        s = Sched((rows_g + BLOCK_M - 1) / BLOCK_M, num_n_blocks, 1u);
         if (unit < base + s.num_units) break;
         base += s.num_units;
         if (++g >= num_groups) return false;  // the caller's loop ends: no later call
+        rows_g = group_rows(g);
       }
       local = unit - base;
     } else if constexpr (kGemmKind == kGemmKGrouped) {
@@ -204,7 +210,7 @@ struct TileWalker {
     } else {
       t.group = g;
       t.a_row = g * M + m0;
-      t.row_limit = g * M + group_rows(g);
+      t.row_limit = g * M + rows_g;
       t.sfa_m = m0;
       t.sfa_kb0 = g * num_kb;
       t.b_row = g * N + n0;
