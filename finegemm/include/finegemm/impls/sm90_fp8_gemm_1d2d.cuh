@@ -13,13 +13,13 @@
 //   warpgroup kNumConsumerWG          : producer. One thread issues the TMA loads of A, B and
 //                                      sfa into a ring of kNumStages shared-memory stages; with
 //                                      1D2D scaling (tiles up to 208 columns: kScaleWarp) its
-//                                      second warp (the scale warp) stores each
+//                                      second warp (the scale warp) writes each
 //                                      stage's B scales (kSpan fp32) into the stage, so the
 //                                      consumers never wait on a global load: their first B-scale
 //                                      load of a tile sat ~850 cycles in front of its first wgmma
 //                                      (benchmarks/NOTES.md v0.14).
 // Barriers per stage: full (count 1: the producer's arrive.expect_tx, plus the stage's TMA
-// bytes and, with kScaleWarp, the 16 bytes of the scale warp's st.async) and empty (count =
+// bytes; count 2 with kScaleWarp: also the scale warp's arrive after its stores) and empty (count =
 // number of consumer warps: lane 0 of every consumer warp arrives once its warpgroup's wgmmas on
 // the stage have completed and its sfa / sfb reads are done).
 // Producer and consumers walk the same sequence of (work unit, k-block), so they agree on the
@@ -274,8 +274,6 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   // keeps loading them from global one k-block ahead: with the scale warp ptxas spills there.
   constexpr bool kScaleWarp = !k1D1D && kLeanLoop;
   static_assert(kScaleWarp || k1D1D || (kKBatch == 1 && !kHalfPromote), "k-batch / half-promote: lean tiles only");
-  // Bytes that complete a stage's full barrier: the TMA boxes, plus the scale warp's B scales.
-  constexpr uint32_t kStageTxBytes = Traits::kTxBytes + (kScaleWarp ? Traits::kSmemSfb : 0u);
   constexpr bool kMcA = kNumMulticast == 2 && kMulticastOnA;
   constexpr bool kMcB = kNumMulticast == 2 && !kMulticastOnA;
   // kGrouped: the work units come from the TileWalker (every kind but the dense one).
@@ -314,7 +312,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
     if (ptx::dynamic_smem_size() < Traits::kDynamicSmemBytes) __trap();
 #pragma unroll
     for (uint32_t s = 0; s < kNumStages; ++s) {
-      ptx::mbar_init(full_bar(s), 1);
+      ptx::mbar_init(full_bar(s), kScaleWarp ? 2 : 1);
       // Every consumer warp of every CTA of the cluster releases the stage (the peer's
       // multicast writes into this CTA's stage too).
       ptx::mbar_init(empty_bar(s), kNumConsumerWG * 4 * kNumMulticast);
@@ -381,7 +379,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           ptx::mbar_wait(empty_bar(stage), phase ^ 1u);
           FG_TRACE_ONLY(if (kb == kb_begin) FG_TRACE_TILE(trace_buf, 2, traced_tile, 1);)
           // The full boxes' bytes, whichever CTA of the cluster issues which half.
-          ptx::mbar_arrive_expect_tx(full_bar(stage), kStageTxBytes);
+          ptx::mbar_arrive_expect_tx(full_bar(stage), Traits::kTxBytes);
           const int32_t k0 = static_cast<int32_t>(kb * Traits::BLOCK_K);
           const uint32_t dst_a = base + Traits::kOffA + stage * Traits::kSmemA;
           const uint32_t dst_b = base + Traits::kOffB + stage * Traits::kSmemB;
@@ -413,17 +411,13 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         FG_TRACE_ONLY(++traced_tile;)
       }
     } else if (kScaleWarp && threadIdx.x / 32 == kNumConsumerThreads / 32 + 1) {
-      // The scale warp (1D2D): walks the producer's sequence of (unit, k-block) and stores each
-      // stage's B scales into its slot with st.async, which completes 16 of the stage's expected
-      // transaction bytes (the producer's expect_tx counts them): the slot is published and
-      // recycled exactly like the TMA-loaded sfa (consumers read it after the full barrier and
-      // fence.proxy.async before releasing the stage). A plain store + arrive is as correct under
-      // the PTX memory model, but compute-sanitizer's racecheck does not see mbarrier ordering of
-      // generic stores and flagged every recycled slot. Lane i loads k-block kb0 + i of a
-      // 32-k-block chunk (one load round trip per 32 k-blocks, issued while the ring is still
-      // kNumStages k-blocks ahead of the consumers); lane kb - kb0 stores.
+      // The scale warp (1D2D): walks the producer's sequence of (unit, k-block) and writes each
+      // stage's B scales into shared memory, then arrives on the stage's full barrier. Lane i
+      // loads k-block kb0 + i of a 32-k-block chunk (one load round trip per 32 k-blocks, issued
+      // while the ring is still kNumStages k-blocks ahead of the consumers); lane kb - kb0 stores.
       const uint32_t lane = threadIdx.x % 32;
       const uint32_t num_sfb_blocks = (N + 127) / 128;
+      float* sfb_smem = reinterpret_cast<float*>(smem + Traits::kOffSfb);
       uint32_t stage = 0, phase = 0;
       Walker walker(M, N, num_kb, kSplitK ? num_splits : 1u, grouped, num_groups);
       scheduler::TileCoords t;
@@ -444,7 +438,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         const float* sfb_group = sfb + static_cast<size_t>(t.group) * num_sfb_blocks * num_kb;
         const uint32_t nb0 = t.n_block * BLOCK_N / 128;
         for (uint32_t kb0 = kb_begin; kb0 < kb_end; kb0 += 32) {
-          float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+          float v[kSpan];
           const uint32_t kb_mine = kb0 + lane;
 #pragma unroll
           for (uint32_t b = 0; b < kSpan; ++b) {
@@ -455,8 +449,9 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           for (uint32_t i = 0; i < n_here; ++i) {
             ptx::mbar_wait(empty_bar(stage), phase ^ 1u);
             if (lane == i) {
-              ptx::st_async_16(base + Traits::kOffSfb + stage * Traits::kSmemSfb, v[0], v[1], v[2], v[3],
-                               full_bar(stage));
+#pragma unroll
+              for (uint32_t b = 0; b < kSpan; ++b) sfb_smem[stage * (Traits::kSmemSfb / 4) + b] = v[b];
+              ptx::mbar_arrive(full_bar(stage));  // release: orders the stores before the arrive
             }
             __syncwarp();
             if (++stage == kNumStages) {

@@ -34,16 +34,6 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t tx_
       : "memory");
 }
 
-// 16-byte asynchronous store into this CTA's shared memory (dst 16-byte aligned) that completes
-// 16 transaction bytes on `bar` (st.async): the data is published like a TMA load's, through the
-// barrier's transaction count, so the phase's arrivals need not include the writer.
-__device__ __forceinline__ void st_async_16(uint32_t dst, float x, float y, float z, float w, uint32_t bar) {
-  asm volatile(
-      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];\n" ::"r"(dst),
-      "r"(__float_as_uint(x)), "r"(__float_as_uint(y)), "r"(__float_as_uint(z)), "r"(__float_as_uint(w)), "r"(bar)
-      : "memory");
-}
-
 // Only add expected transaction bytes (no arrival).
 __device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t tx_bytes) {
   asm volatile("mbarrier.expect_tx.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(tx_bytes) : "memory");
