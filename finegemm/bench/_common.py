@@ -41,6 +41,17 @@ def kernel_time_us(fn, num_tests: int = 30, flush_l2: bool = True, warmup: int =
     return total / num_tests
 
 
+SETTLE_MS = 300.0
+SETTLE_HELP = ("idle time before each record (every contender of the record alike): a short shape timed right "
+               "after multi-ms ones ran up to ~20%% slow at lowered clocks (benchmarks/NOTES.md v0.17)")
+
+
+def settle(ms: float) -> None:
+    """Let the GPU idle `ms` milliseconds (clocks recover after a sustained heavy record)."""
+    torch.cuda.synchronize()
+    time.sleep(ms / 1e3)
+
+
 def host_time_us(fn, iters: int = 200) -> float:
     """Host time per call (validation, planning, launch), in µs.
 

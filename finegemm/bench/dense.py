@@ -13,7 +13,7 @@ import pathlib
 
 import torch
 
-from ._common import geomean, host_time_us, kernel_time_us, load_anchors, run_metadata
+from ._common import SETTLE_HELP, SETTLE_MS, geomean, host_time_us, kernel_time_us, load_anchors, run_metadata, settle
 
 DENSE_NK = [(2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048)]
 DENSE_M = [64, 128, 4096]
@@ -105,6 +105,7 @@ def main(argv=None) -> int:
     p.add_argument("--no-curve", action="store_true", help="only the 18 anchor shapes")
     p.add_argument("--num-tests", type=int, default=30)
     p.add_argument("--shapes", nargs="*", help="explicit M,N,K triples instead of the sets")
+    p.add_argument("--settle-ms", type=float, default=SETTLE_MS, help=SETTLE_HELP)
     args = p.parse_args(argv)
 
     if not torch.cuda.is_available():
@@ -131,6 +132,7 @@ def main(argv=None) -> int:
     print(f"{'M':>5} {'N':>6} {'K':>6} | {'ours us':>8} {'cuBLAS':>8} {'bf16':>8} {'DG':>7} | "
           f"{'TFLOPS':>7} {'GB/s':>6} {'x cuBLAS':>8} {'x DG':>6} {'diff':>8} {'host us':>7}")
     for (m, n, k) in shapes:
+        settle(args.settle_ms)
         rec = bench_shape(m, n, k, anchors_by_shape, gen, args.num_tests)
         records.append(rec)
         us = rec["us"]

@@ -15,18 +15,20 @@ import argparse
 import json
 import pathlib
 import random
-import time
 
 import torch
 
 from ._common import (
     REF_FLOPS,
+    SETTLE_HELP,
+    SETTLE_MS,
     error_text,
     fmt,
     geomean,
     load_anchors,
     run_metadata,
     sample_rows,
+    settle,
     sync,
     time_into,
 )
@@ -488,9 +490,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m finegemm bench grouped")
     p.add_argument("--out", default="benchmarks/results/grouped.json")
     p.add_argument("--num-tests", type=int, default=10)
-    p.add_argument("--settle-ms", type=float, default=300.0,
-                   help="idle time before each record (all contenders alike): a short shape timed right "
-                        "after the multi-ms contiguous ones ran ~20%% slow at lowered clocks (NOTES v0.17)")
+    p.add_argument("--settle-ms", type=float, default=SETTLE_MS, help=SETTLE_HELP)
     p.add_argument("--kinds", nargs="*", default=list(KINDS), choices=KINDS)
     p.add_argument("--wgrad-sets", nargs="*", default=list(WGRAD_SETS), choices=WGRAD_SETS,
                    help="wgrad shapes: dense = (4096, N, K) over the dense (N, K) set; anchor = DeepGEMM's "
@@ -604,8 +604,7 @@ def main(argv=None) -> int:
     records = []
     for spec in plan:
         kind, g, m, n, k = spec["kind"], spec["groups"], spec["m"], spec["n"], spec["k"]
-        torch.cuda.synchronize()
-        time.sleep(args.settle_ms / 1e3)
+        settle(args.settle_ms)
         try:
             if kind == "contiguous":
                 rec = bench_contiguous(g, m, n, k, gen, rng, args.num_tests)
