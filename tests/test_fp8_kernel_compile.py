@@ -774,3 +774,29 @@ def test_release_fence_detector_on_synthetic_sass():
     assert _releases_with_loads_in_flight(sass("LDSM.16.M88.4 R4, [R1]", arrive)) == 0
 
 
+
+
+@pytest.mark.nvcc
+def test_smem_formula_matches_the_kernel_traits(tmp_path):
+    """heuristics.smem_bytes mirrors Sm90Fp8Gemm1d2dTraits::kDynamicSmemBytes (a launch with less
+    traps in the kernel): a host program built with nvcc prints the traits' value for tiles of
+    every kind of layout (TMA-store staging, 1D1D column scales, the 1D2D B-scale slot)."""
+    from finegemm import jit
+    from finegemm.heuristics.sm90_fp8_gemm import smem_bytes
+
+    cases = [(64, 32, 8, False, False), (64, 160, 7, True, False), (128, 128, 5, True, False),
+             (128, 208, 4, True, False), (128, 224, 3, False, False), (128, 144, 4, False, True),
+             (64, 112, 8, False, True)]
+    lines = [f"  std::printf(\"%u\\n\", finegemm::impls::Sm90Fp8Gemm1d2dTraits<{bm}, {bn}, {st}, "
+             f"{str(tma).lower()}, {str(d1).lower()}>::kDynamicSmemBytes);" for bm, bn, st, tma, d1 in cases]
+    src = tmp_path / "traits.cu"
+    src.write_text("#include <cstdio>\n#include <finegemm/impls/sm90_fp8_gemm_1d2d.cuh>\nint main() {\n"
+                   + "\n".join(lines) + "\n  return 0;\n}\n")
+    exe = tmp_path / "traits"
+    build = subprocess.run([jit.compiler.nvcc_path(), "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a",
+                            f"-I{jit.compiler.INCLUDE_DIR}", str(src), "-o", str(exe)], capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr[-3000:]
+    run = subprocess.run([str(exe)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    got = [int(x) for x in run.stdout.split()]
+    assert got == [smem_bytes(bm, bn, st, tma, d1) for bm, bn, st, tma, d1 in cases]
