@@ -11,7 +11,6 @@ process.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -56,7 +55,7 @@ def main() -> int:
     import torch
 
     from finegemm import runtime
-    from finegemm.bench._common import kernel_time_us, run_metadata
+    from finegemm.bench._common import kernel_time_us, write_probe_json
     from finegemm.testing.numeric import calc_diff
     sms = runtime.get_num_sms()
     out = []
@@ -83,8 +82,7 @@ def main() -> int:
         print(f"{c:36s} bm{cfg.block_m} bn{cfg.block_n} s{cfg.num_splits}: {us:7.2f} us  torch {us_torch:7.2f}  "
               f"x{us_torch / us:.3f}  diff {diff:.1e}", flush=True)
     if args.out:
-        Path(args.out).write_text(json.dumps({**run_metadata(), "command": " ".join(sys.argv), "records": out},
-                                             indent=1))
+        write_probe_json(args.out, out)
     return 0
 
 

@@ -79,9 +79,8 @@ def main() -> int:
         print(json.dumps(rec), flush=True)
         out.append(rec)
     if args.out:
-        from finegemm.bench._common import run_metadata
-        Path(args.out).write_text(json.dumps({**run_metadata(), "command": " ".join(sys.argv), "records": out},
-                                             indent=1))
+        from finegemm.bench._common import write_probe_json
+        write_probe_json(args.out, out)
     return 0
 
 

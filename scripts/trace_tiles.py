@@ -18,7 +18,6 @@ the skew between the two consumer warpgroups. Cases are those of scripts/probe_v
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -141,8 +140,8 @@ def main() -> int:
               f"WG skew {med['wg_skew_full']:.0f}; mainloop eff {rec['mainloop_efficiency']:.3f}, "
               f"tile eff {rec['tile_efficiency']:.3f}; span {med['kernel_span']:.0f}", flush=True)
     if args.out:
-        from finegemm.bench._common import run_metadata
-        Path(args.out).write_text(json.dumps({**run_metadata(), "command": " ".join(sys.argv), "records": results}, indent=1))
+        from finegemm.bench._common import write_probe_json
+        write_probe_json(args.out, results)
     return 0
 
 

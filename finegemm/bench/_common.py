@@ -99,6 +99,12 @@ def run_metadata() -> dict:
     }
 
 
+def write_probe_json(path, records: list, **extra) -> None:
+    """A probe's results with the run's metadata (GPU, date, commit) and its command line."""
+    out = {**run_metadata(), "command": " ".join(sys.argv), **extra, "records": records}
+    pathlib.Path(path).write_text(json.dumps(out, indent=1))
+
+
 def load_anchors() -> dict:
     path = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "anchors_h200.json"
     if path.exists():
