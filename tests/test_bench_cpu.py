@@ -46,6 +46,8 @@ def test_grouped_parser():
     assert p.parse_args(["--wgrad-sets", "dense", "--ref-flops", "1e12"]).ref_flops == 1e12
     with pytest.raises(SystemExit):
         p.parse_args(["--kinds", "dense"])
+    # Idle time before each record (clocks recover after the multi-ms contiguous records).
+    assert args.settle_ms == 300.0 and p.parse_args(["--settle-ms", "0"]).settle_ms == 0.0
 
 
 def test_bf16_parser():
