@@ -306,6 +306,23 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   // FINEGEMM_TRACE_TILES (ptx/trace.cuh): a non-split-K launch's unused workspace is the trace.
   FG_TRACE_ONLY(void* const trace_buf = kSplitK ? nullptr : static_cast<void*>(workspace);)
   const uint32_t num_clusters = gridDim.x / kNumMulticast;
+  // The tile of `unit` as the producer and the scale warp see it (each role walks with its own
+  // walker); false past the last unit of a grouped kind. The dense kind keeps its loop head
+  // (unit < num_units) and only decodes here: walking through TileWalker::next() in the loop
+  // condition cost the dense split-K bm128/bn224 variant spills. The consumers decode inline.
+  auto next_tile = [&](Walker& walker, uint32_t unit, scheduler::TileCoords& t) -> bool {
+    if constexpr (kGrouped) {
+      return walker.next(unit, rank, t);
+    } else {
+      sched.get(unit, rank, t.m_block, t.n_block, t.split);
+      t.a_row = t.sfa_m = t.m_block * BLOCK_M;
+      t.b_row = t.n_block * BLOCK_N;
+      t.sfa_kb0 = 0;
+      t.skip = false;
+      t.group = 0;
+      return true;
+    }
+  };
 
   if (threadIdx.x == 0) {
     // A launch with less dynamic shared memory than this layout needs would corrupt memory.
@@ -341,18 +358,8 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
       FG_TRACE_ONLY(uint32_t traced_tile = 0;)
       Walker walker(M, N, num_kb, kSplitK ? num_splits : 1u, grouped, num_groups);
       scheduler::TileCoords t;
-      // kGemmNormal keeps the dense loop head (unit < num_units, then decode): walking through
-      // TileWalker::next() in the loop condition cost the dense split-K bm128/bn224 variant spills.
       for (uint32_t unit = cluster_id; kGrouped || unit < sched.num_units; unit += num_clusters) {
-        if constexpr (kGrouped) {
-          if (!walker.next(unit, rank, t)) break;
-        } else {
-          sched.get(unit, rank, t.m_block, t.n_block, t.split);
-          t.a_row = t.sfa_m = t.m_block * BLOCK_M;
-          t.b_row = t.n_block * BLOCK_N;
-          t.sfa_kb0 = 0;
-          t.skip = false;
-        }
+        if (!next_tile(walker, unit, t)) break;
         uint32_t kb_begin, kb_end;
         sched.k_range(t.split, num_kb, kb_begin, kb_end);
         if (t.skip) kb_end = kb_begin;  // padding tile: the consumers skip it too
@@ -422,13 +429,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
       Walker walker(M, N, num_kb, kSplitK ? num_splits : 1u, grouped, num_groups);
       scheduler::TileCoords t;
       for (uint32_t unit = cluster_id; kGrouped || unit < sched.num_units; unit += num_clusters) {
-        if constexpr (kGrouped) {
-          if (!walker.next(unit, rank, t)) break;
-        } else {
-          sched.get(unit, rank, t.m_block, t.n_block, t.split);
-          t.skip = false;
-          t.group = 0;
-        }
+        if (!next_tile(walker, unit, t)) break;
         uint32_t kb_begin, kb_end;
         sched.k_range(t.split, num_kb, kb_begin, kb_end);
         if (t.skip) kb_end = kb_begin;
@@ -576,6 +577,10 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
       // (up to kSpan) scale blocks are in the stage (written by the scale warp), or, on the wide
       // loop, read from these rows of sfb (clamped: blocks past the end are never selected).
       const float* sfb_smem = reinterpret_cast<const float*>(smem + Traits::kOffSfb);
+      auto stage_b_scales = [&](uint32_t s, float(&sb)[kSpan]) {
+#pragma unroll
+        for (uint32_t b = 0; b < kSpan; ++b) sb[b] = sfb_smem[s * (Traits::kSmemSfb / 4) + b];
+      };
       const float* sfb_rows[kScaleWarp ? 1 : kSpan];
       if constexpr (!kScaleWarp) {
         const uint32_t num_sfb_blocks = (N + 127) / 128;
@@ -609,8 +614,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           const float sa0 = sfa_smem[stage * BLOCK_M + r0];
           const float sa1 = sfa_smem[stage * BLOCK_M + r0 + 8];
           float sb[kSpan];  // loaded before the issue (see the k_batch == 1 path)
-#pragma unroll
-          for (uint32_t b = 0; b < kSpan; ++b) sb[b] = sfb_smem[stage * (Traits::kSmemSfb / 4) + b];
+          stage_b_scales(stage, sb);
           issue(accb[j], stage, 0);
 #pragma unroll
           for (uint32_t b = 0; b < kSpan; ++b) {
@@ -646,8 +650,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           const float sa0 = sfa_smem[stage * BLOCK_M + r0];
           const float sa1 = sfa_smem[stage * BLOCK_M + r0 + 8];
           float sb[kSpan];
-#pragma unroll
-          for (uint32_t b = 0; b < kSpan; ++b) sb[b] = sfb_smem[stage * (Traits::kSmemSfb / 4) + b];
+          stage_b_scales(stage, sb);
           issue(accb[0], stage, 0);
           float s0[kSpan], s1[kSpan];
 #pragma unroll
@@ -701,10 +704,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           FG_TRACE_ONLY(if (kb == kb_begin) FG_TRACE_TILE(wg_trace, wg, traced, 1);)
           sa0 = sfa_smem[stage * BLOCK_M + r0];
           sa1 = sfa_smem[stage * BLOCK_M + r0 + 8];
-          if constexpr (kScaleWarp) {
-#pragma unroll
-            for (uint32_t b = 0; b < kSpan; ++b) sb[b] = sfb_smem[stage * (Traits::kSmemSfb / 4) + b];
-          }
+          if constexpr (kScaleWarp) stage_b_scales(stage, sb);
           issue(acc_lo, stage, 0);
           // The sfa loads must be complete before the stage is released (below): ptxas moved
           // their consumers after the arrive on bm128/bn144 with multicast — the 1D1D race
@@ -737,8 +737,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           ptx::mbar_wait(full_bar(stage), phase);
           sa0 = sfa_smem[stage * BLOCK_M + r0];
           sa1 = sfa_smem[stage * BLOCK_M + r0 + 8];
-#pragma unroll
-          for (uint32_t b = 0; b < kSpan; ++b) sb[b] = sfb_smem[stage * (Traits::kSmemSfb / 4) + b];
+          stage_b_scales(stage, sb);
           issue(acc_lo, stage, 0);
           issue(acc_hi, stage, kMmaN);
           ptx::fence_proxy_async_shared();  // the sfa loads (as the plain path)
