@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import finegemm  # noqa: E402
-from finegemm.bench import _common, bf16 as bench_bf16, grouped as bench_grouped  # noqa: E402
+from finegemm.bench import _common, bf16 as bench_bf16, dense as bench_dense, grouped as bench_grouped  # noqa: E402
 from finegemm.bench.dense import DENSE_NK  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,6 +48,16 @@ def test_grouped_parser():
         p.parse_args(["--kinds", "dense"])
     # Idle time before each record (clocks recover after the multi-ms contiguous records).
     assert args.settle_ms == 300.0 and p.parse_args(["--settle-ms", "0"]).settle_ms == 0.0
+
+
+@pytest.mark.parametrize("bad", ["-1", "inf", "nan", "soon"])
+def test_settle_ms_is_checked(bad, capsys):
+    for p in (bench_grouped.build_parser(), bench_dense.build_parser()):
+        with pytest.raises(SystemExit):
+            p.parse_args(["--settle-ms", bad])
+        err = capsys.readouterr().err
+        assert "--settle-ms" in err and "milliseconds >= 0" in err
+    assert bench_dense.build_parser().parse_args([]).settle_ms == 300.0
 
 
 def test_bf16_parser():

@@ -1,6 +1,7 @@
 """Shared pieces of the benchmark suites: kernel-only timing, run metadata, anchors."""
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import os
@@ -44,6 +45,17 @@ def kernel_time_us(fn, num_tests: int = 30, flush_l2: bool = True, warmup: int =
 SETTLE_MS = 300.0
 SETTLE_HELP = ("idle time before each record (every contender of the record alike): a short shape timed right "
                "after multi-ms ones ran up to ~20%% slow at lowered clocks (benchmarks/NOTES.md v0.17)")
+
+
+def settle_ms_arg(text: str) -> float:
+    """argparse type of --settle-ms: a finite number of milliseconds >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (value >= 0.0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a finite number of milliseconds >= 0, got {text!r}")
+    return value
 
 
 def settle(ms: float) -> None:

@@ -13,7 +13,8 @@ import pathlib
 
 import torch
 
-from ._common import SETTLE_HELP, SETTLE_MS, geomean, host_time_us, kernel_time_us, load_anchors, run_metadata, settle
+from ._common import (SETTLE_HELP, SETTLE_MS, geomean, host_time_us, kernel_time_us, load_anchors, run_metadata, settle,
+                      settle_ms_arg)
 
 DENSE_NK = [(2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048)]
 DENSE_M = [64, 128, 4096]
@@ -99,14 +100,18 @@ def _fmt(v, spec):
     return format(v, spec) if isinstance(v, (int, float)) else "-"
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m finegemm bench dense")
     p.add_argument("--out", default="benchmarks/results/dense.json", help="JSON output path")
     p.add_argument("--no-curve", action="store_true", help="only the 18 anchor shapes")
     p.add_argument("--num-tests", type=int, default=30)
     p.add_argument("--shapes", nargs="*", help="explicit M,N,K triples instead of the sets")
-    p.add_argument("--settle-ms", type=float, default=SETTLE_MS, help=SETTLE_HELP)
-    args = p.parse_args(argv)
+    p.add_argument("--settle-ms", type=settle_ms_arg, default=SETTLE_MS, help=SETTLE_HELP)
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
 
     if not torch.cuda.is_available():
         print("bench dense needs a CUDA GPU")

@@ -29,6 +29,7 @@ from ._common import (
     run_metadata,
     sample_rows,
     settle,
+    settle_ms_arg,
     sync,
     time_into,
 )
@@ -490,7 +491,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m finegemm bench grouped")
     p.add_argument("--out", default="benchmarks/results/grouped.json")
     p.add_argument("--num-tests", type=int, default=10)
-    p.add_argument("--settle-ms", type=float, default=SETTLE_MS, help=SETTLE_HELP)
+    p.add_argument("--settle-ms", type=settle_ms_arg, default=SETTLE_MS, help=SETTLE_HELP)
     p.add_argument("--kinds", nargs="*", default=list(KINDS), choices=KINDS)
     p.add_argument("--wgrad-sets", nargs="*", default=list(WGRAD_SETS), choices=WGRAD_SETS,
                    help="wgrad shapes: dense = (4096, N, K) over the dense (N, K) set; anchor = DeepGEMM's "
