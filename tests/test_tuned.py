@@ -183,6 +183,21 @@ def test_wgrad_family_entries_and_shapes():
     assert tune.table_entry({**rec, "family": "dense"}, 132, {})["kind"] == "fp8_1d2d"
 
 
+def _grouped_choices_with_entry(tmp_path, monkeypatch, entry, kind, m, n, k, groups, other_groups, expected_m,
+                                alignment):
+    """select_grouped_config with `entry` in a user table: the config for `groups`, then for
+    `other_groups` with the table and with tuned tables disabled (the model's)."""
+    path = tmp_path / "t.json"
+    tuned.merge_entries(path, [entry])
+    monkeypatch.setenv(tuned.TUNED_FILE_ENV, str(path))
+    h.clear_cache()
+    cfg = h.select_grouped_config(kind, m, n, k, groups, 132, expected_m, alignment)
+    other = h.select_grouped_config(kind, m, n, k, other_groups, 132, expected_m, alignment)
+    h.clear_cache()
+    monkeypatch.setenv(tuned.DISABLE_TUNED_ENV, "1")
+    return cfg, other, h.select_grouped_config(kind, m, n, k, other_groups, 132, expected_m, alignment)
+
+
 def test_masked_family_entries_and_shapes(tmp_path, monkeypatch):
     from finegemm.bench import tune
     shapes = tune.masked_default_shapes()
@@ -193,16 +208,10 @@ def test_masked_family_entries_and_shapes(tmp_path, monkeypatch):
     e = tune.table_entry(rec, 132, {})
     assert (e["kind"], e["m"], e["out_fp32"], e["has_c"]) == ("fp8_masked_g32", 20, False, False)
     # The entry steers select_grouped_config for G = 32 (and nearby expected_m), not other G.
-    path = tmp_path / "t.json"
-    tuned.merge_entries(path, [e])
-    monkeypatch.setenv(tuned.TUNED_FILE_ENV, str(path))
-    h.clear_cache()
-    cfg = h.select_grouped_config(h.GEMM_GROUPED_MASKED, 128, 4096, 7168, 32, 132, 24, 0)
+    cfg, other, other_model = _grouped_choices_with_entry(tmp_path, monkeypatch, e, h.GEMM_GROUPED_MASKED, 128, 4096,
+                                                          7168, 32, 16, 24, 0)
     assert (cfg.block_m, cfg.block_n, cfg.num_stages) == (64, 128, 6) and cfg.grid == 132
-    other = h.select_grouped_config(h.GEMM_GROUPED_MASKED, 128, 4096, 7168, 16, 132, 24, 0)
-    h.clear_cache()
-    monkeypatch.setenv(tuned.DISABLE_TUNED_ENV, "1")
-    assert other == h.select_grouped_config(h.GEMM_GROUPED_MASKED, 128, 4096, 7168, 16, 132, 24, 0)
+    assert other == other_model
 
 
 def test_contiguous_family_entries_and_problems(tmp_path, monkeypatch):
@@ -214,18 +223,11 @@ def test_contiguous_family_entries_and_problems(tmp_path, monkeypatch):
                     "multicast_on_a": True, "tma_store": True, "ctas_per_sm": 1, "k_batch": 1, "us": 1400.0}}
     e = tune.table_entry(rec, 132, {})
     assert (e["kind"], e["m"], e["out_fp32"], e["has_c"]) == ("fp8_contiguous_g4", 34304, False, False)
-    # The entry steers select_grouped_config for G = 4 contiguous near its stacked rows, not masked
-    # nor other G.
-    path = tmp_path / "t.json"
-    tuned.merge_entries(path, [e])
-    monkeypatch.setenv(tuned.TUNED_FILE_ENV, str(path))
-    h.clear_cache()
-    cfg = h.select_grouped_config(h.GEMM_GROUPED_CONTIGUOUS, 30000, 4096, 7168, 4, 132, 0, 128)
+    # The entry steers select_grouped_config for G = 4 contiguous near its stacked rows, not other G.
+    cfg, other, other_model = _grouped_choices_with_entry(tmp_path, monkeypatch, e, h.GEMM_GROUPED_CONTIGUOUS, 30000,
+                                                          4096, 7168, 4, 8, 0, 128)
     assert (cfg.block_m, cfg.block_n, cfg.num_stages, cfg.num_multicast, cfg.tma_store) == (128, 192, 4, 2, True)
-    other = h.select_grouped_config(h.GEMM_GROUPED_CONTIGUOUS, 30000, 4096, 7168, 8, 132, 0, 128)
-    h.clear_cache()
-    monkeypatch.setenv(tuned.DISABLE_TUNED_ENV, "1")
-    assert other == h.select_grouped_config(h.GEMM_GROUPED_CONTIGUOUS, 30000, 4096, 7168, 8, 132, 0, 128)
+    assert other == other_model
 
 
 def test_k_batch_above_stages_is_rejected():
