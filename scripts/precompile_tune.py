@@ -31,6 +31,13 @@ def forced_test_configs(sms: int) -> list:
         for bm in ((64,) if cps == 2 else (64, 128)):
             out.append(make_config(4096, 7168, 7168, sms, False, False, bm, bn, max_stages(bm, bn, tma, ctas_per_sm=cps),
                                    splits, mc, mc == 2, tma, hp, ctas_per_sm=cps, k_batch=kbat))
+    # ... and those of test_deep_ring_configs (split-K or not is the only shape-dependent choice).
+    from finegemm.heuristics.sm90_fp8_gemm import MAX_STAGES
+    start = src.index("DEEP_RING_VARIANTS = [")
+    for bm, bn, splits, mc, mc_on_a, tma in ast.literal_eval(src[src.index("[", start):src.index("]\n", start) + 1]):
+        for sp in {1, splits}:
+            out.append(make_config(4096, 7168, 7168, sms, False, False, bm, bn, max_stages(bm, bn, tma, cap=MAX_STAGES),
+                                   sp, mc, mc_on_a, tma))
     return out
 
 

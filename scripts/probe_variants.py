@@ -11,8 +11,9 @@ reference (calc_diff) on fresh data before it is timed (kernel-only, L2 flushed)
   python3 scripts/probe_variants.py --out $OUT/variants.json
 
 A case is "M,N,K:config" with config "auto" (the library's choice) or
-  bm,bn,stages,multicast(1|2),multicast_on_a(0|1),tma_store(0|1)[,half_promote(0|1)[,k_batch]]
-e.g. "4096,4096,7168:128,208,4,1,0,1". The defaults are the last experiment run (v0.13 in
+  bm,bn,stages,multicast(1|2),multicast_on_a(0|1),tma_store(0|1)[,half_promote(0|1)[,k_batch[,splits[,ctas_per_sm]]]]
+e.g. "4096,4096,7168:128,208,4,1,0,1". --max-stages raises the library's stage cap (MAX_STAGES) for
+the run, to time rings deeper than the heuristic builds. The defaults are the last experiment run (v0.13 in
 benchmarks/NOTES.md: the per-offset k-loop; its macro is gone since, so re-running them now compares
 two identical builds).
 """
@@ -55,10 +56,17 @@ def _config(m, n, k, spec, sms):
     if spec == "auto":
         return select_config(m, n, k, sms, False, False)
     v = [int(x) for x in spec.split(",")]
-    v += [0] * (8 - len(v))
-    bm, bn, st, mc, on_a, tma, hp, kb = v
-    return make_config(m, n, k, sms, False, False, bm, bn, st, 1, max(mc, 1), bool(on_a), bool(tma), bool(hp),
-                       k_batch=max(kb, 1))
+    v += [0] * (10 - len(v))
+    bm, bn, st, mc, on_a, tma, hp, kb, splits, cps = v
+    return make_config(m, n, k, sms, False, False, bm, bn, st, max(splits, 1), max(mc, 1), bool(on_a), bool(tma),
+                       bool(hp), k_batch=max(kb, 1), ctas_per_sm=max(cps, 1))
+
+
+def set_max_stages(n: int | None) -> None:
+    """Experiment: lift the heuristic's ring cap (the kernel itself allows up to 16 stages)."""
+    if n:
+        from finegemm.heuristics import sm90_fp8_gemm as h
+        h.MAX_STAGES = n
 
 
 def precompile(cases, variants, sms, jobs):
@@ -120,8 +128,12 @@ def main() -> int:
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--precompile", action="store_true")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--max-stages", type=int, help="lift the heuristic's stage cap (<= 16)")
+    p.add_argument("--child-timeout", type=float, default=120.0,
+                   help="seconds per (variant, repeat) process: a hung kernel costs this, not the whole call")
     p.add_argument("--out")
     args = p.parse_args()
+    set_max_stages(args.max_stages)
     if args.precompile:
         precompile(args.cases, args.variants, args.sms, args.jobs)
         return 0
@@ -134,7 +146,13 @@ def main() -> int:
             name, _, flags = v.partition("=")
             env = dict(os.environ, FINEGEMM_EXTRA_NVCC_FLAGS=flags)
             cmd = [sys.executable, __file__, "--child", "--num-tests", str(args.num_tests), "--cases", *args.cases]
-            r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+            if args.max_stages:
+                cmd += ["--max-stages", str(args.max_stages)]
+            try:
+                r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.child_timeout)
+            except subprocess.TimeoutExpired:
+                print(f"[{name}] timed out after {args.child_timeout} s (a hung kernel?)", flush=True)
+                continue
             if r.returncode != 0:
                 print(f"[{name}] failed:\n{r.stderr[-3000:]}", flush=True)
                 continue

@@ -28,7 +28,7 @@ os.environ["FINEGEMM_EXTRA_NVCC_FLAGS"] = (os.environ.get("FINEGEMM_EXTRA_NVCC_F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from probe_variants import _config, _parse_case  # noqa: E402
+from probe_variants import _config, _parse_case, set_max_stages  # noqa: E402
 
 TILES, EVENTS, ROLES = 64, 4, 3  # ptx/trace.cuh
 FLOPS_PER_SM_CYCLE = 8192
@@ -87,8 +87,12 @@ def main() -> int:
     ap.add_argument("cases", nargs="+")
     ap.add_argument("--precompile", action="store_true")
     ap.add_argument("--sms", type=int, default=132)
+    ap.add_argument("--max-stages", type=int, help="lift the heuristic's stage cap (<= 16)")
+    ap.add_argument("--flush-l2", action="store_true",
+                    help="flush L2 (256 MB memset) before the traced launch, as the benchmarks time")
     ap.add_argument("--out")
     args = ap.parse_args()
+    set_max_stages(args.max_stages)
     from finegemm import jit
     from finegemm.ops import sm90_fp8_gemm as ops
     if args.precompile:
@@ -124,13 +128,16 @@ def main() -> int:
         trace = torch.zeros(grid * ROLES * TILES * EVENTS + 1024, device="cuda", dtype=torch.int64)
         stream = torch.cuda.current_stream().cuda_stream
         launch = call._ns[call._names[2]]
+        flush = torch.empty(256 << 20 >> 2, dtype=torch.int32, device="cuda") if args.flush_l2 else None
         for _ in range(3):  # the last launch's stamps are kept
             trace.zero_()
+            if flush is not None:
+                flush.zero_()
             rc = launch(handle, trace.data_ptr(), None, stream)
             assert rc == 0, rc
         torch.cuda.synchronize()
         tr = trace[: grid * ROLES * TILES * EVENTS].view(grid, ROLES, TILES, EVENTS).cpu().numpy()
-        rec = {"case": c, "config": ops._kernel_name(cfg), "m": m, "n": n, "k": k,
+        rec = {"case": c, "config": ops._kernel_name(cfg), "m": m, "n": n, "k": k, "flush_l2": args.flush_l2,
                **summarise(tr, cfg, m, n, k)}
         results.append(rec)
         med = rec["median_cycles"]

@@ -27,11 +27,13 @@ def test_max_stages_fit(tma):
     for bm in (64, 128):
         for b_mn in (False, True):
             for bn in h.block_n_candidates(b_mn):
-                st = h.max_stages(bm, bn, tma)
-                assert h.MIN_STAGES <= st <= h.MAX_STAGES
-                assert h.smem_bytes(bm, bn, st, tma) <= h.SMEM_LIMIT
-                if st < h.MAX_STAGES:
-                    assert h.smem_bytes(bm, bn, st + 1, tma) > h.SMEM_LIMIT
+                for cap in (h.MODEL_MAX_STAGES, h.MAX_STAGES):
+                    st = h.max_stages(bm, bn, tma, cap=cap)
+                    assert h.MIN_STAGES <= st <= cap
+                    assert h.smem_bytes(bm, bn, st, tma) <= h.SMEM_LIMIT
+                    if st < cap:
+                        assert h.smem_bytes(bm, bn, st + 1, tma) > h.SMEM_LIMIT
+                assert h.max_stages(bm, bn, tma) == h.max_stages(bm, bn, tma, cap=h.MODEL_MAX_STAGES)
 
 
 def test_block_n_candidates():
@@ -93,10 +95,37 @@ def test_all_kernel_keys():
     n_mn = len(h.BLOCK_N_MN_MAJOR)
     n_split = sum(len(h.SPLIT_BLOCK_M) * len([bn for bn in h.SPLIT_BLOCK_N if bn in h.block_n_candidates(b_mn)])
                   for _, b_mn in h.LAYOUTS.values())
-    assert len(keys) == 2 * 2 * (n_k + n_mn) + n_split
+    model = [k for k in keys if k[2] == h.max_stages(k[0], k[1], k[6])]
+    assert len(model) == 2 * 2 * (n_k + n_mn) + n_split
     for bm, bn, st, a_mn, b_mn, split, tma in keys:
         assert tma == (not split)
-        assert st == h.max_stages(bm, bn, tma)
+        # The model's ring, or the deepest that fits (a tuned entry's deep-ring twin).
+        assert st in (h.max_stages(bm, bn, tma), h.max_stages(bm, bn, tma, cap=h.MAX_STAGES))
+    deep = [k for k in keys if k not in model]
+    assert deep and all(k[2] > h.MODEL_MAX_STAGES for k in deep)
+    assert (64, 32, 16, False, False, False, True) in deep  # 12 KB per stage: 16 fit
+
+
+def test_tuned_entries_keep_their_ring_and_are_checked():
+    """make_config takes a tuned entry's stage count (up to the kernel's 16 and what fits) and
+    rejects one outside that, naming the limit; the tuner's deep-ring twins are such configs."""
+    cfg = h.make_config(64, 4096, 7168, SMS, False, False, False, False, 64, 32, 1, num_stages=16)
+    assert cfg.num_stages == 16 and cfg.smem_bytes == h.smem_bytes(64, 32, 16, True) <= h.SMEM_LIMIT
+    assert cfg.kernel_key() in set(h.all_kernel_keys())
+    assert h.make_config(64, 4096, 7168, SMS, False, False, False, False, 64, 32, 1).num_stages == h.MODEL_MAX_STAGES
+    with pytest.raises(ValueError, match=r"num_stages 17 outside \[2, 16\]"):
+        h.make_config(64, 4096, 7168, SMS, False, False, False, False, 64, 32, 1, num_stages=17)
+    with pytest.raises(ValueError, match=r"num_stages 1 outside"):
+        h.make_config(64, 4096, 7168, SMS, False, False, False, False, 64, 32, 1, num_stages=1)
+    cands = h.candidate_configs(64, 4096, 7168, SMS)
+    deep = [c for c in cands if c.num_stages > h.MODEL_MAX_STAGES]
+    assert deep
+    keys = set(h.all_kernel_keys())
+    for c in deep:
+        assert c.kernel_key() in keys and c.smem_bytes == h.smem_bytes(c.block_m, c.block_n, c.num_stages, c.tma_store)
+        twin = [b for b in cands if (b.block_m, b.block_n, b.num_splits) == (c.block_m, c.block_n, c.num_splits)
+                and b.num_stages == h.max_stages(b.block_m, b.block_n, b.tma_store)]
+        assert twin, c
 
 
 def test_cache_and_errors():
@@ -125,7 +154,8 @@ def test_tuned_entries_override_the_model(tmp_path, monkeypatch):
     assert (model.block_m, model.block_n, model.num_splits) != (128, 32, 1)
 
     def entry(layout, **cfg):
-        c = {"block_m": 128, "block_n": 32, "num_stages": 1, "num_splits": 1, "num_multicast": 1,
+        c = {"block_m": 128, "block_n": 32, "num_stages": h.max_stages(128, 32, True),
+             "num_splits": 1, "num_multicast": 1,
              "multicast_on_a": False, "tma_store": True, "half_promote": False, **cfg}
         return {"kind": f"bf16_{layout}", "num_sms": SMS, "m": 128, "n": 4096, "k": 7168, "out_fp32": False,
                 "has_c": False, "config": c, "us": 1.0, "model_us": 2.0}
@@ -140,6 +170,7 @@ def test_tuned_entries_override_the_model(tmp_path, monkeypatch):
     tuned.clear()
     cfg = h.select_config(128, 4096, 7168, SMS)
     assert (cfg.block_m, cfg.block_n, cfg.num_splits, cfg.est_us) == (128, 32, 1, 0.0)
+    assert cfg.num_stages == h.max_stages(128, 32, True)  # the entry's ring
     assert cfg.kernel_key() in set(h.all_kernel_keys()) and cfg.grid == 128 and cfg.tma_store
     assert h.select_config(100, 4096, 5000, SMS).block_n == 32  # nearest M / K within 2x
     assert h.select_config(128, 4096, 7168, SMS, False, True) == h._model_config(128, 4096, 7168, SMS, False, True,
@@ -169,7 +200,7 @@ def test_candidates_start_with_the_model_choice_and_are_in_the_space(monkeypatch
             cands = h.candidate_configs(m, n, k, SMS, a_mn, b_mn)
             assert cands[0] == h.select_config(m, n, k, SMS, a_mn, b_mn)
             tiles = [(c.block_m, c.block_n, c.num_splits) for c in cands]
-            assert len(tiles) == len(set(tiles))
+            assert len(cands) == len({(c.block_m, c.block_n, c.num_splits, c.num_stages) for c in cands})
             assert all(c.kernel_key() in keys for c in cands)
             if m == 128 and not b_mn:  # the skinny family the model misjudges is always timed
                 assert (128, 32, 1) in tiles and (128, 64, 2) in tiles

@@ -786,7 +786,7 @@ def test_smem_formula_matches_the_kernel_traits(tmp_path):
 
     cases = [(64, 32, 8, False, False), (64, 160, 7, True, False), (128, 128, 5, True, False),
              (128, 208, 4, True, False), (128, 224, 3, False, False), (128, 144, 4, False, True),
-             (64, 112, 8, False, True)]
+             (64, 112, 8, False, True), (64, 32, 16, False, False), (64, 64, 13, True, False)]
     lines = [f"  std::printf(\"%u\\n\", finegemm::impls::Sm90Fp8Gemm1d2dTraits<{bm}, {bn}, {st}, "
              f"{str(tma).lower()}, {str(d1).lower()}>::kDynamicSmemBytes);" for bm, bn, st, tma, d1 in cases]
     src = tmp_path / "traits.cu"

@@ -35,14 +35,14 @@ def test_properties():
         if m <= 64:
             assert cfg.block_m == 64, where
         assert cfg.block_n % 16 == 0 and 16 <= cfg.block_n <= h.MAX_BLOCK_N[cfg.block_m], where
-        assert h.MIN_STAGES <= cfg.num_stages <= h.MAX_STAGES, where
+        assert h.MIN_STAGES <= cfg.num_stages <= h.MODEL_MAX_STAGES, where
         # The TMA-store epilogue only where the kernel supports it (bf16 D, no C, no split-K).
         if cfg.tma_store:
             assert not f32 and not has_c and cfg.num_splits == 1, where
         assert cfg.smem_bytes == h.smem_bytes(cfg.block_m, cfg.block_n, cfg.num_stages, cfg.tma_store), where
         assert cfg.smem_bytes <= h.SMEM_LIMIT, where
         assert h.smem_bytes(cfg.block_m, cfg.block_n, cfg.num_stages + 1, cfg.tma_store) > h.SMEM_LIMIT or \
-            cfg.num_stages == h.MAX_STAGES, where  # as many stages as fit
+            cfg.num_stages == h.MODEL_MAX_STAGES, where  # as many stages as fit (the model's ring)
         assert cfg.num_threads == (cfg.block_m // 64 + 1) * 128, where
         tiles = ceil_div(m, cfg.block_m) * ceil_div(n, cfg.block_n)
         assert cfg.num_tiles == tiles, where
@@ -121,10 +121,50 @@ def test_smem_formula_matches_kernel_layout():
     # Mirrors Sm90Fp8Gemm1d2dTraits: stages * (A + B + sfa + 16-byte sfb slot + 2 barriers) + flag
     # + 1024 alignment slack.
     assert h.smem_bytes(128, 128, 6) == 1024 + 6 * (16384 + 16384 + 512 + 16) + 6 * 16 + 16
-    assert h.max_stages(64, 16) == h.MAX_STAGES
+    assert h.max_stages(64, 16) == h.MODEL_MAX_STAGES
+    assert h.max_stages(64, 16, cap=h.MAX_STAGES) == h.MAX_STAGES == 16  # the kernel's limit
+    assert h.max_stages(64, 64, cap=h.MAX_STAGES) == 13  # 16.4 KB per stage
     assert h.max_stages(128, 192) == 5
     # + the TMA-store staging buffer (block_m x block_n bf16) in front of the stages.
     assert h.smem_bytes(128, 208, 4, True) == 1024 + 128 * 208 * 2 + 4 * (16384 + 208 * 128 + 512 + 16) + 4 * 16 + 16
     assert h.smem_bytes(64, 112, 3, False) == h.smem_bytes(64, 112, 3, True) - 64 * 112 * 2
     assert h.max_stages(128, 192, True) == 4 and h.max_stages(128, 224, True) == 3
     assert h.MAX_BLOCK_N == {64: 208, 128: 224}
+
+
+def test_deep_rings_are_built_only_up_to_the_kernel_limit():
+    """Tuned entries may use rings deeper than the model's, up to the kernel's 16 stages and what
+    fits in shared memory; one more is an error that names the limit."""
+    cfg = h.make_config(64, 4096, 7168, 132, False, False, 64, 32, 16)
+    assert cfg.num_stages == 16 and cfg.smem_bytes <= h.SMEM_LIMIT
+    with pytest.raises(ValueError, match=r"num_stages 17 outside \[2, 16\]"):
+        h.make_config(64, 4096, 7168, 132, False, False, 64, 32, 17)
+    with pytest.raises(ValueError, match=r"num_stages 14 outside \[2, 13\]"):  # 14 x 16.4 KB does not fit
+        h.make_config(64, 4096, 7168, 132, False, False, 64, 64, 14)
+    with pytest.raises(ValueError, match="num_stages"):  # two CTAs per SM: half the shared memory
+        h.make_config(64, 4096, 7168, 132, False, False, 64, 32, 16, ctas_per_sm=2)
+
+
+@pytest.mark.parametrize("shape", [(64, 4096, 7168), (128, 2112, 7168), (1, 7168, 16384)])
+def test_tuner_times_deep_ring_twins_of_narrow_tiles(shape):
+    """The tuner's candidates include, for narrow tiles, the same configuration with the deepest
+    ring that fits (capped by the k-blocks a unit runs); nothing else differs."""
+    cands = h.candidate_configs(*shape, 132)
+    base = {(c.block_m, c.block_n, c.num_splits, c.num_multicast, c.multicast_on_a, c.tma_store, c.ctas_per_sm): c
+            for c in cands if c.num_stages <= h.MODEL_MAX_STAGES and c.k_batch == 1 and not c.half_promote}
+    deep = [c for c in cands if c.num_stages > h.MODEL_MAX_STAGES]
+    assert deep, shape
+    k_blocks = ceil_div(shape[2], 128)
+    for c in deep:
+        key = (c.block_m, c.block_n, c.num_splits, c.num_multicast, c.multicast_on_a, c.tma_store, c.ctas_per_sm)
+        assert key in base, c
+        assert c.num_stages == min(h.max_stages(c.block_m, c.block_n, c.tma_store, ctas_per_sm=c.ctas_per_sm,
+                                                cap=h.MAX_STAGES),
+                                   max(ceil_div(k_blocks, c.num_splits), base[key].num_stages)), c
+        assert c.k_batch == 1 and not c.half_promote
+    assert len({(c.block_m, c.block_n, c.num_stages, c.num_splits, c.num_multicast, c.multicast_on_a, c.tma_store,
+                 c.ctas_per_sm) for c in deep}) == len(deep)  # no duplicates
+
+
+def test_no_deep_ring_twins_where_the_ring_is_already_smem_bound():
+    assert all(c.num_stages <= h.MODEL_MAX_STAGES for c in h.candidate_configs(4096, 4096, 7168, 132))

@@ -39,6 +39,8 @@ spill-free by tests/test_bf16_grouped_compile.py).
 """
 from __future__ import annotations
 
+import dataclasses
+
 import sys
 import threading
 from dataclasses import dataclass
@@ -77,7 +79,11 @@ __all__ = [
 
 BLOCK_K = 64
 SMEM_LIMIT = 232448  # 227 KB: the SM90 per-block dynamic shared memory limit
-MAX_STAGES = 10
+# The model builds rings of up to MODEL_MAX_STAGES; tuned entries and the tuner's deep-ring twins
+# up to MAX_STAGES (the kernel's limit). As for FP8 (benchmarks/NOTES.md v0.19), a deeper ring
+# helps some narrow tiles and not others: only measurement picks it.
+MAX_STAGES = 16
+MODEL_MAX_STAGES = 10
 MIN_STAGES = 2
 MAX_SPLITS = 16
 MIN_KB_PER_SPLIT = 8  # 512 of K per split at least
@@ -186,9 +192,10 @@ def smem_bytes(block_m: int, block_n: int, num_stages: int, tma_store: bool) -> 
             num_stages * (block_m * 2 * BLOCK_K + block_n * 2 * BLOCK_K) + num_stages * 16 + 16)
 
 
-def max_stages(block_m: int, block_n: int, tma_store: bool) -> int:
+def max_stages(block_m: int, block_n: int, tma_store: bool, cap: int = MODEL_MAX_STAGES) -> int:
+    """The most stages that fit in shared memory, at most `cap` (the model's ring by default)."""
     per_stage = (block_m + block_n) * 2 * BLOCK_K + 16
-    return min(MAX_STAGES, (SMEM_LIMIT - 1024 - 16 - _staging_bytes(block_m, block_n, tma_store)) // per_stage)
+    return min(cap, (SMEM_LIMIT - 1024 - 16 - _staging_bytes(block_m, block_n, tma_store)) // per_stage)
 
 
 def block_n_candidates(b_mn_major: bool) -> tuple[int, ...]:
@@ -196,14 +203,16 @@ def block_n_candidates(b_mn_major: bool) -> tuple[int, ...]:
 
 
 def all_kernel_keys() -> list[tuple]:
-    """Every kernel_key() select_config can return, over all layouts and shapes."""
+    """Every kernel_key() select_config can return, over all layouts and shapes: the model's rings
+    and the deep rings a tuned entry may hold (candidate_configs' twins)."""
     keys = []
     for a_mn, b_mn in LAYOUTS.values():
         for bm in (64, 128):
             for bn in block_n_candidates(b_mn):
-                keys.append((bm, bn, max_stages(bm, bn, True), a_mn, b_mn, False, True))
-                if bm in SPLIT_BLOCK_M and bn in SPLIT_BLOCK_N:
-                    keys.append((bm, bn, max_stages(bm, bn, False), a_mn, b_mn, True, False))
+                for split in ((False, True) if bm in SPLIT_BLOCK_M and bn in SPLIT_BLOCK_N else (False,)):
+                    tma = not split
+                    for st in sorted({max_stages(bm, bn, tma), max_stages(bm, bn, tma, cap=MAX_STAGES)}):
+                        keys.append((bm, bn, st, a_mn, b_mn, split, tma))
     return keys
 
 
@@ -304,16 +313,18 @@ def _tuned_config(m: int, n: int, k: int, num_sms: int, a_mn_major: bool, b_mn_m
         return None
     try:
         return make_config(m, n, k, num_sms, a_mn_major, b_mn_major, out_fp32, has_c, hit["block_m"],
-                           hit["block_n"], hit["num_splits"])
+                           hit["block_n"], hit["num_splits"], num_stages=hit.get("num_stages"))
     except ValueError as e:  # an entry that does not fit this problem: the model decides
         print(f"finegemm: tuned bf16 entry not usable for m={m} n={n} k={k}: {e}", file=sys.stderr)
         return None
 
 
 def make_config(m: int, n: int, k: int, num_sms: int, a_mn_major: bool, b_mn_major: bool, out_fp32: bool,
-                has_c: bool, block_m: int, block_n: int, num_splits: int, est_us: float = 0.0) -> Bf16GemmConfig:
-    """A configuration of the kernel space for a problem (stages: as many as fit; grid: one CTA per
-    unit up to num_sms). Raises ValueError for a tile or split outside the space or the problem."""
+                has_c: bool, block_m: int, block_n: int, num_splits: int, est_us: float = 0.0,
+                num_stages: int | None = None) -> Bf16GemmConfig:
+    """A configuration of the kernel space for a problem (stages: as many as fit in the model's
+    ring unless given, up to the kernel's MAX_STAGES; grid: one CTA per unit up to num_sms). Raises
+    ValueError for a tile, split or ring outside the space or the problem."""
     if block_m not in (64, 128) or block_n not in block_n_candidates(b_mn_major):
         raise ValueError(f"block {block_m}x{block_n} outside the BF16 kernel space for this layout")
     num_kb = ceil_div(k, BLOCK_K)
@@ -324,7 +335,10 @@ def make_config(m: int, n: int, k: int, num_sms: int, a_mn_major: bool, b_mn_maj
     tiles = ceil_div(m, block_m) * ceil_div(n, block_n)
     units = tiles * num_splits
     tma = num_splits == 1
-    stages = max_stages(block_m, block_n, tma)
+    stages = max_stages(block_m, block_n, tma) if num_stages is None else num_stages
+    top = max_stages(block_m, block_n, tma, cap=MAX_STAGES)
+    if not MIN_STAGES <= stages <= top:
+        raise ValueError(f"num_stages {stages} outside [{MIN_STAGES}, {top}] for block {block_m}x{block_n}")
     return Bf16GemmConfig(
         m=m, n=n, k=k, a_mn_major=bool(a_mn_major), b_mn_major=bool(b_mn_major), block_m=block_m, block_n=block_n,
         num_stages=stages, num_splits=num_splits, grid=min(num_sms, units),
@@ -357,10 +371,13 @@ def _model_config(m: int, n: int, k: int, num_sms: int, a_mn_major: bool, b_mn_m
 
 
 def candidate_configs(m: int, n: int, k: int, num_sms: int, a_mn_major: bool = False, b_mn_major: bool = False,
-                      out_fp32: bool = False, has_c: bool = False, top: int = 12) -> list[Bf16GemmConfig]:
+                      out_fp32: bool = False, has_c: bool = False, top: int = 12,
+                      deep_ring: int = 16) -> list[Bf16GemmConfig]:
     """What `python -m finegemm tune bf16` times for a problem: the model's choice first, its next
     best estimates, and the skinny-shape family the model misjudges (block_m 128 for M > 64, block_n
-    32 / 64 / 128 with the fewest splits that fill the SMs, and half that)."""
+    32 / 64 / 128 with the fewest splits that fill the SMs, and half that), plus deep-ring twins of
+    the first `deep_ring` whose tile fits more stages than the model's ring (the deepest that fits,
+    up to MAX_STAGES: one kernel per tile, which all_kernel_keys() lists)."""
     model = _model_config(m, n, k, num_sms, a_mn_major, b_mn_major, out_fp32, has_c, True)
     ranked = sorted(_model_options(m, n, k, num_sms, b_mn_major, out_fp32, has_c, True), key=lambda o: o[3])
     picks = [o[:3] for o in ranked[:top]]
@@ -382,7 +399,13 @@ def candidate_configs(m: int, n: int, k: int, num_sms: int, a_mn_major: bool = F
             out.append(make_config(m, n, k, num_sms, a_mn_major, b_mn_major, out_fp32, has_c, bm, bn, splits))
         except ValueError:  # a skinny-family tile outside this layout's space or K
             continue
-    return out
+    twins = []
+    for c in out[:deep_ring]:
+        deep = max_stages(c.block_m, c.block_n, c.num_splits == 1, cap=MAX_STAGES)
+        if deep > c.num_stages:
+            twins.append(dataclasses.replace(c, num_stages=deep,
+                                             smem_bytes=smem_bytes(c.block_m, c.block_n, deep, c.num_splits == 1)))
+    return out + twins
 
 
 def grouped_kernel_keys() -> list[tuple]:

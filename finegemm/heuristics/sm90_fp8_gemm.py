@@ -65,6 +65,8 @@ __all__ = [
     "k_grouped_plan_k",
     "smem_bytes",
     "max_stages",
+    "MAX_STAGES",
+    "MODEL_MAX_STAGES",
     "num_threads",
     "block_n_candidates",
     "MAX_BLOCK_N",
@@ -96,7 +98,13 @@ MAX_BLOCK_N_KBATCH = {2: 96, 4: 64}
 MAX_BLOCK_N_LEAN_LOOP = 208
 _WIDE_LOOP_EFFICIENCY = 0.93
 MAX_BLOCK_N_HALF_PROMOTE = 208  # bm128 bn224 half-promote spills 16 bytes (nvcc 13.0)
-MAX_STAGES = 8
+# Stages: the model builds rings of up to MODEL_MAX_STAGES; tuned entries and the tuner's deep-ring
+# twins may use up to MAX_STAGES (the kernel's limit, Sm90Fp8Gemm1d2dTraits). A deeper ring keeps
+# more of a narrow tile's B in flight: 64x4096x7168 bm64 bn32 14.4 us at 16 stages vs 15.5 at 8,
+# but bm64 bn64 at 64x7168x16384 measured 41.2 at 13 vs 39.5 at 8 (benchmarks/NOTES.md v0.19), so
+# only measurement picks it.
+MAX_STAGES = 16
+MODEL_MAX_STAGES = 8
 MIN_STAGES = 2
 MAX_SPLITS = 16
 MIN_KB_PER_SPLIT = 4
@@ -203,10 +211,12 @@ def smem_bytes(block_m: int, block_n: int, num_stages: int, tma_store: bool = Fa
 
 
 def max_stages(block_m: int, block_n: int, tma_store: bool = False, one_d_one_d: bool = False,
-               ctas_per_sm: int = 1) -> int:
+               ctas_per_sm: int = 1, cap: int = MODEL_MAX_STAGES) -> int:
+    """The most stages that fit in shared memory, at most `cap` (the model's ring by default;
+    MAX_STAGES for what the kernel builds)."""
     per_stage = block_m * BLOCK_K + block_n * BLOCK_K + block_m * 4 + 16 + _sfb_stage_bytes(block_n, one_d_one_d)
     limit = SMEM_LIMIT if ctas_per_sm == 1 else SMEM_LIMIT_2CTA
-    return min(MAX_STAGES, (limit - 1024 - 16 - _staging_bytes(block_m, block_n, tma_store)) // per_stage)
+    return min(cap, (limit - 1024 - 16 - _staging_bytes(block_m, block_n, tma_store)) // per_stage)
 
 
 def block_n_candidates(block_m: int, one_d_one_d: bool = False) -> list[int]:
@@ -306,7 +316,7 @@ def make_config(m: int, n: int, k: int, num_sms: int, out_fp32: bool, has_c: boo
         raise ValueError(f"k_batch {k_batch} > num_stages {num_stages}")
     if ctas_per_sm not in (1, 2) or (ctas_per_sm == 2 and bm != 64):
         raise ValueError(f"ctas_per_sm {ctas_per_sm}: 1, or 2 with block_m 64")
-    top_stages = max_stages(bm, bn, tma_store, one_d_one_d, ctas_per_sm)
+    top_stages = max_stages(bm, bn, tma_store, one_d_one_d, ctas_per_sm, cap=MAX_STAGES)
     if not MIN_STAGES <= num_stages <= top_stages:
         raise ValueError(f"num_stages {num_stages} outside [{MIN_STAGES}, {top_stages}] for block {bm}x{bn}"
                          f"{' with 2 CTAs per SM' if ctas_per_sm == 2 else ''}")
@@ -379,13 +389,15 @@ def _top_and_family_bests(ranked: list, top: int, family) -> list:
 
 def candidate_configs(m: int, n: int, k: int, num_sms: int, out_fp32: bool = False, has_c: bool = False,
                       top: int = 16, one_d_one_d: bool = False, half_promote: int = 0,
-                      k_batch: int = 12) -> list[Fp8GemmConfig]:
+                      k_batch: int = 12, deep_ring: int = 32) -> list[Fp8GemmConfig]:
     """What the tuner times for a shape: the model's `top` best, plus the best of every
     (block_m, splits > 1, multicast, epilogue) family the model ranks lower (its blind spots are
     whole families, not neighbours), plus half-promote twins of the first `half_promote` of each
     block_m (0 by default: ptxas serializes that kernel's wgmmas, measured 1.3-2x slower), plus
     k_batch 2 / 4 twins of the first `k_batch` narrow ones (the model does not rank either),
-    plus two-CTA-per-SM configs. The model's own choice is first."""
+    plus two-CTA-per-SM configs, plus deep-ring twins (up to MAX_STAGES stages) of the first
+    `deep_ring` one-CTA-per-SM configs whose tile fits more stages than the model's ring. The
+    model's own choice is first."""
     cands = sorted(_model_candidates(m, n, k, num_sms, out_fp32, has_c, True, True, one_d_one_d))
     # family: (block_m, split-K, multicast, multicast on A, TMA store)
     chosen = _top_and_family_bests(cands, top, lambda c: (c[1], c[3] > 1, c[4], c[5], c[6]))
@@ -406,6 +418,30 @@ def candidate_configs(m: int, n: int, k: int, num_sms: int, out_fp32: bool = Fal
             for kbat in (2, 4):
                 if c.block_n <= MAX_BLOCK_N_KBATCH[kbat] and ceil_div(ceil_div(k, BLOCK_K), c.num_splits) >= kbat:
                     out.append(dataclasses.replace(c, k_batch=kbat))
+    out += _deep_ring_twins([c for c in out if c.k_batch == 1 and not c.half_promote], deep_ring, m, n, k,
+                            num_sms, out_fp32, has_c, one_d_one_d)
+    return out
+
+
+def _deep_ring_twins(cands: list[Fp8GemmConfig], limit: int, m: int, n: int, k: int, num_sms: int,
+                     out_fp32: bool, has_c: bool, one_d_one_d: bool) -> list[Fp8GemmConfig]:
+    """The first `limit` candidates again with the deepest ring the kernel builds, where that is
+    deeper than the model's (narrow tiles) and the tile's k-range can fill it."""
+    out, seen = [], set()
+    for c in cands:
+        if len(out) >= limit:
+            break
+        deep = max_stages(c.block_m, c.block_n, c.tma_store, one_d_one_d, c.ctas_per_sm, cap=MAX_STAGES)
+        per_unit_kb = ceil_div(ceil_div(k, BLOCK_K), c.num_splits)
+        deep = min(deep, max(per_unit_kb, c.num_stages))
+        key = (c.block_m, c.block_n, deep, c.num_splits, c.num_multicast, c.multicast_on_a, c.tma_store,
+               c.ctas_per_sm)
+        if deep <= c.num_stages or key in seen:
+            continue
+        seen.add(key)
+        out.append(make_config(m, n, k, num_sms, out_fp32, has_c, c.block_m, c.block_n, deep, c.num_splits,
+                               c.num_multicast, c.multicast_on_a, c.tma_store, one_d_one_d=one_d_one_d,
+                               est_us=c.est_us, ctas_per_sm=c.ctas_per_sm))
     return out
 
 
@@ -586,8 +622,9 @@ def make_grouped_config(kind: int, m: int, n: int, k: int, num_groups: int, num_
         raise ValueError(f"grouped block {bm}x{bn}: block_m in {bms}, block_n a multiple of 16 <= {top}")
     if mc not in (1, 2) or (mc == 2 and num_sms < 2):
         raise ValueError(f"num_multicast {mc}: 1 or 2")
-    if not MIN_STAGES <= num_stages <= max_stages(bm, bn, tma_store):
-        raise ValueError(f"num_stages {num_stages} outside [{MIN_STAGES}, {max_stages(bm, bn, tma_store)}]")
+    top_stages = max_stages(bm, bn, tma_store, cap=MAX_STAGES)
+    if not MIN_STAGES <= num_stages <= top_stages:
+        raise ValueError(f"num_stages {num_stages} outside [{MIN_STAGES}, {top_stages}]")
     m_eff = grouped_model_rows(contiguous, m, num_groups, em, bm)
     est, tiles, units = _estimate(m_eff, n, k, bm, bn, 1, num_sms, 2, False, mc, mc == 2, tma_store,
                                   b_groups=num_groups)

@@ -339,6 +339,38 @@ FORCED_TUNER_VARIANTS = [
 ]
 
 
+DEEP_RING_VARIANTS = [
+    # (block_m, block_n, splits, multicast, multicast_on_a, tma_store): rings deeper than the model's
+    # (up to 16 stages), which only tuned entries use.
+    (64, 32, 1, 1, False, False), (64, 32, 3, 1, False, False), (64, 64, 1, 2, True, True),
+    (64, 48, 1, 2, False, True), (128, 32, 1, 1, False, True), (64, 64, 2, 1, False, False),
+]
+
+
+@pytest.mark.parametrize("m,n,k", [(17, 2112, 7296), (1, 576, 7168), (65, 2104, 1664), (130, 7168, 2048),
+                                   (64, 576, 384)])
+@pytest.mark.parametrize("variant", DEEP_RING_VARIANTS, ids=str)
+def test_deep_ring_configs(m, n, k, variant):
+    """Deep rings (the ring wraps many times at K = 7296; never at K = 384) on partial tiles in M, N
+    and K: exact reference, poisoned output, bitwise repeat."""
+    from finegemm import runtime
+    from finegemm.heuristics.sm90_fp8_gemm import MAX_STAGES, MODEL_MAX_STAGES, make_config, max_stages
+
+    bm, bn, splits, mc, mc_on_a, tma = variant
+    st = max_stages(bm, bn, tma, cap=MAX_STAGES)
+    assert st > MODEL_MAX_STAGES
+    cfg = make_config(m, n, k, runtime.get_num_sms(), False, False, bm, bn, st, min(splits, -(-k // 128)), mc,
+                      mc_on_a, tma)
+    x, w, a, sfa, b, sfb = _inputs(m, n, k, seed=bn + m + k + st)
+    d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    call = ops.prepare(a, sfa, b, sfb, d, config=cfg)
+    call()
+    first = d.clone()
+    call()
+    _check(d, a, sfa, b, sfb, x, w)
+    assert torch.equal(first, d), f"{cfg}: not bitwise repeatable"
+
+
 @pytest.mark.parametrize("m,n,k", [(17, 2112, 7296), (1, 576, 7168), (65, 2104, 1664), (130, 7168, 2048)])
 @pytest.mark.parametrize("variant", FORCED_TUNER_VARIANTS, ids=str)
 def test_forced_tuner_families(m, n, k, variant):
