@@ -60,6 +60,15 @@ def test_settle_ms_is_checked(bad, capsys):
     assert bench_dense.build_parser().parse_args([]).settle_ms == 300.0
 
 
+@pytest.mark.parametrize("bad", ["-1", "nan", "inf", "x"])
+def test_warm_ms_is_checked(bad, capsys):
+    for p in (bench_grouped.build_parser(), bench_dense.build_parser(), bench_bf16.build_parser()):
+        with pytest.raises(SystemExit):
+            p.parse_args(["--warm-ms", bad])
+        assert "--warm-ms" in capsys.readouterr().err
+        assert p.parse_args([]).warm_ms == 0.0 and p.parse_args(["--warm-ms", "20"]).warm_ms == 20.0
+
+
 def test_bf16_parser():
     p = bench_bf16.build_parser()
     args = p.parse_args([])

@@ -15,14 +15,44 @@ import torch
 _FLUSH_KERNEL_MARK = "FillFunctor"  # the kernel of torch's zero_(), used as the L2 flush
 
 
+_warm_ms = 0.0  # set_clock_warmup(): GPU busy time before each kernel_time_us
+
+
+def set_clock_warmup(ms: float) -> None:
+    """Keep the GPU busy `ms` milliseconds (L2-flush memsets) before every contender's timing, so
+    each is timed at ramped clocks: after the benches' idle settle time the first contender of a
+    record would otherwise run while the clocks still rise (benchmarks/NOTES.md v0.19)."""
+    global _warm_ms
+    _warm_ms = float(ms)
+
+
+def busy_gpu(ms: float, buf: torch.Tensor) -> None:
+    """At least `ms` milliseconds of device work (memsets of `buf`), measured with CUDA events."""
+    if ms <= 0:
+        return
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    while True:
+        for _ in range(8):
+            buf.zero_()
+        end.record()
+        end.synchronize()
+        if start.elapsed_time(end) >= ms:
+            return
+
+
 def kernel_time_us(fn, num_tests: int = 30, flush_l2: bool = True, warmup: int = 3) -> float:
     """Mean device time per call of every kernel `fn` launches (the L2 flush excluded), in µs.
 
     Timed as the anchors were: torch profiler (CUPTI) kernel durations, 256 MB L2 flush before
     each call, so launch gaps and host work are not counted. Contenders that launch helper
-    kernels (scale transposes, split-K reductions) pay for them here.
+    kernels (scale transposes, split-K reductions) pay for them here. With set_clock_warmup(),
+    the GPU is kept busy that long first (every contender alike).
     """
-    flush = torch.empty(256 << 20 >> 2, dtype=torch.int32, device="cuda") if flush_l2 else None
+    flush = torch.empty(256 << 20 >> 2, dtype=torch.int32, device="cuda") if flush_l2 or _warm_ms > 0 else None
+    busy_gpu(_warm_ms, flush)
+    if not flush_l2:
+        flush = None
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
@@ -45,6 +75,10 @@ def kernel_time_us(fn, num_tests: int = 30, flush_l2: bool = True, warmup: int =
 SETTLE_MS = 300.0
 SETTLE_HELP = ("idle time before each record (every contender of the record alike): a short shape timed right "
                "after multi-ms ones ran up to ~20%% slow at lowered clocks (benchmarks/NOTES.md v0.17)")
+
+
+WARM_HELP = ("GPU busy time (memsets) before each contender's timing, so that every contender is timed at "
+             "ramped clocks after the settle time (0: off)")
 
 
 def settle_ms_arg(text: str) -> float:

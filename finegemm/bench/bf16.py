@@ -24,7 +24,8 @@ import random
 
 import torch
 
-from ._common import REF_FLOPS, error_text, geomean, kernel_time_us, run_metadata, sample_rows, sync, time_into
+from ._common import (REF_FLOPS, WARM_HELP, error_text, geomean, kernel_time_us, run_metadata, sample_rows,
+                      set_clock_warmup, settle_ms_arg, sync, time_into)
 
 DENSE_NK = [(2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048)]
 DENSE_M = [64, 128, 4096]
@@ -405,6 +406,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fp64 reference budget (flops) per grouped record; larger records are checked exactly on "
                         "a seeded sample of output rows (calc_diff_rows says how many)")
     p.add_argument("--list", action="store_true", help="print the planned grouped records and exit (no GPU needed)")
+    p.add_argument("--warm-ms", type=settle_ms_arg, default=0.0, help=WARM_HELP)
     return p
 
 
@@ -417,6 +419,7 @@ def main(argv=None) -> int:
             print(f"{r['layout']:>18} G={r['groups']:<3} m={r['m']:<6} n={r['n']:<6} k={r['k']:<6} {extra or ''}")
         return 0
 
+    set_clock_warmup(args.warm_ms)
     if not torch.cuda.is_available():
         print("bench bf16 needs a CUDA GPU")
         return 2
@@ -475,7 +478,8 @@ def main(argv=None) -> int:
         records += grouped
     print(json.dumps(summary, indent=1))
     out = {**run_metadata(), "suite": "bf16", "method": "kernel-only, torch profiler, 256 MB L2 flush "
-           f"before each call, mean of {args.num_tests}", "summary": summary, "records": records}
+           f"before each call, mean of {args.num_tests}", "warm_ms": args.warm_ms, "summary": summary,
+           "records": records}
     path = pathlib.Path(args.out)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=1))

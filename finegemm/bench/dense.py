@@ -13,8 +13,8 @@ import pathlib
 
 import torch
 
-from ._common import (SETTLE_HELP, SETTLE_MS, geomean, host_time_us, kernel_time_us, load_anchors, run_metadata, settle,
-                      settle_ms_arg)
+from ._common import (SETTLE_HELP, SETTLE_MS, WARM_HELP, geomean, host_time_us, kernel_time_us, load_anchors,
+                      run_metadata, set_clock_warmup, settle, settle_ms_arg)
 
 DENSE_NK = [(2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048)]
 DENSE_M = [64, 128, 4096]
@@ -107,6 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-tests", type=int, default=30)
     p.add_argument("--shapes", nargs="*", help="explicit M,N,K triples instead of the sets")
     p.add_argument("--settle-ms", type=settle_ms_arg, default=SETTLE_MS, help=SETTLE_HELP)
+    p.add_argument("--warm-ms", type=settle_ms_arg, default=0.0, help=WARM_HELP)
     return p
 
 
@@ -131,6 +132,7 @@ def main(argv=None) -> int:
     with concurrent.futures.ThreadPoolExecutor(max_workers=16) as pool:
         list(pool.map(lambda s: sm90_fp8_gemm.warmup_shape(*s), shapes))
 
+    set_clock_warmup(args.warm_ms)
     gen = torch.Generator(device="cuda")
     gen.manual_seed(0)
     records = []
@@ -162,7 +164,8 @@ def main(argv=None) -> int:
     }
     print(json.dumps(summary, indent=1))
     out = {**run_metadata(), "suite": "dense", "method": "kernel-only, torch profiler, 256 MB L2 flush "
-           f"before each call, mean of {args.num_tests}", "summary": summary, "records": records}
+           f"before each call, mean of {args.num_tests}", "settle_ms": args.settle_ms, "warm_ms": args.warm_ms,
+           "summary": summary, "records": records}
     path = pathlib.Path(args.out)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=1))

@@ -28,6 +28,8 @@ from ._common import (
     load_anchors,
     run_metadata,
     sample_rows,
+    WARM_HELP,
+    set_clock_warmup,
     settle,
     settle_ms_arg,
     sync,
@@ -492,6 +494,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="benchmarks/results/grouped.json")
     p.add_argument("--num-tests", type=int, default=10)
     p.add_argument("--settle-ms", type=settle_ms_arg, default=SETTLE_MS, help=SETTLE_HELP)
+    p.add_argument("--warm-ms", type=settle_ms_arg, default=0.0, help=WARM_HELP)
     p.add_argument("--kinds", nargs="*", default=list(KINDS), choices=KINDS)
     p.add_argument("--wgrad-sets", nargs="*", default=list(WGRAD_SETS), choices=WGRAD_SETS,
                    help="wgrad shapes: dense = (4096, N, K) over the dense (N, K) set; anchor = DeepGEMM's "
@@ -599,6 +602,7 @@ def main(argv=None) -> int:
     anchor_c = {(r["groups"], r["expected_m_per_group"], r["n"], r["k"]): r for r in anchors.get("m_grouped_contiguous", [])}
     anchor_m = {(r["groups"], r["expected_m_per_group"], r["n"], r["k"]): r for r in anchors.get("m_grouped_masked", [])}
     _warmup_1d1d(planned_1d1d_problems(args.kinds, args.wgrad_sets))
+    set_clock_warmup(args.warm_ms)
     gen = torch.Generator(device="cuda")
     gen.manual_seed(0)
     rng = random.Random(0)
@@ -657,7 +661,8 @@ def main(argv=None) -> int:
     summary = _summary(records)
     print(json.dumps(summary, indent=1))
     out = {**run_metadata(), "suite": "grouped", "method": "kernel-only, torch profiler, 256 MB L2 flush before each "
-           f"call, mean of {args.num_tests}", "summary": summary, "records": records}
+           f"call, mean of {args.num_tests}", "settle_ms": args.settle_ms, "warm_ms": args.warm_ms,
+           "summary": summary, "records": records}
     path = pathlib.Path(args.out)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=1))
