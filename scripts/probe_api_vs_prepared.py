@@ -1,0 +1,77 @@
+"""Time one shape through the public API (as `bench dense` does) and through a prepared call of the
+same configuration (as the tuner and probe_variants do), and list the kernels the profiler sees
+per call in each. Developer probe: where do the bench and the tuner disagree, and why?
+
+  python3 scripts/probe_api_vs_prepared.py 16,4096,7168 1,7168,2048 [--out $OUT/api_vs_prepared.json]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def kernels_per_call(fn, calls: int = 10) -> dict:
+    import torch
+    flush = torch.empty(256 << 20 >> 2, dtype=torch.int32, device="cuda")
+    fn()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            flush.zero_()
+            fn()
+        torch.cuda.synchronize()
+    out = defaultdict(lambda: [0, 0.0])
+    for evt in prof.events():
+        if evt.device_type != torch.autograd.DeviceType.CUDA or "FillFunctor" in evt.name:
+            continue
+        out[evt.name[:60]][0] += 1
+        out[evt.name[:60]][1] += evt.device_time if hasattr(evt, "device_time") else evt.cuda_time
+    return {k: {"per_call": v[0] / calls, "us_per_call": v[1] / calls} for k, v in out.items()}
+
+
+def main() -> int:
+    import torch
+
+    import finegemm
+    from finegemm import runtime
+    from finegemm.bench._common import kernel_time_us, write_probe_json
+    from finegemm.bench.dense import _inputs
+    from finegemm.heuristics.sm90_fp8_gemm import select_config
+    from finegemm.ops import sm90_fp8_gemm as ops
+
+    p = argparse.ArgumentParser()
+    p.add_argument("shapes", nargs="+")
+    p.add_argument("--out")
+    args = p.parse_args()
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(0)
+    records = []
+    for s in args.shapes:
+        m, n, k = (int(x) for x in s.split(","))
+        _, _, a, sfa, b, sfb = _inputs(m, n, k, gen)
+        d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        cfg = select_config(m, n, k, runtime.get_num_sms(), False, False)
+
+        def api():
+            finegemm.fp8_gemm_nt((a, sfa), (b, sfb), d)
+        prepared = ops.prepare(a, sfa, b, sfb, d, config=cfg)
+        rec = {"m": m, "n": n, "k": k, "config": ops._kernel_name(cfg), "sfa_stride": list(sfa.stride()),
+               "us_api": kernel_time_us(api, 30), "us_prepared": kernel_time_us(prepared, 30),
+               "kernels_api": kernels_per_call(api), "kernels_prepared": kernels_per_call(prepared)}
+        records.append(rec)
+        print(f"{s}: {rec['config']} sfa strides {rec['sfa_stride']}: api {rec['us_api']:.2f} us, prepared "
+              f"{rec['us_prepared']:.2f} us", flush=True)
+        for which in ("kernels_api", "kernels_prepared"):
+            for name, v in rec[which].items():
+                print(f"   {which:17s} {v['per_call']:.1f}x {v['us_per_call']:7.2f} us  {name}")
+    if args.out:
+        write_probe_json(args.out, records)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
