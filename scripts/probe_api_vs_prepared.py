@@ -8,29 +8,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-
-def kernels_per_call(fn, calls: int = 10) -> dict:
-    import torch
-    flush = torch.empty(256 << 20 >> 2, dtype=torch.int32, device="cuda")
-    fn()
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            flush.zero_()
-            fn()
-        torch.cuda.synchronize()
-    out = defaultdict(lambda: [0, 0.0])
-    for evt in prof.events():
-        if evt.device_type != torch.autograd.DeviceType.CUDA or "FillFunctor" in evt.name:
-            continue
-        out[evt.name[:60]][0] += 1
-        out[evt.name[:60]][1] += evt.device_time if hasattr(evt, "device_time") else evt.cuda_time
-    return {k: {"per_call": v[0] / calls, "us_per_call": v[1] / calls} for k, v in out.items()}
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def main() -> int:
@@ -42,6 +23,7 @@ def main() -> int:
     from finegemm.bench.dense import _inputs
     from finegemm.heuristics.sm90_fp8_gemm import select_config
     from finegemm.ops import sm90_fp8_gemm as ops
+    from probe_kernels import kernels_of
 
     p = argparse.ArgumentParser()
     p.add_argument("shapes", nargs="+")
@@ -61,13 +43,13 @@ def main() -> int:
         prepared = ops.prepare(a, sfa, b, sfb, d, config=cfg)
         rec = {"m": m, "n": n, "k": k, "config": ops._kernel_name(cfg), "sfa_stride": list(sfa.stride()),
                "us_api": kernel_time_us(api, 30), "us_prepared": kernel_time_us(prepared, 30),
-               "kernels_api": kernels_per_call(api), "kernels_prepared": kernels_per_call(prepared)}
+               "kernels_api": kernels_of(api), "kernels_prepared": kernels_of(prepared)}
         records.append(rec)
         print(f"{s}: {rec['config']} sfa strides {rec['sfa_stride']}: api {rec['us_api']:.2f} us, prepared "
               f"{rec['us_prepared']:.2f} us", flush=True)
         for which in ("kernels_api", "kernels_prepared"):
-            for name, v in rec[which].items():
-                print(f"   {which:17s} {v['per_call']:.1f}x {v['us_per_call']:7.2f} us  {name}")
+            for name, us in rec[which].items():
+                print(f"   {which:17s} {us:7.2f} us per call  {name}")
     if args.out:
         write_probe_json(args.out, records)
     return 0

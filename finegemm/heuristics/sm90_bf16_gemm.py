@@ -40,7 +40,6 @@ spill-free by tests/test_bf16_grouped_compile.py).
 from __future__ import annotations
 
 import dataclasses
-
 import sys
 import threading
 from dataclasses import dataclass

@@ -396,8 +396,8 @@ def candidate_configs(m: int, n: int, k: int, num_sms: int, out_fp32: bool = Fal
     block_m (0 by default: ptxas serializes that kernel's wgmmas, measured 1.3-2x slower), plus
     k_batch 2 / 4 twins of the first `k_batch` narrow ones (the model does not rank either),
     plus two-CTA-per-SM configs, plus deep-ring twins (up to MAX_STAGES stages) of the first
-    `deep_ring` one-CTA-per-SM configs whose tile fits more stages than the model's ring. The
-    model's own choice is first."""
+    `deep_ring` of those (k_batch 1, no half-promote) whose tile fits more stages than the model's
+    ring. The model's own choice is first."""
     cands = sorted(_model_candidates(m, n, k, num_sms, out_fp32, has_c, True, True, one_d_one_d))
     # family: (block_m, split-K, multicast, multicast on A, TMA store)
     chosen = _top_and_family_bests(cands, top, lambda c: (c[1], c[3] > 1, c[4], c[5], c[6]))

@@ -329,6 +329,18 @@ def test_tuned_table_entries(entry):
         _check(d, a, sfa, b, sfb, x, w)
 
 
+def _check_forced(cfg, m, n, k, seed):
+    """A forced configuration on fresh data: poisoned bf16 output, exact reference, bitwise repeat."""
+    x, w, a, sfa, b, sfb = _inputs(m, n, k, seed=seed)
+    d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    call = ops.prepare(a, sfa, b, sfb, d, config=cfg)
+    call()
+    first = d.clone()
+    call()
+    _check(d, a, sfa, b, sfb, x, w)
+    assert torch.equal(first, d), f"{cfg}: not bitwise repeatable"
+
+
 FORCED_TUNER_VARIANTS = [
     # (block_n, splits, multicast, tma_store, half_promote, ctas_per_sm, k_batch): the tuner's extra
     # families. K of the shapes below leaves k-block counts that k_batch does not divide.
@@ -361,14 +373,7 @@ def test_deep_ring_configs(m, n, k, variant):
     assert st > MODEL_MAX_STAGES
     cfg = make_config(m, n, k, runtime.get_num_sms(), False, False, bm, bn, st, min(splits, -(-k // 128)), mc,
                       mc_on_a, tma)
-    x, w, a, sfa, b, sfb = _inputs(m, n, k, seed=bn + m + k + st)
-    d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-    call = ops.prepare(a, sfa, b, sfb, d, config=cfg)
-    call()
-    first = d.clone()
-    call()
-    _check(d, a, sfa, b, sfb, x, w)
-    assert torch.equal(first, d), f"{cfg}: not bitwise repeatable"
+    _check_forced(cfg, m, n, k, seed=bn + m + k + st)
 
 
 @pytest.mark.parametrize("m,n,k", [(17, 2112, 7296), (1, 576, 7168), (65, 2104, 1664), (130, 7168, 2048)])
@@ -385,11 +390,4 @@ def test_forced_tuner_families(m, n, k, variant):
     for bm in ((64,) if cps == 2 else (64, 128)):
         cfg = make_config(m, n, k, sms, False, False, bm, bn, max_stages(bm, bn, tma, ctas_per_sm=cps), splits, mc,
                           mc == 2, tma, hp, ctas_per_sm=cps, k_batch=kbat)
-        x, w, a, sfa, b, sfb = _inputs(m, n, k, seed=bn + m + k)
-        d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-        call = ops.prepare(a, sfa, b, sfb, d, config=cfg)
-        call()
-        first = d.clone()
-        call()
-        _check(d, a, sfa, b, sfb, x, w)
-        assert torch.equal(first, d), f"{cfg}: not bitwise repeatable"
+        _check_forced(cfg, m, n, k, seed=bn + m + k)
