@@ -800,3 +800,21 @@ def test_smem_formula_matches_the_kernel_traits(tmp_path):
     assert run.returncode == 0, run.stderr
     got = [int(x) for x in run.stdout.split()]
     assert got == [smem_bytes(bm, bn, st, tma, d1) for bm, bn, st, tma, d1 in cases]
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("flags", ["-DFINEGEMM_TRACE_TILES", "-DFINEGEMM_DIAG_NO_MMA", "-DFINEGEMM_DIAG_NO_TMA"])
+def test_developer_builds_compile(flags, monkeypatch):
+    """The instrumented (scripts/trace_tiles.py) and diagnostic (scripts/diag_mainloop.sh,
+    ptx/diag.cuh) builds compile spill-free with serialized-wgmma checks: they are built only on
+    demand, so nothing else would notice them breaking."""
+    from finegemm import jit
+    from finegemm.heuristics.sm90_fp8_gemm import make_config
+    from finegemm.ops import sm90_fp8_gemm as ops
+
+    monkeypatch.setenv("FINEGEMM_EXTRA_NVCC_FLAGS", flags)
+    cfgs = [make_config(64, 4096, 7168, 132, False, False, 64, 32, 16),
+            make_config(4096, 4096, 7168, 132, False, False, 128, 208, 4, tma_store=True)]
+    reports = jit.compile_check([(ops._kernel_name(c), ops._render_cfg(c)) for c in cfgs], raise_on_failure=False)
+    bad = [r for r in reports if not r["ok"]]
+    assert len(reports) == 2 and not bad, [(r["label"], r["reasons"]) for r in bad]

@@ -72,6 +72,7 @@
 #include <finegemm/epilogue/tma_store_bf16.cuh>
 #include <finegemm/impls/sm90_fp8_k_grouped_params.h>
 #include <finegemm/ptx/common.cuh>
+#include <finegemm/ptx/diag.cuh>
 #include <finegemm/ptx/mbarrier.cuh>
 #include <finegemm/ptx/tma.cuh>
 #include <finegemm/ptx/trace.cuh>
@@ -385,6 +386,9 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           // Fresh barrier: waiting for parity 1 returns at once, so the first pass never blocks.
           ptx::mbar_wait(empty_bar(stage), phase ^ 1u);
           FG_TRACE_ONLY(if (kb == kb_begin) FG_TRACE_TILE(trace_buf, 2, traced_tile, 1);)
+          if constexpr (diag::kNoTma) {  // developer diagnostic (ptx/diag.cuh): no loads
+            ptx::mbar_arrive(full_bar(stage));
+          } else {  // (kept at its original indentation)
           // The full boxes' bytes, whichever CTA of the cluster issues which half.
           ptx::mbar_arrive_expect_tx(full_bar(stage), Traits::kTxBytes);
           const int32_t k0 = static_cast<int32_t>(kb * Traits::BLOCK_K);
@@ -409,6 +413,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
             ptx::tma_load_2d(base + Traits::kOffSfb + stage * Traits::kSmemSfb, tmap_sfb, full_bar(stage), n0,
                              static_cast<int32_t>(kKGrouped ? t.sfa_kb0 + kb : kb));
           }
+          }  // diag::kNoTma
           if (++stage == kNumStages) {
             stage = 0;
             phase ^= 1u;
@@ -702,6 +707,14 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         if constexpr (!kHalfPromote) {
           ptx::mbar_wait(full_bar(stage), phase);
           FG_TRACE_ONLY(if (kb == kb_begin) FG_TRACE_TILE(wg_trace, wg, traced, 1);)
+          if constexpr (diag::kNoMma) {  // developer diagnostic (ptx/diag.cuh): the data path alone
+            release(stage);
+            if (++stage == kNumStages) {
+              stage = 0;
+              phase ^= 1u;
+            }
+            continue;
+          }
           sa0 = sfa_smem[stage * BLOCK_M + r0];
           sa1 = sfa_smem[stage * BLOCK_M + r0 + 8];
           if constexpr (kScaleWarp) stage_b_scales(stage, sb);

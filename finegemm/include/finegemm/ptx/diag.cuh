@@ -1,0 +1,27 @@
+// Developer diagnostics of the FP8 kernel's main loop: switches that remove one side of it, to see
+// which side sets a shape's time (scripts/diag_mainloop.sh). Results are wrong with either on.
+// They are compiled in only through FINEGEMM_EXTRA_NVCC_FLAGS (part of the kernel cache key);
+// without them both are false and the kernel's SASS is unchanged.
+//   FINEGEMM_DIAG_NO_MMA  the consumers wait for each full stage and release it at once (no wgmma,
+//                         no promotion; the plain k-block loop only, not k-batch / half-promote)
+//   FINEGEMM_DIAG_NO_TMA  the producer arrives on each full stage without loading it (the
+//                         consumers compute on whatever the stage holds)
+#pragma once
+
+namespace finegemm {
+namespace diag {
+
+#ifdef FINEGEMM_DIAG_NO_MMA
+constexpr bool kNoMma = true;
+#else
+constexpr bool kNoMma = false;
+#endif
+
+#ifdef FINEGEMM_DIAG_NO_TMA
+constexpr bool kNoTma = true;
+#else
+constexpr bool kNoTma = false;
+#endif
+
+}  // namespace diag
+}  // namespace finegemm
