@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Which side sets the skinny main loop's ~350 cycles per k-block (benchmarks/NOTES.md v0.19)?
-# Times and traces the same forced configurations three ways (ptx/diag.cuh): as built, without
-# the wgmmas and promotion (the data path alone: TMA, the scale warp, the barriers), and without
-# the loads (the consumers alone). Results of the diagnostic builds are wrong by design; only
-# their times matter.
+# Times and traces the same forced configurations four ways (ptx/diag.cuh): as built, without
+# the wgmmas and promotion (the data path alone: TMA, the scale warp, the barriers), the same
+# with 2 TMA boxes per k-block instead of 3 (no sfa box: does the box count set the rate?), and
+# without the loads (the consumers alone). Results of the diagnostic builds are wrong by design;
+# only their times matter.
 #   CPU machine:  FINEGEMM_CACHE_DIR=$PWD/.fgcache bash scripts/diag_mainloop.sh --precompile
-#   GPU machine:  bash scripts/diag_mainloop.sh        -> $OUT/diag_variants.json, $OUT/diag_trace_*.json
+#   GPU machine:  bash scripts/diag_mainloop.sh        -> $OUT/diag_variants.json, $OUT/diag_traces.tgz
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
@@ -13,7 +14,8 @@ if [[ -z "${FINEGEMM_CACHE_DIR:-}" && -d .fgcache ]]; then export FINEGEMM_CACHE
 OUT="${OUT:-/tmp/finegemm-out}"; mkdir -p "$OUT"
 CASES=(64,4096,7168:64,32,16,1,0,0 128,4096,7168:128,32,10,1,0,1 64,7168,16384:64,64,8,1,0,0
        64,2112,7168:64,32,16,1,0,0 4096,4096,7168:128,208,4,1,0,1)
-VARIANTS=(base= no_mma=-DFINEGEMM_DIAG_NO_MMA no_tma=-DFINEGEMM_DIAG_NO_TMA)
+VARIANTS=(base= no_mma=-DFINEGEMM_DIAG_NO_MMA "no_mma_sfa=-DFINEGEMM_DIAG_NO_MMA -DFINEGEMM_DIAG_NO_SFA_TMA"
+          no_tma=-DFINEGEMM_DIAG_NO_TMA)
 if [[ "${1:-}" == --precompile ]]; then
   python3 scripts/probe_variants.py --precompile --max-stages 16 --variants "${VARIANTS[@]}" --cases "${CASES[@]}"
   for v in "${VARIANTS[@]}"; do
@@ -33,4 +35,5 @@ for v in "${VARIANTS[@]}"; do
     status=$(( status | ${PIPESTATUS[0]} ))
   done
 done
+(cd "$OUT" && tar czf diag_traces.tgz diag_trace_*.json && rm -f diag_trace_*.json)
 exit $status

@@ -390,7 +390,8 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
             ptx::mbar_arrive(full_bar(stage));
           } else {  // (kept at its original indentation)
           // The full boxes' bytes, whichever CTA of the cluster issues which half.
-          ptx::mbar_arrive_expect_tx(full_bar(stage), Traits::kTxBytes);
+          ptx::mbar_arrive_expect_tx(full_bar(stage),
+                                     diag::kNoSfaTma ? Traits::kTxBytes - Traits::kSmemSfa : Traits::kTxBytes);
           const int32_t k0 = static_cast<int32_t>(kb * Traits::BLOCK_K);
           const uint32_t dst_a = base + Traits::kOffA + stage * Traits::kSmemA;
           const uint32_t dst_b = base + Traits::kOffB + stage * Traits::kSmemB;
@@ -406,8 +407,10 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           } else {
             ptx::tma_load_2d(dst_b, map_b, full_bar(stage), k0, n0);
           }
-          ptx::tma_load_2d(base + Traits::kOffSfa + stage * Traits::kSmemSfa, tmap_sfa, full_bar(stage),
-                           static_cast<int32_t>(t.sfa_m), static_cast<int32_t>(t.sfa_kb0 + kb));
+          if constexpr (!diag::kNoSfaTma) {
+            ptx::tma_load_2d(base + Traits::kOffSfa + stage * Traits::kSmemSfa, tmap_sfa, full_bar(stage),
+                             static_cast<int32_t>(t.sfa_m), static_cast<int32_t>(t.sfa_kb0 + kb));
+          }
           if constexpr (k1D1D) {
             // This CTA's own BLOCK_N column scales (never multicast: a pair sharing A has two n-blocks).
             ptx::tma_load_2d(base + Traits::kOffSfb + stage * Traits::kSmemSfb, tmap_sfb, full_bar(stage), n0,

@@ -6,6 +6,8 @@
 //                         no promotion; the plain k-block loop only, not k-batch / half-promote)
 //   FINEGEMM_DIAG_NO_TMA  the producer arrives on each full stage without loading it (the
 //                         consumers compute on whatever the stage holds)
+//   FINEGEMM_DIAG_NO_SFA_TMA  the producer skips the per-stage sfa box (2 TMA boxes per k-block
+//                         instead of 3; the consumers read whatever the sfa slot holds)
 #pragma once
 
 namespace finegemm {
@@ -21,6 +23,12 @@ constexpr bool kNoMma = false;
 constexpr bool kNoTma = true;
 #else
 constexpr bool kNoTma = false;
+#endif
+
+#ifdef FINEGEMM_DIAG_NO_SFA_TMA
+constexpr bool kNoSfaTma = true;
+#else
+constexpr bool kNoSfaTma = false;
 #endif
 
 }  // namespace diag
