@@ -1,8 +1,9 @@
 """Per-tile timeline of the dense FP8 kernel (clock64 stamps; developer instrumentation).
 
 Builds the kernel with -DFINEGEMM_TRACE_TILES (ptx/trace.cuh), runs one launch with a trace
-buffer in place of the (unused, non-split-K) workspace, and summarises, in SM cycles, where a
-consumer warpgroup's time goes per tile:
+buffer after the split-K partial slabs in the workspace (all of it without split-K), and
+summarises, in SM cycles, where a consumer warpgroup's time goes per tile (split-K: per unit; its
+"epilogue" is the partial store, and for the last split of a tile also the reduction):
   head->full   tile head to its first full stage (waiting for data / the scheduler)
   mainloop     first full stage to the last promotion
   epilogue     last promotion to the end of the epilogue
@@ -42,7 +43,7 @@ def summarise(tr, cfg, m, n, k) -> dict:
     """tr: int64 [ctas, ROLES, TILES, EVENTS] (0 = not written)."""
     per = {"head_to_full": [], "mainloop": [], "epilogue": [], "gap": [], "wg_skew_full": [],
            "producer_lead": [], "kernel_span": []}
-    num_kb_tile = (k + 127) // 128
+    num_kb_tile = (k + 127) // 128 / cfg.num_splits  # per work unit (split-K: the mean of the splits)
     for cta in range(tr.shape[0]):
         c = tr[cta]
         starts = [int(c[r, 0, 0]) for r in range(ROLES) if c[r, 0, 0] > 0]
@@ -113,9 +114,6 @@ def main() -> int:
     for c in args.cases:
         m, n, k, spec = _parse_case(c)
         cfg = _config(m, n, k, spec, sms)
-        if cfg.split_k > 1:
-            print(f"{c}: split-K configurations are not traced", flush=True)
-            continue
         a, sfa = per_token_cast_to_fp8(torch.randn(m, k, device="cuda"))
         b, sfb = per_block_cast_to_fp8(torch.randn(n, k, device="cuda"))
         d = torch.empty((m, n), device="cuda", dtype=torch.bfloat16)
@@ -125,7 +123,12 @@ def main() -> int:
         handle = call._make_handle()
         assert handle, "no prepared launch"
         grid = cfg.grid
-        trace = torch.zeros(grid * ROLES * TILES * EVENTS + 1024, device="cuda", dtype=torch.int64)
+        # Split-K: the kernel's partial slabs come first in the workspace, the trace after them
+        # (impls/sm90_fp8_gemm_1d2d.cuh); the per-tile counters reset themselves.
+        slab_words = cfg.workspace_floats // 2  # int64 words (the float count is even)
+        buf = torch.zeros(slab_words + grid * ROLES * TILES * EVENTS + 1024, device="cuda", dtype=torch.int64)
+        trace = buf[slab_words:]
+        counters = torch.zeros(cfg.num_counters + 64, device="cuda", dtype=torch.int32)
         stream = torch.cuda.current_stream().cuda_stream
         launch = call._ns[call._names[2]]
         flush = torch.empty(256 << 20 >> 2, dtype=torch.int32, device="cuda") if args.flush_l2 else None
@@ -133,7 +136,7 @@ def main() -> int:
             trace.zero_()
             if flush is not None:
                 flush.zero_()
-            rc = launch(handle, trace.data_ptr(), None, stream)
+            rc = launch(handle, buf.data_ptr(), counters.data_ptr() if cfg.split_k else None, stream)
             assert rc == 0, rc
         torch.cuda.synchronize()
         tr = trace[: grid * ROLES * TILES * EVENTS].view(grid, ROLES, TILES, EVENTS).cpu().numpy()

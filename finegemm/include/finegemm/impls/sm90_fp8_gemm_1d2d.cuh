@@ -304,8 +304,11 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   using Walker = scheduler::TileWalker<kGemmKind, BLOCK_M, BLOCK_N, kMcB ? 2 : 1, kMcA ? 2 : 1, 16>;
   const uint32_t rank = kNumMulticast > 1 ? ptx::cluster_ctarank() : 0u;
   const uint32_t cluster_id = blockIdx.x / kNumMulticast;
-  // FINEGEMM_TRACE_TILES (ptx/trace.cuh): a non-split-K launch's unused workspace is the trace.
-  FG_TRACE_ONLY(void* const trace_buf = kSplitK ? nullptr : static_cast<void*>(workspace);)
+  // FINEGEMM_TRACE_TILES (ptx/trace.cuh): the trace follows the split-K partial slabs in the
+  // workspace (all of it without split-K; scripts/trace_tiles.py sizes the buffer alike).
+  FG_TRACE_ONLY(void* const trace_buf = static_cast<void*>(
+                    workspace + (kSplitK ? static_cast<size_t>(num_m_blocks) * num_n_blocks * num_splits *
+                                               BLOCK_M * BLOCK_N : 0));)
   const uint32_t num_clusters = gridDim.x / kNumMulticast;
   // The tile of `unit` as the producer and the scale warp see it (each role walks with its own
   // walker); false past the last unit of a grouped kind. The dense kind keeps its loop head
@@ -815,7 +818,10 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         }
         ptx::named_barrier_sync(1, kNumConsumerThreads);
         const bool last = *flag_smem != 0;
-        if (!last) continue;
+        if (!last) {
+          FG_TRACE_TILE(wg_trace, wg, traced, 3);  // a non-last split ends here
+          continue;
+        }
         __threadfence();
         // Sum every split's partial in split order (independent of arrival order).
 #pragma unroll
