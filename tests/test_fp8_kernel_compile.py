@@ -819,3 +819,28 @@ def test_developer_builds_compile(flags, monkeypatch):
     reports = jit.compile_check([(ops._kernel_name(c), ops._render_cfg(c)) for c in cfgs], raise_on_failure=False)
     bad = [r for r in reports if not r["ok"]]
     assert len(reports) == 2 and not bad, [(r["label"], r["reasons"]) for r in bad]
+
+
+@pytest.mark.nvcc
+def test_every_shipped_table_kernel_compiles_clean():
+    """Every kernel the shipped FP8 table can launch (tuned entries may use rings deeper than the
+    model's, k-batch, two CTAs per SM, ...) builds with 0 spills, no stack frame and unserialized
+    wgmmas: a measured winner must never be a kernel the compile checks have not seen."""
+    import dataclasses
+    import json
+
+    from finegemm import jit
+    from finegemm.heuristics import tuned
+    from finegemm.heuristics.sm90_fp8_gemm import tuned_entry_config
+    from finegemm.ops import sm90_fp8_gemm as ops
+
+    cfgs = {}
+    for e in json.loads(tuned.SHIPPED_TABLE.read_text())["entries"]:
+        cfg = tuned_entry_config(e)
+        if cfg.one_d_one_d and cfg.has_c and not ops.ACCUMULATE_C_IN_KERNEL_1D1D:
+            cfg = dataclasses.replace(cfg, has_c=False)  # C added after the kernel (ops._AccumulateAfter)
+        cfgs[ops._kernel_name(cfg)] = cfg
+    assert any(c.num_stages > 8 for c in cfgs.values())  # the deep rings are among them
+    reports = jit.compile_check([(name, ops._render_cfg(c)) for name, c in cfgs.items()], raise_on_failure=False)
+    bad = [r for r in reports if not r["ok"]]
+    assert len(reports) == len(cfgs) and not bad, [(r["label"], r["reasons"]) for r in bad]
