@@ -36,15 +36,18 @@ if [[ "$what" == sanitize ]]; then
   done
 fi
 if [[ "$what" == tune ]]; then
-  # Re-tune on this GPU: the shipped table plus fresh winners -> $OUT/tuned_sm90.json (copy it to
-  # finegemm/heuristics/ to ship it). FINEGEMM_TUNE_FAMILIES narrows (default: dense wgrad);
+  # Re-tune on this GPU: the shipped tables plus fresh winners -> $OUT/tuned_sm90*.json (copy them
+  # to finegemm/heuristics/ to ship them). FINEGEMM_TUNE_FAMILIES narrows (default: dense wgrad);
   # FINEGEMM_TUNE_SHAPES ("M,N,K ..." or "G,M,N,K ..." for masked) replaces the default shapes.
+  # The BF16 families (bf16, bf16_masked, bf16_contiguous) write to the BF16 table's copy.
   cp finegemm/heuristics/tuned_sm90.json "$OUT/tuned_sm90.json"
+  cp finegemm/heuristics/tuned_sm90_bf16.json "$OUT/tuned_sm90_bf16.json"
   for fam in ${FINEGEMM_TUNE_FAMILIES:-dense wgrad}; do
     extra=""; [[ "$fam" == dense ]] && extra="--curve"
     [[ -n "${FINEGEMM_TUNE_SHAPES:-}" ]] && extra="--shapes $FINEGEMM_TUNE_SHAPES"
+    table="$OUT/tuned_sm90.json"; [[ "$fam" == bf16* ]] && table="$OUT/tuned_sm90_bf16.json"
     # shellcheck disable=SC2086
-    python3 -m finegemm tune "$fam" $extra --table "$OUT/tuned_sm90.json" --out "$OUT/tune_$fam.json" 2>&1 \
+    python3 -m finegemm tune "$fam" $extra --table "$table" --out "$OUT/tune_$fam.json" 2>&1 \
       | grep -v -i "warn" | tee "$OUT/tune_$fam.log"
     status=$(( status | ${PIPESTATUS[0]} ))
   done

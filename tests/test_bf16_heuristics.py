@@ -212,12 +212,120 @@ def test_shipped_bf16_table_entries_are_buildable_and_consulted(monkeypatch):
     monkeypatch.delenv(tuned.TUNED_FILE_ENV, raising=False)
     monkeypatch.delenv(tuned.DISABLE_TUNED_ENV, raising=False)
     keys = set(h.all_kernel_keys())
+    gkeys = set(h.grouped_kernel_keys())
     for e in data["entries"]:
         assert e["kind"].startswith("bf16_") and not e["has_c"]
-        a_mn, b_mn = h.LAYOUTS[e["kind"][len("bf16_"):]]
         c = e["config"]
+        if e["kind"].startswith((h.MASKED_KIND_PREFIX, h.CONTIGUOUS_KIND_PREFIX)):  # m-grouped entries
+            masked = e["kind"].startswith(h.MASKED_KIND_PREFIX)
+            g = int(e["kind"].rsplit("_g", 1)[1])
+            kind = h.GEMM_GROUPED_MASKED if masked else h.GEMM_GROUPED_CONTIGUOUS
+            m = (e["m"] + 127) // 128 * 128 + 128 if masked else e["m"]  # as the tuner planned it
+            picked = h.select_grouped_config(kind, m, e["n"], e["k"], g, e["num_sms"], e["m"] if masked else 0, 128)
+            assert (picked.block_m, picked.block_n) == (c["block_m"], c["block_n"])
+            assert picked.grouped_kernel_key() in gkeys
+            continue
+        a_mn, b_mn = h.LAYOUTS[e["kind"][len("bf16_"):]]
         picked = h.select_config(e["m"], e["n"], e["k"], e["num_sms"], a_mn, b_mn, e["out_fp32"])
         assert (picked.block_m, picked.block_n, picked.num_splits, picked.num_stages) == \
             (c["block_m"], c["block_n"], c["num_splits"], c["num_stages"])
         assert picked.kernel_key() in keys
         assert e["us"] <= e["model_us"], "the tuner keeps the model's choice unless a candidate beats it"
+
+
+@pytest.mark.parametrize("kind", [h.GEMM_GROUPED_CONTIGUOUS, h.GEMM_GROUPED_MASKED])
+def test_grouped_candidates_cover_the_space_model_first(kind, monkeypatch):
+    """The m-grouped tuner times every tile the layout allows, the model's choice first, each
+    exactly as make_grouped_config plans it and each a kernel of grouped_kernel_keys()."""
+    monkeypatch.setenv(tuned.DISABLE_TUNED_ENV, "1")
+    h.clear_cache()
+    gkeys = set(h.grouped_kernel_keys())
+    for m, n, k, g, em, al in [(34151, 4096, 7168, 4, 0, 128), (1152, 7168, 2048, 1, 1024, 0),
+                               (320, 4096, 7168, 32, 20, 0), (4096, 576, 512, 4, 0, 64)]:
+        cands = h.grouped_candidate_configs(kind, m, n, k, g, SMS, em, al)
+        assert cands[0] == h.select_grouped_config(kind, m, n, k, g, SMS, em, al)
+        bms, _ = h.grouped_block_m_options(kind == h.GEMM_GROUPED_CONTIGUOUS, m, em, al, "BF16")
+        tiles = [(c.block_m, c.block_n) for c in cands]
+        assert sorted(tiles) == sorted((bm, bn) for bm in bms for bn in h.GROUPED_BLOCK_N[kind])
+        for c in cands:
+            assert c == h.make_grouped_config(kind, m, n, k, g, SMS, em, al, c.block_m, c.block_n)
+            assert c.grouped_kernel_key() in gkeys and c.gemm_kind == kind and c.num_groups == g
+
+
+def test_make_grouped_config_rejects_tiles_outside_the_space():
+    with pytest.raises(ValueError, match=r"block_n in \(64, 128, 192\)"):
+        h.make_grouped_config(h.GEMM_GROUPED_CONTIGUOUS, 4096, 4096, 7168, 4, SMS, 0, 128, 128, 256)
+    with pytest.raises(ValueError, match=r"block_m in"):  # alignment 64: block_m 64 only
+        h.make_grouped_config(h.GEMM_GROUPED_CONTIGUOUS, 4096, 4096, 7168, 4, SMS, 0, 64, 128, 128)
+    with pytest.raises(ValueError, match="kind must be a grouped kind"):
+        h.make_grouped_config(h.GEMM_NORMAL, 4096, 4096, 7168, 4, SMS, 0, 128, 128, 128)
+
+
+def test_grouped_tuned_entries_override_the_model(tmp_path, monkeypatch):
+    """A bf16_masked_g<G> entry (keyed by the expected m) or bf16_contiguous_g<G> entry (keyed by
+    the stacked rows) replaces the model's tile for its G only; an entry naming a tile outside the
+    space is ignored with a warning (the model decides), never fatal."""
+    monkeypatch.setenv(tuned.DISABLE_TUNED_ENV, "1")
+    h.clear_cache()
+    masked_model = h.select_grouped_config(h.GEMM_GROUPED_MASKED, 1152, 7168, 2048, 4, SMS, 1024, 0)
+    cont_model = h.select_grouped_config(h.GEMM_GROUPED_CONTIGUOUS, 34151, 4096, 7168, 4, SMS, 0, 128)
+    pick_m = next((bm, bn) for bm in (64, 128) for bn in h.GROUPED_BLOCK_N[h.GEMM_GROUPED_MASKED]
+                  if (bm, bn) != (masked_model.block_m, masked_model.block_n))
+    pick_c = next((bm, bn) for bm in (64, 128) for bn in h.GROUPED_BLOCK_N[h.GEMM_GROUPED_CONTIGUOUS]
+                  if (bm, bn) != (cont_model.block_m, cont_model.block_n))
+
+    def entry(kind, m, n, k, tile):
+        c = {"block_m": tile[0], "block_n": tile[1], "num_stages": h.max_stages(*tile, True), "num_splits": 1,
+             "num_multicast": 1, "multicast_on_a": False, "tma_store": True, "half_promote": False}
+        return {"kind": kind, "num_sms": SMS, "m": m, "n": n, "k": k, "out_fp32": False, "has_c": False,
+                "config": c, "us": 1.0, "model_us": 2.0}
+
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"version": 1, "entries": [
+        entry(f"{h.MASKED_KIND_PREFIX}4", 1024, 7168, 2048, pick_m),
+        entry(f"{h.CONTIGUOUS_KIND_PREFIX}4", 34151, 4096, 7168, pick_c),
+        entry(f"{h.MASKED_KIND_PREFIX}2", 1024, 7168, 2048, (64, 96)),  # no such grouped tile
+    ]}))
+    monkeypatch.delenv(tuned.DISABLE_TUNED_ENV)
+    monkeypatch.setenv(tuned.TUNED_FILE_ENV, str(path))
+    tuned.clear()
+    h.clear_cache()
+    got = h.select_grouped_config(h.GEMM_GROUPED_MASKED, 1152, 7168, 2048, 4, SMS, 1024, 0)
+    assert (got.block_m, got.block_n) == pick_m and got.num_stages == h.max_stages(*pick_m, True)
+    got = h.select_grouped_config(h.GEMM_GROUPED_CONTIGUOUS, 34151, 4096, 7168, 4, SMS, 0, 128)
+    assert (got.block_m, got.block_n) == pick_c
+    # Other G: no entry -> the model; a tile outside the space -> the model.
+    assert h.select_grouped_config(h.GEMM_GROUPED_MASKED, 1152, 7168, 2048, 8, SMS, 1024, 0) == \
+        h.make_grouped_config(h.GEMM_GROUPED_MASKED, 1152, 7168, 2048, 8, SMS, 1024, 0, *_model_tile(8))
+    assert (h.select_grouped_config(h.GEMM_GROUPED_MASKED, 1152, 7168, 2048, 2, SMS, 1024, 0).block_n
+            in h.GROUPED_BLOCK_N[h.GEMM_GROUPED_MASKED])
+    tuned.clear()
+
+
+def _model_tile(g):
+    return h._grouped_model_tile(h.GEMM_GROUPED_MASKED, 1152, 7168, 2048, g, SMS, 1024, 0)
+
+
+def test_grouped_tuner_records_become_bf16_table_entries(tmp_path):
+    from finegemm.bench.tune import table_entry
+    best = {"block_m": 64, "block_n": 128, "num_stages": h.max_stages(64, 128, True), "num_splits": 1,
+            "num_multicast": 1, "multicast_on_a": False, "tma_store": True, "half_promote": False, "ctas_per_sm": 1,
+            "k_batch": 1, "us": 10.0}
+    for family, prefix in (("bf16_masked", h.MASKED_KIND_PREFIX), ("bf16_contiguous", h.CONTIGUOUS_KIND_PREFIX)):
+        e = table_entry({"family": family, "groups": 6, "m": 1024, "n": 7168, "k": 2048, "best": best,
+                         "model_us": 12.0}, SMS, {})
+        assert e["kind"] == f"{prefix}6" and e["config"]["block_n"] == 128 and e["us"] == 10.0
+        path = tmp_path / f"{family}.json"
+        tuned.merge_entries(path, [e])
+        assert json.loads(path.read_text())["entries"][0]["kind"] == f"{prefix}6"
+
+
+def test_forced_grouped_config_must_be_of_the_problem():
+    """ops.plan_grouped(config=...) (the tuner's path) refuses a configuration planned for another
+    problem before anything is compiled or launched."""
+    from finegemm.ops import sm90_bf16_gemm as ops
+    cfg = h.make_grouped_config(h.GEMM_GROUPED_MASKED, 1152, 7168, 2048, 4, SMS, 1024, 0, 64, 128)
+    for args in [(h.GEMM_GROUPED_MASKED, 1152, 7168, 2048, 8), (h.GEMM_GROUPED_CONTIGUOUS, 1152, 7168, 2048, 4),
+                 (h.GEMM_GROUPED_MASKED, 1152, 4096, 2048, 4)]:
+        with pytest.raises(ValueError, match="is not one of this m-grouped problem"):
+            ops.plan_grouped(*args, 1024, 0, 0, config=cfg)

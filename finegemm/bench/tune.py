@@ -268,6 +268,103 @@ def tune_contiguous_shape(g: int, expected: int, n: int, k: int, ms: list[int], 
     return rec
 
 
+def _bf16_grouped_row(cfg) -> dict:
+    """An m-grouped BF16 candidate's config fields, as table_entry writes them (TMA-store epilogue,
+    no cluster, no split)."""
+    return {"block_m": cfg.block_m, "block_n": cfg.block_n, "num_stages": cfg.num_stages, "num_splits": 1,
+            "num_multicast": 1, "multicast_on_a": False, "tma_store": True, "half_promote": False, "ctas_per_sm": 1,
+            "k_batch": 1}
+
+
+def _load_bf16_grouped(cfg) -> None:
+    from finegemm import jit
+    from finegemm.ops import sm90_bf16_gemm as ops
+    key = cfg.grouped_kernel_key()
+    jit.load_kernel(ops.grouped_kernel_name(key), ops.render_grouped(*key), smem_bytes=cfg.smem_bytes)
+
+
+def _bf16_grouped_detail(best) -> str:
+    return f"bm{best['block_m']} bn{best['block_n']} s{best['num_stages']}" if best else ""
+
+
+def tune_bf16_masked_shape(g: int, m: int, n: int, k: int, num_sms: int, num_tests: int, gen, log=print) -> dict:
+    """m_grouped_bf16_gemm_nt_masked with masked_m = m in every group (Mmax = m rounded up to 128,
+    plus 128): every tile of the kernel space checked (valid rows vs the exact reference, rows >=
+    masked_m untouched, a bitwise repeat with fresh poison) and timed; the entry is keyed by the
+    expected m (= m) and G, as the op plans."""
+    from finegemm import reference
+    from finegemm.heuristics.sm90_bf16_gemm import GEMM_GROUPED_MASKED, grouped_candidate_configs
+    from finegemm.ops import sm90_bf16_gemm as ops
+    from finegemm.testing import calc_diff
+    from finegemm.utils import align
+
+    m_max = align(m, 128) + 128
+    a = torch.randn(g, m_max, k, device="cuda", dtype=torch.bfloat16, generator=gen)
+    b = torch.randn(g, n, k, device="cuda", dtype=torch.bfloat16, generator=gen)
+    masked_m = torch.full((g,), m, dtype=torch.int32, device="cuda")
+    ref = reference.m_grouped_bf16_gemm_nt_masked(a, b, masked_m, out_dtype=torch.float32)
+    d = torch.empty(g, m_max, n, device="cuda", dtype=torch.bfloat16)
+    cands = grouped_candidate_configs(GEMM_GROUPED_MASKED, m_max, n, k, g, num_sms, m, 0)
+
+    def check(cfg):
+        def call():
+            ops.m_grouped_bf16_gemm_nt_masked(a, b, d, masked_m, m, config=cfg)
+        first = _run_twice(call, d)
+        diff = max(calc_diff(d[j, :m].float(), ref[j, :m]) for j in range(g))
+        untouched = bool(torch.isnan(d[:, m:]).all()) and bool(torch.isnan(first[:, m:]).all())
+        ok = (diff <= 1e-5 and untouched and not torch.isnan(first[:, :m]).any()
+              and not torch.isnan(d[:, :m]).any() and torch.equal(first[:, :m], d[:, :m]))
+        return call, diff, ok
+
+    rows, best = _time_candidates(cands, _load_bf16_grouped, _bf16_grouped_row, check, num_tests)
+    rec = {"family": "bf16_masked", "groups": g, "m": m, "n": n, "k": k, "candidates": rows,
+           "model_us": rows[0].get("us"), "best_us": best["us"] if best else None, "best": best}
+    _log_result(log, f"bf16 masked G={g:>2} m={m:>5} {n:>6}x{k:>6}", rows, best, _bf16_grouped_detail(best))
+    return rec
+
+
+def tune_bf16_contiguous_shape(g: int, expected: int, n: int, k: int, ms: list[int], num_sms: int, num_tests: int,
+                               gen, log=print) -> dict:
+    """m_grouped_bf16_gemm_nt_contiguous on `bench grouped`'s layout (groups of ms rows, segments
+    padded to the alignment; padding rows must come out as zeros): every tile checked (exact
+    reference, poisoned output, bitwise repeat) and timed; the entry is keyed by the stacked rows
+    and G, as the op plans."""
+    import finegemm
+    from finegemm import reference
+    from finegemm.heuristics.sm90_bf16_gemm import GEMM_GROUPED_CONTIGUOUS, grouped_candidate_configs
+    from finegemm.ops import sm90_bf16_gemm as ops
+    from finegemm.testing import calc_diff
+
+    align_m = finegemm.get_mk_alignment_for_contiguous_layout()
+    padded = [finegemm.align(m, align_m) for m in ms]
+    m_total = sum(padded)
+    layout = torch.full((m_total,), -1, dtype=torch.int32, device="cuda")
+    row = 0
+    for i, (m, p) in enumerate(zip(ms, padded)):
+        layout[row:row + m] = i
+        row += p
+    a = torch.randn(m_total, k, device="cuda", dtype=torch.bfloat16, generator=gen)
+    b = torch.randn(g, n, k, device="cuda", dtype=torch.bfloat16, generator=gen)
+    ref = reference.m_grouped_bf16_gemm_nt_contiguous(a, b, layout, out_dtype=torch.float32)
+    d = torch.empty(m_total, n, device="cuda", dtype=torch.bfloat16)
+    cands = grouped_candidate_configs(GEMM_GROUPED_CONTIGUOUS, m_total, n, k, g, num_sms, 0, align_m)
+
+    def check(cfg):
+        def call():
+            ops.m_grouped_bf16_gemm_nt_contiguous(a, b, d, layout, config=cfg)
+        first = _run_twice(call, d)
+        diff = calc_diff(d.float(), ref)
+        ok = (diff <= 1e-5 and bool((d[layout < 0] == 0).all()) and not torch.isnan(d).any()
+              and torch.equal(first, d))
+        return call, diff, ok
+
+    rows, best = _time_candidates(cands, _load_bf16_grouped, _bf16_grouped_row, check, num_tests)
+    rec = {"family": "bf16_contiguous", "groups": g, "m": m_total, "expected_m": expected, "n": n, "k": k,
+           "candidates": rows, "model_us": rows[0].get("us"), "best_us": best["us"] if best else None, "best": best}
+    _log_result(log, f"bf16 contiguous G={g} m={m_total:>6} {n:>5}x{k:>5}", rows, best, _bf16_grouped_detail(best))
+    return rec
+
+
 def bf16_default_shapes() -> list[tuple[int, int, int, bool]]:
     """(m, n, k, out_fp32) of `bench bf16` but 8192^3: its dense set (bf16 d) and its fp32-d shapes."""
     from .bf16 import bench_shapes
@@ -320,6 +417,10 @@ def table_entry(rec: dict, num_sms: int, meta: dict) -> dict | None:
     kind = f"{MASKED_KIND_PREFIX}{rec['groups']}" if masked else "fp8_1d1d" if wgrad else "fp8_1d2d"
     if rec.get("family") == "contiguous":
         kind = f"{CONTIGUOUS_KIND_PREFIX}{rec['groups']}"
+    if rec.get("family") in ("bf16_masked", "bf16_contiguous"):
+        from finegemm.heuristics import sm90_bf16_gemm as bh
+        prefix = bh.MASKED_KIND_PREFIX if rec["family"] == "bf16_masked" else bh.CONTIGUOUS_KIND_PREFIX
+        kind = f"{prefix}{rec['groups']}"
     out_fp32 = wgrad
     if rec.get("family") == "bf16":
         kind = f"bf16_{rec['layout']}"
@@ -333,11 +434,14 @@ def table_entry(rec: dict, num_sms: int, meta: dict) -> dict | None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m finegemm tune", description=__doc__.split("\n")[0])
-    p.add_argument("family", choices=["dense", "wgrad", "masked", "contiguous", "bf16"],
+    p.add_argument("family", choices=["dense", "wgrad", "masked", "contiguous", "bf16", "bf16_masked",
+                                      "bf16_contiguous"],
                    help="dense: recipe (1, 128, 128), bf16 out; wgrad: recipe (1, 1, 128), fp32 out += in place; "
                         "masked: m-grouped masked (--shapes G,M,N,K); contiguous: m-grouped contiguous "
                         "(--shapes G,expected M,N,K; bench grouped's layout); bf16: the dense BF16 kernel, bf16 out "
-                        "(--layouts; entries go to a bf16 table, heuristics/tuned_sm90_bf16.json when shipped)")
+                        "(--layouts; entries go to a bf16 table, heuristics/tuned_sm90_bf16.json when shipped); "
+                        "bf16_masked / bf16_contiguous: the m-grouped BF16 kernels (shapes as masked / contiguous; "
+                        "the bf16 table too)")
     p.add_argument("--layouts", nargs="+", default=["nt", "nn", "tn", "tt"], choices=["nt", "nn", "tn", "tt"],
                    help="bf16 family: the layouts to tune")
     p.add_argument("--shapes", nargs="+", type=_parse_shape, metavar="M,N,K", help="default: the 18 anchor shapes")
@@ -356,10 +460,13 @@ def main(argv=None) -> int:
     meta = run_metadata()
     gen = torch.Generator(device="cuda").manual_seed(0)
     t0 = time.time()
-    if args.family == "masked":
+    if args.family in ("masked", "bf16_masked"):
         shapes = args.shapes or masked_default_shapes()
-        records = [tune_masked_shape(*shape, num_sms, args.top, args.num_tests, gen) for shape in shapes]
-    elif args.family == "contiguous":
+        if args.family == "masked":
+            records = [tune_masked_shape(*shape, num_sms, args.top, args.num_tests, gen) for shape in shapes]
+        else:
+            records = [tune_bf16_masked_shape(*shape, num_sms, args.num_tests, gen) for shape in shapes]
+    elif args.family in ("contiguous", "bf16_contiguous"):
         if args.shapes:
             import random
 
@@ -368,7 +475,10 @@ def main(argv=None) -> int:
             problems = [(g, m, n, k, draw_ms(g, m, rng)) for (g, m, n, k) in args.shapes]
         else:
             problems = contiguous_default_problems()
-        records = [tune_contiguous_shape(*p, num_sms, args.top, args.num_tests, gen) for p in problems]
+        if args.family == "contiguous":
+            records = [tune_contiguous_shape(*p, num_sms, args.top, args.num_tests, gen) for p in problems]
+        else:
+            records = [tune_bf16_contiguous_shape(*p, num_sms, args.num_tests, gen) for p in problems]
     elif args.family == "bf16":
         shapes = [(*s, False) for s in args.shapes] if args.shapes else bf16_default_shapes()
         records = [tune_bf16_shape(m, n, k, layout, num_sms, args.top, args.num_tests, gen, out_fp32=fp32)

@@ -64,6 +64,11 @@ __all__ = [
     "SMEM_LIMIT",
     "clear_cache",
     "select_grouped_config",
+    "make_grouped_config",
+    "grouped_candidate_configs",
+    "grouped_tuned_kind",
+    "MASKED_KIND_PREFIX",
+    "CONTIGUOUS_KIND_PREFIX",
     "grouped_kernel_keys",
     "GEMM_NORMAL",
     "GEMM_GROUPED_CONTIGUOUS",
@@ -105,6 +110,10 @@ GEMM_K_GROUPED = 3
 # block_n of the m-grouped kernels per kind: the contiguous kind spills at 256 (the per-tile
 # group lookups and the padding-row selects; tests/test_bf16_grouped_compile.py).
 GROUPED_BLOCK_N = {GEMM_GROUPED_CONTIGUOUS: (64, 128, 192), GEMM_GROUPED_MASKED: (64, 128, 192, 256)}
+# Tuned-table kinds of the m-grouped kernels: prefix + number of groups (entries keyed by the
+# stacked rows for contiguous, the expected m for masked; `python -m finegemm tune bf16_masked`).
+MASKED_KIND_PREFIX = "bf16_masked_g"
+CONTIGUOUS_KIND_PREFIX = "bf16_contiguous_g"
 # block_n of the k-grouped kernel (B is N-major: whole 64-column TMA boxes).
 K_GROUPED_BLOCK_N = (64, 128, 192, 256)
 
@@ -413,9 +422,70 @@ def grouped_kernel_keys() -> list[tuple]:
             for kind in (GEMM_GROUPED_CONTIGUOUS, GEMM_GROUPED_MASKED) for bm in (64, 128) for bn in GROUPED_BLOCK_N[kind]]
 
 
+def grouped_tuned_kind(kind: int, m: int, num_groups: int, expected_m: int) -> tuple[str, int]:
+    """(tuned-table kind, the M its entries are keyed by) of an m-grouped problem: the stacked rows
+    for the contiguous kind, the expected m (else Mmax) for the masked kind."""
+    if kind == GEMM_GROUPED_CONTIGUOUS:
+        return f"{CONTIGUOUS_KIND_PREFIX}{num_groups}", m
+    return f"{MASKED_KIND_PREFIX}{num_groups}", expected_m if expected_m > 0 else m
+
+
+def _check_grouped_problem(kind: int, m: int, n: int, k: int, num_groups: int, num_sms: int) -> None:
+    if kind not in (GEMM_GROUPED_CONTIGUOUS, GEMM_GROUPED_MASKED):
+        raise ValueError(f"select_grouped_config: kind must be a grouped kind, got {kind}")
+    if m < 1 or n < 1 or k < 1 or num_groups < 1 or num_sms < 1:
+        raise ValueError(f"select_grouped_config: need m, n, k, num_groups, num_sms >= 1, got "
+                         f"{(m, n, k, num_groups, num_sms)}")
+
+
+def make_grouped_config(kind: int, m: int, n: int, k: int, num_groups: int, num_sms: int, expected_m: int,
+                        alignment: int, block_m: int, block_n: int) -> Bf16GemmConfig:
+    """An m-grouped configuration with the given tile (ValueError for one the kernel or the
+    layout does not allow: block_m must suit the alignment / expected m, block_n one of
+    GROUPED_BLOCK_N[kind]); stages as many as fit, grid as select_grouped_config plans it."""
+    _check_grouped_problem(kind, m, n, k, num_groups, num_sms)
+    contiguous = kind == GEMM_GROUPED_CONTIGUOUS
+    bms, em = grouped_block_m_options(contiguous, m, expected_m, alignment, "BF16")
+    if block_m not in bms or block_n not in GROUPED_BLOCK_N[kind]:
+        raise ValueError(f"grouped block {block_m}x{block_n}: block_m in {bms}, block_n in {GROUPED_BLOCK_N[kind]}")
+    est, tiles, units = _estimate(grouped_model_rows(contiguous, m, num_groups, em, block_m), n, k, block_m, block_n,
+                                  1, num_sms, 2, False, b_groups=num_groups)
+    stages = max_stages(block_m, block_n, True)
+    return Bf16GemmConfig(
+        m=m, n=n, k=k, a_mn_major=False, b_mn_major=False, block_m=block_m, block_n=block_n, num_stages=stages,
+        num_splits=1, grid=num_sms if kind == GEMM_GROUPED_MASKED else min(num_sms, units),
+        smem_bytes=smem_bytes(block_m, block_n, stages, True), num_threads=num_threads(block_m), num_tiles=tiles,
+        num_units=units, out_fp32=False, has_c=False, est_us=est, gemm_kind=kind, num_groups=num_groups,
+    )
+
+
+def _grouped_model_tile(kind: int, m: int, n: int, k: int, num_groups: int, num_sms: int, expected_m: int,
+                        alignment: int) -> tuple[int, int]:
+    contiguous = kind == GEMM_GROUPED_CONTIGUOUS
+    bms, em = grouped_block_m_options(contiguous, m, expected_m, alignment, "BF16")
+    bm, bn, *_ = _fastest(
+        (bm, bn, 1, *_estimate(grouped_model_rows(contiguous, m, num_groups, em, bm), n, k, bm, bn, 1, num_sms, 2,
+                               False, b_groups=num_groups))
+        for bm in bms for bn in GROUPED_BLOCK_N[kind])
+    return bm, bn
+
+
+def grouped_candidate_configs(kind: int, m: int, n: int, k: int, num_groups: int, num_sms: int, expected_m: int = 0,
+                              alignment: int = 128) -> list[Bf16GemmConfig]:
+    """What `python -m finegemm tune bf16_masked|bf16_contiguous` times: every tile of the space
+    (at most 2 x 4), the model's choice first."""
+    _check_grouped_problem(kind, m, n, k, num_groups, num_sms)
+    first = _grouped_model_tile(kind, m, n, k, num_groups, num_sms, expected_m, alignment)
+    bms, _ = grouped_block_m_options(kind == GEMM_GROUPED_CONTIGUOUS, m, expected_m, alignment, "BF16")
+    tiles = [first] + [(bm, bn) for bm in bms for bn in GROUPED_BLOCK_N[kind] if (bm, bn) != first]
+    return [make_grouped_config(kind, m, n, k, num_groups, num_sms, expected_m, alignment, bm, bn) for bm, bn in tiles]
+
+
 def select_grouped_config(kind: int, m: int, n: int, k: int, num_groups: int, num_sms: int, expected_m: int = 0,
                           alignment: int = 128) -> Bf16GemmConfig:
-    """Launch configuration of the m-grouped BF16 kernels (nt, bf16 D, no C, no split-K; cached).
+    """Launch configuration of the m-grouped BF16 kernels (nt, bf16 D, no C, no split-K; cached):
+    a tuned entry (kinds MASKED_KIND_PREFIX / CONTIGUOUS_KIND_PREFIX + G) where the table has one,
+    else the model.
 
     kind GEMM_GROUPED_CONTIGUOUS: m = total rows (all groups stacked); block_m must divide the mk
     alignment (segments start at multiples of it, so a tile never holds two groups): 64 and 128
@@ -425,35 +495,33 @@ def select_grouped_config(kind: int, m: int, n: int, k: int, num_groups: int, nu
     (expected_m: the planning hint, 0 = Mmax), block_m 64 when expected_m <= 64. The grid is every SM
     (the real tile count depends on masked_m, which stays on the GPU); idle CTAs exit at once.
     """
-    key = ("grouped", kind, m, n, k, num_groups, num_sms, expected_m, alignment)
+    key = ("grouped", kind, m, n, k, num_groups, num_sms, expected_m, alignment, tuned.state())
     cfg = _cache.get(key)
     if cfg is not None:
         return cfg
-    if kind not in (GEMM_GROUPED_CONTIGUOUS, GEMM_GROUPED_MASKED):
-        raise ValueError(f"select_grouped_config: kind must be a grouped kind, got {kind}")
-    if m < 1 or n < 1 or k < 1 or num_groups < 1 or num_sms < 1:
-        raise ValueError(f"select_grouped_config: need m, n, k, num_groups, num_sms >= 1, got "
-                         f"{(m, n, k, num_groups, num_sms)}")
-    contiguous = kind == GEMM_GROUPED_CONTIGUOUS
-    bms, em = grouped_block_m_options(contiguous, m, expected_m, alignment, "BF16")
-    bm, bn, _, est, tiles, units = _fastest(
-        (bm, bn, 1, *_estimate(grouped_model_rows(contiguous, m, num_groups, em, bm), n, k, bm, bn, 1, num_sms, 2,
-                               False, b_groups=num_groups))
-        for bm in bms for bn in GROUPED_BLOCK_N[kind])
-    stages = max_stages(bm, bn, True)
-    grid = num_sms if kind == GEMM_GROUPED_MASKED else min(num_sms, units)
-    cfg = Bf16GemmConfig(
-        m=m, n=n, k=k, a_mn_major=False, b_mn_major=False, block_m=bm, block_n=bn, num_stages=stages, num_splits=1,
-        grid=grid, smem_bytes=smem_bytes(bm, bn, stages, True), num_threads=num_threads(bm), num_tiles=tiles,
-        num_units=units, out_fp32=False, has_c=False, est_us=est, gemm_kind=kind, num_groups=num_groups,
-    )
+    _check_grouped_problem(kind, m, n, k, num_groups, num_sms)
+    source = "model"
+    tuned_kind, tuned_m = grouped_tuned_kind(kind, m, num_groups, expected_m)
+    hit = tuned.lookup(tuned_kind, num_sms, tuned_m, n, k, False, False)
+    cfg = None
+    if hit is not None:
+        try:
+            cfg = make_grouped_config(kind, m, n, k, num_groups, num_sms, expected_m, alignment, hit["block_m"],
+                                      hit["block_n"])
+            source = "tuned"
+        except ValueError as e:  # an entry that does not fit this problem: the model decides
+            print(f"finegemm: tuned {tuned_kind} entry not usable for m={m} n={n} k={k}: {e}", file=sys.stderr)
+    if cfg is None:
+        bm, bn = _grouped_model_tile(kind, m, n, k, num_groups, num_sms, expected_m, alignment)
+        cfg = make_grouped_config(kind, m, n, k, num_groups, num_sms, expected_m, alignment, bm, bn)
     with _cache_lock:
         _cache[key] = cfg
     if print_configs_enabled():
         print(
             f"finegemm: sm90_bf16_gemm {'contiguous' if kind == GEMM_GROUPED_CONTIGUOUS else 'masked'} "
-            f"G={num_groups} m={m} n={n} k={k} expected_m={expected_m} sms={num_sms} -> block_m={bm} block_n={bn} "
-            f"stages={stages} tiles~{tiles} grid={grid} smem={cfg.smem_bytes} est={est:.1f}us",
+            f"G={num_groups} m={m} n={n} k={k} expected_m={expected_m} sms={num_sms} -> block_m={cfg.block_m} "
+            f"block_n={cfg.block_n} stages={cfg.num_stages} tiles~{cfg.num_tiles} grid={cfg.grid} "
+            f"smem={cfg.smem_bytes} est={cfg.est_us:.1f}us ({source})",
             file=sys.stderr, flush=True,
         )
     return cfg

@@ -337,8 +337,18 @@ def _get_grouped_launcher():
 
 
 def plan_grouped(kind: int, m: int, n: int, k: int, num_groups: int, expected_m: int, alignment: int,
-                 device: int) -> tuple[Bf16GemmConfig, int]:
-    """(config, CUfunction) of an m-grouped problem (cached; compiles on first use)."""
+                 device: int, config: Optional[Bf16GemmConfig] = None) -> tuple[Bf16GemmConfig, int]:
+    """(config, CUfunction) of an m-grouped problem (cached; compiles on first use). `config`: a
+    forced configuration of this problem (heuristics make_grouped_config / grouped_candidate_configs;
+    the tuner), checked to be one."""
+    if config is not None:
+        if (config.gemm_kind, config.m, config.n, config.k, config.num_groups) != (kind, m, n, k, num_groups):
+            raise ValueError(f"sm90_bf16_gemm: config {config} is not one of this m-grouped problem "
+                             f"(kind {kind}, m={m}, n={n}, k={k}, G={num_groups})")
+        gkey = config.grouped_kernel_key()
+        with torch.cuda.device(device):
+            fn = jit.load_kernel(grouped_kernel_name(gkey), render_grouped(*gkey), smem_bytes=config.smem_bytes).fn
+        return config, fn
     num_sms = runtime.get_num_sms()
     key = ("grouped", kind, m, n, k, num_groups, expected_m, alignment, num_sms, device)
     p = _plans.get(key)
@@ -396,7 +406,8 @@ def _check_k(k: int) -> None:
 
 
 def m_grouped_bf16_gemm_nt_contiguous(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor,
-                                      grouped_layout: torch.Tensor, use_psum_layout: bool = False) -> None:
+                                      grouped_layout: torch.Tensor, use_psum_layout: bool = False,
+                                      config: Optional[Bf16GemmConfig] = None) -> None:
     """d[r] = A[r] @ B[g(r)]^T for every row r (zeros for rows of no group), on the current stream.
 
     a bf16 [M, K], b bf16 [G, N, K], d bf16 [M, N] (validated CUDA tensors, api/bf16.py);
@@ -414,12 +425,12 @@ def m_grouped_bf16_gemm_nt_contiguous(a: torch.Tensor, b: torch.Tensor, d: torch
     if ids.dtype != torch.int32 or not ids.is_contiguous():
         ids = ids.to(torch.int32).contiguous()
     b2 = _rows_2d(b)
-    cfg, fn = plan_grouped(GEMM_GROUPED_CONTIGUOUS, m, n, k, num_groups, 0, alignment, d.device.index)
+    cfg, fn = plan_grouped(GEMM_GROUPED_CONTIGUOUS, m, n, k, num_groups, 0, alignment, d.device.index, config)
     _launch_grouped(cfg, fn, a, b2, d, m, n, k, ids, num_groups)
 
 
 def m_grouped_bf16_gemm_nt_masked(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, masked_m: torch.Tensor,
-                                  expected_m: int) -> None:
+                                  expected_m: int, config: Optional[Bf16GemmConfig] = None) -> None:
     """d[g, :masked_m[g]] = A[g, :masked_m[g]] @ B[g]^T, other rows of d untouched, on the current
     stream. masked_m (int32 [G], on the GPU) is never read by the host: the kernel clamps it to
     [0, Mmax], so one captured CUDA graph serves any masked_m values. expected_m: planning hint.
@@ -440,7 +451,7 @@ def m_grouped_bf16_gemm_nt_masked(a: torch.Tensor, b: torch.Tensor, d: torch.Ten
     except RuntimeError:  # group stride of d is not Mmax rows: compute into a copy (rows kept)
         tmp = d.contiguous()
         d2 = tmp.view(-1, n)
-    cfg, fn = plan_grouped(GEMM_GROUPED_MASKED, m_max, n, k, num_groups, int(expected_m), 0, d.device.index)
+    cfg, fn = plan_grouped(GEMM_GROUPED_MASKED, m_max, n, k, num_groups, int(expected_m), 0, d.device.index, config)
     _launch_grouped(cfg, fn, a2, b2, d2, m_max, n, k, masked_m, num_groups)
     if tmp is not None:
         d.copy_(tmp)
