@@ -344,3 +344,43 @@ def test_records_time_cublas_when_it_runs(monkeypatch):
     assert rec["calc_diff_contenders"]["cublas_blockwise_loop"] < 1e-12
     w = bench_grouped.bench_wgrad(200, 48, 256, _gen(), 2, device="cpu", timer=_stub_timer)
     assert w["us"]["cublas_blockwise"] == 10.0 and w["calc_diff_contenders"]["cublas_blockwise"] < 1e-12
+
+
+def test_tuner_checks_catch_bad_candidates():
+    """The grouped tuners' acceptance checks (shared by the FP8 and BF16 families): a candidate that
+    writes rows past masked_m, leaves NaN, differs between runs, or is wrong is rejected."""
+    import torch
+
+    from finegemm.bench.tune import _contiguous_check, _masked_check
+
+    g, m_max, n, m = 2, 8, 16, 5
+    ref = torch.randn(g, m_max, n)
+    good = torch.full((g, m_max, n), float("nan"))
+    good[:, :m] = ref[:, :m]
+    good = good.to(torch.bfloat16)
+    assert _masked_check(good, good.clone(), ref, m)[1]
+    wrote_past = good.clone()
+    wrote_past[1, m] = 0
+    assert not _masked_check(wrote_past, good.clone(), ref, m)[1]
+    hole = good.clone()
+    hole[0, 2, 3] = float("nan")
+    assert not _masked_check(hole, good.clone(), ref, m)[1]
+    other = good.clone()
+    other[0, 0, 0] += 1
+    assert not _masked_check(good, other, ref, m)[1]
+    wrong = good.clone()
+    wrong[:, :m] = -wrong[:, :m]
+    diff, ok = _masked_check(wrong, wrong.clone(), ref, m)
+    assert not ok and diff > 1.0
+
+    layout = torch.tensor([0, 0, -1, 1, 1, 1, -1, -1])
+    ref2 = torch.randn(8, n)
+    ref2[layout < 0] = 0
+    d = ref2.to(torch.bfloat16)
+    assert _contiguous_check(d, d.clone(), ref2, layout)[1]
+    pad_written = d.clone()
+    pad_written[2, 0] = 1
+    assert not _contiguous_check(pad_written, pad_written.clone(), ref2, layout)[1]
+    other = d.clone()
+    other[0, 0] += 1
+    assert not _contiguous_check(d, other, ref2, layout)[1]

@@ -174,6 +174,41 @@ def _grouped_detail(best) -> str:
             f"{' tma' if best['tma_store'] else ''}") if best else ""
 
 
+def _padded_layout(ms: list[int]) -> tuple[torch.Tensor, int, int]:
+    """(grouped_layout int32 [M], M, alignment): groups of ms rows, each segment padded to the
+    contiguous-layout alignment with -1 rows (bench grouped's layout)."""
+    import finegemm
+    align_m = finegemm.get_mk_alignment_for_contiguous_layout()
+    padded = [finegemm.align(m, align_m) for m in ms]
+    layout = torch.full((sum(padded),), -1, dtype=torch.int32, device="cuda")
+    row = 0
+    for i, (m, p) in enumerate(zip(ms, padded)):
+        layout[row:row + m] = i
+        row += p
+    return layout, sum(padded), align_m
+
+
+def _masked_check(d, first, ref, m: int) -> tuple[float, bool]:
+    """(calc_diff, ok) of a masked call run twice: the valid rows of every group match the exact
+    reference, are fully written and bitwise repeatable; rows >= m stay untouched (NaN poison)."""
+    from finegemm.testing import calc_diff
+    diff = max(calc_diff(d[j, :m].float(), ref[j, :m]) for j in range(d.shape[0]))
+    untouched = bool(torch.isnan(d[:, m:]).all()) and bool(torch.isnan(first[:, m:]).all())
+    ok = (diff <= 1e-5 and untouched and not torch.isnan(first[:, :m]).any()
+          and not torch.isnan(d[:, :m]).any() and torch.equal(first[:, :m], d[:, :m]))
+    return diff, ok
+
+
+def _contiguous_check(d, first, ref, layout) -> tuple[float, bool]:
+    """(calc_diff, ok) of a contiguous call run twice: exact reference, padding rows zero, fully
+    written, bitwise repeatable."""
+    from finegemm.testing import calc_diff
+    diff = calc_diff(d.float(), ref)
+    ok = (diff <= 1e-5 and bool((d[layout < 0] == 0).all()) and not torch.isnan(d).any()
+          and torch.equal(first, d))
+    return diff, ok
+
+
 def masked_default_shapes() -> list[tuple[int, int, int, int]]:
     """(G, m per group, N, K) of `bench grouped`'s masked records."""
     from .grouped import GROUPED_NK, MASKED_GM
@@ -188,7 +223,6 @@ def tune_masked_shape(g: int, m: int, n: int, k: int, num_sms: int, top: int, nu
     from finegemm import reference
     from finegemm.heuristics.sm90_fp8_gemm import GEMM_GROUPED_MASKED, grouped_candidate_configs
     from finegemm.ops import sm90_fp8_gemm as ops
-    from finegemm.testing import calc_diff
 
     m_max = finegemm.align(m, 128) + 128
     qs = [finegemm.per_token_cast_to_fp8(torch.randn(m_max, k, device="cuda", generator=gen)) for _ in range(g)]
@@ -204,11 +238,7 @@ def tune_masked_shape(g: int, m: int, n: int, k: int, num_sms: int, top: int, nu
         def call():
             ops.m_grouped_fp8_gemm_nt_masked(a, sfa, b, sfb, d, masked_m, m, config=cfg)
         first = _run_twice(call, d)
-        diff = max(calc_diff(d[j, :m].float(), ref[j, :m]) for j in range(g))
-        untouched = bool(torch.isnan(d[:, m:]).all()) and bool(torch.isnan(first[:, m:]).all())
-        ok = (diff <= 1e-5 and untouched and not torch.isnan(first[:, :m]).any()
-              and not torch.isnan(d[:, :m]).any() and torch.equal(first[:, :m], d[:, :m]))
-        return call, diff, ok
+        return (call, *_masked_check(d, first, ref, m))
 
     rows, best = _time_candidates(cands, lambda c: ops._load(c, d.device.index), _grouped_row, check, num_tests)
     rec = {"family": "masked", "groups": g, "m": m, "n": n, "k": k, "candidates": rows,
@@ -234,18 +264,10 @@ def tune_contiguous_shape(g: int, expected: int, n: int, k: int, ms: list[int], 
     from finegemm import reference
     from finegemm.heuristics.sm90_fp8_gemm import GEMM_GROUPED_CONTIGUOUS, grouped_candidate_configs
     from finegemm.ops import sm90_fp8_gemm as ops
-    from finegemm.testing import calc_diff
 
     from .grouped import _quantized_experts
 
-    align_m = finegemm.get_mk_alignment_for_contiguous_layout()
-    padded = [finegemm.align(m, align_m) for m in ms]
-    m_total = sum(padded)
-    layout = torch.full((m_total,), -1, dtype=torch.int32, device="cuda")
-    row = 0
-    for i, (m, p) in enumerate(zip(ms, padded)):
-        layout[row:row + m] = i
-        row += p
+    layout, m_total, align_m = _padded_layout(ms)
     a, sfa = finegemm.per_token_cast_to_fp8(torch.randn(m_total, k, device="cuda", generator=gen))
     _, b, sfb = _quantized_experts(g, n, k, gen)
     ref = reference.m_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, layout, out_dtype=torch.float32)
@@ -256,10 +278,7 @@ def tune_contiguous_shape(g: int, expected: int, n: int, k: int, ms: list[int], 
         def call():
             ops.m_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, d, layout, config=cfg)
         first = _run_twice(call, d)
-        diff = calc_diff(d.float(), ref)
-        ok = (diff <= 1e-5 and bool((d[layout < 0] == 0).all()) and not torch.isnan(d).any()
-              and torch.equal(first, d))
-        return call, diff, ok
+        return (call, *_contiguous_check(d, first, ref, layout))
 
     rows, best = _time_candidates(cands, lambda c: ops._load(c, d.device.index), _grouped_row, check, num_tests)
     rec = {"family": "contiguous", "groups": g, "m": m_total, "expected_m": expected, "n": n, "k": k,
@@ -295,7 +314,6 @@ def tune_bf16_masked_shape(g: int, m: int, n: int, k: int, num_sms: int, num_tes
     from finegemm import reference
     from finegemm.heuristics.sm90_bf16_gemm import GEMM_GROUPED_MASKED, grouped_candidate_configs
     from finegemm.ops import sm90_bf16_gemm as ops
-    from finegemm.testing import calc_diff
     from finegemm.utils import align
 
     m_max = align(m, 128) + 128
@@ -310,11 +328,7 @@ def tune_bf16_masked_shape(g: int, m: int, n: int, k: int, num_sms: int, num_tes
         def call():
             ops.m_grouped_bf16_gemm_nt_masked(a, b, d, masked_m, m, config=cfg)
         first = _run_twice(call, d)
-        diff = max(calc_diff(d[j, :m].float(), ref[j, :m]) for j in range(g))
-        untouched = bool(torch.isnan(d[:, m:]).all()) and bool(torch.isnan(first[:, m:]).all())
-        ok = (diff <= 1e-5 and untouched and not torch.isnan(first[:, :m]).any()
-              and not torch.isnan(d[:, :m]).any() and torch.equal(first[:, :m], d[:, :m]))
-        return call, diff, ok
+        return (call, *_masked_check(d, first, ref, m))
 
     rows, best = _time_candidates(cands, _load_bf16_grouped, _bf16_grouped_row, check, num_tests)
     rec = {"family": "bf16_masked", "groups": g, "m": m, "n": n, "k": k, "candidates": rows,
@@ -329,20 +343,11 @@ def tune_bf16_contiguous_shape(g: int, expected: int, n: int, k: int, ms: list[i
     padded to the alignment; padding rows must come out as zeros): every tile checked (exact
     reference, poisoned output, bitwise repeat) and timed; the entry is keyed by the stacked rows
     and G, as the op plans."""
-    import finegemm
     from finegemm import reference
     from finegemm.heuristics.sm90_bf16_gemm import GEMM_GROUPED_CONTIGUOUS, grouped_candidate_configs
     from finegemm.ops import sm90_bf16_gemm as ops
-    from finegemm.testing import calc_diff
 
-    align_m = finegemm.get_mk_alignment_for_contiguous_layout()
-    padded = [finegemm.align(m, align_m) for m in ms]
-    m_total = sum(padded)
-    layout = torch.full((m_total,), -1, dtype=torch.int32, device="cuda")
-    row = 0
-    for i, (m, p) in enumerate(zip(ms, padded)):
-        layout[row:row + m] = i
-        row += p
+    layout, m_total, align_m = _padded_layout(ms)
     a = torch.randn(m_total, k, device="cuda", dtype=torch.bfloat16, generator=gen)
     b = torch.randn(g, n, k, device="cuda", dtype=torch.bfloat16, generator=gen)
     ref = reference.m_grouped_bf16_gemm_nt_contiguous(a, b, layout, out_dtype=torch.float32)
@@ -353,10 +358,7 @@ def tune_bf16_contiguous_shape(g: int, expected: int, n: int, k: int, ms: list[i
         def call():
             ops.m_grouped_bf16_gemm_nt_contiguous(a, b, d, layout, config=cfg)
         first = _run_twice(call, d)
-        diff = calc_diff(d.float(), ref)
-        ok = (diff <= 1e-5 and bool((d[layout < 0] == 0).all()) and not torch.isnan(d).any()
-              and torch.equal(first, d))
-        return call, diff, ok
+        return (call, *_contiguous_check(d, first, ref, layout))
 
     rows, best = _time_candidates(cands, _load_bf16_grouped, _bf16_grouped_row, check, num_tests)
     rec = {"family": "bf16_contiguous", "groups": g, "m": m_total, "expected_m": expected, "n": n, "k": k,
