@@ -35,3 +35,12 @@ def grouped_model_rows(contiguous: bool, m: int, num_groups: int, planned_m: int
     """Rows the cost model charges: the stacked rows (contiguous), or every group's planned rows
     rounded up to whole tiles (masked: per-group edge tiles are charged whole)."""
     return m if contiguous else num_groups * ceil_div(planned_m, block_m) * block_m
+
+
+def grouped_tuned_key(contiguous: bool, contiguous_prefix: str, masked_prefix: str, m: int, num_groups: int,
+                      expected_m: int) -> tuple[str, int]:
+    """(tuned-table kind, the M its entries are keyed by) of an m-grouped problem: prefix + G, and
+    the stacked rows for the contiguous kind, the expected m (else Mmax) for the masked kind."""
+    if contiguous:
+        return f"{contiguous_prefix}{num_groups}", m
+    return f"{masked_prefix}{num_groups}", expected_m if expected_m > 0 else m

@@ -45,7 +45,8 @@ import threading
 from dataclasses import dataclass
 
 from finegemm.heuristics import tuned
-from finegemm.heuristics._common import grouped_block_m_options, grouped_model_rows, print_configs_enabled
+from finegemm.heuristics._common import (grouped_block_m_options, grouped_model_rows, grouped_tuned_key,
+                                         print_configs_enabled)
 from finegemm.utils import ceil_div
 
 __all__ = [
@@ -423,11 +424,9 @@ def grouped_kernel_keys() -> list[tuple]:
 
 
 def grouped_tuned_kind(kind: int, m: int, num_groups: int, expected_m: int) -> tuple[str, int]:
-    """(tuned-table kind, the M its entries are keyed by) of an m-grouped problem: the stacked rows
-    for the contiguous kind, the expected m (else Mmax) for the masked kind."""
-    if kind == GEMM_GROUPED_CONTIGUOUS:
-        return f"{CONTIGUOUS_KIND_PREFIX}{num_groups}", m
-    return f"{MASKED_KIND_PREFIX}{num_groups}", expected_m if expected_m > 0 else m
+    """(tuned-table kind, the M its entries are keyed by) of an m-grouped problem (_common.grouped_tuned_key)."""
+    return grouped_tuned_key(kind == GEMM_GROUPED_CONTIGUOUS, CONTIGUOUS_KIND_PREFIX, MASKED_KIND_PREFIX, m,
+                             num_groups, expected_m)
 
 
 def _check_grouped_problem(kind: int, m: int, n: int, k: int, num_groups: int, num_sms: int) -> None:

@@ -327,6 +327,12 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
       return true;
     }
   };
+  // A unit's k-blocks [kb_begin, kb_end) as every role walks them; a padding tile (contiguous
+  // kind) runs none: the producer loads nothing and the consumers write zeros.
+  auto unit_k_blocks = [&](uint32_t split, bool skip, uint32_t& kb_begin, uint32_t& kb_end) {
+    sched.k_range(split, num_kb, kb_begin, kb_end);
+    if (skip) kb_end = kb_begin;
+  };
 
   if (threadIdx.x == 0) {
     // A launch with less dynamic shared memory than this layout needs would corrupt memory.
@@ -365,8 +371,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
       for (uint32_t unit = cluster_id; kGrouped || unit < sched.num_units; unit += num_clusters) {
         if (!next_tile(walker, unit, t)) break;
         uint32_t kb_begin, kb_end;
-        sched.k_range(t.split, num_kb, kb_begin, kb_end);
-        if (t.skip) kb_end = kb_begin;  // padding tile: the consumers skip it too
+        unit_k_blocks(t.split, t.skip, kb_begin, kb_end);
         const CUtensorMap* map_a = tmap_a;
         const CUtensorMap* map_b = tmap_b;
         if constexpr (kKGrouped) {
@@ -442,8 +447,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
       for (uint32_t unit = cluster_id; kGrouped || unit < sched.num_units; unit += num_clusters) {
         if (!next_tile(walker, unit, t)) break;
         uint32_t kb_begin, kb_end;
-        sched.k_range(t.split, num_kb, kb_begin, kb_end);
-        if (t.skip) kb_end = kb_begin;
+        unit_k_blocks(t.split, t.skip, kb_begin, kb_end);
         // The tile's scale blocks, clamped (blocks past the end are never selected; a phantom
         // tile's scales are never stored). Addresses are recomputed per load: this warp runs in
         // the producer's 40 registers.
@@ -537,8 +541,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         t.group = 0;
       }
       uint32_t kb_begin, kb_end;
-      sched.k_range(split, num_kb, kb_begin, kb_end);
-      if (t.skip) kb_end = kb_begin;  // padding tile (as the producer): zeros are written
+      unit_k_blocks(split, t.skip, kb_begin, kb_end);
       uint32_t m0 = t.a_row;  // first row in the 2-D A / D view
       if constexpr (kKGrouped) {
         // The slot's k-blocks (as the producer); D rows of group g start at g * M ([G*M, N] view).
