@@ -10,6 +10,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
+from .bench import TUNE_FAMILIES
+
 
 def _dir_size(path: Path) -> int:
     total = 0
@@ -191,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_bench)
 
     s = sub.add_parser("tune", help="time candidate configs per shape on the GPU; write a tuned table")
-    s.add_argument("family", choices=["dense", "wgrad", "masked", "contiguous", "bf16"])
+    s.add_argument("family", choices=TUNE_FAMILIES)
     s.add_argument("rest", nargs=argparse.REMAINDER)
     s.set_defaults(func=cmd_tune)
     return p

@@ -50,3 +50,20 @@ def test_tune_accepts_every_family(family, tmp_path):
     r = _run(["tune", family, "--help"], tmp_path / "c")
     assert r.returncode == 0, r.stderr
     assert "--shapes" in r.stdout and "--table" in r.stdout
+
+
+def test_tune_accepts_every_family_the_tuner_has():
+    """The CLI's `tune` subcommand and the tuner's own parser accept the same families (the CLI
+    once rejected bf16_masked / bf16_contiguous, which the tuner had)."""
+    from finegemm import cli
+    from finegemm.bench import TUNE_FAMILIES
+    from finegemm.bench import tune
+
+    assert {"bf16_masked", "bf16_contiguous", "dense", "masked"} <= set(TUNE_FAMILIES)
+    for fam in TUNE_FAMILIES:
+        args = cli.build_parser().parse_args(["tune", fam, "--shapes", "1,2,3"])
+        assert args.family == fam and args.rest == ["--shapes", "1,2,3"]
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["tune", "no_such_family"])
+    tuner_choices = next(a.choices for a in tune.build_parser()._actions if a.dest == "family")
+    assert tuple(tuner_choices) == TUNE_FAMILIES

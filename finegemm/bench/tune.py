@@ -22,6 +22,7 @@ import time
 
 import torch
 
+from . import TUNE_FAMILIES
 from ._common import kernel_time_us, run_metadata
 
 
@@ -434,10 +435,9 @@ def table_entry(rec: dict, num_sms: int, meta: dict) -> dict | None:
             "gpu": meta.get("gpu"), "commit": meta.get("commit"), "date": meta.get("date")}
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m finegemm tune", description=__doc__.split("\n")[0])
-    p.add_argument("family", choices=["dense", "wgrad", "masked", "contiguous", "bf16", "bf16_masked",
-                                      "bf16_contiguous"],
+    p.add_argument("family", choices=TUNE_FAMILIES,
                    help="dense: recipe (1, 128, 128), bf16 out; wgrad: recipe (1, 1, 128), fp32 out += in place; "
                         "masked: m-grouped masked (--shapes G,M,N,K); contiguous: m-grouped contiguous "
                         "(--shapes G,expected M,N,K; bench grouped's layout); bf16: the dense BF16 kernel, bf16 out "
@@ -452,7 +452,11 @@ def main(argv=None) -> int:
     p.add_argument("--num-tests", type=int, default=10)
     p.add_argument("--table", default=None, help="tuned table to add the winners to (default: print only)")
     p.add_argument("--out", default=None, help="JSON with every candidate's check and time")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
     if not torch.cuda.is_available():
         print("finegemm tune: needs a CUDA GPU", file=sys.stderr)
         return 2
