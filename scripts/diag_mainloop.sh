@@ -14,11 +14,14 @@ if [[ -z "${FINEGEMM_CACHE_DIR:-}" && -d .fgcache ]]; then export FINEGEMM_CACHE
 OUT="${OUT:-/tmp/finegemm-out}"; mkdir -p "$OUT"
 # Split-K cases too (the trace now covers them): does a wider tile keep ~350 cycles per k-block,
 # and what does the reduction cost?
+# DIAG_CASES / DIAG_VARIANTS (space-separated, same syntax) replace the defaults.
 CASES=(64,4096,7168:64,32,16,1,0,0 128,4096,7168:128,32,10,1,0,1 64,7168,16384:64,64,8,1,0,0
        64,2112,7168:64,32,16,1,0,0 4096,4096,7168:128,208,4,1,0,1
        64,4096,7168:64,64,8,1,0,0,0,1,2 64,4096,7168:64,128,8,1,0,0,0,1,4)
 VARIANTS=(base= no_mma=-DFINEGEMM_DIAG_NO_MMA "no_mma_sfa=-DFINEGEMM_DIAG_NO_MMA -DFINEGEMM_DIAG_NO_SFA_TMA"
           no_tma=-DFINEGEMM_DIAG_NO_TMA)
+if [[ -n "${DIAG_CASES:-}" ]]; then read -r -a CASES <<< "$DIAG_CASES"; fi
+if [[ -n "${DIAG_VARIANTS:-}" ]]; then read -r -a VARIANTS <<< "$DIAG_VARIANTS"; fi
 if [[ "${1:-}" == --precompile ]]; then
   python3 scripts/probe_variants.py --precompile --max-stages 16 --variants "${VARIANTS[@]}" --cases "${CASES[@]}"
   for v in "${VARIANTS[@]}"; do
