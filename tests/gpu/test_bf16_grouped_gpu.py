@@ -277,6 +277,41 @@ def test_masked_cuda_graph_replay_follows_masked_m():
         _check_masked(d, a, b, values)
 
 
+def _shipped_bf16_masked_entries():
+    import json
+
+    from finegemm.heuristics import tuned
+    return [e for e in json.loads(tuned.SHIPPED_BF16_TABLE.read_text())["entries"]
+            if e["kind"].startswith(heur.MASKED_KIND_PREFIX)]
+
+
+@pytest.mark.parametrize("entry", _shipped_bf16_masked_entries(),
+                         ids=lambda e: f"{e['kind']}-{e['m']}x{e['n']}x{e['k']}")
+def test_tuned_masked_entries(entry):
+    """Every shipped tuned masked BF16 configuration: the planner picks it for its expected m, and
+    the same tile on a few groups (masked_m = expected, 0, Mmax, a third) is exact against the fp32
+    product with the rows past masked_m untouched."""
+    from finegemm import runtime
+    if entry["num_sms"] != runtime.get_num_sms():
+        pytest.skip("tuned for another SM count")
+    g = int(entry["kind"][len(heur.MASKED_KIND_PREFIX):])
+    em, n, k, c = entry["m"], entry["n"], entry["k"], entry["config"]
+    m_max = finegemm.align(em, 128)
+    cfg = heur.select_grouped_config(heur.GEMM_GROUPED_MASKED, m_max, n, k, g, runtime.get_num_sms(), em)
+    picked = {f: getattr(cfg, f) for f in ("block_m", "block_n", "num_stages")}
+    assert picked == {f: c[f] for f in picked}
+    gg = min(g, 4)
+    forced = heur.make_grouped_config(heur.GEMM_GROUPED_MASKED, m_max, n, k, gg, runtime.get_num_sms(), em, 128,
+                                      c["block_m"], c["block_n"])
+    assert forced.num_stages == c["num_stages"]
+    a, b = _masked_problem(gg, m_max, n, k, seed=em + n + k)
+    masked = [em, 0, m_max, max(em // 3, 1)][:gg]
+    d = torch.full((gg, m_max, n), float("nan"), device="cuda", dtype=BF16)
+    ops.m_grouped_bf16_gemm_nt_masked(a, b, d, torch.tensor(masked, dtype=torch.int32, device="cuda"), em,
+                                      config=forced)
+    _check_masked(d, a, b, masked)
+
+
 def _k_grouped_problem(ks, m, n, mode, seed, a_pad=None):
     """(a, b, d, c, base): fresh random data, d poisoned with NaN (or the accumulator for
     in-place), base = what D_g starts from (c, or zeros). M with a row pitch that is not a
