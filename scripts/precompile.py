@@ -138,8 +138,6 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--sms", type=int, default=132)
     p.add_argument("--jobs", type=int, default=2)
-    p.add_argument("--has-c-only", action="store_true",
-                   help="only the configurations with C (e.g. for an A/B build of the C path)")
     args = p.parse_args()
     bench = [(m, n, k) for m in DENSE_M + CURVE_M for (n, k) in DENSE_NK]
     cfgs = {}
@@ -153,8 +151,6 @@ def main() -> int:
         if cfg.one_d_one_d and cfg.has_c and not ops.ACCUMULATE_C_IN_KERNEL_1D1D:  # ops: _AccumulateAfter
             cfg = dataclasses.replace(cfg, has_c=False)
         cfgs[ops._kernel_name(cfg)] = cfg
-    if args.has_c_only:
-        cfgs = {name: cfg for name, cfg in cfgs.items() if cfg.has_c}
     print(f"{len(cfgs)} kernel configurations")
     jit.build_many({name: ops._render_cfg(cfg) for name, cfg in cfgs.items()}, args.jobs)
     return 0

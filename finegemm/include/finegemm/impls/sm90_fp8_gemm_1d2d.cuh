@@ -389,22 +389,6 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         }
         const int32_t m0 = static_cast<int32_t>(t.a_row);
         const int32_t n0 = static_cast<int32_t>(t.b_row);
-        if constexpr (kHasC && !diag::kNoCPrefetch) {
-          // The epilogue reads the tile's fp32 C (one HBM round trip per chunk pass, on the
-          // consumers' critical path between two main loops): pull its rows into L2 now, a whole
-          // main loop ahead. Rows and columns as the epilogue's (k-grouped: the group's D rows).
-          const uint32_t c_row0 = kKGrouped ? kgroups->slot[t.group].group * M + t.a_row : t.a_row;
-          const uint32_t c_rows_end = kKGrouped ? kgroups->slot[t.group].group * M + M : walker.row_limit();
-          const uint32_t c_col0 = t.n_block * BLOCK_N;
-          const uint32_t cols = c_col0 + BLOCK_N <= N ? BLOCK_N : N - c_col0;
-          const uint32_t bytes = cols * 4u & ~15u;  // whole 16-byte units (a hint may stop short)
-          if (c_ptr != nullptr && bytes > 0 && (reinterpret_cast<uintptr_t>(c_ptr) & 15u) == 0 && ldd % 4u == 0) {
-            const uint32_t rows = c_rows_end > c_row0 ? (c_rows_end - c_row0 < BLOCK_M ? c_rows_end - c_row0 : BLOCK_M) : 0u;
-            for (uint32_t r = 0; r < rows; ++r) {
-              ptx::bulk_prefetch_l2(c_ptr + static_cast<size_t>(c_row0 + r) * ldd + c_col0, bytes);
-            }
-          }
-        }
         FG_TRACE_TILE(trace_buf, 2, traced_tile, 0);
         for (uint32_t kb = kb_begin; kb < kb_end; ++kb) {
           // Fresh barrier: waiting for parity 1 returns at once, so the first pass never blocks.

@@ -8,8 +8,6 @@
 //                         consumers compute on whatever the stage holds)
 //   FINEGEMM_DIAG_NO_SFA_TMA  the producer skips the per-stage sfa box (2 TMA boxes per k-block
 //                         instead of 3; the consumers read whatever the sfa slot holds)
-//   FINEGEMM_DIAG_NO_C_PREFETCH  the producer does not prefetch the tile's C rows into L2 (results
-//                         stay exact: an A/B switch for the prefetch's speed)
 #pragma once
 
 namespace finegemm {
@@ -31,12 +29,6 @@ constexpr bool kNoTma = false;
 constexpr bool kNoSfaTma = true;
 #else
 constexpr bool kNoSfaTma = false;
-#endif
-
-#ifdef FINEGEMM_DIAG_NO_C_PREFETCH
-constexpr bool kNoCPrefetch = true;
-#else
-constexpr bool kNoCPrefetch = false;
 #endif
 
 }  // namespace diag

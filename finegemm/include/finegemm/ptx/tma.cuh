@@ -14,13 +14,6 @@ __device__ __forceinline__ void tma_prefetch_desc(const void* tmap) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(tmap)) : "memory");
 }
 
-// Asynchronous prefetch of `bytes` (a multiple of 16) at `ptr` (16-byte aligned) from global memory
-// into L2: a hint, no completion to wait for.
-__device__ __forceinline__ void bulk_prefetch_l2(const void* ptr, uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(reinterpret_cast<uint64_t>(ptr)), "r"(bytes)
-               : "memory");
-}
-
 // Load a box into shared memory at `dst` (shared address, 128-byte aligned; 1024 for 128B
 // swizzle); completion adds the box bytes to mbarrier `bar`'s transaction count.
 __device__ __forceinline__ void tma_load_2d(uint32_t dst, const void* tmap, uint32_t bar, int32_t c0,
