@@ -138,6 +138,8 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--sms", type=int, default=132)
     p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--only-1d1d", action="store_true",
+                   help="only the recipe (1, 1, 128) configurations (e.g. for an A/B build of that loop)")
     args = p.parse_args()
     bench = [(m, n, k) for m in DENSE_M + CURVE_M for (n, k) in DENSE_NK]
     cfgs = {}
@@ -151,6 +153,8 @@ def main() -> int:
         if cfg.one_d_one_d and cfg.has_c and not ops.ACCUMULATE_C_IN_KERNEL_1D1D:  # ops: _AccumulateAfter
             cfg = dataclasses.replace(cfg, has_c=False)
         cfgs[ops._kernel_name(cfg)] = cfg
+    if args.only_1d1d:
+        cfgs = {name: cfg for name, cfg in cfgs.items() if cfg.one_d_one_d}
     print(f"{len(cfgs)} kernel configurations")
     jit.build_many({name: ops._render_cfg(cfg) for name, cfg in cfgs.items()}, args.jobs)
     return 0

@@ -579,7 +579,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           // proxy) overwrites it once the stage is released: without this fence ptxas issued the
           // arrive with some of those loads still outstanding (their FMULs scheduled after it),
           // and the result changed from run to run (scripts/probe_determinism.py, fp32 + C).
-          ptx::fence_proxy_async_shared();
+          if constexpr (!diag::kNo1d1dFence) ptx::fence_proxy_async_shared();
           release(stage);
           if (++stage == kNumStages) {
             stage = 0;

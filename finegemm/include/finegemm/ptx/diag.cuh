@@ -8,6 +8,8 @@
 //                         consumers compute on whatever the stage holds)
 //   FINEGEMM_DIAG_NO_SFA_TMA  the producer skips the per-stage sfa box (2 TMA boxes per k-block
 //                         instead of 3; the consumers read whatever the sfa slot holds)
+//   FINEGEMM_DIAG_NO_1D1D_FENCE  the 1D1D consumers release a stage without the proxy fence after
+//                         their shared-memory scale loads (racy by design: what does the fence cost?)
 #pragma once
 
 namespace finegemm {
@@ -29,6 +31,12 @@ constexpr bool kNoTma = false;
 constexpr bool kNoSfaTma = true;
 #else
 constexpr bool kNoSfaTma = false;
+#endif
+
+#ifdef FINEGEMM_DIAG_NO_1D1D_FENCE
+constexpr bool kNo1d1dFence = true;
+#else
+constexpr bool kNo1d1dFence = false;
 #endif
 
 }  // namespace diag
