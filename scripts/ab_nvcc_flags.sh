@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 if [[ -z "${FINEGEMM_CACHE_DIR:-}" && -d .fgcache ]]; then export FINEGEMM_CACHE_DIR="$PWD/.fgcache"; fi
 OUT="${OUT:-/tmp/finegemm-out}"; mkdir -p "$OUT"
-: "${AB_FLAGS:?set AB_FLAGS to the experiment's nvcc flags}"
+: "${AB_FLAGS:?set AB_FLAGS to the nvcc flags of the experiment}"
 status=0
 for run in flag1 base flag2; do
   flags=""; [[ "$run" == flag* ]] && flags="$AB_FLAGS"
