@@ -150,20 +150,24 @@ def test_tuner_times_deep_ring_twins_of_narrow_tiles(shape):
     """The tuner's candidates include, for narrow tiles, the same configuration with the deepest
     ring that fits (capped by the k-blocks a unit runs); nothing else differs."""
     cands = h.candidate_configs(*shape, 132)
-    base = {(c.block_m, c.block_n, c.num_splits, c.num_multicast, c.multicast_on_a, c.tma_store, c.ctas_per_sm): c
-            for c in cands if c.num_stages <= h.MODEL_MAX_STAGES and c.k_batch == 1 and not c.half_promote}
+    base = {(c.block_m, c.block_n, c.num_splits, c.num_multicast, c.multicast_on_a, c.tma_store, c.ctas_per_sm,
+             c.k_batch): c
+            for c in cands if c.num_stages <= h.MODEL_MAX_STAGES and not c.half_promote}
     deep = [c for c in cands if c.num_stages > h.MODEL_MAX_STAGES]
     assert deep, shape
+    # k-batch twins get deep rings too (v0.20: only the pair speeds both sides of a skinny loop).
+    assert any(c.k_batch > 1 for c in deep) and any(c.k_batch == 1 for c in deep), shape
     k_blocks = ceil_div(shape[2], 128)
     for c in deep:
-        key = (c.block_m, c.block_n, c.num_splits, c.num_multicast, c.multicast_on_a, c.tma_store, c.ctas_per_sm)
+        key = (c.block_m, c.block_n, c.num_splits, c.num_multicast, c.multicast_on_a, c.tma_store, c.ctas_per_sm,
+               c.k_batch)
         assert key in base, c
         assert c.num_stages == min(h.max_stages(c.block_m, c.block_n, c.tma_store, ctas_per_sm=c.ctas_per_sm,
                                                 cap=h.MAX_STAGES),
                                    max(ceil_div(k_blocks, c.num_splits), base[key].num_stages)), c
-        assert c.k_batch == 1 and not c.half_promote
+        assert not c.half_promote and c.k_batch <= c.num_stages
     assert len({(c.block_m, c.block_n, c.num_stages, c.num_splits, c.num_multicast, c.multicast_on_a, c.tma_store,
-                 c.ctas_per_sm) for c in deep}) == len(deep)  # no duplicates
+                 c.ctas_per_sm, c.k_batch) for c in deep}) == len(deep)  # no duplicates
 
 
 def test_no_deep_ring_twins_where_the_ring_is_already_smem_bound():

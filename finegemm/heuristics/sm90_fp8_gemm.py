@@ -398,7 +398,7 @@ def candidate_configs(m: int, n: int, k: int, num_sms: int, out_fp32: bool = Fal
     k_batch 2 / 4 twins of the first `k_batch` narrow ones (the model does not rank either),
     plus two-CTA-per-SM configs, plus deep-ring twins (up to MAX_STAGES stages) of the first
     `deep_ring` of those (k_batch 1, no half-promote) whose tile fits more stages than the model's
-    ring. The model's own choice is first."""
+    ring, and of the first `deep_ring` k-batch twins. The model's own choice is first."""
     cands = sorted(_model_candidates(m, n, k, num_sms, out_fp32, has_c, True, True, one_d_one_d))
     # family: (block_m, split-K, multicast, multicast on A, TMA store)
     chosen = _top_and_family_bests(cands, top, lambda c: (c[1], c[3] > 1, c[4], c[5], c[6]))
@@ -419,8 +419,13 @@ def candidate_configs(m: int, n: int, k: int, num_sms: int, out_fp32: bool = Fal
             for kbat in (2, 4):
                 if c.block_n <= MAX_BLOCK_N_KBATCH[kbat] and ceil_div(ceil_div(k, BLOCK_K), c.num_splits) >= kbat:
                     out.append(dataclasses.replace(c, k_batch=kbat))
-    out += _deep_ring_twins([c for c in out if c.k_batch == 1 and not c.half_promote], deep_ring, m, n, k,
-                            num_sms, out_fp32, has_c, one_d_one_d)
+    # Deep rings of the k_batch 1 candidates first, then of the k-batch twins: on skinny shapes
+    # both sides of the main loop run at about the same rate (benchmarks/NOTES.md v0.20), k-batch
+    # speeds the consumers and a deep ring the loads, so only the pair can gain.
+    plain = [c for c in out if c.k_batch == 1 and not c.half_promote]
+    batched = [c for c in out if c.k_batch > 1]
+    out += _deep_ring_twins(plain, deep_ring, m, n, k, num_sms, out_fp32, has_c, one_d_one_d)
+    out += _deep_ring_twins(batched, deep_ring, m, n, k, num_sms, out_fp32, has_c, one_d_one_d)
     return out
 
 
@@ -436,13 +441,13 @@ def _deep_ring_twins(cands: list[Fp8GemmConfig], limit: int, m: int, n: int, k: 
         per_unit_kb = ceil_div(ceil_div(k, BLOCK_K), c.num_splits)
         deep = min(deep, max(per_unit_kb, c.num_stages))
         key = (c.block_m, c.block_n, deep, c.num_splits, c.num_multicast, c.multicast_on_a, c.tma_store,
-               c.ctas_per_sm)
+               c.ctas_per_sm, c.k_batch)
         if deep <= c.num_stages or key in seen:
             continue
         seen.add(key)
         out.append(make_config(m, n, k, num_sms, out_fp32, has_c, c.block_m, c.block_n, deep, c.num_splits,
                                c.num_multicast, c.multicast_on_a, c.tma_store, one_d_one_d=one_d_one_d,
-                               est_us=c.est_us, ctas_per_sm=c.ctas_per_sm))
+                               est_us=c.est_us, ctas_per_sm=c.ctas_per_sm, k_batch=c.k_batch))
     return out
 
 
