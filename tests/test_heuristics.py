@@ -172,3 +172,14 @@ def test_tuner_times_deep_ring_twins_of_narrow_tiles(shape):
 
 def test_no_deep_ring_twins_where_the_ring_is_already_smem_bound():
     assert all(c.num_stages <= h.MODEL_MAX_STAGES for c in h.candidate_configs(4096, 4096, 7168, 132))
+
+
+def test_tuner_times_two_cta_bn128_where_it_fills_one_wave():
+    """64x32768x512: 256 tiles of 64x128 are one wave at two CTAs per SM; the tuner must time that
+    configuration (the shipped entry, v0.20) with and without the TMA-store epilogue."""
+    cands = h.candidate_configs(64, 32768, 512, 132)
+    two = {(c.block_n, c.tma_store) for c in cands if c.ctas_per_sm == 2 and c.block_m == 64}
+    assert (128, True) in two and (128, False) in two
+    for c in cands:
+        if c.ctas_per_sm == 2:
+            assert c.smem_bytes <= h.SMEM_LIMIT_2CTA and c.num_units <= 2 * 132

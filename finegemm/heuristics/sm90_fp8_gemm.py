@@ -460,7 +460,9 @@ def _two_cta_candidates(m: int, n: int, k: int, num_sms: int, out_fp32: bool, ha
         return []
     num_kb = ceil_div(k, BLOCK_K)
     out = []
-    for bn in (32, 48, 64, 80, 96):
+    # Up to bn128: 64x32768x512 bn128 with two CTAs per SM fills one wave (256 tiles) and measured
+    # 8.9 us against the table's one-CTA bn160 9.8 (benchmarks/NOTES.md v0.20).
+    for bn in (32, 48, 64, 80, 96, 112, 128):
         tiles = ceil_div(m, 64) * ceil_div(n, bn)
         if tiles > 2 * num_sms:
             continue
@@ -474,12 +476,12 @@ def _two_cta_candidates(m: int, n: int, k: int, num_sms: int, out_fp32: bool, ha
             if tma and (out_fp32 or has_c):
                 continue
             stages = max_stages(64, bn, tma, one_d_one_d, ctas_per_sm=2)
-            if stages < 4:
+            if stages < 3:  # the bn128 + TMA-store ring holds 3 (the 64x32768x512 winner)
                 continue
             cfg = make_config(m, n, k, num_sms, out_fp32, has_c, 64, bn, stages, sp, mc, mc_a, tma,
                               one_d_one_d=one_d_one_d, ctas_per_sm=2)
             out.append(cfg)
-            if not one_d_one_d:
+            if not one_d_one_d and bn <= MAX_BLOCK_N_HALF_PROMOTE:
                 out.append(dataclasses.replace(cfg, half_promote=True))
     return out
 
