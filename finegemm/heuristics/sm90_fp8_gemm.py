@@ -481,8 +481,9 @@ def _two_cta_candidates(m: int, n: int, k: int, num_sms: int, out_fp32: bool, ha
             cfg = make_config(m, n, k, num_sms, out_fp32, has_c, 64, bn, stages, sp, mc, mc_a, tma,
                               one_d_one_d=one_d_one_d, ctas_per_sm=2)
             out.append(cfg)
-            if not one_d_one_d and bn <= MAX_BLOCK_N_HALF_PROMOTE:
-                out.append(dataclasses.replace(cfg, half_promote=True))
+            if not one_d_one_d:  # through make_config: it rejects what the kernel does not build
+                out.append(make_config(m, n, k, num_sms, out_fp32, has_c, 64, bn, stages, sp, mc, mc_a, tma,
+                                       half_promote=True, ctas_per_sm=2))
     return out
 
 
