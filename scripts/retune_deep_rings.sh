@@ -3,17 +3,19 @@
 # deep-ring candidates, ship the new tables in this checkout, then check them and bench.
 # Usage on the GPU machine (caches precompiled on the CPU machine: scripts/precompile_tune.py with
 # these shapes and scripts/precompile_bf16.py):  bash scripts/retune_deep_rings.sh  -> $OUT/
-# RETUNE_BF16=0: the FP8 shapes only (v0.20: deep rings for the k-batch twins).
+# RETUNE_BF16=0: the FP8 shapes only (v0.20: deep rings for the k-batch twins); RETUNE_SHAPES: other shapes.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 if [[ -z "${FINEGEMM_CACHE_DIR:-}" && -d .fgcache ]]; then export FINEGEMM_CACHE_DIR="$PWD/.fgcache"; fi
 OUT="${OUT:-/tmp/finegemm-out}"; mkdir -p "$OUT"
 status=0
-shapes=""
-for m in 1 16 32 64 128 256; do
-  for nk in 2112,7168 24576,1536 32768,512 7168,16384 4096,7168 7168,2048; do shapes="$shapes $m,$nk"; done
-done
+shapes="${RETUNE_SHAPES:-}"  # "M,N,K ..." replaces the default 36 shapes
+if [[ -z "$shapes" ]]; then
+  for m in 1 16 32 64 128 256; do
+    for nk in 2112,7168 24576,1536 32768,512 7168,16384 4096,7168 7168,2048; do shapes="$shapes $m,$nk"; done
+  done
+fi
 cp finegemm/heuristics/tuned_sm90.json "$OUT/tuned_sm90.json"
 cp finegemm/heuristics/tuned_sm90_bf16.json "$OUT/tuned_sm90_bf16.json"
 # shellcheck disable=SC2086
