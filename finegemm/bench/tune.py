@@ -296,13 +296,6 @@ def _bf16_grouped_row(cfg) -> dict:
             "k_batch": 1}
 
 
-def _load_bf16_grouped(cfg) -> None:
-    from finegemm import jit
-    from finegemm.ops import sm90_bf16_gemm as ops
-    key = cfg.grouped_kernel_key()
-    jit.load_kernel(ops.grouped_kernel_name(key), ops.render_grouped(*key), smem_bytes=cfg.smem_bytes)
-
-
 def _bf16_grouped_detail(best) -> str:
     return f"bm{best['block_m']} bn{best['block_n']} s{best['num_stages']}" if best else ""
 
@@ -331,7 +324,8 @@ def tune_bf16_masked_shape(g: int, m: int, n: int, k: int, num_sms: int, num_tes
         first = _run_twice(call, d)
         return (call, *_masked_check(d, first, ref, m))
 
-    rows, best = _time_candidates(cands, _load_bf16_grouped, _bf16_grouped_row, check, num_tests)
+    rows, best = _time_candidates(cands, lambda c: ops.load_grouped(c, d.device.index), _bf16_grouped_row,
+                                  check, num_tests)
     rec = {"family": "bf16_masked", "groups": g, "m": m, "n": n, "k": k, "candidates": rows,
            "model_us": rows[0].get("us"), "best_us": best["us"] if best else None, "best": best}
     _log_result(log, f"bf16 masked G={g:>2} m={m:>5} {n:>6}x{k:>6}", rows, best, _bf16_grouped_detail(best))
@@ -361,7 +355,8 @@ def tune_bf16_contiguous_shape(g: int, expected: int, n: int, k: int, ms: list[i
         first = _run_twice(call, d)
         return (call, *_contiguous_check(d, first, ref, layout))
 
-    rows, best = _time_candidates(cands, _load_bf16_grouped, _bf16_grouped_row, check, num_tests)
+    rows, best = _time_candidates(cands, lambda c: ops.load_grouped(c, d.device.index), _bf16_grouped_row,
+                                  check, num_tests)
     rec = {"family": "bf16_contiguous", "groups": g, "m": m_total, "expected_m": expected, "n": n, "k": k,
            "candidates": rows, "model_us": rows[0].get("us"), "best_us": best["us"] if best else None, "best": best}
     _log_result(log, f"bf16 contiguous G={g} m={m_total:>6} {n:>5}x{k:>5}", rows, best, _bf16_grouped_detail(best))

@@ -336,6 +336,13 @@ def _get_grouped_launcher():
     return _grouped_launcher
 
 
+def load_grouped(cfg: Bf16GemmConfig, device: int) -> int:
+    """CUfunction of an m-grouped configuration's kernel on `device` (compiles on first use)."""
+    gkey = cfg.grouped_kernel_key()
+    with torch.cuda.device(device):
+        return jit.load_kernel(grouped_kernel_name(gkey), render_grouped(*gkey), smem_bytes=cfg.smem_bytes).fn
+
+
 def plan_grouped(kind: int, m: int, n: int, k: int, num_groups: int, expected_m: int, alignment: int,
                  device: int, config: Optional[Bf16GemmConfig] = None) -> tuple[Bf16GemmConfig, int]:
     """(config, CUfunction) of an m-grouped problem (cached; compiles on first use). `config`: a
@@ -345,19 +352,13 @@ def plan_grouped(kind: int, m: int, n: int, k: int, num_groups: int, expected_m:
         if (config.gemm_kind, config.m, config.n, config.k, config.num_groups) != (kind, m, n, k, num_groups):
             raise ValueError(f"sm90_bf16_gemm: config {config} is not one of this m-grouped problem "
                              f"(kind {kind}, m={m}, n={n}, k={k}, G={num_groups})")
-        gkey = config.grouped_kernel_key()
-        with torch.cuda.device(device):
-            fn = jit.load_kernel(grouped_kernel_name(gkey), render_grouped(*gkey), smem_bytes=config.smem_bytes).fn
-        return config, fn
+        return config, load_grouped(config, device)
     num_sms = runtime.get_num_sms()
     key = ("grouped", kind, m, n, k, num_groups, expected_m, alignment, num_sms, device)
     p = _plans.get(key)
     if p is None:
         cfg = select_grouped_config(kind, m, n, k, num_groups, num_sms, expected_m, alignment)
-        gkey = cfg.grouped_kernel_key()
-        with torch.cuda.device(device):
-            fn = jit.load_kernel(grouped_kernel_name(gkey), render_grouped(*gkey), smem_bytes=cfg.smem_bytes).fn
-        p = (cfg, fn)
+        p = (cfg, load_grouped(cfg, device))
         with _plans_lock:
             _plans[key] = p
     return p

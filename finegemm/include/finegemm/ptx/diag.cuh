@@ -1,7 +1,8 @@
 // Developer diagnostics of the FP8 kernel's main loop: switches that remove one side of it, to see
-// which side sets a shape's time (scripts/diag_mainloop.sh). Results are wrong with either on.
-// They are compiled in only through FINEGEMM_EXTRA_NVCC_FLAGS (part of the kernel cache key);
-// without them both are false and the kernel's SASS is unchanged.
+// which side sets a shape's time (scripts/diag_mainloop.sh, scripts/ab_nvcc_flags.sh). Results
+// are wrong (or racy) with any of them on. They are compiled in only through
+// FINEGEMM_EXTRA_NVCC_FLAGS (part of the kernel cache key); without them all are false and the
+// kernel's SASS is unchanged.
 //   FINEGEMM_DIAG_NO_MMA  the consumers wait for each full stage and release it at once (no wgmma,
 //                         no promotion; the plain k-block loop only, not k-batch / half-promote)
 //   FINEGEMM_DIAG_NO_TMA  the producer arrives on each full stage without loading it (the
