@@ -97,6 +97,13 @@ def wgrad_configs(sms: int) -> list:
     base = select_config(m, n, k, sms, True, True, one_d_one_d=True)
     for bm, bn, mc, mc_a, splits in t.FORCED:
         out.append(t.forced_config(base, bm, bn, mc, mc_a, splits, sms))
+    # The fp32 TMA epilogue tests (forced tile, TMA on and off, with and without C).
+    for (m, n, k) in t.TMA_EPI_SHAPES + [(257, 1000, 640), (128, 256, 256)]:
+        for has_c in (False, True):
+            plan = select_config(m, n, k, sms, True, has_c, one_d_one_d=True)
+            for bm, bn, mc, mc_a in t.TMA_EPI_CFGS:
+                for tma in (True, False):
+                    out.append(t.tma_epilogue_config(plan, bm, bn, mc, mc_a, tma, sms))
     # k-grouped, per-group path (K_GROUPED_SINGLE_LAUNCH False, parametrized in the GPU tests too).
     per_group = t.K_GROUPED_CASES + [t.K_GROUPED_DET] + t.K_GROUPED_ONE_LAUNCH_CASES + [t.K_GROUPED_REPEAT]
     for _, m, n, ks, mode in per_group:
@@ -126,6 +133,13 @@ def k_grouped_configs(sms: int, t) -> list:
     for m, n, ks, has_c in problems:
         if any(ks):
             out.append(select_k_grouped_config(m, n, ks, sms, has_c))
+    ks = [256, 0, 1152, 128, 640]  # test_k_grouped_tma_epilogue
+    active, k_plan = k_grouped_plan_k(ks)
+    for bm, bn, mc, mc_a in t.TMA_EPI_CFGS[:3]:
+        for has_c in (False, True):
+            for tma in (True, False):
+                out.append(make_k_grouped_config(100, 1000, k_plan, len(ks), active, sms, has_c, bm, bn,
+                                                 max_stages(bm, bn, tma, True), mc, mc_a, tma_store=tma))
     for m, n, ks in [t.FORCED_K_GROUPED, t.FORCED_K_GROUPED_MANY]:
         active, k_plan = k_grouped_plan_k(ks)
         for bm, bn, mc, mc_a in t.FORCED_K_GROUPED_CFGS:

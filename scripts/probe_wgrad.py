@@ -24,10 +24,14 @@ ANCHOR_SHAPES = [(2112, 7168, 4096), (24576, 1536, 4096), (32768, 512, 4096), (7
 
 
 def anchor_configs(m: int, n: int, k: int, sms: int):
-    from finegemm.heuristics.sm90_fp8_gemm import select_config
+    """(planned 1D1D + C, the same without C, the same tile with the TMA epilogue: + C, without C)."""
+    from finegemm.heuristics.sm90_fp8_gemm import make_config, max_stages, select_config
 
     with_c = select_config(m, n, k, sms, True, True, one_d_one_d=True)
-    return with_c, dataclasses.replace(with_c, has_c=False)
+    bm, bn = with_c.block_m, with_c.block_n
+    tma_c = make_config(m, n, k, sms, True, True, bm, bn, min(with_c.num_stages, max_stages(bm, bn, True, True)), 1,
+                        with_c.num_multicast, with_c.multicast_on_a, True, one_d_one_d=True)
+    return (with_c, dataclasses.replace(with_c, has_c=False), tma_c, dataclasses.replace(tma_c, has_c=False))
 
 
 def precompile(jobs: int) -> int:
@@ -53,16 +57,20 @@ def run_anchor(num_tests: int) -> list[dict]:
         a, sfa = per_token_cast_to_fp8(torch.randn(m, k, device="cuda"))
         b, sfb = per_token_cast_to_fp8(torch.randn(n, k, device="cuda"))
         d = torch.zeros(m, n, device="cuda", dtype=torch.float32)
-        cfg_c, cfg_noc = anchor_configs(m, n, k, torch.cuda.get_device_properties(0).multi_processor_count)
-        with_c = ops._prepare_1d1d_kernel(a, sfa, b, sfb, d, d, cfg_c)
-        no_c = ops._prepare_1d1d_kernel(a, sfa, b, sfb, d, None, cfg_noc)
-        us = {"with_c": kernel_time_us(with_c, num_tests), "no_c": kernel_time_us(no_c, num_tests)}
+        cfg_c, cfg_noc, cfg_tc, cfg_tnoc = anchor_configs(m, n, k,
+                                                          torch.cuda.get_device_properties(0).multi_processor_count)
+        calls = {"with_c": ops._prepare_1d1d_kernel(a, sfa, b, sfb, d, d, cfg_c),
+                 "no_c": ops._prepare_1d1d_kernel(a, sfa, b, sfb, d, None, cfg_noc),
+                 "with_c_tma": ops._prepare_1d1d_kernel(a, sfa, b, sfb, d, d, cfg_tc),
+                 "no_c_tma": ops._prepare_1d1d_kernel(a, sfa, b, sfb, d, None, cfg_tnoc)}
+        us = {name: kernel_time_us(call, num_tests) for name, call in calls.items()}
         rec = {"m": m, "n": n, "k": k, "us": us,
                "config": f"bm{cfg_c.block_m} bn{cfg_c.block_n} s{cfg_c.num_stages} mc{cfg_c.num_multicast}"
                          f"{'A' if cfg_c.multicast_on_a else 'B'}",
-               "c_share": 1 - us["no_c"] / us["with_c"]}
+               "tma_stages": cfg_tc.num_stages, "c_share": 1 - us["no_c"] / us["with_c"]}
         print(f"{m}x{n}x{k} {rec['config']}: with C {us['with_c']:8.1f} us, without {us['no_c']:8.1f} us "
-              f"(C costs {100 * rec['c_share']:.1f}%)", flush=True)
+              f"(C costs {100 * rec['c_share']:.1f}%); TMA epilogue (s{cfg_tc.num_stages}): with C "
+              f"{us['with_c_tma']:8.1f}, without {us['no_c_tma']:8.1f}", flush=True)
         records.append(rec)
     return records
 

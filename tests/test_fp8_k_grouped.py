@@ -103,7 +103,8 @@ def _mock_k_grouped(monkeypatch):
         ks = list((ctypes.c_int32 * g).from_address(args[7]))
         launches.append(dict(zip(
             ["fn", "a", "b", "sfa", "sfb", "d", "c", "ks_ptr", "G", "a_elems", "b_elems", "sf_rows", "m", "n", "ldd",
-             "sfa_ld", "sfb_ld", "block_m", "block_n", "mc", "mc_a", "grid", "smem", "stream"], args), ks=ks))
+             "sfa_ld", "sfb_ld", "block_m", "block_n", "mc", "mc_a", "tma_store", "grid", "smem", "stream"],
+            args), ks=ks))
         return 0
 
     monkeypatch.setattr(kg, "plan", lambda m, n, ks, has_c, dev, config=None: (
@@ -154,8 +155,9 @@ def test_k_grouped_ops_layer_launch_arguments(monkeypatch, c_mode):
             assert L["sfa"] != sfa.data_ptr() and L["sfa_ld"] == ops.align(m, 4)
         assert L["sfb"] == sfb.data_ptr() and L["sfb_ld"] == n
         cfg = kg.plan(m, n, ks, c is not None, 0)[0]
-        assert (L["block_m"], L["block_n"], L["mc"], L["mc_a"], L["grid"], L["smem"]) == (
-            cfg.block_m, cfg.block_n, cfg.num_multicast, int(cfg.multicast_on_a), cfg.grid, cfg.smem_bytes)
+        assert (L["block_m"], L["block_n"], L["mc"], L["mc_a"], L["tma_store"], L["grid"], L["smem"]) == (
+            cfg.block_m, cfg.block_n, cfg.num_multicast, int(cfg.multicast_on_a), int(cfg.tma_store), cfg.grid,
+            cfg.smem_bytes)
         assert torch.isnan(d).all() if c_mode != "in_place" else True  # left to the (mocked) kernel
 
 

@@ -424,7 +424,12 @@ def test_render_1d1d_source():
     assert "__launch_bounds__(384, 1)" in src
     src = render(64, 112, 8, True, False, True, one_d_one_d=True)
     assert "sm90_fp8_gemm_1d2d<64, 112, 8, true, false, true,\n" in src and "1, false, false, false, 0, true>(" in src
-    for kw in [dict(out_fp32=False), dict(half_promote=True), dict(tma_store=True), dict(gemm_kind=1)]:
+    # The fp32 TMA epilogue (kTmaStore with k1D1D): the 10th template argument; not with split-K.
+    src = render(128, 208, 4, True, True, False, 2, False, tma_store=True, one_d_one_d=True)
+    assert "2, false, false, true, 0, true>(" in src
+    src = render(128, 176, 4, True, True, False, 1, False, tma_store=True, gemm_kind=3, one_d_one_d=True)
+    assert "1, false, false, true, 3, true>(" in src and "&tmap_d, nullptr, d, c" in src
+    for kw in [dict(out_fp32=False), dict(half_promote=True), dict(tma_store=True, split_k=True), dict(gemm_kind=1)]:
         args = dict(block_m=128, block_n=128, num_stages=4, out_fp32=True, has_c=False, split_k=False,
                     one_d_one_d=True)
         args.update(kw)
@@ -445,10 +450,12 @@ def test_1d1d_configs():
                     (7168, 7168, 8192), (4096, 2112, 128)]:
         for has_c in (False, True):
             cfg = select_config(m, n, k, 132, True, has_c, one_d_one_d=True)
-            assert cfg.one_d_one_d and cfg.out_fp32 and cfg.has_c == has_c and not cfg.tma_store
+            assert cfg.one_d_one_d and cfg.out_fp32 and cfg.has_c == has_c
+            assert not (cfg.tma_store and cfg.split_k)
             assert cfg.block_n <= MAX_BLOCK_N_1D1D[cfg.block_m]
-            assert cfg.num_stages == max_stages(cfg.block_m, cfg.block_n, False, True) >= 2
-            assert cfg.smem_bytes == smem_bytes(cfg.block_m, cfg.block_n, cfg.num_stages, False, True) <= SMEM_LIMIT
+            assert 2 <= cfg.num_stages <= max_stages(cfg.block_m, cfg.block_n, cfg.tma_store, True, cap=16)
+            assert cfg.smem_bytes == smem_bytes(cfg.block_m, cfg.block_n, cfg.num_stages, cfg.tma_store,
+                                                True) <= SMEM_LIMIT
             assert cfg.kernel_key()[-2] is True  # (..., one_d_one_d, k_batch)
             assert not (cfg.split_k and cfg.num_multicast == 2)
     # Per stage: block_n fp32 padded to 128 bytes in place of 1D2D's 16-byte B-scale slot.
@@ -477,6 +484,12 @@ def test_every_1d1d_block_n_compiles_spill_free():
                          render(bm, bn, st, True, True, False, 2, False, one_d_one_d=True)))
             jobs.append((f"bm{bm}_bn{bn}_s{st}_mca_1d1d",
                          render(bm, bn, st, True, False, False, 2, True, one_d_one_d=True)))
+            # The fp32 TMA epilogue (reduce-add with C), dense with multicast and k-grouped.
+            st = max_stages(bm, bn, True, True)
+            jobs.append((f"bm{bm}_bn{bn}_s{st}_c_mcb_tma_1d1d",
+                         render(bm, bn, st, True, True, False, 2, False, tma_store=True, one_d_one_d=True)))
+            jobs.append((f"bm{bm}_bn{bn}_s{st}_c_tma_kgrp",
+                         render(bm, bn, st, True, True, False, tma_store=True, gemm_kind=3, one_d_one_d=True)))
     _check_reports(jit.compile_check(jobs, raise_on_failure=False))
     # Just past the bm128 limit spills (documents MAX_BLOCK_N_1D1D[128]).
     bn = MAX_BLOCK_N_1D1D_128 = block_n_candidates(128, True)[-1] + 16
@@ -496,13 +509,13 @@ def test_host_library_has_1d1d_launcher(cuda_driver_present):
     assert launch is not None
     args = dict(fn=1, a=16, b=16, sfa=16, sfb=16, d=16, c=None, ws=None, cnt=None, m=64, n=64, k=256,
                 lda=256, ldb=256, ldd=64, sfa_ld=64, sfb_ld=64, block_m=64, block_n=64, splits=1, mc=1, mc_a=0,
-                grid=2, smem=100000, stream=0)
+                tma_store=0, grid=2, smem=100000, stream=0)
 
     def call(**kw):
         a = dict(args, **kw)
         return launch(a["fn"], a["a"], a["b"], a["sfa"], a["sfb"], a["d"], a["c"], a["ws"], a["cnt"],
                       a["m"], a["n"], a["k"], a["lda"], a["ldb"], a["ldd"], a["sfa_ld"], a["sfb_ld"], a["block_m"],
-                      a["block_n"], a["splits"], a["mc"], a["mc_a"], a["grid"], a["smem"], a["stream"])
+                      a["block_n"], a["splits"], a["mc"], a["mc_a"], a["tma_store"], a["grid"], a["smem"], a["stream"])
 
     invalid = 100001  # fg::FG_ERROR_INVALID_ARGUMENT
     assert call(fn=0) == invalid
@@ -515,6 +528,7 @@ def test_host_library_has_1d1d_launcher(cuda_driver_present):
     assert call(splits=3) == invalid
     assert call(splits=2) == invalid  # split-K without workspace
     assert call(mc=2, grid=3) == invalid
+    assert call(tma_store=1, splits=2, ws=16, cnt=16) == invalid  # no TMA epilogue with split-K
     if not cuda_driver_present:
         assert call() == 100000  # fg::FG_ERROR_NO_DRIVER
 
@@ -560,7 +574,7 @@ def test_1d1d_ops_layer_launch_arguments(monkeypatch):
         outer()
         assert torch.equal(d, d0 + 0.5)
         (fn, a_p, b_p, sfa_p, sfb_p, d_p, c_p, ws, cnt, m_, n_, k_, lda, ldb, ldd, sfa_ld, sfb_ld, bm, bn, splits,
-         mc, mca, grid, smem, stream) = launches[-1]
+         mc, mca, tma, grid, smem, stream) = launches[-1]
         cfg = call.cfg
         assert (m_, n_, k_, lda, ldb) == (m, n, k, k, k) and ldd == (n if m > 1 else ops.align(n, 8))
         assert (a_p, b_p, d_p, c_p) == (a.data_ptr(), b.data_ptr(), outer._tmp.data_ptr(), None)
@@ -571,8 +585,9 @@ def test_1d1d_ops_layer_launch_arguments(monkeypatch):
         call_in()
         assert launches[-1][5] == launches[-1][6] == d.data_ptr()
         assert sfa_ld == ops.align(m, 4) and sfb_ld == ops.align(n, 4)
-        assert (bm, bn, splits, mc, mca, grid, smem) == (cfg.block_m, cfg.block_n, cfg.num_splits, cfg.num_multicast,
-                                                         int(cfg.multicast_on_a), cfg.grid, cfg.smem_bytes)
+        assert (bm, bn, splits, mc, mca, tma, grid, smem) == (cfg.block_m, cfg.block_n, cfg.num_splits,
+                                                              cfg.num_multicast, int(cfg.multicast_on_a),
+                                                              int(cfg.tma_store), cfg.grid, cfg.smem_bytes)
         assert (ws, cnt) == ((4096, 8192) if cfg.split_k else (None, None))
         # The copies the kernel reads hold the scales MN-major.
         sfa_t, sfb_t = call._keepalive[0], call._keepalive[1]

@@ -189,8 +189,19 @@ def num_threads(block_m: int) -> int:
     return (block_m // 64 + 1) * 128
 
 
-def _staging_bytes(block_m: int, block_n: int, tma_store: bool) -> int:
-    return block_m * block_n * 2 if tma_store else 0
+def fp32_epilogue_ring_bytes(block_n: int) -> int:
+    """One consumer warpgroup's staging of the recipe (1, 1, 128) TMA epilogue: a ring of 64-row
+    fp32 column boxes (32 columns, or 16 when block_n % 32), at most 16 KB; mirrors
+    epilogue::TmaStoreFp32<BLOCK_N>::kBytes."""
+    box_cols = 32 if block_n % 32 == 0 else 16
+    box_bytes = 64 * box_cols * 4
+    return min(block_n // box_cols, 16384 // box_bytes) * box_bytes
+
+
+def _staging_bytes(block_m: int, block_n: int, tma_store: bool, one_d_one_d: bool = False) -> int:
+    if not tma_store:
+        return 0
+    return (block_m // 64) * fp32_epilogue_ring_bytes(block_n) if one_d_one_d else block_m * block_n * 2
 
 
 def _sfb_stage_bytes(block_n: int, one_d_one_d: bool) -> int:
@@ -202,11 +213,12 @@ def _sfb_stage_bytes(block_n: int, one_d_one_d: bool) -> int:
 def smem_bytes(block_m: int, block_n: int, num_stages: int, tma_store: bool = False,
                one_d_one_d: bool = False) -> int:
     """Dynamic shared memory of a launch; mirrors Sm90Fp8Gemm1d2dTraits::kDynamicSmemBytes:
-    the TMA-store staging buffer (block_m x block_n bf16, when tma_store), per stage A
+    the TMA-store staging buffer (block_m x block_n bf16 when tma_store; with recipe (1, 1, 128) a
+    16 KB fp32 box ring per consumer warpgroup: fp32_epilogue_ring_bytes), per stage A
     (block_m x 128 B) + B (block_n x 128 B) + sfa (block_m fp32) + sfb (16 B; block_n fp32, padded
     to 128 B, with recipe (1, 1, 128)) + 2 barriers (16 B), a 16-byte flag, and 1024 bytes of slack to
     align the base to the 128B-swizzle atom."""
-    return (1024 + _staging_bytes(block_m, block_n, tma_store) +
+    return (1024 + _staging_bytes(block_m, block_n, tma_store, one_d_one_d) +
             num_stages * (block_m * BLOCK_K + block_n * BLOCK_K + block_m * 4 + _sfb_stage_bytes(block_n, one_d_one_d))
             + num_stages * 16 + 16)
 
@@ -217,7 +229,7 @@ def max_stages(block_m: int, block_n: int, tma_store: bool = False, one_d_one_d:
     MAX_STAGES for what the kernel builds)."""
     per_stage = block_m * BLOCK_K + block_n * BLOCK_K + block_m * 4 + 16 + _sfb_stage_bytes(block_n, one_d_one_d)
     limit = SMEM_LIMIT if ctas_per_sm == 1 else SMEM_LIMIT_2CTA
-    return min(cap, (limit - 1024 - 16 - _staging_bytes(block_m, block_n, tma_store)) // per_stage)
+    return min(cap, (limit - 1024 - 16 - _staging_bytes(block_m, block_n, tma_store, one_d_one_d)) // per_stage)
 
 
 def block_n_candidates(block_m: int, one_d_one_d: bool = False) -> list[int]:
@@ -271,7 +283,7 @@ def _estimate(m: int, n: int, k: int, bm: int, bn: int, splits: int, num_sms: in
     rows = min(bm, m)
     cols = min(bn, n)
     if tma_store:
-        t_epi = bm * bn * 2 / _SMEM_EPI_BYTES_PER_SM_US  # whole tile into smem; the store overlaps
+        t_epi = bm * bn * out_bytes / _SMEM_EPI_BYTES_PER_SM_US  # tile into smem; the store overlaps
     else:
         t_epi = rows * cols * (out_bytes + (4 if has_c else 0)) / _STORE_BYTES_PER_SM_US
     t_reduce = 0.0
@@ -325,10 +337,10 @@ def make_config(m: int, n: int, k: int, num_sms: int, out_fp32: bool, has_c: boo
         raise ValueError(f"num_multicast {num_multicast} / num_splits {num_splits}: multicast 1 or 2, not with split-K")
     if num_multicast == 2 and num_sms < 2:
         raise ValueError("multicast needs >= 2 SMs")
-    if tma_store and (out_fp32 or has_c or num_splits > 1):
+    if tma_store and not one_d_one_d and (out_fp32 or has_c or num_splits > 1):
         raise ValueError("tma_store needs a bf16 output without C and without split-K")
-    if one_d_one_d and (half_promote or tma_store or not out_fp32):
-        raise ValueError("recipe (1, 1, 128): fp32 out, no half-promote, no TMA store")
+    if one_d_one_d and (half_promote or not out_fp32 or (tma_store and num_splits > 1)):
+        raise ValueError("recipe (1, 1, 128): fp32 out, no half-promote, no TMA store with split-K")
     if has_c and not out_fp32:
         raise ValueError("C needs an fp32 output")
     if num_splits > ceil_div(k, BLOCK_K):
@@ -413,6 +425,8 @@ def candidate_configs(m: int, n: int, k: int, num_sms: int, out_fp32: bool = Fal
             hp_left[bm] -= 1
             out.append(dataclasses.replace(cfg, half_promote=True))
     out += _two_cta_candidates(m, n, k, num_sms, out_fp32, has_c, one_d_one_d)
+    if one_d_one_d:
+        out += _fp32_tma_epilogue_twins(out, m, n, k, num_sms, has_c)
     if not one_d_one_d:
         narrow = [c for c in out if not c.half_promote and c.block_n <= MAX_BLOCK_N_KBATCH[2]][:k_batch]
         for c in narrow:
@@ -426,6 +440,23 @@ def candidate_configs(m: int, n: int, k: int, num_sms: int, out_fp32: bool = Fal
     batched = [c for c in out if c.k_batch > 1]
     out += _deep_ring_twins(plain, deep_ring, m, n, k, num_sms, out_fp32, has_c, one_d_one_d)
     out += _deep_ring_twins(batched, deep_ring, m, n, k, num_sms, out_fp32, has_c, one_d_one_d)
+    return out
+
+
+def _fp32_tma_epilogue_twins(cands: list[Fp8GemmConfig], m: int, n: int, k: int, num_sms: int,
+                             has_c: bool) -> list[Fp8GemmConfig]:
+    """Recipe (1, 1, 128): every candidate without split-K again with the TMA epilogue (stores, or
+    reduce-adds when C is D) and the stages its staging ring leaves. The model does not rank the
+    epilogues against each other here: only measurement picks one."""
+    out = []
+    for c in cands:
+        if c.num_splits > 1 or c.tma_store:
+            continue
+        stages = min(c.num_stages, max_stages(c.block_m, c.block_n, True, True, c.ctas_per_sm, cap=MAX_STAGES))
+        if stages < 3:
+            continue
+        out.append(make_config(m, n, k, num_sms, True, has_c, c.block_m, c.block_n, stages, 1, c.num_multicast,
+                               c.multicast_on_a, True, one_d_one_d=True, est_us=c.est_us, ctas_per_sm=c.ctas_per_sm))
     return out
 
 
@@ -733,7 +764,8 @@ def k_grouped_plan_k(ks) -> tuple[int, int]:
 
 def make_k_grouped_config(m: int, n: int, k_plan: int, num_groups: int, active_groups: int, num_sms: int,
                           has_c: bool, block_m: int, block_n: int, num_stages: int, num_multicast: int = 1,
-                          multicast_on_a: bool = False, est_us: float | None = None) -> Fp8GemmConfig:
+                          multicast_on_a: bool = False, est_us: float | None = None,
+                          tma_store: bool = False) -> Fp8GemmConfig:
     """A k-grouped config (scheduler kind GEMM_K_GROUPED, recipe (1, 1, 128), fp32 D, no split-K) with
     the given kernel choices. The estimate is the dense model's on the non-empty groups' stacked
     rows (active_groups * m, n, k_plan): one persistent launch runs them all as one pool of units.
@@ -744,7 +776,7 @@ def make_k_grouped_config(m: int, n: int, k_plan: int, num_groups: int, active_g
         raise ValueError(f"k-grouped config: need 1 <= active_groups <= num_groups and k_plan >= 128, got "
                          f"{(num_groups, active_groups, k_plan)}")
     base = make_config(active_groups * m, n, k_plan, num_sms, True, has_c, block_m, block_n, num_stages, 1,
-                       num_multicast, multicast_on_a, False, False, one_d_one_d=True, est_us=est_us)
+                       num_multicast, multicast_on_a, tma_store, False, one_d_one_d=True, est_us=est_us)
     mb, nb = ceil_div(m, block_m), ceil_div(n, block_n)
     _, per_group = _units(m, n, block_m, block_n, 1, num_multicast, multicast_on_a)
     units = num_groups * per_group
@@ -777,7 +809,8 @@ def select_k_grouped_config(m: int, n: int, ks, num_sms: int, has_c: bool = Fals
     if hit is not None:
         try:
             cfg = make_k_grouped_config(m, n, k_plan, num_groups, active, num_sms, has_c, hit.block_m, hit.block_n,
-                                        hit.num_stages, hit.num_multicast, hit.multicast_on_a)
+                                        hit.num_stages, hit.num_multicast, hit.multicast_on_a,
+                                        tma_store=hit.tma_store)
             source = "tuned"
         except ValueError as e:
             _warn_bad_entry(m, n, k_plan, e)
@@ -793,7 +826,8 @@ def select_k_grouped_config(m: int, n: int, ks, num_sms: int, has_c: bool = Fals
             f"finegemm: sm90_fp8_gemm k-grouped G={num_groups} (non-empty {active}) m={m} n={n} k~{k_plan}"
             f"{' +C' if has_c else ''} sms={num_sms} -> ({source}) block_m={cfg.block_m} block_n={cfg.block_n} "
             f"stages={cfg.num_stages} multicast={cfg.num_multicast}"
-            f"{'(A)' if cfg.multicast_on_a else '(B)' if cfg.num_multicast == 2 else ''} epilogue=direct "
+            f"{'(A)' if cfg.multicast_on_a else '(B)' if cfg.num_multicast == 2 else ''} "
+            f"epilogue={'tma' if cfg.tma_store else 'direct'} "
             f"tiles={cfg.num_tiles} grid={cfg.grid} smem={cfg.smem_bytes} est={cfg.est_us:.1f}us",
             file=sys.stderr, flush=True,
         )

@@ -66,7 +66,7 @@ extern "C" __global__ void __launch_bounds__({threads}, 1) finegemm_entry(
     uint32_t flags, uint32_t num_splits, const int* grouped, uint32_t num_groups,
     const __grid_constant__ CUtensorMap tmap_sfb) {{
   finegemm::impls::sm90_fp8_gemm_1d2d<{block_m}, {block_n}, {stages}, true, {has_c}, {split_k},
-                                      {num_multicast}, {multicast_on_a}, false, false, 0, true>(
+                                      {num_multicast}, {multicast_on_a}, false, {tma_store}, 0, true>(
       &tmap_a, &tmap_b, &tmap_sfa, &tmap_d, sfb, d, c, workspace, counters, m, n, k, ldd, flags, num_splits,
       grouped, num_groups, &tmap_sfb);
 }}
@@ -75,17 +75,19 @@ extern "C" __global__ void __launch_bounds__({threads}, 1) finegemm_entry(
 
 # K-grouped (recipe (1, 1, 128), scheduler::kGemmKGrouped): A_g / B_g tensor maps per group in a
 # __grid_constant__ table (impls/sm90_fp8_k_grouped_params.h), one scale map each over all
-# groups' rows; D / C as one [G*M, N] view. No split-K, no tma_d / sfb pointer / workspace.
+# groups' rows; D / C as one [G*M, N] view (tmap_d: (N, M, G), for the TMA epilogue). No split-K,
+# no sfb pointer / workspace.
 _TEMPLATE_K_GROUPED = """\
 #include <finegemm/impls/sm90_fp8_gemm_1d2d.cuh>
 
 extern "C" __global__ void __launch_bounds__({threads}, 1) finegemm_entry(
     const __grid_constant__ CUtensorMap tmap_sfa, const __grid_constant__ CUtensorMap tmap_sfb, float* d,
     const float* c, uint32_t m, uint32_t n, uint32_t ldd, uint32_t flags,
-    const __grid_constant__ finegemm::impls::Sm90Fp8KGroupedParams groups) {{
+    const __grid_constant__ finegemm::impls::Sm90Fp8KGroupedParams groups,
+    const __grid_constant__ CUtensorMap tmap_d) {{
   finegemm::impls::sm90_fp8_gemm_1d2d<{block_m}, {block_n}, {stages}, true, {has_c}, false,
-                                      {num_multicast}, {multicast_on_a}, false, false, 3, true>(
-      nullptr, nullptr, &tmap_sfa, nullptr, nullptr, d, c, nullptr, nullptr, m, n, 0, ldd, flags, 1u, nullptr,
+                                      {num_multicast}, {multicast_on_a}, false, {tma_store}, 3, true>(
+      nullptr, nullptr, &tmap_sfa, &tmap_d, nullptr, d, c, nullptr, nullptr, m, n, 0, ldd, flags, 1u, nullptr,
       groups.num_slots, &tmap_sfb, &groups);
 }}
 """
@@ -102,14 +104,17 @@ def render(block_m: int, block_n: int, num_stages: int, out_fp32: bool, has_c: b
     """The instantiation source of one kernel configuration (tma_store: the shared-memory + TMA
     store epilogue; bf16 out, no C, no split-K; gemm_kind: GEMM_NORMAL or an m-grouped kind,
     which has bf16 out, no C, no split-K, no half-promote and clusters sharing A only;
-    one_d_one_d: recipe (1, 1, 128), dense kind, fp32 out, no half-promote, direct epilogue)."""
+    one_d_one_d: recipe (1, 1, 128), dense or k-grouped kind, fp32 out, no half-promote; tma_store
+    there: the fp32 box-ring TMA epilogue (a reduce-add when has_c: C must be D), not with split-K)."""
     if k_batch not in (1, 2, 4) or (k_batch > 1 and (one_d_one_d or half_promote)):
         raise ValueError(f"k_batch must be 1, 2 or 4 (and 1 with recipe (1, 1, 128) or half-promote), got {k_batch}")
     if gemm_kind == GEMM_K_GROUPED and (not one_d_one_d or split_k):
         raise ValueError("the k-grouped kind is recipe (1, 1, 128) without split-K")
     if one_d_one_d:
-        if gemm_kind not in (GEMM_NORMAL, GEMM_K_GROUPED) or not out_fp32 or half_promote or tma_store:
-            raise ValueError("recipe (1, 1, 128): dense or k-grouped kind, fp32 out, no half-promote, no TMA store")
+        if gemm_kind not in (GEMM_NORMAL, GEMM_K_GROUPED) or not out_fp32 or half_promote:
+            raise ValueError("recipe (1, 1, 128): dense or k-grouped kind, fp32 out, no half-promote")
+        if tma_store and split_k:
+            raise ValueError("recipe (1, 1, 128): no TMA-store epilogue with split-K")
         if num_multicast not in (1, 2):
             raise ValueError(f"num_multicast must be 1 or 2, got {num_multicast}")
         if num_multicast == 2 and split_k:
@@ -118,7 +123,7 @@ def render(block_m: int, block_n: int, num_stages: int, out_fp32: bool, has_c: b
         template = _TEMPLATE_K_GROUPED if gemm_kind == GEMM_K_GROUPED else _TEMPLATE_1D1D
         return template.format(threads=(block_m // 64 + 1) * 128, block_m=block_m, block_n=block_n,
                                stages=num_stages, has_c=_b(has_c), split_k=_b(split_k), num_multicast=num_multicast,
-                               multicast_on_a=_b(num_multicast == 2 and multicast_on_a))
+                               multicast_on_a=_b(num_multicast == 2 and multicast_on_a), tma_store=_b(tma_store))
     if gemm_kind not in (GEMM_NORMAL, GEMM_GROUPED_CONTIGUOUS, GEMM_GROUPED_MASKED):
         raise ValueError(f"gemm_kind must be 0, 1 or 2, got {gemm_kind}")
     if gemm_kind != GEMM_NORMAL and (out_fp32 or has_c or split_k or half_promote or
@@ -185,7 +190,7 @@ def _get_launcher():
                                 [u64, vp, vp, vp, vp, vp, vp, vp, vp,  # fn, a, b, sfa, sfb, d, c, ws, counters
                                  i, i, i, i, i, i, i, i,  # m, n, k, lda, ldb, ldd, sfa_ld, sfb_ld
                                  i, i, i, i, i,  # block_m, block_n, num_splits, num_multicast, multicast_on_a
-                                 i, i,  # grid, smem
+                                 i, i, i,  # tma_store, grid, smem
                                  u64])  # stream
                 global _launcher_1d1d, _launcher_prepare, _launcher_prepare_1d1d, _launch_prepared, _free_prepared
                 _launcher_1d1d = f1
@@ -446,7 +451,7 @@ def _prepare_1d1d_kernel(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sf
             c.data_ptr() if has_c else None)
     tail = (m, n, k, lda, ldb, ldd, sfa_ld, sfb_ld,
             cfg.block_m, cfg.block_n, cfg.num_splits, cfg.num_multicast, 1 if cfg.multicast_on_a else 0,
-            cfg.grid, cfg.smem_bytes)
+            1 if cfg.tma_store else 0, cfg.grid, cfg.smem_bytes)
     return PreparedCall1d1d(cfg, head, tail, device, not keepalive, keepalive)
 
 

@@ -48,7 +48,8 @@ def _get_launcher():
                                [u64, vp, vp, vp, vp, vp, vp,  # fn, a, b, sfa, sfb, d, c
                                 vp, i, i64, i64, i,  # ks (int32 [G]), G, a_elems, b_elems, sf_rows
                                 i, i, i, i, i,  # m, n, ldd, sfa_ld, sfb_ld
-                                i, i, i, i, i, i,  # block_m, block_n, num_multicast, multicast_on_a, grid, smem
+                                i, i, i, i,  # block_m, block_n, num_multicast, multicast_on_a
+                                i, i, i,  # tma_store, grid, smem
                                 u64])  # stream
                 _launcher = f
     return _launcher
@@ -163,7 +164,8 @@ def k_grouped_fp8_gemm_nt_contiguous(a: torch.Tensor, sfa: torch.Tensor, b: torc
     rc = _launcher(fn, a.data_ptr(), b.data_ptr(), sfa.data_ptr(), sfb.data_ptr(), d2.data_ptr(),
                    None if c2 is None else c2.data_ptr(), ks_arr.buffer_info()[0], num_groups, a.numel(),
                    b.numel(), sfa.shape[0], m, n, ldd, sfa_ld, sfb_ld, cfg.block_m, cfg.block_n, cfg.num_multicast,
-                   1 if cfg.multicast_on_a else 0, cfg.grid, cfg.smem_bytes, _get_raw_stream(d.device.index))
+                   1 if cfg.multicast_on_a else 0, 1 if cfg.tma_store else 0, cfg.grid, cfg.smem_bytes,
+                   _get_raw_stream(d.device.index))
     if rc != 0:
         raise RuntimeError(
             f"finegemm: sm90_fp8_gemm k-grouped launch failed (G={num_groups}, m={m}, n={n}, sum(ks)={sum_k}, "

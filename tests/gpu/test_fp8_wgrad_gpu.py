@@ -48,6 +48,11 @@ FORCED = [(128, 208, 2, False, 1), (128, 128, 2, True, 1), (128, 192, 1, False, 
           (64, 16, 2, True, 1), (64, 208, 1, False, 4), (128, 144, 2, False, 1)]
 FORCED_SHAPE = (257, 1000, 1152)
 
+# The fp32 TMA epilogue (tma_store; a reduce-add when c is d): forced (block_m, block_n, num_multicast,
+# multicast_on_a) on TMA_EPI_SHAPES, c None / d itself / separate (the last keeps direct stores).
+TMA_EPI_CFGS = [(128, 208, 2, False), (128, 128, 1, False), (64, 176, 2, True), (128, 48, 1, False)]
+TMA_EPI_SHAPES = [(257, 1000, 1152), (4097, 576, 512), (1, 200, 384)]
+
 # k-grouped: (id, M, N, ks, c mode in {"none", "sep", "in_place"})
 K_GROUPED_CASES = [
     ("g1", 128, 576, [4096], "none"),
@@ -447,3 +452,131 @@ def test_k_grouped_one_launch_cuda_graph(monkeypatch):
         graph.replay()
         torch.cuda.synchronize()
         _check_k_grouped(d, a, sfa, b, sfb, m, n, ks, c0)
+
+
+# ----------------------------------------------------------------------------- fp32 TMA epilogue
+def _prepared_flags(call) -> int:
+    import ctypes
+
+    from finegemm import jit
+
+    f = jit.host_library().fg_sm90_fp8_gemm_prepared_flags
+    f.argtypes, f.restype = [ctypes.c_uint64], ctypes.c_int
+    return f(call._handle)
+
+
+def tma_epilogue_config(cfg, bm, bn, mc, mc_a, tma, num_sms):
+    """cfg (a 1D1D plan) with (bm, bn, multicast) and the TMA epilogue on or off (also used by
+    scripts/precompile.py)."""
+    from finegemm.heuristics import sm90_fp8_gemm as h
+
+    return h.make_config(cfg.m, cfg.n, cfg.k, num_sms, True, cfg.has_c, bm, bn, h.max_stages(bm, bn, tma, True), 1,
+                         mc, mc_a, tma, one_d_one_d=True)
+
+
+@pytest.mark.parametrize("bm,bn,mc,mc_a", TMA_EPI_CFGS)
+@pytest.mark.parametrize("m,n,k", TMA_EPI_SHAPES)
+def test_dense_1d1d_tma_epilogue(m, n, k, bm, bn, mc, mc_a):
+    """The TMA epilogue against the reference, and bitwise equal to the same tile's direct
+    epilogue (the same fp32 add, only performed at L2): c None (TMA store), c = d (TMA reduce-add),
+    a separate c (the host keeps direct stores); partial tiles at every edge."""
+    from finegemm import runtime
+    from finegemm.heuristics import sm90_fp8_gemm as h
+    from finegemm.ops import sm90_fp8_gemm as ops
+
+    x, w, a, sfa, b, sfb = _inputs(m, n, k, seed=m + n + k + bm + bn)
+    c0 = torch.randn(m, n, device="cuda") * 4
+    for mode in ("none", "in_place", "sep"):
+        has_c = mode != "none"
+        plan = h.select_config(m, n, k, runtime.get_num_sms(), True, has_c, one_d_one_d=True)
+        out = {}
+        for tma in (True, False):
+            cfg = tma_epilogue_config(plan, bm, bn, mc, mc_a, tma, runtime.get_num_sms())
+            d = c0.clone() if mode == "in_place" else torch.full((m, n), float("nan"), device="cuda")
+            c = {"none": None, "in_place": d, "sep": c0}[mode]
+            call = ops._prepare_1d1d_kernel(a, quant.get_mn_major_tma_aligned_tensor(sfa), b,
+                                            quant.get_mn_major_tma_aligned_tensor(sfb), d, c, cfg)
+            call()
+            torch.cuda.synchronize()
+            used = bool(_prepared_flags(call) & 2)
+            assert used == (tma and mode != "sep"), f"TMA epilogue in use: {used} (tma_store={tma}, c {mode})"
+            out[tma] = d
+        _check(out[True], a, sfa, b, sfb, x, w, None if mode == "none" else c0)
+        assert torch.equal(out[True].view(torch.int32), out[False].view(torch.int32)), \
+            f"TMA and direct epilogues differ (c {mode})"
+
+
+@pytest.mark.parametrize("pad", [4, 2])
+def test_dense_1d1d_tma_epilogue_strided_d(pad):
+    """d with a row pitch of n + pad: a pitch of 16 bytes' multiple takes the TMA epilogue, another
+    falls back to direct stores; the padding columns stay untouched either way."""
+    from finegemm import runtime
+    from finegemm.heuristics import sm90_fp8_gemm as h
+    from finegemm.ops import sm90_fp8_gemm as ops
+
+    m, n, k = 257, 1000, 640
+    x, w, a, sfa, b, sfb = _inputs(m, n, k, seed=pad)
+    big = torch.full((m, n + pad), 7.0, device="cuda")
+    d = big[:, :n]
+    c0 = torch.randn(m, n, device="cuda")
+    d.copy_(c0)
+    plan = h.select_config(m, n, k, runtime.get_num_sms(), True, True, one_d_one_d=True)
+    cfg = tma_epilogue_config(plan, 128, 128, 1, False, True, runtime.get_num_sms())
+    call = ops._prepare_1d1d_kernel(a, quant.get_mn_major_tma_aligned_tensor(sfa), b,
+                                    quant.get_mn_major_tma_aligned_tensor(sfb), d, d, cfg)
+    call()
+    torch.cuda.synchronize()
+    assert bool(_prepared_flags(call) & 2) == (pad % 4 == 0)
+    _check(d, a, sfa, b, sfb, x, w, c0)
+    assert (big[:, n:] == 7.0).all(), "padding of d written"
+
+
+@pytest.mark.parametrize("mode", ["none", "in_place", "sep"])
+@pytest.mark.parametrize("bm,bn,mc,mc_a", TMA_EPI_CFGS[:3])
+def test_k_grouped_tma_epilogue(bm, bn, mc, mc_a, mode):
+    """The k-grouped kernel with the TMA epilogue: M = 100 is off the 64-row box grid, so a box of
+    a group's last tile reaches into the next group's rows unless the 3-D map drops them; empty
+    groups (C_g or zeros); bitwise equal to the direct epilogue."""
+    from finegemm import runtime
+    from finegemm.heuristics import sm90_fp8_gemm as h
+    from finegemm.ops import sm90_fp8_k_grouped as kg
+
+    m, n, ks = 100, 1000, [256, 0, 1152, 128, 640]
+    g = len(ks)
+    a, sfa, b, sfb = _k_grouped_problem(m, n, ks, seed=bm + bn + len(mode))
+    c0 = torch.randn(g, m, n, device="cuda") * 4
+    active, k_plan = h.k_grouped_plan_k(ks)
+    out = {}
+    for tma in (True, False):
+        cfg = h.make_k_grouped_config(m, n, k_plan, g, active, runtime.get_num_sms(), mode != "none", bm, bn,
+                                      h.max_stages(bm, bn, tma, True), mc, mc_a, tma_store=tma)
+        d = c0.clone() if mode == "in_place" else torch.full((g, m, n), float("nan"), device="cuda")
+        c = {"none": None, "in_place": d, "sep": c0}[mode]
+        kg.k_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, d, ks, c, config=cfg)
+        out[tma] = d
+    _check_k_grouped(out[True], a, sfa, b, sfb, m, n, ks, None if mode == "none" else c0)
+    assert torch.equal(out[True].view(torch.int32), out[False].view(torch.int32)), "TMA and direct epilogues differ"
+
+
+def test_tma_reduce_add_keeps_subnormal_c():
+    """c = d holding fp32 subnormals where A @ B^T is zero (zero rows of A): the reduce-add must
+    leave them as the direct epilogue does (C + 0 = C), not flush them to zero."""
+    from finegemm import runtime
+    from finegemm.heuristics import sm90_fp8_gemm as h
+    from finegemm.ops import sm90_fp8_gemm as ops
+
+    m, n, k = 128, 256, 256
+    _, _, a, sfa, b, sfb = _inputs(m, n, k, seed=11)
+    a = a.clone()
+    a[:64].view(torch.uint8).zero_()  # +0.0 in e4m3
+    c0 = torch.randn(m, n, device="cuda") * 1e-39  # subnormal fp32 (< 1.18e-38)
+    assert (c0.abs() < 1.17e-38).all() and (c0 != 0).any()
+    plan = h.select_config(m, n, k, runtime.get_num_sms(), True, True, one_d_one_d=True)
+    cfg = tma_epilogue_config(plan, 128, 128, 1, False, True, runtime.get_num_sms())
+    d = c0.clone()
+    call = ops._prepare_1d1d_kernel(a, quant.get_mn_major_tma_aligned_tensor(sfa), b,
+                                    quant.get_mn_major_tma_aligned_tensor(sfb), d, d, cfg)
+    call()
+    torch.cuda.synchronize()
+    assert bool(_prepared_flags(call) & 2)
+    assert torch.equal(d[:64].view(torch.int32), c0[:64].view(torch.int32)), "subnormal C flushed by the reduce-add"

@@ -163,6 +163,40 @@ inline CUresult make_tmap_2d(CUtensorMap* tmap, CUtensorMapDataType dtype, void*
                                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
 
+// 3-D tiled map: dims (inner, mid, outer), strides of mid / outer in bytes, box (box_inner,
+// box_mid, 1): a box never crosses an outer slice (e.g. one group of a [G, M, N] view).
+inline CUresult make_tmap_3d(CUtensorMap* tmap, CUtensorMapDataType dtype, void* base, uint64_t inner,
+                             uint64_t mid, uint64_t outer, uint64_t mid_stride_bytes, uint64_t outer_stride_bytes,
+                             uint32_t box_inner, uint32_t box_mid, CUtensorMapSwizzle swizzle) {
+  const Driver& d = driver();
+  if (!d.ok) return static_cast<CUresult>(FG_ERROR_NO_DRIVER);
+  if (tmap == nullptr) return static_cast<CUresult>(FG_ERROR_INVALID_ARGUMENT);
+  const cuuint64_t dims[3] = {inner, mid, outer};
+  const cuuint64_t strides[2] = {mid_stride_bytes, outer_stride_bytes};
+  const cuuint32_t box[3] = {box_inner, box_mid, 1};
+  const cuuint32_t elem_strides[3] = {1, 1, 1};
+  return d.cuTensorMapEncodeTiled(tmap, dtype, 3, base, dims, strides, box, elem_strides,
+                                  CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+                                  CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+}
+
+// The fp32 D map of the recipe (1,1,128) TMA epilogue (mirrors epilogue::TmaStoreFp32<block_n>):
+// [groups, m, n] fp32 with row pitch ldd elements (group g's rows start at g * m), box (32 or 16
+// columns, 64 rows, 1). Returns false (nothing encoded) where TMA cannot address d: a base not
+// 16-byte aligned or a pitch not a multiple of 16 bytes; the caller then keeps direct stores.
+inline bool make_fp32_epilogue_tmap(CUtensorMap* tmap, void* d, int m, int n, int ldd, int groups, int block_n,
+                                    CUresult* err) {
+  *err = CUDA_SUCCESS;
+  if (reinterpret_cast<uintptr_t>(d) % 16 != 0 || ldd % 4 != 0) return false;
+  const bool wide = block_n % 32 == 0;
+  const uint64_t pitch = static_cast<uint64_t>(ldd) * 4u;
+  *err = make_tmap_3d(tmap, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, d, static_cast<uint64_t>(n), static_cast<uint64_t>(m),
+                      static_cast<uint64_t>(groups), pitch, pitch * static_cast<uint64_t>(m), wide ? 32u : 16u, 64u,
+                      wide ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B);
+  return *err == CUDA_SUCCESS;
+}
+
 // dim3-like triple (implicitly built from 1-3 ints or from anything with .x/.y/.z, e.g. dim3).
 struct Dim3 {
   unsigned x = 1, y = 1, z = 1;

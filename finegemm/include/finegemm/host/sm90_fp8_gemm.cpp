@@ -146,7 +146,7 @@ int encode_1d2d(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sfa, void
 // Validates the arguments of fg_launch_sm90_fp8_gemm_1d1d (documented there) and encodes L.
 int encode_1d1d(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sfa, void* sfb, void* d, void* c, int m,
                 int n, int k, int lda, int ldb, int ldd, int sfa_ld, int sfb_ld, int block_m, int block_n,
-                int num_splits, int num_multicast, int multicast_on_a, int grid, int smem_bytes) {
+                int num_splits, int num_multicast, int multicast_on_a, int tma_store, int grid, int smem_bytes) {
   if (fn == 0 || a == nullptr || b == nullptr || sfa == nullptr || sfb == nullptr || d == nullptr)
     return fg::FG_ERROR_INVALID_ARGUMENT;
   if (m <= 0 || n <= 0 || k <= 0 || k % 16 != 0) return fg::FG_ERROR_INVALID_ARGUMENT;
@@ -159,6 +159,7 @@ int encode_1d1d(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sfa, void
   if (grid <= 0 || smem_bytes <= 0) return fg::FG_ERROR_INVALID_ARGUMENT;
   if (num_multicast != 1 && num_multicast != 2) return fg::FG_ERROR_INVALID_ARGUMENT;
   if (num_multicast == 2 && (grid % 2 != 0 || num_splits != 1)) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (tma_store != 0 && num_splits != 1) return fg::FG_ERROR_INVALID_ARGUMENT;
   const bool mc_a = num_multicast == 2 && multicast_on_a != 0;
   const bool mc_b = num_multicast == 2 && multicast_on_a == 0;
 
@@ -185,13 +186,20 @@ int encode_1d1d(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sfa, void
   // float2 stores (and C loads) need an even N, an even row stride and 8-byte aligned bases.
   bool vec = (n % 2 == 0) && (ldd % 2 == 0) && (reinterpret_cast<uintptr_t>(d) % 8u == 0);
   if (c != nullptr) vec = vec && (reinterpret_cast<uintptr_t>(c) % 8u == 0);
-  std::memset(&L->tmap_d, 0, sizeof(L->tmap_d));  // unused (direct epilogue)
+  uint32_t flags = vec ? kFlagVectorStores : 0u;
+  // TMA epilogue: a reduce-add into d stands for "d = c + ..." only when c is d; with another c
+  // (or a d TMA cannot address) the kernel keeps its direct epilogue.
+  std::memset(&L->tmap_d, 0, sizeof(L->tmap_d));
+  if (tma_store != 0 && (c == nullptr || c == d)) {
+    if (fg::make_fp32_epilogue_tmap(&L->tmap_d, d, m, n, ldd, 1, block_n, &r)) flags |= kFlagTmaStore;
+    if (r != CUDA_SUCCESS) return r;
+  }
 
   L->sfb_p = nullptr;  // the kernel reads sfb through tmap_sfb
   L->d = d;
   L->c_p = static_cast<const float*>(c);
   L->m = static_cast<uint32_t>(m), L->n = static_cast<uint32_t>(n), L->k = static_cast<uint32_t>(k);
-  L->ldd = static_cast<uint32_t>(ldd), L->flags = vec ? kFlagVectorStores : 0u;
+  L->ldd = static_cast<uint32_t>(ldd), L->flags = flags;
   L->num_splits = static_cast<uint32_t>(num_splits);
   L->grouped_p = nullptr;
   L->num_groups = 1;
@@ -260,14 +268,17 @@ int fg_prepare_sm90_fp8_gemm(uint64_t* out, uint64_t fn, void* a, void* b, void*
 // Arguments as fg_launch_sm90_fp8_gemm, except:
 // sfb:       fp32, element (kb, col) at kb * sfb_ld + col (MN-major [ceil(k/128), n], sfb_ld % 4 == 0),
 //            read through a TMA descriptor (box block_n x 1) passed as the kernel's last parameter.
+// tma_store: 1 when the kernel was built with the fp32 TMA epilogue (no split-K): used when c is
+//            null (store) or c == d (reduce-add) and d allows it (16-byte aligned, ldd % 4 == 0).
 int fg_launch_sm90_fp8_gemm_1d1d(uint64_t fn, void* a, void* b, void* sfa, void* sfb, void* d, void* c,
                                  void* workspace, void* counters, int m, int n, int k, int lda, int ldb,
                                  int ldd, int sfa_ld, int sfb_ld, int block_m, int block_n, int num_splits,
-                                 int num_multicast, int multicast_on_a, int grid, int smem_bytes, uint64_t stream) {
+                                 int num_multicast, int multicast_on_a, int tma_store, int grid, int smem_bytes,
+                                 uint64_t stream) {
   if (num_splits > 1 && (workspace == nullptr || counters == nullptr)) return fg::FG_ERROR_INVALID_ARGUMENT;
   Sm90Fp8Launch L;
   const int rc = encode_1d1d(&L, fn, a, b, sfa, sfb, d, c, m, n, k, lda, ldb, ldd, sfa_ld, sfb_ld, block_m,
-                             block_n, num_splits, num_multicast, multicast_on_a, grid, smem_bytes);
+                             block_n, num_splits, num_multicast, multicast_on_a, tma_store, grid, smem_bytes);
   return rc != CUDA_SUCCESS ? rc : launch(L, workspace, counters, stream);
 }
 
@@ -275,13 +286,19 @@ int fg_launch_sm90_fp8_gemm_1d1d(uint64_t fn, void* a, void* b, void* sfa, void*
 int fg_prepare_sm90_fp8_gemm_1d1d(uint64_t* out, uint64_t fn, void* a, void* b, void* sfa, void* sfb, void* d,
                                   void* c, int m, int n, int k, int lda, int ldb, int ldd, int sfa_ld, int sfb_ld,
                                   int block_m, int block_n, int num_splits, int num_multicast, int multicast_on_a,
-                                  int grid, int smem_bytes) {
+                                  int tma_store, int grid, int smem_bytes) {
   if (out == nullptr) return fg::FG_ERROR_INVALID_ARGUMENT;
   *out = 0;
   Sm90Fp8Launch* L = new Sm90Fp8Launch();
   return fg::publish_prepared(L, encode_1d1d(L, fn, a, b, sfa, sfb, d, c, m, n, k, lda, ldb, ldd, sfa_ld, sfb_ld, block_m,
-                                block_n, num_splits, num_multicast, multicast_on_a, grid, smem_bytes),
+                                block_n, num_splits, num_multicast, multicast_on_a, tma_store, grid, smem_bytes),
                  out);
+}
+
+// The kernel flags a prepared call was encoded with (tests: whether the TMA epilogue is in use).
+int fg_sm90_fp8_gemm_prepared_flags(uint64_t handle) {
+  if (handle == 0) return -1;
+  return static_cast<int>(fg::prepared_from_handle<Sm90Fp8Launch>(handle)->flags);
 }
 
 // Launch a prepared call on `stream` (workspace / counters: as fg_launch_sm90_fp8_gemm).

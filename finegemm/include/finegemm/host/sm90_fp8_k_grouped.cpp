@@ -23,6 +23,7 @@ using finegemm::impls::Sm90Fp8KGroupedSlot;
 
 constexpr int kBlockK = 128;
 constexpr uint32_t kFlagVectorStores = 1u;  // mirrors impls::kFlagVectorStores
+constexpr uint32_t kFlagTmaStore = 2u;      // mirrors impls::kFlagTmaStore
 constexpr int kMaxTotalGroups = 1 << 20;     // sanity bound on G (the slot table is per call)
 constexpr uint32_t kMaxSlots = Sm90Fp8KGroupedParams::kMaxGroups;
 
@@ -90,12 +91,15 @@ int fg_sm90_fp8_k_grouped_slots(const int32_t* ks, int num_groups, uint32_t* out
 //           are the caller's: no scale map can be encoded over zero rows).
 // num_multicast 1 or 2 (multicast_on_a: the pair shares A, else B); grid: CTAs (a multiple of the
 //           cluster size), shrunk per launch to the launch's work units.
+// tma_store 1 when the kernel was built with the fp32 TMA epilogue: used when c is null or c == d
+//           and d allows it (16-byte aligned, ldd % 4 == 0), else the kernel stores directly.
 // Returns a CUresult (0 = success) or fg::FG_ERROR_*; nothing is launched when an argument is bad
 // or a descriptor fails to encode (checked for every launch before the first one).
 int fg_launch_sm90_fp8_k_grouped(uint64_t fn, void* a, void* b, void* sfa, void* sfb, void* d, void* c,
                                  const int32_t* ks, int num_groups, int64_t a_elems, int64_t b_elems, int sf_rows,
                                  int m, int n, int ldd, int sfa_ld, int sfb_ld, int block_m, int block_n,
-                                 int num_multicast, int multicast_on_a, int grid, int smem_bytes, uint64_t stream) {
+                                 int num_multicast, int multicast_on_a, int tma_store, int grid, int smem_bytes,
+                                 uint64_t stream) {
   if (fn == 0 || a == nullptr || b == nullptr || sfa == nullptr || sfb == nullptr || d == nullptr || ks == nullptr)
     return fg::FG_ERROR_INVALID_ARGUMENT;
   if (num_groups < 1 || num_groups > kMaxTotalGroups || m <= 0 || n <= 0 || ldd < n)
@@ -166,6 +170,14 @@ int fg_launch_sm90_fp8_k_grouped(uint64_t fn, void* a, void* b, void* sfa, void*
   bool vec = (n % 2 == 0) && (ldd % 2 == 0) && (reinterpret_cast<uintptr_t>(d) % 8u == 0);
   if (c != nullptr) vec = vec && (reinterpret_cast<uintptr_t>(c) % 8u == 0);
   uint32_t flags = vec ? kFlagVectorStores : 0u;
+  // TMA epilogue (kernels built with it): d as (n, m, groups), so a box never spills into the next
+  // group's rows; a reduce-add when c is d, a store without c; otherwise direct stores.
+  CUtensorMap tmap_d;
+  std::memset(&tmap_d, 0, sizeof(tmap_d));
+  if (tma_store != 0 && (c == nullptr || c == d)) {
+    if (fg::make_fp32_epilogue_tmap(&tmap_d, d, m, n, ldd, num_groups, block_n, &r)) flags |= kFlagTmaStore;
+    if (r != CUDA_SUCCESS) return r;
+  }
 
   // CTAs one slot's tiles occupy (a cluster's super-tile may stick out of the tile grid: phantom).
   const int64_t mb = (m + block_m - 1) / block_m, nb = (n + block_n - 1) / block_n;
@@ -179,7 +191,7 @@ int fg_launch_sm90_fp8_k_grouped(uint64_t fn, void* a, void* b, void* sfa, void*
     // More CTAs than units would only start and exit (per_slot is a multiple of the cluster size).
     const int64_t units = per_slot * tables[l].num_slots;
     const unsigned g = static_cast<unsigned>(std::min<int64_t>(grid, units));
-    void* params[] = {&tmap_sfa, &tmap_sfb, &d_p, &c_p, &um, &un, &uldd, &flags, &tables[l]};
+    void* params[] = {&tmap_sfa, &tmap_sfb, &d_p, &c_p, &um, &un, &uldd, &flags, &tables[l], &tmap_d};
     r = fg::launch(fg::as_function(fn), g, 1, 1, threads, 1, 1, static_cast<unsigned>(smem_bytes),
                    static_cast<unsigned>(num_multicast), fg::as_stream(stream), params);
     if (r != CUDA_SUCCESS) return r;

@@ -28,8 +28,10 @@
 // Epilogue: with kTmaStore (bf16 D, no C, no split-K) and the host's kFlagTmaStore, each consumer
 // warpgroup writes its 64 x BLOCK_N bf16 fragment into its own swizzled staging buffer (stmatrix)
 // and one thread TMA-stores it (epilogue/tma_store_bf16.cuh); the store overlaps the next tile's
-// main loop (the buffer is only waited for before its next reuse). Otherwise: direct
-// register -> global stores.
+// main loop (the buffer is only waited for before its next reuse). Recipe (1,1,128) with kTmaStore:
+// fp32 D leaves through a ring of column-box buffers and TMA stores, or TMA reduce-adds when C is D
+// (epilogue/tma_store_fp32.cuh; the host sets kFlagTmaStore only then, or without C). Otherwise:
+// direct register -> global stores.
 //
 // GEMM kinds (kGemmKind, scheduler/persistent.cuh): kGemmNormal; kGemmGroupedContiguous (MoE
 // prefill: A [M, K] rows of all groups stacked, B [G*N, K], sfb [G, ceil(N/128), Kb], `grouped`
@@ -70,6 +72,7 @@
 #include <finegemm/epilogue/add_c_fp32.cuh>
 #include <finegemm/epilogue/store_direct.cuh>
 #include <finegemm/epilogue/tma_store_bf16.cuh>
+#include <finegemm/epilogue/tma_store_fp32.cuh>
 #include <finegemm/impls/sm90_fp8_k_grouped_params.h>
 #include <finegemm/ptx/common.cuh>
 #include <finegemm/ptx/diag.cuh>
@@ -93,7 +96,8 @@ struct Sm90Fp8Gemm1d2dTraits {
   static constexpr uint32_t kNumThreads = kNumConsumerThreads + 128;
 
   // Shared memory layout (offsets from a 1024-byte aligned base):
-  //   [D staging (kTmaStore: BLOCK_M x BLOCK_N bf16, one 64-row buffer per consumer WG)]
+  //   [D staging (kTmaStore: BLOCK_M x BLOCK_N bf16, one 64-row buffer per consumer WG; with
+  //    k1D1D one 16 KB fp32 box ring per consumer WG)]
   //   [A stage 0..S-1][B stage 0..S-1][sfa stage 0..S-1][sfb stage 0..S-1]
   //   [full bar x S][empty bar x S][flag]
   static constexpr uint32_t kSmemA = BLOCK_M * BLOCK_K;    // multiple of 1024 (swizzle atom)
@@ -103,7 +107,10 @@ struct Sm90Fp8Gemm1d2dTraits {
   // 1D2D: the tile's (at most 3) B scales of the stage's k-block, written by the scale warp.
   static constexpr uint32_t kSfbBoxBytes = k1D1D ? BLOCK_N * 4 : 0;
   static constexpr uint32_t kSmemSfb = k1D1D ? (kSfbBoxBytes + 127) / 128 * 128 : 16;
-  static constexpr uint32_t kSmemD = kTmaStore ? BLOCK_M * BLOCK_N * 2 : 0;  // multiple of 2048
+  static constexpr uint32_t kSmemD =
+      !kTmaStore ? 0
+                 : (k1D1D ? (BLOCK_M / 64) * epilogue::TmaStoreFp32<BLOCK_N, false>::kBytes  // multiple of 4096
+                          : BLOCK_M * BLOCK_N * 2);                                           // multiple of 2048
   static constexpr uint32_t kOffD = 0;
   static constexpr uint32_t kOffA = kOffD + kSmemD;
   static constexpr uint32_t kOffB = kOffA + kNumStages * kSmemA;
@@ -228,15 +235,19 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   // k1D1D (recipe (1, 1, 128), weight gradients): sfb is one fp32 per row of B per k-block,
   // MN-major [Kb, N (aligned to 4)], TMA-loaded per stage (BLOCK_N x 1 box through tmap_sfb);
   // the `sfb` pointer is unused. Dense kind, fp32 D, no half-promote.
-  static_assert(!k1D1D || (kOutFp32 && !kHalfPromote && !kTmaStore &&
+  static_assert(!k1D1D || (kOutFp32 && !kHalfPromote && !(kTmaStore && kSplitK) &&
                            (kGemmKind == scheduler::kGemmNormal || kGemmKind == scheduler::kGemmKGrouped)),
-                "1D1D: fp32 D, dense or k-grouped kind, no half-promote, direct epilogue");
+                "1D1D: fp32 D, dense or k-grouped kind, no half-promote, no TMA epilogue with split-K");
   // K-grouped: the 1D1D recipe only; no split-K (the units of all groups fill the machine).
   constexpr bool kKGrouped = kGemmKind == scheduler::kGemmKGrouped;
   static_assert(!kKGrouped || (k1D1D && !kSplitK), "k-grouped: recipe (1, 1, 128), no split-K");
-  static_assert(!kTmaStore || (!kOutFp32 && !kHasC && !kSplitK), "TMA-store epilogue: bf16 D, no C, no split-K");
+  static_assert(!kTmaStore || k1D1D || (!kOutFp32 && !kHasC && !kSplitK),
+                "1D2D TMA-store epilogue: bf16 D, no C, no split-K");
   using EpiTma = epilogue::TmaStoreBf16<BLOCK_N>;
-  static_assert(!kTmaStore || Traits::kSmemD == (BLOCK_M / 64) * EpiTma::kBytes, "staging size");
+  // Recipe (1,1,128): fp32 boxes, reduce-added into D when the kernel has C (C is D then).
+  using EpiTmaF32 = epilogue::TmaStoreFp32<BLOCK_N, kHasC>;
+  static_assert(!kTmaStore || Traits::kSmemD == (BLOCK_M / 64) * (k1D1D ? EpiTmaF32::kBytes : EpiTma::kBytes),
+                "staging size");
   // kHalfPromote: the wgmmas of a k-block are issued as two commit groups over the left and
   // right halves of the tile's columns, so the left half is promoted while the tensor core works
   // on the right one: half the promotion leaves the critical path, at the price of twice the
@@ -864,7 +875,18 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
       }
       // Recomputed (not kept live across the main loop). K-grouped: the end of the tile's group.
       const uint32_t row_limit = kKGrouped ? kgroups->slot[t.group].group * M + M : walker.row_limit();
-      if constexpr (kTmaStore) {
+      if constexpr (kTmaStore && k1D1D) {
+        // C (when the kernel has it) is D itself here: the boxes are reduce-added into it. D's map
+        // is (N, rows per group, groups): rows past the group's M are dropped by TMA.
+        if ((flags & kFlagTmaStore) != 0) {
+          const uint32_t group = kKGrouped ? kgroups->slot[t.group].group : 0u;
+          EpiTmaF32::store(fin, base + Traits::kOffD + wg * EpiTmaF32::kBytes, tmap_d, 2 + wg,
+                           static_cast<int32_t>(n0), static_cast<int32_t>(m0 - group * M + wg * 64),
+                           static_cast<int32_t>(group));
+          FG_TRACE_TILE(wg_trace, wg, traced, 3);
+          continue;
+        }
+      } else if constexpr (kTmaStore) {
         // Masked: only a warpgroup whose 64 rows are all valid may TMA-store (the box would
         // otherwise overwrite rows >= masked_m, which must stay untouched).
         const bool tma_rows_ok = kGemmKind != scheduler::kGemmGroupedMasked || m0 + wg * 64 + 64 <= row_limit;
@@ -884,7 +906,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
       epilogue::store_direct<kNumChunks>(fin, d_ptr, m0, r0, n0, col_in_chunk, ldd, N, row_limit, vec, kOutFp32);
       FG_TRACE_TILE(wg_trace, wg, traced, 3);
     }
-    if constexpr (kTmaStore) EpiTma::finish();  // the last tile's stores complete before exit
+    if constexpr (kTmaStore) EpiTma::finish();  // the last tile's stores complete before exit (same for fp32)
   }
   // No CTA of a cluster may exit while its peer can still multicast into it or arrive on its
   // barriers: every thread (producer warpgroup included, none exited early) meets here.
