@@ -67,7 +67,7 @@ def test_k_grouped_configs(capsys, monkeypatch):
             cfg = h.select_k_grouped_config(m, n, ks, 132, has_c)
             g = len(ks)
             assert cfg.gemm_kind == h.GEMM_K_GROUPED and cfg.one_d_one_d and cfg.out_fp32
-            assert cfg.has_c == has_c and cfg.num_splits == 1 and not cfg.tma_store and cfg.ctas_per_sm == 1
+            assert cfg.has_c == has_c and cfg.num_splits == 1 and cfg.ctas_per_sm == 1
             assert (cfg.m, cfg.n, cfg.num_groups) == (m, n, g)
             assert cfg.block_n <= h.MAX_BLOCK_N_1D1D[cfg.block_m]
             assert cfg.grid == (132 if cfg.num_multicast == 1 else 2 * (132 // 2))  # every SM
@@ -75,7 +75,8 @@ def test_k_grouped_configs(capsys, monkeypatch):
             assert cfg.num_tiles == g * mb * nb
             assert cfg.num_units == g * h._units(m, n, cfg.block_m, cfg.block_n, 1, cfg.num_multicast,
                                                  cfg.multicast_on_a)[1]
-            assert cfg.smem_bytes == h.smem_bytes(cfg.block_m, cfg.block_n, cfg.num_stages, False, True)
+            assert cfg.smem_bytes == h.smem_bytes(cfg.block_m, cfg.block_n, cfg.num_stages, cfg.tma_store, True)
+            assert cfg.num_stages <= h.max_stages(cfg.block_m, cfg.block_n, cfg.tma_store, True, cap=h.MAX_STAGES)
     out = capsys.readouterr().err
     assert out.count("sm90_fp8_gemm k-grouped G=") == 2 * len(ISSUE_SHAPES)
     # Small problem: a grid no larger than the units; empty groups count as units but not for K.
@@ -236,11 +237,11 @@ def _launcher_call(**kw):
     a = dict(fn=1, a=16, b=16, sfa=16, sfb=16, d=16, c=None, ks=None if arr is None else ctypes.addressof(arr),
              g=len(ks),
              a_elems=m * s, b_elems=n * s, sf_rows=s // 128, m=m, n=n, ldd=n, sfa_ld=m, sfb_ld=n, block_m=128,
-             block_n=128, mc=1, mc_a=0, grid=132, smem=100000, stream=0)
+             block_n=128, mc=1, mc_a=0, tma_store=0, grid=132, smem=100000, stream=0)
     a.update(kw)
     return launch(a["fn"], a["a"], a["b"], a["sfa"], a["sfb"], a["d"], a["c"], a["ks"], a["g"], a["a_elems"],
                   a["b_elems"], a["sf_rows"], a["m"], a["n"], a["ldd"], a["sfa_ld"], a["sfb_ld"], a["block_m"],
-                  a["block_n"], a["mc"], a["mc_a"], a["grid"], a["smem"], a["stream"])
+                  a["block_n"], a["mc"], a["mc_a"], a["tma_store"], a["grid"], a["smem"], a["stream"])
 
 
 @pytest.mark.nvcc

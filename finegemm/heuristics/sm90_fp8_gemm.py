@@ -377,8 +377,11 @@ def _model_candidates(m: int, n: int, k: int, num_sms: int, out_fp32: bool, has_
                 options += [(1, 2, True), (1, 2, False)]
             for splits, mc, mc_on_a in options:
                 # The TMA-store epilogue where the kernel has it; the direct one keeps more stages
-                # (better for long K, where the epilogue is a small part of a tile).
-                tma_options = (True, False) if (not out_fp32 and not has_c and splits == 1) else (False,)
+                # (better for long K, where the epilogue is a small part of a tile). Recipe (1, 1, 128):
+                # the fp32 TMA epilogue (a reduce-add with C) won 13 of the 14 tuned wgrad shapes by
+                # 2-73% (benchmarks/NOTES.md v0.21).
+                tma_options = (True, False) if ((one_d_one_d or (not out_fp32 and not has_c)) and splits == 1) \
+                    else (False,)
                 for tma in tma_options:
                     est, tiles, units = _estimate(m, n, k, bm, bn, splits, num_sms, out_bytes, has_c, mc, mc_on_a,
                                                   tma, one_d_one_d=one_d_one_d)
@@ -816,9 +819,9 @@ def select_k_grouped_config(m: int, n: int, ks, num_sms: int, has_c: bool = Fals
             _warn_bad_entry(m, n, k_plan, e)
     if cfg is None:
         best = min(_model_candidates(active * m, n, k_plan, num_sms, True, has_c, False, True, True))
-        _, bm, bn, _splits, mc, mc_on_a, _tma, est, _tiles, _units_ = best
+        _, bm, bn, _splits, mc, mc_on_a, tma, est, _tiles, _units_ = best
         cfg = make_k_grouped_config(m, n, k_plan, num_groups, active, num_sms, has_c, bm, bn,
-                                    max_stages(bm, bn, False, True), mc, mc_on_a, est_us=est)
+                                    max_stages(bm, bn, tma, True), mc, mc_on_a, est_us=est, tma_store=tma)
     with _cache_lock:
         _cache[key] = cfg
     if print_configs_enabled():
