@@ -577,6 +577,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           issue(acc_lo, stage, 0);
           ptx::wgmma_wait<0>();
           ptx::fence_operands(acc_lo);
+          if constexpr (diag::kEarlyRelease1d1d) release(stage);
           const float* sfb_stage = sfb_smem + stage * (Traits::kSmemSfb / 4) + col_in_chunk;
 #pragma unroll
           for (uint32_t j = 0; j < kNumChunks; ++j) {
@@ -590,8 +591,8 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           // proxy) overwrites it once the stage is released: without this fence ptxas issued the
           // arrive with some of those loads still outstanding (their FMULs scheduled after it),
           // and the result changed from run to run (scripts/probe_determinism.py, fp32 + C).
-          if constexpr (!diag::kNo1d1dFence) ptx::fence_proxy_async_shared();
-          release(stage);
+          if constexpr (!diag::kNo1d1dFence && !diag::kEarlyRelease1d1d) ptx::fence_proxy_async_shared();
+          if constexpr (!diag::kEarlyRelease1d1d) release(stage);
           if (++stage == kNumStages) {
             stage = 0;
             phase ^= 1u;

@@ -11,6 +11,10 @@
 //                         instead of 3; the consumers read whatever the sfa slot holds)
 //   FINEGEMM_DIAG_NO_1D1D_FENCE  the 1D1D consumers release a stage without the proxy fence after
 //                         their shared-memory scale loads (racy by design: what does the fence cost?)
+//   FINEGEMM_DIAG_EARLY_RELEASE_1D1D  the 1D1D consumers release a stage right after its wgmmas
+//                         complete, before the promotion reads the stage's column scales, and
+//                         without the fence (racy by design: what would a race-free early release
+//                         through a deeper scale ring gain?)
 #pragma once
 
 namespace finegemm {
@@ -38,6 +42,12 @@ constexpr bool kNoSfaTma = false;
 constexpr bool kNo1d1dFence = true;
 #else
 constexpr bool kNo1d1dFence = false;
+#endif
+
+#ifdef FINEGEMM_DIAG_EARLY_RELEASE_1D1D
+constexpr bool kEarlyRelease1d1d = true;
+#else
+constexpr bool kEarlyRelease1d1d = false;
 #endif
 
 }  // namespace diag
