@@ -90,6 +90,25 @@ def _fp8_tile(m, n, k, bm, bn, mc=1, on_a=False, tma=False):
     return calc_diff(d.float(), reference.fp8_gemm_nt(a, sfa, b, sfb, out_dtype=torch.float32))
 
 
+def _fp8_wgrad_tile(m, n, k, bm, bn, mc, on_a, c_mode):
+    """Recipe (1, 1, 128) with a forced tile and the fp32 TMA epilogue: c None (TMA store), d
+    itself (TMA reduce-add) or separate (the host keeps direct stores)."""
+    from finegemm.heuristics.sm90_fp8_gemm import make_config, max_stages
+    from finegemm.ops import sm90_fp8_gemm as ops
+
+    a, sfa = finegemm.per_token_cast_to_fp8(torch.randn(m, k, device="cuda"))
+    b, sfb = finegemm.per_token_cast_to_fp8(torch.randn(n, k, device="cuda"))
+    c0 = torch.randn(m, n, device="cuda")
+    d = c0.clone() if c_mode == "in_place" else torch.empty(m, n, device="cuda")
+    c = {"none": None, "in_place": d, "sep": c0}[c_mode]
+    cfg = make_config(m, n, k, torch.cuda.get_device_properties(0).multi_processor_count, True, c is not None, bm, bn,
+                      min(4, max_stages(bm, bn, True, True)), 1, mc, on_a, True, one_d_one_d=True)
+    ops.prepare(a, sfa, b, sfb, d, c, (1, 1, 128), config=cfg)()
+    ref = reference.fp8_gemm_nt(a, sfa, b, sfb, c=None if c is None else c0, out_dtype=torch.float32,
+                                recipe=(1, 1, 128))
+    return calc_diff(d, ref)
+
+
 def _bf16_grouped_contiguous(ms, n, k):
     g = len(ms)
     a = torch.randn(sum(ms), k, device="cuda", dtype=torch.bfloat16)
@@ -137,6 +156,11 @@ CASES = [
     ("fp8 k-grouped one launch, c is d", lambda: _fp8_k_grouped([256, 0, 384, 128], 100, 136, True)),
     ("fp8 k-grouped one launch, no c", lambda: _fp8_k_grouped([0, 128, 256], 65, 200, False)),
     ("fp8 wgrad 1d1d, c is d", lambda: _fp8_wgrad(129, 576, 640)),
+    ("fp8 wgrad bm128 bn208 multicast B, TMA reduce-add", lambda: _fp8_wgrad_tile(300, 1000, 640, 128, 208, 2, False,
+                                                                                 "in_place")),
+    ("fp8 wgrad bm128 bn128 multicast A, TMA store", lambda: _fp8_wgrad_tile(129, 1000, 640, 128, 128, 2, True,
+                                                                            "none")),
+    ("fp8 wgrad bm64 bn176, separate c (direct)", lambda: _fp8_wgrad_tile(65, 600, 384, 64, 176, 1, False, "sep")),
     ("fp8 two CTAs/SM + split-K", lambda: _fp8_forced(17, 2112, 1664, bn=32, splits=4, tma=False, cps=2, kbat=1)),
     ("fp8 k-batch 4, TMA store", lambda: _fp8_forced(65, 576, 1664, bn=32, splits=1, tma=True, cps=1, kbat=4)),
     ("fp8 k-batch 2, odd k-blocks", lambda: _fp8_forced(130, 1000, 1664, bn=96, splits=1, tma=False, cps=1, kbat=2)),
