@@ -535,12 +535,6 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
     };
 
     uint32_t stage = 0, phase = 0;
-    // 1D1D warpgroup alternation (diag::kWgAlternate1d1d): named barriers kBarWg0Done /
-    // kBarWg1Done (256 threads: one warpgroup arrives, the other waits); alt_started: warpgroup 0
-    // has issued a k-block (from then on it waits for warpgroup 1's previous one).
-    constexpr bool kWgAlternate = k1D1D && diag::kWgAlternate1d1d && kNumConsumerWG == 2;
-    constexpr uint32_t kBarWg0Done = 4, kBarWg1Done = 5;
-    bool alt_started = false;
     FG_TRACE_ONLY(uint32_t traced_tile = 0; void* const wg_trace = threadIdx.x % 128 == 0 ? trace_buf : nullptr;)
     Walker walker(M, N, num_kb, kSplitK ? num_splits : 1u, grouped, num_groups);
     scheduler::TileCoords t;
@@ -580,18 +574,9 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           ptx::mbar_wait(full_bar(stage), phase);
           const float sa0 = sfa_smem[stage * BLOCK_M + r0];
           const float sa1 = sfa_smem[stage * BLOCK_M + r0 + 8];
-          if constexpr (kWgAlternate) {
-            if (wg == 1) {
-              ptx::named_barrier_sync(kBarWg0Done, 256);
-            } else {
-              if (alt_started) ptx::named_barrier_sync(kBarWg1Done, 256);
-              alt_started = true;
-            }
-          }
           issue(acc_lo, stage, 0);
           ptx::wgmma_wait<0>();
           ptx::fence_operands(acc_lo);
-          if constexpr (kWgAlternate) ptx::named_barrier_arrive(wg == 0 ? kBarWg0Done : kBarWg1Done, 256);
           if constexpr (diag::kEarlyRelease1d1d) release(stage);
           const float* sfb_stage = sfb_smem + stage * (Traits::kSmemSfb / 4) + col_in_chunk;
 #pragma unroll
@@ -921,10 +906,6 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
       }
       epilogue::store_direct<kNumChunks>(fin, d_ptr, m0, r0, n0, col_in_chunk, ldd, N, row_limit, vec, kOutFp32);
       FG_TRACE_TILE(wg_trace, wg, traced, 3);
-    }
-    // Alternation: warpgroup 1's arrival after its last k-block is matched here.
-    if constexpr (kWgAlternate) {
-      if (wg == 0 && alt_started) ptx::named_barrier_sync(kBarWg1Done, 256);
     }
     if constexpr (kTmaStore) EpiTma::finish();  // the last tile's stores complete before exit (same for fp32)
   }

@@ -15,11 +15,6 @@
 //                         complete, before the promotion reads the stage's column scales, and
 //                         without the fence (racy by design: what would a race-free early release
 //                         through a deeper scale ring gain?)
-//   FINEGEMM_WG_ALTERNATE_1D1D  (an experiment, not a diagnostic: results stay exact) the two 1D1D
-//                         consumer warpgroups take turns on the tensor core: warpgroup 1 issues a
-//                         k-block's wgmmas once warpgroup 0's have completed, and warpgroup 0 the
-//                         next k-block's once warpgroup 1's have, so one promotes while the other
-//                         computes instead of both promoting at once (ncu: tensor pipe 44% busy)
 #pragma once
 
 namespace finegemm {
@@ -53,12 +48,6 @@ constexpr bool kNo1d1dFence = false;
 constexpr bool kEarlyRelease1d1d = true;
 #else
 constexpr bool kEarlyRelease1d1d = false;
-#endif
-
-#ifdef FINEGEMM_WG_ALTERNATE_1D1D
-constexpr bool kWgAlternate1d1d = true;
-#else
-constexpr bool kWgAlternate1d1d = false;
 #endif
 
 }  // namespace diag
