@@ -572,6 +572,14 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         for (uint32_t i = 0; i < kNumAcc; ++i) fin[i] = 0.0f;
         for (uint32_t kb = kb_begin; kb < kb_end; ++kb) {
           ptx::mbar_wait(full_bar(stage), phase);
+          if constexpr (diag::kNoMma) {  // developer diagnostic (ptx/diag.cuh): the data path alone
+            release(stage);
+            if (++stage == kNumStages) {
+              stage = 0;
+              phase ^= 1u;
+            }
+            continue;
+          }
           const float sa0 = sfa_smem[stage * BLOCK_M + r0];
           const float sa1 = sfa_smem[stage * BLOCK_M + r0 + 8];
           issue(acc_lo, stage, 0);

@@ -4,7 +4,8 @@
 // FINEGEMM_EXTRA_NVCC_FLAGS (part of the kernel cache key); without them all are false and the
 // kernel's SASS is unchanged.
 //   FINEGEMM_DIAG_NO_MMA  the consumers wait for each full stage and release it at once (no wgmma,
-//                         no promotion; the plain k-block loop only, not k-batch / half-promote)
+//                         no promotion; the plain k-block loop and the 1D1D loop, not k-batch /
+//                         half-promote)
 //   FINEGEMM_DIAG_NO_TMA  the producer arrives on each full stage without loading it (the
 //                         consumers compute on whatever the stage holds)
 //   FINEGEMM_DIAG_NO_SFA_TMA  the producer skips the per-stage sfa box (2 TMA boxes per k-block
