@@ -339,8 +339,8 @@ def make_config(m: int, n: int, k: int, num_sms: int, out_fp32: bool, has_c: boo
         raise ValueError("multicast needs >= 2 SMs")
     if tma_store and not one_d_one_d and (out_fp32 or has_c or num_splits > 1):
         raise ValueError("tma_store needs a bf16 output without C and without split-K")
-    if one_d_one_d and (half_promote or not out_fp32 or (tma_store and num_splits > 1)):
-        raise ValueError("recipe (1, 1, 128): fp32 out, no half-promote, no TMA store with split-K")
+    if one_d_one_d and (not out_fp32 or (tma_store and num_splits > 1)):
+        raise ValueError("recipe (1, 1, 128): fp32 out, no TMA store with split-K")
     if has_c and not out_fp32:
         raise ValueError("C needs an fp32 output")
     if num_splits > ceil_div(k, BLOCK_K):
@@ -430,6 +430,8 @@ def candidate_configs(m: int, n: int, k: int, num_sms: int, out_fp32: bool = Fal
     out += _two_cta_candidates(m, n, k, num_sms, out_fp32, has_c, one_d_one_d)
     if one_d_one_d:
         out += _fp32_tma_epilogue_twins(out, m, n, k, num_sms, has_c)
+        out += [dataclasses.replace(c, half_promote=True) for c in out
+                if c.block_n <= MAX_BLOCK_N_HALF_PROMOTE and c.ctas_per_sm == 1]
     if not one_d_one_d:
         narrow = [c for c in out if not c.half_promote and c.block_n <= MAX_BLOCK_N_KBATCH[2]][:k_batch]
         for c in narrow:

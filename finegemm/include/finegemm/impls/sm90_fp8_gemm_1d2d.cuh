@@ -197,6 +197,24 @@ __device__ __forceinline__ void promote_at(uint32_t off, float (&fin)[kNumFin], 
   }
 }
 
+// Recipe (1,1,128) promotion of chunks [kBase, kBase + kChunks) of the tile: fin += sfa * sfb * acc
+// with the thread's two row scales and each column's scale from the stage's sfb row (`sfb`: this
+// thread's first column, 8-column chunks apart); acc holds just those chunks.
+template <uint32_t kBase, uint32_t kChunks, uint32_t kNumFin, uint32_t kNumAcc>
+__device__ __forceinline__ void promote_columns_1d1d(float (&fin)[kNumFin], const float (&acc)[kNumAcc],
+                                                     const float* sfb, float sa0, float sa1) {
+  static_assert(kNumAcc >= 4 * kChunks && 4 * (kBase + kChunks) <= kNumFin, "chunk range out of the tile");
+#pragma unroll
+  for (uint32_t jj = 0; jj < kChunks; ++jj) {
+    const uint32_t j = kBase + jj;
+    const float2 sb = *reinterpret_cast<const float2*>(sfb + 8 * j);
+    fin[4 * j + 0] = fmaf(sa0 * sb.x, acc[4 * jj + 0], fin[4 * j + 0]);
+    fin[4 * j + 1] = fmaf(sa0 * sb.y, acc[4 * jj + 1], fin[4 * j + 1]);
+    fin[4 * j + 2] = fmaf(sa1 * sb.x, acc[4 * jj + 2], fin[4 * j + 2]);
+    fin[4 * j + 3] = fmaf(sa1 * sb.y, acc[4 * jj + 3], fin[4 * j + 3]);
+  }
+}
+
 // A compile-time offset value for the generic lambdas below.
 template <uint32_t V>
 struct StaticOffset {
@@ -235,9 +253,9 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   // k1D1D (recipe (1, 1, 128), weight gradients): sfb is one fp32 per row of B per k-block,
   // MN-major [Kb, N (aligned to 4)], TMA-loaded per stage (BLOCK_N x 1 box through tmap_sfb);
   // the `sfb` pointer is unused. Dense kind, fp32 D, no half-promote.
-  static_assert(!k1D1D || (kOutFp32 && !kHalfPromote && !(kTmaStore && kSplitK) &&
+  static_assert(!k1D1D || (kOutFp32 && !(kTmaStore && kSplitK) &&
                            (kGemmKind == scheduler::kGemmNormal || kGemmKind == scheduler::kGemmKGrouped)),
-                "1D1D: fp32 D, dense or k-grouped kind, no half-promote, no TMA epilogue with split-K");
+                "1D1D: fp32 D, dense or k-grouped kind, no TMA epilogue with split-K");
   // K-grouped: the 1D1D recipe only; no split-K (the units of all groups fill the machine).
   constexpr bool kKGrouped = kGemmKind == scheduler::kGemmKGrouped;
   static_assert(!kKGrouped || (k1D1D && !kSplitK), "k-grouped: recipe (1, 1, 128), no split-K");
@@ -582,18 +600,25 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           }
           const float sa0 = sfa_smem[stage * BLOCK_M + r0];
           const float sa1 = sfa_smem[stage * BLOCK_M + r0 + 8];
-          issue(acc_lo, stage, 0);
-          ptx::wgmma_wait<0>();
-          ptx::fence_operands(acc_lo);
-          if constexpr (diag::kEarlyRelease1d1d) release(stage);
           const float* sfb_stage = sfb_smem + stage * (Traits::kSmemSfb / 4) + col_in_chunk;
-#pragma unroll
-          for (uint32_t j = 0; j < kNumChunks; ++j) {
-            const float2 sb = *reinterpret_cast<const float2*>(sfb_stage + 8 * j);
-            fin[4 * j + 0] = fmaf(sa0 * sb.x, acc_lo[4 * j + 0], fin[4 * j + 0]);
-            fin[4 * j + 1] = fmaf(sa0 * sb.y, acc_lo[4 * j + 1], fin[4 * j + 1]);
-            fin[4 * j + 2] = fmaf(sa1 * sb.x, acc_lo[4 * j + 2], fin[4 * j + 2]);
-            fin[4 * j + 3] = fmaf(sa1 * sb.y, acc_lo[4 * j + 3], fin[4 * j + 3]);
+          if constexpr (kHalfPromote) {
+            // Two groups over the tile's column halves; the left half is promoted while the
+            // right one still runs (the per-column promotion is twice 1D2D's work). Both complete
+            // inside the iteration (see the 1D2D half-promote path: C7514).
+            issue(acc_lo, stage, 0);
+            issue(acc_hi, stage, kMmaN);
+            ptx::wgmma_wait<1>();
+            ptx::fence_operands(acc_lo);
+            promote_columns_1d1d<0, kHalfChunks>(fin, acc_lo, sfb_stage, sa0, sa1);
+            ptx::wgmma_wait<0>();
+            ptx::fence_operands(acc_hi);
+            promote_columns_1d1d<kHalfChunks, kHalfChunks>(fin, acc_hi, sfb_stage, sa0, sa1);
+          } else {
+            issue(acc_lo, stage, 0);
+            ptx::wgmma_wait<0>();
+            ptx::fence_operands(acc_lo);
+            if constexpr (diag::kEarlyRelease1d1d) release(stage);
+            promote_columns_1d1d<0, kHalfChunks>(fin, acc_lo, sfb_stage, sa0, sa1);
           }
           // The stage's sfb was read with ordinary shared loads, and the producer's next TMA (async
           // proxy) overwrites it once the stage is released: without this fence ptxas issued the
