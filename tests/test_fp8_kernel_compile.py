@@ -429,7 +429,10 @@ def test_render_1d1d_source():
     assert "2, false, false, true, 0, true>(" in src
     src = render(128, 176, 4, True, True, False, 1, False, tma_store=True, gemm_kind=3, one_d_one_d=True)
     assert "1, false, false, true, 3, true>(" in src and "&tmap_d, nullptr, d, c" in src
-    for kw in [dict(out_fp32=False), dict(half_promote=True), dict(tma_store=True, split_k=True), dict(gemm_kind=1)]:
+    # Half-promote (the 9th): two column-half wgmma groups per k-block.
+    assert "2, false, true, true, 0, true>(" in render(128, 208, 4, True, True, False, 2, False, True, tma_store=True,
+                                                       one_d_one_d=True)
+    for kw in [dict(out_fp32=False), dict(tma_store=True, split_k=True), dict(gemm_kind=1)]:
         args = dict(block_m=128, block_n=128, num_stages=4, out_fp32=True, has_c=False, split_k=False,
                     one_d_one_d=True)
         args.update(kw)
@@ -472,7 +475,7 @@ def test_every_1d1d_block_n_compiles_spill_free():
     """Every (block_m, block_n) select_config(one_d_one_d=True) may return, in the variants it may
     pick (fp32 out with/without C, split-K, multicast on A / on B)."""
     from finegemm import jit
-    from finegemm.heuristics.sm90_fp8_gemm import MAX_BLOCK_N, block_n_candidates, max_stages
+    from finegemm.heuristics.sm90_fp8_gemm import MAX_BLOCK_N, MAX_BLOCK_N_HALF_PROMOTE, block_n_candidates, max_stages
     from finegemm.ops.sm90_fp8_gemm import render
 
     jobs = []
@@ -490,6 +493,9 @@ def test_every_1d1d_block_n_compiles_spill_free():
                          render(bm, bn, st, True, True, False, 2, False, tma_store=True, one_d_one_d=True)))
             jobs.append((f"bm{bm}_bn{bn}_s{st}_c_tma_kgrp",
                          render(bm, bn, st, True, True, False, tma_store=True, gemm_kind=3, one_d_one_d=True)))
+            if bn <= MAX_BLOCK_N_HALF_PROMOTE:  # the tuner's half-promote twins
+                jobs.append((f"bm{bm}_bn{bn}_s{st}_c_mca_hp_tma_1d1d",
+                             render(bm, bn, st, True, True, False, 2, True, True, tma_store=True, one_d_one_d=True)))
     _check_reports(jit.compile_check(jobs, raise_on_failure=False))
     # Just past the bm128 limit spills (documents MAX_BLOCK_N_1D1D[128]).
     bn = MAX_BLOCK_N_1D1D_128 = block_n_candidates(128, True)[-1] + 16

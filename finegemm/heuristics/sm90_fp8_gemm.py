@@ -770,7 +770,7 @@ def k_grouped_plan_k(ks) -> tuple[int, int]:
 def make_k_grouped_config(m: int, n: int, k_plan: int, num_groups: int, active_groups: int, num_sms: int,
                           has_c: bool, block_m: int, block_n: int, num_stages: int, num_multicast: int = 1,
                           multicast_on_a: bool = False, est_us: float | None = None,
-                          tma_store: bool = False) -> Fp8GemmConfig:
+                          tma_store: bool = False, half_promote: bool = False) -> Fp8GemmConfig:
     """A k-grouped config (scheduler kind GEMM_K_GROUPED, recipe (1, 1, 128), fp32 D, no split-K) with
     the given kernel choices. The estimate is the dense model's on the non-empty groups' stacked
     rows (active_groups * m, n, k_plan): one persistent launch runs them all as one pool of units.
@@ -781,7 +781,7 @@ def make_k_grouped_config(m: int, n: int, k_plan: int, num_groups: int, active_g
         raise ValueError(f"k-grouped config: need 1 <= active_groups <= num_groups and k_plan >= 128, got "
                          f"{(num_groups, active_groups, k_plan)}")
     base = make_config(active_groups * m, n, k_plan, num_sms, True, has_c, block_m, block_n, num_stages, 1,
-                       num_multicast, multicast_on_a, tma_store, False, one_d_one_d=True, est_us=est_us)
+                       num_multicast, multicast_on_a, tma_store, half_promote, one_d_one_d=True, est_us=est_us)
     mb, nb = ceil_div(m, block_m), ceil_div(n, block_n)
     _, per_group = _units(m, n, block_m, block_n, 1, num_multicast, multicast_on_a)
     units = num_groups * per_group
@@ -815,7 +815,7 @@ def select_k_grouped_config(m: int, n: int, ks, num_sms: int, has_c: bool = Fals
         try:
             cfg = make_k_grouped_config(m, n, k_plan, num_groups, active, num_sms, has_c, hit.block_m, hit.block_n,
                                         hit.num_stages, hit.num_multicast, hit.multicast_on_a,
-                                        tma_store=hit.tma_store)
+                                        tma_store=hit.tma_store, half_promote=hit.half_promote)
             source = "tuned"
         except ValueError as e:
             _warn_bad_entry(m, n, k_plan, e)

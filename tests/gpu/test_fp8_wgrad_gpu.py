@@ -52,6 +52,10 @@ FORCED_SHAPE = (257, 1000, 1152)
 # multicast_on_a) on TMA_EPI_SHAPES, c None / d itself / separate (the last keeps direct stores).
 TMA_EPI_CFGS = [(128, 208, 2, False), (128, 128, 1, False), (64, 176, 2, True), (128, 48, 1, False)]
 TMA_EPI_SHAPES = [(257, 1000, 1152), (4097, 576, 512), (1, 200, 384)]
+# Half-promote (two column-half wgmma groups per k-block): forced (block_m, block_n, num_multicast,
+# multicast_on_a, tma_store) on TMA_EPI_SHAPES, against the whole-tile twin.
+HALF_PROMOTE_CFGS = [(128, 176, 1, False, True), (128, 208, 2, False, True), (64, 208, 2, True, False),
+                     (128, 16, 1, False, True)]
 
 # k-grouped: (id, M, N, ks, c mode in {"none", "sep", "in_place"})
 K_GROUPED_CASES = [
@@ -465,13 +469,13 @@ def _prepared_flags(call) -> int:
     return f(call._handle)
 
 
-def tma_epilogue_config(cfg, bm, bn, mc, mc_a, tma, num_sms):
-    """cfg (a 1D1D plan) with (bm, bn, multicast) and the TMA epilogue on or off (also used by
-    scripts/precompile.py)."""
+def tma_epilogue_config(cfg, bm, bn, mc, mc_a, tma, num_sms, half_promote=False):
+    """cfg (a 1D1D plan) with (bm, bn, multicast), the TMA epilogue on or off and half-promote
+    (also used by scripts/precompile.py)."""
     from finegemm.heuristics import sm90_fp8_gemm as h
 
     return h.make_config(cfg.m, cfg.n, cfg.k, num_sms, True, cfg.has_c, bm, bn, h.max_stages(bm, bn, tma, True), 1,
-                         mc, mc_a, tma, one_d_one_d=True)
+                         mc, mc_a, tma, half_promote, one_d_one_d=True)
 
 
 @pytest.mark.parametrize("bm,bn,mc,mc_a", TMA_EPI_CFGS)
@@ -580,3 +584,52 @@ def test_tma_reduce_add_keeps_subnormal_c():
     torch.cuda.synchronize()
     assert bool(_prepared_flags(call) & 2)
     assert torch.equal(d[:64].view(torch.int32), c0[:64].view(torch.int32)), "subnormal C flushed by the reduce-add"
+
+
+# ----------------------------------------------------------------------------- half-promote
+@pytest.mark.parametrize("bm,bn,mc,mc_a,tma", HALF_PROMOTE_CFGS)
+@pytest.mark.parametrize("m,n,k", TMA_EPI_SHAPES)
+def test_dense_1d1d_half_promote(m, n, k, bm, bn, mc, mc_a, tma):
+    """Half-promote against the reference and bitwise equal to the whole-tile twin (each output's
+    wgmma dot products and promotion order are the same), with c None and c = d."""
+    from finegemm import runtime
+    from finegemm.heuristics import sm90_fp8_gemm as h
+    from finegemm.ops import sm90_fp8_gemm as ops
+
+    x, w, a, sfa, b, sfb = _inputs(m, n, k, seed=m + 2 * n + k + bm + bn)
+    c0 = torch.randn(m, n, device="cuda") * 4
+    for mode in ("none", "in_place"):
+        plan = h.select_config(m, n, k, runtime.get_num_sms(), True, mode != "none", one_d_one_d=True)
+        out = {}
+        for hp in (True, False):
+            cfg = tma_epilogue_config(plan, bm, bn, mc, mc_a, tma, runtime.get_num_sms(), half_promote=hp)
+            d = c0.clone() if mode == "in_place" else torch.full((m, n), float("nan"), device="cuda")
+            ops._prepare_1d1d_kernel(a, sfa, b, sfb, d, d if mode == "in_place" else None, cfg)()
+            out[hp] = d
+        _check(out[True], a, sfa, b, sfb, x, w, None if mode == "none" else c0)
+        assert torch.equal(out[True].view(torch.int32), out[False].view(torch.int32)), \
+            f"half-promote and whole-tile results differ (c {mode})"
+
+
+@pytest.mark.parametrize("bm,bn,mc,mc_a,tma", HALF_PROMOTE_CFGS[:3])
+def test_k_grouped_half_promote(bm, bn, mc, mc_a, tma):
+    """The k-grouped kernel with half-promote (c = d, an empty group, M off the block grid),
+    bitwise equal to the whole-tile twin."""
+    from finegemm import runtime
+    from finegemm.heuristics import sm90_fp8_gemm as h
+    from finegemm.ops import sm90_fp8_k_grouped as kg
+
+    m, n, ks = 100, 1000, [256, 0, 1152, 128, 640]
+    g = len(ks)
+    a, sfa, b, sfb = _k_grouped_problem(m, n, ks, seed=bm + bn + 7)
+    c0 = torch.randn(g, m, n, device="cuda") * 4
+    active, k_plan = h.k_grouped_plan_k(ks)
+    out = {}
+    for hp in (True, False):
+        cfg = h.make_k_grouped_config(m, n, k_plan, g, active, runtime.get_num_sms(), True, bm, bn,
+                                      h.max_stages(bm, bn, tma, True), mc, mc_a, tma_store=tma, half_promote=hp)
+        d = c0.clone()
+        kg.k_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, d, ks, d, config=cfg)
+        out[hp] = d
+    _check_k_grouped(out[True], a, sfa, b, sfb, m, n, ks, c0)
+    assert torch.equal(out[True].view(torch.int32), out[False].view(torch.int32)), "half-promote and whole-tile differ"
