@@ -553,6 +553,14 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
     };
 
     uint32_t stage = 0, phase = 0;
+    // Diagnostic loops (diag::kNoMma): release the current stage and move to the next.
+    auto release_and_advance = [&]() {
+      release(stage);
+      if (++stage == kNumStages) {
+        stage = 0;
+        phase ^= 1u;
+      }
+    };
     FG_TRACE_ONLY(uint32_t traced_tile = 0; void* const wg_trace = threadIdx.x % 128 == 0 ? trace_buf : nullptr;)
     Walker walker(M, N, num_kb, kSplitK ? num_splits : 1u, grouped, num_groups);
     scheduler::TileCoords t;
@@ -591,11 +599,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         for (uint32_t kb = kb_begin; kb < kb_end; ++kb) {
           ptx::mbar_wait(full_bar(stage), phase);
           if constexpr (diag::kNoMma) {  // developer diagnostic (ptx/diag.cuh): the data path alone
-            release(stage);
-            if (++stage == kNumStages) {
-              stage = 0;
-              phase ^= 1u;
-            }
+            release_and_advance();
             continue;
           }
           const float sa0 = sfa_smem[stage * BLOCK_M + r0];
@@ -762,11 +766,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           ptx::mbar_wait(full_bar(stage), phase);
           FG_TRACE_ONLY(if (kb == kb_begin) FG_TRACE_TILE(wg_trace, wg, traced, 1);)
           if constexpr (diag::kNoMma) {  // developer diagnostic (ptx/diag.cuh): the data path alone
-            release(stage);
-            if (++stage == kNumStages) {
-              stage = 0;
-              phase ^= 1u;
-            }
+            release_and_advance();
             continue;
           }
           sa0 = sfa_smem[stage * BLOCK_M + r0];
