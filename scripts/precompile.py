@@ -107,6 +107,9 @@ def wgrad_configs(sms: int) -> list:
             for bm, bn, mc, mc_a, tma in t.HALF_PROMOTE_CFGS:
                 for hp in (True, False):
                     out.append(t.tma_epilogue_config(plan, bm, bn, mc, mc_a, tma, sms, half_promote=hp))
+            for bm, bn, mc, mc_a, tma, kbat in t.KBATCH_CFGS:
+                for kb in (kbat, 1):
+                    out.append(t.tma_epilogue_config(plan, bm, bn, mc, mc_a, tma, sms, k_batch=kb))
     # k-grouped, per-group path (K_GROUPED_SINGLE_LAUNCH False, parametrized in the GPU tests too).
     per_group = t.K_GROUPED_CASES + [t.K_GROUPED_DET] + t.K_GROUPED_ONE_LAUNCH_CASES + [t.K_GROUPED_REPEAT]
     for _, m, n, ks, mode in per_group:
@@ -147,6 +150,10 @@ def k_grouped_configs(sms: int, t) -> list:
         for hp in (True, False):
             out.append(make_k_grouped_config(100, 1000, k_plan, len(ks), active, sms, True, bm, bn,
                                              max_stages(bm, bn, tma, True), mc, mc_a, tma_store=tma, half_promote=hp))
+    for bm, bn, mc, mc_a, tma, kbat in t.KBATCH_CFGS[:3]:
+        for kb in (kbat, 1):
+            out.append(make_k_grouped_config(100, 1000, k_plan, len(ks), active, sms, True, bm, bn,
+                                             max_stages(bm, bn, tma, True), mc, mc_a, tma_store=tma, k_batch=kb))
     for m, n, ks in [t.FORCED_K_GROUPED, t.FORCED_K_GROUPED_MANY]:
         active, k_plan = k_grouped_plan_k(ks)
         for bm, bn, mc, mc_a in t.FORCED_K_GROUPED_CFGS:

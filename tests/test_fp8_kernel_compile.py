@@ -475,7 +475,8 @@ def test_every_1d1d_block_n_compiles_spill_free():
     """Every (block_m, block_n) select_config(one_d_one_d=True) may return, in the variants it may
     pick (fp32 out with/without C, split-K, multicast on A / on B)."""
     from finegemm import jit
-    from finegemm.heuristics.sm90_fp8_gemm import MAX_BLOCK_N, MAX_BLOCK_N_HALF_PROMOTE, block_n_candidates, max_stages
+    from finegemm.heuristics.sm90_fp8_gemm import (MAX_BLOCK_N, MAX_BLOCK_N_HALF_PROMOTE, MAX_BLOCK_N_KBATCH_1D1D,
+                                                   block_n_candidates, max_stages)
     from finegemm.ops.sm90_fp8_gemm import render
 
     jobs = []
@@ -496,7 +497,20 @@ def test_every_1d1d_block_n_compiles_spill_free():
             if bn <= MAX_BLOCK_N_HALF_PROMOTE:  # the tuner's half-promote twins
                 jobs.append((f"bm{bm}_bn{bn}_s{st}_c_mca_hp_tma_1d1d",
                              render(bm, bn, st, True, True, False, 2, True, True, tma_store=True, one_d_one_d=True)))
-    _check_reports(jit.compile_check(jobs, raise_on_failure=False))
+            for kbat, top in MAX_BLOCK_N_KBATCH_1D1D.items():  # k-block batches
+                if bn <= top:
+                    jobs.append((f"bm{bm}_bn{bn}_s{st}_c_mcb_kb{kbat}_tma_1d1d",
+                                 render(bm, bn, st, True, True, False, 2, False, tma_store=True, one_d_one_d=True,
+                                        k_batch=kbat)))
+    # Just past the bm128 k-batch limits spills (documents MAX_BLOCK_N_KBATCH_1D1D).
+    for kbat, top in MAX_BLOCK_N_KBATCH_1D1D.items():
+        st = max_stages(128, top + 16, True, True)
+        jobs.append((f"bm128_bn{top + 16}_kb{kbat}_past_limit",
+                     render(128, top + 16, st, True, True, False, tma_store=True, one_d_one_d=True, k_batch=kbat)))
+    reports = jit.compile_check(jobs, raise_on_failure=False)
+    past = [r for r in reports if r["label"].endswith("_past_limit")]
+    assert all(r["spilled"] for r in past), f"a k-batch limit no longer spills: raise MAX_BLOCK_N_KBATCH_1D1D {past}"
+    _check_reports([r for r in reports if not r["label"].endswith("_past_limit")])
     # Just past the bm128 limit spills (documents MAX_BLOCK_N_1D1D[128]).
     bn = MAX_BLOCK_N_1D1D_128 = block_n_candidates(128, True)[-1] + 16
     if bn <= MAX_BLOCK_N[128]:

@@ -94,6 +94,8 @@ SMEM_LIMIT_2CTA = SMEM_PER_SM // 2 - 1024
 # k_batch (k-blocks per wgmma wait): k_batch accumulator sets per thread, so only narrow tiles
 # (spill-free up to these block_n in every variant: tests/test_fp8_kernel_compile.py).
 MAX_BLOCK_N_KBATCH = {2: 96, 4: 64}
+# Recipe (1, 1, 128) k-block batches (the promotion keeps no B-scale registers; bm128 spills above).
+MAX_BLOCK_N_KBATCH_1D1D = {2: 128, 4: 64}
 # Widest block_n of the kernel's lean main loop (impls/sm90_fp8_gemm_1d2d.cuh kLeanLoop); wider
 # tiles run the old loop, measured 4-10% slower at M = 4096 (benchmarks/NOTES.md v0.13).
 MAX_BLOCK_N_LEAN_LOOP = 208
@@ -320,9 +322,9 @@ def make_config(m: int, n: int, k: int, num_sms: int, out_fp32: bool, has_c: boo
     top = (MAX_BLOCK_N_1D1D if one_d_one_d else MAX_BLOCK_N).get(bm)
     if top is None or bn % 16 or not 16 <= bn <= top:
         raise ValueError(f"block_m {bm} / block_n {bn}: need block_m in (64, 128), block_n a multiple of 16 <= {top}")
-    if k_batch != 1 and (k_batch not in MAX_BLOCK_N_KBATCH or bn > MAX_BLOCK_N_KBATCH[k_batch] or one_d_one_d
-                         or half_promote):
-        raise ValueError(f"k_batch {k_batch}: 1, or 2 / 4 with block_n <= {MAX_BLOCK_N_KBATCH} (1D2D, no half-promote)")
+    kbatch_top = MAX_BLOCK_N_KBATCH_1D1D if one_d_one_d else MAX_BLOCK_N_KBATCH
+    if k_batch != 1 and (k_batch not in kbatch_top or bn > kbatch_top[k_batch] or half_promote):
+        raise ValueError(f"k_batch {k_batch}: 1, or 2 / 4 with block_n <= {kbatch_top} (no half-promote)")
     if half_promote and bn > MAX_BLOCK_N_HALF_PROMOTE:
         raise ValueError(f"half_promote: block_n <= {MAX_BLOCK_N_HALF_PROMOTE} (wider spills)")
     if k_batch > num_stages:  # a batch waits for k_batch full stages before releasing one: deadlock
@@ -430,8 +432,15 @@ def candidate_configs(m: int, n: int, k: int, num_sms: int, out_fp32: bool = Fal
     out += _two_cta_candidates(m, n, k, num_sms, out_fp32, has_c, one_d_one_d)
     if one_d_one_d:
         out += _fp32_tma_epilogue_twins(out, m, n, k, num_sms, has_c)
-        out += [dataclasses.replace(c, half_promote=True) for c in out
-                if c.block_n <= MAX_BLOCK_N_HALF_PROMOTE and c.ctas_per_sm == 1]
+        whole = [c for c in out if c.ctas_per_sm == 1]
+        out += [dataclasses.replace(c, half_promote=True) for c in whole if c.block_n <= MAX_BLOCK_N_HALF_PROMOTE]
+        # k-block batches: the promotion of one k-block overlaps the next one's wgmmas. Batches
+        # need narrow tiles, which the model ranks low: bm128 tiles up to the batch limit are added.
+        out += [dataclasses.replace(c, k_batch=kbat) for c in whole for kbat in (2, 4)
+                if c.block_n <= MAX_BLOCK_N_KBATCH_1D1D[kbat] and c.num_stages >= kbat
+                and ceil_div(ceil_div(k, BLOCK_K), c.num_splits) >= kbat]
+        out += _kbatch_1d1d_candidates(m, n, k, num_sms, has_c, {(c.block_m, c.block_n, c.num_stages, c.num_multicast,
+                                                                  c.multicast_on_a, c.tma_store, c.k_batch) for c in out})
     if not one_d_one_d:
         narrow = [c for c in out if not c.half_promote and c.block_n <= MAX_BLOCK_N_KBATCH[2]][:k_batch]
         for c in narrow:
@@ -445,6 +454,24 @@ def candidate_configs(m: int, n: int, k: int, num_sms: int, out_fp32: bool = Fal
     batched = [c for c in out if c.k_batch > 1]
     out += _deep_ring_twins(plain, deep_ring, m, n, k, num_sms, out_fp32, has_c, one_d_one_d)
     out += _deep_ring_twins(batched, deep_ring, m, n, k, num_sms, out_fp32, has_c, one_d_one_d)
+    return out
+
+
+def _kbatch_1d1d_candidates(m: int, n: int, k: int, num_sms: int, has_c: bool, seen: set) -> list[Fp8GemmConfig]:
+    """Recipe (1, 1, 128): bm128 tiles of block_n 96-128 with k-block batches of 2, each multicast
+    choice and epilogue, deepest ring (what `seen` does not hold yet)."""
+    out = []
+    if m <= 64 or ceil_div(k, BLOCK_K) < 2:
+        return out
+    for bn in (96, 112, 128):
+        for mc, mc_a in ((1, False), (2, True), (2, False)):
+            for tma in (True, False):
+                stages = max_stages(128, bn, tma, True)
+                key = (128, bn, stages, mc, mc and mc_a, tma, 2)
+                if key in seen or (mc == 2 and num_sms < 2):
+                    continue
+                out.append(make_config(m, n, k, num_sms, True, has_c, 128, bn, stages, 1, mc, mc_a, tma,
+                                       one_d_one_d=True, k_batch=2))
     return out
 
 
@@ -770,7 +797,7 @@ def k_grouped_plan_k(ks) -> tuple[int, int]:
 def make_k_grouped_config(m: int, n: int, k_plan: int, num_groups: int, active_groups: int, num_sms: int,
                           has_c: bool, block_m: int, block_n: int, num_stages: int, num_multicast: int = 1,
                           multicast_on_a: bool = False, est_us: float | None = None,
-                          tma_store: bool = False, half_promote: bool = False) -> Fp8GemmConfig:
+                          tma_store: bool = False, half_promote: bool = False, k_batch: int = 1) -> Fp8GemmConfig:
     """A k-grouped config (scheduler kind GEMM_K_GROUPED, recipe (1, 1, 128), fp32 D, no split-K) with
     the given kernel choices. The estimate is the dense model's on the non-empty groups' stacked
     rows (active_groups * m, n, k_plan): one persistent launch runs them all as one pool of units.
@@ -781,7 +808,8 @@ def make_k_grouped_config(m: int, n: int, k_plan: int, num_groups: int, active_g
         raise ValueError(f"k-grouped config: need 1 <= active_groups <= num_groups and k_plan >= 128, got "
                          f"{(num_groups, active_groups, k_plan)}")
     base = make_config(active_groups * m, n, k_plan, num_sms, True, has_c, block_m, block_n, num_stages, 1,
-                       num_multicast, multicast_on_a, tma_store, half_promote, one_d_one_d=True, est_us=est_us)
+                       num_multicast, multicast_on_a, tma_store, half_promote, one_d_one_d=True, est_us=est_us,
+                       k_batch=k_batch)
     mb, nb = ceil_div(m, block_m), ceil_div(n, block_n)
     _, per_group = _units(m, n, block_m, block_n, 1, num_multicast, multicast_on_a)
     units = num_groups * per_group
@@ -815,7 +843,8 @@ def select_k_grouped_config(m: int, n: int, ks, num_sms: int, has_c: bool = Fals
         try:
             cfg = make_k_grouped_config(m, n, k_plan, num_groups, active, num_sms, has_c, hit.block_m, hit.block_n,
                                         hit.num_stages, hit.num_multicast, hit.multicast_on_a,
-                                        tma_store=hit.tma_store, half_promote=hit.half_promote)
+                                        tma_store=hit.tma_store, half_promote=hit.half_promote,
+                                        k_batch=hit.k_batch)
             source = "tuned"
         except ValueError as e:
             _warn_bad_entry(m, n, k_plan, e)

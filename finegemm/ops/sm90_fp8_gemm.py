@@ -66,7 +66,7 @@ extern "C" __global__ void __launch_bounds__({threads}, 1) finegemm_entry(
     uint32_t flags, uint32_t num_splits, const int* grouped, uint32_t num_groups,
     const __grid_constant__ CUtensorMap tmap_sfb) {{
   finegemm::impls::sm90_fp8_gemm_1d2d<{block_m}, {block_n}, {stages}, true, {has_c}, {split_k},
-                                      {num_multicast}, {multicast_on_a}, {half_promote}, {tma_store}, 0, true>(
+                                      {num_multicast}, {multicast_on_a}, {half_promote}, {tma_store}, 0, true{k_batch}>(
       &tmap_a, &tmap_b, &tmap_sfa, &tmap_d, sfb, d, c, workspace, counters, m, n, k, ldd, flags, num_splits,
       grouped, num_groups, &tmap_sfb);
 }}
@@ -86,7 +86,7 @@ extern "C" __global__ void __launch_bounds__({threads}, 1) finegemm_entry(
     const __grid_constant__ finegemm::impls::Sm90Fp8KGroupedParams groups,
     const __grid_constant__ CUtensorMap tmap_d) {{
   finegemm::impls::sm90_fp8_gemm_1d2d<{block_m}, {block_n}, {stages}, true, {has_c}, false,
-                                      {num_multicast}, {multicast_on_a}, {half_promote}, {tma_store}, 3, true>(
+                                      {num_multicast}, {multicast_on_a}, {half_promote}, {tma_store}, 3, true{k_batch}>(
       nullptr, nullptr, &tmap_sfa, &tmap_d, nullptr, d, c, nullptr, nullptr, m, n, 0, ldd, flags, 1u, nullptr,
       groups.num_slots, &tmap_sfb, &groups);
 }}
@@ -106,8 +106,8 @@ def render(block_m: int, block_n: int, num_stages: int, out_fp32: bool, has_c: b
     which has bf16 out, no C, no split-K, no half-promote and clusters sharing A only;
     one_d_one_d: recipe (1, 1, 128), dense or k-grouped kind, fp32 out; tma_store
     there: the fp32 box-ring TMA epilogue (a reduce-add when has_c: C must be D), not with split-K)."""
-    if k_batch not in (1, 2, 4) or (k_batch > 1 and (one_d_one_d or half_promote)):
-        raise ValueError(f"k_batch must be 1, 2 or 4 (and 1 with recipe (1, 1, 128) or half-promote), got {k_batch}")
+    if k_batch not in (1, 2, 4) or (k_batch > 1 and half_promote):
+        raise ValueError(f"k_batch must be 1, 2 or 4 (and 1 with half-promote), got {k_batch}")
     if gemm_kind == GEMM_K_GROUPED and (not one_d_one_d or split_k):
         raise ValueError("the k-grouped kind is recipe (1, 1, 128) without split-K")
     if one_d_one_d:
@@ -124,7 +124,7 @@ def render(block_m: int, block_n: int, num_stages: int, out_fp32: bool, has_c: b
         return template.format(threads=(block_m // 64 + 1) * 128, block_m=block_m, block_n=block_n,
                                stages=num_stages, has_c=_b(has_c), split_k=_b(split_k), num_multicast=num_multicast,
                                multicast_on_a=_b(num_multicast == 2 and multicast_on_a), tma_store=_b(tma_store),
-                               half_promote=_b(half_promote))
+                               half_promote=_b(half_promote), k_batch=f", {k_batch}" if k_batch > 1 else "")
     if gemm_kind not in (GEMM_NORMAL, GEMM_GROUPED_CONTIGUOUS, GEMM_GROUPED_MASKED):
         raise ValueError(f"gemm_kind must be 0, 1 or 2, got {gemm_kind}")
     if gemm_kind != GEMM_NORMAL and (out_fp32 or has_c or split_k or half_promote or

@@ -56,6 +56,9 @@ TMA_EPI_SHAPES = [(257, 1000, 1152), (4097, 576, 512), (1, 200, 384)]
 # multicast_on_a, tma_store) on TMA_EPI_SHAPES, against the whole-tile twin.
 HALF_PROMOTE_CFGS = [(128, 176, 1, False, True), (128, 208, 2, False, True), (64, 208, 2, True, False),
                      (128, 16, 1, False, True)]
+# k-block batches: forced (block_m, block_n, num_multicast, multicast_on_a, tma_store, k_batch), against k_batch 1.
+KBATCH_CFGS = [(128, 128, 1, False, True, 2), (128, 96, 2, True, False, 2), (128, 64, 2, False, True, 4),
+               (64, 112, 1, False, True, 2)]
 
 # k-grouped: (id, M, N, ks, c mode in {"none", "sep", "in_place"})
 K_GROUPED_CASES = [
@@ -469,13 +472,13 @@ def _prepared_flags(call) -> int:
     return f(call._handle)
 
 
-def tma_epilogue_config(cfg, bm, bn, mc, mc_a, tma, num_sms, half_promote=False):
-    """cfg (a 1D1D plan) with (bm, bn, multicast), the TMA epilogue on or off and half-promote
-    (also used by scripts/precompile.py)."""
+def tma_epilogue_config(cfg, bm, bn, mc, mc_a, tma, num_sms, half_promote=False, k_batch=1):
+    """cfg (a 1D1D plan) with (bm, bn, multicast), the TMA epilogue on or off, half-promote and
+    k-block batches (also used by scripts/precompile.py)."""
     from finegemm.heuristics import sm90_fp8_gemm as h
 
     return h.make_config(cfg.m, cfg.n, cfg.k, num_sms, True, cfg.has_c, bm, bn, h.max_stages(bm, bn, tma, True), 1,
-                         mc, mc_a, tma, half_promote, one_d_one_d=True)
+                         mc, mc_a, tma, half_promote, one_d_one_d=True, k_batch=k_batch)
 
 
 @pytest.mark.parametrize("bm,bn,mc,mc_a", TMA_EPI_CFGS)
@@ -633,3 +636,52 @@ def test_k_grouped_half_promote(bm, bn, mc, mc_a, tma):
         out[hp] = d
     _check_k_grouped(out[True], a, sfa, b, sfb, m, n, ks, c0)
     assert torch.equal(out[True].view(torch.int32), out[False].view(torch.int32)), "half-promote and whole-tile differ"
+
+
+# ----------------------------------------------------------------------------- k-block batches
+@pytest.mark.parametrize("bm,bn,mc,mc_a,tma,kbat", KBATCH_CFGS)
+@pytest.mark.parametrize("m,n,k", TMA_EPI_SHAPES)
+def test_dense_1d1d_k_batch(m, n, k, bm, bn, mc, mc_a, tma, kbat):
+    """k-block batches (K = 384 / 512 / 1152: 3, 4 and 9 k-blocks, so whole batches and remainders)
+    against the reference and bitwise equal to k_batch 1, with c None and c = d."""
+    from finegemm import runtime
+    from finegemm.heuristics import sm90_fp8_gemm as h
+    from finegemm.ops import sm90_fp8_gemm as ops
+
+    x, w, a, sfa, b, sfb = _inputs(m, n, k, seed=m + 3 * n + k + bn + kbat)
+    c0 = torch.randn(m, n, device="cuda") * 4
+    for mode in ("none", "in_place"):
+        plan = h.select_config(m, n, k, runtime.get_num_sms(), True, mode != "none", one_d_one_d=True)
+        out = {}
+        for kb in (kbat, 1):
+            cfg = tma_epilogue_config(plan, bm, bn, mc, mc_a, tma, runtime.get_num_sms(), k_batch=kb)
+            d = c0.clone() if mode == "in_place" else torch.full((m, n), float("nan"), device="cuda")
+            ops._prepare_1d1d_kernel(a, sfa, b, sfb, d, d if mode == "in_place" else None, cfg)()
+            out[kb] = d
+        _check(out[kbat], a, sfa, b, sfb, x, w, None if mode == "none" else c0)
+        assert torch.equal(out[kbat].view(torch.int32), out[1].view(torch.int32)), \
+            f"k_batch {kbat} and k_batch 1 results differ (c {mode})"
+
+
+@pytest.mark.parametrize("bm,bn,mc,mc_a,tma,kbat", KBATCH_CFGS[:3])
+def test_k_grouped_k_batch(bm, bn, mc, mc_a, tma, kbat):
+    """The k-grouped kernel with k-block batches: groups of 1, 2, 5 and 9 k-blocks (remainders) and
+    an empty one, c = d; bitwise equal to k_batch 1."""
+    from finegemm import runtime
+    from finegemm.heuristics import sm90_fp8_gemm as h
+    from finegemm.ops import sm90_fp8_k_grouped as kg
+
+    m, n, ks = 100, 1000, [256, 0, 1152, 128, 640]
+    g = len(ks)
+    a, sfa, b, sfb = _k_grouped_problem(m, n, ks, seed=bm + bn + kbat)
+    c0 = torch.randn(g, m, n, device="cuda") * 4
+    active, k_plan = h.k_grouped_plan_k(ks)
+    out = {}
+    for kb in (kbat, 1):
+        cfg = h.make_k_grouped_config(m, n, k_plan, g, active, runtime.get_num_sms(), True, bm, bn,
+                                      h.max_stages(bm, bn, tma, True), mc, mc_a, tma_store=tma, k_batch=kb)
+        d = c0.clone()
+        kg.k_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, d, ks, d, config=cfg)
+        out[kb] = d
+    _check_k_grouped(out[kbat], a, sfa, b, sfb, m, n, ks, c0)
+    assert torch.equal(out[kbat].view(torch.int32), out[1].view(torch.int32)), "k_batch and k_batch 1 differ"

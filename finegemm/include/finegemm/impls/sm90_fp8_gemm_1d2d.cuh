@@ -276,7 +276,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   // instead of once per k-block (skinny shapes are bound by that serial chain, not by the tensor
   // core or HBM). Accumulators are only read after wait_group 0: no wgmma serialization.
   static_assert(kKBatch == 1 || kKBatch == 2 || kKBatch == 4, "k-block batches of 1, 2 or 4");
-  static_assert(kKBatch == 1 || (!kHalfPromote && !k1D1D), "k-block batching is a 1D2D, whole-tile mode");
+  static_assert(kKBatch == 1 || !kHalfPromote, "k-block batching is a whole-tile mode");
   static_assert(kKBatch <= kNumStages, "a batch waits for kKBatch full stages before releasing any");
   static_assert(!kHalfPromote || (BLOCK_N / 2) % 8 == 0, "half tiles must keep whole 8-row swizzle atoms");
   using Mma = ptx::WgmmaFp8<kMmaN>;
@@ -596,6 +596,58 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         const float* sfb_smem = reinterpret_cast<const float*>(smem + Traits::kOffSfb);
 #pragma unroll
         for (uint32_t i = 0; i < kNumAcc; ++i) fin[i] = 0.0f;
+        if constexpr (kKBatch > 1) {
+        // k-block batches (as the 1D2D k-batch loop): the wgmmas of kKBatch k-blocks go into their
+        // own accumulator sets under staggered waits, so k-block j's promotion overlaps the later
+        // ones' tensor work inside this warpgroup; each stage is released after its promotion
+        // (its column scales are read there). Whole batches, then the rest one at a time.
+        float accb[kKBatch][kHalfAcc];
+        const uint32_t kb_batched_end = kb_begin + (kb_end - kb_begin) / kKBatch * kKBatch;
+        for (uint32_t kb0 = kb_begin; kb0 < kb_batched_end; kb0 += kKBatch) {
+          uint32_t st[kKBatch];
+          float sa0b[kKBatch], sa1b[kKBatch];
+#pragma unroll
+          for (uint32_t j = 0; j < kKBatch; ++j) {
+            st[j] = stage;
+            ptx::mbar_wait(full_bar(stage), phase);
+            sa0b[j] = sfa_smem[stage * BLOCK_M + r0];
+            sa1b[j] = sfa_smem[stage * BLOCK_M + r0 + 8];
+            issue(accb[j], stage, 0);
+            if (++stage == kNumStages) {
+              stage = 0;
+              phase ^= 1u;
+            }
+          }
+#pragma unroll
+          for (uint32_t j = 0; j < kKBatch; ++j) {
+            ptx::wgmma_wait_pending(kKBatch - 1 - j);  // a constant after unrolling
+            ptx::fence_operands(accb[j]);
+            promote_columns_1d1d<0, kNumChunks>(fin, accb[j], sfb_smem + st[j] * (Traits::kSmemSfb / 4) + col_in_chunk,
+                                                sa0b[j], sa1b[j]);
+            ptx::fence_proxy_async_shared();  // the scale loads before the release (see below)
+            release(st[j]);
+          }
+        }
+#pragma unroll
+        for (uint32_t j = 0; j + 1 < kKBatch; ++j) {
+          if (kb_batched_end + j < kb_end) {
+            ptx::mbar_wait(full_bar(stage), phase);
+            const float sa0 = sfa_smem[stage * BLOCK_M + r0];
+            const float sa1 = sfa_smem[stage * BLOCK_M + r0 + 8];
+            issue(accb[0], stage, 0);
+            ptx::wgmma_wait<0>();
+            ptx::fence_operands(accb[0]);
+            promote_columns_1d1d<0, kNumChunks>(fin, accb[0], sfb_smem + stage * (Traits::kSmemSfb / 4) + col_in_chunk,
+                                                sa0, sa1);
+            ptx::fence_proxy_async_shared();
+            release(stage);
+            if (++stage == kNumStages) {
+              stage = 0;
+              phase ^= 1u;
+            }
+          }
+        }
+        } else {  // kKBatch == 1 (kept at its original indentation)
         for (uint32_t kb = kb_begin; kb < kb_end; ++kb) {
           ptx::mbar_wait(full_bar(stage), phase);
           if constexpr (diag::kNoMma) {  // developer diagnostic (ptx/diag.cuh): the data path alone
@@ -635,6 +687,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
             phase ^= 1u;
           }
         }
+        }  // if constexpr (kKBatch > 1) ... else
       } else {
       // 1D2D main loop (kept at its original indentation). The k-block's B scales of the tile's
       // (up to kSpan) scale blocks are in the stage (written by the scale warp), or, on the wide
