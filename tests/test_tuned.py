@@ -140,6 +140,16 @@ def test_shipped_table_entries_are_buildable_and_consulted(monkeypatch):
             ops._render_cfg(picked)
             assert e["us"] <= e["model_us"]
             continue
+        if e["kind"] == h.K_GROUPED_KIND:  # k-grouped: (M per group, N, planning K); G does not matter
+            c = e["config"]
+            ks = [e["k"]] * 4
+            picked = h.select_k_grouped_config(e["m"], e["n"], ks, e["num_sms"], e["has_c"])
+            fields = ("block_m", "block_n", "num_stages", "num_multicast", "multicast_on_a", "tma_store",
+                      "half_promote", "k_batch")
+            assert {f: getattr(picked, f) for f in fields} == {f: c[f] for f in fields}
+            assert picked.gemm_kind == h.GEMM_K_GROUPED and h.tuned_entry_config(e).gemm_kind == h.GEMM_K_GROUPED
+            ops._render_cfg(picked)
+            continue
         picked = h.select_config(e["m"], e["n"], e["k"], e["num_sms"], e["out_fp32"], e["has_c"],
                                  one_d_one_d=e["kind"] == "fp8_1d1d")
         assert _cfg_fields(picked) == {**tuned.OPTIONAL_FIELDS, **e["config"]}

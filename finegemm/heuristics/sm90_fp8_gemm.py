@@ -82,6 +82,7 @@ GEMM_NORMAL = 0
 GEMM_GROUPED_CONTIGUOUS = 1
 GEMM_GROUPED_MASKED = 2
 GEMM_K_GROUPED = 3  # recipe (1, 1, 128) only: groups differing in K, one launch (select_k_grouped_config)
+K_GROUPED_KIND = "fp8_k_grouped"  # tuned-table kind of k-grouped entries (m per group, k = k_grouped_plan_k)
 MASKED_KIND_PREFIX = "fp8_masked_g"  # tuned-table kind of masked entries: prefix + number of groups
 CONTIGUOUS_KIND_PREFIX = "fp8_contiguous_g"  # contiguous entries: prefix + number of groups (m: all rows)
 SMEM_LIMIT = 232448  # 227 KB: the SM90 per-block dynamic shared memory limit
@@ -551,8 +552,9 @@ def _two_cta_candidates(m: int, n: int, k: int, num_sms: int, out_fp32: bool, ha
 
 
 def _tuned_config(m: int, n: int, k: int, num_sms: int, out_fp32: bool, has_c: bool, allow_split_k: bool,
-                  allow_multicast: bool, one_d_one_d: bool, allow_two_cta: bool = True) -> Fp8GemmConfig | None:
-    hit = tuned.lookup("fp8_1d1d" if one_d_one_d else "fp8_1d2d", num_sms, m, n, k, out_fp32, has_c)
+                  allow_multicast: bool, one_d_one_d: bool, allow_two_cta: bool = True,
+                  kind: str | None = None) -> Fp8GemmConfig | None:
+    hit = tuned.lookup(kind or ("fp8_1d1d" if one_d_one_d else "fp8_1d2d"), num_sms, m, n, k, out_fp32, has_c)
     if hit is None:
         return None
     if (not allow_split_k and hit["num_splits"] > 1) or (not allow_multicast and hit["num_multicast"] > 1) or \
@@ -589,8 +591,12 @@ def _grouped_tuned_kind(kind: int, m: int, num_groups: int, expected_m: int) -> 
 def tuned_entry_config(e: dict) -> Fp8GemmConfig:
     """The configuration a tuned-table entry names, at the entry's own shape, planned as the ops
     plan: contiguous entries with expected_m 0 and alignment 128, masked ones with Mmax = expected
-    m rounded up to 128."""
+    m rounded up to 128, k-grouped ones as one group."""
     f = {**tuned.OPTIONAL_FIELDS, **e["config"]}
+    if e["kind"] == K_GROUPED_KIND:  # k-grouped: one group of the entry's (m, n, planning K)
+        return make_k_grouped_config(e["m"], e["n"], e["k"], 1, 1, e["num_sms"], e.get("has_c", False), f["block_m"],
+                                     f["block_n"], f["num_stages"], f["num_multicast"], f["multicast_on_a"],
+                                     tma_store=f["tma_store"], half_promote=f["half_promote"], k_batch=f["k_batch"])
     if e["kind"].startswith(CONTIGUOUS_KIND_PREFIX):
         return grouped_config_from_fields(f, GEMM_GROUPED_CONTIGUOUS, e["m"], e["n"], e["k"],
                                           int(e["kind"][len(CONTIGUOUS_KIND_PREFIX):]), e["num_sms"], 0, 128)
@@ -821,10 +827,11 @@ def make_k_grouped_config(m: int, n: int, k_plan: int, num_groups: int, active_g
 def select_k_grouped_config(m: int, n: int, ks, num_sms: int, has_c: bool = False) -> Fp8GemmConfig:
     """Launch configuration of the k-grouped FP8 GEMM (one launch for every group; cached).
 
-    The kernel choices (block_m, block_n, stages, multicast) are the dense 1D1D ones of an average
-    group: a tuned-table entry for (m, n, planning K = k_grouped_plan_k(ks)) when there is one
-    without split-K and with one CTA per SM (measured on the dense kernel, whose main loop this
-    is), else the dense model's best without split-K on the stacked shape (non-empty groups x m
+    The kernel choices (block_m, block_n, stages, multicast) are those of a K_GROUPED_KIND table
+    entry for (m, n, planning K = k_grouped_plan_k(ks)) when there is one (measured on the k-grouped
+    launch), else the dense 1D1D ones of an average group: a tuned-table entry for (m, n, planning K)
+    when there is one without split-K and with one CTA per SM (measured on the dense kernel, whose
+    main loop this is), else the dense model's best without split-K on the stacked shape (non-empty groups x m
     rows, n, planning K) — one launch runs all groups' units as one pool, so wave quantization is
     that of the stack. Units of all G groups, a grid of every SM. At least one k_g must be non-zero."""
     num_groups = len(ks)
@@ -838,7 +845,12 @@ def select_k_grouped_config(m: int, n: int, ks, num_sms: int, has_c: bool = Fals
         return cfg
     cfg = None
     source = "model"
-    hit = _tuned_config(m, n, k_plan, num_sms, True, has_c, False, True, True, allow_two_cta=False)
+    # A k-grouped entry (kind K_GROUPED_KIND: m per group, k the planning K) first, measured on the
+    # k-grouped launch itself; else the dense 1D1D entry of the average group.
+    hit = _tuned_config(m, n, k_plan, num_sms, True, has_c, False, True, True, allow_two_cta=False,
+                        kind=K_GROUPED_KIND)
+    if hit is None:
+        hit = _tuned_config(m, n, k_plan, num_sms, True, has_c, False, True, True, allow_two_cta=False)
     if hit is not None:
         try:
             cfg = make_k_grouped_config(m, n, k_plan, num_groups, active, num_sms, has_c, hit.block_m, hit.block_n,
