@@ -622,6 +622,32 @@ def test_1d1d_ops_layer_launch_arguments(monkeypatch):
         ops.prepare(a, sfa, b, sfb, torch.empty(1, 200, dtype=torch.bfloat16), None, (1, 1, 128))
 
 
+def test_1d1d_tma_reduce_add_opt_out(monkeypatch):
+    """A TMA-epilogue config passes tma_store=1 to the launcher; with C and TMA_REDUCE_ADD off
+    (FINEGEMM_NO_TMA_REDUCE_ADD=1) it passes 0 (direct epilogue), without C still 1 (a plain store)."""
+    torch = pytest.importorskip("torch")
+    from finegemm.heuristics import sm90_fp8_gemm as h
+    from finegemm.ops import sm90_fp8_gemm as ops
+
+    launches = _mock_1d1d_launch(monkeypatch, ops)
+    m, n, k = 256, 576, 512
+    cfg = h.make_config(m, n, k, 132, True, True, 128, 128, h.max_stages(128, 128, True, True), 1, 1, False, True,
+                        one_d_one_d=True)
+    cfg_noc = h.make_config(m, n, k, 132, True, False, 128, 128, h.max_stages(128, 128, True, True), 1, 1, False,
+                            True, one_d_one_d=True)
+    fp8 = torch.float8_e4m3fn
+    a, b = torch.zeros(m, k).to(fp8), torch.zeros(n, k).to(fp8)
+    sfa, sfb = torch.rand(m, k // 128), torch.rand(n, k // 128)
+    d = torch.rand(m, n)
+    tma_at = -4  # (..., tma_store, grid, smem, stream)
+    for reduce_add, expect_c, expect_noc in ((True, 1, 1), (False, 0, 1)):
+        monkeypatch.setattr(ops, "TMA_REDUCE_ADD", reduce_add)
+        ops._prepare_1d1d_kernel(a, sfa, b, sfb, d, d, cfg)()
+        assert launches[-1][tma_at] == expect_c
+        ops._prepare_1d1d_kernel(a, sfa, b, sfb, d, None, cfg_noc)()
+        assert launches[-1][tma_at] == expect_noc
+
+
 def test_k_grouped_ops_layer_per_group_calls(monkeypatch):
     """k_grouped_fp8_gemm_nt_contiguous, K_GROUPED_SINGLE_LAUNCH False (v1: one dense 1D1D launch per group): the
     per-group views of A, B, the scales, d and c; empty groups get c (or zeros) on the device."""

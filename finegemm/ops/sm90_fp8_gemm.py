@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import os
 import threading
 from typing import Optional
 
@@ -387,6 +388,17 @@ class PreparedCall1d1d(PreparedCall):
 # fallback stays for A/B checks (scripts/probe_determinism.py).
 ACCUMULATE_C_IN_KERNEL_1D1D = True
 
+# Recipe (1, 1, 128) with c = d and a TMA-epilogue config: D += tile by TMA reduce-add (at L2), the
+# same fp32 add as the direct epilogue's C + tile on normal values. FINEGEMM_NO_TMA_REDUCE_ADD=1
+# (read once, at import) keeps the direct epilogue there instead: one GPU run of four saw subnormal
+# C values change under the reduce-add (benchmarks/NOTES.md v0.23).
+TMA_REDUCE_ADD = os.environ.get("FINEGEMM_NO_TMA_REDUCE_ADD", "0") in ("", "0")
+
+
+def epilogue_tma_flag(cfg: Fp8GemmConfig, has_c: bool) -> int:
+    """The launcher's tma_store argument of a recipe (1, 1, 128) call (0: direct epilogue)."""
+    return 1 if cfg.tma_store and (TMA_REDUCE_ADD or not has_c) else 0
+
 
 class _AccumulateAfter:
     """Recipe (1, 1, 128) with C, ACCUMULATE_C_IN_KERNEL_1D1D False: the kernel writes A @ B^T
@@ -452,7 +464,7 @@ def _prepare_1d1d_kernel(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sf
             c.data_ptr() if has_c else None)
     tail = (m, n, k, lda, ldb, ldd, sfa_ld, sfb_ld,
             cfg.block_m, cfg.block_n, cfg.num_splits, cfg.num_multicast, 1 if cfg.multicast_on_a else 0,
-            1 if cfg.tma_store else 0, cfg.grid, cfg.smem_bytes)
+            epilogue_tma_flag(cfg, has_c), cfg.grid, cfg.smem_bytes)
     return PreparedCall1d1d(cfg, head, tail, device, not keepalive, keepalive)
 
 

@@ -164,7 +164,8 @@ def k_grouped_fp8_gemm_nt_contiguous(a: torch.Tensor, sfa: torch.Tensor, b: torc
     rc = _launcher(fn, a.data_ptr(), b.data_ptr(), sfa.data_ptr(), sfb.data_ptr(), d2.data_ptr(),
                    None if c2 is None else c2.data_ptr(), ks_arr.buffer_info()[0], num_groups, a.numel(),
                    b.numel(), sfa.shape[0], m, n, ldd, sfa_ld, sfb_ld, cfg.block_m, cfg.block_n, cfg.num_multicast,
-                   1 if cfg.multicast_on_a else 0, 1 if cfg.tma_store else 0, cfg.grid, cfg.smem_bytes,
+                   1 if cfg.multicast_on_a else 0, _dense.epilogue_tma_flag(cfg, c2 is not None), cfg.grid,
+                   cfg.smem_bytes,
                    _get_raw_stream(d.device.index))
     if rc != 0:
         raise RuntimeError(
