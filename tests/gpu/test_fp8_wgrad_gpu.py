@@ -593,99 +593,71 @@ def test_tma_reduce_add_keeps_subnormal_c():
         f"{changed.nonzero()[:6].tolist()}")
 
 
-# ----------------------------------------------------------------------------- half-promote
-@pytest.mark.parametrize("bm,bn,mc,mc_a,tma", HALF_PROMOTE_CFGS)
-@pytest.mark.parametrize("m,n,k", TMA_EPI_SHAPES)
-def test_dense_1d1d_half_promote(m, n, k, bm, bn, mc, mc_a, tma):
-    """Half-promote against the reference and bitwise equal to the whole-tile twin (each output's
-    wgmma dot products and promotion order are the same), with c None and c = d."""
+# ----------------------------------------------------------------------------- half-promote, k-block batches
+def _dense_twins(m, n, k, bm, bn, mc, mc_a, tma, seed, variant, what):
+    """The tile with `variant` (make_config keywords) against the reference, and bitwise equal to
+    the same tile without it (each output's wgmma dot products and promotion order are the same),
+    with c None and c = d."""
     from finegemm import runtime
     from finegemm.heuristics import sm90_fp8_gemm as h
     from finegemm.ops import sm90_fp8_gemm as ops
 
-    x, w, a, sfa, b, sfb = _inputs(m, n, k, seed=m + 2 * n + k + bm + bn)
+    x, w, a, sfa, b, sfb = _inputs(m, n, k, seed=seed)
     c0 = torch.randn(m, n, device="cuda") * 4
     for mode in ("none", "in_place"):
         plan = h.select_config(m, n, k, runtime.get_num_sms(), True, mode != "none", one_d_one_d=True)
         out = {}
-        for hp in (True, False):
-            cfg = tma_epilogue_config(plan, bm, bn, mc, mc_a, tma, runtime.get_num_sms(), half_promote=hp)
+        for on in (True, False):
+            cfg = tma_epilogue_config(plan, bm, bn, mc, mc_a, tma, runtime.get_num_sms(), **(variant if on else {}))
             d = c0.clone() if mode == "in_place" else torch.full((m, n), float("nan"), device="cuda")
             ops._prepare_1d1d_kernel(a, sfa, b, sfb, d, d if mode == "in_place" else None, cfg)()
-            out[hp] = d
+            out[on] = d
         _check(out[True], a, sfa, b, sfb, x, w, None if mode == "none" else c0)
         assert torch.equal(out[True].view(torch.int32), out[False].view(torch.int32)), \
-            f"half-promote and whole-tile results differ (c {mode})"
+            f"{what} and the plain tile differ (c {mode})"
+
+
+def _k_grouped_twins(bm, bn, mc, mc_a, tma, seed, variant, what):
+    """The k-grouped kernel with `variant` (groups of 1, 2, 5 and 9 k-blocks and an empty one, M off
+    the block grid, c = d), bitwise equal to the same tile without it."""
+    from finegemm import runtime
+    from finegemm.heuristics import sm90_fp8_gemm as h
+    from finegemm.ops import sm90_fp8_k_grouped as kg
+
+    m, n, ks = 100, 1000, [256, 0, 1152, 128, 640]
+    g = len(ks)
+    a, sfa, b, sfb = _k_grouped_problem(m, n, ks, seed=seed)
+    c0 = torch.randn(g, m, n, device="cuda") * 4
+    active, k_plan = h.k_grouped_plan_k(ks)
+    out = {}
+    for on in (True, False):
+        cfg = h.make_k_grouped_config(m, n, k_plan, g, active, runtime.get_num_sms(), True, bm, bn,
+                                      h.max_stages(bm, bn, tma, True), mc, mc_a, tma_store=tma, **(variant if on else {}))
+        d = c0.clone()
+        kg.k_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, d, ks, d, config=cfg)
+        out[on] = d
+    _check_k_grouped(out[True], a, sfa, b, sfb, m, n, ks, c0)
+    assert torch.equal(out[True].view(torch.int32), out[False].view(torch.int32)), f"{what} and the plain tile differ"
+
+
+@pytest.mark.parametrize("bm,bn,mc,mc_a,tma", HALF_PROMOTE_CFGS)
+@pytest.mark.parametrize("m,n,k", TMA_EPI_SHAPES)
+def test_dense_1d1d_half_promote(m, n, k, bm, bn, mc, mc_a, tma):
+    _dense_twins(m, n, k, bm, bn, mc, mc_a, tma, m + 2 * n + k + bm + bn, {"half_promote": True}, "half-promote")
 
 
 @pytest.mark.parametrize("bm,bn,mc,mc_a,tma", HALF_PROMOTE_CFGS[:3])
 def test_k_grouped_half_promote(bm, bn, mc, mc_a, tma):
-    """The k-grouped kernel with half-promote (c = d, an empty group, M off the block grid),
-    bitwise equal to the whole-tile twin."""
-    from finegemm import runtime
-    from finegemm.heuristics import sm90_fp8_gemm as h
-    from finegemm.ops import sm90_fp8_k_grouped as kg
-
-    m, n, ks = 100, 1000, [256, 0, 1152, 128, 640]
-    g = len(ks)
-    a, sfa, b, sfb = _k_grouped_problem(m, n, ks, seed=bm + bn + 7)
-    c0 = torch.randn(g, m, n, device="cuda") * 4
-    active, k_plan = h.k_grouped_plan_k(ks)
-    out = {}
-    for hp in (True, False):
-        cfg = h.make_k_grouped_config(m, n, k_plan, g, active, runtime.get_num_sms(), True, bm, bn,
-                                      h.max_stages(bm, bn, tma, True), mc, mc_a, tma_store=tma, half_promote=hp)
-        d = c0.clone()
-        kg.k_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, d, ks, d, config=cfg)
-        out[hp] = d
-    _check_k_grouped(out[True], a, sfa, b, sfb, m, n, ks, c0)
-    assert torch.equal(out[True].view(torch.int32), out[False].view(torch.int32)), "half-promote and whole-tile differ"
+    _k_grouped_twins(bm, bn, mc, mc_a, tma, bm + bn + 7, {"half_promote": True}, "half-promote")
 
 
-# ----------------------------------------------------------------------------- k-block batches
 @pytest.mark.parametrize("bm,bn,mc,mc_a,tma,kbat", KBATCH_CFGS)
 @pytest.mark.parametrize("m,n,k", TMA_EPI_SHAPES)
 def test_dense_1d1d_k_batch(m, n, k, bm, bn, mc, mc_a, tma, kbat):
-    """k-block batches (K = 384 / 512 / 1152: 3, 4 and 9 k-blocks, so whole batches and remainders)
-    against the reference and bitwise equal to k_batch 1, with c None and c = d."""
-    from finegemm import runtime
-    from finegemm.heuristics import sm90_fp8_gemm as h
-    from finegemm.ops import sm90_fp8_gemm as ops
-
-    x, w, a, sfa, b, sfb = _inputs(m, n, k, seed=m + 3 * n + k + bn + kbat)
-    c0 = torch.randn(m, n, device="cuda") * 4
-    for mode in ("none", "in_place"):
-        plan = h.select_config(m, n, k, runtime.get_num_sms(), True, mode != "none", one_d_one_d=True)
-        out = {}
-        for kb in (kbat, 1):
-            cfg = tma_epilogue_config(plan, bm, bn, mc, mc_a, tma, runtime.get_num_sms(), k_batch=kb)
-            d = c0.clone() if mode == "in_place" else torch.full((m, n), float("nan"), device="cuda")
-            ops._prepare_1d1d_kernel(a, sfa, b, sfb, d, d if mode == "in_place" else None, cfg)()
-            out[kb] = d
-        _check(out[kbat], a, sfa, b, sfb, x, w, None if mode == "none" else c0)
-        assert torch.equal(out[kbat].view(torch.int32), out[1].view(torch.int32)), \
-            f"k_batch {kbat} and k_batch 1 results differ (c {mode})"
+    """K = 384 / 512 / 1152: 3, 4 and 9 k-blocks, so whole batches and remainders."""
+    _dense_twins(m, n, k, bm, bn, mc, mc_a, tma, m + 3 * n + k + bn + kbat, {"k_batch": kbat}, f"k_batch {kbat}")
 
 
 @pytest.mark.parametrize("bm,bn,mc,mc_a,tma,kbat", KBATCH_CFGS[:3])
 def test_k_grouped_k_batch(bm, bn, mc, mc_a, tma, kbat):
-    """The k-grouped kernel with k-block batches: groups of 1, 2, 5 and 9 k-blocks (remainders) and
-    an empty one, c = d; bitwise equal to k_batch 1."""
-    from finegemm import runtime
-    from finegemm.heuristics import sm90_fp8_gemm as h
-    from finegemm.ops import sm90_fp8_k_grouped as kg
-
-    m, n, ks = 100, 1000, [256, 0, 1152, 128, 640]
-    g = len(ks)
-    a, sfa, b, sfb = _k_grouped_problem(m, n, ks, seed=bm + bn + kbat)
-    c0 = torch.randn(g, m, n, device="cuda") * 4
-    active, k_plan = h.k_grouped_plan_k(ks)
-    out = {}
-    for kb in (kbat, 1):
-        cfg = h.make_k_grouped_config(m, n, k_plan, g, active, runtime.get_num_sms(), True, bm, bn,
-                                      h.max_stages(bm, bn, tma, True), mc, mc_a, tma_store=tma, k_batch=kb)
-        d = c0.clone()
-        kg.k_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, d, ks, d, config=cfg)
-        out[kb] = d
-    _check_k_grouped(out[kbat], a, sfa, b, sfb, m, n, ks, c0)
-    assert torch.equal(out[kbat].view(torch.int32), out[1].view(torch.int32)), "k_batch and k_batch 1 differ"
+    _k_grouped_twins(bm, bn, mc, mc_a, tma, bm + bn + kbat, {"k_batch": kbat}, f"k_batch {kbat}")
