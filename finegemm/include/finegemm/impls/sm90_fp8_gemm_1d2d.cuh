@@ -48,7 +48,8 @@
 // with sfb fp32 MN-major [Kb, align(N, 4)] read through its own tensor map (tmap_sfb): the
 // producer also loads the tile's BLOCK_N column scales per stage (box BLOCK_N x 1, counted in the
 // stage's transaction bytes) and the consumers promote with per-column scales read from shared
-// memory, releasing the stage after the promotion.
+// memory, releasing the stage after the promotion (whole tile, column halves with kHalfPromote, or
+// kKBatch k-blocks under staggered waits).
 //
 // K-grouped (kGemmKGrouped, k1D1D only; MoE weight gradients): G problems D_g [M, N] = C_g +
 // A_g [M, k_g] . B_g [N, k_g]^T in one launch. `kgroups` (impls/sm90_fp8_k_grouped_params.h, a
@@ -252,7 +253,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   using Traits = Sm90Fp8Gemm1d2dTraits<BLOCK_M, BLOCK_N, kNumStages, kTmaStore, k1D1D>;
   // k1D1D (recipe (1, 1, 128), weight gradients): sfb is one fp32 per row of B per k-block,
   // MN-major [Kb, N (aligned to 4)], TMA-loaded per stage (BLOCK_N x 1 box through tmap_sfb);
-  // the `sfb` pointer is unused. Dense kind, fp32 D, no half-promote.
+  // the `sfb` pointer is unused. Dense or k-grouped kind, fp32 D.
   static_assert(!k1D1D || (kOutFp32 && !(kTmaStore && kSplitK) &&
                            (kGemmKind == scheduler::kGemmNormal || kGemmKind == scheduler::kGemmKGrouped)),
                 "1D1D: fp32 D, dense or k-grouped kind, no TMA epilogue with split-K");
