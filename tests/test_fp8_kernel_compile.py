@@ -502,6 +502,9 @@ def test_every_1d1d_block_n_compiles_spill_free():
                     jobs.append((f"bm{bm}_bn{bn}_s{st}_c_mcb_kb{kbat}_tma_1d1d",
                                  render(bm, bn, st, True, True, False, 2, False, tma_store=True, one_d_one_d=True,
                                         k_batch=kbat)))
+                    jobs.append((f"bm{bm}_bn{bn}_s{st}_c_kb{kbat}_tma_kgrp",
+                                 render(bm, bn, st, True, True, False, tma_store=True, gemm_kind=3, one_d_one_d=True,
+                                        k_batch=kbat)))
     # Just past the bm128 k-batch limits spills (documents MAX_BLOCK_N_KBATCH_1D1D).
     for kbat, top in MAX_BLOCK_N_KBATCH_1D1D.items():
         st = max_stages(128, top + 16, True, True)

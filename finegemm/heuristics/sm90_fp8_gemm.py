@@ -96,7 +96,7 @@ SMEM_LIMIT_2CTA = SMEM_PER_SM // 2 - 1024
 # (spill-free up to these block_n in every variant: tests/test_fp8_kernel_compile.py).
 MAX_BLOCK_N_KBATCH = {2: 96, 4: 64}
 # Recipe (1, 1, 128) k-block batches (the promotion keeps no B-scale registers; bm128 spills above).
-MAX_BLOCK_N_KBATCH_1D1D = {2: 128, 4: 64}
+MAX_BLOCK_N_KBATCH_1D1D = {2: 128, 4: 80}
 # Widest block_n of the kernel's lean main loop (impls/sm90_fp8_gemm_1d2d.cuh kLeanLoop); wider
 # tiles run the old loop, measured 4-10% slower at M = 4096 (benchmarks/NOTES.md v0.13).
 MAX_BLOCK_N_LEAN_LOOP = 208
