@@ -68,6 +68,7 @@ def main() -> int:
     p.add_argument("--wgrad", action="store_true", help="also the candidates of `tune wgrad`")
     p.add_argument("--masked", action="store_true", help="also the candidates of `tune masked`")
     p.add_argument("--contiguous", action="store_true", help="also the candidates of `tune contiguous`")
+    p.add_argument("--k-grouped", action="store_true", help="also the candidates of `tune k_grouped`")
     args = p.parse_args()
     cfgs = {}
     for (m, n, k) in args.shapes or default_shapes(args.curve):
@@ -95,6 +96,12 @@ def main() -> int:
             m_total = sum(align(m_g, 128) for m_g in ms)
             for cfg in grouped_candidate_configs(GEMM_GROUPED_CONTIGUOUS, m_total, n, k, g, args.sms, 0, 128,
                                                  top=args.top):
+                cfgs[ops._kernel_name(cfg)] = cfg
+    if args.k_grouped:
+        from finegemm.bench.tune import k_grouped_default_problems
+        from finegemm.heuristics.sm90_fp8_gemm import k_grouped_candidate_configs
+        for (g, m, n, ks) in k_grouped_default_problems():
+            for cfg in k_grouped_candidate_configs(m, n, ks, args.sms, True, top=args.top):
                 cfgs[ops._kernel_name(cfg)] = cfg
     for cfg in shipped_table_configs():
         cfgs[ops._kernel_name(cfg)] = cfg

@@ -373,3 +373,48 @@ def test_k_grouped_stage_release_is_fenced_after_scale_loads(bm, bn, has_c, mc, 
         pytest.skip("no cuobjdump")
     assert "SYNCS.ARRIVE" in sass and "LDS" in sass
     assert _releases_with_loads_in_flight(sass) == 0
+
+
+def test_k_grouped_candidates_and_entries(monkeypatch, tmp_path):
+    """`tune k_grouped`: the planner's choice first, then distinct k-grouped configs of the same
+    problem (no split-K, one CTA per SM; TMA-epilogue, half-promote and k-batch variants among
+    them); a winner becomes an fp8_k_grouped entry at (M, N, planning K), which the planner then
+    consults before the dense entry."""
+    import json
+
+    from finegemm.bench.tune import k_grouped_default_problems, table_entry
+    from finegemm.heuristics import sm90_fp8_gemm as h
+    from finegemm.heuristics import tuned
+
+    problems = k_grouped_default_problems()
+    assert [p[0] for p in problems] == [4, 8, 16]
+    g, m, n, ks = problems[0]
+    cands = h.k_grouped_candidate_configs(m, n, ks, 132)
+    assert cands[0] == h.select_k_grouped_config(m, n, ks, 132, True)
+    assert len({(c.kernel_key(), c.grid) for c in cands}) == len(cands) > 10
+    assert all(c.gemm_kind == h.GEMM_K_GROUPED and c.num_groups == g and c.num_splits == 1 and c.ctas_per_sm == 1
+               and c.has_c for c in cands)
+    assert any(c.tma_store for c in cands) and any(c.half_promote for c in cands) and any(c.k_batch > 1 for c in cands)
+    # A winner (the last candidate, say) as a table entry, consulted for this problem.
+    pick = cands[-1]
+    best = {"block_m": pick.block_m, "block_n": pick.block_n, "num_stages": pick.num_stages, "num_splits": 1,
+            "num_multicast": pick.num_multicast, "multicast_on_a": pick.multicast_on_a, "tma_store": pick.tma_store,
+            "half_promote": pick.half_promote, "ctas_per_sm": 1, "k_batch": pick.k_batch, "us": 1.0}
+    _, k_plan = h.k_grouped_plan_k(ks)
+    rec = {"family": "k_grouped", "groups": g, "m": m, "n": n, "k": k_plan, "best": best, "model_us": 2.0}
+    e = table_entry(rec, 132, {"gpu": "test", "commit": "0" * 40, "date": "now"})
+    assert e["kind"] == h.K_GROUPED_KIND and e["out_fp32"] and e["has_c"] and (e["m"], e["n"], e["k"]) == (m, n, k_plan)
+    path = tmp_path / "t.json"
+    tuned.merge_entries(path, [e])
+    assert json.loads(path.read_text())["entries"][0]["kind"] == h.K_GROUPED_KIND
+    monkeypatch.setenv(tuned.TUNED_FILE_ENV, str(path))
+    tuned.clear()
+    h.clear_cache()
+    try:
+        cfg = h.select_k_grouped_config(m, n, ks, 132, True)
+    finally:
+        monkeypatch.delenv(tuned.TUNED_FILE_ENV)
+        tuned.clear()
+        h.clear_cache()
+    assert (cfg.block_n, cfg.num_stages, cfg.tma_store, cfg.half_promote, cfg.k_batch) == (
+        pick.block_n, pick.num_stages, pick.tma_store, pick.half_promote, pick.k_batch)

@@ -288,6 +288,63 @@ def tune_contiguous_shape(g: int, expected: int, n: int, k: int, ms: list[int], 
     return rec
 
 
+def k_grouped_default_problems() -> list[tuple[int, int, int, list[int]]]:
+    """(G, M, N, ks) of `bench grouped`'s k_grouped records (the ks that run draws)."""
+    from .grouped import k_grouped_problems
+    return [(g, m, n, list(ks)) for (g, m, n, ks, _ek) in k_grouped_problems()]
+
+
+def tune_k_grouped_problem(g: int, m: int, n: int, ks: list[int], num_sms: int, top: int, num_tests: int, gen,
+                           log=print) -> dict:
+    """k_grouped_fp8_gemm_nt_contiguous with c = d (weight gradients) on one problem: every
+    candidate of heuristics.k_grouped_candidate_configs checked (exact reference on sampled output
+    rows of every group, C and product separately, bitwise repeat from the same C) and timed. The
+    entry (kind K_GROUPED_KIND) is keyed by (M, N, planning K): what select_k_grouped_config looks up."""
+    from finegemm.heuristics.sm90_fp8_gemm import k_grouped_candidate_configs, k_grouped_plan_k
+    from finegemm.ops import sm90_fp8_gemm as ops
+    from finegemm.ops import sm90_fp8_k_grouped as kg
+    from finegemm.testing import calc_diff
+
+    from ._common import REF_FLOPS, sample_rows
+    from .grouped import k_grouped_inputs, k_grouped_reference_rows
+
+    assert len(ks) == g
+    a, sfa, b, sfb, _, _ = k_grouped_inputs(m, n, ks, gen)
+    # C at the product's scale, as tune_shape's wgrad family.
+    c0 = torch.randn(g, m, n, device="cuda", generator=gen) * float(max(sum(ks) // max(g, 1), 1)) ** 0.5
+    d = c0.clone()
+    rows = sample_rows(m, 2.0 * n * sum(ks), REF_FLOPS)
+    idx = torch.tensor(rows, dtype=torch.long, device="cuda")
+    prod_ref = k_grouped_reference_rows(a, sfa, b, sfb, m, n, ks, rows).double()
+    c_rows = c0[:, idx].double()
+    cands = k_grouped_candidate_configs(m, n, ks, num_sms, True, top=top)
+
+    def row_of(cfg):
+        return {"block_m": cfg.block_m, "block_n": cfg.block_n, "num_stages": cfg.num_stages, "num_splits": 1,
+                "num_multicast": cfg.num_multicast, "multicast_on_a": cfg.multicast_on_a, "tma_store": cfg.tma_store,
+                "half_promote": cfg.half_promote, "ctas_per_sm": 1, "k_batch": cfg.k_batch}
+
+    def check(cfg):
+        def call():
+            kg.k_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, d, ks, d, config=cfg)
+        first = _run_twice(call, d, lambda: d.copy_(c0))
+        sub = d[:, idx].double()
+        diff = max(calc_diff(sub, prod_ref + c_rows), calc_diff(sub - c_rows, prod_ref))
+        ok = diff <= 1e-5 and not torch.isnan(first).any() and torch.equal(first, d)
+        return call, diff, ok
+
+    rows_, best = _time_candidates(cands, lambda c: ops._load(c, d.device.index), row_of, check, num_tests)
+    _, k_plan = k_grouped_plan_k(ks)
+    rec = {"family": "k_grouped", "groups": g, "m": m, "n": n, "k": k_plan, "ks": list(ks), "candidates": rows_,
+           "model_us": rows_[0].get("us"), "best_us": best["us"] if best else None, "best": best}
+    detail = (f"bm{best['block_m']} bn{best['block_n']} s{best['num_stages']} mc{best['num_multicast']}"
+              f"{'A' if best['multicast_on_a'] else ''}{' hp' if best['half_promote'] else ''}"
+              f"{' tma' if best['tma_store'] else ''}{' kb%d' % best['k_batch'] if best['k_batch'] > 1 else ''}"
+              ) if best else ""
+    _log_result(log, f"k_grouped G={g} {m:>5}x{n:>5} k~{k_plan}", rows_, best, detail)
+    return rec
+
+
 def _bf16_grouped_row(cfg) -> dict:
     """An m-grouped BF16 candidate's config fields, as table_entry writes them (TMA-store epilogue,
     no cluster, no split)."""
@@ -413,6 +470,9 @@ def table_entry(rec: dict, num_sms: int, meta: dict) -> dict | None:
     from finegemm.heuristics.sm90_fp8_gemm import CONTIGUOUS_KIND_PREFIX, MASKED_KIND_PREFIX
     masked = rec.get("family") == "masked"
     kind = f"{MASKED_KIND_PREFIX}{rec['groups']}" if masked else "fp8_1d1d" if wgrad else "fp8_1d2d"
+    if rec.get("family") == "k_grouped":  # fp32 d accumulated in place, as wgrad
+        from finegemm.heuristics.sm90_fp8_gemm import K_GROUPED_KIND
+        kind, wgrad = K_GROUPED_KIND, True
     if rec.get("family") == "contiguous":
         kind = f"{CONTIGUOUS_KIND_PREFIX}{rec['groups']}"
     if rec.get("family") in ("bf16_masked", "bf16_contiguous"):
@@ -438,7 +498,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "(--shapes G,expected M,N,K; bench grouped's layout); bf16: the dense BF16 kernel, bf16 out "
                         "(--layouts; entries go to a bf16 table, heuristics/tuned_sm90_bf16.json when shipped); "
                         "bf16_masked / bf16_contiguous: the m-grouped BF16 kernels (shapes as masked / contiguous; "
-                        "the bf16 table too)")
+                        "the bf16 table too); k_grouped: k_grouped_fp8_gemm_nt_contiguous with c = d on bench "
+                        "grouped's problems (entries of kind fp8_k_grouped)")
     p.add_argument("--layouts", nargs="+", default=["nt", "nn", "tn", "tt"], choices=["nt", "nn", "tn", "tt"],
                    help="bf16 family: the layouts to tune")
     p.add_argument("--shapes", nargs="+", type=_parse_shape, metavar="M,N,K", help="default: the 18 anchor shapes")
@@ -480,6 +541,11 @@ def main(argv=None) -> int:
             records = [tune_contiguous_shape(*p, num_sms, args.top, args.num_tests, gen) for p in problems]
         else:
             records = [tune_bf16_contiguous_shape(*p, num_sms, args.num_tests, gen) for p in problems]
+    elif args.family == "k_grouped":
+        if args.shapes:
+            raise SystemExit("finegemm tune k_grouped: --shapes is not supported (the problems are bench grouped's)")
+        records = [tune_k_grouped_problem(*p, num_sms, args.top, args.num_tests, gen)
+                   for p in k_grouped_default_problems()]
     elif args.family == "bf16":
         shapes = [(*s, False) for s in args.shapes] if args.shapes else bf16_default_shapes()
         records = [tune_bf16_shape(m, n, k, layout, num_sms, args.top, args.num_tests, gen, out_fp32=fp32)

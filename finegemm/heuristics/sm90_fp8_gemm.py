@@ -63,6 +63,8 @@ __all__ = [
     "GEMM_K_GROUPED",
     "select_k_grouped_config",
     "make_k_grouped_config",
+    "k_grouped_candidate_configs",
+    "K_GROUPED_KIND",
     "k_grouped_plan_k",
     "smem_bytes",
     "max_stages",
@@ -822,6 +824,31 @@ def make_k_grouped_config(m: int, n: int, k_plan: int, num_groups: int, active_g
     return dataclasses.replace(base, m=m, k=k_plan, gemm_kind=GEMM_K_GROUPED, num_groups=num_groups,
                                num_tiles=num_groups * mb * nb, num_units=units,
                                grid=_grid(units, num_sms, num_multicast))
+
+
+def k_grouped_candidate_configs(m: int, n: int, ks, num_sms: int, has_c: bool = True,
+                                top: int = 16) -> list[Fp8GemmConfig]:
+    """What `tune k_grouped` times for one k-grouped problem: the planner's choice first, then the
+    dense 1D1D candidates of the stacked shape (non-empty groups x m rows, n, planning K) that the
+    k-grouped kind builds (no split-K, one CTA per SM), each as a k-grouped config of this problem."""
+    active, k_plan = k_grouped_plan_k(ks)
+    num_groups = len(ks)
+    first = select_k_grouped_config(m, n, ks, num_sms, has_c)
+    out, seen = [first], {(first.kernel_key(), first.grid)}
+    for c in candidate_configs(active * m, n, k_plan, num_sms, True, has_c, top=top, one_d_one_d=True):
+        if c.num_splits > 1 or c.ctas_per_sm > 1:
+            continue
+        try:
+            cfg = make_k_grouped_config(m, n, k_plan, num_groups, active, num_sms, has_c, c.block_m, c.block_n,
+                                        c.num_stages, c.num_multicast, c.multicast_on_a, est_us=c.est_us,
+                                        tma_store=c.tma_store, half_promote=c.half_promote, k_batch=c.k_batch)
+        except ValueError:
+            continue
+        key = (cfg.kernel_key(), cfg.grid)
+        if key not in seen:
+            seen.add(key)
+            out.append(cfg)
+    return out
 
 
 def select_k_grouped_config(m: int, n: int, ks, num_sms: int, has_c: bool = False) -> Fp8GemmConfig:
