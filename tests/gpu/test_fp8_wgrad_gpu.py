@@ -13,6 +13,9 @@ A/B): G = 1, 4, 16, 64 and above the 64-group launch table (80, 130: two and thr
 empty groups first / middle / last / all, M and N off the block grid (100 x 136), c None /
 separate / d itself, strided d and c, forced configurations (block_m 64 / 128, multicast on A /
 on B), an elementwise bound besides calc_diff, bitwise-identical repeats, CUDA graph replay.
+The fp32 TMA epilogue (store without C, reduce-add with c = d, direct stores for a separate c or an
+unaligned d), half-promote and k-block batches: each bitwise equal to the plain tile's direct
+result, dense and k-grouped (M off the 64-row box grid, empty groups).
 
 The case lists are module-level data: scripts/precompile.py reads them to build the kernels.
 """
