@@ -442,8 +442,7 @@ def candidate_configs(m: int, n: int, k: int, num_sms: int, out_fp32: bool = Fal
         out += [dataclasses.replace(c, k_batch=kbat) for c in whole for kbat in (2, 4)
                 if c.block_n <= MAX_BLOCK_N_KBATCH_1D1D[kbat] and c.num_stages >= kbat
                 and ceil_div(ceil_div(k, BLOCK_K), c.num_splits) >= kbat]
-        out += _kbatch_1d1d_candidates(m, n, k, num_sms, has_c, {(c.block_m, c.block_n, c.num_stages, c.num_multicast,
-                                                                  c.multicast_on_a, c.tma_store, c.k_batch) for c in out})
+        out += _kbatch_1d1d_candidates(m, n, k, num_sms, has_c, {c.kernel_key() for c in out})
     if not one_d_one_d:
         narrow = [c for c in out if not c.half_promote and c.block_n <= MAX_BLOCK_N_KBATCH[2]][:k_batch]
         for c in narrow:
@@ -462,19 +461,20 @@ def candidate_configs(m: int, n: int, k: int, num_sms: int, out_fp32: bool = Fal
 
 def _kbatch_1d1d_candidates(m: int, n: int, k: int, num_sms: int, has_c: bool, seen: set) -> list[Fp8GemmConfig]:
     """Recipe (1, 1, 128): bm128 tiles of block_n 96-128 with k-block batches of 2, each multicast
-    choice and epilogue, deepest ring (what `seen` does not hold yet)."""
+    choice and epilogue, deepest ring (kernels whose kernel_key `seen` does not hold yet)."""
     out = []
     if m <= 64 or ceil_div(k, BLOCK_K) < 2:
         return out
     for bn in (96, 112, 128):
         for mc, mc_a in ((1, False), (2, True), (2, False)):
             for tma in (True, False):
-                stages = max_stages(128, bn, tma, True)
-                key = (128, bn, stages, mc, mc and mc_a, tma, 2)
-                if key in seen or (mc == 2 and num_sms < 2):
+                try:
+                    cfg = make_config(m, n, k, num_sms, True, has_c, 128, bn, max_stages(128, bn, tma, True), 1, mc,
+                                      mc_a, tma, one_d_one_d=True, k_batch=2)
+                except ValueError:  # e.g. multicast on one SM
                     continue
-                out.append(make_config(m, n, k, num_sms, True, has_c, 128, bn, stages, 1, mc, mc_a, tma,
-                                       one_d_one_d=True, k_batch=2))
+                if cfg.kernel_key() not in seen:
+                    out.append(cfg)
     return out
 
 
