@@ -17,6 +17,7 @@
 
 #include <cstdint>
 
+#include <finegemm/epilogue/swizzle.cuh>
 #include <finegemm/ptx/common.cuh>
 #include <finegemm/ptx/stmatrix.cuh>
 #include <finegemm/ptx/tma.cuh>
@@ -37,10 +38,7 @@ struct TmaStoreBf16 {
 
   // Shared-memory byte offset of 16-byte chunk `chunk` (columns 8 chunk .. +7) of row `row`.
   __device__ __forceinline__ static uint32_t offset(uint32_t row, uint32_t chunk) {
-    const uint32_t box = chunk / kChunksPerBox;
-    const uint32_t c = chunk % kChunksPerBox;
-    const uint32_t sw = (row * kSwizzleBytes / 128) % kChunksPerBox;
-    return box * kBoxBytes + row * kSwizzleBytes + ((c ^ sw) * 16);
+    return (chunk / kChunksPerBox) * kBoxBytes + swizzled_chunk_offset<kSwizzleBytes>(row, chunk % kChunksPerBox);
   }
 
   // Called by all 128 threads of the warpgroup. buf: this warpgroup's staging buffer (shared

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 
+#include <finegemm/epilogue/swizzle.cuh>
 #include <finegemm/ptx/common.cuh>
 #include <finegemm/ptx/tma.cuh>
 
@@ -30,7 +31,6 @@ struct TmaStoreFp32 {
   static_assert(BLOCK_N % 16 == 0, "boxes of 16 or 32 columns");
   static constexpr uint32_t kBoxCols = BLOCK_N % 32 == 0 ? 32 : 16;
   static constexpr uint32_t kRowBytes = kBoxCols * 4;  // = the swizzle span (128 or 64 bytes)
-  static constexpr uint32_t kChunksPerRow = kRowBytes / 16;
   static constexpr uint32_t kBoxBytes = 64 * kRowBytes;  // 8 or 4 KB: swizzle atoms stay aligned
   static constexpr uint32_t kNumBoxes = BLOCK_N / kBoxCols;
   static constexpr uint32_t kRingBytes = 16384;
@@ -48,10 +48,7 @@ struct TmaStoreFp32 {
     const uint32_t tid = threadIdx.x % 128;
     const uint32_t warp = tid / 32, lane = tid % 32;
     const uint32_t r0 = warp * 16 + lane / 4;
-    // Byte offset of (row, 16-byte chunk q) in a box; the thread's float2 is half a chunk.
-    auto offset = [](uint32_t row, uint32_t q) {
-      return row * kRowBytes + ((q ^ ((row * kRowBytes / 128) % kChunksPerRow)) * 16);
-    };
+    // The thread's float2 is half a 16-byte chunk.
     const uint32_t half = (lane % 2) * 8;
 #pragma unroll
     for (uint32_t b = 0; b < kNumBoxes; ++b) {
@@ -70,8 +67,8 @@ struct TmaStoreFp32 {
       for (uint32_t jj = 0; jj < kChunksPerBox; ++jj) {
         const uint32_t j = b * kChunksPerBox + jj;
         const uint32_t q = 2 * jj + (lane % 4) / 2;  // 16-byte chunk of columns 8 jj + 2 (lane % 4)
-        ptx::st_shared_v2_f32(box + offset(r0, q) + half, fin[4 * j + 0], fin[4 * j + 1]);
-        ptx::st_shared_v2_f32(box + offset(r0 + 8, q) + half, fin[4 * j + 2], fin[4 * j + 3]);
+        ptx::st_shared_v2_f32(box + swizzled_chunk_offset<kRowBytes>(r0, q) + half, fin[4 * j + 0], fin[4 * j + 1]);
+        ptx::st_shared_v2_f32(box + swizzled_chunk_offset<kRowBytes>(r0 + 8, q) + half, fin[4 * j + 2], fin[4 * j + 3]);
       }
       ptx::fence_proxy_async_shared();
       ptx::named_barrier_sync(barrier_id, 128);
