@@ -353,3 +353,12 @@ def test_illegal_grouped_configs_are_rejected(args, rule):
     with pytest.raises(ValueError, match=rule):
         h.make_grouped_config(h.GEMM_GROUPED_MASKED, 256, 4096, 7168, 4, 132, 192, 0, base["block_m"],
                               base["block_n"], base["num_stages"], base["num_multicast"], base["tma_store"])
+
+
+def test_bf16_tune_shapes_keep_the_bench_output_dtype():
+    from finegemm.bench.tune import bf16_default_shapes, bf16_tune_shapes
+
+    assert bf16_tune_shapes(None) == bf16_default_shapes()
+    got = bf16_tune_shapes([(64, 256, 7168), (64, 2112, 7168), (100, 256, 7168)])
+    # The bench times N = 256 with fp32 d and the dense set with bf16 d; unknown shapes: bf16 d.
+    assert got == [(64, 256, 7168, True), (64, 2112, 7168, False), (100, 256, 7168, False)]

@@ -426,6 +426,16 @@ def bf16_default_shapes() -> list[tuple[int, int, int, bool]]:
     return [s for s in bench_shapes() if s[0] != 8192]
 
 
+def bf16_tune_shapes(shapes=None) -> list[tuple[int, int, int, bool]]:
+    """(m, n, k, out_fp32) that `tune bf16` times: the given M,N,K shapes, each with the output dtype
+    `bench bf16` times it with (fp32 d for N = 256 / 129280), so the entry is the one the bench's
+    call looks up (other shapes: bf16 d); by default bf16_default_shapes()."""
+    if not shapes:
+        return bf16_default_shapes()
+    bench_fp32 = {s[:3]: s[3] for s in bf16_default_shapes()}
+    return [(*s, bench_fp32.get(tuple(s), False)) for s in shapes]
+
+
 def tune_bf16_shape(m: int, n: int, k: int, layout: str, num_sms: int, top: int, num_tests: int, gen,
                     log=print, out_fp32: bool = False) -> dict:
     """Every candidate (heuristics.sm90_bf16_gemm.candidate_configs) of a dense BF16 problem: checked
@@ -547,7 +557,7 @@ def main(argv=None) -> int:
         records = [tune_k_grouped_problem(*p, num_sms, args.top, args.num_tests, gen)
                    for p in k_grouped_default_problems()]
     elif args.family == "bf16":
-        shapes = [(*s, False) for s in args.shapes] if args.shapes else bf16_default_shapes()
+        shapes = bf16_tune_shapes(args.shapes)
         records = [tune_bf16_shape(m, n, k, layout, num_sms, args.top, args.num_tests, gen, out_fp32=fp32)
                    for (m, n, k, fp32) in shapes for layout in args.layouts]
     else:

@@ -19,7 +19,7 @@ and returns the cheapest:
 
 The kernel space is kept small on purpose (every member is compiled spill-free by
 tests/test_bf16_kernel_compile.py): block_m 64 / 128; block_n from BLOCK_N_K_MAJOR when B is
-K-major, from BLOCK_N_MN_MAJOR (whole 64-column TMA boxes) when B is N-major; the stage count
+K-major, from BLOCK_N_MN_MAJOR (whole 64-column TMA boxes, or one 32-column box) when B is N-major; the stage count
 is a function of the tile (as many as fit); split-K only with SPLIT_BLOCK_M x SPLIT_BLOCK_N tiles
 (the model: MODEL_SPLIT_TILES, for problems with fewer tiles than half the SMs). A tuned table
 (heuristics/tuned.py, kinds "bf16_<layout>", `python -m finegemm tune bf16`) overrides the model
@@ -93,7 +93,9 @@ MIN_STAGES = 2
 MAX_SPLITS = 16
 MIN_KB_PER_SPLIT = 8  # 512 of K per split at least
 BLOCK_N_K_MAJOR = (16, 32, 48, 64, 96, 128, 160, 192, 224, 256)
-BLOCK_N_MN_MAJOR = (64, 128, 192, 256)
+# N-major B: whole 64-column TMA boxes (128-byte swizzle), or one 32-column box (64-byte swizzle)
+# for skinny N, where 64-wide tiles leave too few work units (e.g. N = 256).
+BLOCK_N_MN_MAJOR = (32, 64, 128, 192, 256)
 # Split-K kernels (the kernel space; tuned entries may name any of them): block_m 64 or 128, block_n
 # 32 / 64 / 128 (bn256 spills with split-K). The model itself only picks MODEL_SPLIT_TILES: its
 # split-K estimates for the others were 10-30% off (scripts/probe_bf16_configs.py, NOTES v0.15).

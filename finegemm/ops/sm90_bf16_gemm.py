@@ -79,8 +79,9 @@ def render(block_m: int, block_n: int, num_stages: int, a_mn_major: bool, b_mn_m
            tma_store: bool) -> str:
     """The instantiation source of one kernel configuration."""
     check_tile(block_m, block_n, num_stages)
-    if b_mn_major and block_n % 64:
-        raise ValueError(f"an N-major B needs block_n % 64 == 0, got {block_n}")
+    if b_mn_major and block_n % 64 and block_n not in (16, 32):
+        raise ValueError(f"an N-major B needs block_n % 64 == 0 (whole 64-column boxes) or 16 / 32 (one narrow box), "
+                         f"got {block_n}")
     if split_k and tma_store:
         raise ValueError("the TMA-store epilogue is not combined with split-K")
     return _TEMPLATE.format(threads=(block_m // 64 + 1) * 128, block_m=block_m, block_n=block_n, stages=num_stages,

@@ -28,12 +28,16 @@ int bf16_tma_store_swizzle_bytes(int block_n) {
 }
 
 // TMA descriptor of one bf16 operand. K-major ([rows, K] storage): box (64 k, box_rows rows).
-// MN-major ([K, rows] storage): box (64 rows, 64 k); the kernel issues one box per 64 rows.
+// MN-major ([K, rows] storage): box (64 rows, 64 k) with the 128-byte swizzle, the kernel issuing
+// one box per 64 rows; a tile of 16 / 32 rows is one box of that width with the 32- / 64-byte
+// swizzle (mirrors kBBoxCols in impls/sm90_bf16_gemm.cuh).
 CUresult bf16_operand_tmap(CUtensorMap* tmap, void* ptr, bool mn_major, int rows, int k, int ld, int box_rows) {
   if (mn_major) {
+    const uint32_t box = box_rows < 64 ? static_cast<uint32_t>(box_rows) : 64u;
+    const CUtensorMapSwizzle sw =
+        box == 64 ? CU_TENSOR_MAP_SWIZZLE_128B : (box == 32 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_32B);
     return fg::make_tmap_2d(tmap, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, ptr, static_cast<uint64_t>(rows),
-                            static_cast<uint64_t>(k), static_cast<uint64_t>(ld) * 2u, 64, kBf16BlockK,
-                            CU_TENSOR_MAP_SWIZZLE_128B);
+                            static_cast<uint64_t>(k), static_cast<uint64_t>(ld) * 2u, box, kBf16BlockK, sw);
   }
   return fg::make_tmap_2d(tmap, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, ptr, static_cast<uint64_t>(k),
                           static_cast<uint64_t>(rows), static_cast<uint64_t>(ld) * 2u, kBf16BlockK,
@@ -74,7 +78,7 @@ int encode_dense(Sm90Bf16Launch* L, uint64_t fn, void* a, void* b, void* d, void
   if (lda < (a_mn_major ? m : k) || ldb < (b_mn_major ? n : k)) return fg::FG_ERROR_INVALID_ARGUMENT;
   if ((block_m != 64 && block_m != 128) || block_n < 16 || block_n > 256 || block_n % 16 != 0)
     return fg::FG_ERROR_INVALID_ARGUMENT;
-  if (b_mn_major && block_n % 64 != 0) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (b_mn_major && block_n % 64 != 0 && block_n != 16 && block_n != 32) return fg::FG_ERROR_INVALID_ARGUMENT;
   const int num_kb = (k + kBf16BlockK - 1) / kBf16BlockK;
   if (num_splits < 1 || num_splits > num_kb) return fg::FG_ERROR_INVALID_ARGUMENT;
   if (num_splits > 1 && tma_store != 0) return fg::FG_ERROR_INVALID_ARGUMENT;

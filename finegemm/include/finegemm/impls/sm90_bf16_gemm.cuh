@@ -12,8 +12,12 @@
 //                     ptx::make_smem_desc_k_sw128; a k16 step adds 32 bytes.
 //   MN-major operand: ROWS / 64 TMA boxes (64 M/N inner, 64 K outer), 8 KB each, one after
 //                     the other: inside a box every K row holds 64 consecutive M/N elements;
-//                     descriptor ptx::make_smem_desc_mn_sw128 with LBO = 8 KB (next 64-wide
+//                     descriptor ptx::make_smem_desc_mn<128> with LBO = 8 KB (next 64-wide
 //                     chunk), SBO = 1 KB (next 8 K rows); a k16 step adds 2048 bytes.
+//                     An N-major B tile narrower than a box (BLOCK_N 16 / 32, for skinny N) is
+//                     one box of BLOCK_N columns with the 32- / 64-byte swizzle: K rows of
+//                     2 * BLOCK_N bytes, SBO = 8 rows, a k16 step adds 16 rows. Its stage is the
+//                     same BLOCK_N x 128 bytes as a K-major B's.
 //   The 64 rows of consumer warpgroup wg sit at +wg * 8 KB in both layouts.
 //
 // Persistent, warp-specialized kernel (the FP8 family's structure, impls/sm90_fp8_gemm_1d2d.cuh):
@@ -172,7 +176,8 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
   using Mma = ptx::WgmmaBf16<BLOCK_N>;
   static_assert(!kTmaStore || !kSplitK, "TMA-store epilogue: no split-K");
   static_assert(!kTmaStore || Traits::kSmemD == (BLOCK_M / 64) * EpiTma::kBytes, "staging size");
-  static_assert(!kBMnMajor || BLOCK_N % 64 == 0, "an N-major B tile is whole 64-column TMA boxes");
+  static_assert(!kBMnMajor || BLOCK_N % 64 == 0 || BLOCK_N == 16 || BLOCK_N == 32,
+                "an N-major B tile is whole 64-column TMA boxes, or one 16- / 32-column box");
   static_assert(kGemmKind <= scheduler::kBf16GemmKGrouped, "unknown GEMM kind");
   constexpr bool kContiguous = kGemmKind == scheduler::kBf16GemmGroupedContiguous;
   constexpr bool kMasked = kGemmKind == scheduler::kBf16GemmGroupedMasked;
@@ -190,10 +195,14 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
   constexpr uint32_t kNumAcc = BLOCK_N / 2;  // fp32 accumulators per thread (m64 x BLOCK_N / 128)
   constexpr uint32_t kNumChunks = BLOCK_N / 8;
   constexpr uint32_t kChunk = Traits::kChunkBytes;
+  // An N-major B tile's TMA box: 64 columns (128-byte rows, 128-byte swizzle), or the whole tile
+  // when it is narrower (16 / 32 columns: 32- / 64-byte rows and swizzle).
+  constexpr uint32_t kBBoxCols = (kBMnMajor && BLOCK_N < 64) ? BLOCK_N : 64;
+  constexpr uint32_t kBMnRowBytes = kBBoxCols * 2;
   // Descriptor address-field step (bytes >> 4) per k16 step: 32 bytes along a K-major row,
-  // 16 rows of 128 bytes in an MN-major box.
+  // 16 rows of an MN-major box.
   constexpr uint32_t kStepA = kAMnMajor ? (16 * Traits::kRowBytes) >> 4 : 32 >> 4;
-  constexpr uint32_t kStepB = kBMnMajor ? (16 * Traits::kRowBytes) >> 4 : 32 >> 4;
+  constexpr uint32_t kStepB = kBMnMajor ? (16 * kBMnRowBytes) >> 4 : 32 >> 4;
 
   extern __shared__ __align__(1024) uint8_t fg_smem_raw[];
   const uint32_t raw_addr = ptx::smem_addr(fg_smem_raw);
@@ -284,8 +293,8 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
           }
           if constexpr (kBMnMajor) {
 #pragma unroll
-            for (uint32_t c = 0; c < BLOCK_N / 64; ++c)
-              ptx::tma_load_2d(dst_b + c * kChunk, tmap_b, full_bar(stage), n0 + static_cast<int32_t>(c * 64), k0);
+            for (uint32_t c = 0; c < BLOCK_N / kBBoxCols; ++c)
+              ptx::tma_load_2d(dst_b + c * kChunk, tmap_b, full_bar(stage), n0 + static_cast<int32_t>(c * kBBoxCols), k0);
           } else {
             ptx::tma_load_2d(dst_b, tmap_b, full_bar(stage), k0, n0);
           }
@@ -363,12 +372,12 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
         const uint32_t b_addr = base + Traits::kOffB + stage * Traits::kSmemB;
         uint64_t desc_a, desc_b;
         if constexpr (kAMnMajor) {
-          desc_a = ptx::make_smem_desc_mn_sw128(a_addr, kChunk, 8 * Traits::kRowBytes);
+          desc_a = ptx::make_smem_desc_mn<128>(a_addr, kChunk, 8 * Traits::kRowBytes);
         } else {
           desc_a = ptx::make_smem_desc_k_sw128(a_addr);
         }
         if constexpr (kBMnMajor) {
-          desc_b = ptx::make_smem_desc_mn_sw128(b_addr, kChunk, 8 * Traits::kRowBytes);
+          desc_b = ptx::make_smem_desc_mn<kBMnRowBytes>(b_addr, kChunk, 8 * kBMnRowBytes);
         } else {
           desc_b = ptx::make_smem_desc_k_sw128(b_addr);
         }

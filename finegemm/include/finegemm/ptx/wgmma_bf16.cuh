@@ -15,22 +15,25 @@
 namespace finegemm {
 namespace ptx {
 
-// Matrix descriptor of an MN-major operand tile stored with the 128-byte swizzle, as written by
-// TMA loads with CU_TENSOR_MAP_SWIZZLE_128B of boxes (64 MN elements inner = 128 bytes, K rows
-// outer): every K row is 128 bytes (64 consecutive M or N elements), 8-row groups (1024-byte
-// swizzle atoms) follow each other along K. PTX ISA canonical layout (MN-major, 128B swizzle,
-// in elements, T = 8 for bf16): ((T,8,m),(8,k)) : ((1,T,LBO),(8T,SBO)), i.e.
-//   LBO = bytes from one 64-element MN chunk to the next (the next TMA box),
-//   SBO = bytes from one group of 8 K rows to the next (1024).
-// The tile starts 1024-byte aligned (base offset 0); a K step of 16 rows adds 2048 bytes
-// (+128 in the address field), which keeps the alignment.
-__device__ __forceinline__ uint64_t make_smem_desc_mn_sw128(uint32_t smem_address, uint32_t lbo_bytes,
-                                                            uint32_t sbo_bytes) {
+// Matrix descriptor of an MN-major operand tile, as written by TMA loads with the swizzle of the
+// box row (kSwizzleBytes = 128 / 64 / 32: boxes of 64 / 32 / 16 MN elements inner, K rows outer):
+// every K row is kSwizzleBytes of consecutive M or N elements, 8-row groups (swizzle atoms of
+// 8 x kSwizzleBytes) follow each other along K. PTX ISA canonical layout (MN-major, in elements,
+// T = 8 for bf16, W = kSwizzleBytes / 16): ((T,W,m),(8,k)) : ((1,T,LBO),(W T,SBO)), i.e.
+//   LBO = bytes from one box-wide MN chunk to the next (the next TMA box),
+//   SBO = bytes from one group of 8 K rows to the next (8 x kSwizzleBytes).
+// The tile starts 1024-byte aligned (base offset 0); a K step of 16 rows adds 16 x kSwizzleBytes,
+// a whole number of atoms, which keeps the alignment the swizzle pattern needs.
+template <uint32_t kSwizzleBytes>
+__device__ __forceinline__ uint64_t make_smem_desc_mn(uint32_t smem_address, uint32_t lbo_bytes, uint32_t sbo_bytes) {
+  static_assert(kSwizzleBytes == 128 || kSwizzleBytes == 64 || kSwizzleBytes == 32, "swizzle: 128, 64 or 32 bytes");
+  // Layout-type field (bits 62-63): 1 = 128-byte, 2 = 64-byte, 3 = 32-byte swizzle.
+  constexpr uint64_t kLayoutType = kSwizzleBytes == 128 ? 1 : (kSwizzleBytes == 64 ? 2 : 3);
   uint64_t desc = 0;
   desc |= static_cast<uint64_t>((smem_address & 0x3FFFFu) >> 4);
   desc |= static_cast<uint64_t>((lbo_bytes & 0x3FFFFu) >> 4) << 16;
   desc |= static_cast<uint64_t>((sbo_bytes & 0x3FFFFu) >> 4) << 32;
-  desc |= static_cast<uint64_t>(1) << 62;  // 128-byte swizzle
+  desc |= kLayoutType << 62;
   return desc;
 }
 
