@@ -49,6 +49,22 @@ def _bf16(layout, m, n, k):
     return calc_diff(d.float(), a.float() @ b.float().t())
 
 
+def _bf16_tile(layout, m, n, k, bm, bn, splits, out_fp32):
+    """A BF16 layout on a forced tile (heuristics.make_config), e.g. the 32-column N-major B tiles."""
+    from finegemm.heuristics import sm90_bf16_gemm as heur
+    from finegemm.ops import sm90_bf16_gemm as ops
+
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    a_in = a if layout[0] == "n" else a.t().contiguous()
+    b_in = b if layout[1] == "t" else b.t().contiguous()
+    d = torch.empty(m, n, device="cuda", dtype=torch.float32 if out_fp32 else torch.bfloat16)
+    a_mn, b_mn = heur.LAYOUTS[layout]
+    cfg = heur.make_config(m, n, k, finegemm.get_num_sms(), a_mn, b_mn, out_fp32, False, bm, bn, splits)
+    ops.prepare(a_in, b_in, d, None, layout, config=cfg)()
+    return calc_diff(d.float(), a.float() @ b.float().t())
+
+
 def _fp8_wgrad(m, n, k):
     """Recipe (1, 1, 128), fp32 d accumulated in place (c is d): the C-first epilogue pass."""
     a, sfa = finegemm.per_token_cast_to_fp8(torch.randn(m, k, device="cuda"))
@@ -138,15 +154,17 @@ def _fp8_k_grouped(ks, m, n, with_c):
     return calc_diff(d, ref)
 
 
-def _bf16_k_grouped(ks, m, n):
-    """One launch of the k-grouped kind: edge tiles (m, n not multiples of the tile), an empty group
-    (its tiles store C), C separate from d."""
+def _bf16_k_grouped(ks, m, n, mode="sep"):
+    """One launch of the k-grouped kind: edge tiles (m, n not multiples of the tile), an empty group.
+    mode "sep": C separate from d (direct epilogue; the empty group's tiles store C); "in_place":
+    c is d (the fp32 TMA reduce-add); "none": no C (the fp32 TMA store)."""
     g = len(ks)
     a = torch.randn(sum(ks), -(-m // 8) * 8, device="cuda", dtype=torch.bfloat16)[:, :m]
     b = torch.randn(sum(ks), n, device="cuda", dtype=torch.bfloat16)
-    c = torch.randn(g, m, n, device="cuda")
-    d = torch.empty(g, m, n, device="cuda")
-    finegemm.k_grouped_bf16_gemm_tn_contiguous(a, b, d, ks, torch.tensor(ks, dtype=torch.int32, device="cuda"), c=c)
+    c = torch.zeros(g, m, n, device="cuda") if mode == "none" else torch.randn(g, m, n, device="cuda")
+    d = c.clone() if mode == "in_place" else torch.empty(g, m, n, device="cuda")
+    finegemm.k_grouped_bf16_gemm_tn_contiguous(a, b, d, ks, torch.tensor(ks, dtype=torch.int32, device="cuda"),
+                                               c={"sep": c, "in_place": d, "none": None}[mode])
     offs = [sum(ks[:i]) for i in range(g)]
     ref = torch.stack([c[i] + a[o:o + k].float().t() @ b[o:o + k].float() for i, (o, k) in enumerate(zip(offs, ks))])
     return calc_diff(d, ref)
@@ -175,6 +193,10 @@ CASES = [
     ("bf16 nt", lambda: _bf16("nt", 129, 576, 512)),
     ("bf16 tn", lambda: _bf16("tn", 128, 576, 520)),
     ("bf16 k-grouped one launch", lambda: _bf16_k_grouped([128, 0, 256], 100, 136)),
+    ("bf16 k-grouped, c is d (TMA reduce-add)", lambda: _bf16_k_grouped([128, 0, 256], 100, 200, "in_place")),
+    ("bf16 k-grouped, no c (TMA store)", lambda: _bf16_k_grouped([0, 256, 128], 130, 136, "none")),
+    ("bf16 nn bm64 bn32 split-K (32-column N-major B)", lambda: _bf16_tile("nn", 64, 256, 7168, 64, 32, 7, True)),
+    ("bf16 tn bm128 bn32 TMA store (32-column N-major B)", lambda: _bf16_tile("tn", 130, 104, 1024, 128, 32, 1, False)),
     # Tuned-table configurations (heuristics/tuned_sm90_bf16.json): block_m 128 split-K, and
     # block_n 32 split-K on a partial m-block (M = 100 is served by the M = 128 entry).
     ("bf16 tn tuned bm128 split-K", lambda: _bf16("tn", 128, 2112, 7168)),

@@ -36,7 +36,8 @@ def test_render_k_grouped_source():
     src = ops.render_k_grouped(128, 256, 4)
     assert "#include <finegemm/impls/sm90_bf16_gemm.cuh>" in src
     assert "__launch_bounds__(384, 1)" in src
-    assert "sm90_bf16_gemm<128, 256, 4, true, true, false, false," in src
+    assert "sm90_bf16_gemm<128, 256, 4, true, true, false, true," in src  # kTmaStore: the fp32 rings
+    assert "const __grid_constant__ CUtensorMap tmap_d" in src and "&tmap_d," in src
     assert "finegemm::scheduler::kBf16GemmKGrouped>" in src
     assert "const __grid_constant__ finegemm::scheduler::Bf16KGroupedArgs kgroups" in src
     assert "__launch_bounds__(256, 1)" in ops.render_k_grouped(64, 64, 10)
@@ -73,9 +74,12 @@ def test_k_grouped_heuristic(has_c):
         assert cfg.k_grouped_kernel_key() in keys
         assert cfg.gemm_kind == heur.GEMM_K_GROUPED and cfg.num_groups == g and cfg.has_c == has_c
         assert cfg.a_mn_major and cfg.b_mn_major and cfg.out_fp32 and not cfg.split_k
-        assert not cfg.tma_store, "fp32 D is stored directly: no staging buffer"
-        assert cfg.num_stages == heur.max_stages(cfg.block_m, cfg.block_n, False)
-        assert cfg.smem_bytes == heur.smem_bytes(cfg.block_m, cfg.block_n, cfg.num_stages, False) <= heur.SMEM_LIMIT
+        assert not cfg.tma_store, "no bf16 staging: the fp32 box rings instead"
+        assert cfg.num_stages == heur.k_grouped_max_stages(cfg.block_m, cfg.block_n) >= 4
+        assert cfg.smem_bytes == heur.k_grouped_smem_bytes(cfg.block_m, cfg.block_n, cfg.num_stages) <= heur.SMEM_LIMIT
+        # the rings: 16 KB per consumer warpgroup on top of the dense layout's bytes
+        assert cfg.smem_bytes == (heur.smem_bytes(cfg.block_m, cfg.block_n, cfg.num_stages, False)
+                                  + cfg.block_m // 64 * 16384)
         assert cfg.grid == 132 and cfg.block_n % 64 == 0
         if m <= 64:
             assert cfg.block_m == 64
@@ -138,7 +142,9 @@ def test_every_k_grouped_kernel_compiles_spill_free():
         assert hgmma and all(f"HGMMA.64x{bn}x16.F32.BF16" in line for line in hgmma), r["label"]
         assert all(".tnspA" in line and ".tnspB" in line for line in hgmma), f"{r['label']}: tn layout: {hgmma[0]}"
         assert "UTMALDG" in sass, r["label"]
-        assert "UTMASTG" not in sass and "STSM" not in sass, f"{r['label']}: fp32 D is stored directly"
+        # the fp32 TMA epilogue: float2 shared stores, TMA store and TMA reduce-add (no stmatrix)
+        assert "UTMASTG" in sass and "UTMAREDG" in sass, f"{r['label']}: no fp32 TMA store / reduce-add"
+        assert "STSM" not in sass, r["label"]
         assert not re.search(r"\b(LDL|STL)\b", sass), r["label"]
         if bm == 128:
             assert "USETMAXREG" in sass, r["label"]
@@ -187,7 +193,7 @@ def test_k_grouped_launcher_rejects_bad_input():
     launch = ops._get_k_grouped_launcher()
     ks_default = [128, 0, 256]
     args = dict(fn=1, a=16, b=16, d=16, c=None, ks=ks_default, groups=3, m=128, n=64, sum_k=384, lda=128, ldb=64,
-                ldd=64, block_m=128, block_n=64, grid=132, smem=100000)
+                ldd=64, block_m=128, block_n=64, grid=132, smem=100000, tma=1)
 
     def call(**kw):
         x = dict(args, **kw)
@@ -196,7 +202,7 @@ def test_k_grouped_launcher_rejects_bad_input():
         ks_ptr = buf.buffer_info()[0] if ks is not None else None
         launches = ctypes.c_int(-1)
         rc = launch(x["fn"], x["a"], x["b"], x["d"], x["c"], ks_ptr, x["groups"], x["m"], x["n"], x["sum_k"],
-                    x["lda"], x["ldb"], x["ldd"], x["block_m"], x["block_n"], x["grid"], x["smem"],
+                    x["lda"], x["ldb"], x["ldd"], x["block_m"], x["block_n"], x["grid"], x["smem"], x["tma"],
                     ctypes.byref(launches), 0)
         assert launches.value == 0, "nothing may be launched on an error"
         return rc
@@ -219,6 +225,7 @@ def test_k_grouped_launcher_rejects_bad_input():
         # Valid arguments reach the driver lookup (none here); c == d too.
         assert call() == NO_DRIVER
         assert call(c=16) == NO_DRIVER
+        assert call(tma=0) == NO_DRIVER
 
 
 # ----------------------------------------------------------------------------- ops, emulated launch
@@ -238,10 +245,11 @@ class _EmulatedLauncher:
         return flat.as_strided((rows, cols), (pitch, 1))
 
     def __call__(self, fn, a, b, d, c, ks_ptr, groups, m, n, sum_k, lda, ldb, ldd, block_m, block_n, grid, smem,
-                 launches, stream):
+                 tma_store, launches, stream):
         ks = list((ctypes.c_int32 * groups).from_address(ks_ptr))
         self.calls.append(dict(fn=fn, a=a, b=b, d=d, c=c, ks=ks, groups=groups, m=m, n=n, sum_k=sum_k, lda=lda,
-                               ldb=ldb, ldd=ldd, block_m=block_m, block_n=block_n, grid=grid, smem=smem))
+                               ldb=ldb, ldd=ldd, block_m=block_m, block_n=block_n, grid=grid, smem=smem,
+                               tma_store=tma_store))
         assert sum(ks) == sum_k
         A = self._tensor(a, BF16, sum_k, m, lda).double()
         B = self._tensor(b, BF16, sum_k, n, ldb).double()
@@ -319,6 +327,7 @@ def test_k_grouped_ops_one_launch(emulated, ks, mode):
     assert (call["block_m"], call["block_n"], call["grid"], call["smem"]) == (cfg.block_m, cfg.block_n, 132,
                                                                              cfg.smem_bytes)
     assert call["fn"] == 4321
+    assert call["tma_store"] == 1  # the fp32 TMA epilogue (reduce-add when c is d; the host falls back)
     assert emulated.planned == [(m, n, sum(ks), len(ks), c is not None)]
 
 

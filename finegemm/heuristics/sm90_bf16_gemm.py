@@ -31,8 +31,9 @@ no C, no split-K, always the TMA-store epilogue; block_n from GROUPED_BLOCK_N[ki
 every member is compiled spill-free by tests/test_bf16_grouped_compile.py).
 
 K-grouped GEMM (MoE weight gradient; select_k_grouped_config): the same kernel with GEMM_K_GROUPED,
-tn layout, fp32 D, optional C, no split-K, no TMA-store staging (fp32 D is stored directly, so
-its shared memory goes to stages); one launch walks all groups' tiles. The model is the dense one
+tn layout, fp32 D, optional C, no split-K; its epilogue is the fp32 TMA one of the FP8 recipe
+(1,1,128) kernels (a 16 KB box ring per consumer warpgroup, K_GROUPED_RING_BYTES_PER_WG: a TMA store,
+or a reduce-add when C is D; direct stores for a separate C); one launch walks all groups' tiles. The model is the dense one
 on the "average group": G x ceil(M / block_m) m-blocks with K = the mean k of the groups, G weight
 and activation slices read from DRAM. block_n from K_GROUPED_BLOCK_N (every member compiled
 spill-free by tests/test_bf16_grouped_compile.py).
@@ -119,6 +120,9 @@ MASKED_KIND_PREFIX = "bf16_masked_g"
 CONTIGUOUS_KIND_PREFIX = "bf16_contiguous_g"
 # block_n of the k-grouped kernel (B is N-major: whole 64-column TMA boxes).
 K_GROUPED_BLOCK_N = (64, 128, 192, 256)
+# The k-grouped kernel's fp32 TMA epilogue: a ring of two 32-column fp32 boxes (64 rows, 8 KB each)
+# per consumer warpgroup (epilogue::TmaStoreFp32<BLOCK_N>::kBytes for every K_GROUPED_BLOCK_N).
+K_GROUPED_RING_BYTES_PER_WG = 16384
 
 # Machine model (H100/H200 SXM; only ratios matter for the choice).
 _PEAK_FLOPS_PER_SM_US = 989e6 / 132  # dense bf16 flops per microsecond per SM
@@ -160,8 +164,8 @@ class Bf16GemmConfig:
 
     @property
     def tma_store(self) -> bool:
-        """The kernel carries the TMA-store epilogue (every non-split kernel but the k-grouped one,
-        whose fp32 d is stored directly; used for bf16 d)."""
+        """The kernel carries the bf16 TMA-store staging (every non-split kernel but the k-grouped
+        one, which carries the fp32 box rings instead: k_grouped_smem_bytes)."""
         return not self.split_k and self.gemm_kind != GEMM_K_GROUPED
 
     @property
@@ -195,18 +199,36 @@ def _staging_bytes(block_m: int, block_n: int, tma_store: bool) -> int:
     return block_m * block_n * 2 if tma_store else 0
 
 
+def _smem(block_m: int, block_n: int, num_stages: int, staging: int) -> int:
+    return 1024 + staging + num_stages * (block_m * 2 * BLOCK_K + block_n * 2 * BLOCK_K) + num_stages * 16 + 16
+
+
+def _max_stages(block_m: int, block_n: int, staging: int, cap: int) -> int:
+    per_stage = (block_m + block_n) * 2 * BLOCK_K + 16
+    return min(cap, (SMEM_LIMIT - 1024 - 16 - staging) // per_stage)
+
+
 def smem_bytes(block_m: int, block_n: int, num_stages: int, tma_store: bool) -> int:
     """Dynamic shared memory of a launch; mirrors Sm90Bf16GemmTraits::kDynamicSmemBytes: the
     staging buffer (tma_store), per stage A (block_m x 128 B) + B (block_n x 128 B) + 2 barriers,
     a 16-byte flag and 1024 bytes of slack to align the base to the 128B-swizzle atom."""
-    return (1024 + _staging_bytes(block_m, block_n, tma_store) +
-            num_stages * (block_m * 2 * BLOCK_K + block_n * 2 * BLOCK_K) + num_stages * 16 + 16)
+    return _smem(block_m, block_n, num_stages, _staging_bytes(block_m, block_n, tma_store))
 
 
 def max_stages(block_m: int, block_n: int, tma_store: bool, cap: int = MODEL_MAX_STAGES) -> int:
     """The most stages that fit in shared memory, at most `cap` (the model's ring by default)."""
-    per_stage = (block_m + block_n) * 2 * BLOCK_K + 16
-    return min(cap, (SMEM_LIMIT - 1024 - 16 - _staging_bytes(block_m, block_n, tma_store)) // per_stage)
+    return _max_stages(block_m, block_n, _staging_bytes(block_m, block_n, tma_store), cap)
+
+
+def k_grouped_smem_bytes(block_m: int, block_n: int, num_stages: int) -> int:
+    """Dynamic shared memory of a k-grouped launch: the fp32 epilogue's box rings in place of the
+    bf16 staging (Sm90Bf16GemmTraits with kFp32Staging)."""
+    return _smem(block_m, block_n, num_stages, block_m // 64 * K_GROUPED_RING_BYTES_PER_WG)
+
+
+def k_grouped_max_stages(block_m: int, block_n: int) -> int:
+    """The stages of a k-grouped kernel: as many as fit next to the fp32 epilogue rings."""
+    return _max_stages(block_m, block_n, block_m // 64 * K_GROUPED_RING_BYTES_PER_WG, MODEL_MAX_STAGES)
 
 
 def block_n_candidates(b_mn_major: bool) -> tuple[int, ...]:
@@ -530,7 +552,7 @@ def select_grouped_config(kind: int, m: int, n: int, k: int, num_groups: int, nu
 
 def k_grouped_kernel_keys() -> list[tuple]:
     """Every k_grouped_kernel_key() select_k_grouped_config can return: (block_m, block_n, stages)."""
-    return [(bm, bn, max_stages(bm, bn, False)) for bm in (64, 128) for bn in K_GROUPED_BLOCK_N]
+    return [(bm, bn, k_grouped_max_stages(bm, bn)) for bm in (64, 128) for bn in K_GROUPED_BLOCK_N]
 
 
 def k_grouped_k_bucket(k_avg: int) -> int:
@@ -562,10 +584,10 @@ def select_k_grouped_config(m: int, n: int, k_avg: int, num_groups: int, num_sms
         (bm, bn, 1, *_estimate(num_groups * ceil_div(m, bm) * bm, n, k_avg, bm, bn, 1, num_sms, 4, has_c,
                                b_groups=num_groups))
         for bm in ([64] if m <= 64 else [64, 128]) for bn in K_GROUPED_BLOCK_N)
-    stages = max_stages(bm, bn, False)
+    stages = k_grouped_max_stages(bm, bn)
     cfg = Bf16GemmConfig(
         m=m, n=n, k=k_avg, a_mn_major=True, b_mn_major=True, block_m=bm, block_n=bn, num_stages=stages,
-        num_splits=1, grid=num_sms, smem_bytes=smem_bytes(bm, bn, stages, False), num_threads=num_threads(bm),
+        num_splits=1, grid=num_sms, smem_bytes=k_grouped_smem_bytes(bm, bn, stages), num_threads=num_threads(bm),
         num_tiles=tiles, num_units=units, out_fp32=True, has_c=bool(has_c), est_us=est, gemm_kind=GEMM_K_GROUPED,
         num_groups=num_groups,
     )

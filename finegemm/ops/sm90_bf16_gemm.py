@@ -479,18 +479,19 @@ _K_GROUPED_TEMPLATE = """\
 #include <finegemm/impls/sm90_bf16_gemm.cuh>
 
 extern "C" __global__ void __launch_bounds__({threads}, 1) finegemm_entry(
-    const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b, float* d, const float* c,
-    uint32_t m, uint32_t n, uint32_t ldd, uint32_t flags,
-    const __grid_constant__ finegemm::scheduler::Bf16KGroupedArgs kgroups) {{
-  finegemm::impls::sm90_bf16_gemm<{block_m}, {block_n}, {stages}, true, true, false, false,
+    const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
+    const __grid_constant__ CUtensorMap tmap_d, float* d, const float* c, uint32_t m, uint32_t n, uint32_t ldd,
+    uint32_t flags, const __grid_constant__ finegemm::scheduler::Bf16KGroupedArgs kgroups) {{
+  finegemm::impls::sm90_bf16_gemm<{block_m}, {block_n}, {stages}, true, true, false, true,
                                   finegemm::scheduler::kBf16GemmKGrouped>(
-      &tmap_a, &tmap_b, nullptr, d, c, nullptr, nullptr, m, n, 0u, ldd, flags, 1u, nullptr, 0u, &kgroups);
+      &tmap_a, &tmap_b, &tmap_d, d, c, nullptr, nullptr, m, n, 0u, ldd, flags, 1u, nullptr, 0u, &kgroups);
 }}
 """
 
 
 def render_k_grouped(block_m: int, block_n: int, num_stages: int) -> str:
-    """The instantiation source of one k-grouped kernel (tn, fp32 D, optional C, direct stores)."""
+    """The instantiation source of one k-grouped kernel (tn, fp32 D, optional C; the fp32 TMA epilogue
+    built in, the direct stores as its fallback)."""
     check_tile(block_m, block_n, num_stages)
     if block_n % 64:
         raise ValueError(f"block_n must be 64, 128, 192 or 256 (N-major B: whole 64-column boxes), got {block_n}")
@@ -524,7 +525,7 @@ def _get_k_grouped_launcher():
                                [u64, vp, vp, vp, vp,  # fn, a, b, d, c
                                 vp, i,  # ks (host int32 [G]), num_groups
                                 i, i, i, i, i, i,  # m, n, sum_k, lda, ldb, ldd
-                                i, i, i, i,  # block_m, block_n, grid, smem
+                                i, i, i, i, i,  # block_m, block_n, grid, smem, tma_store
                                 ip, u64])  # launches (out), stream
                 _k_grouped_launcher = f
     return _k_grouped_launcher
@@ -593,6 +594,16 @@ def _k_grouped_per_group(a, b, d, ks, c):
         off += kg
 
 
+def _k_grouped_tma_flag(has_c: bool) -> int:
+    """The launcher's tma_store argument: the fp32 TMA epilogue (a reduce-add when c is d), unless
+    FINEGEMM_NO_TMA_REDUCE_ADD=1 keeps the direct epilogue for c = d (as for the FP8 recipe
+    (1,1,128) kernels: ops/sm90_fp8_gemm.py TMA_REDUCE_ADD). The host falls back to the direct
+    epilogue by itself for a separate c or a d TMA cannot address."""
+    from finegemm.ops import sm90_fp8_gemm as _fp8
+
+    return 1 if (_fp8.TMA_REDUCE_ADD or not has_c) else 0
+
+
 def k_grouped_bf16_gemm_tn_contiguous(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, ks: list,
                                       c: Optional[torch.Tensor] = None) -> None:
     """d[g] = c[g] + A_g^T @ B_g (fp32), A_g = a[off_g : off_g + ks[g]] ([k_g, M]), B_g likewise
@@ -641,8 +652,8 @@ def k_grouped_bf16_gemm_tn_contiguous(a: torch.Tensor, b: torch.Tensor, d: torch
     launches = ctypes.c_int(0)
     rc = launch(fn, a.data_ptr(), b.data_ptr(), d2.data_ptr(), None if c2 is None else c2.data_ptr(),
                 ks_buf.buffer_info()[0], num_groups, m, n, sum_k, _row_pitch(a, m), _row_pitch(b, n), ldd,
-                cfg.block_m, cfg.block_n, cfg.grid, cfg.smem_bytes, ctypes.byref(launches),
-                _get_raw_stream(d.device.index))
+                cfg.block_m, cfg.block_n, cfg.grid, cfg.smem_bytes, _k_grouped_tma_flag(c is not None),
+                ctypes.byref(launches), _get_raw_stream(d.device.index))
     if rc != 0:
         raise RuntimeError(
             f"finegemm: sm90_bf16_gemm k-grouped launch failed (G={num_groups}, m={m}, n={n}, sum_k={sum_k}, "

@@ -387,7 +387,7 @@ def test_forced_kernels_k_grouped(key, monkeypatch):
     def forced(m, n, k_avg, num_groups, num_sms, has_c=False):
         cfg = real(m, n, k_avg, num_groups, num_sms, has_c)
         return dataclasses.replace(cfg, block_m=bm, block_n=bn, num_stages=st,
-                                   smem_bytes=heur.smem_bytes(bm, bn, st, False), num_threads=heur.num_threads(bm))
+                                   smem_bytes=heur.k_grouped_smem_bytes(bm, bn, st), num_threads=heur.num_threads(bm))
 
     monkeypatch.setattr(ops, "select_k_grouped_config", forced)
     monkeypatch.setattr(ops, "_plans", {})
@@ -395,6 +395,32 @@ def test_forced_kernels_k_grouped(key, monkeypatch):
     for m, n, mode in ((100, 200, "c"), (256, 136, "none"), (130, 320, "in_place")):
         a, b, d, c, base = _k_grouped_problem(ks, m, n, mode, seed=bm + bn + m)
         _check_k_grouped(_run_k_grouped(a, b, d, ks, c), a, b, ks, base)
+
+
+@pytest.mark.parametrize("mode", ["none", "in_place"])
+def test_k_grouped_tma_epilogue_matches_direct(mode, monkeypatch):
+    """The fp32 TMA epilogue (a store for c None, a reduce-add for c = d) gives bitwise the direct
+    epilogue's result (the launcher's tma_store = 0), on edge tiles and empty groups, two tiles."""
+    ks, m, n = [256, 0, 640, 128], 200, 328
+    for bn in (128, 256):
+        real = heur.select_k_grouped_config
+
+        def forced(m_, n_, k_avg, num_groups, num_sms, has_c=False, bn=bn):
+            cfg = real(m_, n_, k_avg, num_groups, num_sms, has_c)
+            st = heur.k_grouped_max_stages(128, bn)
+            return dataclasses.replace(cfg, block_m=128, block_n=bn, num_stages=st,
+                                       smem_bytes=heur.k_grouped_smem_bytes(128, bn, st), num_threads=heur.num_threads(128))
+
+        monkeypatch.setattr(ops, "select_k_grouped_config", forced)
+        monkeypatch.setattr(ops, "_plans", {})
+        outs = []
+        for tma in (1, 0):
+            monkeypatch.setattr(ops, "_k_grouped_tma_flag", lambda has_c, t=tma: t)
+            a, b, d, c, base = _k_grouped_problem(ks, m, n, mode, seed=11 + bn)
+            outs.append(_run_k_grouped(a, b, d, ks, c).clone())
+            _check_k_grouped(outs[-1], a, b, ks, base)
+        changed = (outs[0].view(torch.int32) != outs[1].view(torch.int32)).sum().item()
+        assert changed == 0, f"bn{bn} {mode}: {changed} elements differ between the TMA and the direct epilogue"
 
 
 def test_k_grouped_odd_strides():

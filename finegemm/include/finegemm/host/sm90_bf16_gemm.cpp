@@ -292,12 +292,15 @@ int fg_launch_sm90_bf16_grouped(uint64_t fn, void* a, void* b, void* d, void* gr
 // ks:      host int32 [num_groups], each >= 0 and a multiple of 64 (the kernel's BLOCK_K), sum = sum_k
 //          (> 0); read during this call only (the table is copied into the kernel parameters).
 // grid:    the most CTAs per launch (each launch uses min(grid, its tiles)).
+// tma_store: 1 lets the kernel's fp32 TMA epilogue run (a TMA store, or with c == d a TMA
+//          reduce-add into d) where it can: c null or c == d, d 16-byte aligned, ldd % 4 == 0;
+//          otherwise (and with 0) the direct stores (+ c).
 // Groups are sorted by decreasing k and split into launches of <= kBf16KGroupedMaxSlots groups (one
 // launch for num_groups <= 256). *launches (may be null) receives the number of launches issued.
 // Returns a CUresult (0 = success) or fg::FG_ERROR_*; nothing is launched when an argument is bad.
 int fg_launch_sm90_bf16_k_grouped(uint64_t fn, void* a, void* b, void* d, void* c, const int32_t* ks, int num_groups,
                                   int m, int n, int sum_k, int lda, int ldb, int ldd, int block_m, int block_n,
-                                  int grid, int smem_bytes, int* launches, uint64_t stream) {
+                                  int grid, int smem_bytes, int tma_store, int* launches, uint64_t stream) {
   if (launches != nullptr) *launches = 0;
   if (fn == 0 || a == nullptr || b == nullptr || d == nullptr || ks == nullptr) return fg::FG_ERROR_INVALID_ARGUMENT;
   if (num_groups < 1 || m <= 0 || n <= 0 || sum_k <= 0 || sum_k % kBf16BlockK != 0)
@@ -333,13 +336,20 @@ int fg_launch_sm90_bf16_k_grouped(uint64_t fn, void* a, void* b, void* d, void* 
   bool vec = (n % 2 == 0) && (ldd % 2 == 0) && (reinterpret_cast<uintptr_t>(d) % 8u == 0);
   if (c != nullptr) vec = vec && (reinterpret_cast<uintptr_t>(c) % 8u == 0);
   uint32_t flags = kBf16FlagOutFp32 | (vec ? kBf16FlagVectorStores : 0u) | (c != nullptr ? kBf16FlagHasC : 0u);
+  // D as (N, M rows per group, groups): a box never writes into the next group's rows.
+  CUtensorMap tmap_d;
+  std::memset(&tmap_d, 0, sizeof(tmap_d));
+  if (tma_store != 0 && (c == nullptr || c == d)) {
+    if (fg::make_fp32_epilogue_tmap(&tmap_d, d, m, n, ldd, num_groups, block_n, &r)) flags |= kBf16FlagTmaStore;
+    if (r != CUDA_SUCCESS) return r;
+  }
 
   float* d_p = static_cast<float*>(d);
   const float* c_p = static_cast<const float*>(c);
   uint32_t um = static_cast<uint32_t>(m), un = static_cast<uint32_t>(n), uldd = static_cast<uint32_t>(ldd);
   const unsigned threads = static_cast<unsigned>((block_m / 64 + 1) * 128);
   for (Bf16KGroupedArgs& table : tables) {
-    void* params[] = {&tmap_a, &tmap_b, &d_p, &c_p, &um, &un, &uldd, &flags, &table};
+    void* params[] = {&tmap_a, &tmap_b, &tmap_d, &d_p, &c_p, &um, &un, &uldd, &flags, &table};
     const int64_t units = tiles * table.num_slots;
     const unsigned ctas = static_cast<unsigned>(std::min<int64_t>(grid, units));
     r = fg::launch(fg::as_function(fn), ctas, 1, 1, threads, 1, 1, static_cast<unsigned>(smem_bytes), 1,

@@ -53,13 +53,17 @@
 // which are never stored. The dense kind (kBf16GemmNormal) keeps its own loop head.
 //
 // K-grouped kind kBf16GemmKGrouped (MoE weight gradient; tn layout, fp32 D [G, M, N], optional fp32
-// C like D, no split-K, no TMA store): A [sum(k_g), M] and B [sum(k_g), N] have K as the OUTER
+// C like D, no split-K): A [sum(k_g), M] and B [sum(k_g), N] have K as the OUTER
 // dimension, so the dense tn tensor maps over the whole arrays serve every group: group g's
 // k-blocks are rows [kb_begin * 64, (kb_begin + num_kb) * 64) of the same maps. One launch walks
 // every group's tiles (scheduler::Bf16KGroupedWalker over the by-value group table `kgroups`); a
 // tile runs the dense producer / consumer loops on its group's k-block range and stores rows
 // g * M + m of D viewed as [G * M, N] (C likewise, same strides); an empty group's tiles run no
 // k-block and store C or zeros.
+// Its epilogue is the FP8 recipe (1,1,128) one (epilogue/tma_store_fp32.cuh, always built in:
+// kTmaStore): when the host sets kBf16FlagTmaStore (C null or C = D, a D map TMA can address), each
+// warpgroup's fragment goes out in 32-column fp32 boxes through a 16 KB ring, a TMA store, or with
+// C = D a TMA reduce-add, overlapped with the next tile; otherwise the direct stores (+ C).
 #pragma once
 
 #include <cuda.h>
@@ -70,6 +74,7 @@
 #include <finegemm/epilogue/add_c_fp32.cuh>
 #include <finegemm/epilogue/store_direct.cuh>
 #include <finegemm/epilogue/tma_store_bf16.cuh>
+#include <finegemm/epilogue/tma_store_fp32.cuh>
 #include <finegemm/ptx/common.cuh>
 #include <finegemm/ptx/mbarrier.cuh>
 #include <finegemm/ptx/tma.cuh>
@@ -82,7 +87,7 @@ namespace impls {
 
 // Compile-time facts of one configuration; the host mirrors kDynamicSmemBytes and kNumThreads
 // (finegemm/heuristics/sm90_bf16_gemm.py: smem_bytes(), num_threads()).
-template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages, bool kTmaStore>
+template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages, bool kTmaStore, bool kFp32Staging = false>
 struct Sm90Bf16GemmTraits {
   static constexpr uint32_t BLOCK_K = 64;         // 64 bf16 = 128 bytes = the swizzle span
   static constexpr uint32_t kRowBytes = BLOCK_K * 2;
@@ -92,11 +97,15 @@ struct Sm90Bf16GemmTraits {
   static constexpr uint32_t kNumThreads = kNumConsumerThreads + 128;
 
   // Shared memory layout (offsets from a 1024-byte aligned base):
-  //   [D staging (kTmaStore: BLOCK_M x BLOCK_N bf16)][A stage 0..S-1][B stage 0..S-1]
+  //   [D staging (kTmaStore: BLOCK_M x BLOCK_N bf16, or with kFp32Staging (k-grouped) one fp32
+  //   box ring per consumer warpgroup)][A stage 0..S-1][B stage 0..S-1]
   //   [full bar x S][empty bar x S][flag]
   static constexpr uint32_t kSmemA = BLOCK_M * kRowBytes;  // multiple of 8 KB
   static constexpr uint32_t kSmemB = BLOCK_N * kRowBytes;  // multiple of 1 KB (BLOCK_N % 8 == 0)
-  static constexpr uint32_t kSmemD = kTmaStore ? BLOCK_M * BLOCK_N * 2 : 0;  // multiple of 2 KB
+  static constexpr uint32_t kSmemD =
+      !kTmaStore ? 0
+                 : (kFp32Staging ? (BLOCK_M / 64) * epilogue::TmaStoreFp32<BLOCK_N, false>::kBytes  // 16 KB each
+                                 : BLOCK_M * BLOCK_N * 2);                                          // multiple of 2 KB
   static constexpr uint32_t kOffD = 0;
   static constexpr uint32_t kOffA = kOffD + kSmemD;
   static constexpr uint32_t kOffB = kOffA + kNumStages * kSmemA;
@@ -171,21 +180,24 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
                                                uint32_t ldd, uint32_t flags, uint32_t num_splits,
                                                const int* grouped = nullptr, uint32_t num_groups = 1,
                                                const scheduler::Bf16KGroupedArgs* kgroups = nullptr) {
-  using Traits = Sm90Bf16GemmTraits<BLOCK_M, BLOCK_N, kNumStages, kTmaStore>;
+  constexpr bool kKGrouped = kGemmKind == scheduler::kBf16GemmKGrouped;
+  using Traits = Sm90Bf16GemmTraits<BLOCK_M, BLOCK_N, kNumStages, kTmaStore, kKGrouped>;
   using EpiTma = epilogue::TmaStoreBf16<BLOCK_N>;
+  using EpiTmaF32 = epilogue::TmaStoreFp32<BLOCK_N, false>;
+  using EpiTmaF32Add = epilogue::TmaStoreFp32<BLOCK_N, true>;
   using Mma = ptx::WgmmaBf16<BLOCK_N>;
   static_assert(!kTmaStore || !kSplitK, "TMA-store epilogue: no split-K");
-  static_assert(!kTmaStore || Traits::kSmemD == (BLOCK_M / 64) * EpiTma::kBytes, "staging size");
+  static_assert(!kTmaStore || Traits::kSmemD == (BLOCK_M / 64) * (kKGrouped ? EpiTmaF32::kBytes : EpiTma::kBytes),
+                "staging size");
   static_assert(!kBMnMajor || BLOCK_N % 64 == 0 || BLOCK_N == 16 || BLOCK_N == 32,
                 "an N-major B tile is whole 64-column TMA boxes, or one 16- / 32-column box");
   static_assert(kGemmKind <= scheduler::kBf16GemmKGrouped, "unknown GEMM kind");
   constexpr bool kContiguous = kGemmKind == scheduler::kBf16GemmGroupedContiguous;
   constexpr bool kMasked = kGemmKind == scheduler::kBf16GemmGroupedMasked;
   constexpr bool kGrouped = kContiguous || kMasked;  // the m-grouped kinds
-  constexpr bool kKGrouped = kGemmKind == scheduler::kBf16GemmKGrouped;
   static_assert(!kGrouped || (!kAMnMajor && !kBMnMajor && !kSplitK), "grouped kinds: nt layout, no split-K");
-  static_assert(!kKGrouped || (kAMnMajor && kBMnMajor && !kSplitK && !kTmaStore),
-                "k-grouped kind: tn layout, no split-K, fp32 D stored directly");
+  static_assert(!kKGrouped || (kAMnMajor && kBMnMajor && !kSplitK && kTmaStore),
+                "k-grouped kind: tn layout, no split-K, the fp32 TMA epilogue built in");
   using Walker = scheduler::Bf16GroupedWalker<kGrouped ? kGemmKind : scheduler::kBf16GemmGroupedContiguous, BLOCK_M,
                                               BLOCK_N, 8>;
   using KWalker = scheduler::Bf16KGroupedWalker<BLOCK_M, BLOCK_N, 8>;
@@ -508,7 +520,21 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
         }
       }
       if constexpr (kMasked) row_limit = walker.row_limit();
-      if constexpr (kTmaStore) {
+      if constexpr (kKGrouped) {
+        // The host sets the flag only for C null or C = D: store, or reduce-add into D (= C + tile).
+        // D's map is (N, rows per group, groups), so TMA drops rows past the group's M.
+        if ((flags & kBf16FlagTmaStore) != 0) {
+          const uint32_t group = row_limit / M - 1;  // row_limit = (group + 1) * M
+          const uint32_t buf = base + Traits::kOffD + wg * EpiTmaF32::kBytes;
+          const int32_t row = static_cast<int32_t>(m0 - group * M + wg * 64);
+          if ((flags & kBf16FlagHasC) != 0) {
+            EpiTmaF32Add::store(acc, buf, tmap_d, 2 + wg, static_cast<int32_t>(n0), row, static_cast<int32_t>(group));
+          } else {
+            EpiTmaF32::store(acc, buf, tmap_d, 2 + wg, static_cast<int32_t>(n0), row, static_cast<int32_t>(group));
+          }
+          continue;
+        }
+      } else if constexpr (kTmaStore) {
         // Masked: only a warpgroup whose 64 rows are all valid may TMA-store (the box would
         // otherwise overwrite rows >= masked_m, which must stay untouched).
         bool tma_rows_ok = true;
@@ -529,7 +555,7 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
       }
       epilogue::store_direct<kNumChunks>(acc, d_ptr, m0, r0, n0, col_in_chunk, ldd, N, row_limit, vec, out_fp32);
     }
-    if constexpr (kTmaStore) EpiTma::finish();  // the last tile's stores complete before exit
+    if constexpr (kTmaStore) EpiTma::finish();  // the last tile's stores complete before exit (fp32 ring too)
   }
 }
 
