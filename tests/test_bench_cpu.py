@@ -215,13 +215,15 @@ def test_new_kind_anchors_and_summary():
     anchors = _anchors()
     g, m, n, ks, ek = bench_grouped.k_grouped_problems()[0]
     rec = {"kind": "k_grouped", "groups": g, "m": m, "n": n, "k": sum(ks), "ks": ks,
-           "us": {"finegemm": 1000.0, "cublas_blockwise_loop": 1500.0, "torch_grouped_mm_bf16": 3000.0},
+           "us": {"finegemm": 1000.0, "finegemm_no_c": 750.0, "cublas_blockwise_loop": 1500.0,
+                  "torch_grouped_mm_bf16": 3000.0},
            "tflops": {"finegemm": 2.0 * m * n * sum(ks) / 1000.0 / 1e6}, "calc_diff": 1e-9}
     bench_grouped._attach_new_kind_anchors(rec, anchors)
     dg_us = next(r for r in anchors["k_grouped_wgrad"] if (r["groups"], r["m"], r["n"]) == (g, m, n))["us"]
     assert rec["deepgemm_same_ks"] is True
     assert rec["speedup_vs_deepgemm"] == pytest.approx(dg_us["deepgemm_2_6_1"] / 1000.0)
     assert rec["speedup_vs_cublas_blockwise"] == pytest.approx(1.5)
+    assert rec["speedup_vs_cublas_blockwise_no_c"] == pytest.approx(2.0)  # like for like: no C either side
     assert rec["speedup_vs_torch_bf16"] == pytest.approx(3.0)
     w = {"kind": "wgrad", "set": "anchor", "groups": 1, "m": 4096, "n": 7168, "k": 4096,
          "us": {"finegemm": 200.0, "torch_bf16": 300.0}, "calc_diff": 2e-9, "errors": {"cublas_blockwise": "x"}}
@@ -229,6 +231,8 @@ def test_new_kind_anchors_and_summary():
     assert w["speedup_vs_deepgemm"] == pytest.approx(256.2 / 200.0) and w["speedup_vs_cublas_blockwise"] is None
     s = bench_grouped._summary([rec, w])
     assert s["k_grouped"]["geomean_speedup_vs_cublas_blockwise"] == pytest.approx(1.5)
+    assert s["k_grouped"]["geomean_speedup_vs_cublas_blockwise_no_c"] == pytest.approx(2.0)
+    assert s["wgrad"]["geomean_speedup_vs_cublas_blockwise_no_c"] is None  # no timing of either
     assert s["wgrad"]["max_calc_diff"] == 2e-9
     assert s["geomean_speedup_vs_deepgemm"] is None  # m-grouped kinds only
     assert s["errors"] == [("wgrad", 1, 4096, 7168, 4096, ["cublas_blockwise"])]

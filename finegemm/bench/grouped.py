@@ -357,6 +357,8 @@ def bench_k_grouped(g, m, n, ks, gen, num_tests, *, expected_k=None, device="cud
         rec.setdefault("errors", {})["finegemm_check"] = error_text(exc)
     del c0
     _time(rec, "finegemm", ours, num_tests, timer)
+    _time_without_c(rec, lambda out: finegemm.k_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), out, ks, ks_t),
+                    d, num_tests, timer)
 
     # cuBLAS blockwise, one call per non-empty group (no C: it cannot accumulate into fp32 D).
     views = _k_grouped_group_views(a, sfa, b, sfb, m, n, ks)
@@ -407,6 +409,16 @@ def bench_k_grouped(g, m, n, ks, gen, num_tests, *, expected_k=None, device="cud
     return rec
 
 
+def _time_without_c(rec, call, like, num_tests, timer) -> None:
+    """Times `call(out)` into a fresh fp32 `out` like `like`, with no C: D = A B as cuBLAS computes
+    it (it cannot accumulate into fp32 D), so "finegemm_no_c" vs "cublas_blockwise*" compares the
+    same bytes (the accumulating call also reads C: up to 2x the output traffic at small K)."""
+    out = torch.empty_like(like)
+    rec["contender_ops"]["finegemm_no_c"] = "finegemm, same call with c=None (D = A B, no accumulation)"
+    _time(rec, "finegemm_no_c", lambda: call(out), num_tests, timer)
+    del out
+
+
 def bench_wgrad(m, n, k, gen, num_tests, *, shape_set="dense", device="cuda", timer=None, ref_flops=REF_FLOPS):
     """One wgrad record: dense fp8_gemm_nt with recipe (1, 1, 128), fp32 d accumulated in place
     (c = d); cuBLAS blockwise 1x128 x 1x128; torch bf16 matmul."""
@@ -441,6 +453,8 @@ def bench_wgrad(m, n, k, gen, num_tests, *, shape_set="dense", device="cuda", ti
         rec.setdefault("errors", {})["finegemm_check"] = error_text(exc)
     del c0
     _time(rec, "finegemm", ours, num_tests, timer)
+    _time_without_c(rec, lambda out: finegemm.fp8_gemm_nt((a, sfa), (b, sfb), out, recipe=RECIPE_1D1D), d, num_tests,
+                    timer)
     try:
         fn, what = cublas_blockwise_1x128(a, sfa, b, sfb)
         rec["contender_ops"]["cublas_blockwise"] = what
@@ -536,6 +550,8 @@ def _attach_new_kind_anchors(rec, anchors) -> None:
     cublas_name, bf16_names = _NEW_CONTENDERS[rec["kind"]]
     bf16_name = next((nm for nm in bf16_names if nm in us), None)
     rec["speedup_vs_cublas_blockwise"] = us[cublas_name] / ours if ours and us.get(cublas_name) else None
+    no_c = us.get("finegemm_no_c")
+    rec["speedup_vs_cublas_blockwise_no_c"] = us[cublas_name] / no_c if no_c and us.get(cublas_name) else None
     rec["speedup_vs_torch_bf16"] = us[bf16_name] / ours if ours and bf16_name else None
     rec["speedup_vs_deepgemm"] = None
     if rec["kind"] == "k_grouped":
@@ -580,6 +596,9 @@ def _summary(records) -> dict:
             "geomean_speedup_vs_deepgemm" + ("" if kind == "k_grouped" else "_anchor_set"):
                 geomean(r.get("speedup_vs_deepgemm") for r in recs),
             "geomean_speedup_vs_cublas_blockwise": geomean(r.get("speedup_vs_cublas_blockwise") for r in recs),
+            # like for like: our call without C against cuBLAS (which does not accumulate)
+            "geomean_speedup_vs_cublas_blockwise_no_c": geomean(r.get("speedup_vs_cublas_blockwise_no_c")
+                                                                for r in recs),
             "geomean_speedup_vs_torch_bf16": geomean(r.get("speedup_vs_torch_bf16") for r in recs),
             "geomean_tflops": geomean(r.get("tflops", {}).get("finegemm") for r in recs),
             "max_calc_diff": max((r["calc_diff"] for r in recs if r.get("calc_diff") is not None), default=None),
