@@ -106,9 +106,10 @@ def _fp8_tile(m, n, k, bm, bn, mc=1, on_a=False, tma=False):
     return calc_diff(d.float(), reference.fp8_gemm_nt(a, sfa, b, sfb, out_dtype=torch.float32))
 
 
-def _fp8_wgrad_tile(m, n, k, bm, bn, mc, on_a, c_mode):
+def _fp8_wgrad_tile(m, n, k, bm, bn, mc, on_a, c_mode, half_promote=False, k_batch=1):
     """Recipe (1, 1, 128) with a forced tile and the fp32 TMA epilogue: c None (TMA store), d
-    itself (TMA reduce-add) or separate (the host keeps direct stores)."""
+    itself (TMA reduce-add) or separate (the host keeps direct stores); optionally the
+    half-promote or k-batch main loop."""
     from finegemm.heuristics.sm90_fp8_gemm import make_config, max_stages
     from finegemm.ops import sm90_fp8_gemm as ops
 
@@ -118,7 +119,8 @@ def _fp8_wgrad_tile(m, n, k, bm, bn, mc, on_a, c_mode):
     d = c0.clone() if c_mode == "in_place" else torch.empty(m, n, device="cuda")
     c = {"none": None, "in_place": d, "sep": c0}[c_mode]
     cfg = make_config(m, n, k, torch.cuda.get_device_properties(0).multi_processor_count, True, c is not None, bm, bn,
-                      min(4, max_stages(bm, bn, True, True)), 1, mc, on_a, True, one_d_one_d=True)
+                      min(4, max_stages(bm, bn, True, True)), 1, mc, on_a, True, one_d_one_d=True,
+                      half_promote=half_promote, k_batch=k_batch)
     ops.prepare(a, sfa, b, sfb, d, c, (1, 1, 128), config=cfg)()
     ref = reference.fp8_gemm_nt(a, sfa, b, sfb, c=None if c is None else c0, out_dtype=torch.float32,
                                 recipe=(1, 1, 128))
@@ -178,6 +180,12 @@ CASES = [
                                                                                  "in_place")),
     ("fp8 wgrad bm128 bn128 multicast A, TMA store", lambda: _fp8_wgrad_tile(129, 1000, 640, 128, 128, 2, True,
                                                                             "none")),
+    ("fp8 wgrad bm128 bn208 half-promote, TMA reduce-add",
+     lambda: _fp8_wgrad_tile(300, 1000, 640, 128, 208, 1, False, "in_place", half_promote=True)),
+    ("fp8 wgrad bm128 bn128 k-batch 2 (odd k-block count), TMA store",
+     lambda: _fp8_wgrad_tile(129, 600, 640, 128, 128, 1, False, "none", k_batch=2)),
+    ("fp8 wgrad bm128 bn80 k-batch 4 multicast B, separate c (direct)",
+     lambda: _fp8_wgrad_tile(300, 400, 896, 128, 80, 2, False, "sep", k_batch=4)),
     ("fp8 wgrad bm64 bn176, separate c (direct)", lambda: _fp8_wgrad_tile(65, 600, 384, 64, 176, 1, False, "sep")),
     ("fp8 two CTAs/SM + split-K", lambda: _fp8_forced(17, 2112, 1664, bn=32, splits=4, tma=False, cps=2, kbat=1)),
     ("fp8 k-batch 4, TMA store", lambda: _fp8_forced(65, 576, 1664, bn=32, splits=1, tma=True, cps=1, kbat=4)),
