@@ -135,7 +135,7 @@ def k_grouped_configs(sms: int, t) -> list:
     problems += [(t.K_GROUPED_LAUNCH_COUNT_MN[0], t.K_GROUPED_LAUNCH_COUNT_MN[1], ks, False)
                  for ks, _ in t.K_GROUPED_LAUNCH_COUNT]
     for (g, m, n, ks, _ek) in bench.k_grouped_problems():
-        problems.append((m, n, ks, True))
+        problems += [(m, n, ks, True), (m, n, ks, False)]  # c = d, and the finegemm_no_c timing
     for m, n, ks, has_c in problems:
         if any(ks):
             out.append(select_k_grouped_config(m, n, ks, sms, has_c))

@@ -282,8 +282,9 @@ def test_precompile_fp8_includes_new_bench_configs():
 
     problems = bench_grouped.planned_1d1d_problems()
     n_groups = sum(sum(1 for kg in ks if kg) for _, _, _, ks, _ in bench_grouped.k_grouped_problems())
-    assert len(problems) == n_groups + 12
+    assert len(problems) == n_groups + 2 * 12  # wgrad: c = d and the finegemm_no_c timing
     assert (4096, 7168, 9984, True) in problems and (4096, 7168, 16384, True) in problems
+    assert (4096, 7168, 16384, False) in problems
     assert (7168, 16384, 4096, True) in problems
     names = {ops._kernel_name(c) for c in _load_script("precompile").wgrad_configs(132)}
     for (m, n, k, has_c) in problems:

@@ -362,3 +362,23 @@ def test_bf16_tune_shapes_keep_the_bench_output_dtype():
     got = bf16_tune_shapes([(64, 256, 7168), (64, 2112, 7168), (100, 256, 7168)])
     # The bench times N = 256 with fp32 d and the dense set with bf16 d; unknown shapes: bf16 d.
     assert got == [(64, 256, 7168, True), (64, 2112, 7168, False), (100, 256, 7168, False)]
+
+
+def test_1d1d_call_without_c_uses_the_entry_tuned_with_c(monkeypatch):
+    """Recipe (1,1,128) entries are tuned with C (c = d); a call without C gets the same tile (its
+    kernel stores instead of reduce-adding), not the model; recipe (1,128,128) never crosses."""
+    monkeypatch.setattr(tuned, "SHIPPED_TABLE", SHIPPED)
+    h.clear_cache()
+    entries = [e for e in json.loads(SHIPPED.read_text())["entries"] if e["kind"] == "fp8_1d1d"]
+    assert entries and all(e["has_c"] for e in entries)
+    for e in entries:
+        with_c = h.select_config(e["m"], e["n"], e["k"], e["num_sms"], True, True, one_d_one_d=True)
+        no_c = h.select_config(e["m"], e["n"], e["k"], e["num_sms"], True, False, one_d_one_d=True)
+        assert _cfg_fields(no_c) == _cfg_fields(with_c) == {**tuned.OPTIONAL_FIELDS, **e["config"]}
+        assert not no_c.has_c and with_c.has_c
+    calls = []
+    real = tuned.lookup
+    monkeypatch.setattr(tuned, "lookup", lambda *a: calls.append(a) or real(*a))
+    h.clear_cache()
+    h.select_config(4096, 7000, 7168, 132, True, True)  # recipe (1,128,128), fp32 + C: no such entry
+    assert [c[-1] for c in calls if c[0] == "fp8_1d2d"] == [True], "1D2D looks up its own C mode only"

@@ -493,13 +493,14 @@ def _warmup_1d1d(problems, device=None) -> None:
 def planned_1d1d_problems(kinds=KINDS, wgrad_sets=WGRAD_SETS) -> list[tuple[int, int, int, bool]]:
     """(m, n, k, has_c) of every dense recipe (1, 1, 128) launch the k_grouped and wgrad records make
     (k-grouped: the per-group path's launches, one per non-empty group, with c since c = d; the
-    one-launch path compiles its own kernel at the record's correctness call)."""
+    one-launch path compiles its own kernel at the record's correctness call; wgrad: c = d and the
+    finegemm_no_c timing)."""
     out = []
     if "k_grouped" in kinds:
         for (_g, m, n, ks, _ek) in k_grouped_problems():
             out += [(m, n, kg, True) for kg in ks if kg]
     if "wgrad" in kinds:
-        out += [(m, n, k, True) for (_s, m, n, k) in wgrad_shapes(wgrad_sets)]
+        out += [(m, n, k, has_c) for (_s, m, n, k) in wgrad_shapes(wgrad_sets) for has_c in (True, False)]
     return out
 
 

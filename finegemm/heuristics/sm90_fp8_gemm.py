@@ -556,7 +556,13 @@ def _two_cta_candidates(m: int, n: int, k: int, num_sms: int, out_fp32: bool, ha
 def _tuned_config(m: int, n: int, k: int, num_sms: int, out_fp32: bool, has_c: bool, allow_split_k: bool,
                   allow_multicast: bool, one_d_one_d: bool, allow_two_cta: bool = True,
                   kind: str | None = None) -> Fp8GemmConfig | None:
-    hit = tuned.lookup(kind or ("fp8_1d1d" if one_d_one_d else "fp8_1d2d"), num_sms, m, n, k, out_fp32, has_c)
+    kind = kind or ("fp8_1d1d" if one_d_one_d else "fp8_1d2d")
+    hit = tuned.lookup(kind, num_sms, m, n, k, out_fp32, has_c)
+    if hit is None and one_d_one_d:
+        # Recipe (1,1,128) entries are tuned with C (c = d, the wgrad call). A call without C runs
+        # the same tile and loop with a TMA store instead of the reduce-add, so the entry of the
+        # other C mode beats the model there too (bench grouped finegemm_no_c, NOTES v0.26).
+        hit = tuned.lookup(kind, num_sms, m, n, k, out_fp32, not has_c)
     if hit is None:
         return None
     if (not allow_split_k and hit["num_splits"] > 1) or (not allow_multicast and hit["num_multicast"] > 1) or \
