@@ -553,15 +553,22 @@ def _two_cta_candidates(m: int, n: int, k: int, num_sms: int, out_fp32: bool, ha
     return out
 
 
+# Recipe (1,1,128) calls of K >= this take the table entry of the other C mode when theirs has none
+# (_tuned_config): measured -2% to -9% without C on 8 of the 10 wgrad shapes with K >= 2048, +1.5% at
+# most on the other two; +2.6% / +7% at K = 1536 / 512 (NOTES v0.26).
+NO_C_FALLBACK_MIN_K = 2048
+
+
 def _tuned_config(m: int, n: int, k: int, num_sms: int, out_fp32: bool, has_c: bool, allow_split_k: bool,
                   allow_multicast: bool, one_d_one_d: bool, allow_two_cta: bool = True,
                   kind: str | None = None) -> Fp8GemmConfig | None:
     kind = kind or ("fp8_1d1d" if one_d_one_d else "fp8_1d2d")
     hit = tuned.lookup(kind, num_sms, m, n, k, out_fp32, has_c)
-    if hit is None and one_d_one_d:
+    if hit is None and kind == "fp8_1d1d" and k >= NO_C_FALLBACK_MIN_K:
         # Recipe (1,1,128) entries are tuned with C (c = d, the wgrad call). A call without C runs
-        # the same tile and loop with a TMA store instead of the reduce-add, so the entry of the
-        # other C mode beats the model there too (bench grouped finegemm_no_c, NOTES v0.26).
+        # the same tile and loop with a TMA store instead of the reduce-add, so where the main loop
+        # dominates the entry of the other C mode beats the model too; at short K the epilogue
+        # dominates and its best tile differs (bench grouped finegemm_no_c, NOTES v0.26).
         hit = tuned.lookup(kind, num_sms, m, n, k, out_fp32, not has_c)
     if hit is None:
         return None
