@@ -99,10 +99,12 @@ BLOCK_N_K_MAJOR = (16, 32, 48, 64, 96, 128, 160, 192, 224, 256)
 BLOCK_N_MN_MAJOR = (32, 64, 128, 192, 256)
 # Split-K kernels (the kernel space; tuned entries may name any of them): block_m 64 or 128, block_n
 # 32 / 64 / 128 (bn256 spills with split-K). The model itself only picks MODEL_SPLIT_TILES: its
-# split-K estimates for the others were 10-30% off (scripts/probe_bf16_configs.py, NOTES v0.15).
+# split-K estimates for block_m 128 were 10-30% off (scripts/probe_bf16_configs.py, NOTES v0.15).
+# bm64 x bn32 joined them when N-major B got 32-column tiles: at N = 256 it is what the tuner
+# picks in every layout, 8-16% ahead of bn64 (NOTES v0.27).
 SPLIT_BLOCK_M = (64, 128)
 SPLIT_BLOCK_N = (32, 64, 128)
-MODEL_SPLIT_TILES = ((64, 64), (64, 128))
+MODEL_SPLIT_TILES = ((64, 32), (64, 64), (64, 128))
 # Layout suffix -> (A is M-major, B is N-major). nt: A [M, K], B [N, K]; nn: B [K, N];
 # tn: A [K, M], B [K, N]; tt: A [K, M], B [N, K].
 LAYOUTS = {"nt": (False, False), "nn": (False, True), "tn": (True, True), "tt": (True, False)}
