@@ -72,6 +72,7 @@
 #include <cstdint>
 
 #include <finegemm/epilogue/add_c_fp32.cuh>
+#include <finegemm/epilogue/split_k.cuh>
 #include <finegemm/epilogue/store_direct.cuh>
 #include <finegemm/epilogue/tma_store_bf16.cuh>
 #include <finegemm/epilogue/tma_store_fp32.cuh>
@@ -456,20 +457,13 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
 
       // ---------------------------------------------------------------- split-K reduction
       if constexpr (kSplitK) {
-        // Partial tile layout: float2 index ((2 j + h) * kNumConsumerThreads + tid) holds this
-        // thread's registers 4j + 2h + {0, 1}; a warp's float2 stores are 256 contiguous bytes.
+        // Partials and their in-order sum: epilogue/split_k.cuh.
         const uint32_t tile = sched.tile_index(m_block, n_block);
         float2* slab = reinterpret_cast<float2*>(workspace) +
                        static_cast<size_t>(tile) * sched.num_splits * (BLOCK_M * BLOCK_N / 2);
         float2* mine = slab + static_cast<size_t>(split) * (BLOCK_M * BLOCK_N / 2);
         const bool row0_ok = m0 + r0 < M, row1_ok = m0 + r0 + 8 < M;
-#pragma unroll
-        for (uint32_t j = 0; j < kNumChunks; ++j) {
-          if (row0_ok) __stcg(mine + (2 * j + 0) * kNumConsumerThreads + threadIdx.x,
-                              make_float2(acc[4 * j + 0], acc[4 * j + 1]));
-          if (row1_ok) __stcg(mine + (2 * j + 1) * kNumConsumerThreads + threadIdx.x,
-                              make_float2(acc[4 * j + 2], acc[4 * j + 3]));
-        }
+        epilogue::write_split_partial<kNumChunks, kNumConsumerThreads>(acc, mine, threadIdx.x, row0_ok, row1_ok);
         __threadfence();
         ptx::named_barrier_sync(1, kNumConsumerThreads);
         if (threadIdx.x == 0) {
@@ -483,25 +477,8 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
         const bool last = *flag_smem != 0;
         if (!last) continue;
         __threadfence();
-        // Sum every split's partial in split order (independent of arrival order).
-#pragma unroll
-        for (uint32_t i = 0; i < kNumAcc; ++i) acc[i] = 0.0f;
-        for (uint32_t s = 0; s < sched.num_splits; ++s) {
-          const float2* part = slab + static_cast<size_t>(s) * (BLOCK_M * BLOCK_N / 2);
-#pragma unroll
-          for (uint32_t j = 0; j < kNumChunks; ++j) {
-            if (row0_ok) {
-              const float2 v = __ldcg(part + (2 * j + 0) * kNumConsumerThreads + threadIdx.x);
-              acc[4 * j + 0] += v.x;
-              acc[4 * j + 1] += v.y;
-            }
-            if (row1_ok) {
-              const float2 v = __ldcg(part + (2 * j + 1) * kNumConsumerThreads + threadIdx.x);
-              acc[4 * j + 2] += v.x;
-              acc[4 * j + 3] += v.y;
-            }
-          }
-        }
+        epilogue::sum_split_partials<kNumChunks, kNumConsumerThreads>(acc, slab, BLOCK_M * BLOCK_N / 2, sched.num_splits,
+                                                                     threadIdx.x, row0_ok, row1_ok);
       }
 
       // ---------------------------------------------------------------- epilogue

@@ -1,0 +1,72 @@
+// Split-K partial tiles (FP8 and BF16 kernels): every split of a tile writes its fp32 fragment to
+// the workspace; the CTA that finishes last sums all partials in split order 0..S-1, so the
+// result does not depend on which split arrived when.
+//
+// Partial layout: float2 index ((2 j + h) * kThreads + tid) of a split's slab holds this thread's
+// registers 4 j + 2 h + {0, 1} (row r0 + 8 h, columns 8 j + 2 (lane % 4) + {0, 1}); a warp's
+// float2 accesses are 256 contiguous bytes. Rows past M are neither written nor read.
+#pragma once
+
+#include <cstdint>
+
+namespace finegemm {
+namespace epilogue {
+
+template <uint32_t kNumChunks, uint32_t kThreads, uint32_t kNumAcc>
+__device__ __forceinline__ void write_split_partial(const float (&acc)[kNumAcc], float2* mine, uint32_t tid,
+                                                    bool row0_ok, bool row1_ok) {
+  static_assert(kNumAcc == 4 * kNumChunks, "wgmma D fragment");
+#pragma unroll
+  for (uint32_t j = 0; j < kNumChunks; ++j) {
+    if (row0_ok) __stcg(mine + (2 * j + 0) * kThreads + tid, make_float2(acc[4 * j + 0], acc[4 * j + 1]));
+    if (row1_ok) __stcg(mine + (2 * j + 1) * kThreads + tid, make_float2(acc[4 * j + 2], acc[4 * j + 3]));
+  }
+}
+
+// acc = sum over s = 0..num_splits-1 of split s's partial (slab: split 0's; split_stride float2
+// between splits), added in split order. The loads of kUnroll consecutive splits are issued before
+// their adds: a loop that adds each split's loads before loading the next waits one L2 round trip
+// per split (~1 us of a ~8 us call at S = 14, benchmarks/NOTES.md v0.28). kUnroll keeps the loads
+// in flight to 64 registers.
+template <uint32_t kNumChunks, uint32_t kThreads, uint32_t kNumAcc>
+__device__ __forceinline__ void sum_split_partials(float (&acc)[kNumAcc], const float2* slab, size_t split_stride,
+                                                   uint32_t num_splits, uint32_t tid, bool row0_ok, bool row1_ok) {
+  static_assert(kNumAcc == 4 * kNumChunks, "wgmma D fragment");
+  constexpr uint32_t kUnroll = kNumChunks <= 4 ? 4 : (kNumChunks <= 8 ? 2 : 1);
+#pragma unroll
+  for (uint32_t i = 0; i < kNumAcc; ++i) acc[i] = 0.0f;
+  auto add = [&](const float2 (&v)[kNumChunks][2]) {
+#pragma unroll
+    for (uint32_t j = 0; j < kNumChunks; ++j) {
+      acc[4 * j + 0] += v[j][0].x;
+      acc[4 * j + 1] += v[j][0].y;
+      acc[4 * j + 2] += v[j][1].x;
+      acc[4 * j + 3] += v[j][1].y;
+    }
+  };
+  auto load = [&](uint32_t s, float2 (&v)[kNumChunks][2]) {
+    const float2* part = slab + static_cast<size_t>(s) * split_stride;
+#pragma unroll
+    for (uint32_t j = 0; j < kNumChunks; ++j) {
+      // Rows past M: zeros (never stored; the select keeps the loads unconditional in registers).
+      v[j][0] = row0_ok ? __ldcg(part + (2 * j + 0) * kThreads + tid) : make_float2(0.0f, 0.0f);
+      v[j][1] = row1_ok ? __ldcg(part + (2 * j + 1) * kThreads + tid) : make_float2(0.0f, 0.0f);
+    }
+  };
+  uint32_t s = 0;
+  for (; s + kUnroll <= num_splits; s += kUnroll) {
+    float2 v[kUnroll][kNumChunks][2];
+#pragma unroll
+    for (uint32_t u = 0; u < kUnroll; ++u) load(s + u, v[u]);
+#pragma unroll
+    for (uint32_t u = 0; u < kUnroll; ++u) add(v[u]);
+  }
+  for (; s < num_splits; ++s) {
+    float2 v[kNumChunks][2];
+    load(s, v);
+    add(v);
+  }
+}
+
+}  // namespace epilogue
+}  // namespace finegemm
