@@ -19,9 +19,10 @@ and returns the cheapest:
 
 The kernel space is kept small on purpose (every member is compiled spill-free by
 tests/test_bf16_kernel_compile.py): block_m 64 / 128; block_n from BLOCK_N_K_MAJOR when B is
-K-major, from BLOCK_N_MN_MAJOR (whole 64-column TMA boxes, or one 32-column box) when B is N-major; the stage count
-is a function of the tile (as many as fit); split-K only with SPLIT_BLOCK_M x SPLIT_BLOCK_N tiles
-(the model: MODEL_SPLIT_TILES, for problems with fewer tiles than half the SMs). A tuned table
+K-major, from BLOCK_N_MN_MAJOR (whole 64-column TMA boxes, or one 32-column box) when B is
+N-major; the stage count is a function of the tile (as many as fit); split-K only with
+SPLIT_BLOCK_M x SPLIT_BLOCK_N tiles (the model: MODEL_SPLIT_TILES, for problems with fewer tiles
+than half the SMs). A tuned table
 (heuristics/tuned.py, kinds "bf16_<layout>", `python -m finegemm tune bf16`) overrides the model
 for the shapes it holds. The output dtype and C are run-time flags of the kernel, not variants.
 
@@ -32,10 +33,10 @@ every member is compiled spill-free by tests/test_bf16_grouped_compile.py).
 
 K-grouped GEMM (MoE weight gradient; select_k_grouped_config): the same kernel with GEMM_K_GROUPED,
 tn layout, fp32 D, optional C, no split-K; its epilogue is the fp32 TMA one of the FP8 recipe
-(1,1,128) kernels (a 16 KB box ring per consumer warpgroup, K_GROUPED_RING_BYTES_PER_WG: a TMA store,
-or a reduce-add when C is D; direct stores for a separate C); one launch walks all groups' tiles. The model is the dense one
-on the "average group": G x ceil(M / block_m) m-blocks with K = the mean k of the groups, G weight
-and activation slices read from DRAM. block_n from K_GROUPED_BLOCK_N (every member compiled
+(1,1,128) kernels (a 16 KB box ring per consumer warpgroup, K_GROUPED_RING_BYTES_PER_WG: a TMA
+store, or a reduce-add when C is D; direct stores for a separate C); one launch walks all groups'
+tiles. The model is the dense one on the "average group": G x ceil(M / block_m) m-blocks with
+K = the mean k of the groups, G weight and activation slices read from DRAM. block_n from K_GROUPED_BLOCK_N (every member compiled
 spill-free by tests/test_bf16_grouped_compile.py).
 """
 from __future__ import annotations
