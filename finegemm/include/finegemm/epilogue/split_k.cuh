@@ -2,6 +2,7 @@
 // the workspace; the CTA that finishes last sums all partials in split order 0..S-1, so the
 // result does not depend on which split arrived when.
 //
+// The kThreads consumer threads are threadIdx.x 0 .. kThreads-1 (tid below).
 // Partial layout: float2 index ((2 j + h) * kThreads + tid) of a split's slab holds this thread's
 // registers 4 j + 2 h + {0, 1} (row r0 + 8 h, columns 8 j + 2 (lane % 4) + {0, 1}); a warp's
 // float2 accesses are 256 contiguous bytes. Rows past M are neither written nor read.
@@ -13,9 +14,10 @@ namespace finegemm {
 namespace epilogue {
 
 template <uint32_t kNumChunks, uint32_t kThreads, uint32_t kNumAcc>
-__device__ __forceinline__ void write_split_partial(const float (&acc)[kNumAcc], float2* mine, uint32_t tid,
-                                                    bool row0_ok, bool row1_ok) {
+__device__ __forceinline__ void write_split_partial(const float (&acc)[kNumAcc], float2* mine, bool row0_ok,
+                                                    bool row1_ok) {
   static_assert(kNumAcc == 4 * kNumChunks, "wgmma D fragment");
+  const uint32_t tid = threadIdx.x;  // read here, not passed: ptxas rematerializes it (see below)
 #pragma unroll
   for (uint32_t j = 0; j < kNumChunks; ++j) {
     if (row0_ok) __stcg(mine + (2 * j + 0) * kThreads + tid, make_float2(acc[4 * j + 0], acc[4 * j + 1]));
@@ -23,18 +25,23 @@ __device__ __forceinline__ void write_split_partial(const float (&acc)[kNumAcc],
   }
 }
 
-// acc = sum over s = 0..num_splits-1 of split s's partial (slab: split 0's; split_stride float2
+// acc = sum over s = 0..num_splits-1 of split s's partial (slab: split 0's; kSplitStride float2
 // between splits), added in split order. The loads of kUnroll consecutive splits are issued before
 // their adds: a loop that adds each split's loads before loading the next waits one L2 round trip
 // per split (~1 us of a ~8 us call at S = 14, benchmarks/NOTES.md v0.28). kUnroll keeps the loads
-// in flight to 64 registers.
-template <uint32_t kNumChunks, uint32_t kThreads, uint32_t kNumAcc>
-__device__ __forceinline__ void sum_split_partials(float (&acc)[kNumAcc], const float2* slab, size_t split_stride,
-                                                   uint32_t num_splits, uint32_t tid, bool row0_ok, bool row1_ok) {
+// in flight to 64 registers. Only for tiles up to 64 columns (kNumChunks <= 8), where the time is:
+// the kernels keep their per-chunk load-and-add loop for wider tiles, whose registers the
+// accumulators already fill (this helper, even with that same loop inside, made bm128 x bn208
+// fp32 + C spill: ptxas at the register limit).
+template <uint32_t kNumChunks, uint32_t kThreads, uint32_t kSplitStride, uint32_t kNumAcc>
+__device__ __forceinline__ void sum_split_partials(float (&acc)[kNumAcc], const float2* slab, uint32_t num_splits,
+                                                   bool row0_ok, bool row1_ok) {
   static_assert(kNumAcc == 4 * kNumChunks, "wgmma D fragment");
-  constexpr uint32_t kUnroll = kNumChunks <= 4 ? 4 : (kNumChunks <= 8 ? 2 : 1);
+  static_assert(kNumChunks <= 8, "wide tiles keep their kernel's own loop (see above)");
+  constexpr uint32_t kUnroll = kNumChunks <= 4 ? 4 : 2;
 #pragma unroll
   for (uint32_t i = 0; i < kNumAcc; ++i) acc[i] = 0.0f;
+  const uint32_t tid = threadIdx.x;
   auto add = [&](const float2 (&v)[kNumChunks][2]) {
 #pragma unroll
     for (uint32_t j = 0; j < kNumChunks; ++j) {
@@ -45,7 +52,7 @@ __device__ __forceinline__ void sum_split_partials(float (&acc)[kNumAcc], const 
     }
   };
   auto load = [&](uint32_t s, float2 (&v)[kNumChunks][2]) {
-    const float2* part = slab + static_cast<size_t>(s) * split_stride;
+    const float2* part = slab + static_cast<size_t>(s) * kSplitStride;
 #pragma unroll
     for (uint32_t j = 0; j < kNumChunks; ++j) {
       // Rows past M: zeros (never stored; the select keeps the loads unconditional in registers).

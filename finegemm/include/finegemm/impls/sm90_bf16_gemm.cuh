@@ -463,7 +463,7 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
                        static_cast<size_t>(tile) * sched.num_splits * (BLOCK_M * BLOCK_N / 2);
         float2* mine = slab + static_cast<size_t>(split) * (BLOCK_M * BLOCK_N / 2);
         const bool row0_ok = m0 + r0 < M, row1_ok = m0 + r0 + 8 < M;
-        epilogue::write_split_partial<kNumChunks, kNumConsumerThreads>(acc, mine, threadIdx.x, row0_ok, row1_ok);
+        epilogue::write_split_partial<kNumChunks, kNumConsumerThreads>(acc, mine, row0_ok, row1_ok);
         __threadfence();
         ptx::named_barrier_sync(1, kNumConsumerThreads);
         if (threadIdx.x == 0) {
@@ -477,8 +477,30 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
         const bool last = *flag_smem != 0;
         if (!last) continue;
         __threadfence();
-        epilogue::sum_split_partials<kNumChunks, kNumConsumerThreads>(acc, slab, BLOCK_M * BLOCK_N / 2, sched.num_splits,
-                                                                     threadIdx.x, row0_ok, row1_ok);
+        if constexpr (kNumChunks <= 8) {
+          epilogue::sum_split_partials<kNumChunks, kNumConsumerThreads, BLOCK_M * BLOCK_N / 2>(acc, slab, sched.num_splits,
+                                                                                              row0_ok, row1_ok);
+        } else {
+          // Wide tiles: every split's partial in split order, per chunk (the helper spilled here).
+#pragma unroll
+          for (uint32_t i = 0; i < kNumAcc; ++i) acc[i] = 0.0f;
+          for (uint32_t s = 0; s < sched.num_splits; ++s) {
+            const float2* part = slab + static_cast<size_t>(s) * (BLOCK_M * BLOCK_N / 2);
+#pragma unroll
+            for (uint32_t j = 0; j < kNumChunks; ++j) {
+              if (row0_ok) {
+                const float2 v = __ldcg(part + (2 * j + 0) * kNumConsumerThreads + threadIdx.x);
+                acc[4 * j + 0] += v.x;
+                acc[4 * j + 1] += v.y;
+              }
+              if (row1_ok) {
+                const float2 v = __ldcg(part + (2 * j + 1) * kNumConsumerThreads + threadIdx.x);
+                acc[4 * j + 2] += v.x;
+                acc[4 * j + 3] += v.y;
+              }
+            }
+          }
+        }
       }
 
       // ---------------------------------------------------------------- epilogue

@@ -902,7 +902,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
                        static_cast<size_t>(tile) * sched.num_splits * (BLOCK_M * BLOCK_N / 2);
         float2* mine = slab + static_cast<size_t>(split) * (BLOCK_M * BLOCK_N / 2);
         const bool row0_ok = m0 + r0 < M, row1_ok = m0 + r0 + 8 < M;
-        epilogue::write_split_partial<kNumChunks, kNumConsumerThreads>(fin, mine, threadIdx.x, row0_ok, row1_ok);
+        epilogue::write_split_partial<kNumChunks, kNumConsumerThreads>(fin, mine, row0_ok, row1_ok);
         __threadfence();
         ptx::named_barrier_sync(1, kNumConsumerThreads);
         if (threadIdx.x == 0) {
@@ -919,8 +919,30 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           continue;
         }
         __threadfence();
-        epilogue::sum_split_partials<kNumChunks, kNumConsumerThreads>(fin, slab, BLOCK_M * BLOCK_N / 2, sched.num_splits,
-                                                                     threadIdx.x, row0_ok, row1_ok);
+        if constexpr (kNumChunks <= 8) {
+          epilogue::sum_split_partials<kNumChunks, kNumConsumerThreads, BLOCK_M * BLOCK_N / 2>(fin, slab, sched.num_splits,
+                                                                                              row0_ok, row1_ok);
+        } else {
+          // Wide tiles: every split's partial in split order, per chunk (the helper spilled here).
+#pragma unroll
+          for (uint32_t i = 0; i < kNumAcc; ++i) fin[i] = 0.0f;
+          for (uint32_t s = 0; s < sched.num_splits; ++s) {
+            const float2* part = slab + static_cast<size_t>(s) * (BLOCK_M * BLOCK_N / 2);
+#pragma unroll
+            for (uint32_t j = 0; j < kNumChunks; ++j) {
+              if (row0_ok) {
+                const float2 v = __ldcg(part + (2 * j + 0) * kNumConsumerThreads + threadIdx.x);
+                fin[4 * j + 0] += v.x;
+                fin[4 * j + 1] += v.y;
+              }
+              if (row1_ok) {
+                const float2 v = __ldcg(part + (2 * j + 1) * kNumConsumerThreads + threadIdx.x);
+                fin[4 * j + 2] += v.x;
+                fin[4 * j + 3] += v.y;
+              }
+            }
+          }
+        }
       }
 
       // ---------------------------------------------------------------- epilogue
