@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 
 import pytest
+from sass_tools import sass as sass_of
+from sass_tools import assert_k_loops_keep_smem_base
 import torch
 
 from finegemm import reference
@@ -138,23 +140,12 @@ def test_k_grouped_ops_loop(monkeypatch, with_c):
 
 
 # ----------------------------------------------------------------------------- nvcc
-def _dense_compile_test_module():
-    """tests/test_bf16_kernel_compile.py (its cuobjdump helper), loaded by path."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parent / "test_bf16_kernel_compile.py"
-    spec = importlib.util.spec_from_file_location("_fg_bf16_compile_helpers", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.mark.nvcc
 def test_every_grouped_kernel_compiles_spill_free():
     from finegemm import jit
 
-    sass_of = _dense_compile_test_module()._sass
     configs = ops.representative_grouped_configs()
     assert len(configs) >= 12
     reports = jit.compile_check([(label, ops.render_grouped(*key)) for label, key in configs],
@@ -165,7 +156,7 @@ def test_every_grouped_kernel_compiles_spill_free():
     for r in reports:
         assert r["spill_stores"] == 0 and r["spill_loads"] == 0, r
         assert r["stack_frame"] == 0 and r["lmem"] == 0, r
-        sass = sass_of(r["cubin"]) if sass_of is not None else None
+        sass = sass_of(r["cubin"])
         if sass is None:
             continue
         bm, bn, _, _ = keys[r["label"]]
@@ -174,6 +165,7 @@ def test_every_grouped_kernel_compiles_spill_free():
         assert not any(".tnsp" in line for line in hgmma), f"{r['label']}: grouped kernels are nt (K-major)"
         assert "UTMALDG" in sass and "UTMASTG" in sass and "STSM" in sass, r["label"]
         assert not re.search(r"\b(LDL|STL)\b", sass), r["label"]
+        assert_k_loops_keep_smem_base(sass, r["label"])
 
 
 @pytest.mark.nvcc

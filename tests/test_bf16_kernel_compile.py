@@ -13,12 +13,12 @@ Regenerate the wgmma header: python tests/test_bf16_kernel_compile.py --write-wg
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from sass_tools import sass as _sass
+from sass_tools import assert_k_loops_keep_smem_base
 
 REPO = Path(__file__).resolve().parent.parent
 WGMMA_HEADER = REPO / "finegemm" / "include" / "finegemm" / "ptx" / "wgmma_bf16.cuh"
@@ -140,36 +140,9 @@ def test_compile_check_registered():
 
 
 # ----------------------------------------------------------------------------- nvcc
-def _cuobjdump() -> str | None:
-    try:
-        import triton
-
-        cand = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
-        if cand.is_file():
-            return str(cand)
-    except Exception:
-        pass
-    tool = shutil.which("cuobjdump")
-    if tool:
-        return tool
-    try:
-        from finegemm import jit
-
-        home = jit.cuda_home()
-        if home and (Path(home) / "bin" / "cuobjdump").is_file():
-            return str(Path(home) / "bin" / "cuobjdump")
-    except Exception:
-        pass
-    return None
 
 
-def _sass(cubin: str) -> str | None:
-    tool = _cuobjdump()
-    if tool is None:
-        return None
-    proc = subprocess.run([tool, "-sass", cubin], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout
+
 
 
 @pytest.mark.nvcc
@@ -203,6 +176,7 @@ def test_every_heuristic_kernel_compiles_spill_free():
             assert "USETMAXREG" in sass, f"{r['label']}: setmaxnreg missing"
         if tma:
             assert "UTMASTG" in sass and "STSM" in sass, f"{r['label']}: no stmatrix + TMA store in SASS"
+        assert_k_loops_keep_smem_base(sass, r["label"])
 
 
 @pytest.mark.nvcc

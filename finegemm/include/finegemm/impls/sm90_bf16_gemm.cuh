@@ -219,7 +219,7 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
 
   extern __shared__ __align__(1024) uint8_t fg_smem_raw[];
   const uint32_t raw_addr = ptx::smem_addr(fg_smem_raw);
-  const uint32_t base = (raw_addr + 1023u) & ~1023u;
+  uint32_t base = (raw_addr + 1023u) & ~1023u;  // the consumers take it through a shuffle (below)
   uint8_t* smem = fg_smem_raw + (base - raw_addr);
 
   auto full_bar = [&](uint32_t s) { return base + Traits::kOffFull + s * 8; };
@@ -321,6 +321,11 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
   } else {
     // ------------------------------------------------------------------ consumer warpgroups
     if constexpr (kNumConsumerWG == 2) ptx::setmaxnreg_inc<232>();
+    // The shared-memory base again, through a shuffle: ptxas otherwise re-derives it inside the
+    // k-loop (S2UR of the CTA's cluster id + 4 dependent uniform ops between the full-barrier wait
+    // and the first wgmma of every k-block); a shuffle's result is not rematerialized. 56 -> 46
+    // instructions per k-block, -2.8% on nt 128x4096x7168 (benchmarks/NOTES.md v0.29).
+    base = __shfl_sync(0xffffffffu, base, 0);
     // Warp-uniform through a shuffle: the wgmma descriptors depend on wg and are then built in
     // uniform registers (no per-wgmma R2UR; as in the FP8 kernel).
     const uint32_t wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);

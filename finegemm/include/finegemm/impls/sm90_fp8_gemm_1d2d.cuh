@@ -319,7 +319,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
 
   extern __shared__ __align__(1024) uint8_t fg_smem_raw[];
   const uint32_t raw_addr = ptx::smem_addr(fg_smem_raw);
-  const uint32_t base = (raw_addr + 1023u) & ~1023u;
+  uint32_t base = (raw_addr + 1023u) & ~1023u;  // masked kind: the consumers take it through a shuffle
   uint8_t* smem = fg_smem_raw + (base - raw_addr);
 
   auto full_bar = [&](uint32_t s) { return base + Traits::kOffFull + s * 8; };
@@ -512,6 +512,13 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   } else {
     // ------------------------------------------------------------------ consumer warpgroups
     if constexpr (kNumConsumerWG == 2) ptx::setmaxnreg_inc<232>();
+    // Masked kind: the shared-memory base again, through a shuffle. ptxas otherwise re-derives it
+    // inside the k-loop (S2UR of the CTA's cluster id + dependent uniform ops in front of every
+    // k-block's full-barrier wait); a shuffle's result is not rematerialized. -2 to -5% on every
+    // masked shape (benchmarks/NOTES.md v0.29). The bm128 lean loops of the other kinds keep the
+    // base in a uniform register; the bm64 and bn224 loops re-derive it too, but there the
+    // shuffle traded the S2UR for an R2UR per wgmma and measured within noise (64x2112x7168).
+    if constexpr (kGemmKind == scheduler::kGemmGroupedMasked) base = __shfl_sync(0xffffffffu, base, 0);
     const uint32_t wg = kLeanLoop ? __shfl_sync(0xffffffffu, threadIdx.x / 128, 0) : threadIdx.x / 128;
     const uint32_t warp = (threadIdx.x % 128) / 32;
     const uint32_t lane = threadIdx.x % 32;

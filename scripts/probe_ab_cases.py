@@ -1,0 +1,105 @@
+"""A/B of a kernel build over a fixed set of records from the three benches (GPU).
+
+Each record is made by the bench's own function (so it is timed exactly like `finegemm bench`,
+with the peer contender in the same record). Run it once per build variant in separate processes,
+interleaved (A, B, A, B), with the variant selected through FINEGEMM_EXTRA_NVCC_FLAGS (part of the
+kernel cache key, so both builds coexist in one cache):
+
+  FINEGEMM_EXTRA_NVCC_FLAGS=-DFOO python3 scripts/probe_ab_cases.py --label foo --out $OUT/ab_foo_1.json
+
+`--precompile` (no GPU) builds the kernels the cases select into FINEGEMM_CACHE_DIR instead.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+FP8_DENSE = [(1024, 4096, 7168), (4096, 4096, 7168), (4096, 7168, 2048), (128, 4096, 7168), (64, 2112, 7168)]
+FP8_MASKED = [(1, 1024, 4096, 7168), (2, 512, 4096, 7168), (4, 256, 4096, 7168), (1, 1024, 7168, 2048),
+              (6, 1024, 4096, 7168), (32, 192, 7168, 2048)]
+BF16_DENSE = [("nt", 128, 4096, 7168), ("tn", 128, 4096, 7168), ("tn", 128, 2112, 7168), ("nt", 64, 4096, 7168),
+              ("nt", 128, 7168, 2048), ("nt", 4096, 2112, 7168), ("nt", 4096, 4096, 7168), ("nn", 4096, 7168, 2048),
+              ("nt", 64, 2112, 7168), ("nn", 128, 2112, 7168), ("nt", 128, 32768, 512), ("tt", 64, 7168, 16384),
+              ("nt", 128, 24576, 1536)]
+BF16_MASKED = [(1, 1024, 4096, 7168), (4, 256, 7168, 2048)]
+
+
+def precompile(sms: int, jobs: int) -> None:
+    from finegemm import jit
+    from finegemm.heuristics import sm90_bf16_gemm as hb
+    from finegemm.heuristics import sm90_fp8_gemm as h8
+    from finegemm.ops import sm90_bf16_gemm as ob
+    from finegemm.ops import sm90_fp8_gemm as o8
+
+    src = {}
+    for m, n, k in FP8_DENSE:
+        c = h8.select_config(m, n, k, sms, False, False)
+        src[o8._kernel_name(c)] = o8._render_cfg(c)
+    for g, m, n, k in FP8_MASKED:
+        c = h8.select_grouped_config(h8.GEMM_GROUPED_MASKED, -(-m // 128) * 128, n, k, g, sms, expected_m=m)
+        src[o8._kernel_name(c)] = o8._render_cfg(c)
+    for lay, m, n, k in BF16_DENSE:
+        c = hb.select_config(m, n, k, sms, lay[0] == "t", lay[1] == "n", False, False)
+        src[ob.kernel_name(c.kernel_key())] = ob.render(*c.kernel_key())
+    for g, m, n, k in BF16_MASKED:
+        c = hb.select_grouped_config(hb.GEMM_GROUPED_MASKED, -(-m // 128) * 128, n, k, g, sms, m, 0)
+        src[ob.grouped_kernel_name(c.grouped_kernel_key())] = ob.render_grouped(*c.grouped_kernel_key())
+    print(f"{len(src)} kernels")
+    jit.build_many(src, jobs)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--label", default=os.environ.get("FINEGEMM_EXTRA_NVCC_FLAGS", "") or "base")
+    ap.add_argument("--num-tests", type=int, default=30)
+    ap.add_argument("--out")
+    ap.add_argument("--precompile", action="store_true")
+    ap.add_argument("--kinds", nargs="*", default=["fp8_dense", "fp8_masked", "bf16_dense", "bf16_masked"])
+    ap.add_argument("--sms", type=int, default=132)
+    ap.add_argument("--jobs", type=int, default=2)
+    args = ap.parse_args()
+    if args.precompile:
+        precompile(args.sms, args.jobs)
+        return 0
+    import time
+
+    import torch
+
+    from finegemm.bench import bf16 as bench_bf16
+    from finegemm.bench import dense as bench_dense
+    from finegemm.bench import grouped as bench_grouped
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    records = []
+
+    def add(kind, rec):
+        rec["kind"], rec["label"] = kind, args.label
+        us = {k: round(v, 2) for k, v in rec.get("us", {}).items() if v}
+        print(json.dumps({"kind": kind, **{k: rec.get(k) for k in ("layout", "groups", "m", "n", "k")}, "us": us}),
+              flush=True)
+        records.append(rec)
+
+    for m, n, k in FP8_DENSE if "fp8_dense" in args.kinds else []:
+        time.sleep(0.3)
+        add("fp8_dense", bench_dense.bench_shape(m, n, k, {}, gen, args.num_tests))
+    for g, m, n, k in FP8_MASKED if "fp8_masked" in args.kinds else []:
+        time.sleep(0.3)
+        add("fp8_masked", bench_grouped.bench_masked(g, m, n, k, gen, args.num_tests))
+    for lay, m, n, k in BF16_DENSE if "bf16_dense" in args.kinds else []:
+        time.sleep(0.3)
+        add("bf16_dense", bench_bf16.bench_one(lay, m, n, k, False, gen, args.num_tests))
+    for g, m, n, k in BF16_MASKED if "bf16_masked" in args.kinds else []:
+        time.sleep(0.3)
+        add("bf16_masked", bench_bf16.bench_grouped_masked(g, m, n, k, gen, args.num_tests))
+    if args.out:
+        Path(args.out).write_text(json.dumps({"label": args.label, "records": records}, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

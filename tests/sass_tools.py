@@ -1,0 +1,98 @@
+"""SASS helpers of the compile tests: find cuobjdump, disassemble a cubin, find the wgmma k-loops.
+
+cuobjdump is not part of every CUDA toolkit install (CI's has none); the SASS assertions are then
+skipped and only the ptxas report is checked. Triton's pip package carries one.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+_LINE = re.compile(r"^\s+/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
+_BRANCH = re.compile(r"\bBRA\s+(?:`\()?[^,;]*?(0x[0-9a-f]+)")
+
+
+def cuobjdump() -> str | None:
+    tool = shutil.which("cuobjdump")
+    if tool:
+        return tool
+    try:
+        from finegemm import jit
+
+        home = jit.cuda_home()
+        if home and (Path(home) / "bin" / "cuobjdump").is_file():
+            return str(Path(home) / "bin" / "cuobjdump")
+    except Exception:
+        pass
+    try:
+        import triton
+
+        cand = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+        if cand.is_file():
+            return str(cand)
+    except Exception:
+        pass
+    return None
+
+
+def sass(cubin: str) -> str | None:
+    """The cubin's SASS text, or None without cuobjdump."""
+    tool = cuobjdump()
+    if tool is None:
+        return None
+    proc = subprocess.run([tool, "-sass", cubin], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def instructions(text: str) -> list[tuple[int, str]]:
+    """(address, instruction) of every SASS line."""
+    out = []
+    for line in text.splitlines():
+        m = _LINE.match(line)
+        if m:
+            out.append((int(m.group(1), 16), m.group(2)))
+    return out
+
+
+def wgmma_k_loops(text: str) -> list[list[str]]:
+    """Bodies of the innermost loops that issue wgmmas (HGMMA / QGMMA): for each backward branch
+    whose range holds a wgmma and no other such backward branch, the instructions from its target
+    to the branch. These are the consumers' k-block loops."""
+    ins = instructions(text)
+    addr = [a for a, _ in ins]
+    is_mma = [("GMMA" in s and "WARPGROUP" not in s) for _, s in ins]
+    loops = []
+    for i, (a, s) in enumerate(ins):
+        m = _BRANCH.search(s)
+        if not m:
+            continue
+        tgt = int(m.group(1), 16)
+        if tgt >= a or tgt not in addr:
+            continue
+        j = addr.index(tgt)
+        if any(is_mma[j:i + 1]):
+            loops.append((j, i))
+    # An out-of-line retry block of an mbarrier wait (cold code at the end of the function) jumps
+    # back into the loop it came from: its long "range" only partly overlaps that loop. Of two
+    # partly overlapping ranges the longer one is such a block, not a loop.
+    def partial(x, y):
+        return x[0] < y[0] <= x[1] < y[1] or y[0] < x[0] <= y[1] < x[1]
+
+    loops = [x for x in loops if not any(partial(x, y) and x[1] - x[0] > y[1] - y[0] for y in loops)]
+    inner = [(j, i) for j, i in loops if not any(j <= j2 and i2 <= i and (j2, i2) != (j, i) for j2, i2 in loops)]
+    return [[s for _, s in ins[j:i + 1]] for j, i in inner]
+
+
+def assert_k_loops_keep_smem_base(text: str, label: str) -> None:
+    """The consumers' k-loops do not re-derive the shared-memory base: no S2UR (the CTA's cluster
+    id, from which ptxas rebuilds the base) in front of every k-block. ptxas did that in every BF16
+    kernel and the masked FP8 kernels until their consumers took the base through a shuffle (10
+    instructions per k-block, -2 to -5% on masked shapes; benchmarks/NOTES.md v0.29)."""
+    loops = wgmma_k_loops(text)
+    assert loops, f"{label}: no wgmma k-loop found in SASS"
+    for body in loops:
+        assert not any(re.search(r"\bS2UR\b", op) for op in body), (
+            f"{label}: S2UR inside a wgmma k-loop ({len(body)} instructions)")
