@@ -247,6 +247,28 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
   if (threadIdx.x >= kNumConsumerThreads) {
     // ------------------------------------------------------------------ producer warpgroup
     if constexpr (kNumConsumerWG == 2) ptx::setmaxnreg_dec<40>();
+    // Skinny problems (at most 2 m-blocks; masked: per group of Mmax rows): every B tile is read by
+    // at most two CTAs, back to back, and A by every n-block: B streams through L2 evict-first and
+    // A stays evict-last. In
+    // the L2 the bench leaves full of dirty flush lines this is -7 to -14% on BF16 M <= 128; with
+    // more m-blocks B is re-read later and the hints cost 0.3-1% (benchmarks/NOTES.md v0.31).
+    const bool l2_hints = num_m_blocks <= 2;
+    const uint64_t pol_a = ptx::l2_policy_evict_last();
+    const uint64_t pol_b = ptx::l2_policy_evict_first();
+    auto load_a = [&](uint32_t dst, uint32_t bar, int32_t c0, int32_t c1) {
+      if (l2_hints) {
+        ptx::tma_load_2d_hint(dst, tmap_a, bar, c0, c1, pol_a);
+      } else {
+        ptx::tma_load_2d(dst, tmap_a, bar, c0, c1);
+      }
+    };
+    auto load_b = [&](uint32_t dst, uint32_t bar, int32_t c0, int32_t c1) {
+      if (l2_hints) {
+        ptx::tma_load_2d_hint(dst, tmap_b, bar, c0, c1, pol_b);
+      } else {
+        ptx::tma_load_2d(dst, tmap_b, bar, c0, c1);
+      }
+    };
     if (kGrouped && threadIdx.x == kNumConsumerThreads) {
       // m-grouped kinds (nt layout): every k-block of a tile, none for a padding tile.
       ptx::tma_prefetch_desc(tmap_a);
@@ -263,8 +285,8 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
           ptx::mbar_wait(empty_bar(stage), phase ^ 1u);
           ptx::mbar_arrive_expect_tx(full_bar(stage), Traits::kTxBytes);
           const int32_t k0 = static_cast<int32_t>(kb * BLOCK_K);
-          ptx::tma_load_2d(base + Traits::kOffA + stage * Traits::kSmemA, tmap_a, full_bar(stage), k0, m0);
-          ptx::tma_load_2d(base + Traits::kOffB + stage * Traits::kSmemB, tmap_b, full_bar(stage), k0, n0);
+          load_a(base + Traits::kOffA + stage * Traits::kSmemA, full_bar(stage), k0, m0);
+          load_b(base + Traits::kOffB + stage * Traits::kSmemB, full_bar(stage), k0, n0);
           if (++stage == kNumStages) {
             stage = 0;
             phase ^= 1u;
@@ -299,17 +321,17 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
             // [K, M] storage: boxes of (64 m, 64 k), coordinates (m, k).
 #pragma unroll
             for (uint32_t c = 0; c < BLOCK_M / 64; ++c)
-              ptx::tma_load_2d(dst_a + c * kChunk, tmap_a, full_bar(stage), m0 + static_cast<int32_t>(c * 64), k0);
+              load_a(dst_a + c * kChunk, full_bar(stage), m0 + static_cast<int32_t>(c * 64), k0);
           } else {
             // [M, K] storage: one box of (64 k, BLOCK_M rows), coordinates (k, m).
-            ptx::tma_load_2d(dst_a, tmap_a, full_bar(stage), k0, m0);
+            load_a(dst_a, full_bar(stage), k0, m0);
           }
           if constexpr (kBMnMajor) {
 #pragma unroll
             for (uint32_t c = 0; c < BLOCK_N / kBBoxCols; ++c)
-              ptx::tma_load_2d(dst_b + c * kChunk, tmap_b, full_bar(stage), n0 + static_cast<int32_t>(c * kBBoxCols), k0);
+              load_b(dst_b + c * kChunk, full_bar(stage), n0 + static_cast<int32_t>(c * kBBoxCols), k0);
           } else {
-            ptx::tma_load_2d(dst_b, tmap_b, full_bar(stage), k0, n0);
+            load_b(dst_b, full_bar(stage), k0, n0);
           }
           if (++stage == kNumStages) {
             stage = 0;

@@ -395,6 +395,14 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
       }
       ptx::tma_prefetch_desc(tmap_sfa);
       if constexpr (k1D1D) ptx::tma_prefetch_desc(tmap_sfb);
+      // Skinny problems (at most 2 m-blocks; masked: per group of Mmax rows, k-grouped: of M):
+      // every B tile is read by at most two CTAs, back to back, and A by every n-block: B streams
+      // through L2 evict-first and A stays evict-last (-1 to -9% on FP8 M <= 128 in the L2 the
+      // bench leaves full of dirty flush lines; with more m-blocks B is re-read later and the
+      // hints cost 0-1.3%: benchmarks/NOTES.md v0.31). Multicast loads keep the default policy.
+      const bool l2_hints = num_m_blocks <= 2;
+      const uint64_t pol_a = ptx::l2_policy_evict_last();
+      const uint64_t pol_b = ptx::l2_policy_evict_first();
       uint32_t stage = 0, phase = 0;
       FG_TRACE_ONLY(uint32_t traced_tile = 0;)
       Walker walker(M, N, num_kb, kSplitK ? num_splits : 1u, grouped, num_groups);
@@ -438,13 +446,21 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
             ptx::tma_load_2d_multicast(dst_a + rank * kBoxRowsA * Traits::BLOCK_K, map_a, full_bar(stage), k0,
                                        m0 + static_cast<int32_t>(rank * kBoxRowsA), 0x3);
           } else {
-            ptx::tma_load_2d(dst_a, map_a, full_bar(stage), k0, m0);
+            if (l2_hints) {
+              ptx::tma_load_2d_hint(dst_a, map_a, full_bar(stage), k0, m0, pol_a);
+            } else {
+              ptx::tma_load_2d(dst_a, map_a, full_bar(stage), k0, m0);
+            }
           }
           if constexpr (kMcB) {
             ptx::tma_load_2d_multicast(dst_b + rank * kBoxRowsB * Traits::BLOCK_K, map_b, full_bar(stage), k0,
                                        n0 + static_cast<int32_t>(rank * kBoxRowsB), 0x3);
           } else {
-            ptx::tma_load_2d(dst_b, map_b, full_bar(stage), k0, n0);
+            if (l2_hints) {
+              ptx::tma_load_2d_hint(dst_b, map_b, full_bar(stage), k0, n0, pol_b);
+            } else {
+              ptx::tma_load_2d(dst_b, map_b, full_bar(stage), k0, n0);
+            }
           }
           if constexpr (!diag::kNoSfaTma) {
             ptx::tma_load_2d(base + Traits::kOffSfa + stage * Traits::kSmemSfa, tmap_sfa, full_bar(stage),
