@@ -1,6 +1,7 @@
 // Developer diagnostics of the FP8 kernel's main loop: switches that remove one side of it, to see
 // which side sets a shape's time (scripts/diag_mainloop.sh, scripts/ab_nvcc_flags.sh). Results
-// are wrong (or racy) with any of them on. They are compiled in only through
+// are wrong (or racy) with any of them on but FINEGEMM_DIAG_NO_L2_HINTS, which only changes the
+// speed. They are compiled in only through
 // FINEGEMM_EXTRA_NVCC_FLAGS (part of the kernel cache key); without them all are false and the
 // kernel's SASS is unchanged.
 //   FINEGEMM_DIAG_NO_MMA  the consumers wait for each full stage and release it at once (no wgmma,
@@ -12,6 +13,9 @@
 //                         instead of 3; the consumers read whatever the sfa slot holds)
 //   FINEGEMM_DIAG_NO_1D1D_FENCE  the 1D1D consumers release a stage without the proxy fence after
 //                         their shared-memory scale loads (racy by design: what does the fence cost?)
+//   FINEGEMM_DIAG_NO_L2_HINTS  the producers of both kernel families load with the default L2
+//                         policy on skinny problems too (what do the evict-first / evict-last hints
+//                         give, and what does their code cost where they are off?)
 //   FINEGEMM_DIAG_EARLY_RELEASE_1D1D  the 1D1D consumers release a stage right after its wgmmas
 //                         complete, before the promotion reads the stage's column scales, and
 //                         without the fence (racy by design: what would a race-free early release
@@ -49,6 +53,12 @@ constexpr bool kNo1d1dFence = false;
 constexpr bool kEarlyRelease1d1d = true;
 #else
 constexpr bool kEarlyRelease1d1d = false;
+#endif
+
+#ifdef FINEGEMM_DIAG_NO_L2_HINTS
+constexpr bool kNoL2Hints = true;
+#else
+constexpr bool kNoL2Hints = false;
 #endif
 
 }  // namespace diag
