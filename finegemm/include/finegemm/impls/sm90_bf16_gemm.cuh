@@ -77,7 +77,6 @@
 #include <finegemm/epilogue/tma_store_bf16.cuh>
 #include <finegemm/epilogue/tma_store_fp32.cuh>
 #include <finegemm/ptx/common.cuh>
-#include <finegemm/ptx/diag.cuh>
 #include <finegemm/ptx/mbarrier.cuh>
 #include <finegemm/ptx/tma.cuh>
 #include <finegemm/ptx/wgmma.cuh>
@@ -125,10 +124,6 @@ struct Sm90Bf16GemmTraits {
   static_assert(kNumStages >= 2 && kNumStages <= 16, "kNumStages out of range");
   static_assert(kDynamicSmemBytes <= 232448, "shared memory above the SM90 227 KB limit");
 };
-
-// Largest A (bytes, all groups) a skinny problem loads evict-last (producer, NOTES v0.31): a
-// sixth of the H200's 50 MB L2.
-constexpr uint64_t kBf16L2HintMaxABytes = 8ull << 20;
 
 // Kernel parameter flags (bits set by the host launcher, host/sm90_bf16_gemm.cpp).
 constexpr uint32_t kBf16FlagVectorStores = 1u;  // D (and C) pointer/stride allow 2-element vector accesses
@@ -252,29 +247,16 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
   if (threadIdx.x >= kNumConsumerThreads) {
     // ------------------------------------------------------------------ producer warpgroup
     if constexpr (kNumConsumerWG == 2) ptx::setmaxnreg_dec<40>();
-    // Skinny problems (at most 2 m-blocks; masked: per group of Mmax rows) whose A is small: every
-    // B tile is read by at most two CTAs, back to back, and A by every n-block, so B streams through
-    // L2 evict-first and A stays evict-last (-7 to -14% on BF16 M <= 128 in the L2 the bench leaves
-    // full of dirty flush lines). With more m-blocks B is re-read later (the hints cost 0.3-1%), and
-    // an A of many masked groups does not fit the L2 as evict-last (G = 32: +8 to +17%; G = 4,
-    // 15 MB: +6%): benchmarks/NOTES.md v0.31.
+    // L2 policy of the A / B loads (ptx::use_skinny_l2_hints).
     const uint64_t a_rows = static_cast<uint64_t>(M) * (kMasked ? num_groups : 1u);
-    const bool l2_hints = !diag::kNoL2Hints && num_m_blocks <= 2 && a_rows * K * 2 <= kBf16L2HintMaxABytes;
+    const bool l2_hints = ptx::use_skinny_l2_hints(num_m_blocks, a_rows * K * 2);
     const uint64_t pol_a = ptx::l2_policy_evict_last();
     const uint64_t pol_b = ptx::l2_policy_evict_first();
     auto load_a = [&](uint32_t dst, uint32_t bar, int32_t c0, int32_t c1) {
-      if (l2_hints) {
-        ptx::tma_load_2d_hint(dst, tmap_a, bar, c0, c1, pol_a);
-      } else {
-        ptx::tma_load_2d(dst, tmap_a, bar, c0, c1);
-      }
+      ptx::tma_load_2d_policy(dst, tmap_a, bar, c0, c1, l2_hints, pol_a);
     };
     auto load_b = [&](uint32_t dst, uint32_t bar, int32_t c0, int32_t c1) {
-      if (l2_hints) {
-        ptx::tma_load_2d_hint(dst, tmap_b, bar, c0, c1, pol_b);
-      } else {
-        ptx::tma_load_2d(dst, tmap_b, bar, c0, c1);
-      }
+      ptx::tma_load_2d_policy(dst, tmap_b, bar, c0, c1, l2_hints, pol_b);
     };
     if (kGrouped && threadIdx.x == kNumConsumerThreads) {
       // m-grouped kinds (nt layout): every k-block of a tile, none for a padding tile.

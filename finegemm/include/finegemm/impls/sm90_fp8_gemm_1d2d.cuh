@@ -145,10 +145,6 @@ struct Sm90Fp8Gemm1d2dTraits {
   static_assert(kDynamicSmemBytes <= 232448, "shared memory above the SM90 227 KB limit");
 };
 
-// Largest A (bytes, all groups) a skinny problem loads evict-last (producer, v0.31): a sixth of the
-// H200's 50 MB L2.
-constexpr uint64_t kL2HintMaxABytes = 8ull << 20;
-
 // Kernel parameter flags (bit set by the host launcher).
 constexpr uint32_t kFlagVectorStores = 1u;  // D (and C) pointer/stride allow 2-element vector accesses
 constexpr uint32_t kFlagTmaStore = 2u;      // tmap_d is valid: TMA-store epilogue (kernels built with kTmaStore)
@@ -399,14 +395,9 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
       }
       ptx::tma_prefetch_desc(tmap_sfa);
       if constexpr (k1D1D) ptx::tma_prefetch_desc(tmap_sfb);
-      // Skinny problems (at most 2 m-blocks; masked: per group of Mmax rows) whose A is small: every
-      // B tile is read by at most two CTAs, back to back, and A by every n-block, so B streams
-      // through L2 evict-first and A stays evict-last (-1 to -9% on FP8 M <= 128 in the L2 the
-      // bench leaves full of dirty flush lines). With more m-blocks B is re-read later (the hints
-      // cost 0-1.3%), and an A of many masked groups does not fit the L2 as evict-last (G = 32:
-      // +4 to +11%): benchmarks/NOTES.md v0.31. Multicast loads keep the default policy.
+      // L2 policy of the A / B loads (ptx::use_skinny_l2_hints); multicast loads keep the default.
       const uint64_t a_rows = static_cast<uint64_t>(M) * (kGemmKind == scheduler::kGemmGroupedMasked ? num_groups : 1u);
-      const bool l2_hints = !diag::kNoL2Hints && num_m_blocks <= 2 && a_rows * K <= kL2HintMaxABytes;
+      const bool l2_hints = ptx::use_skinny_l2_hints(num_m_blocks, a_rows * K);
       const uint64_t pol_a = ptx::l2_policy_evict_last();
       const uint64_t pol_b = ptx::l2_policy_evict_first();
       uint32_t stage = 0, phase = 0;
@@ -452,21 +443,13 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
             ptx::tma_load_2d_multicast(dst_a + rank * kBoxRowsA * Traits::BLOCK_K, map_a, full_bar(stage), k0,
                                        m0 + static_cast<int32_t>(rank * kBoxRowsA), 0x3);
           } else {
-            if (l2_hints) {
-              ptx::tma_load_2d_hint(dst_a, map_a, full_bar(stage), k0, m0, pol_a);
-            } else {
-              ptx::tma_load_2d(dst_a, map_a, full_bar(stage), k0, m0);
-            }
+            ptx::tma_load_2d_policy(dst_a, map_a, full_bar(stage), k0, m0, l2_hints, pol_a);
           }
           if constexpr (kMcB) {
             ptx::tma_load_2d_multicast(dst_b + rank * kBoxRowsB * Traits::BLOCK_K, map_b, full_bar(stage), k0,
                                        n0 + static_cast<int32_t>(rank * kBoxRowsB), 0x3);
           } else {
-            if (l2_hints) {
-              ptx::tma_load_2d_hint(dst_b, map_b, full_bar(stage), k0, n0, pol_b);
-            } else {
-              ptx::tma_load_2d(dst_b, map_b, full_bar(stage), k0, n0);
-            }
+            ptx::tma_load_2d_policy(dst_b, map_b, full_bar(stage), k0, n0, l2_hints, pol_b);
           }
           if constexpr (!diag::kNoSfaTma) {
             ptx::tma_load_2d(base + Traits::kOffSfa + stage * Traits::kSmemSfa, tmap_sfa, full_bar(stage),

@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include <finegemm/ptx/diag.cuh>
+
 namespace finegemm {
 namespace ptx {
 
@@ -46,6 +48,28 @@ __device__ __forceinline__ uint64_t l2_policy_evict_last() {
   uint64_t p;
   asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(p));
   return p;
+}
+
+// The producers' L2 rule (both kernel families; benchmarks/NOTES.md v0.31): a skinny problem (at
+// most 2 m-blocks; masked: per group of Mmax rows) whose A (all groups' rows x K) is at most
+// kL2HintMaxABytes loads B evict-first and A evict-last. Every B tile is then read by at most two
+// CTAs, back to back, and A by every n-block: -3 to -18% on the M <= 128 shapes in the L2 the bench
+// leaves full of dirty flush lines. With more m-blocks B is re-read later (the hints cost up to
+// 1.3%), and an A of many masked groups does not fit the L2 as evict-last (G = 32: +4 to +17%).
+constexpr uint64_t kL2HintMaxABytes = 8ull << 20;  // a sixth of the H200's 50 MB L2
+
+__device__ __forceinline__ bool use_skinny_l2_hints(uint32_t num_m_blocks, uint64_t a_bytes) {
+  return !diag::kNoL2Hints && num_m_blocks <= 2 && a_bytes <= kL2HintMaxABytes;
+}
+
+// tma_load_2d with `policy` when `hinted`, else with the default L2 policy.
+__device__ __forceinline__ void tma_load_2d_policy(uint32_t dst, const void* tmap, uint32_t bar, int32_t c0,
+                                                   int32_t c1, bool hinted, uint64_t policy) {
+  if (hinted) {
+    tma_load_2d_hint(dst, tmap, bar, c0, c1, policy);
+  } else {
+    tma_load_2d(dst, tmap, bar, c0, c1);
+  }
 }
 
 // Multicast load: the box lands at the same smem offset in every CTA of `cta_mask` (cluster),
