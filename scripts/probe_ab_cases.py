@@ -29,14 +29,23 @@ BF16_DENSE = [("nt", 128, 4096, 7168), ("tn", 128, 4096, 7168), ("tn", 128, 2112
               ("nt", 128, 24576, 1536)]
 BF16_MASKED = [(1, 1024, 4096, 7168), (4, 256, 7168, 2048)]
 
+# `--set mid`: the M = 256-1024 curve (where the L2 hints' m-block bound falls) and the M = 128
+# shapes whose tiles have two m-blocks sharing each B tile.
+MID_FP8_DENSE = [(128, 4096, 7168), (128, 2112, 7168)] + [
+    (m, n, k) for m in (256, 512, 1024) for n, k in ((4096, 7168), (7168, 2048), (32768, 512), (2112, 7168))]
+MID_BF16_DENSE = [("nt", 128, 4096, 7168)] + [
+    ("nt", m, n, k) for m in (256, 512, 1024) for n, k in ((4096, 7168), (7168, 2048), (32768, 512))]
+SETS = {"anchor": (FP8_DENSE, FP8_MASKED, BF16_DENSE, BF16_MASKED), "mid": (MID_FP8_DENSE, [], MID_BF16_DENSE, [])}
 
-def precompile(sms: int, jobs: int) -> None:
+
+def precompile(sms: int, jobs: int, case_set: str) -> None:
     from finegemm import jit
     from finegemm.heuristics import sm90_bf16_gemm as hb
     from finegemm.heuristics import sm90_fp8_gemm as h8
     from finegemm.ops import sm90_bf16_gemm as ob
     from finegemm.ops import sm90_fp8_gemm as o8
 
+    FP8_DENSE, FP8_MASKED, BF16_DENSE, BF16_MASKED = SETS[case_set]
     src = {}
     for m, n, k in FP8_DENSE:
         c = h8.select_config(m, n, k, sms, False, False)
@@ -61,11 +70,12 @@ def main() -> int:
     ap.add_argument("--out")
     ap.add_argument("--precompile", action="store_true")
     ap.add_argument("--kinds", nargs="*", default=["fp8_dense", "fp8_masked", "bf16_dense", "bf16_masked"])
+    ap.add_argument("--set", default="anchor", choices=sorted(SETS), help="which records (default: anchor)")
     ap.add_argument("--sms", type=int, default=132)
     ap.add_argument("--jobs", type=int, default=2)
     args = ap.parse_args()
     if args.precompile:
-        precompile(args.sms, args.jobs)
+        precompile(args.sms, args.jobs, args.set)
         return 0
     import time
 
@@ -75,6 +85,7 @@ def main() -> int:
     from finegemm.bench import dense as bench_dense
     from finegemm.bench import grouped as bench_grouped
 
+    FP8_DENSE, FP8_MASKED, BF16_DENSE, BF16_MASKED = SETS[args.set]
     gen = torch.Generator(device="cuda").manual_seed(0)
     records = []
 

@@ -251,7 +251,7 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
     const uint64_t a_rows = static_cast<uint64_t>(M) * (kMasked ? num_groups : 1u);
     const bool l2_hints = ptx::use_skinny_l2_hints(num_m_blocks, a_rows * K * 2);
     const uint64_t pol_a = ptx::l2_policy_evict_last();
-    const uint64_t pol_b = ptx::l2_policy_evict_first();
+    const uint64_t pol_b = ptx::l2_policy_b(num_m_blocks);
     auto load_a = [&](uint32_t dst, uint32_t bar, int32_t c0, int32_t c1) {
       ptx::tma_load_2d_policy(dst, tmap_a, bar, c0, c1, l2_hints, pol_a);
     };

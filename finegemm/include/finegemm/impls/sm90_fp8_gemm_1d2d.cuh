@@ -399,7 +399,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
       const uint64_t a_rows = static_cast<uint64_t>(M) * (kGemmKind == scheduler::kGemmGroupedMasked ? num_groups : 1u);
       const bool l2_hints = ptx::use_skinny_l2_hints(num_m_blocks, a_rows * K);
       const uint64_t pol_a = ptx::l2_policy_evict_last();
-      const uint64_t pol_b = ptx::l2_policy_evict_first();
+      const uint64_t pol_b = ptx::l2_policy_b(num_m_blocks);
       uint32_t stage = 0, phase = 0;
       FG_TRACE_ONLY(uint32_t traced_tile = 0;)
       Walker walker(M, N, num_kb, kSplitK ? num_splits : 1u, grouped, num_groups);

@@ -16,6 +16,10 @@
 //   FINEGEMM_DIAG_NO_L2_HINTS  the producers of both kernel families load with the default L2
 //                         policy on skinny problems too (what do the evict-first / evict-last hints
 //                         give, and what does their code cost where they are off?)
+//   FINEGEMM_DIAG_L2_HINT_MAX_M_BLOCKS=n  the L2 hints' m-block bound (default 2; what do the hints
+//                         give at M = 256-1024?)
+//   FINEGEMM_DIAG_L2_SHARED_B_NORMAL  with 2 m-blocks (each B tile read by two CTAs) B loads
+//                         evict-normal instead of evict-first
 //   FINEGEMM_DIAG_EARLY_RELEASE_1D1D  the 1D1D consumers release a stage right after its wgmmas
 //                         complete, before the promotion reads the stage's column scales, and
 //                         without the fence (racy by design: what would a race-free early release
@@ -59,6 +63,18 @@ constexpr bool kEarlyRelease1d1d = false;
 constexpr bool kNoL2Hints = true;
 #else
 constexpr bool kNoL2Hints = false;
+#endif
+
+#ifdef FINEGEMM_DIAG_L2_HINT_MAX_M_BLOCKS
+constexpr unsigned kL2HintMaxMBlocks = FINEGEMM_DIAG_L2_HINT_MAX_M_BLOCKS;
+#else
+constexpr unsigned kL2HintMaxMBlocks = 2;
+#endif
+
+#ifdef FINEGEMM_DIAG_L2_SHARED_B_NORMAL
+constexpr bool kL2SharedBNormal = true;
+#else
+constexpr bool kL2SharedBNormal = false;
 #endif
 
 }  // namespace diag

@@ -44,6 +44,11 @@ __device__ __forceinline__ uint64_t l2_policy_evict_first() {
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(p));
   return p;
 }
+__device__ __forceinline__ uint64_t l2_policy_evict_normal() {
+  uint64_t p;
+  asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(p));
+  return p;
+}
 __device__ __forceinline__ uint64_t l2_policy_evict_last() {
   uint64_t p;
   asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(p));
@@ -59,7 +64,13 @@ __device__ __forceinline__ uint64_t l2_policy_evict_last() {
 constexpr uint64_t kL2HintMaxABytes = 8ull << 20;  // a sixth of the H200's 50 MB L2
 
 __device__ __forceinline__ bool use_skinny_l2_hints(uint32_t num_m_blocks, uint64_t a_bytes) {
-  return !diag::kNoL2Hints && num_m_blocks <= 2 && a_bytes <= kL2HintMaxABytes;
+  return !diag::kNoL2Hints && num_m_blocks <= diag::kL2HintMaxMBlocks && a_bytes <= kL2HintMaxABytes;
+}
+
+// The B policy of a hinted problem (diag::kL2SharedBNormal: evict-normal where two m-blocks share
+// each B tile).
+__device__ __forceinline__ uint64_t l2_policy_b(uint32_t num_m_blocks) {
+  return diag::kL2SharedBNormal && num_m_blocks > 1 ? l2_policy_evict_normal() : l2_policy_evict_first();
 }
 
 // tma_load_2d with `policy` when `hinted`, else with the default L2 policy.
