@@ -17,6 +17,8 @@ def record_key(r: dict) -> str:
     if r.get("groups"):
         parts.append(f"G{r['groups']}")
     parts.append(f"{r['m']}x{r['n']}x{r['k']}")
+    if r.get("out") == "fp32":
+        parts.append("fp32")
     return " ".join(parts)
 
 

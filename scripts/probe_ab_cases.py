@@ -35,7 +35,10 @@ MID_FP8_DENSE = [(128, 4096, 7168), (128, 2112, 7168)] + [
     (m, n, k) for m in (256, 512, 1024) for n, k in ((4096, 7168), (7168, 2048), (32768, 512), (2112, 7168))]
 MID_BF16_DENSE = [("nt", 128, 4096, 7168)] + [
     ("nt", m, n, k) for m in (256, 512, 1024) for n, k in ((4096, 7168), (7168, 2048), (32768, 512))]
-SETS = {"anchor": (FP8_DENSE, FP8_MASKED, BF16_DENSE, BF16_MASKED), "mid": (MID_FP8_DENSE, [], MID_BF16_DENSE, [])}
+# `--set lmhead`: the output-head shapes of `bench bf16` (fp32 d; a 5th field True = fp32 out).
+LMHEAD_BF16_DENSE = [(lay, m, 129280, 7168, True) for m in (64, 128) for lay in ("nt", "nn", "tt")]
+SETS = {"anchor": (FP8_DENSE, FP8_MASKED, BF16_DENSE, BF16_MASKED), "mid": (MID_FP8_DENSE, [], MID_BF16_DENSE, []),
+        "lmhead": ([], [], LMHEAD_BF16_DENSE, [])}
 
 
 def precompile(sms: int, jobs: int, case_set: str) -> None:
@@ -53,8 +56,8 @@ def precompile(sms: int, jobs: int, case_set: str) -> None:
     for g, m, n, k in FP8_MASKED:
         c = h8.select_grouped_config(h8.GEMM_GROUPED_MASKED, -(-m // 128) * 128, n, k, g, sms, expected_m=m)
         src[o8._kernel_name(c)] = o8._render_cfg(c)
-    for lay, m, n, k in BF16_DENSE:
-        c = hb.select_config(m, n, k, sms, lay[0] == "t", lay[1] == "n", False, False)
+    for lay, m, n, k, *fp32 in BF16_DENSE:
+        c = hb.select_config(m, n, k, sms, lay[0] == "t", lay[1] == "n", bool(fp32 and fp32[0]), False)
         src[ob.kernel_name(c.kernel_key())] = ob.render(*c.kernel_key())
     for g, m, n, k in BF16_MASKED:
         c = hb.select_grouped_config(hb.GEMM_GROUPED_MASKED, -(-m // 128) * 128, n, k, g, sms, m, 0)
@@ -102,9 +105,9 @@ def main() -> int:
     for g, m, n, k in FP8_MASKED if "fp8_masked" in args.kinds else []:
         time.sleep(0.3)
         add("fp8_masked", bench_grouped.bench_masked(g, m, n, k, gen, args.num_tests))
-    for lay, m, n, k in BF16_DENSE if "bf16_dense" in args.kinds else []:
+    for lay, m, n, k, *fp32 in BF16_DENSE if "bf16_dense" in args.kinds else []:
         time.sleep(0.3)
-        add("bf16_dense", bench_bf16.bench_one(lay, m, n, k, False, gen, args.num_tests))
+        add("bf16_dense", bench_bf16.bench_one(lay, m, n, k, bool(fp32 and fp32[0]), gen, args.num_tests))
     for g, m, n, k in BF16_MASKED if "bf16_masked" in args.kinds else []:
         time.sleep(0.3)
         add("bf16_masked", bench_bf16.bench_grouped_masked(g, m, n, k, gen, args.num_tests))

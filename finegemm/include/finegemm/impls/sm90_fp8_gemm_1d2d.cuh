@@ -397,7 +397,9 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
       if constexpr (k1D1D) ptx::tma_prefetch_desc(tmap_sfb);
       // L2 policy of the A / B loads (ptx::use_skinny_l2_hints); multicast loads keep the default.
       const uint64_t a_rows = static_cast<uint64_t>(M) * (kGemmKind == scheduler::kGemmGroupedMasked ? num_groups : 1u);
-      const bool l2_hints = ptx::use_skinny_l2_hints(num_m_blocks, a_rows * K);
+      const bool one_wave = kGemmKind == scheduler::kGemmNormal &&
+                            static_cast<uint64_t>(num_m_blocks) * num_n_blocks * (kSplitK ? num_splits : 1u) <= gridDim.x;
+      const bool l2_hints = ptx::use_skinny_l2_hints(num_m_blocks, a_rows * K, one_wave);
       const uint64_t pol_a = ptx::l2_policy_evict_last();
       const uint64_t pol_b = ptx::l2_policy_b(num_m_blocks);
       uint32_t stage = 0, phase = 0;

@@ -63,14 +63,16 @@ __device__ __forceinline__ uint64_t l2_policy_evict_last() {
 // 1.3%), and an A of many masked groups does not fit the L2 as evict-last (G = 32: +4 to +17%).
 constexpr uint64_t kL2HintMaxABytes = 8ull << 20;  // a sixth of the H200's 50 MB L2
 
-__device__ __forceinline__ bool use_skinny_l2_hints(uint32_t num_m_blocks, uint64_t a_bytes) {
-  return !diag::kNoL2Hints && num_m_blocks <= diag::kL2HintMaxMBlocks && a_bytes <= kL2HintMaxABytes;
+// `one_wave`: a dense problem whose tiles all run at once (diag::kL2HintOneWave).
+__device__ __forceinline__ bool use_skinny_l2_hints(uint32_t num_m_blocks, uint64_t a_bytes, bool one_wave = false) {
+  if (diag::kNoL2Hints || a_bytes > kL2HintMaxABytes) return false;
+  return num_m_blocks <= diag::kL2HintMaxMBlocks || (diag::kL2HintOneWave && one_wave);
 }
 
-// The B policy of a hinted problem (diag::kL2SharedBNormal: evict-normal where two m-blocks share
-// each B tile).
+// The B policy of a hinted problem (diag::kL2BNormalMinMBlocks: evict-normal from that many m-blocks).
 __device__ __forceinline__ uint64_t l2_policy_b(uint32_t num_m_blocks) {
-  return diag::kL2SharedBNormal && num_m_blocks > 1 ? l2_policy_evict_normal() : l2_policy_evict_first();
+  return diag::kL2BNormalMinMBlocks != 0 && num_m_blocks >= diag::kL2BNormalMinMBlocks ? l2_policy_evict_normal()
+                                                                                       : l2_policy_evict_first();
 }
 
 // tma_load_2d with `policy` when `hinted`, else with the default L2 policy.
