@@ -249,11 +249,12 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
     if constexpr (kNumConsumerWG == 2) ptx::setmaxnreg_dec<40>();
     // L2 policy of the A / B loads (ptx::use_skinny_l2_hints).
     const uint64_t a_rows = static_cast<uint64_t>(M) * (kMasked ? num_groups : 1u);
+    const uint64_t b_rows = static_cast<uint64_t>(N) * (kGrouped ? num_groups : 1u);
     const bool one_wave = !kGrouped && !kKGrouped &&
                           static_cast<uint64_t>(num_m_blocks) * num_n_blocks * (kSplitK ? num_splits : 1u) <= gridDim.x;
-    const bool l2_hints = ptx::use_skinny_l2_hints(num_m_blocks, a_rows * K * 2, one_wave);
+    const bool l2_hints = ptx::use_skinny_l2_hints(num_m_blocks, one_wave, a_rows * K * 2, b_rows * K * 2);
     const uint64_t pol_a = ptx::l2_policy_evict_last();
-    const uint64_t pol_b = ptx::l2_policy_b(num_m_blocks);
+    const uint64_t pol_b = ptx::l2_policy_evict_first();
     auto load_a = [&](uint32_t dst, uint32_t bar, int32_t c0, int32_t c1) {
       ptx::tma_load_2d_policy(dst, tmap_a, bar, c0, c1, l2_hints, pol_a);
     };
@@ -338,7 +339,7 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
     // k-loop (S2UR of the CTA's cluster id + 4 dependent uniform ops between the full-barrier wait
     // and the first wgmma of every k-block); a shuffle's result is not rematerialized. 56 -> 46
     // instructions per k-block, -2.8% on nt 128x4096x7168 (benchmarks/NOTES.md v0.29).
-    if constexpr (!diag::kNoShflBase) base = __shfl_sync(0xffffffffu, base, 0);
+    base = __shfl_sync(0xffffffffu, base, 0);
     // Warp-uniform through a shuffle: the wgmma descriptors depend on wg and are then built in
     // uniform registers (no per-wgmma R2UR; as in the FP8 kernel).
     const uint32_t wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);

@@ -397,11 +397,12 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
       if constexpr (k1D1D) ptx::tma_prefetch_desc(tmap_sfb);
       // L2 policy of the A / B loads (ptx::use_skinny_l2_hints); multicast loads keep the default.
       const uint64_t a_rows = static_cast<uint64_t>(M) * (kGemmKind == scheduler::kGemmGroupedMasked ? num_groups : 1u);
+      const uint64_t b_rows = static_cast<uint64_t>(N) * (kGrouped && !kKGrouped ? num_groups : 1u);
       const bool one_wave = kGemmKind == scheduler::kGemmNormal &&
                             static_cast<uint64_t>(num_m_blocks) * num_n_blocks * (kSplitK ? num_splits : 1u) <= gridDim.x;
-      const bool l2_hints = ptx::use_skinny_l2_hints(num_m_blocks, a_rows * K, one_wave);
+      const bool l2_hints = ptx::use_skinny_l2_hints(num_m_blocks, one_wave, a_rows * K, b_rows * K);
       const uint64_t pol_a = ptx::l2_policy_evict_last();
-      const uint64_t pol_b = ptx::l2_policy_b(num_m_blocks);
+      const uint64_t pol_b = ptx::l2_policy_evict_first();
       uint32_t stage = 0, phase = 0;
       FG_TRACE_ONLY(uint32_t traced_tile = 0;)
       Walker walker(M, N, num_kb, kSplitK ? num_splits : 1u, grouped, num_groups);

@@ -16,14 +16,6 @@
 //   FINEGEMM_DIAG_NO_L2_HINTS  the producers of both kernel families load with the default L2
 //                         policy on skinny problems too (what do the evict-first / evict-last hints
 //                         give, and what does their code cost where they are off?)
-//   FINEGEMM_DIAG_L2_HINT_MAX_M_BLOCKS=n  the L2 hints' m-block bound (default 2; what do the hints
-//                         give at M = 256-1024?)
-//   FINEGEMM_DIAG_L2_B_NORMAL_MIN_M_BLOCKS=n  hinted problems with >= n m-blocks load B
-//                         evict-normal instead of evict-first (1: always; 2: where m-blocks share B)
-//   FINEGEMM_DIAG_L2_HINT_ONE_WAVE  the dense kinds also hint a problem of any m-block count
-//                         whose tiles all run at once (one wave: every B tile read concurrently)
-//   FINEGEMM_DIAG_NO_SHFL_BASE  the BF16 consumers use the shared-memory base as computed (no
-//                         shuffle; v0.29), to A/B the shuffle on other shapes
 //   FINEGEMM_DIAG_EARLY_RELEASE_1D1D  the 1D1D consumers release a stage right after its wgmmas
 //                         complete, before the promotion reads the stage's column scales, and
 //                         without the fence (racy by design: what would a race-free early release
@@ -67,30 +59,6 @@ constexpr bool kEarlyRelease1d1d = false;
 constexpr bool kNoL2Hints = true;
 #else
 constexpr bool kNoL2Hints = false;
-#endif
-
-#ifdef FINEGEMM_DIAG_L2_HINT_MAX_M_BLOCKS
-constexpr unsigned kL2HintMaxMBlocks = FINEGEMM_DIAG_L2_HINT_MAX_M_BLOCKS;
-#else
-constexpr unsigned kL2HintMaxMBlocks = 2;
-#endif
-
-#ifdef FINEGEMM_DIAG_L2_B_NORMAL_MIN_M_BLOCKS
-constexpr unsigned kL2BNormalMinMBlocks = FINEGEMM_DIAG_L2_B_NORMAL_MIN_M_BLOCKS;
-#else
-constexpr unsigned kL2BNormalMinMBlocks = 0;  // never
-#endif
-
-#ifdef FINEGEMM_DIAG_L2_HINT_ONE_WAVE
-constexpr bool kL2HintOneWave = true;
-#else
-constexpr bool kL2HintOneWave = false;
-#endif
-
-#ifdef FINEGEMM_DIAG_NO_SHFL_BASE
-constexpr bool kNoShflBase = true;
-#else
-constexpr bool kNoShflBase = false;
 #endif
 
 }  // namespace diag

@@ -44,35 +44,30 @@ __device__ __forceinline__ uint64_t l2_policy_evict_first() {
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(p));
   return p;
 }
-__device__ __forceinline__ uint64_t l2_policy_evict_normal() {
-  uint64_t p;
-  asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(p));
-  return p;
-}
 __device__ __forceinline__ uint64_t l2_policy_evict_last() {
   uint64_t p;
   asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(p));
   return p;
 }
 
-// The producers' L2 rule (both kernel families; benchmarks/NOTES.md v0.31): a skinny problem (at
-// most 2 m-blocks; masked: per group of Mmax rows) whose A (all groups' rows x K) is at most
-// kL2HintMaxABytes loads B evict-first and A evict-last. Every B tile is then read by at most two
-// CTAs, back to back, and A by every n-block: -3 to -18% on the M <= 128 shapes in the L2 the bench
-// leaves full of dirty flush lines. With more m-blocks B is re-read later (the hints cost up to
-// 1.3%), and an A of many masked groups does not fit the L2 as evict-last (G = 32: +4 to +17%).
-constexpr uint64_t kL2HintMaxABytes = 8ull << 20;  // a sixth of the H200's 50 MB L2
+// The producers' L2 rule (both kernel families; benchmarks/NOTES.md v0.31, v0.32): B loads
+// evict-first and A evict-last when
+//   - every B tile is read only by CTAs that run at the same time: at most 2 m-blocks (masked: per
+//     group of Mmax rows), or a dense problem whose tiles all run in one wave (`one_wave`), and
+//   - A (all groups' rows x K) is at most kL2HintMaxABytes, and
+//   - B (all groups) is at most kL2HintMaxBBytes.
+// A is then kept for the n-blocks that re-read it, where the streamed B and the dirty lines the
+// bench's flush leaves would evict it: -3 to -18% on the M <= 128 shapes, -1.4 to -14% at M = 512.
+// Where B is re-read by later waves (M = 512-1024, K = 512: +6 to +14%), A does not fit the L2 as
+// evict-last (masked G = 32: +4 to +17%) or B is a long stream (the 1.85 GB output head: +2 to
+// +8%), the default policy is faster.
+constexpr uint64_t kL2HintMaxABytes = 8ull << 20;    // a sixth of the H200's 50 MB L2
+constexpr uint64_t kL2HintMaxBBytes = 512ull << 20;  // measured: 235 MB gains, 1.85 GB loses
 
-// `one_wave`: a dense problem whose tiles all run at once (diag::kL2HintOneWave).
-__device__ __forceinline__ bool use_skinny_l2_hints(uint32_t num_m_blocks, uint64_t a_bytes, bool one_wave = false) {
-  if (diag::kNoL2Hints || a_bytes > kL2HintMaxABytes) return false;
-  return num_m_blocks <= diag::kL2HintMaxMBlocks || (diag::kL2HintOneWave && one_wave);
-}
-
-// The B policy of a hinted problem (diag::kL2BNormalMinMBlocks: evict-normal from that many m-blocks).
-__device__ __forceinline__ uint64_t l2_policy_b(uint32_t num_m_blocks) {
-  return diag::kL2BNormalMinMBlocks != 0 && num_m_blocks >= diag::kL2BNormalMinMBlocks ? l2_policy_evict_normal()
-                                                                                       : l2_policy_evict_first();
+__device__ __forceinline__ bool use_skinny_l2_hints(uint32_t num_m_blocks, bool one_wave, uint64_t a_bytes,
+                                                    uint64_t b_bytes) {
+  return !diag::kNoL2Hints && (num_m_blocks <= 2 || one_wave) && a_bytes <= kL2HintMaxABytes &&
+         b_bytes <= kL2HintMaxBBytes;
 }
 
 // tma_load_2d with `policy` when `hinted`, else with the default L2 policy.
