@@ -324,12 +324,6 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
               load_b(dst_b + c * kChunk, full_bar(stage), n0 + static_cast<int32_t>(c * kBBoxCols), k0);
           } else {
             load_b(dst_b, full_bar(stage), k0, n0);
-            if constexpr (diag::kBPrefetchGroup > 1) {
-              if ((kb - kb_begin) % diag::kBPrefetchGroup == 0) {
-                for (uint32_t j = 1; j < diag::kBPrefetchGroup && kb + j < kb_end; ++j)
-                  ptx::tma_prefetch_2d(tmap_b, k0 + static_cast<int32_t>(j * BLOCK_K), n0);
-              }
-            }
           }
           if (++stage == kNumStages) {
             stage = 0;

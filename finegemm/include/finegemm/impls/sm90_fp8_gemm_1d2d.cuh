@@ -453,12 +453,6 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
                                        n0 + static_cast<int32_t>(rank * kBoxRowsB), 0x3);
           } else {
             ptx::tma_load_2d_policy(dst_b, map_b, full_bar(stage), k0, n0, l2_hints, pol_b);
-            if constexpr (diag::kBPrefetchGroup > 1) {
-              if ((kb - kb_begin) % diag::kBPrefetchGroup == 0) {
-                for (uint32_t j = 1; j < diag::kBPrefetchGroup && kb + j < kb_end; ++j)
-                  ptx::tma_prefetch_2d(map_b, k0 + static_cast<int32_t>(j * Traits::BLOCK_K), n0);
-              }
-            }
           }
           if constexpr (!diag::kNoSfaTma) {
             ptx::tma_load_2d(base + Traits::kOffSfa + stage * Traits::kSmemSfa, tmap_sfa, full_bar(stage),

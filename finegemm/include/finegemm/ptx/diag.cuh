@@ -16,9 +16,6 @@
 //   FINEGEMM_DIAG_NO_L2_HINTS  the producers of both kernel families load with the default L2
 //                         policy on skinny problems too (what do the evict-first / evict-last hints
 //                         give, and what does their code cost where they are off?)
-//   FINEGEMM_DIAG_B_PREFETCH_GROUP=n  the producers prefetch the next n-1 K-major B boxes into L2
-//                         at every n-th k-block (n = 2: each 256-byte span of a B row is asked
-//                         for at once; does DRAM row locality limit the skinny stream?)
 //   FINEGEMM_DIAG_EARLY_RELEASE_1D1D  the 1D1D consumers release a stage right after its wgmmas
 //                         complete, before the promotion reads the stage's column scales, and
 //                         without the fence (racy by design: what would a race-free early release
@@ -62,12 +59,6 @@ constexpr bool kEarlyRelease1d1d = false;
 constexpr bool kNoL2Hints = true;
 #else
 constexpr bool kNoL2Hints = false;
-#endif
-
-#ifdef FINEGEMM_DIAG_B_PREFETCH_GROUP
-constexpr unsigned kBPrefetchGroup = FINEGEMM_DIAG_B_PREFETCH_GROUP;
-#else
-constexpr unsigned kBPrefetchGroup = 1;  // off
 #endif
 
 }  // namespace diag

@@ -70,14 +70,6 @@ __device__ __forceinline__ bool use_skinny_l2_hints(uint32_t num_m_blocks, bool 
          b_bytes <= kL2HintMaxBBytes;
 }
 
-// L2 prefetch of one box of a tensor map (no shared-memory destination, no barrier).
-__device__ __forceinline__ void tma_prefetch_2d(const void* tmap, int32_t c0, int32_t c1) {
-  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];\n" ::"l"(
-                   reinterpret_cast<uint64_t>(tmap)),
-               "r"(c0), "r"(c1)
-               : "memory");
-}
-
 // tma_load_2d with `policy` when `hinted`, else with the default L2 policy.
 __device__ __forceinline__ void tma_load_2d_policy(uint32_t dst, const void* tmap, uint32_t bar, int32_t c0,
                                                    int32_t c1, bool hinted, uint64_t policy) {
