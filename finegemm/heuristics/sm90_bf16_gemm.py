@@ -97,7 +97,9 @@ MIN_KB_PER_SPLIT = 8  # 512 of K per split at least
 # 176: N = 2112 (the DeepSeek-V3 q_a / kv_a projection) is 12 x 176, so M = 4096 runs 384 tiles
 # (2.9 waves of 132) where bn192 runs 352 (2.7: the last wave 2/3 full); cuBLAS picks 176 there
 # (scripts/probe_cublas_kernels.py, NOTES v0.30).
-BLOCK_N_K_MAJOR = (16, 32, 48, 64, 96, 128, 160, 176, 192, 224, 256)
+# 112: N = 7168 is 64 x 112, so M = 256 runs 128 tiles (one wave) where bn128 runs 112 (85% of
+# the SMs busy); NOTES v0.33.
+BLOCK_N_K_MAJOR = (16, 32, 48, 64, 96, 112, 128, 160, 176, 192, 224, 256)
 # N-major B: whole 64-column TMA boxes (128-byte swizzle), or one 32-column box (64-byte swizzle)
 # for skinny N, where 64-wide tiles leave too few work units (e.g. N = 256).
 BLOCK_N_MN_MAJOR = (32, 64, 128, 192, 256)
