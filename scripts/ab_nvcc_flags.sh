@@ -6,10 +6,7 @@
 #   GPU machine:  AB_FLAGS=-DFINEGEMM_DIAG_... bash scripts/ab_nvcc_flags.sh grouped --kinds wgrad k_grouped
 #                 -> $OUT/ab_{flag1,base,flag2}.json
 set -uo pipefail
-cd "$(dirname "$0")/.."
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-if [[ -z "${FINEGEMM_CACHE_DIR:-}" && -d .fgcache ]]; then export FINEGEMM_CACHE_DIR="$PWD/.fgcache"; fi
-OUT="${OUT:-/tmp/finegemm-out}"; mkdir -p "$OUT"
+source "$(dirname "$0")/_env.sh"
 : "${AB_FLAGS:?set AB_FLAGS to the nvcc flags of the experiment}"
 status=0
 for run in flag1 base flag2; do

@@ -7,10 +7,7 @@
 #                 bash scripts/ab_probe_variants.sh --set mid --kinds fp8_dense bf16_dense
 #                 -> $OUT/ab_<label>_<round>.json; python3 scripts/ab_summary.py $OUT/ab_*.json
 set -uo pipefail
-cd "$(dirname "$0")/.."
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-if [[ -z "${FINEGEMM_CACHE_DIR:-}" && -d .fgcache ]]; then export FINEGEMM_CACHE_DIR="$PWD/.fgcache"; fi
-OUT="${OUT:-/tmp/finegemm-out}"; mkdir -p "$OUT"
+source "$(dirname "$0")/_env.sh"
 : "${VARIANTS:?set VARIANTS to label=flags pairs, e.g. 'base= foo=-DFOO'}"
 status=0
 for round in $(seq 1 "${ROUNDS:-2}"); do

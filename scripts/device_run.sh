@@ -4,12 +4,8 @@
 #   bash scripts/device_run.sh [all|tests|bench|sanitize|tune]      (default: all)
 # Every later GPU claim in benchmarks/results/ comes from this script.
 set -uo pipefail
-cd "$(dirname "$0")/.."
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-# A cache built on the CPU machine (scripts/precompile.py, same nvcc) can be carried in .fgcache.
-if [[ -z "${FINEGEMM_CACHE_DIR:-}" && -d .fgcache ]]; then export FINEGEMM_CACHE_DIR="$PWD/.fgcache"; fi
+source "$(dirname "$0")/_env.sh"
 export FINEGEMM_CACHE_DIR="${FINEGEMM_CACHE_DIR:-/tmp/finegemm-cache}"
-OUT="${OUT:-/tmp/finegemm-out}"; mkdir -p "$OUT"
 what="${1:-all}"
 status=0
 

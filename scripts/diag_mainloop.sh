@@ -8,10 +8,7 @@
 #   CPU machine:  FINEGEMM_CACHE_DIR=$PWD/.fgcache bash scripts/diag_mainloop.sh --precompile
 #   GPU machine:  bash scripts/diag_mainloop.sh        -> $OUT/diag_variants.json, $OUT/diag_traces.tgz
 set -uo pipefail
-cd "$(dirname "$0")/.."
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-if [[ -z "${FINEGEMM_CACHE_DIR:-}" && -d .fgcache ]]; then export FINEGEMM_CACHE_DIR="$PWD/.fgcache"; fi
-OUT="${OUT:-/tmp/finegemm-out}"; mkdir -p "$OUT"
+source "$(dirname "$0")/_env.sh"
 # Split-K cases too (the trace now covers them): does a wider tile keep ~350 cycles per k-block,
 # and what does the reduction cost?
 # DIAG_CASES / DIAG_VARIANTS (space-separated, same syntax) replace the defaults.
