@@ -10,17 +10,24 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+from pathlib import Path
 
-CONFIG_KEYS = ("block_m", "block_n", "num_stages", "num_splits", "num_multicast", "multicast_on_a", "tma_store",
-               "half_promote", "ctas_per_sm", "k_batch")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from finegemm.heuristics import tuned  # noqa: E402
 
 
-def entry_key(e: dict) -> tuple:
-    return (e["kind"], e["num_sms"], e["m"], e["n"], e["k"], e.get("out_fp32"), e.get("has_c"))
+def shape_key(e: dict) -> tuple:
+    """An entry's identity in a table: tuned.merge_entries' key (exact fields, then M and K)."""
+    return tuned.entry_key(e["kind"], e["num_sms"], e["n"], e.get("out_fp32", False), e.get("has_c", False)) + (
+        int(e["m"]), int(e["k"]))
 
 
 def same_config(cfg: dict, row: dict) -> bool:
-    return all(row.get(k, cfg.get(k)) == cfg.get(k) for k in CONFIG_KEYS if k in cfg)
+    """Whether a tuner candidate row ran the entry's configuration (absent optional fields: defaults)."""
+    want = {**tuned.OPTIONAL_FIELDS, **cfg}
+    return all({**tuned.OPTIONAL_FIELDS, **row}.get(f) == want[f] for f in (*tuned.CONFIG_FIELDS, *tuned.OPTIONAL_FIELDS))
 
 
 def main() -> int:
@@ -30,38 +37,31 @@ def main() -> int:
     ap.add_argument("--runs", required=True, nargs="+")
     ap.add_argument("--min-gain", type=float, default=1.01)
     args = ap.parse_args()
-    table = json.load(open(args.table))
-    tuned = json.load(open(args.tuned))
+    shipped = {shape_key(e): e for e in json.load(open(args.table))["entries"]}
     rows = {}
     for path in args.runs:
         for r in json.load(open(path))["records"]:
             rows[(r["m"], r["n"], r["k"], r.get("layout"), bool(r.get("out_fp32", False)))] = r["candidates"]
-    index = {entry_key(e): i for i, e in enumerate(table["entries"])}
-    old_keys = set(index)
-    added = switched = kept = 0
-    for e in tuned["entries"]:
-        key = entry_key(e)
-        if key not in old_keys:
-            table["entries"].append(e)
+    take, added, kept = [], 0, 0
+    for e in json.load(open(args.tuned))["entries"]:
+        old = shipped.get(shape_key(e))
+        if old is None:
+            take.append(e)
             added += 1
             continue
-        old = table["entries"][index[key]]
         if old["config"] == e["config"]:
             continue
         layout = e["kind"].split("_", 1)[1] if e["kind"].startswith("bf16_") else None
         cands = rows.get((e["m"], e["n"], e["k"], layout, bool(e.get("out_fp32", False))), [])
         old_us = [c["us"] for c in cands if c.get("ok") and same_config(old["config"], c)]
         if not old_us or e["us"] * args.min_gain <= min(old_us):
-            table["entries"][index[key]] = e
-            switched += 1
-            print(f"switch {key}: {min(old_us) if old_us else 'old config not timed'} -> {e['us']} us")
+            take.append(e)
+            print(f"switch {shape_key(e)}: {min(old_us) if old_us else 'old config not timed'} -> {e['us']} us")
         else:
             kept += 1
-            print(f"keep   {key}: old {min(old_us)} us vs winner {e['us']} us")
-    with open(args.table, "w") as f:
-        json.dump(table, f, indent=1)
-        f.write("\n")
-    print(f"{added} added, {switched} switched, {kept} kept")
+            print(f"keep   {shape_key(e)}: old {min(old_us)} us vs winner {e['us']} us")
+    tuned.merge_entries(args.table, take)
+    print(f"{added} added, {len(take) - added} switched, {kept} kept")
     return 0
 
 
