@@ -18,6 +18,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from finegemm.heuristics import tuned  # noqa: E402
 
 
+def _load(path: str) -> dict:
+    with open(path) as f:
+        return json.load(f)
+
+
 def shape_key(e: dict) -> tuple:
     """An entry's identity in a table: tuned.merge_entries' key (exact fields, then M and K)."""
     return tuned.entry_key(e["kind"], e["num_sms"], e["n"], e.get("out_fp32", False), e.get("has_c", False)) + (
@@ -37,13 +42,13 @@ def main() -> int:
     ap.add_argument("--runs", required=True, nargs="+")
     ap.add_argument("--min-gain", type=float, default=1.01)
     args = ap.parse_args()
-    shipped = {shape_key(e): e for e in json.load(open(args.table))["entries"]}
+    shipped = {shape_key(e): e for e in _load(args.table)["entries"]}
     rows = {}
     for path in args.runs:
-        for r in json.load(open(path))["records"]:
+        for r in _load(path)["records"]:
             rows[(r["m"], r["n"], r["k"], r.get("layout"), bool(r.get("out_fp32", False)))] = r["candidates"]
     take, added, kept = [], 0, 0
-    for e in json.load(open(args.tuned))["entries"]:
+    for e in _load(args.tuned)["entries"]:
         old = shipped.get(shape_key(e))
         if old is None:
             take.append(e)

@@ -48,18 +48,18 @@ def precompile(sms: int, jobs: int, case_set: str) -> None:
     from finegemm.ops import sm90_bf16_gemm as ob
     from finegemm.ops import sm90_fp8_gemm as o8
 
-    FP8_DENSE, FP8_MASKED, BF16_DENSE, BF16_MASKED = SETS[case_set]
+    fp8_dense, fp8_masked, bf16_dense, bf16_masked = SETS[case_set]
     src = {}
-    for m, n, k in FP8_DENSE:
+    for m, n, k in fp8_dense:
         c = h8.select_config(m, n, k, sms, False, False)
         src[o8._kernel_name(c)] = o8._render_cfg(c)
-    for g, m, n, k in FP8_MASKED:
+    for g, m, n, k in fp8_masked:
         c = h8.select_grouped_config(h8.GEMM_GROUPED_MASKED, -(-m // 128) * 128, n, k, g, sms, expected_m=m)
         src[o8._kernel_name(c)] = o8._render_cfg(c)
-    for lay, m, n, k, *fp32 in BF16_DENSE:
+    for lay, m, n, k, *fp32 in bf16_dense:
         c = hb.select_config(m, n, k, sms, lay[0] == "t", lay[1] == "n", bool(fp32 and fp32[0]), False)
         src[ob.kernel_name(c.kernel_key())] = ob.render(*c.kernel_key())
-    for g, m, n, k in BF16_MASKED:
+    for g, m, n, k in bf16_masked:
         c = hb.select_grouped_config(hb.GEMM_GROUPED_MASKED, -(-m // 128) * 128, n, k, g, sms, m, 0)
         src[ob.grouped_kernel_name(c.grouped_kernel_key())] = ob.render_grouped(*c.grouped_kernel_key())
     print(f"{len(src)} kernels")
@@ -88,7 +88,7 @@ def main() -> int:
     from finegemm.bench import dense as bench_dense
     from finegemm.bench import grouped as bench_grouped
 
-    FP8_DENSE, FP8_MASKED, BF16_DENSE, BF16_MASKED = SETS[args.set]
+    fp8_dense, fp8_masked, bf16_dense, bf16_masked = SETS[args.set]
     gen = torch.Generator(device="cuda").manual_seed(0)
     records = []
 
@@ -99,16 +99,16 @@ def main() -> int:
               flush=True)
         records.append(rec)
 
-    for m, n, k in FP8_DENSE if "fp8_dense" in args.kinds else []:
+    for m, n, k in fp8_dense if "fp8_dense" in args.kinds else []:
         time.sleep(0.3)
         add("fp8_dense", bench_dense.bench_shape(m, n, k, {}, gen, args.num_tests))
-    for g, m, n, k in FP8_MASKED if "fp8_masked" in args.kinds else []:
+    for g, m, n, k in fp8_masked if "fp8_masked" in args.kinds else []:
         time.sleep(0.3)
         add("fp8_masked", bench_grouped.bench_masked(g, m, n, k, gen, args.num_tests))
-    for lay, m, n, k, *fp32 in BF16_DENSE if "bf16_dense" in args.kinds else []:
+    for lay, m, n, k, *fp32 in bf16_dense if "bf16_dense" in args.kinds else []:
         time.sleep(0.3)
         add("bf16_dense", bench_bf16.bench_one(lay, m, n, k, bool(fp32 and fp32[0]), gen, args.num_tests))
-    for g, m, n, k in BF16_MASKED if "bf16_masked" in args.kinds else []:
+    for g, m, n, k in bf16_masked if "bf16_masked" in args.kinds else []:
         time.sleep(0.3)
         add("bf16_masked", bench_bf16.bench_grouped_masked(g, m, n, k, gen, args.num_tests))
     if args.out:
