@@ -34,13 +34,15 @@ fi
 if [[ "$what" == tune ]]; then
   # Re-tune on this GPU: the shipped tables plus fresh winners -> $OUT/tuned_sm90*.json (copy them
   # to finegemm/heuristics/ to ship them). FINEGEMM_TUNE_FAMILIES narrows (default: dense wgrad);
-  # FINEGEMM_TUNE_SHAPES ("M,N,K ..." or "G,M,N,K ..." for masked) replaces the default shapes.
+  # FINEGEMM_TUNE_SHAPES ("M,N,K ..." or "G,M,N,K ..." for masked) replaces the default shapes;
+  # FINEGEMM_TUNE_ARGS adds tune options (e.g. "--block-m 192").
   # The BF16 families (bf16, bf16_masked, bf16_contiguous) write to the BF16 table's copy.
   cp finegemm/heuristics/tuned_sm90.json "$OUT/tuned_sm90.json"
   cp finegemm/heuristics/tuned_sm90_bf16.json "$OUT/tuned_sm90_bf16.json"
   for fam in ${FINEGEMM_TUNE_FAMILIES:-dense wgrad}; do
     extra=""; [[ "$fam" == dense ]] && extra="--curve"
     [[ -n "${FINEGEMM_TUNE_SHAPES:-}" ]] && extra="--shapes $FINEGEMM_TUNE_SHAPES"
+    extra="$extra ${FINEGEMM_TUNE_ARGS:-}"  # e.g. "--block-m 192"
     table="$OUT/tuned_sm90.json"; [[ "$fam" == bf16* ]] && table="$OUT/tuned_sm90_bf16.json"
     # shellcheck disable=SC2086
     python3 -m finegemm tune "$fam" $extra --table "$table" --out "$OUT/tune_$fam.json" 2>&1 \

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from finegemm.bench.dense import CURVE_M, DENSE_M, DENSE_NK  # noqa: E402
 from finegemm.heuristics.sm90_fp8_gemm import (  # noqa: E402
     GEMM_GROUPED_CONTIGUOUS,
     GEMM_GROUPED_MASKED,
+    make_config,
     max_stages,
     select_config,
     select_grouped_config,
@@ -110,6 +112,13 @@ def wgrad_configs(sms: int) -> list:
             for bm, bn, mc, mc_a, tma, kbat in t.KBATCH_CFGS:
                 for kb in (kbat, 1):
                     out.append(t.tma_epilogue_config(plan, bm, bn, mc, mc_a, tma, sms, k_batch=kb))
+    # block_m 192 against block_m 128 (test_dense_1d1d_three_warpgroups).
+    for (m, n, k) in t.TMA_EPI_SHAPES:
+        for has_c in (False, True):
+            for bn, tma, hp in t.THREE_WG_1D1D:
+                for bm in (192, 128):
+                    out.append(make_config(m, n, k, sms, True, has_c, bm, bn, max_stages(bm, bn, tma, True), 1, 1,
+                                           False, tma, hp, one_d_one_d=True))
     # k-grouped, per-group path (K_GROUPED_SINGLE_LAUNCH False, parametrized in the GPU tests too).
     per_group = t.K_GROUPED_CASES + [t.K_GROUPED_DET] + t.K_GROUPED_ONE_LAUNCH_CASES + [t.K_GROUPED_REPEAT]
     for _, m, n, ks, mode in per_group:
@@ -154,6 +163,12 @@ def k_grouped_configs(sms: int, t) -> list:
         for kb in (kbat, 1):
             out.append(make_k_grouped_config(100, 1000, k_plan, len(ks), active, sms, True, bm, bn,
                                              max_stages(bm, bn, tma, True), mc, mc_a, tma_store=tma, k_batch=kb))
+    for bn, tma, hp in t.THREE_WG_1D1D[:3]:  # test_k_grouped_three_warpgroups
+        for m, n, ks in ((100, 1000, [256, 0, 1152, 128, 640]), (200, 576, [640, 384])):
+            active, k_plan = k_grouped_plan_k(ks)
+            for bm in (192, 128):
+                out.append(make_k_grouped_config(m, n, k_plan, len(ks), active, sms, True, bm, bn,
+                                                 max_stages(bm, bn, tma, True), 1, False, tma_store=tma, half_promote=hp))
     for m, n, ks in [t.FORCED_K_GROUPED, t.FORCED_K_GROUPED_MANY]:
         active, k_plan = k_grouped_plan_k(ks)
         for bm, bn, mc, mc_a in t.FORCED_K_GROUPED_CFGS:
@@ -175,6 +190,16 @@ def main() -> int:
         for out_fp32, has_c in ((False, False), (True, False), (True, True)):
             cfg = select_config(m, n, k, args.sms, out_fp32, has_c)
             cfgs[ops._kernel_name(cfg)] = cfg
+    # block_m 192, 1D2D (tests/gpu/test_fp8_gemm_gpu.py::test_three_warpgroup_tiles).
+    spec = importlib.util.spec_from_file_location("_fp8_gpu_cases", Path(__file__).resolve().parents[1] / "tests"
+                                                  / "gpu" / "test_fp8_gemm_gpu.py")
+    t = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(t)
+    for (m, n, k) in [(1, 576, 7168), (17, 2112, 7296), (385, 2104, 1664), (4097, 7168, 2048)]:
+        for bn, st in t.THREE_WG_1D2D:
+            for bm, stages in ((192, st), (128, max_stages(128, bn))):
+                cfg = make_config(m, n, k, args.sms, False, False, bm, bn, stages)
+                cfgs[ops._kernel_name(cfg)] = cfg
     for cfg in grouped_configs(args.sms):
         cfgs[ops._kernel_name(cfg)] = cfg
     for cfg in wgrad_configs(args.sms):

@@ -69,14 +69,18 @@ def main() -> int:
     p.add_argument("--masked", action="store_true", help="also the candidates of `tune masked`")
     p.add_argument("--contiguous", action="store_true", help="also the candidates of `tune contiguous`")
     p.add_argument("--k-grouped", action="store_true", help="also the candidates of `tune k_grouped`")
+    p.add_argument("--block-m", type=int, default=None,
+                   help="only that block_m's candidates (as `tune --block-m`; today's selections are table "
+                        "entries or model choices, which scripts/precompile.py builds)")
     args = p.parse_args()
     cfgs = {}
+    keep = (lambda c: True) if args.block_m is None else (lambda c: c.block_m == args.block_m)
     for (m, n, k) in args.shapes or default_shapes(args.curve):
-        for cfg in candidate_configs(m, n, k, args.sms, top=args.top):
+        for cfg in filter(keep, candidate_configs(m, n, k, args.sms, top=args.top)):
             cfgs[ops._kernel_name(cfg)] = cfg
     if args.wgrad:
         for (m, n, k) in wgrad_default_shapes():
-            for cfg in candidate_configs(m, n, k, args.sms, True, True, top=args.top, one_d_one_d=True):
+            for cfg in filter(keep, candidate_configs(m, n, k, args.sms, True, True, top=args.top, one_d_one_d=True)):
                 if not ops.ACCUMULATE_C_IN_KERNEL_1D1D:  # C added after the kernel (ops: _AccumulateAfter)
                     cfg = dataclasses.replace(cfg, has_c=False)
                 cfgs[ops._kernel_name(cfg)] = cfg
@@ -101,7 +105,7 @@ def main() -> int:
         from finegemm.bench.tune import k_grouped_default_problems
         from finegemm.heuristics.sm90_fp8_gemm import k_grouped_candidate_configs
         for (g, m, n, ks) in k_grouped_default_problems():
-            for cfg in k_grouped_candidate_configs(m, n, ks, args.sms, True, top=args.top):
+            for cfg in filter(keep, k_grouped_candidate_configs(m, n, ks, args.sms, True, top=args.top)):
                 cfgs[ops._kernel_name(cfg)] = cfg
     for cfg in shipped_table_configs():
         cfgs[ops._kernel_name(cfg)] = cfg

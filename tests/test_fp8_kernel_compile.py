@@ -507,6 +507,35 @@ def test_every_1d1d_block_n_compiles_spill_free():
 
 
 @pytest.mark.nvcc
+def test_three_warpgroup_tiles_compile_clean():
+    """block_m 192 (three consumer warpgroups, setmaxnreg 160 / 32): every block_n the tuner may
+    propose, in each variant it proposes (1D1D direct / TMA epilogue with C, half-promote, k-grouped;
+    1D2D direct epilogue), builds with 0 spills and unserialized wgmmas."""
+    from finegemm import jit
+    from finegemm.heuristics.sm90_fp8_gemm import MAX_BLOCK_N, THREE_WG_BLOCK_N, max_stages
+    from finegemm.ops.sm90_fp8_gemm import render
+
+    jobs = []
+    for bn in THREE_WG_BLOCK_N:
+        st, st_tma = max_stages(192, bn, False, True), max_stages(192, bn, True, True)
+        jobs.append((f"bm192_bn{bn}_s{st}_c_1d1d", render(192, bn, st, True, True, False, one_d_one_d=True)))
+        jobs.append((f"bm192_bn{bn}_s{st_tma}_c_hp_tma_1d1d",
+                     render(192, bn, st_tma, True, True, False, 1, False, True, tma_store=True, one_d_one_d=True)))
+        jobs.append((f"bm192_bn{bn}_s{st_tma}_c_tma_kgrp",
+                     render(192, bn, st_tma, True, True, False, tma_store=True, gemm_kind=3, one_d_one_d=True)))
+        if bn <= MAX_BLOCK_N[192]:
+            st = max_stages(192, bn, cap=16)
+            jobs.append((f"bm192_bn{bn}_s{st}", render(192, bn, st, False, False, False)))
+    reports = jit.compile_check(jobs, raise_on_failure=False)
+    assert len(reports) == len(jobs)
+    _check_reports(reports)
+    for r in reports:
+        sass = _sass(r["cubin"])
+        if sass is not None:
+            assert "USETMAXREG" in sass and "LDL" not in sass and "STL" not in sass, r["label"]
+
+
+@pytest.mark.nvcc
 def test_host_library_has_1d1d_launcher(cuda_driver_present):
     from finegemm.ops import sm90_fp8_gemm as ops
 

@@ -129,7 +129,31 @@ def test_smem_formula_matches_kernel_layout():
     assert h.smem_bytes(128, 208, 4, True) == 1024 + 128 * 208 * 2 + 4 * (16384 + 208 * 128 + 512 + 16) + 4 * 16 + 16
     assert h.smem_bytes(64, 112, 3, False) == h.smem_bytes(64, 112, 3, True) - 64 * 112 * 2
     assert h.max_stages(128, 192, True) == 4 and h.max_stages(128, 224, True) == 3
-    assert h.MAX_BLOCK_N == {64: 208, 128: 224}
+    assert h.MAX_BLOCK_N == {64: 208, 128: 224, 192: 144}
+    # block_m 192: 24 KB of A, 768 B of sfa per stage.
+    assert h.smem_bytes(192, 128, 5) == 1024 + 5 * (24576 + 16384 + 768 + 16) + 5 * 16 + 16
+    assert h.max_stages(192, 128, cap=h.MAX_STAGES) == 5 and h.max_stages(192, 144, True, True) == 4
+
+
+def test_three_warpgroup_tiles_only_from_the_tuner():
+    """block_m 192 (three consumer warpgroups): the tuner proposes it (1D1D with >= 2 m-blocks;
+    1D2D for M >= 1024 with bf16 out), the model never picks it, and make_config rejects what the
+    kernel does not build with it (split-K, multicast, k-block batches, two CTAs per SM, wide tiles)."""
+    for args, kw in (((4096, 7168, 4096, 132, True, True), {"one_d_one_d": True}),
+                     ((4096, 7168, 16384, 132, False, False), {})):
+        cands = h.candidate_configs(*args, **kw)
+        three = [c for c in cands if c.block_m == 192]
+        assert three and all(c.num_threads == 512 and c.k_batch == 1 and c.num_splits == 1 and c.num_multicast == 1
+                             for c in three)
+        assert len({(c.kernel_key(), c.grid) for c in cands}) == len(cands), "duplicate candidates"
+        assert h.select_config(*args, **kw).block_m != 192
+    assert not [c for c in h.candidate_configs(256, 7168, 4096, 132, True, True, one_d_one_d=True) if c.block_m == 192]
+    assert not [c for c in h.candidate_configs(512, 7168, 4096, 132) if c.block_m == 192]
+    for kw in ({"num_splits": 2}, {"num_multicast": 2}, {"k_batch": 2}):
+        with pytest.raises(ValueError, match="block_m 192"):
+            h.make_config(4096, 7168, 4096, 132, True, True, 192, 96, 4, one_d_one_d=True, **kw)
+    with pytest.raises(ValueError, match="block_n"):
+        h.make_config(4096, 7168, 4096, 132, False, False, 192, 160, 4)
 
 
 def test_deep_rings_are_built_only_up_to_the_kernel_limit():

@@ -52,8 +52,23 @@ def default_shapes(curve: bool = False) -> list[tuple[int, int, int]]:
     return [(m, n, k) for m in DENSE_M + (CURVE_M if curve else []) for (n, k) in DENSE_NK]
 
 
+def _restrict(cands: list, current, block_m: int | None) -> list:
+    """--block-m: the candidates of that block_m, after the configuration the library selects today
+    (table entry or model), so a merge can compare the two in the same run."""
+    if block_m is None:
+        return cands
+    keep = [current] + [c for c in cands if c.block_m == block_m]
+    seen, out = set(), []
+    for c in keep:
+        key = (c.kernel_key(), c.grid)
+        if key not in seen:
+            seen.add(key)
+            out.append(c)
+    return out
+
+
 def tune_shape(m: int, n: int, k: int, num_sms: int, top: int, num_tests: int, gen, log=print,
-               family: str = "dense") -> dict:
+               family: str = "dense", block_m: int | None = None) -> dict:
     """Every candidate's check and time for one shape; returns the shape's record. family
     "dense": recipe (1, 128, 128), bf16 d; "wgrad": recipe (1, 1, 128), fp32 d accumulated in
     place (c = d), as weight gradients are."""
@@ -80,6 +95,9 @@ def tune_shape(m: int, n: int, k: int, num_sms: int, top: int, num_tests: int, g
         d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
         c0 = None
     cands = candidate_configs(m, n, k, num_sms, out_fp32=wgrad, has_c=wgrad, top=top, one_d_one_d=wgrad)
+    if block_m is not None:
+        from finegemm.heuristics.sm90_fp8_gemm import select_config
+        cands = _restrict(cands, select_config(m, n, k, num_sms, wgrad, wgrad, one_d_one_d=wgrad), block_m)
 
     def row_of(cfg):
         return {"block_m": cfg.block_m, "block_n": cfg.block_n, "num_stages": cfg.num_stages,
@@ -295,7 +313,7 @@ def k_grouped_default_problems() -> list[tuple[int, int, int, list[int]]]:
 
 
 def tune_k_grouped_problem(g: int, m: int, n: int, ks: list[int], num_sms: int, top: int, num_tests: int, gen,
-                           log=print) -> dict:
+                           log=print, block_m: int | None = None) -> dict:
     """k_grouped_fp8_gemm_nt_contiguous with c = d (weight gradients) on one problem: every
     candidate of heuristics.k_grouped_candidate_configs checked (exact reference on sampled output
     rows of every group, C and product separately, bitwise repeat from the same C) and timed. The
@@ -318,6 +336,7 @@ def tune_k_grouped_problem(g: int, m: int, n: int, ks: list[int], num_sms: int, 
     prod_ref = k_grouped_reference_rows(a, sfa, b, sfb, m, n, ks, rows).double()
     c_rows = c0[:, idx].double()
     cands = k_grouped_candidate_configs(m, n, ks, num_sms, True, top=top)
+    cands = _restrict(cands, cands[0], block_m)  # the first is select_k_grouped_config's choice
 
     def row_of(cfg):
         return {"block_m": cfg.block_m, "block_n": cfg.block_n, "num_stages": cfg.num_stages, "num_splits": 1,
@@ -516,6 +535,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--curve", action="store_true", help="also the M curve of `bench dense` (1 ... 8192)")
     p.add_argument("--top", type=int, default=16, help="the model's best N candidates (plus family bests)")
     p.add_argument("--num-tests", type=int, default=10)
+    p.add_argument("--block-m", type=int, default=None,
+                   help="dense / wgrad / k_grouped: only that block_m's candidates, plus today's selection")
     p.add_argument("--table", default=None, help="tuned table to add the winners to (default: print only)")
     p.add_argument("--out", default=None, help="JSON with every candidate's check and time")
     return p
@@ -554,7 +575,7 @@ def main(argv=None) -> int:
     elif args.family == "k_grouped":
         if args.shapes:
             raise SystemExit("finegemm tune k_grouped: --shapes is not supported (the problems are bench grouped's)")
-        records = [tune_k_grouped_problem(*p, num_sms, args.top, args.num_tests, gen)
+        records = [tune_k_grouped_problem(*p, num_sms, args.top, args.num_tests, gen, block_m=args.block_m)
                    for p in k_grouped_default_problems()]
     elif args.family == "bf16":
         shapes = bf16_tune_shapes(args.shapes)
@@ -562,7 +583,8 @@ def main(argv=None) -> int:
                    for (m, n, k, fp32) in shapes for layout in args.layouts]
     else:
         shapes = args.shapes or (wgrad_default_shapes() if args.family == "wgrad" else default_shapes(args.curve))
-        records = [tune_shape(m, n, k, num_sms, args.top, args.num_tests, gen, family=args.family)
+        records = [tune_shape(m, n, k, num_sms, args.top, args.num_tests, gen, family=args.family,
+                              block_m=args.block_m)
                    for (m, n, k) in shapes]
     print(f"tuned {len(records)} shapes in {time.time() - t0:.0f} s")
     failed = sum(1 for r in records for c in r["candidates"] if not c.get("ok"))

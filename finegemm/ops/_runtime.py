@@ -37,11 +37,12 @@ except AttributeError:  # pragma: no cover
     is_capturing = torch.cuda.is_current_stream_capturing
 
 
-def check_tile(block_m: int, block_n: int, num_stages: int | None = None) -> None:
-    """The tile rules of every SM90 kernel template: block_m 64 or 128 (one or two consumer
-    warpgroups), block_n a multiple of 16 in [16, 256] (wgmma N), at least two pipeline stages."""
-    if block_m not in (64, 128):
-        raise ValueError(f"block_m must be 64 or 128, got {block_m}")
+def check_tile(block_m: int, block_n: int, num_stages: int | None = None, block_ms: tuple = (64, 128)) -> None:
+    """The tile rules of every SM90 kernel template: block_m one of `block_ms` (64 / 128: one or
+    two consumer warpgroups; the FP8 kernel also builds 192, three), block_n a multiple of 16 in
+    [16, 256] (wgmma N), at least two pipeline stages."""
+    if block_m not in block_ms:
+        raise ValueError(f"block_m must be one of {block_ms}, got {block_m}")
     if block_n % 16 or not 16 <= block_n <= 256:
         raise ValueError(f"block_n must be a multiple of 16 in [16, 256], got {block_n}")
     if num_stages is not None and num_stages < 2:

@@ -26,6 +26,7 @@ from finegemm.heuristics.sm90_fp8_gemm import (
     GEMM_GROUPED_CONTIGUOUS,
     GEMM_GROUPED_MASKED,
     GEMM_K_GROUPED,
+    FP8_BLOCK_MS,
     GEMM_NORMAL,
     Fp8GemmConfig,
     select_config,
@@ -120,7 +121,7 @@ def render(block_m: int, block_n: int, num_stages: int, out_fp32: bool, has_c: b
             raise ValueError(f"num_multicast must be 1 or 2, got {num_multicast}")
         if num_multicast == 2 and split_k:
             raise ValueError("split-K and multicast are not combined")
-        check_tile(block_m, block_n)
+        check_tile(block_m, block_n, block_ms=FP8_BLOCK_MS)
         template = _TEMPLATE_K_GROUPED if gemm_kind == GEMM_K_GROUPED else _TEMPLATE_1D1D
         return template.format(threads=(block_m // 64 + 1) * 128, block_m=block_m, block_n=block_n,
                                stages=num_stages, has_c=_b(has_c), split_k=_b(split_k), num_multicast=num_multicast,
@@ -135,7 +136,7 @@ def render(block_m: int, block_n: int, num_stages: int, out_fp32: bool, has_c: b
         raise ValueError(f"num_multicast must be 1 or 2, got {num_multicast}")
     if num_multicast == 2 and split_k:
         raise ValueError("split-K and multicast are not combined")
-    check_tile(block_m, block_n)
+    check_tile(block_m, block_n, block_ms=FP8_BLOCK_MS)
     if has_c and not out_fp32:
         raise ValueError("has_c requires out_fp32")
     if tma_store and (out_fp32 or has_c or split_k):

@@ -391,3 +391,31 @@ def test_forced_tuner_families(m, n, k, variant):
         cfg = make_config(m, n, k, sms, False, False, bm, bn, max_stages(bm, bn, tma, ctas_per_sm=cps), splits, mc,
                           mc == 2, tma, hp, ctas_per_sm=cps, k_batch=kbat)
         _check_forced(cfg, m, n, k, seed=bn + m + k)
+
+
+# block_m 192 (three consumer warpgroups; only the tuner proposes it): (block_n, stages) of the
+# direct epilogue. The shapes put partial tiles at every edge: M = 1 / 17 (one m-block, mostly
+# empty), 385 (two full m-blocks + 1 row), 4097; N off every block_n; K with a ring that wraps.
+THREE_WG_1D2D = [(96, 6), (128, 5), (144, 5)]
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 576, 7168), (17, 2112, 7296), (385, 2104, 1664), (4097, 7168, 2048)])
+@pytest.mark.parametrize("bn,stages", THREE_WG_1D2D)
+def test_three_warpgroup_tiles(m, n, k, bn, stages):
+    """block_m 192 against the exact reference (poisoned output, bitwise repeat), and bitwise equal
+    to block_m 128 at the same block_n: each output's wgmma dot products and promotion order do not
+    depend on how many 64-row warpgroups share the tile."""
+    from finegemm import runtime
+    from finegemm.heuristics.sm90_fp8_gemm import make_config, max_stages
+
+    sms = runtime.get_num_sms()
+    cfg = make_config(m, n, k, sms, False, False, 192, bn, stages)
+    assert cfg.num_threads == 512
+    _check_forced(cfg, m, n, k, seed=bn + m + k)
+    x, w, a, sfa, b, sfb = _inputs(m, n, k, seed=bn + m + k)
+    out = {}
+    for bm, st in ((192, stages), (128, max_stages(128, bn))):
+        d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        ops.prepare(a, sfa, b, sfb, d, config=make_config(m, n, k, sms, False, False, bm, bn, st))()
+        out[bm] = d
+    assert torch.equal(out[192], out[128]), "block_m 192 and 128 differ"

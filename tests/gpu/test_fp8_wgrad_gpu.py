@@ -664,3 +664,57 @@ def test_dense_1d1d_k_batch(m, n, k, bm, bn, mc, mc_a, tma, kbat):
 @pytest.mark.parametrize("bm,bn,mc,mc_a,tma,kbat", KBATCH_CFGS[:3])
 def test_k_grouped_k_batch(bm, bn, mc, mc_a, tma, kbat):
     _k_grouped_twins(bm, bn, mc, mc_a, tma, bm + bn + kbat, {"k_batch": kbat}, f"k_batch {kbat}")
+
+
+# ----------------------------------------------------------------------------- block_m 192
+# Three consumer warpgroups (only the tuner proposes them): (block_n, tma_store, half_promote).
+THREE_WG_1D1D = [(96, True, False), (112, False, False), (128, True, True), (144, True, False), (144, False, True)]
+
+
+@pytest.mark.parametrize("bn,tma,hp", THREE_WG_1D1D)
+@pytest.mark.parametrize("m,n,k", TMA_EPI_SHAPES)
+def test_dense_1d1d_three_warpgroups(m, n, k, bn, tma, hp):
+    """block_m 192 against the reference and bitwise equal to block_m 128 at the same block_n and
+    epilogue (each output's dot products and promotion order are the same), c None and c = d."""
+    from finegemm import runtime
+    from finegemm.heuristics import sm90_fp8_gemm as h
+    from finegemm.ops import sm90_fp8_gemm as ops
+
+    x, w, a, sfa, b, sfb = _inputs(m, n, k, seed=m + 5 * n + k + bn)
+    c0 = torch.randn(m, n, device="cuda") * 4
+    sms = runtime.get_num_sms()
+    for mode in ("none", "in_place"):
+        out = {}
+        for bm in (192, 128):
+            cfg = h.make_config(m, n, k, sms, True, mode != "none", bm, bn, h.max_stages(bm, bn, tma, True), 1, 1,
+                                False, tma, hp, one_d_one_d=True)
+            d = c0.clone() if mode == "in_place" else torch.full((m, n), float("nan"), device="cuda")
+            ops._prepare_1d1d_kernel(a, sfa, b, sfb, d, d if mode == "in_place" else None, cfg)()
+            out[bm] = d
+        _check(out[192], a, sfa, b, sfb, x, w, None if mode == "none" else c0)
+        assert torch.equal(out[192].view(torch.int32), out[128].view(torch.int32)), \
+            f"block_m 192 and 128 differ (c {mode})"
+
+
+@pytest.mark.parametrize("bn,tma,hp", THREE_WG_1D1D[:3])
+def test_k_grouped_three_warpgroups(bn, tma, hp):
+    """The k-grouped kernel at block_m 192 (M = 100 and 200: one partial m-block per group, and one
+    full + one partial), bitwise equal to block_m 128."""
+    from finegemm import runtime
+    from finegemm.heuristics import sm90_fp8_gemm as h
+    from finegemm.ops import sm90_fp8_k_grouped as kg
+
+    for m, n, ks in ((100, 1000, [256, 0, 1152, 128, 640]), (200, 576, [640, 384])):
+        g = len(ks)
+        a, sfa, b, sfb = _k_grouped_problem(m, n, ks, seed=m + bn)
+        c0 = torch.randn(g, m, n, device="cuda") * 4
+        active, k_plan = h.k_grouped_plan_k(ks)
+        out = {}
+        for bm in (192, 128):
+            cfg = h.make_k_grouped_config(m, n, k_plan, g, active, runtime.get_num_sms(), True, bm, bn,
+                                          h.max_stages(bm, bn, tma, True), 1, False, tma_store=tma, half_promote=hp)
+            d = c0.clone()
+            kg.k_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, d, ks, d, config=cfg)
+            out[bm] = d
+        _check_k_grouped(out[192], a, sfa, b, sfb, m, n, ks, c0)
+        assert torch.equal(out[192].view(torch.int32), out[128].view(torch.int32)), "block_m 192 and 128 differ"

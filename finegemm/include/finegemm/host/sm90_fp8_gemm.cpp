@@ -75,7 +75,7 @@ int encode_1d2d(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sfa, void
   if (m <= 0 || n <= 0 || k <= 0 || k % 16 != 0) return fg::FG_ERROR_INVALID_ARGUMENT;
   if (lda % 16 != 0 || ldb % 16 != 0 || lda < k || ldb < k || ldd < n) return fg::FG_ERROR_INVALID_ARGUMENT;
   if (sfa_ld % 4 != 0 || sfa_ld < m) return fg::FG_ERROR_INVALID_ARGUMENT;
-  if ((block_m != 64 && block_m != 128) || block_n < 16 || block_n > 256 || block_n % 16 != 0)
+  if ((block_m != 64 && block_m != 128 && block_m != 192) || block_n < 16 || block_n > 256 || block_n % 16 != 0)
     return fg::FG_ERROR_INVALID_ARGUMENT;
   const int num_kb = (k + kBlockK - 1) / kBlockK;
   if (num_splits < 1 || num_splits > num_kb) return fg::FG_ERROR_INVALID_ARGUMENT;
@@ -152,7 +152,7 @@ int encode_1d1d(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sfa, void
   if (m <= 0 || n <= 0 || k <= 0 || k % 16 != 0) return fg::FG_ERROR_INVALID_ARGUMENT;
   if (lda % 16 != 0 || ldb % 16 != 0 || lda < k || ldb < k || ldd < n) return fg::FG_ERROR_INVALID_ARGUMENT;
   if (sfa_ld % 4 != 0 || sfa_ld < m || sfb_ld % 4 != 0 || sfb_ld < n) return fg::FG_ERROR_INVALID_ARGUMENT;
-  if ((block_m != 64 && block_m != 128) || block_n < 16 || block_n > 256 || block_n % 16 != 0)
+  if ((block_m != 64 && block_m != 128 && block_m != 192) || block_n < 16 || block_n > 256 || block_n % 16 != 0)
     return fg::FG_ERROR_INVALID_ARGUMENT;
   const int num_kb = (k + kBlockK - 1) / kBlockK;
   if (num_splits < 1 || num_splits > num_kb) return fg::FG_ERROR_INVALID_ARGUMENT;

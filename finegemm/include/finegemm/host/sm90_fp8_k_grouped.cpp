@@ -107,7 +107,7 @@ int fg_launch_sm90_fp8_k_grouped(uint64_t fn, void* a, void* b, void* sfa, void*
   // D rows are uint32 in the kernel (g * m + row): the [G*m, n] view must stay below 2^31 rows.
   if (static_cast<int64_t>(num_groups) * m > INT32_MAX) return fg::FG_ERROR_INVALID_ARGUMENT;
   if (sfa_ld % 4 != 0 || sfa_ld < m || sfb_ld % 4 != 0 || sfb_ld < n) return fg::FG_ERROR_INVALID_ARGUMENT;
-  if ((block_m != 64 && block_m != 128) || block_n < 16 || block_n > 256 || block_n % 16 != 0)
+  if ((block_m != 64 && block_m != 128 && block_m != 192) || block_n < 16 || block_n > 256 || block_n % 16 != 0)
     return fg::FG_ERROR_INVALID_ARGUMENT;
   if (num_multicast != 1 && num_multicast != 2) return fg::FG_ERROR_INVALID_ARGUMENT;
   if (grid <= 0 || grid % num_multicast != 0 || smem_bytes <= 0) return fg::FG_ERROR_INVALID_ARGUMENT;

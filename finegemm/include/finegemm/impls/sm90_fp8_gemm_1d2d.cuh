@@ -6,7 +6,7 @@
 // [M, N] (row stride ldd), C fp32 (only with fp32 D).
 //
 // Persistent, warp-specialized kernel:
-//   warpgroups 0 .. kNumConsumerWG-1 : consumers (math). Each owns 64 rows of the BLOCK_M tile
+//   warpgroups 0 .. kNumConsumerWG-1 : consumers (math; BLOCK_M / 64 = 1, 2 or 3). Each owns 64 rows of the BLOCK_M tile
 //                                      and issues wgmma m64nBLOCK_Nk32 (4 per 128-wide k-block),
 //                                      then promotes the k-block's partial sums into FP32
 //                                      registers with sfa * sfb.
@@ -138,7 +138,9 @@ struct Sm90Fp8Gemm1d2dTraits {
   // When the offset is always 0, chunk j's block is (8 j) / 128 at compile time.
   static constexpr bool kStaticChunkBlocks = (kMaxOffset == 0) || (kSfbSpan == 1);
 
-  static_assert(BLOCK_M == 64 || BLOCK_M == 128, "BLOCK_M must be 64 or 128");
+  // BLOCK_M 192: three consumer warpgroups, for loops bound by each warpgroup's wgmma -> wait ->
+  // promote chain (recipe (1, 1, 128)): a third chain per SM, at block_n <= 144 (registers).
+  static_assert(BLOCK_M == 64 || BLOCK_M == 128 || BLOCK_M == 192, "BLOCK_M must be 64, 128 or 192");
   static_assert(BLOCK_N % 16 == 0 && BLOCK_N >= 16 && BLOCK_N <= 256, "BLOCK_N: multiple of 16 in [16, 256]");
   static_assert(kNumStages >= 1 && kNumStages <= 16, "kNumStages out of range");
   static_assert(kSfbSpan >= 1 && kSfbSpan <= 3, "a tile spans at most 3 scale blocks");
@@ -387,7 +389,10 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
 
   if (threadIdx.x >= kNumConsumerThreads) {
     // ------------------------------------------------------------------ producer warpgroup
+    // Register split of the 64K file: 2 consumer WGs 232 + producer 40; 3 consumer WGs (bm192,
+    // 512 threads, 128 each at launch) 160 + producer 32 (3 x 128 x 160 + 128 x 32 = 65536).
     if constexpr (kNumConsumerWG == 2) ptx::setmaxnreg_dec<40>();
+    if constexpr (kNumConsumerWG == 3) ptx::setmaxnreg_dec<32>();
     if (threadIdx.x == kNumConsumerThreads) {
       if constexpr (!kKGrouped) {  // k-grouped: the slot's maps are prefetched per unit
         ptx::tma_prefetch_desc(tmap_a);
@@ -520,6 +525,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   } else {
     // ------------------------------------------------------------------ consumer warpgroups
     if constexpr (kNumConsumerWG == 2) ptx::setmaxnreg_inc<232>();
+    if constexpr (kNumConsumerWG == 3) ptx::setmaxnreg_inc<160>();
     // Masked kind: the shared-memory base again, through a shuffle. ptxas otherwise re-derives it
     // inside the k-loop (S2UR of the CTA's cluster id + dependent uniform ops in front of every
     // k-block's full-barrier wait); a shuffle's result is not rematerialized. -2 to -5% on every
