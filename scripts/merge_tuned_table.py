@@ -18,6 +18,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from finegemm.heuristics import tuned  # noqa: E402
 
 
+FP32_FAMILIES = ("wgrad", "k_grouped")
+
+
 def _load(path: str) -> dict:
     with open(path) as f:
         return json.load(f)
@@ -46,7 +49,9 @@ def main() -> int:
     rows = {}
     for path in args.runs:
         for r in _load(path)["records"]:
-            rows[(r["m"], r["n"], r["k"], r.get("layout"), bool(r.get("out_fp32", False)))] = r["candidates"]
+            # The recipe (1, 1, 128) families write fp32 D without saying so in the record.
+            fp32 = r.get("out_fp32", r.get("family") in FP32_FAMILIES)
+            rows[(r["m"], r["n"], r["k"], r.get("layout"), bool(fp32), r.get("family") == "k_grouped")] = r["candidates"]
     take, added, kept = [], 0, 0
     for e in _load(args.tuned)["entries"]:
         old = shipped.get(shape_key(e))
@@ -57,7 +62,8 @@ def main() -> int:
         if old["config"] == e["config"]:
             continue
         layout = e["kind"].split("_", 1)[1] if e["kind"].startswith("bf16_") else None
-        cands = rows.get((e["m"], e["n"], e["k"], layout, bool(e.get("out_fp32", False))), [])
+        cands = rows.get((e["m"], e["n"], e["k"], layout, bool(e.get("out_fp32", False)), e["kind"] == "fp8_k_grouped"),
+                         [])
         old_us = [c["us"] for c in cands if c.get("ok") and same_config(old["config"], c)]
         if not old_us or e["us"] * args.min_gain <= min(old_us):
             take.append(e)

@@ -78,3 +78,22 @@ def test_bf16_records_match_by_layout(tmp_path):
     kinds = {(e["kind"], e["config"]["block_n"]) for e in json.loads(table.read_text())["entries"]}
     assert kinds == {("bf16_nt", 112), ("bf16_tt", 64)}
     assert "1 switched, 1 kept" in out
+
+
+def test_wgrad_and_k_grouped_records_match_their_fp32_entries(tmp_path):
+    """wgrad / k_grouped records carry no out_fp32 field (their D is always fp32) and may share
+    (m, n, k) with each other: each entry is compared with its own family's run."""
+    def entry(kind, bn, us):
+        return {**_entry(4096, bn, us, kind=kind), "out_fp32": True, "has_c": True}
+
+    shipped = [entry("fp8_1d1d", 192, 150.0), entry("fp8_k_grouped", 192, 150.0)]
+    tuned = [entry("fp8_1d1d", 128, 140.0), entry("fp8_k_grouped", 128, 149.5)]
+    records = [
+        {"family": "wgrad", "m": 4096, "n": 4096, "k": 7168, "candidates": [_row(192, 151.0), _row(128, 140.0)]},
+        {"family": "k_grouped", "m": 4096, "n": 4096, "k": 7168, "candidates": [_row(192, 150.0), _row(128, 149.5)]},
+    ]
+    table = tmp_path / "table.json"
+    _, out = _merge(tmp_path, shipped, tuned, records)
+    kinds = {(e["kind"], e["config"]["block_n"]) for e in json.loads(table.read_text())["entries"]}
+    assert kinds == {("fp8_1d1d", 128), ("fp8_k_grouped", 192)}
+    assert "1 switched, 1 kept" in out and "not timed" not in out
