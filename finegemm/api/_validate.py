@@ -58,8 +58,10 @@ _SUPPORTED_DEVICE_TYPES = ("cpu", "cuda")
 
 
 def on_cuda(t: torch.Tensor) -> bool:
-    """True when the op must run on the GPU path (tests monkeypatch this to exercise routing)."""
-    return t.device.type == "cuda"
+    """True when the op must run on the GPU path (tests monkeypatch this to exercise routing).
+    `is_cuda` rather than `device.type`: the latter builds a torch.device per call (~0.4 us of
+    the host fast path's budget)."""
+    return t.is_cuda
 
 
 def tensor_signature(t: torch.Tensor) -> tuple:

@@ -39,7 +39,7 @@ def _fast_key(layout: str, a, b, d, c, compiled_dims) -> Optional[tuple]:
         if not _v.on_cuda(d):
             return None
         sig = _v.tensor_signature
-        return (layout, sig(a), sig(b), sig(d), d.device, None if c is None else sig(c), compiled_dims,
+        return (layout, sig(a), sig(b), sig(d), None if c is None else sig(c), compiled_dims,
                 runtime.get_num_sms_setting())
     except Exception:  # anything unusual takes the validating path, which raises the right error
         return None

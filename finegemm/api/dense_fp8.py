@@ -50,8 +50,8 @@ def _not_built(fn: str, capability: str, issue: str) -> NotImplementedError:
 # passed validation passes it again (the rules read nothing else), so its prepared launch is
 # reused: key building + one dict lookup + one short ctypes call. Devices need no entry per
 # tensor: with CUDA's unified virtual addressing an address belongs to one device (or to host
-# memory) for the whole process, so equal addresses mean equal devices; d's device is in the key
-# because it selects the GPU path.
+# memory) for the whole process, so equal addresses mean equal devices (and only calls whose d is
+# on a GPU get a key at all).
 _validated_calls: dict = {}
 _MAX_VALIDATED_CALLS = 4096
 
@@ -66,7 +66,7 @@ def _fast_key(a, b, d, c, recipe, compiled_dims, disable_ue8m0_cast) -> Optional
             return None
         if not _v.on_cuda(d):
             return None
-        return (_tensor_sig(a[0]), _tensor_sig(a[1]), _tensor_sig(b[0]), _tensor_sig(b[1]), _tensor_sig(d), d.device,
+        return (_tensor_sig(a[0]), _tensor_sig(a[1]), _tensor_sig(b[0]), _tensor_sig(b[1]), _tensor_sig(d),
                 None if c is None else _tensor_sig(c), None if recipe is None else tuple(recipe),
                 compiled_dims, disable_ue8m0_cast, runtime.get_num_sms_setting())
     except Exception:  # anything unusual takes the validating path, which raises the right error
