@@ -187,6 +187,11 @@ CASES = [
      lambda: _fp8_wgrad_tile(129, 600, 640, 128, 128, 1, False, "none", k_batch=2)),
     ("fp8 wgrad bm128 bn80 k-batch 4 multicast B, separate c (direct)",
      lambda: _fp8_wgrad_tile(300, 400, 896, 128, 80, 2, False, "sep", k_batch=4)),
+    ("fp8 wgrad bm192 bn128 (three consumer WGs), TMA reduce-add",
+     lambda: _fp8_wgrad_tile(385, 1000, 640, 192, 128, 1, False, "in_place")),
+    ("fp8 wgrad bm192 bn144 half-promote, separate c (direct)",
+     lambda: _fp8_wgrad_tile(200, 600, 384, 192, 144, 1, False, "sep", half_promote=True)),
+    ("fp8 bm192 bn128 (three consumer WGs), scale warp", lambda: _fp8_tile(385, 1000, 1664, 192, 128)),
     ("fp8 wgrad bm64 bn176, separate c (direct)", lambda: _fp8_wgrad_tile(65, 600, 384, 64, 176, 1, False, "sep")),
     ("fp8 two CTAs/SM + split-K", lambda: _fp8_forced(17, 2112, 1664, bn=32, splits=4, tma=False, cps=2, kbat=1)),
     ("fp8 k-batch 4, TMA store", lambda: _fp8_forced(65, 576, 1664, bn=32, splits=1, tma=True, cps=1, kbat=4)),
@@ -206,6 +211,8 @@ CASES = [
     ("bf16 k-grouped, no c (TMA store)", lambda: _bf16_k_grouped([0, 256, 128], 130, 136, "none")),
     ("bf16 nn bm64 bn32 split-K (32-column N-major B)", lambda: _bf16_tile("nn", 64, 256, 7168, 64, 32, 7, True)),
     ("bf16 tn bm128 bn32 TMA store (32-column N-major B)", lambda: _bf16_tile("tn", 136, 104, 1024, 128, 32, 1, False)),
+    ("bf16 nt bm128 bn112", lambda: _bf16_tile("nt", 129, 600, 512, 128, 112, 1, False)),
+    ("bf16 tt bm128 bn112 fp32 out", lambda: _bf16_tile("tt", 136, 600, 520, 128, 112, 1, True)),
     # Tuned-table configurations (heuristics/tuned_sm90_bf16.json): block_m 128 split-K, and
     # block_n 32 split-K on a partial m-block (M = 100 is served by the M = 128 entry).
     ("bf16 tn tuned bm128 split-K", lambda: _bf16("tn", 128, 2112, 7168)),
