@@ -211,7 +211,15 @@ __device__ __forceinline__ void promote_columns_1d1d(float (&fin)[kNumFin], cons
 #pragma unroll
   for (uint32_t jj = 0; jj < kChunks; ++jj) {
     const uint32_t j = kBase + jj;
-    const float2 sb = *reinterpret_cast<const float2*>(sfb + 8 * j);
+    if constexpr (diag::k1d1dRowPromotion) {  // developer diagnostic (ptx/diag.cuh)
+      fin[4 * j + 0] = fmaf(sa0, acc[4 * jj + 0], fin[4 * j + 0]);
+      fin[4 * j + 1] = fmaf(sa0, acc[4 * jj + 1], fin[4 * j + 1]);
+      fin[4 * j + 2] = fmaf(sa1, acc[4 * jj + 2], fin[4 * j + 2]);
+      fin[4 * j + 3] = fmaf(sa1, acc[4 * jj + 3], fin[4 * j + 3]);
+      continue;
+    }
+    const float2 sb = diag::k1d1dNoScaleLoads ? make_float2(sa1, sa0)  // developer diagnostic
+                                              : *reinterpret_cast<const float2*>(sfb + 8 * j);
     fin[4 * j + 0] = fmaf(sa0 * sb.x, acc[4 * jj + 0], fin[4 * j + 0]);
     fin[4 * j + 1] = fmaf(sa0 * sb.y, acc[4 * jj + 1], fin[4 * j + 1]);
     fin[4 * j + 2] = fmaf(sa1 * sb.x, acc[4 * jj + 2], fin[4 * j + 2]);

@@ -20,6 +20,12 @@
 //                         complete, before the promotion reads the stage's column scales, and
 //                         without the fence (racy by design: what would a race-free early release
 //                         through a deeper scale ring gain?)
+//   FINEGEMM_DIAG_1D1D_NO_SCALE_LOADS  the 1D1D promotion takes its column scales from registers
+//                         (the row scales) instead of the stage's shared-memory row: what do the
+//                         column-scale loads cost?
+//   FINEGEMM_DIAG_1D1D_ROW_PROMOTION  the 1D1D promotion is 1D2D's (one FFMA per element with the
+//                         row scale; no column scales, no products): what does the per-column
+//                         promotion cost in all?
 #pragma once
 
 namespace finegemm {
@@ -59,6 +65,18 @@ constexpr bool kEarlyRelease1d1d = false;
 constexpr bool kNoL2Hints = true;
 #else
 constexpr bool kNoL2Hints = false;
+#endif
+
+#ifdef FINEGEMM_DIAG_1D1D_NO_SCALE_LOADS
+constexpr bool k1d1dNoScaleLoads = true;
+#else
+constexpr bool k1d1dNoScaleLoads = false;
+#endif
+
+#ifdef FINEGEMM_DIAG_1D1D_ROW_PROMOTION
+constexpr bool k1d1dRowPromotion = true;
+#else
+constexpr bool k1d1dRowPromotion = false;
 #endif
 
 }  // namespace diag
