@@ -187,6 +187,8 @@ CASES = [
      lambda: _fp8_wgrad_tile(129, 600, 640, 128, 128, 1, False, "none", k_batch=2)),
     ("fp8 wgrad bm128 bn80 k-batch 4 multicast B, separate c (direct)",
      lambda: _fp8_wgrad_tile(300, 400, 896, 128, 80, 2, False, "sep", k_batch=4)),
+    ("fp8 wgrad bm128 bn160 (column scales partly prefetched), TMA reduce-add",
+     lambda: _fp8_wgrad_tile(300, 1000, 640, 128, 160, 1, False, "in_place")),
     ("fp8 wgrad bm192 bn128 (three consumer WGs), TMA reduce-add",
      lambda: _fp8_wgrad_tile(385, 1000, 640, 192, 128, 1, False, "in_place")),
     ("fp8 wgrad bm192 bn144 half-promote, separate c (direct)",

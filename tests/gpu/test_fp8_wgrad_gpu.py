@@ -58,7 +58,9 @@ TMA_EPI_SHAPES = [(257, 1000, 1152), (4097, 576, 512), (1, 200, 384)]
 # Half-promote (two column-half wgmma groups per k-block): forced (block_m, block_n, num_multicast,
 # multicast_on_a, tma_store) on TMA_EPI_SHAPES, against the whole-tile twin.
 HALF_PROMOTE_CFGS = [(128, 176, 1, False, True), (128, 208, 2, False, True), (64, 208, 2, True, False),
-                     (128, 16, 1, False, True)]
+                     (128, 16, 1, False, True), (128, 160, 1, False, False)]
+# (The plain twins cover the column-scale prefetch of the 1D1D loop: all chunks at bn16, a part at
+# bn160 / bn176 (12 / 4 chunks, the rest from shared memory), none at bn208.)
 # k-block batches: forced (block_m, block_n, num_multicast, multicast_on_a, tma_store, k_batch), against k_batch 1.
 KBATCH_CFGS = [(128, 128, 1, False, True, 2), (128, 96, 2, True, False, 2), (128, 64, 2, False, True, 4),
                (64, 112, 1, False, True, 2)]

@@ -204,13 +204,15 @@ __device__ __forceinline__ void promote_at(uint32_t off, float (&fin)[kNumFin], 
 // Recipe (1,1,128) promotion of chunks [kBase, kBase + kChunks) of the tile: fin += sfa * sfb * acc
 // with the thread's two row scales and each column's scale from the stage's sfb row (`sfb`: this
 // thread's first column, 8-column chunks apart); acc holds just those chunks.
-template <uint32_t kBase, uint32_t kChunks, uint32_t kNumFin, uint32_t kNumAcc>
+// kAccBase: the first of those chunks' index in acc (0 when acc holds just them).
+template <uint32_t kBase, uint32_t kChunks, uint32_t kAccBase = 0, uint32_t kNumFin, uint32_t kNumAcc>
 __device__ __forceinline__ void promote_columns_1d1d(float (&fin)[kNumFin], const float (&acc)[kNumAcc],
                                                      const float* sfb, float sa0, float sa1) {
-  static_assert(kNumAcc >= 4 * kChunks && 4 * (kBase + kChunks) <= kNumFin, "chunk range out of the tile");
+  static_assert(4 * (kAccBase + kChunks) <= kNumAcc && 4 * (kBase + kChunks) <= kNumFin, "chunk range out of the tile");
 #pragma unroll
   for (uint32_t jj = 0; jj < kChunks; ++jj) {
     const uint32_t j = kBase + jj;
+    const uint32_t ja = kAccBase + jj;
     if constexpr (diag::k1d1dRowPromotion) {  // developer diagnostic (ptx/diag.cuh)
       fin[4 * j + 0] = fmaf(sa0, acc[4 * jj + 0], fin[4 * j + 0]);
       fin[4 * j + 1] = fmaf(sa0, acc[4 * jj + 1], fin[4 * j + 1]);
@@ -220,10 +222,24 @@ __device__ __forceinline__ void promote_columns_1d1d(float (&fin)[kNumFin], cons
     }
     const float2 sb = diag::k1d1dNoScaleLoads ? make_float2(sa1, sa0)  // developer diagnostic
                                               : *reinterpret_cast<const float2*>(sfb + 8 * j);
-    fin[4 * j + 0] = fmaf(sa0 * sb.x, acc[4 * jj + 0], fin[4 * j + 0]);
-    fin[4 * j + 1] = fmaf(sa0 * sb.y, acc[4 * jj + 1], fin[4 * j + 1]);
-    fin[4 * j + 2] = fmaf(sa1 * sb.x, acc[4 * jj + 2], fin[4 * j + 2]);
-    fin[4 * j + 3] = fmaf(sa1 * sb.y, acc[4 * jj + 3], fin[4 * j + 3]);
+    fin[4 * j + 0] = fmaf(sa0 * sb.x, acc[4 * ja + 0], fin[4 * j + 0]);
+    fin[4 * j + 1] = fmaf(sa0 * sb.y, acc[4 * ja + 1], fin[4 * j + 1]);
+    fin[4 * j + 2] = fmaf(sa1 * sb.x, acc[4 * ja + 2], fin[4 * j + 2]);
+    fin[4 * j + 3] = fmaf(sa1 * sb.y, acc[4 * ja + 3], fin[4 * j + 3]);
+  }
+}
+
+// The same for chunks [0, kChunks) whose column scales were loaded into registers beforehand.
+template <uint32_t kChunks, uint32_t kNumFin, uint32_t kNumAcc, uint32_t kNumSb>
+__device__ __forceinline__ void promote_columns_1d1d_regs(float (&fin)[kNumFin], const float (&acc)[kNumAcc],
+                                                          const float2 (&sb)[kNumSb], float sa0, float sa1) {
+  static_assert(kChunks <= kNumSb && 4 * kChunks <= kNumAcc && 4 * kChunks <= kNumFin, "chunk range out of the tile");
+#pragma unroll
+  for (uint32_t j = 0; j < kChunks; ++j) {
+    fin[4 * j + 0] = fmaf(sa0 * sb[j].x, acc[4 * j + 0], fin[4 * j + 0]);
+    fin[4 * j + 1] = fmaf(sa0 * sb[j].y, acc[4 * j + 1], fin[4 * j + 1]);
+    fin[4 * j + 2] = fmaf(sa1 * sb[j].x, acc[4 * j + 2], fin[4 * j + 2]);
+    fin[4 * j + 3] = fmaf(sa1 * sb[j].y, acc[4 * j + 3], fin[4 * j + 3]);
   }
 }
 
@@ -315,6 +331,16 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   // 1D2D B scales through the stages (the scale warp) with the lean loop; the wide loop (bn224)
   // keeps loading them from global one k-block ahead: with the scale warp ptxas spills there.
   constexpr bool kScaleWarp = !k1D1D && kLeanLoop;
+  // 1D1D: how many 8-column chunks' column scales (2 registers each) the plain loop loads before
+  // issuing the wgmmas: what the consumer's register cap leaves beside the 2 x BLOCK_N / 2
+  // accumulators and ~kSfbRegSlack others (ptxas spills past it: the compile tests check it).
+  constexpr uint32_t kConsumerRegs = kNumConsumerWG == 3 ? 160u : (kNumConsumerWG == 2 ? 232u : 255u);
+  constexpr uint32_t kSfbRegSlack = 48;
+  constexpr uint32_t kSfbRegsFree =
+      kConsumerRegs > kSfbRegSlack + BLOCK_N ? kConsumerRegs - kSfbRegSlack - BLOCK_N : 0u;
+  constexpr uint32_t kSfbPrefetch =
+      (!k1D1D || kHalfPromote || kKBatch > 1) ? 0u
+                                              : (kSfbRegsFree / 2 < BLOCK_N / 8 ? kSfbRegsFree / 2 : BLOCK_N / 8);
   static_assert(kScaleWarp || k1D1D || (kKBatch == 1 && !kHalfPromote), "k-batch / half-promote: lean tiles only");
   constexpr bool kMcA = kNumMulticast == 2 && kMulticastOnA;
   constexpr bool kMcB = kNumMulticast == 2 && !kMulticastOnA;
@@ -701,11 +727,24 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
             ptx::fence_operands(acc_hi);
             promote_columns_1d1d<kHalfChunks, kHalfChunks>(fin, acc_hi, sfb_stage, sa0, sa1);
           } else {
+            // The first kSfbPrefetch chunks' column scales are loaded before the wgmmas are
+            // issued: loaded after the wait (behind the wgmmas' operand reads) they put a
+            // shared-memory round trip on every k-block's critical path, which cost 18-22%
+            // (-DFINEGEMM_DIAG_1D1D_NO_SCALE_LOADS, benchmarks/NOTES.md v0.35). The rest (wide
+            // tiles: registers) are loaded after the wait as before.
+            float2 sbp[kSfbPrefetch > 0 ? kSfbPrefetch : 1];
+#pragma unroll
+            for (uint32_t j = 0; j < kSfbPrefetch; ++j) {
+              sbp[j] = diag::k1d1dNoScaleLoads ? make_float2(sa1, sa0)
+                                               : *reinterpret_cast<const float2*>(sfb_stage + 8 * j);
+            }
             issue(acc_lo, stage, 0);
             ptx::wgmma_wait<0>();
             ptx::fence_operands(acc_lo);
             if constexpr (diag::kEarlyRelease1d1d) release(stage);
-            promote_columns_1d1d<0, kHalfChunks>(fin, acc_lo, sfb_stage, sa0, sa1);
+            promote_columns_1d1d_regs<kSfbPrefetch>(fin, acc_lo, sbp, sa0, sa1);
+            promote_columns_1d1d<kSfbPrefetch, kHalfChunks - kSfbPrefetch, kSfbPrefetch>(fin, acc_lo, sfb_stage,
+                                                                                         sa0, sa1);
           }
           // The stage's sfb was read with ordinary shared loads, and the producer's next TMA (async
           // proxy) overwrites it once the stage is released: without this fence ptxas issued the
