@@ -781,6 +781,33 @@ def test_1d1d_stage_release_is_fenced_after_scale_loads(bm, bn, has_c, mc):
     assert _releases_with_loads_in_flight(sass) == 0
 
 
+@pytest.mark.nvcc
+@pytest.mark.parametrize("bm, bn, before", [(128, 128, 16), (128, 176, 16), (192, 128, 4), (128, 208, 0)])
+def test_1d1d_column_scales_are_loaded_before_the_wgmmas(bm, bn, before):
+    """The plain 1D1D loop loads kSfbPrefetch chunks' column scales (shared memory, LDS.64) between
+    the k-block's full-barrier wait and its first wgmma, the rest after the wgmma wait: in SASS, the
+    k-loop holds `before` LDS.64 ahead of its first QGMMA (loaded after the wait they cost 18-22%,
+    benchmarks/NOTES.md v0.35), and 2 x block_n / 16 in all."""
+    import sass_tools
+
+    from finegemm import jit
+    from finegemm.heuristics.sm90_fp8_gemm import make_config, max_stages
+    from finegemm.ops import sm90_fp8_gemm as ops
+
+    cfg = make_config(4096, 7168, 4096, 132, True, True, bm, bn, max_stages(bm, bn, True, True), 1, 1, False,
+                      True, one_d_one_d=True)
+    sass = _sass(str(jit.build_cubin(ops._kernel_name(cfg), ops._render_cfg(cfg))))
+    if sass is None:
+        pytest.skip("no cuobjdump")
+    loops = sass_tools.wgmma_k_loops(sass)
+    assert len(loops) == 1, f"{len(loops)} wgmma k-loops"
+    body = loops[0]
+    first_mma = next(i for i, op in enumerate(body) if "GMMA" in op and "WARPGROUP" not in op)
+    lds = [i for i, op in enumerate(body) if op.startswith("LDS.64") or " LDS.64 " in f" {op} "]
+    assert sum(i < first_mma for i in lds) == before, (bm, bn, [op for op in body[:first_mma] if "LDS" in op])
+    assert len(lds) >= bn // 8, (bm, bn, len(lds))
+
+
 # 1D2D configurations covering each main-loop variant (plain, split-K, multicast on A / B,
 # TMA store, k-batch 2 / 4, half-promote, two CTAs per SM) and both m-grouped kinds.
 _1D2D_RELEASE_CASES = [

@@ -26,6 +26,8 @@
 //   FINEGEMM_DIAG_1D1D_ROW_PROMOTION  the 1D1D promotion is 1D2D's (one FFMA per element with the
 //                         row scale; no column scales, no products): what does the per-column
 //                         promotion cost in all?
+//   FINEGEMM_DIAG_NO_SFB_PREFETCH  the plain 1D1D loop loads every column scale after the wgmma
+//                         wait again (as before v0.35): what does the prefetch give?
 #pragma once
 
 namespace finegemm {
@@ -77,6 +79,12 @@ constexpr bool k1d1dNoScaleLoads = false;
 constexpr bool k1d1dRowPromotion = true;
 #else
 constexpr bool k1d1dRowPromotion = false;
+#endif
+
+#ifdef FINEGEMM_DIAG_NO_SFB_PREFETCH
+constexpr bool kNoSfbPrefetch = true;
+#else
+constexpr bool kNoSfbPrefetch = false;
 #endif
 
 }  // namespace diag
