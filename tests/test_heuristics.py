@@ -207,3 +207,18 @@ def test_tuner_times_two_cta_bn128_where_it_fills_one_wave():
     for c in cands:
         if c.ctas_per_sm == 2:
             assert c.smem_bytes <= h.SMEM_LIMIT_2CTA and c.num_units <= 2 * 132
+
+
+def test_tune_block_m_filter_keeps_todays_selection_first():
+    """`tune --block-m 192`: today's selection (table or model) first, then only block_m 192
+    candidates, each launch once; without the option the candidate list is untouched."""
+    from finegemm.bench.tune import _restrict
+
+    args = (4096, 7168, 4096, 132, True, True)
+    cands = h.candidate_configs(*args, one_d_one_d=True)
+    current = h.select_config(*args, one_d_one_d=True)
+    out = _restrict(cands, current, 192)
+    assert out[0] == current and current.block_m != 192
+    assert len(out) > 1 and all(c.block_m == 192 for c in out[1:])
+    assert len({(c.kernel_key(), c.grid) for c in out}) == len(out)
+    assert _restrict(cands, current, None) is cands

@@ -55,16 +55,11 @@ def default_shapes(curve: bool = False) -> list[tuple[int, int, int]]:
 def _restrict(cands: list, current, block_m: int | None) -> list:
     """--block-m: the candidates of that block_m, after the configuration the library selects today
     (table entry or model), so a merge can compare the two in the same run."""
+    from finegemm.heuristics.sm90_fp8_gemm import unique_launches
+
     if block_m is None:
         return cands
-    keep = [current] + [c for c in cands if c.block_m == block_m]
-    seen, out = set(), []
-    for c in keep:
-        key = (c.kernel_key(), c.grid)
-        if key not in seen:
-            seen.add(key)
-            out.append(c)
-    return out
+    return unique_launches([current] + [c for c in cands if c.block_m == block_m])
 
 
 def tune_shape(m: int, n: int, k: int, num_sms: int, top: int, num_tests: int, gen, log=print,

@@ -467,9 +467,14 @@ def candidate_configs(m: int, n: int, k: int, num_sms: int, out_fp32: bool = Fal
     out += _deep_ring_twins(plain, deep_ring, m, n, k, num_sms, out_fp32, has_c, one_d_one_d)
     out += _deep_ring_twins(batched, deep_ring, m, n, k, num_sms, out_fp32, has_c, one_d_one_d)
     # The twin generators may meet (e.g. a block_m 192 TMA candidate and the TMA twin of its
-    # direct-epilogue sibling): each launch once, first occurrence kept.
+    # direct-epilogue sibling).
+    return unique_launches(out)
+
+
+def unique_launches(cfgs: list[Fp8GemmConfig]) -> list[Fp8GemmConfig]:
+    """Each launch (kernel and grid) once, first occurrence kept."""
     unique, seen = [], set()
-    for c in out:
+    for c in cfgs:
         key = (c.kernel_key(), c.grid)
         if key not in seen:
             seen.add(key)
