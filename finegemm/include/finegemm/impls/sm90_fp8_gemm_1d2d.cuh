@@ -214,10 +214,10 @@ __device__ __forceinline__ void promote_columns_1d1d(float (&fin)[kNumFin], cons
     const uint32_t j = kBase + jj;
     const uint32_t ja = kAccBase + jj;
     if constexpr (diag::k1d1dRowPromotion) {  // developer diagnostic (ptx/diag.cuh)
-      fin[4 * j + 0] = fmaf(sa0, acc[4 * jj + 0], fin[4 * j + 0]);
-      fin[4 * j + 1] = fmaf(sa0, acc[4 * jj + 1], fin[4 * j + 1]);
-      fin[4 * j + 2] = fmaf(sa1, acc[4 * jj + 2], fin[4 * j + 2]);
-      fin[4 * j + 3] = fmaf(sa1, acc[4 * jj + 3], fin[4 * j + 3]);
+      fin[4 * j + 0] = fmaf(sa0, acc[4 * ja + 0], fin[4 * j + 0]);
+      fin[4 * j + 1] = fmaf(sa0, acc[4 * ja + 1], fin[4 * j + 1]);
+      fin[4 * j + 2] = fmaf(sa1, acc[4 * ja + 2], fin[4 * j + 2]);
+      fin[4 * j + 3] = fmaf(sa1, acc[4 * ja + 3], fin[4 * j + 3]);
       continue;
     }
     const float2 sb = diag::k1d1dNoScaleLoads ? make_float2(sa1, sa0)  // developer diagnostic
@@ -341,7 +341,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   constexpr uint32_t kSfbRegsFree =
       kConsumerRegs > kSfbRegSlack + BLOCK_N ? kConsumerRegs - kSfbRegSlack - BLOCK_N : 0u;
   constexpr uint32_t kSfbPrefetch =
-      (!k1D1D || kHalfPromote || kKBatch > 1 || diag::kNoSfbPrefetch) ? 0u
+      (!k1D1D || kHalfPromote || kKBatch > 1 || diag::kNoSfbPrefetch || diag::k1d1dRowPromotion) ? 0u
                                               : (kSfbRegsFree / 2 < BLOCK_N / 8 ? kSfbRegsFree / 2 : BLOCK_N / 8);
   static_assert(kScaleWarp || k1D1D || (kKBatch == 1 && !kHalfPromote), "k-batch / half-promote: lean tiles only");
   constexpr bool kMcA = kNumMulticast == 2 && kMulticastOnA;
