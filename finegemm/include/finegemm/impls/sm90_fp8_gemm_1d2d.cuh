@@ -335,8 +335,9 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   // issuing the wgmmas: what the consumer's register cap leaves beside the 2 x BLOCK_N / 2
   // accumulators and kSfbRegSlack others. Measured with ptxas 13.0 (tests/test_fp8_kernel_compile.py
   // checks every tile): 24 builds spill-free everywhere; 16 spills at bm128 bn192 and bm192 bn144,
-  // 0 at bm192 bn128.
-  constexpr uint32_t kConsumerRegs = kNumConsumerWG == 3 ? 160u : (kNumConsumerWG == 2 ? 232u : 255u);
+  // 0 at bm192 bn128. bm64 (no setmaxnreg, 255 for the whole kernel) is budgeted as bm128: at 255
+  // its bn192 / bn208 variants spilled.
+  constexpr uint32_t kConsumerRegs = kNumConsumerWG == 3 ? 160u : 232u;
   constexpr uint32_t kSfbRegSlack = 24;
   constexpr uint32_t kSfbRegsFree =
       kConsumerRegs > kSfbRegSlack + BLOCK_N ? kConsumerRegs - kSfbRegSlack - BLOCK_N : 0u;
