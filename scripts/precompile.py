@@ -164,7 +164,7 @@ def k_grouped_configs(sms: int, t) -> list:
             out.append(make_k_grouped_config(100, 1000, k_plan, len(ks), active, sms, True, bm, bn,
                                              max_stages(bm, bn, tma, True), mc, mc_a, tma_store=tma, k_batch=kb))
     for bn, tma, hp in t.THREE_WG_1D1D[:3]:  # test_k_grouped_three_warpgroups
-        for m, n, ks in ((100, 1000, [256, 0, 1152, 128, 640]), (200, 576, [640, 384])):
+        for m, n, ks in t.THREE_WG_K_GROUPED:
             active, k_plan = k_grouped_plan_k(ks)
             for bm in (192, 128):
                 out.append(make_k_grouped_config(m, n, k_plan, len(ks), active, sms, True, bm, bn,
@@ -195,7 +195,7 @@ def main() -> int:
                                                   / "gpu" / "test_fp8_gemm_gpu.py")
     t = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(t)
-    for (m, n, k) in [(1, 576, 7168), (17, 2112, 7296), (385, 2104, 1664), (4097, 7168, 2048)]:
+    for (m, n, k) in t.THREE_WG_SHAPES:
         for bn, st in t.THREE_WG_1D2D:
             for bm, stages in ((192, st), (128, max_stages(128, bn))):
                 cfg = make_config(m, n, k, args.sms, False, False, bm, bn, stages)

@@ -117,19 +117,20 @@ MIN_KB_PER_SPLIT = 4
 # Largest block_n that compiles without spills in every variant (tests/test_fp8_kernel_compile.py):
 # the consumer keeps block_n/2 wgmma accumulators + block_n/2 promoted sums per thread, under
 # 232 registers (block_m 128: setmaxnreg 232) or 255 (block_m 64: one consumer warpgroup).
-MAX_BLOCK_N = {64: 208, 128: 224, 192: 144}
+THREE_WG_BLOCK_M = 192  # three consumer warpgroups (see FP8_BLOCK_MS below)
+MAX_BLOCK_N = {64: 208, 128: 224, THREE_WG_BLOCK_M: 144}
 # The masked grouped kind with the TMA-store epilogue keeps a few more registers live (the group
 # walk, the per-warpgroup choice between TMA and predicated stores): bm128 spills above 192
 # (tests/test_fp8_kernel_compile.py::test_every_grouped_block_n_compiles_spill_free).
 MAX_BLOCK_N_MASKED_TMA = {64: 208, 128: 192}
 # Recipe (1, 1, 128): the promotion reads per-column scales from shared memory; bm128 spills at
 # block_n 224 (tests/test_fp8_kernel_compile.py::test_every_1d1d_block_n_compiles_spill_free).
-MAX_BLOCK_N_1D1D = {64: 208, 128: 208, 192: 144}
+MAX_BLOCK_N_1D1D = {64: 208, 128: 208, THREE_WG_BLOCK_M: 144}
 # block_m 192 (three consumer warpgroups, 160 registers each after setmaxnreg): a third wgmma ->
 # promote chain per SM for loops bound by that chain (recipe (1, 1, 128), benchmarks/NOTES.md
 # v0.22). Dense kind only, one CTA per SM, no split-K, no multicast, no k-block batches; only the
 # tuner proposes it (the model has not been calibrated on it), so it runs where a table says so.
-FP8_BLOCK_MS = (64, 128, 192)
+FP8_BLOCK_MS = (64, 128, THREE_WG_BLOCK_M)
 THREE_WG_BLOCK_N = (96, 112, 128, 144)
 
 # Machine model (H100/H200 SXM; only ratios matter for the choice).
@@ -139,7 +140,7 @@ _STORE_BYTES_PER_SM_US = 5.0e6 / 132  # epilogue stores (registers -> global) pe
 _SMEM_EPI_BYTES_PER_SM_US = 150e3  # TMA-store epilogue: stmatrix into smem + 2 WG barriers
 _STAGE_EFFICIENCY = {2: 0.75, 3: 0.9}  # short rings expose L2/TMA latency (>= 4 stages: 1.0)
 _DRAM_BYTES_US = 4.0e6  # HBM bandwidth (bytes per microsecond)
-_WG_EFFICIENCY = {64: 0.70, 128: 0.92, 192: 0.92}  # promotion bubble: 1 vs 2 (3) consumer warpgroups
+_WG_EFFICIENCY = {64: 0.70, 128: 0.92, THREE_WG_BLOCK_M: 0.92}  # promotion bubble: 1 vs 2 (3) consumer warpgroups
 _FIXED_US = 2.0  # launch + pipeline fill
 # A grid much smaller than the machine cannot pull the full HBM bandwidth: the DRAM floor is
 # scaled by grid / (fraction * SMs) below that fraction (measured: 64x7168x2048 at 90 CTAs
@@ -331,7 +332,7 @@ def make_config(m: int, n: int, k: int, num_sms: int, out_fp32: bool, has_c: boo
     top = (MAX_BLOCK_N_1D1D if one_d_one_d else MAX_BLOCK_N).get(bm)
     if top is None or bn % 16 or not 16 <= bn <= top:
         raise ValueError(f"block_m {bm} / block_n {bn}: need block_m in {FP8_BLOCK_MS}, block_n a multiple of 16 <= {top}")
-    if bm == 192 and (num_splits != 1 or num_multicast != 1 or ctas_per_sm != 1 or k_batch != 1):
+    if bm == THREE_WG_BLOCK_M and (num_splits != 1 or num_multicast != 1 or ctas_per_sm != 1 or k_batch != 1):
         raise ValueError("block_m 192: no split-K, no multicast, one CTA per SM, k_batch 1")
     kbatch_top = MAX_BLOCK_N_KBATCH_1D1D if one_d_one_d else MAX_BLOCK_N_KBATCH
     if k_batch != 1 and (k_batch not in kbatch_top or bn > kbatch_top[k_batch] or half_promote):
@@ -449,11 +450,11 @@ def candidate_configs(m: int, n: int, k: int, num_sms: int, out_fp32: bool = Fal
         # k-block batches: the promotion of one k-block overlaps the next one's wgmmas. Batches
         # need narrow tiles, which the model ranks low: bm128 tiles up to the batch limit are added.
         out += [dataclasses.replace(c, k_batch=kbat) for c in whole for kbat in (2, 4)
-                if c.block_m != 192 and c.block_n <= MAX_BLOCK_N_KBATCH_1D1D[kbat] and c.num_stages >= kbat
+                if c.block_m != THREE_WG_BLOCK_M and c.block_n <= MAX_BLOCK_N_KBATCH_1D1D[kbat] and c.num_stages >= kbat
                 and ceil_div(ceil_div(k, BLOCK_K), c.num_splits) >= kbat]
         out += _kbatch_1d1d_candidates(m, n, k, num_sms, has_c, {c.kernel_key() for c in out})
     if not one_d_one_d:
-        narrow = [c for c in out if not c.half_promote and c.block_m != 192
+        narrow = [c for c in out if not c.half_promote and c.block_m != THREE_WG_BLOCK_M
                   and c.block_n <= MAX_BLOCK_N_KBATCH[2]][:k_batch]
         for c in narrow:
             for kbat in (2, 4):
@@ -488,17 +489,18 @@ def _three_wg_candidates(m: int, n: int, k: int, num_sms: int, out_fp32: bool, h
     two m-blocks, block_n THREE_WG_BLOCK_N, each epilogue, deepest ring (and half-promote twins
     in the 1D1D branch of candidate_configs); 1D2D only for M >= 1024 with bf16 out (the
     direct epilogue: the bf16 staging leaves too few stages)."""
-    if m < 2 * 192 or (not one_d_one_d and (m < 1024 or out_fp32)):
+    bm = THREE_WG_BLOCK_M
+    if m < 2 * bm or (not one_d_one_d and (m < 1024 or out_fp32)):
         return []
     out = []
     for bn in THREE_WG_BLOCK_N:
-        if bn > (MAX_BLOCK_N_1D1D if one_d_one_d else MAX_BLOCK_N)[192]:
+        if bn > (MAX_BLOCK_N_1D1D if one_d_one_d else MAX_BLOCK_N)[bm]:
             continue
         for tma in ((True, False) if one_d_one_d else (False,)):
-            stages = max_stages(192, bn, tma, one_d_one_d, cap=MAX_STAGES)
+            stages = max_stages(bm, bn, tma, one_d_one_d, cap=MAX_STAGES)
             if stages < 3:
                 continue
-            out.append(make_config(m, n, k, num_sms, out_fp32, has_c, 192, bn, stages, tma_store=tma,
+            out.append(make_config(m, n, k, num_sms, out_fp32, has_c, bm, bn, stages, tma_store=tma,
                                    one_d_one_d=one_d_one_d))
     return out
 

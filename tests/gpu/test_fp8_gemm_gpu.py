@@ -397,9 +397,10 @@ def test_forced_tuner_families(m, n, k, variant):
 # direct epilogue. The shapes put partial tiles at every edge: M = 1 / 17 (one m-block, mostly
 # empty), 385 (two full m-blocks + 1 row), 4097; N off every block_n; K with a ring that wraps.
 THREE_WG_1D2D = [(96, 6), (128, 5), (144, 5)]
+THREE_WG_SHAPES = [(1, 576, 7168), (17, 2112, 7296), (385, 2104, 1664), (4097, 7168, 2048)]
 
 
-@pytest.mark.parametrize("m,n,k", [(1, 576, 7168), (17, 2112, 7296), (385, 2104, 1664), (4097, 7168, 2048)])
+@pytest.mark.parametrize("m,n,k", THREE_WG_SHAPES)
 @pytest.mark.parametrize("bn,stages", THREE_WG_1D2D)
 def test_three_warpgroup_tiles(m, n, k, bn, stages):
     """block_m 192 against the exact reference (poisoned output, bitwise repeat), and bitwise equal

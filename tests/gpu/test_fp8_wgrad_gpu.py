@@ -671,6 +671,8 @@ def test_k_grouped_k_batch(bm, bn, mc, mc_a, tma, kbat):
 # ----------------------------------------------------------------------------- block_m 192
 # Three consumer warpgroups (only the tuner proposes them): (block_n, tma_store, half_promote).
 THREE_WG_1D1D = [(96, True, False), (112, False, False), (128, True, True), (144, True, False), (144, False, True)]
+# k-grouped (M, N, ks): one partial m-block per group; one full and one partial.
+THREE_WG_K_GROUPED = [(100, 1000, [256, 0, 1152, 128, 640]), (200, 576, [640, 384])]
 
 
 @pytest.mark.parametrize("bn,tma,hp", THREE_WG_1D1D)
@@ -706,7 +708,7 @@ def test_k_grouped_three_warpgroups(bn, tma, hp):
     from finegemm.heuristics import sm90_fp8_gemm as h
     from finegemm.ops import sm90_fp8_k_grouped as kg
 
-    for m, n, ks in ((100, 1000, [256, 0, 1152, 128, 640]), (200, 576, [640, 384])):
+    for m, n, ks in THREE_WG_K_GROUPED:
         g = len(ks)
         a, sfa, b, sfb = _k_grouped_problem(m, n, ks, seed=m + bn)
         c0 = torch.randn(g, m, n, device="cuda") * 4

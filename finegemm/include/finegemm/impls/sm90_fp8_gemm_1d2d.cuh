@@ -96,6 +96,11 @@ struct Sm90Fp8Gemm1d2dTraits {
   static constexpr uint32_t kNumConsumerWG = BLOCK_M / 64;
   static constexpr uint32_t kNumConsumerThreads = kNumConsumerWG * 128;
   static constexpr uint32_t kNumThreads = kNumConsumerThreads + 128;
+  // setmaxnreg split of the 64K register file (two or three consumer warpgroups; one warpgroup,
+  // BLOCK_M 64, keeps what it was compiled with): 2 x 128 x 232 + 128 x 40 <= 65536, and
+  // 3 x 128 x 160 + 128 x 32 = 65536 (512 threads, 128 each at launch).
+  static constexpr uint32_t kConsumerRegs = kNumConsumerWG == 3 ? 160 : 232;
+  static constexpr uint32_t kProducerRegs = kNumConsumerWG == 3 ? 32 : 40;
 
   // Shared memory layout (offsets from a 1024-byte aligned base):
   //   [D staging (kTmaStore: BLOCK_M x BLOCK_N bf16, one 64-row buffer per consumer WG; with
@@ -337,7 +342,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   // checks every tile): 24 builds spill-free everywhere; 16 spills at bm128 bn192 and bm192 bn144,
   // 0 at bm192 bn128. bm64 (no setmaxnreg, 255 for the whole kernel) is budgeted as bm128: at 255
   // its bn192 / bn208 variants spilled.
-  constexpr uint32_t kConsumerRegs = kNumConsumerWG == 3 ? 160u : 232u;
+  constexpr uint32_t kConsumerRegs = Traits::kConsumerRegs;
   constexpr uint32_t kSfbRegSlack = 24;
   constexpr uint32_t kSfbRegsFree =
       kConsumerRegs > kSfbRegSlack + BLOCK_N ? kConsumerRegs - kSfbRegSlack - BLOCK_N : 0u;
@@ -426,10 +431,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
 
   if (threadIdx.x >= kNumConsumerThreads) {
     // ------------------------------------------------------------------ producer warpgroup
-    // Register split of the 64K file: 2 consumer WGs 232 + producer 40; 3 consumer WGs (bm192,
-    // 512 threads, 128 each at launch) 160 + producer 32 (3 x 128 x 160 + 128 x 32 = 65536).
-    if constexpr (kNumConsumerWG == 2) ptx::setmaxnreg_dec<40>();
-    if constexpr (kNumConsumerWG == 3) ptx::setmaxnreg_dec<32>();
+    if constexpr (kNumConsumerWG >= 2) ptx::setmaxnreg_dec<Traits::kProducerRegs>();
     if (threadIdx.x == kNumConsumerThreads) {
       if constexpr (!kKGrouped) {  // k-grouped: the slot's maps are prefetched per unit
         ptx::tma_prefetch_desc(tmap_a);
@@ -561,8 +563,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
     }
   } else {
     // ------------------------------------------------------------------ consumer warpgroups
-    if constexpr (kNumConsumerWG == 2) ptx::setmaxnreg_inc<232>();
-    if constexpr (kNumConsumerWG == 3) ptx::setmaxnreg_inc<160>();
+    if constexpr (kNumConsumerWG >= 2) ptx::setmaxnreg_inc<Traits::kConsumerRegs>();
     // Masked kind: the shared-memory base again, through a shuffle. ptxas otherwise re-derives it
     // inside the k-loop (S2UR of the CTA's cluster id + dependent uniform ops in front of every
     // k-block's full-barrier wait); a shuffle's result is not rematerialized. -2 to -5% on every
