@@ -389,3 +389,17 @@ def test_tuner_checks_catch_bad_candidates():
     other = d.clone()
     other[0, 0] += 1
     assert not _contiguous_check(d, other, ref2, layout)[1]
+
+
+def test_tune_block_m_is_checked(capsys):
+    """`tune --block-m`: one of the FP8 kernel's block_m values, and only for the families it
+    narrows; otherwise an error that names the option."""
+    from finegemm.bench import tune
+
+    p = tune.build_parser()
+    assert p.parse_args(["wgrad", "--block-m", "192"]).block_m == 192
+    with pytest.raises(SystemExit):
+        p.parse_args(["wgrad", "--block-m", "100"])
+    assert "--block-m" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="--block-m"):
+        tune.main(["masked", "--block-m", "192"])

@@ -22,6 +22,8 @@ import time
 
 import torch
 
+from finegemm.heuristics.sm90_fp8_gemm import FP8_BLOCK_MS
+
 from . import TUNE_FAMILIES
 from ._common import kernel_time_us, run_metadata
 
@@ -50,6 +52,9 @@ def default_shapes(curve: bool = False) -> list[tuple[int, int, int]]:
     """The 18 anchor shapes of `bench dense` (with curve: also its M curve on the same N, K)."""
     from .dense import CURVE_M, DENSE_M, DENSE_NK
     return [(m, n, k) for m in DENSE_M + (CURVE_M if curve else []) for (n, k) in DENSE_NK]
+
+
+BLOCK_M_FAMILIES = ("dense", "wgrad", "k_grouped")  # the families `--block-m` narrows
 
 
 def _restrict(cands: list, current, block_m: int | None) -> list:
@@ -530,7 +535,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--curve", action="store_true", help="also the M curve of `bench dense` (1 ... 8192)")
     p.add_argument("--top", type=int, default=16, help="the model's best N candidates (plus family bests)")
     p.add_argument("--num-tests", type=int, default=10)
-    p.add_argument("--block-m", type=int, default=None,
+    p.add_argument("--block-m", type=int, default=None, choices=FP8_BLOCK_MS,
                    help="dense / wgrad / k_grouped: only that block_m's candidates, plus today's selection")
     p.add_argument("--table", default=None, help="tuned table to add the winners to (default: print only)")
     p.add_argument("--out", default=None, help="JSON with every candidate's check and time")
@@ -539,6 +544,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    if args.block_m is not None and args.family not in BLOCK_M_FAMILIES:
+        raise SystemExit(f"finegemm tune {args.family}: --block-m applies to {', '.join(BLOCK_M_FAMILIES)} only")
     if not torch.cuda.is_available():
         print("finegemm tune: needs a CUDA GPU", file=sys.stderr)
         return 2
