@@ -206,6 +206,16 @@ def main() -> int:
         if cfg.one_d_one_d and cfg.has_c and not ops.ACCUMULATE_C_IN_KERNEL_1D1D:  # ops: _AccumulateAfter
             cfg = dataclasses.replace(cfg, has_c=False)
         cfgs[ops._kernel_name(cfg)] = cfg
+    # The forced recipe (1, 1, 128) tiles of scripts/sanitize_cases.py.
+    spec = importlib.util.spec_from_file_location("_sanitize_cases", Path(__file__).resolve().parent
+                                                  / "sanitize_cases.py")
+    sc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sc)
+    for _, tile in sc.WGRAD_TILES:
+        cfg = sc.wgrad_tile_config(*tile, sms=args.sms)
+        if cfg.has_c and not ops.ACCUMULATE_C_IN_KERNEL_1D1D:
+            cfg = dataclasses.replace(cfg, has_c=False)
+        cfgs[ops._kernel_name(cfg)] = cfg
     if args.only_1d1d:
         cfgs = {name: cfg for name, cfg in cfgs.items() if cfg.one_d_one_d}
     print(f"{len(cfgs)} kernel configurations")

@@ -107,11 +107,19 @@ def _fp8_tile(m, n, k, bm, bn, mc=1, on_a=False, tma=False):
     return calc_diff(d.float(), reference.fp8_gemm_nt(a, sfa, b, sfb, out_dtype=torch.float32))
 
 
+def wgrad_tile_config(m, n, k, bm, bn, mc, on_a, c_mode, half_promote=False, k_batch=1, sms=132):
+    """The forced recipe (1, 1, 128) configuration of _fp8_wgrad_tile (scripts/precompile.py builds
+    these too)."""
+    from finegemm.heuristics.sm90_fp8_gemm import make_config, max_stages
+
+    return make_config(m, n, k, sms, True, c_mode != "none", bm, bn, min(4, max_stages(bm, bn, True, True)), 1, mc,
+                       on_a, True, one_d_one_d=True, half_promote=half_promote, k_batch=k_batch)
+
+
 def _fp8_wgrad_tile(m, n, k, bm, bn, mc, on_a, c_mode, half_promote=False, k_batch=1):
     """Recipe (1, 1, 128) with a forced tile and the fp32 TMA epilogue: c None (TMA store), d
     itself (TMA reduce-add) or separate (the host keeps direct stores); optionally the
     half-promote or k-batch main loop."""
-    from finegemm.heuristics.sm90_fp8_gemm import make_config, max_stages
     from finegemm.ops import sm90_fp8_gemm as ops
 
     a, sfa = finegemm.per_token_cast_to_fp8(torch.randn(m, k, device="cuda"))
@@ -119,9 +127,8 @@ def _fp8_wgrad_tile(m, n, k, bm, bn, mc, on_a, c_mode, half_promote=False, k_bat
     c0 = torch.randn(m, n, device="cuda")
     d = c0.clone() if c_mode == "in_place" else torch.empty(m, n, device="cuda")
     c = {"none": None, "in_place": d, "sep": c0}[c_mode]
-    cfg = make_config(m, n, k, torch.cuda.get_device_properties(0).multi_processor_count, True, c is not None, bm, bn,
-                      min(4, max_stages(bm, bn, True, True)), 1, mc, on_a, True, one_d_one_d=True,
-                      half_promote=half_promote, k_batch=k_batch)
+    cfg = wgrad_tile_config(m, n, k, bm, bn, mc, on_a, c_mode, half_promote, k_batch,
+                            torch.cuda.get_device_properties(0).multi_processor_count)
     ops.prepare(a, sfa, b, sfb, d, c, (1, 1, 128), config=cfg)()
     ref = reference.fp8_gemm_nt(a, sfa, b, sfb, c=None if c is None else c0, out_dtype=torch.float32,
                                 recipe=(1, 1, 128))
@@ -173,28 +180,33 @@ def _bf16_k_grouped(ks, m, n, mode="sep"):
     return calc_diff(d, ref)
 
 
+# Forced recipe (1, 1, 128) tiles: (name, _fp8_wgrad_tile arguments). The tiles up to bn192 at
+# bm64 / bm128 read the 1D1D scale warp's paired copy of the column scales; bn208 and bm192 the box.
+WGRAD_TILES = [
+    ("fp8 wgrad bm128 bn208 multicast B, TMA reduce-add", (300, 1000, 640, 128, 208, 2, False, "in_place")),
+    ("fp8 wgrad bm128 bn128 multicast A, TMA store", (129, 1000, 640, 128, 128, 2, True, "none")),
+    ("fp8 wgrad bm128 bn208 half-promote, TMA reduce-add", (300, 1000, 640, 128, 208, 1, False, "in_place", True)),
+    ("fp8 wgrad bm128 bn128 k-batch 2 (odd k-block count), TMA store",
+     (129, 600, 640, 128, 128, 1, False, "none", False, 2)),
+    ("fp8 wgrad bm128 bn80 k-batch 4 multicast B, separate c (direct)",
+     (300, 400, 896, 128, 80, 2, False, "sep", False, 4)),
+    ("fp8 wgrad bm128 bn160 (column scales partly prefetched), TMA reduce-add",
+     (300, 1000, 640, 128, 160, 1, False, "in_place")),
+    ("fp8 wgrad bm128 bn176 multicast B (paired column scales), TMA reduce-add",
+     (300, 1000, 640, 128, 176, 2, False, "in_place")),
+    ("fp8 wgrad bm128 bn112 half-promote (paired, odd half), TMA store",
+     (129, 600, 640, 128, 112, 1, False, "none", True)),
+    ("fp8 wgrad bm192 bn128 (three consumer WGs), TMA reduce-add", (385, 1000, 640, 192, 128, 1, False, "in_place")),
+    ("fp8 wgrad bm192 bn144 half-promote, separate c (direct)", (200, 600, 384, 192, 144, 1, False, "sep", True)),
+    ("fp8 wgrad bm64 bn176, separate c (direct)", (65, 600, 384, 64, 176, 1, False, "sep")),
+]
+
 CASES = [
     ("fp8 k-grouped one launch, c is d", lambda: _fp8_k_grouped([256, 0, 384, 128], 100, 136, True)),
     ("fp8 k-grouped one launch, no c", lambda: _fp8_k_grouped([0, 128, 256], 65, 200, False)),
     ("fp8 wgrad 1d1d, c is d", lambda: _fp8_wgrad(129, 576, 640)),
-    ("fp8 wgrad bm128 bn208 multicast B, TMA reduce-add", lambda: _fp8_wgrad_tile(300, 1000, 640, 128, 208, 2, False,
-                                                                                 "in_place")),
-    ("fp8 wgrad bm128 bn128 multicast A, TMA store", lambda: _fp8_wgrad_tile(129, 1000, 640, 128, 128, 2, True,
-                                                                            "none")),
-    ("fp8 wgrad bm128 bn208 half-promote, TMA reduce-add",
-     lambda: _fp8_wgrad_tile(300, 1000, 640, 128, 208, 1, False, "in_place", half_promote=True)),
-    ("fp8 wgrad bm128 bn128 k-batch 2 (odd k-block count), TMA store",
-     lambda: _fp8_wgrad_tile(129, 600, 640, 128, 128, 1, False, "none", k_batch=2)),
-    ("fp8 wgrad bm128 bn80 k-batch 4 multicast B, separate c (direct)",
-     lambda: _fp8_wgrad_tile(300, 400, 896, 128, 80, 2, False, "sep", k_batch=4)),
-    ("fp8 wgrad bm128 bn160 (column scales partly prefetched), TMA reduce-add",
-     lambda: _fp8_wgrad_tile(300, 1000, 640, 128, 160, 1, False, "in_place")),
-    ("fp8 wgrad bm192 bn128 (three consumer WGs), TMA reduce-add",
-     lambda: _fp8_wgrad_tile(385, 1000, 640, 192, 128, 1, False, "in_place")),
-    ("fp8 wgrad bm192 bn144 half-promote, separate c (direct)",
-     lambda: _fp8_wgrad_tile(200, 600, 384, 192, 144, 1, False, "sep", half_promote=True)),
+    *[(name, lambda a=args: _fp8_wgrad_tile(*a)) for name, args in WGRAD_TILES],
     ("fp8 bm192 bn128 (three consumer WGs), scale warp", lambda: _fp8_tile(385, 1000, 1664, 192, 128)),
-    ("fp8 wgrad bm64 bn176, separate c (direct)", lambda: _fp8_wgrad_tile(65, 600, 384, 64, 176, 1, False, "sep")),
     ("fp8 two CTAs/SM + split-K", lambda: _fp8_forced(17, 2112, 1664, bn=32, splits=4, tma=False, cps=2, kbat=1)),
     ("fp8 k-batch 4, TMA store", lambda: _fp8_forced(65, 576, 1664, bn=32, splits=1, tma=True, cps=1, kbat=4)),
     ("fp8 k-batch 2, odd k-blocks", lambda: _fp8_forced(130, 1000, 1664, bn=96, splits=1, tma=False, cps=1, kbat=2)),
