@@ -177,13 +177,37 @@ def k_grouped_configs(sms: int, t) -> list:
     return out
 
 
+def bench_1d1d_configs(sms: int) -> list:
+    """Only `bench grouped`'s wgrad and k_grouped kernels (for an A/B of build variants)."""
+    from finegemm.bench import grouped as bench
+    from finegemm.heuristics.sm90_fp8_gemm import select_k_grouped_config
+
+    out = [select_config(m, n, k, sms, True, has_c, one_d_one_d=True)
+           for (m, n, k, has_c) in bench.planned_1d1d_problems()]
+    for (_g, m, n, ks, _ek) in bench.k_grouped_problems():
+        if any(ks):
+            out += [select_k_grouped_config(m, n, ks, sms, has_c) for has_c in (True, False)]
+    return out
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--sms", type=int, default=132)
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--only-1d1d", action="store_true",
                    help="only the recipe (1, 1, 128) configurations (e.g. for an A/B build of that loop)")
+    p.add_argument("--bench-1d1d", action="store_true",
+                   help="only `bench grouped`'s wgrad / k_grouped kernels (an A/B build of the 1D1D loop)")
     args = p.parse_args()
+    if args.bench_1d1d:
+        cfgs = {}
+        for cfg in bench_1d1d_configs(args.sms):
+            if cfg.has_c and not ops.ACCUMULATE_C_IN_KERNEL_1D1D:
+                cfg = dataclasses.replace(cfg, has_c=False)
+            cfgs[ops._kernel_name(cfg)] = cfg
+        print(f"{len(cfgs)} kernel configurations")
+        jit.build_many({name: ops._render_cfg(cfg) for name, cfg in cfgs.items()}, args.jobs)
+        return 0
     bench = [(m, n, k) for m in DENSE_M + CURVE_M for (n, k) in DENSE_NK]
     cfgs = {}
     for (m, n, k) in bench + gpu_test_shapes():

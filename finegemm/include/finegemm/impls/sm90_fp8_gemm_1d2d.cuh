@@ -127,7 +127,10 @@ struct Sm90Fp8Gemm1d2dTraits {
   // spare registers (bm128 bn208) the aligned quads cost a spill; at bm192 (160 / 32 registers)
   // the scale warp did. Those tiles read the TMA box in column order (two LDS.64).
   static constexpr bool kPairedSfb = k1D1D && kSfbRegsFree >= 4 && kNumConsumerWG <= 2 &&
-                                     !diag::k1d1dColumnOrderScales;  // developer diagnostic
+                                     !diag::k1d1dColumnOrderScales && !diag::k1d1dPairedLoadsOnBox;
+  // The consumers' loads in chunk pairs (kPairedSfb, or the diagnostic that reads the box so).
+  static constexpr bool kPairedLoads =
+      kPairedSfb || (diag::k1d1dPairedLoadsOnBox && k1D1D && kSfbRegsFree >= 4 && kNumConsumerWG <= 2);
   // k1D1D: BLOCK_N fp32 B scales per stage (one per column, the TMA box) padded to 128 bytes, with
   // kPairedSfb followed by the scale warp's copy in the consumers' order (same size).
   // 1D2D: the tile's (at most 3) B scales of the stage's k-block, written by the scale warp.
@@ -401,6 +404,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
       (!k1D1D || kHalfPromote || kKBatch > 1 || diag::kNoSfbPrefetch || diag::k1d1dRowPromotion) ? 0u
                                               : (kSfbRegsFree / 2 < BLOCK_N / 8 ? kSfbRegsFree / 2 : BLOCK_N / 8);
   constexpr bool kSfbPairs = Traits::kPairedSfb;  // 1D1D: see the traits
+  constexpr bool kPairedLoads = Traits::kPairedLoads;
   static_assert(kScaleWarp || k1D1D || (kKBatch == 1 && !kHalfPromote), "k-batch / half-promote: lean tiles only");
   constexpr bool kMcA = kNumMulticast == 2 && kMulticastOnA;
   constexpr bool kMcB = kNumMulticast == 2 && !kMulticastOnA;
@@ -761,6 +765,8 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         auto sfb_paired = [&](uint32_t s) {
           if constexpr (kSfbPairs) {
             return sfb_smem + s * (Traits::kSmemSfb / 4) + Traits::kSfbSlotBytes / 4 + 2 * col_in_chunk;
+          } else if constexpr (kPairedLoads) {  // developer diagnostic: the box read as pairs
+            return sfb_smem + s * (Traits::kSmemSfb / 4) + 2 * col_in_chunk;
           } else {  // the box itself, in column order
             return sfb_smem + s * (Traits::kSmemSfb / 4) + col_in_chunk;
           }
@@ -793,7 +799,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           for (uint32_t j = 0; j < kKBatch; ++j) {
             ptx::wgmma_wait_pending(kKBatch - 1 - j);  // a constant after unrolling
             ptx::fence_operands(accb[j]);
-            promote_columns_1d1d<0, kNumChunks, kSfbPairs>(fin, accb[j], sfb_paired(st[j]), sa0b[j], sa1b[j]);
+            promote_columns_1d1d<0, kNumChunks, kPairedLoads>(fin, accb[j], sfb_paired(st[j]), sa0b[j], sa1b[j]);
             ptx::fence_proxy_async_shared();  // the scale loads before the release (see below)
             release(st[j]);
           }
@@ -807,7 +813,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
             issue(accb[0], stage, 0);
             ptx::wgmma_wait<0>();
             ptx::fence_operands(accb[0]);
-            promote_columns_1d1d<0, kNumChunks, kSfbPairs>(fin, accb[0], sfb_paired(stage), sa0, sa1);
+            promote_columns_1d1d<0, kNumChunks, kPairedLoads>(fin, accb[0], sfb_paired(stage), sa0, sa1);
             ptx::fence_proxy_async_shared();
             release(stage);
             if (++stage == kNumStages) {
@@ -834,10 +840,10 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
             issue(acc_hi, stage, kMmaN);
             ptx::wgmma_wait<1>();
             ptx::fence_operands(acc_lo);
-            promote_columns_1d1d<0, kHalfChunks, kSfbPairs>(fin, acc_lo, sfb_stage, sa0, sa1);
+            promote_columns_1d1d<0, kHalfChunks, kPairedLoads>(fin, acc_lo, sfb_stage, sa0, sa1);
             ptx::wgmma_wait<0>();
             ptx::fence_operands(acc_hi);
-            promote_columns_1d1d<kHalfChunks, kHalfChunks, kSfbPairs>(fin, acc_hi, sfb_stage, sa0, sa1);
+            promote_columns_1d1d<kHalfChunks, kHalfChunks, kPairedLoads>(fin, acc_hi, sfb_stage, sa0, sa1);
           } else {
             // The first kSfbPrefetch chunks' column scales are loaded before the wgmmas are
             // issued: loaded after the wait (behind the wgmmas' operand reads) they put a
@@ -845,13 +851,13 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
             // (-DFINEGEMM_DIAG_1D1D_NO_SCALE_LOADS, benchmarks/NOTES.md v0.35). The rest (wide
             // tiles: registers) are loaded after the wait as before.
             float2 sbp[kSfbPrefetch > 0 ? kSfbPrefetch : 1];
-            if constexpr (!diag::k1d1dNoScaleLoads) load_column_scales<0, kSfbPrefetch, kSfbPairs>(sbp, sfb_stage);
+            if constexpr (!diag::k1d1dNoScaleLoads) load_column_scales<0, kSfbPrefetch, kPairedLoads>(sbp, sfb_stage);
             issue(acc_lo, stage, 0);
             ptx::wgmma_wait<0>();
             ptx::fence_operands(acc_lo);
             if constexpr (diag::kEarlyRelease1d1d) release(stage);
             promote_columns_1d1d_regs<0, kSfbPrefetch, 0>(fin, acc_lo, sbp, sa0, sa1);
-            promote_columns_1d1d<kSfbPrefetch, kHalfChunks - kSfbPrefetch, kSfbPairs, kSfbPrefetch>(fin, acc_lo, sfb_stage,
+            promote_columns_1d1d<kSfbPrefetch, kHalfChunks - kSfbPrefetch, kPairedLoads, kSfbPrefetch>(fin, acc_lo, sfb_stage,
                                                                                          sa0, sa1);
           }
           // The stage's sfb was read with ordinary shared loads, and the producer's next TMA (async

@@ -91,6 +91,12 @@ constexpr bool kNoSfbPrefetch = true;
 constexpr bool kNoSfbPrefetch = false;
 #endif
 
+#ifdef FINEGEMM_DIAG_1D1D_PAIRED_LOADS_ON_BOX
+constexpr bool k1d1dPairedLoadsOnBox = true;
+#else
+constexpr bool k1d1dPairedLoadsOnBox = false;
+#endif
+
 #ifdef FINEGEMM_DIAG_1D1D_COLUMN_ORDER_SCALES
 constexpr bool k1d1dColumnOrderScales = true;
 #else
