@@ -180,8 +180,7 @@ def _bf16_k_grouped(ks, m, n, mode="sep"):
     return calc_diff(d, ref)
 
 
-# Forced recipe (1, 1, 128) tiles: (name, _fp8_wgrad_tile arguments). The tiles up to bn192 at
-# bm64 / bm128 read the 1D1D scale warp's paired copy of the column scales; bn208 and bm192 the box.
+# Forced recipe (1, 1, 128) tiles: (name, _fp8_wgrad_tile arguments); scripts/precompile.py builds them.
 WGRAD_TILES = [
     ("fp8 wgrad bm128 bn208 multicast B, TMA reduce-add", (300, 1000, 640, 128, 208, 2, False, "in_place")),
     ("fp8 wgrad bm128 bn128 multicast A, TMA store", (129, 1000, 640, 128, 128, 2, True, "none")),
@@ -192,9 +191,9 @@ WGRAD_TILES = [
      (300, 400, 896, 128, 80, 2, False, "sep", False, 4)),
     ("fp8 wgrad bm128 bn160 (column scales partly prefetched), TMA reduce-add",
      (300, 1000, 640, 128, 160, 1, False, "in_place")),
-    ("fp8 wgrad bm128 bn176 multicast B (paired column scales), TMA reduce-add",
+    ("fp8 wgrad bm128 bn176 multicast B (16 of 22 chunks' column scales prefetched), TMA reduce-add",
      (300, 1000, 640, 128, 176, 2, False, "in_place")),
-    ("fp8 wgrad bm128 bn112 half-promote (paired, odd half), TMA store",
+    ("fp8 wgrad bm128 bn112 half-promote (7-chunk halves), TMA store",
      (129, 600, 640, 128, 112, 1, False, "none", True)),
     ("fp8 wgrad bm192 bn128 (three consumer WGs), TMA reduce-add", (385, 1000, 640, 192, 128, 1, False, "in_place")),
     ("fp8 wgrad bm192 bn144 half-promote, separate c (direct)", (200, 600, 384, 192, 144, 1, False, "sep", True)),

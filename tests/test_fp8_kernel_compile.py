@@ -784,15 +784,14 @@ def test_1d1d_stage_release_is_fenced_after_scale_loads(bm, bn, has_c, mc):
 @pytest.mark.nvcc
 @pytest.mark.parametrize("bm, bn, before", [(128, 128, 16), (128, 176, 16), (192, 128, 4), (128, 208, 0)])
 def test_1d1d_column_scales_are_loaded_before_the_wgmmas(bm, bn, before):
-    """The plain 1D1D loop loads kSfbPrefetch chunks' column scales (shared memory) between the
-    k-block's full-barrier wait and its first wgmma, the rest after the wgmma wait: in SASS, the
-    k-loop loads `before` chunks' scales ahead of its first QGMMA (loaded after the wait they cost
-    18-22%, benchmarks/NOTES.md v0.35), and block_n / 8 chunks in all: two per LDS.128 on the tiles
-    with the paired copy (v0.36), one per LDS.64 on the others."""
+    """The plain 1D1D loop loads kSfbPrefetch chunks' column scales (shared memory, LDS.64) between
+    the k-block's full-barrier wait and its first wgmma, the rest after the wgmma wait: in SASS, the
+    k-loop holds `before` LDS.64 ahead of its first QGMMA (loaded after the wait they cost 18-22%,
+    benchmarks/NOTES.md v0.35), and 2 x block_n / 16 in all."""
     import sass_tools
 
     from finegemm import jit
-    from finegemm.heuristics.sm90_fp8_gemm import make_config, max_stages, paired_column_scales
+    from finegemm.heuristics.sm90_fp8_gemm import make_config, max_stages
     from finegemm.ops import sm90_fp8_gemm as ops
 
     cfg = make_config(4096, 7168, 4096, 132, True, True, bm, bn, max_stages(bm, bn, True, True), 1, 1, False,
@@ -804,16 +803,9 @@ def test_1d1d_column_scales_are_loaded_before_the_wgmmas(bm, bn, before):
     assert len(loops) == 1, f"{len(loops)} wgmma k-loops"
     body = loops[0]
     first_mma = next(i for i, op in enumerate(body) if "GMMA" in op and "WARPGROUP" not in op)
-
-    def chunks(op: str) -> int:  # column-scale chunks one instruction loads
-        name = op.split()[0] if not op.startswith("@") else op.split()[1]
-        return {"LDS.64": 1, "LDS.128": 2}.get(name, 0)
-
-    loads = [(i, chunks(op)) for i, op in enumerate(body) if chunks(op)]
-    assert sum(c for i, c in loads if i < first_mma) == before, (bm, bn, [op for op in body[:first_mma] if "LDS" in op])
-    assert sum(c for _, c in loads) >= bn // 8, (bm, bn, loads)
-    wide = any(c == 2 for _, c in loads)
-    assert wide == paired_column_scales(bm, bn), (bm, bn, "LDS.128 on exactly the paired tiles")
+    lds = [i for i, op in enumerate(body) if op.startswith("LDS.64") or " LDS.64 " in f" {op} "]
+    assert sum(i < first_mma for i in lds) == before, (bm, bn, [op for op in body[:first_mma] if "LDS" in op])
+    assert len(lds) >= bn // 8, (bm, bn, len(lds))
 
 
 # 1D2D configurations covering each main-loop variant (plain, split-K, multicast on A / B,
@@ -898,9 +890,8 @@ def test_smem_formula_matches_the_kernel_traits(tmp_path):
     cases = [(64, 32, 8, False, False), (64, 160, 7, True, False), (128, 128, 5, True, False),
              (128, 208, 4, True, False), (128, 224, 3, False, False), (128, 144, 4, False, True),
              (64, 112, 8, False, True), (64, 32, 16, False, False), (64, 64, 13, True, False),
-             # 1D1D with the paired column-scale copy (bn <= 192 at bm64 / bm128) and without
-             (128, 176, 4, True, True), (128, 192, 4, True, True), (128, 208, 4, True, True),
-             (192, 128, 4, True, True), (64, 96, 8, True, True)]
+             (128, 176, 4, True, True), (128, 208, 4, True, True), (192, 128, 4, True, True),
+             (64, 96, 8, True, True)]
     lines = [f"  std::printf(\"%u\\n\", finegemm::impls::Sm90Fp8Gemm1d2dTraits<{bm}, {bn}, {st}, "
              f"{str(tma).lower()}, {str(d1).lower()}>::kDynamicSmemBytes);" for bm, bn, st, tma, d1 in cases]
     src = tmp_path / "traits.cu"
@@ -914,42 +905,6 @@ def test_smem_formula_matches_the_kernel_traits(tmp_path):
     assert run.returncode == 0, run.stderr
     got = [int(x) for x in run.stdout.split()]
     assert got == [smem_bytes(bm, bn, st, tma, d1) for bm, bn, st, tma, d1 in cases]
-
-
-@pytest.mark.nvcc
-def test_paired_column_scale_order(tmp_path):
-    """The 1D1D scale warp's copy (sfb_paired_index, evaluated by a host program built with nvcc)
-    is a permutation of each 16-column group that puts the wgmma fragment's columns
-    8 j + 2 q + {0, 1} of chunks j = 2 a, 2 a + 1 (lane % 4 = q) at 16 a + 4 q + [0, 4): the
-    consumers' one 16-byte load per chunk pair; and the kernel pairs exactly the tiles the host
-    model sizes shared memory for."""
-    from finegemm import jit
-    from finegemm.heuristics.sm90_fp8_gemm import FP8_BLOCK_MS, block_n_candidates, paired_column_scales
-
-    tiles = [(bm, bn) for bm in FP8_BLOCK_MS for bn in block_n_candidates(bm, True) if bm != 192 or bn <= 144]
-    lines = ["  for (unsigned c = 0; c < 256; ++c) std::printf(\"%u \", finegemm::impls::sfb_paired_index(c));",
-             "  std::printf(\"\\n\");"]
-    lines += [f"  std::printf(\"%d \", (int)finegemm::impls::Sm90Fp8Gemm1d2dTraits<{bm}, {bn}, 4, true, true>::kPairedSfb);"
-              for bm, bn in tiles]
-    src = tmp_path / "paired.cu"
-    src.write_text("#include <cstdio>\n#include <finegemm/impls/sm90_fp8_gemm_1d2d.cuh>\nint main() {\n"
-                   + "\n".join(lines) + "\n  return 0;\n}\n")
-    exe = tmp_path / "paired"
-    build = subprocess.run([jit.compiler.nvcc_path(), "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a",
-                            f"-I{jit.compiler.INCLUDE_DIR}", str(src), "-o", str(exe)], capture_output=True, text=True)
-    assert build.returncode == 0, build.stderr[-3000:]
-    run = subprocess.run([str(exe)], capture_output=True, text=True)
-    assert run.returncode == 0, run.stderr
-    index_line, paired_line = run.stdout.splitlines()
-    index = [int(x) for x in index_line.split()]
-    for g in range(0, 256, 16):
-        assert sorted(index[g:g + 16]) == list(range(g, g + 16))
-    for j in range(32):
-        for q in range(4):
-            for e in range(2):
-                assert index[8 * j + 2 * q + e] == 16 * (j // 2) + 4 * q + 2 * (j % 2) + e
-    assert [bool(int(x)) for x in paired_line.split()] == [paired_column_scales(bm, bn) for bm, bn in tiles]
-    assert paired_column_scales(128, 176) and not paired_column_scales(128, 208) and not paired_column_scales(192, 128)
 
 
 @pytest.mark.nvcc

@@ -216,22 +216,10 @@ def _staging_bytes(block_m: int, block_n: int, tma_store: bool, one_d_one_d: boo
     return (block_m // 64) * fp32_epilogue_ring_bytes(block_n) if one_d_one_d else block_m * block_n * 2
 
 
-def paired_column_scales(block_m: int, block_n: int) -> bool:
-    """Recipe (1, 1, 128): whether the kernel reads the column scales in chunk pairs from the scale
-    warp's reordered copy (Sm90Fp8Gemm1d2dTraits::kPairedSfb): a consumer thread has >= 4
-    registers beside its accumulators and 24 others, and at most two consumer warpgroups."""
-    consumer_regs = 160 if block_m == THREE_WG_BLOCK_M else 232
-    return block_m != THREE_WG_BLOCK_M and consumer_regs - 24 - block_n >= 4
-
-
-def _sfb_stage_bytes(block_m: int, block_n: int, one_d_one_d: bool) -> int:
-    """Recipe (1, 1, 128): block_n fp32 column scales per stage (the TMA box) padded to 128 bytes;
-    with paired_column_scales also the scale warp's reordered copy (same size) and the box's own
-    barrier (8 bytes). 1D2D: the tile's (at most 3) B scales of the stage's k-block, 16 bytes."""
-    if not one_d_one_d:
-        return 16
-    slot = ceil_div(block_n * 4, 128) * 128
-    return 2 * slot + 8 if paired_column_scales(block_m, block_n) else slot
+def _sfb_stage_bytes(block_n: int, one_d_one_d: bool) -> int:
+    """Recipe (1, 1, 128): block_n fp32 column scales per stage, padded to 128 bytes; 1D2D: the
+    tile's (at most 3) B scales of the stage's k-block, 16 bytes."""
+    return ceil_div(block_n * 4, 128) * 128 if one_d_one_d else 16
 
 
 def smem_bytes(block_m: int, block_n: int, num_stages: int, tma_store: bool = False,
@@ -239,11 +227,11 @@ def smem_bytes(block_m: int, block_n: int, num_stages: int, tma_store: bool = Fa
     """Dynamic shared memory of a launch; mirrors Sm90Fp8Gemm1d2dTraits::kDynamicSmemBytes:
     the TMA-store staging buffer (block_m x block_n bf16 when tma_store; with recipe (1, 1, 128) a
     16 KB fp32 box ring per consumer warpgroup: fp32_epilogue_ring_bytes), per stage A
-    (block_m x 128 B) + B (block_n x 128 B) + sfa (block_m fp32) + sfb (16 B; with recipe (1, 1, 128)
-    _sfb_stage_bytes) + 2 barriers (16 B), a 16-byte flag, and 1024 bytes of slack to
+    (block_m x 128 B) + B (block_n x 128 B) + sfa (block_m fp32) + sfb (16 B; block_n fp32, padded
+    to 128 B, with recipe (1, 1, 128)) + 2 barriers (16 B), a 16-byte flag, and 1024 bytes of slack to
     align the base to the 128B-swizzle atom."""
     return (1024 + _staging_bytes(block_m, block_n, tma_store, one_d_one_d) +
-            num_stages * (block_m * BLOCK_K + block_n * BLOCK_K + block_m * 4 + _sfb_stage_bytes(block_m, block_n, one_d_one_d))
+            num_stages * (block_m * BLOCK_K + block_n * BLOCK_K + block_m * 4 + _sfb_stage_bytes(block_n, one_d_one_d))
             + num_stages * 16 + 16)
 
 
@@ -251,7 +239,7 @@ def max_stages(block_m: int, block_n: int, tma_store: bool = False, one_d_one_d:
                ctas_per_sm: int = 1, cap: int = MODEL_MAX_STAGES) -> int:
     """The most stages that fit in shared memory, at most `cap` (the model's ring by default;
     MAX_STAGES for what the kernel builds)."""
-    per_stage = block_m * BLOCK_K + block_n * BLOCK_K + block_m * 4 + 16 + _sfb_stage_bytes(block_m, block_n, one_d_one_d)
+    per_stage = block_m * BLOCK_K + block_n * BLOCK_K + block_m * 4 + 16 + _sfb_stage_bytes(block_n, one_d_one_d)
     limit = SMEM_LIMIT if ctas_per_sm == 1 else SMEM_LIMIT_2CTA
     return min(cap, (limit - 1024 - 16 - _staging_bytes(block_m, block_n, tma_store, one_d_one_d)) // per_stage)
 

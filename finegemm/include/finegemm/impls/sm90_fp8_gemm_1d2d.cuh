@@ -19,11 +19,9 @@
 //                                      load of a tile sat ~850 cycles in front of its first wgmma
 //                                      (benchmarks/NOTES.md v0.14).
 // Barriers per stage: full (count 1: the producer's arrive.expect_tx, plus the stage's TMA
-// bytes; count 2 with a scale warp (kScaleWarp; k1D1D kPairedSfb): also the scale warp's arrive
-// after its stores), empty (count = number of consumer warps: lane 0 of every consumer warp arrives
-// once its warpgroup's wgmmas on the stage have completed and its sfa / sfb reads are done) and,
-// with kPairedSfb, sfb (count 1: the producer's arrive.expect_tx plus the sfb box, waited for by
-// the scale warp).
+// bytes; count 2 with kScaleWarp: also the scale warp's arrive after its stores) and empty (count =
+// number of consumer warps: lane 0 of every consumer warp arrives once its warpgroup's wgmmas on
+// the stage have completed and its sfa / sfb reads are done).
 // Producer and consumers walk the same sequence of (work unit, k-block), so they agree on the
 // (stage, phase) of every k-block; the phase flips each time the ring index wraps.
 //
@@ -48,11 +46,9 @@
 // Recipe (1,1,128) ("1D1D", weight gradients; template flag k1D1D, dense kind, fp32 D, optional C):
 //   D[m, n] = C[m, n] + sum_kb sfa[m, kb] * sfb[n, kb] * (A[m, kb-block] . B[n, kb-block])
 // with sfb fp32 MN-major [Kb, align(N, 4)] read through its own tensor map (tmap_sfb): the
-// producer also loads the tile's BLOCK_N column scales per stage (box BLOCK_N x 1); on most tiles
-// (Traits::kPairedSfb) on the stage's sfb barrier, and the producer warpgroup's second warp (the
-// 1D1D scale warp) copies them into the order the consumers read (sfb_paired_index: one LDS.128 per
-// two 8-column chunks) and arrives on the full barrier. The consumers promote with per-column scales read from shared memory,
-// releasing the stage after the promotion (whole tile, column halves with kHalfPromote, or
+// producer also loads the tile's BLOCK_N column scales per stage (box BLOCK_N x 1, counted in the
+// stage's transaction bytes) and the consumers promote with per-column scales read from shared
+// memory, releasing the stage after the promotion (whole tile, column halves with kHalfPromote, or
 // kKBatch k-blocks under staggered waits).
 //
 // K-grouped (kGemmKGrouped, k1D1D only; MoE weight gradients): G problems D_g [M, N] = C_g +
@@ -110,33 +106,14 @@ struct Sm90Fp8Gemm1d2dTraits {
   //   [D staging (kTmaStore: BLOCK_M x BLOCK_N bf16, one 64-row buffer per consumer WG; with
   //    k1D1D one 16 KB fp32 box ring per consumer WG)]
   //   [A stage 0..S-1][B stage 0..S-1][sfa stage 0..S-1][sfb stage 0..S-1]
-  //   [full bar x S][empty bar x S][kPairedSfb: sfb bar x S][flag]
+  //   [full bar x S][empty bar x S][flag]
   static constexpr uint32_t kSmemA = BLOCK_M * BLOCK_K;    // multiple of 1024 (swizzle atom)
   static constexpr uint32_t kSmemB = BLOCK_N * BLOCK_K;    // multiple of 1024 as BLOCK_N % 8 == 0
   static constexpr uint32_t kSmemSfa = BLOCK_M * 4;        // 256 or 512: keeps 128-byte alignment
-  // k1D1D: registers a consumer thread has beside its 2 x BLOCK_N / 2 accumulators and
-  // kSfbRegSlack others, for column scales held ahead (the kernel's kSfbPrefetch). Measured with
-  // ptxas 13.0 (tests/test_fp8_kernel_compile.py checks every tile): a slack of 24 builds
-  // spill-free everywhere; 16 spills at bm128 bn192 and bm192 bn144, 0 at bm192 bn128. bm64 (no
-  // setmaxnreg, 255 for the whole kernel) is budgeted as bm128: at 255 its bn192 / bn208 spilled.
-  static constexpr uint32_t kSfbRegSlack = 24;
-  static constexpr uint32_t kSfbRegsFree =
-      kConsumerRegs > kSfbRegSlack + BLOCK_N ? kConsumerRegs - kSfbRegSlack - BLOCK_N : 0u;
-  // k1D1D with spare registers and two consumer warpgroups at most: the column scales are read in
-  // pairs of chunks (one LDS.128; sfb_paired_index) from a copy the scale warp writes. Without
-  // spare registers (bm128 bn208) the aligned quads cost a spill; at bm192 (160 / 32 registers)
-  // the scale warp did. Those tiles read the TMA box in column order (two LDS.64).
-  static constexpr bool kPairedSfb = k1D1D && kSfbRegsFree >= 4 && kNumConsumerWG <= 2 &&
-                                     !diag::k1d1dColumnOrderScales && !diag::k1d1dPairedLoadsOnBox;
-  // The consumers' loads in chunk pairs (kPairedSfb, or the diagnostic that reads the box so).
-  static constexpr bool kPairedLoads =
-      kPairedSfb || (diag::k1d1dPairedLoadsOnBox && k1D1D && kSfbRegsFree >= 4 && kNumConsumerWG <= 2);
-  // k1D1D: BLOCK_N fp32 B scales per stage (one per column, the TMA box) padded to 128 bytes, with
-  // kPairedSfb followed by the scale warp's copy in the consumers' order (same size).
+  // k1D1D: BLOCK_N fp32 B scales per stage (one per column, a TMA box), padded to 128 bytes.
   // 1D2D: the tile's (at most 3) B scales of the stage's k-block, written by the scale warp.
   static constexpr uint32_t kSfbBoxBytes = k1D1D ? BLOCK_N * 4 : 0;
-  static constexpr uint32_t kSfbSlotBytes = k1D1D ? (kSfbBoxBytes + 127) / 128 * 128 : 16;
-  static constexpr uint32_t kSmemSfb = kPairedSfb ? 2 * kSfbSlotBytes : kSfbSlotBytes;
+  static constexpr uint32_t kSmemSfb = k1D1D ? (kSfbBoxBytes + 127) / 128 * 128 : 16;
   static constexpr uint32_t kSmemD =
       !kTmaStore ? 0
                  : (k1D1D ? (BLOCK_M / 64) * epilogue::TmaStoreFp32<BLOCK_N, false>::kBytes  // multiple of 4096
@@ -148,14 +125,12 @@ struct Sm90Fp8Gemm1d2dTraits {
   static constexpr uint32_t kOffSfb = kOffSfa + kNumStages * kSmemSfa;
   static constexpr uint32_t kOffFull = kOffSfb + kNumStages * kSmemSfb;
   static constexpr uint32_t kOffEmpty = kOffFull + kNumStages * 8;
-  static constexpr uint32_t kOffSfbBar = kOffEmpty + kNumStages * 8;  // kPairedSfb: the sfb box's own barrier
-  static constexpr uint32_t kOffFlag = kOffSfbBar + (kPairedSfb ? kNumStages * 8 : 0);
+  static constexpr uint32_t kOffFlag = kOffEmpty + kNumStages * 8;
   static constexpr uint32_t kUsedBytes = kOffFlag + 16;
   static constexpr uint32_t kDynamicSmemBytes = kUsedBytes + 1024;  // + slack to align the base
-  // Bytes one stage's TMA loads deliver to the full barrier: always the FULL boxes (out-of-bounds
-  // parts are zero-filled and still counted). With kPairedSfb the sfb box completes on the
-  // stage's sfb barrier instead.
-  static constexpr uint32_t kTxBytes = kSmemA + kSmemB + kSmemSfa + (kPairedSfb ? 0 : kSfbBoxBytes);
+  // Bytes one stage's TMA loads deliver: always the FULL boxes (out-of-bounds parts are
+  // zero-filled and still counted).
+  static constexpr uint32_t kTxBytes = kSmemA + kSmemB + kSmemSfa + kSfbBoxBytes;
 
   // Scale blocks of B: a tile [n0, n0 + BLOCK_N) with n0 a multiple of BLOCK_N starts at an
   // offset n0 % 128 that is a multiple of g = gcd(BLOCK_N, 128), at most 128 - g (0 when
@@ -231,47 +206,14 @@ __device__ __forceinline__ void promote_at(uint32_t off, float (&fin)[kNumFin], 
   }
 }
 
-// Recipe (1,1,128) column scales in the consumers' order ("paired"). A thread of the wgmma D
-// fragment holds columns 8 j + 2 q + {0, 1} (q = lane % 4) of every 8-column chunk j, so in column
-// order its scales of chunks j and j + 1 sit 32 bytes apart (two LDS.64 per chunk pair). The scale
-// warp stores column 16 a + 8 b + 2 q + e (chunk j = 2 a + b) at 16 a + 4 q + 2 b + e instead: a
-// thread's scales of chunks 2 a and 2 a + 1 are one 16-byte LDS.128, half the instructions and
-// shared-memory wavefronts of the column order (benchmarks/NOTES.md v0.36).
-__host__ __device__ constexpr uint32_t sfb_paired_index(uint32_t col) {
-  return (col & ~15u) | (((col >> 1) & 3u) << 2) | (((col >> 3) & 1u) << 1) | (col & 1u);
-}
-
-// Chunks [kBase, kBase + kChunks)' column scales of one thread. kPairs: from the paired slot (`p`
-// = slot + 4 (lane % 4)), pairs (2 a, 2 a + 1) inside the range in one float4 load; else from the
-// box in column order (`p` = box + 2 (lane % 4)), one float2 per chunk.
-template <uint32_t kBase, uint32_t kChunks, bool kPairs, uint32_t kNumSb>
-__device__ __forceinline__ void load_column_scales(float2 (&sb)[kNumSb], const float* p) {
-  static_assert(kChunks <= kNumSb, "scale registers");
-#pragma unroll
-  for (uint32_t jj = 0; jj < kChunks; ++jj) {
-    const uint32_t j = kBase + jj;
-    if (!kPairs) {  // column order: p is the box plus 2 (lane % 4)
-      sb[jj] = *reinterpret_cast<const float2*>(p + 8 * j);
-    } else if (j % 2 == 0 && jj + 1 < kChunks) {
-      const float4 v = *reinterpret_cast<const float4*>(p + 8 * j);
-      sb[jj] = make_float2(v.x, v.y);
-      sb[jj + 1] = make_float2(v.z, v.w);
-    } else if (j % 2 == 1 && jj > 0) {
-      // loaded with chunk j - 1
-    } else {
-      sb[jj] = *reinterpret_cast<const float2*>(p + 8 * (j - j % 2) + 2 * (j % 2));
-    }
-  }
-}
-
-// Recipe (1,1,128) promotion of chunks [kBase, kBase + kChunks) whose column scales are in
-// registers (sb): fin += sfa * sfb * acc with the thread's two row scales; those chunks sit in acc
-// from chunk kAccBase on.
-template <uint32_t kBase, uint32_t kChunks, uint32_t kAccBase, uint32_t kNumFin, uint32_t kNumAcc, uint32_t kNumSb>
-__device__ __forceinline__ void promote_columns_1d1d_regs(float (&fin)[kNumFin], const float (&acc)[kNumAcc],
-                                                          const float2 (&sb)[kNumSb], float sa0, float sa1) {
-  static_assert(kChunks <= kNumSb && 4 * (kAccBase + kChunks) <= kNumAcc && 4 * (kBase + kChunks) <= kNumFin,
-                "chunk range out of the tile");
+// Recipe (1,1,128) promotion of chunks [kBase, kBase + kChunks) of the tile: fin += sfa * sfb * acc
+// with the thread's two row scales and each column's scale from the stage's sfb row (`sfb`: this
+// thread's first column, 8-column chunks apart); acc holds just those chunks.
+// kAccBase: the first of those chunks' index in acc (0 when acc holds just them).
+template <uint32_t kBase, uint32_t kChunks, uint32_t kAccBase = 0, uint32_t kNumFin, uint32_t kNumAcc>
+__device__ __forceinline__ void promote_columns_1d1d(float (&fin)[kNumFin], const float (&acc)[kNumAcc],
+                                                     const float* sfb, float sa0, float sa1) {
+  static_assert(4 * (kAccBase + kChunks) <= kNumAcc && 4 * (kBase + kChunks) <= kNumFin, "chunk range out of the tile");
 #pragma unroll
   for (uint32_t jj = 0; jj < kChunks; ++jj) {
     const uint32_t j = kBase + jj;
@@ -283,29 +225,26 @@ __device__ __forceinline__ void promote_columns_1d1d_regs(float (&fin)[kNumFin],
       fin[4 * j + 3] = fmaf(sa1, acc[4 * ja + 3], fin[4 * j + 3]);
       continue;
     }
-    const float2 b = diag::k1d1dNoScaleLoads ? make_float2(sa1, sa0) : sb[jj];  // developer diagnostic
-    fin[4 * j + 0] = fmaf(sa0 * b.x, acc[4 * ja + 0], fin[4 * j + 0]);
-    fin[4 * j + 1] = fmaf(sa0 * b.y, acc[4 * ja + 1], fin[4 * j + 1]);
-    fin[4 * j + 2] = fmaf(sa1 * b.x, acc[4 * ja + 2], fin[4 * j + 2]);
-    fin[4 * j + 3] = fmaf(sa1 * b.y, acc[4 * ja + 3], fin[4 * j + 3]);
+    const float2 sb = diag::k1d1dNoScaleLoads ? make_float2(sa1, sa0)  // developer diagnostic
+                                              : *reinterpret_cast<const float2*>(sfb + 8 * j);
+    fin[4 * j + 0] = fmaf(sa0 * sb.x, acc[4 * ja + 0], fin[4 * j + 0]);
+    fin[4 * j + 1] = fmaf(sa0 * sb.y, acc[4 * ja + 1], fin[4 * j + 1]);
+    fin[4 * j + 2] = fmaf(sa1 * sb.x, acc[4 * ja + 2], fin[4 * j + 2]);
+    fin[4 * j + 3] = fmaf(sa1 * sb.y, acc[4 * ja + 3], fin[4 * j + 3]);
   }
 }
 
-// Recipe (1,1,128) promotion of chunks [kBase, kBase + kChunks) of the tile, their column scales
-// loaded from the stage's paired slot (`p`, as load_column_scales); acc holds just those chunks
-// from kAccBase on; kPairs as load_column_scales. Written as load-then-use per chunk pair.
-template <uint32_t kBase, uint32_t kChunks, bool kPairs, uint32_t kAccBase = 0, uint32_t kNumFin, uint32_t kNumAcc>
-__device__ __forceinline__ void promote_columns_1d1d(float (&fin)[kNumFin], const float (&acc)[kNumAcc],
-                                                     const float* p, float sa0, float sa1) {
-  if constexpr (kChunks > 0) {
-    // The first piece ends at an even chunk, so the others are whole pairs.
-    constexpr uint32_t kFirst = (kBase % 2 == 1 || kChunks == 1) ? 1 : 2;
-    float2 sb[kFirst];
-    if constexpr (!diag::k1d1dNoScaleLoads && !diag::k1d1dRowPromotion) {
-      load_column_scales<kBase, kFirst, kPairs>(sb, p);
-    }
-    promote_columns_1d1d_regs<kBase, kFirst, kAccBase>(fin, acc, sb, sa0, sa1);
-    promote_columns_1d1d<kBase + kFirst, kChunks - kFirst, kPairs, kAccBase + kFirst>(fin, acc, p, sa0, sa1);
+// The same for chunks [0, kChunks) whose column scales were loaded into registers beforehand.
+template <uint32_t kChunks, uint32_t kNumFin, uint32_t kNumAcc, uint32_t kNumSb>
+__device__ __forceinline__ void promote_columns_1d1d_regs(float (&fin)[kNumFin], const float (&acc)[kNumAcc],
+                                                          const float2 (&sb)[kNumSb], float sa0, float sa1) {
+  static_assert(kChunks <= kNumSb && 4 * kChunks <= kNumAcc && 4 * kChunks <= kNumFin, "chunk range out of the tile");
+#pragma unroll
+  for (uint32_t j = 0; j < kChunks; ++j) {
+    fin[4 * j + 0] = fmaf(sa0 * sb[j].x, acc[4 * j + 0], fin[4 * j + 0]);
+    fin[4 * j + 1] = fmaf(sa0 * sb[j].y, acc[4 * j + 1], fin[4 * j + 1]);
+    fin[4 * j + 2] = fmaf(sa1 * sb[j].x, acc[4 * j + 2], fin[4 * j + 2]);
+    fin[4 * j + 3] = fmaf(sa1 * sb[j].y, acc[4 * j + 3], fin[4 * j + 3]);
   }
 }
 
@@ -398,13 +337,18 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   // keeps loading them from global one k-block ahead: with the scale warp ptxas spills there.
   constexpr bool kScaleWarp = !k1D1D && kLeanLoop;
   // 1D1D: how many 8-column chunks' column scales (2 registers each) the plain loop loads before
-  // issuing the wgmmas: what the consumer's register cap leaves (Traits::kSfbRegsFree).
-  constexpr uint32_t kSfbRegsFree = Traits::kSfbRegsFree;
+  // issuing the wgmmas: what the consumer's register cap leaves beside the 2 x BLOCK_N / 2
+  // accumulators and kSfbRegSlack others. Measured with ptxas 13.0 (tests/test_fp8_kernel_compile.py
+  // checks every tile): 24 builds spill-free everywhere; 16 spills at bm128 bn192 and bm192 bn144,
+  // 0 at bm192 bn128. bm64 (no setmaxnreg, 255 for the whole kernel) is budgeted as bm128: at 255
+  // its bn192 / bn208 variants spilled.
+  constexpr uint32_t kConsumerRegs = Traits::kConsumerRegs;
+  constexpr uint32_t kSfbRegSlack = 24;
+  constexpr uint32_t kSfbRegsFree =
+      kConsumerRegs > kSfbRegSlack + BLOCK_N ? kConsumerRegs - kSfbRegSlack - BLOCK_N : 0u;
   constexpr uint32_t kSfbPrefetch =
       (!k1D1D || kHalfPromote || kKBatch > 1 || diag::kNoSfbPrefetch || diag::k1d1dRowPromotion) ? 0u
                                               : (kSfbRegsFree / 2 < BLOCK_N / 8 ? kSfbRegsFree / 2 : BLOCK_N / 8);
-  constexpr bool kSfbPairs = Traits::kPairedSfb;  // 1D1D: see the traits
-  constexpr bool kPairedLoads = Traits::kPairedLoads;
   static_assert(kScaleWarp || k1D1D || (kKBatch == 1 && !kHalfPromote), "k-batch / half-promote: lean tiles only");
   constexpr bool kMcA = kNumMulticast == 2 && kMulticastOnA;
   constexpr bool kMcB = kNumMulticast == 2 && !kMulticastOnA;
@@ -424,7 +368,6 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
 
   auto full_bar = [&](uint32_t s) { return base + Traits::kOffFull + s * 8; };
   auto empty_bar = [&](uint32_t s) { return base + Traits::kOffEmpty + s * 8; };
-  auto sfb_bar = [&](uint32_t s) { return base + Traits::kOffSfbBar + s * 8; };  // k1D1D: the sfb box landed
   const float* sfa_smem = reinterpret_cast<const float*>(smem + Traits::kOffSfa);
   volatile int* flag_smem = reinterpret_cast<volatile int*>(smem + Traits::kOffFlag);
 
@@ -471,9 +414,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
     if (ptx::dynamic_smem_size() < Traits::kDynamicSmemBytes) __trap();
 #pragma unroll
     for (uint32_t s = 0; s < kNumStages; ++s) {
-      // The producer's arrive (+ the TMA bytes); with a scale warp (1D2D; 1D1D kSfbPairs) also its arrive.
-      ptx::mbar_init(full_bar(s), kScaleWarp || kSfbPairs ? 2 : 1);
-      if constexpr (kSfbPairs) ptx::mbar_init(sfb_bar(s), 1);
+      ptx::mbar_init(full_bar(s), kScaleWarp ? 2 : 1);
       // Every consumer warp of every CTA of the cluster releases the stage (the peer's
       // multicast writes into this CTA's stage too).
       ptx::mbar_init(empty_bar(s), kNumConsumerWG * 4 * kNumMulticast);
@@ -538,7 +479,6 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           FG_TRACE_ONLY(if (kb == kb_begin) FG_TRACE_TILE(trace_buf, 2, traced_tile, 1);)
           if constexpr (diag::kNoTma) {  // developer diagnostic (ptx/diag.cuh): no loads
             ptx::mbar_arrive(full_bar(stage));
-            if constexpr (kSfbPairs) ptx::mbar_arrive(sfb_bar(stage));
           } else {  // (kept at its original indentation)
           // The full boxes' bytes, whichever CTA of the cluster issues which half.
           ptx::mbar_arrive_expect_tx(full_bar(stage),
@@ -563,12 +503,8 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
                              static_cast<int32_t>(t.sfa_m), static_cast<int32_t>(t.sfa_kb0 + kb));
           }
           if constexpr (k1D1D) {
-            // This CTA's own BLOCK_N column scales (never multicast: a pair sharing A has two n-blocks)
-            // into the stage's first sfb slot; with kSfbPairs on their own barrier (the scale warp
-            // reorders them), else counted on the full barrier.
-            if constexpr (kSfbPairs) ptx::mbar_arrive_expect_tx(sfb_bar(stage), Traits::kSfbBoxBytes);
-            ptx::tma_load_2d(base + Traits::kOffSfb + stage * Traits::kSmemSfb, tmap_sfb,
-                             kSfbPairs ? sfb_bar(stage) : full_bar(stage), n0,
+            // This CTA's own BLOCK_N column scales (never multicast: a pair sharing A has two n-blocks).
+            ptx::tma_load_2d(base + Traits::kOffSfb + stage * Traits::kSmemSfb, tmap_sfb, full_bar(stage), n0,
                              static_cast<int32_t>(kKGrouped ? t.sfa_kb0 + kb : kb));
           }
           }  // diag::kNoTma
@@ -579,48 +515,6 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         }
         FG_TRACE_TILE(trace_buf, 2, traced_tile, 2);
         FG_TRACE_ONLY(++traced_tile;)
-      }
-    } else if (kSfbPairs && threadIdx.x / 32 == kNumConsumerThreads / 32 + 1) {
-      // The scale warp (1D1D, kSfbPairs): walks the producer's sequence of (unit, k-block). Once a stage's
-      // sfb box has landed (its sfb barrier), it copies the BLOCK_N column scales into the stage's
-      // second slot in the consumers' order (sfb_paired_index), then arrives on the stage's full
-      // barrier. The next box into the first slot is issued only after the consumers released the
-      // stage, which waited for this arrive: the copy never overlaps the TMA.
-      const uint32_t lane = threadIdx.x % 32;
-      float* sfb_smem = reinterpret_cast<float*>(smem + Traits::kOffSfb);
-      uint32_t stage = 0, phase = 0;
-      Walker walker(M, N, num_kb, kSplitK ? num_splits : 1u, grouped, num_groups);
-      scheduler::TileCoords t;
-      for (uint32_t unit = cluster_id; kGrouped || unit < sched.num_units; unit += num_clusters) {
-        if (!next_tile(walker, unit, t)) break;
-        uint32_t kb_begin, kb_end;
-        unit_k_blocks(t.split, t.skip, kb_begin, kb_end);
-        if constexpr (kKGrouped) {
-          kb_begin = 0;
-          kb_end = kgroups->slot[t.group].num_kb;
-        }
-        for (uint32_t kb = kb_begin; kb < kb_end; ++kb) {
-          ptx::mbar_wait(sfb_bar(stage), phase);
-          const float* box = sfb_smem + stage * (Traits::kSmemSfb / 4);
-          float* paired = sfb_smem + stage * (Traits::kSmemSfb / 4) + Traits::kSfbSlotBytes / 4;
-#pragma unroll
-          for (uint32_t i0 = 0; i0 < BLOCK_N / 4; i0 += 32) {
-            const uint32_t i = i0 + lane;  // float4 i of the box: columns 4 i .. 4 i + 3
-            if (i < BLOCK_N / 4) {
-              const float4 v = reinterpret_cast<const float4*>(box)[i];
-              *reinterpret_cast<float2*>(paired + sfb_paired_index(4 * i)) = make_float2(v.x, v.y);
-              *reinterpret_cast<float2*>(paired + sfb_paired_index(4 * i + 2)) = make_float2(v.z, v.w);
-            }
-          }
-          // The box was read with generic loads and the next TMA (async proxy) overwrites it.
-          ptx::fence_proxy_async_shared();
-          __syncwarp();
-          if (lane == 0) ptx::mbar_arrive(full_bar(stage));  // release: every lane's stores (syncwarp)
-          if (++stage == kNumStages) {
-            stage = 0;
-            phase ^= 1u;
-          }
-        }
       }
     } else if (kScaleWarp && threadIdx.x / 32 == kNumConsumerThreads / 32 + 1) {
       // The scale warp (1D2D): walks the producer's sequence of (unit, k-block) and writes each
@@ -757,20 +651,10 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
       const uint32_t n0 = n_block * BLOCK_N;
 
       if constexpr (k1D1D) {
-        // 1D1D main loop: per-column B scales from the stage's paired sfb slot in shared memory
-        // (columns 8 j + 2 (lane % 4) + {0, 1} of the tile, as the accumulator fragment, in the
-        // scale warp's order: sfb_paired_index); the stage is released only after the promotion
-        // has read them.
+        // 1D1D main loop: per-column B scales from the stage's sfb row in shared memory (columns
+        // 8 j + 2 (lane % 4) + {0, 1} of the tile, as the accumulator fragment); the stage is
+        // released only after the promotion has read them.
         const float* sfb_smem = reinterpret_cast<const float*>(smem + Traits::kOffSfb);
-        auto sfb_paired = [&](uint32_t s) {
-          if constexpr (kSfbPairs) {
-            return sfb_smem + s * (Traits::kSmemSfb / 4) + Traits::kSfbSlotBytes / 4 + 2 * col_in_chunk;
-          } else if constexpr (kPairedLoads) {  // developer diagnostic: the box read as pairs
-            return sfb_smem + s * (Traits::kSmemSfb / 4) + 2 * col_in_chunk;
-          } else {  // the box itself, in column order
-            return sfb_smem + s * (Traits::kSmemSfb / 4) + col_in_chunk;
-          }
-        };
 #pragma unroll
         for (uint32_t i = 0; i < kNumAcc; ++i) fin[i] = 0.0f;
         if constexpr (kKBatch > 1) {
@@ -799,7 +683,8 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           for (uint32_t j = 0; j < kKBatch; ++j) {
             ptx::wgmma_wait_pending(kKBatch - 1 - j);  // a constant after unrolling
             ptx::fence_operands(accb[j]);
-            promote_columns_1d1d<0, kNumChunks, kPairedLoads>(fin, accb[j], sfb_paired(st[j]), sa0b[j], sa1b[j]);
+            promote_columns_1d1d<0, kNumChunks>(fin, accb[j], sfb_smem + st[j] * (Traits::kSmemSfb / 4) + col_in_chunk,
+                                                sa0b[j], sa1b[j]);
             ptx::fence_proxy_async_shared();  // the scale loads before the release (see below)
             release(st[j]);
           }
@@ -813,7 +698,8 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
             issue(accb[0], stage, 0);
             ptx::wgmma_wait<0>();
             ptx::fence_operands(accb[0]);
-            promote_columns_1d1d<0, kNumChunks, kPairedLoads>(fin, accb[0], sfb_paired(stage), sa0, sa1);
+            promote_columns_1d1d<0, kNumChunks>(fin, accb[0], sfb_smem + stage * (Traits::kSmemSfb / 4) + col_in_chunk,
+                                                sa0, sa1);
             ptx::fence_proxy_async_shared();
             release(stage);
             if (++stage == kNumStages) {
@@ -831,7 +717,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           }
           const float sa0 = sfa_smem[stage * BLOCK_M + r0];
           const float sa1 = sfa_smem[stage * BLOCK_M + r0 + 8];
-          const float* sfb_stage = sfb_paired(stage);
+          const float* sfb_stage = sfb_smem + stage * (Traits::kSmemSfb / 4) + col_in_chunk;
           if constexpr (kHalfPromote) {
             // Two groups over the tile's column halves; the left half is promoted while the
             // right one still runs (the per-column promotion is twice 1D2D's work). Both complete
@@ -840,10 +726,10 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
             issue(acc_hi, stage, kMmaN);
             ptx::wgmma_wait<1>();
             ptx::fence_operands(acc_lo);
-            promote_columns_1d1d<0, kHalfChunks, kPairedLoads>(fin, acc_lo, sfb_stage, sa0, sa1);
+            promote_columns_1d1d<0, kHalfChunks>(fin, acc_lo, sfb_stage, sa0, sa1);
             ptx::wgmma_wait<0>();
             ptx::fence_operands(acc_hi);
-            promote_columns_1d1d<kHalfChunks, kHalfChunks, kPairedLoads>(fin, acc_hi, sfb_stage, sa0, sa1);
+            promote_columns_1d1d<kHalfChunks, kHalfChunks>(fin, acc_hi, sfb_stage, sa0, sa1);
           } else {
             // The first kSfbPrefetch chunks' column scales are loaded before the wgmmas are
             // issued: loaded after the wait (behind the wgmmas' operand reads) they put a
@@ -851,13 +737,17 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
             // (-DFINEGEMM_DIAG_1D1D_NO_SCALE_LOADS, benchmarks/NOTES.md v0.35). The rest (wide
             // tiles: registers) are loaded after the wait as before.
             float2 sbp[kSfbPrefetch > 0 ? kSfbPrefetch : 1];
-            if constexpr (!diag::k1d1dNoScaleLoads) load_column_scales<0, kSfbPrefetch, kPairedLoads>(sbp, sfb_stage);
+#pragma unroll
+            for (uint32_t j = 0; j < kSfbPrefetch; ++j) {
+              sbp[j] = diag::k1d1dNoScaleLoads ? make_float2(sa1, sa0)
+                                               : *reinterpret_cast<const float2*>(sfb_stage + 8 * j);
+            }
             issue(acc_lo, stage, 0);
             ptx::wgmma_wait<0>();
             ptx::fence_operands(acc_lo);
             if constexpr (diag::kEarlyRelease1d1d) release(stage);
-            promote_columns_1d1d_regs<0, kSfbPrefetch, 0>(fin, acc_lo, sbp, sa0, sa1);
-            promote_columns_1d1d<kSfbPrefetch, kHalfChunks - kSfbPrefetch, kPairedLoads, kSfbPrefetch>(fin, acc_lo, sfb_stage,
+            promote_columns_1d1d_regs<kSfbPrefetch>(fin, acc_lo, sbp, sa0, sa1);
+            promote_columns_1d1d<kSfbPrefetch, kHalfChunks - kSfbPrefetch, kSfbPrefetch>(fin, acc_lo, sfb_stage,
                                                                                          sa0, sa1);
           }
           // The stage's sfb was read with ordinary shared loads, and the producer's next TMA (async

@@ -1,7 +1,7 @@
 // Developer diagnostics of the FP8 kernel's main loop: switches that remove one side of it, to see
 // which side sets a shape's time (scripts/diag_mainloop.sh, scripts/ab_nvcc_flags.sh). Results
-// are wrong (or racy) with any of them on but FINEGEMM_DIAG_NO_L2_HINTS and
-// FINEGEMM_DIAG_1D1D_COLUMN_ORDER_SCALES, which only change the speed. They are compiled in only through
+// are wrong (or racy) with any of them on but FINEGEMM_DIAG_NO_L2_HINTS, which only changes the
+// speed. They are compiled in only through
 // FINEGEMM_EXTRA_NVCC_FLAGS (part of the kernel cache key); without them all are false and the
 // kernel's SASS is unchanged.
 //   FINEGEMM_DIAG_NO_MMA  the consumers wait for each full stage and release it at once (no wgmma,
@@ -28,10 +28,6 @@
 //                         promotion cost in all?
 //   FINEGEMM_DIAG_NO_SFB_PREFETCH  the plain 1D1D loop loads every column scale after the wgmma
 //                         wait again (as before v0.35): what does the prefetch give?
-//   FINEGEMM_DIAG_1D1D_COLUMN_ORDER_SCALES  no 1D1D scale warp: the consumers read the column
-//                         scales from the TMA box in column order, two LDS.64 per chunk pair (as
-//                         before v0.36; correct results, with more shared memory allocated than the
-//                         kernel uses): what does the paired copy give?
 #pragma once
 
 namespace finegemm {
@@ -89,18 +85,6 @@ constexpr bool k1d1dRowPromotion = false;
 constexpr bool kNoSfbPrefetch = true;
 #else
 constexpr bool kNoSfbPrefetch = false;
-#endif
-
-#ifdef FINEGEMM_DIAG_1D1D_PAIRED_LOADS_ON_BOX
-constexpr bool k1d1dPairedLoadsOnBox = true;
-#else
-constexpr bool k1d1dPairedLoadsOnBox = false;
-#endif
-
-#ifdef FINEGEMM_DIAG_1D1D_COLUMN_ORDER_SCALES
-constexpr bool k1d1dColumnOrderScales = true;
-#else
-constexpr bool k1d1dColumnOrderScales = false;
 #endif
 
 }  // namespace diag
