@@ -343,7 +343,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   // 0 at bm192 bn128. bm64 (no setmaxnreg, 255 for the whole kernel) is budgeted as bm128: at 255
   // its bn192 / bn208 variants spilled.
   constexpr uint32_t kConsumerRegs = Traits::kConsumerRegs;
-#ifdef FINEGEMM_SFB_REG_SLACK  // developer override of the measured slack, for A/Bs (ptx/diag.cuh)
+#ifdef FINEGEMM_SFB_REG_SLACK  // developer override of the measured slack, for A/Bs (ptx/diag.cuh, NOTES v0.37)
   constexpr uint32_t kSfbRegSlack = FINEGEMM_SFB_REG_SLACK;
 #else
   constexpr uint32_t kSfbRegSlack = 24;

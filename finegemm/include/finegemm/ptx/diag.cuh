@@ -28,6 +28,9 @@
 //                         promotion cost in all?
 //   FINEGEMM_DIAG_NO_SFB_PREFETCH  the plain 1D1D loop loads every column scale after the wgmma
 //                         wait again (as before v0.35): what does the prefetch give?
+//   FINEGEMM_SFB_REG_SLACK=<n>  (correct results) the 1D1D prefetch's register slack instead of the
+//                         measured 24 (impls/sm90_fp8_gemm_1d2d.cuh; 20 / 28 / 32: benchmarks/NOTES.md
+//                         v0.37): more or fewer chunks' column scales loaded before the wgmmas.
 #pragma once
 
 namespace finegemm {
