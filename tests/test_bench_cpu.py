@@ -403,3 +403,11 @@ def test_tune_block_m_is_checked(capsys):
     assert "--block-m" in capsys.readouterr().err
     with pytest.raises(SystemExit, match="--block-m"):
         tune.main(["masked", "--block-m", "192"])
+
+
+def test_kernel_time_us_rejects_an_unknown_flush_mode():
+    from finegemm.bench._common import kernel_time_us
+
+    with pytest.raises(ValueError, match="flush_mode"):
+        kernel_time_us(lambda: None, flush_mode="clean")
+

@@ -41,14 +41,21 @@ def busy_gpu(ms: float, buf: torch.Tensor) -> None:
             return
 
 
-def kernel_time_us(fn, num_tests: int = 30, flush_l2: bool = True, warmup: int = 3) -> float:
+_READ_FLUSH_KERNEL_MARK = "sum_functor"  # the reduction kernel of flush_mode "read"
+
+
+def kernel_time_us(fn, num_tests: int = 30, flush_l2: bool = True, warmup: int = 3, flush_mode: str = "zero") -> float:
     """Mean device time per call of every kernel `fn` launches (the L2 flush excluded), in µs.
 
     Timed as the anchors were: torch profiler (CUPTI) kernel durations, 256 MB L2 flush before
     each call, so launch gaps and host work are not counted. Contenders that launch helper
     kernels (scale transposes, split-K reductions) pay for them here. With set_clock_warmup(),
-    the GPU is kept busy that long first (every contender alike).
+    the GPU is kept busy that long first (every contender alike). flush_mode "zero" (the
+    anchors') writes the buffer, leaving the L2 full of dirty lines the timed kernels must write
+    back as they evict them; "read" sums it instead (clean lines; scripts/probe_flush_mode.py).
     """
+    if flush_mode not in ("zero", "read"):
+        raise ValueError(f"kernel_time_us: flush_mode must be 'zero' or 'read', got {flush_mode!r}")
     flush = torch.empty(256 << 20 >> 2, dtype=torch.int32, device="cuda") if flush_l2 or _warm_ms > 0 else None
     busy_gpu(_warm_ms, flush)
     if not flush_l2:
@@ -56,10 +63,14 @@ def kernel_time_us(fn, num_tests: int = 30, flush_l2: bool = True, warmup: int =
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
+    flush_sum = torch.empty((), dtype=torch.int64, device="cuda") if flush is not None else None
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         for _ in range(num_tests):
             if flush is not None:
-                flush.zero_()
+                if flush_mode == "zero":
+                    flush.zero_()
+                else:
+                    torch.sum(flush, dtype=torch.int64, out=flush_sum)
             fn()
         torch.cuda.synchronize()
     total = 0.0
@@ -67,6 +78,8 @@ def kernel_time_us(fn, num_tests: int = 30, flush_l2: bool = True, warmup: int =
         if evt.device_type != torch.autograd.DeviceType.CUDA:
             continue
         if _FLUSH_KERNEL_MARK in evt.name or "Memset" in evt.name or "Memcpy" in evt.name:
+            continue
+        if flush_mode == "read" and _READ_FLUSH_KERNEL_MARK in evt.name:
             continue
         total += evt.device_time if hasattr(evt, "device_time") else evt.cuda_time
     return total / num_tests
