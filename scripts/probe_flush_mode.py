@@ -28,9 +28,10 @@ SHAPES = [(m, n, k) for m in (64, 128) for n, k in DENSE_NK] + [(4096, 4096, 716
 
 def _kernel_names(fn) -> list[str]:
     """Every kernel a read flush plus one call launch (to check what kernel_time_us excludes)."""
-    flush = torch.empty(256 << 20 >> 2, dtype=torch.int32, device="cuda")
+    flush = torch.zeros(256 << 20 >> 2, dtype=torch.float32, device="cuda")
+    out = torch.empty((), dtype=torch.float32, device="cuda")
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        torch.sum(flush, dtype=torch.int64)
+        torch.sum(flush, dim=0, out=out)  # as kernel_time_us's read flush
         fn()
         torch.cuda.synchronize()
     return sorted({e.name[:120] for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA})

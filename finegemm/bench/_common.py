@@ -63,14 +63,16 @@ def kernel_time_us(fn, num_tests: int = 30, flush_l2: bool = True, warmup: int =
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
-    flush_sum = torch.empty((), dtype=torch.int64, device="cuda") if flush is not None else None
+    # read mode: one reduction kernel over the buffer as fp32 (all zeros), no conversion copy
+    flush_f32 = flush.view(torch.float32) if flush is not None else None
+    flush_sum = torch.empty((), dtype=torch.float32, device="cuda") if flush is not None else None
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         for _ in range(num_tests):
             if flush is not None:
                 if flush_mode == "zero":
                     flush.zero_()
                 else:
-                    torch.sum(flush, dtype=torch.int64, out=flush_sum)
+                    torch.sum(flush_f32, dim=0, out=flush_sum)
             fn()
         torch.cuda.synchronize()
     total = 0.0
