@@ -910,7 +910,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           // these loads and the stage's B-scale loads) overlaps the tensor-core work; in front of the
           // arrive it cost 7% on 4096x4096x7168, and a register dependency through the warp
           // sync's mask more (v0.9).
-          ptx::fence_proxy_async_shared();
+          if constexpr (!diag::kNo1d2dFence) ptx::fence_proxy_async_shared();
           ptx::wgmma_wait<0>();
           ptx::fence_operands(acc_lo);
           float s0[kSpan], s1[kSpan];

@@ -28,6 +28,8 @@
 //                         promotion cost in all?
 //   FINEGEMM_DIAG_NO_SFB_PREFETCH  the plain 1D1D loop loads every column scale after the wgmma
 //                         wait again (as before v0.35): what does the prefetch give?
+//   FINEGEMM_DIAG_NO_1D2D_FENCE  the plain 1D2D loop releases a stage without the proxy fence
+//                         after its sfa loads (racy by design: what does the fence cost?)
 //   FINEGEMM_SFB_REG_SLACK=<n>  (correct results) the 1D1D prefetch's register slack instead of the
 //                         measured 24 (impls/sm90_fp8_gemm_1d2d.cuh; 20 / 28 / 32: benchmarks/NOTES.md
 //                         v0.37): more or fewer chunks' column scales loaded before the wgmmas.
@@ -82,6 +84,12 @@ constexpr bool k1d1dNoScaleLoads = false;
 constexpr bool k1d1dRowPromotion = true;
 #else
 constexpr bool k1d1dRowPromotion = false;
+#endif
+
+#ifdef FINEGEMM_DIAG_NO_1D2D_FENCE
+constexpr bool kNo1d2dFence = true;
+#else
+constexpr bool kNo1d2dFence = false;
 #endif
 
 #ifdef FINEGEMM_DIAG_NO_SFB_PREFETCH
