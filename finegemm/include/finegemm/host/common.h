@@ -10,8 +10,10 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <string>
 
 namespace fg {
 
@@ -142,8 +144,23 @@ inline CUresult ensure_context(int device) {
   return CUDA_SUCCESS;
 }
 
+// The tensor maps' L2 promotion: 256B, or (developer A/B, read once per process) the value of
+// FINEGEMM_DIAG_TMAP_L2_PROMOTION: none, 64, 128 or 256.
+inline CUtensorMapL2promotion tmap_l2_promotion() {
+  static const CUtensorMapL2promotion p = [] {
+    const char* v = std::getenv("FINEGEMM_DIAG_TMAP_L2_PROMOTION");
+    if (v == nullptr) return CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
+    const std::string s(v);
+    if (s == "none") return CU_TENSOR_MAP_L2_PROMOTION_NONE;
+    if (s == "64") return CU_TENSOR_MAP_L2_PROMOTION_L2_64B;
+    if (s == "128") return CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
+    return CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
+  }();
+  return p;
+}
+
 // 2-D tiled TMA descriptor for a row-major [outer, inner] tensor (inner contiguous).
-// Interleave none, L2 promotion 256B, out-of-bounds elements filled with zeros (loads) /
+// Interleave none, L2 promotion 256B (tmap_l2_promotion), out-of-bounds elements filled with zeros (loads) /
 // dropped (stores). Element strides are 1. Requirements (checked by the driver): base 16-byte
 // aligned, outer_stride_bytes a multiple of 16, box dims <= 256, box_inner * elem size <= the
 // swizzle span.
@@ -159,8 +176,7 @@ inline CUresult make_tmap_2d(CUtensorMap* tmap, CUtensorMapDataType dtype, void*
   const cuuint32_t elem_strides[2] = {1, 1};
   return d.cuTensorMapEncodeTiled(tmap, dtype, 2, base, dims, strides, box, elem_strides,
                                   CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
-                                  CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                                  tmap_l2_promotion(), CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
 
 // 3-D tiled map: dims (inner, mid, outer), strides of mid / outer in bytes, box (box_inner,
@@ -177,8 +193,7 @@ inline CUresult make_tmap_3d(CUtensorMap* tmap, CUtensorMapDataType dtype, void*
   const cuuint32_t elem_strides[3] = {1, 1, 1};
   return d.cuTensorMapEncodeTiled(tmap, dtype, 3, base, dims, strides, box, elem_strides,
                                   CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
-                                  CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                                  tmap_l2_promotion(), CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
 
 // The fp32 D map of the recipe (1,1,128) TMA epilogue (mirrors epilogue::TmaStoreFp32<block_n>):
