@@ -909,7 +909,8 @@ def test_smem_formula_matches_the_kernel_traits(tmp_path):
 
 @pytest.mark.nvcc
 @pytest.mark.parametrize("flags", ["-DFINEGEMM_TRACE_TILES", "-DFINEGEMM_DIAG_NO_MMA", "-DFINEGEMM_DIAG_NO_TMA",
-                                   "-DFINEGEMM_DIAG_NO_MMA -DFINEGEMM_DIAG_NO_SFA_TMA"])
+                                   "-DFINEGEMM_DIAG_NO_MMA -DFINEGEMM_DIAG_NO_SFA_TMA",
+                                   "-DFINEGEMM_DIAG_NO_1D2D_FENCE"])
 def test_developer_builds_compile(flags, monkeypatch):
     """The instrumented (scripts/trace_tiles.py) and diagnostic (scripts/diag_mainloop.sh,
     ptx/diag.cuh) builds compile spill-free with serialized-wgmma checks: they are built only on
