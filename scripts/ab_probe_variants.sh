@@ -8,16 +8,10 @@
 #                 -> $OUT/ab_<label>_<round>.json; python3 scripts/ab_summary.py $OUT/ab_*.json
 set -uo pipefail
 source "$(dirname "$0")/_env.sh"
-: "${VARIANTS:?set VARIANTS to label=flags pairs, e.g. 'base= foo=-DFOO'}"
-status=0
-for round in $(seq 1 "${ROUNDS:-2}"); do
-  for v in $VARIANTS; do
-    label="${v%%=*}"; flags="${v#*=}"
-    echo "== round $round $label: FINEGEMM_EXTRA_NVCC_FLAGS='$flags'"
-    # shellcheck disable=SC2068
-    FINEGEMM_EXTRA_NVCC_FLAGS="$flags" timeout 300 python3 scripts/probe_ab_cases.py --label "$label" \
-      --num-tests "${FINEGEMM_BENCH_TESTS:-20}" --out "$OUT/ab_${label}_${round}.json" $@ > "$OUT/ab_${label}_${round}.log" 2>&1
-    status=$(( status | $? ))
-  done
-done
-exit $status
+source "$(dirname "$0")/_ab_rounds.sh"
+ARGS=("$@")
+run_once() {
+  timeout 300 python3 scripts/probe_ab_cases.py --label "$LABEL" --num-tests "${FINEGEMM_BENCH_TESTS:-20}" \
+    --out "$OUT/ab_${LABEL}_${ROUND}.json" "${ARGS[@]}" > "$OUT/ab_${LABEL}_${ROUND}.log" 2>&1
+}
+ab_rounds run_once
