@@ -410,4 +410,3 @@ def test_kernel_time_us_rejects_an_unknown_flush_mode():
 
     with pytest.raises(ValueError, match="flush_mode"):
         kernel_time_us(lambda: None, flush_mode="clean")
-
