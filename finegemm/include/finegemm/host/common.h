@@ -161,9 +161,9 @@ inline CUtensorMapL2promotion tmap_l2_promotion() {
 
 // 2-D tiled TMA descriptor for a row-major [outer, inner] tensor (inner contiguous).
 // Interleave none, L2 promotion 256B (tmap_l2_promotion), out-of-bounds elements filled with
-// zeros (loads) / dropped (stores). Element strides are 1. Requirements (checked by the driver): base 16-byte
-// aligned, outer_stride_bytes a multiple of 16, box dims <= 256, box_inner * elem size <= the
-// swizzle span.
+// zeros (loads) / dropped (stores). Element strides are 1. Requirements (checked by the driver):
+// base 16-byte aligned, outer_stride_bytes a multiple of 16, box dims <= 256, box_inner * elem
+// size <= the swizzle span.
 inline CUresult make_tmap_2d(CUtensorMap* tmap, CUtensorMapDataType dtype, void* base,
                              uint64_t inner, uint64_t outer, uint64_t outer_stride_bytes,
                              uint32_t box_inner, uint32_t box_outer, CUtensorMapSwizzle swizzle) {
