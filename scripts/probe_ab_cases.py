@@ -112,7 +112,13 @@ def main() -> int:
         time.sleep(0.3)
         add("bf16_masked", bench_bf16.bench_grouped_masked(g, m, n, k, gen, args.num_tests))
     if args.out:
-        Path(args.out).write_text(json.dumps({"label": args.label, "records": records}, indent=1, default=str))
+        from finegemm.bench._common import run_metadata
+
+        meta = {**run_metadata(), "command": " ".join(["python3"] + sys.argv)}
+        env = {k: os.environ[k] for k in ("FINEGEMM_EXTRA_NVCC_FLAGS", "FINEGEMM_DIAG_TMAP_L2_PROMOTION")
+               if os.environ.get(k)}
+        Path(args.out).write_text(json.dumps({**meta, "env": env, "label": args.label, "records": records},
+                                             indent=1, default=str))
     return 0
 
 
