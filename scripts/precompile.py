@@ -199,17 +199,18 @@ def main() -> int:
     p.add_argument("--bench-1d1d", action="store_true",
                    help="only `bench grouped`'s wgrad / k_grouped kernels (an A/B build of the 1D1D loop)")
     args = p.parse_args()
-    if args.bench_1d1d:
-        cfgs = {}
-        for cfg in bench_1d1d_configs(args.sms):
-            if cfg.has_c and not ops.ACCUMULATE_C_IN_KERNEL_1D1D:
-                cfg = dataclasses.replace(cfg, has_c=False)
-            cfgs[ops._kernel_name(cfg)] = cfg
-        print(f"{len(cfgs)} kernel configurations")
-        jit.build_many({name: ops._render_cfg(cfg) for name, cfg in cfgs.items()}, args.jobs)
-        return 0
-    bench = [(m, n, k) for m in DENSE_M + CURVE_M for (n, k) in DENSE_NK]
     cfgs = {}
+
+    def add_1d1d(cfg) -> None:
+        if cfg.has_c and not ops.ACCUMULATE_C_IN_KERNEL_1D1D:  # ops: _AccumulateAfter
+            cfg = dataclasses.replace(cfg, has_c=False)
+        cfgs[ops._kernel_name(cfg)] = cfg
+
+    if args.bench_1d1d:
+        for cfg in bench_1d1d_configs(args.sms):
+            add_1d1d(cfg)
+        return build(cfgs, args.jobs)
+    bench = [(m, n, k) for m in DENSE_M + CURVE_M for (n, k) in DENSE_NK]
     for (m, n, k) in bench + gpu_test_shapes():
         for out_fp32, has_c in ((False, False), (True, False), (True, True)):
             cfg = select_config(m, n, k, args.sms, out_fp32, has_c)
@@ -227,23 +228,25 @@ def main() -> int:
     for cfg in grouped_configs(args.sms):
         cfgs[ops._kernel_name(cfg)] = cfg
     for cfg in wgrad_configs(args.sms):
-        if cfg.one_d_one_d and cfg.has_c and not ops.ACCUMULATE_C_IN_KERNEL_1D1D:  # ops: _AccumulateAfter
-            cfg = dataclasses.replace(cfg, has_c=False)
-        cfgs[ops._kernel_name(cfg)] = cfg
+        if cfg.one_d_one_d:
+            add_1d1d(cfg)
+        else:
+            cfgs[ops._kernel_name(cfg)] = cfg
     # The forced recipe (1, 1, 128) tiles of scripts/sanitize_cases.py.
     spec = importlib.util.spec_from_file_location("_sanitize_cases", Path(__file__).resolve().parent
                                                   / "sanitize_cases.py")
     sc = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(sc)
     for _, tile in sc.WGRAD_TILES:
-        cfg = sc.wgrad_tile_config(*tile, sms=args.sms)
-        if cfg.has_c and not ops.ACCUMULATE_C_IN_KERNEL_1D1D:
-            cfg = dataclasses.replace(cfg, has_c=False)
-        cfgs[ops._kernel_name(cfg)] = cfg
+        add_1d1d(sc.wgrad_tile_config(*tile, sms=args.sms))
     if args.only_1d1d:
         cfgs = {name: cfg for name, cfg in cfgs.items() if cfg.one_d_one_d}
+    return build(cfgs, args.jobs)
+
+
+def build(cfgs: dict, jobs: int) -> int:
     print(f"{len(cfgs)} kernel configurations")
-    jit.build_many({name: ops._render_cfg(cfg) for name, cfg in cfgs.items()}, args.jobs)
+    jit.build_many({name: ops._render_cfg(cfg) for name, cfg in cfgs.items()}, jobs)
     return 0
 
 

@@ -112,13 +112,11 @@ def main() -> int:
         time.sleep(0.3)
         add("bf16_masked", bench_bf16.bench_grouped_masked(g, m, n, k, gen, args.num_tests))
     if args.out:
-        from finegemm.bench._common import run_metadata
+        from finegemm.bench._common import write_probe_json
 
-        meta = {**run_metadata(), "command": " ".join(["python3"] + sys.argv)}
         env = {k: os.environ[k] for k in ("FINEGEMM_EXTRA_NVCC_FLAGS", "FINEGEMM_DIAG_TMAP_L2_PROMOTION")
                if os.environ.get(k)}
-        Path(args.out).write_text(json.dumps({**meta, "env": env, "label": args.label, "records": records},
-                                             indent=1, default=str))
+        write_probe_json(args.out, records, env=env, label=args.label)
     return 0
 
 

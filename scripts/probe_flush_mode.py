@@ -8,8 +8,6 @@ timed kernel pays to write back the flush's dirty lines it evicts (benchmarks/NO
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import sys
 from pathlib import Path
 
@@ -18,7 +16,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import finegemm  # noqa: E402
-from finegemm.bench._common import kernel_time_us  # noqa: E402
+from finegemm.bench._common import kernel_time_us, write_probe_json  # noqa: E402
 from finegemm.bench.dense import _cublas_blockwise  # noqa: E402
 from finegemm.quant import per_block_cast_to_fp8, per_token_cast_to_fp8  # noqa: E402
 from finegemm.testing.shapes import DENSE_NK  # noqa: E402
@@ -62,11 +60,7 @@ def main() -> int:
                 rec["us"][key] = kernel_time_us(fn, args.num_tests, flush_mode=mode)
         print(m, n, k, {kk: round(v, 2) if v else v for kk, v in rec["us"].items()}, flush=True)
         records.append(rec)
-    out = {"gpu": torch.cuda.get_device_name(), "date": datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M UTC"),
-           "commit": (Path(__file__).resolve().parents[1] / ".commit").read_text().strip()
-           if (Path(__file__).resolve().parents[1] / ".commit").exists() else "",
-           "command": "python3 scripts/probe_flush_mode.py " + " ".join(sys.argv[1:]), "records": records}
-    json.dump(out, open(args.out, "w"), indent=1)
+    write_probe_json(args.out, records)
     return 0
 
 

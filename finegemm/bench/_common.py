@@ -63,9 +63,10 @@ def kernel_time_us(fn, num_tests: int = 30, flush_l2: bool = True, warmup: int =
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
-    # read mode: one reduction kernel over the buffer as fp32 (all zeros), no conversion copy
-    flush_f32 = flush.view(torch.float32) if flush is not None else None
-    flush_sum = torch.empty((), dtype=torch.float32, device="cuda") if flush is not None else None
+    if flush is not None and flush_mode == "read":
+        # one reduction kernel over the buffer as fp32 (all zeros), no conversion copy
+        flush_f32 = flush.view(torch.float32)
+        flush_sum = torch.empty((), dtype=torch.float32, device="cuda")
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         for _ in range(num_tests):
             if flush is not None:
@@ -163,7 +164,7 @@ def run_metadata() -> dict:
 def write_probe_json(path, records: list, **extra) -> None:
     """A probe's results with the run's metadata (GPU, date, commit) and its command line."""
     out = {**run_metadata(), "command": " ".join(sys.argv), **extra, "records": records}
-    pathlib.Path(path).write_text(json.dumps(out, indent=1))
+    pathlib.Path(path).write_text(json.dumps(out, indent=1, default=str))
 
 
 def load_anchors() -> dict:

@@ -22,7 +22,7 @@ import time
 
 import torch
 
-from finegemm.heuristics.sm90_fp8_gemm import FP8_BLOCK_MS
+from finegemm.heuristics.sm90_fp8_gemm import FP8_BLOCK_MS, unique_launches
 
 from . import TUNE_FAMILIES
 from ._common import kernel_time_us, run_metadata
@@ -60,8 +60,6 @@ BLOCK_M_FAMILIES = ("dense", "wgrad", "k_grouped")  # the families `--block-m` n
 def _restrict(cands: list, current, block_m: int | None) -> list:
     """--block-m: the candidates of that block_m, after the configuration the library selects today
     (table entry or model), so a merge can compare the two in the same run."""
-    from finegemm.heuristics.sm90_fp8_gemm import unique_launches
-
     if block_m is None:
         return cands
     return unique_launches([current] + [c for c in cands if c.block_m == block_m])
