@@ -37,8 +37,16 @@ MID_BF16_DENSE = [("nt", 128, 4096, 7168)] + [
     ("nt", m, n, k) for m in (256, 512, 1024) for n, k in ((4096, 7168), (7168, 2048), (32768, 512))]
 # `--set lmhead`: the output-head shapes of `bench bf16` (fp32 d; a 5th field True = fp32 out).
 LMHEAD_BF16_DENSE = [(lay, m, 129280, 7168, True) for m in (64, 128) for lay in ("nt", "nn", "tt")]
+# `--set skinny`: M <= 128 where the tensor maps' L2 promotion moved the time (NOTES v0.39): FP8 at
+# M = 64 / 128 over every (N, K) of the dense set and M = 16 on the short-K ones; BF16 in the four
+# layouts on a long-K and a short-K shape.
+_NK = ((2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048))
+SKINNY_FP8_DENSE = [(m, n, k) for m in (64, 128) for n, k in _NK] + [
+    (16, n, k) for n, k in ((24576, 1536), (32768, 512), (7168, 2048))]
+SKINNY_BF16_DENSE = [(lay, m, n, k) for lay in ("nt", "tn", "nn", "tt") for m in (64, 128)
+                     for n, k in ((4096, 7168), (24576, 1536))] + [(lay, 128, 2112, 7168) for lay in ("tn", "nn")]
 SETS = {"anchor": (FP8_DENSE, FP8_MASKED, BF16_DENSE, BF16_MASKED), "mid": (MID_FP8_DENSE, [], MID_BF16_DENSE, []),
-        "lmhead": ([], [], LMHEAD_BF16_DENSE, [])}
+        "lmhead": ([], [], LMHEAD_BF16_DENSE, []), "skinny": (SKINNY_FP8_DENSE, [], SKINNY_BF16_DENSE, [])}
 
 
 def precompile(sms: int, jobs: int, case_set: str) -> None:
@@ -114,8 +122,8 @@ def main() -> int:
     if args.out:
         from finegemm.bench._common import write_probe_json
 
-        env = {k: os.environ[k] for k in ("FINEGEMM_EXTRA_NVCC_FLAGS", "FINEGEMM_DIAG_TMAP_L2_PROMOTION")
-               if os.environ.get(k)}
+        env = {k: v for k, v in os.environ.items()
+               if v and (k == "FINEGEMM_EXTRA_NVCC_FLAGS" or k.startswith("FINEGEMM_DIAG_"))}
         write_probe_json(args.out, records, env=env, label=args.label)
     return 0
 

@@ -144,29 +144,44 @@ inline CUresult ensure_context(int device) {
   return CUDA_SUCCESS;
 }
 
+// Which operand a tensor map serves: the developer switches below can set the L2 promotion of
+// the A and B maps apart from the rest (scale, output maps).
+enum class TmapOperand : int { kA = 0, kB = 1, kOther = 2 };
+
+namespace detail {
+inline CUtensorMapL2promotion parse_l2_promotion(const char* v, CUtensorMapL2promotion fallback) {
+  if (v == nullptr) return fallback;
+  const std::string s(v);
+  if (s == "none") return CU_TENSOR_MAP_L2_PROMOTION_NONE;
+  if (s == "64") return CU_TENSOR_MAP_L2_PROMOTION_L2_64B;
+  if (s == "128") return CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
+  if (s == "256") return CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
+  return fallback;
+}
+}  // namespace detail
+
 // The tensor maps' L2 promotion: 256B, or (developer A/B, read once per process) the value of
-// FINEGEMM_DIAG_TMAP_L2_PROMOTION: none, 64, 128 or 256.
-inline CUtensorMapL2promotion tmap_l2_promotion() {
-  static const CUtensorMapL2promotion p = [] {
-    const char* v = std::getenv("FINEGEMM_DIAG_TMAP_L2_PROMOTION");
-    if (v == nullptr) return CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
-    const std::string s(v);
-    if (s == "none") return CU_TENSOR_MAP_L2_PROMOTION_NONE;
-    if (s == "64") return CU_TENSOR_MAP_L2_PROMOTION_L2_64B;
-    if (s == "128") return CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
-    return CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
-  }();
-  return p;
+// FINEGEMM_DIAG_TMAP_L2_PROMOTION (every map) and, for the operand maps,
+// FINEGEMM_DIAG_TMAP_L2_PROMOTION_A / _B: none, 64, 128 or 256.
+inline CUtensorMapL2promotion tmap_l2_promotion(TmapOperand op = TmapOperand::kOther) {
+  static const CUtensorMapL2promotion all =
+      detail::parse_l2_promotion(std::getenv("FINEGEMM_DIAG_TMAP_L2_PROMOTION"), CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
+  static const CUtensorMapL2promotion a =
+      detail::parse_l2_promotion(std::getenv("FINEGEMM_DIAG_TMAP_L2_PROMOTION_A"), all);
+  static const CUtensorMapL2promotion b =
+      detail::parse_l2_promotion(std::getenv("FINEGEMM_DIAG_TMAP_L2_PROMOTION_B"), all);
+  return op == TmapOperand::kA ? a : (op == TmapOperand::kB ? b : all);
 }
 
 // 2-D tiled TMA descriptor for a row-major [outer, inner] tensor (inner contiguous).
-// Interleave none, L2 promotion 256B (tmap_l2_promotion), out-of-bounds elements filled with
+// Interleave none, L2 promotion `promotion` (default tmap_l2_promotion()), out-of-bounds elements filled with
 // zeros (loads) / dropped (stores). Element strides are 1. Requirements (checked by the driver):
 // base 16-byte aligned, outer_stride_bytes a multiple of 16, box dims <= 256, box_inner * elem
 // size <= the swizzle span.
 inline CUresult make_tmap_2d(CUtensorMap* tmap, CUtensorMapDataType dtype, void* base,
                              uint64_t inner, uint64_t outer, uint64_t outer_stride_bytes,
-                             uint32_t box_inner, uint32_t box_outer, CUtensorMapSwizzle swizzle) {
+                             uint32_t box_inner, uint32_t box_outer, CUtensorMapSwizzle swizzle,
+                             CUtensorMapL2promotion promotion = tmap_l2_promotion()) {
   const Driver& d = driver();
   if (!d.ok) return static_cast<CUresult>(FG_ERROR_NO_DRIVER);
   if (tmap == nullptr) return static_cast<CUresult>(FG_ERROR_INVALID_ARGUMENT);
@@ -176,7 +191,7 @@ inline CUresult make_tmap_2d(CUtensorMap* tmap, CUtensorMapDataType dtype, void*
   const cuuint32_t elem_strides[2] = {1, 1};
   return d.cuTensorMapEncodeTiled(tmap, dtype, 2, base, dims, strides, box, elem_strides,
                                   CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
-                                  tmap_l2_promotion(), CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                                  promotion, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
 
 // 3-D tiled map: dims (inner, mid, outer), strides of mid / outer in bytes, box (box_inner,

@@ -31,17 +31,20 @@ int bf16_tma_store_swizzle_bytes(int block_n) {
 // MN-major ([K, rows] storage): box (64 rows, 64 k) with the 128-byte swizzle, the kernel issuing
 // one box per 64 rows; a tile of 16 / 32 rows is one box of that width with the 32- / 64-byte
 // swizzle (mirrors kBBoxCols in impls/sm90_bf16_gemm.cuh).
-CUresult bf16_operand_tmap(CUtensorMap* tmap, void* ptr, bool mn_major, int rows, int k, int ld, int box_rows) {
+CUresult bf16_operand_tmap(CUtensorMap* tmap, void* ptr, bool mn_major, int rows, int k, int ld, int box_rows,
+                           fg::TmapOperand op) {
+  const CUtensorMapL2promotion promotion = fg::tmap_l2_promotion(op);
   if (mn_major) {
     const uint32_t box = box_rows < 64 ? static_cast<uint32_t>(box_rows) : 64u;
     const CUtensorMapSwizzle sw =
         box == 64 ? CU_TENSOR_MAP_SWIZZLE_128B : (box == 32 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_32B);
     return fg::make_tmap_2d(tmap, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, ptr, static_cast<uint64_t>(rows),
-                            static_cast<uint64_t>(k), static_cast<uint64_t>(ld) * 2u, box, kBf16BlockK, sw);
+                            static_cast<uint64_t>(k), static_cast<uint64_t>(ld) * 2u, box, kBf16BlockK, sw,
+                            promotion);
   }
   return fg::make_tmap_2d(tmap, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, ptr, static_cast<uint64_t>(k),
                           static_cast<uint64_t>(rows), static_cast<uint64_t>(ld) * 2u, kBf16BlockK,
-                          static_cast<uint32_t>(box_rows), CU_TENSOR_MAP_SWIZZLE_128B);
+                          static_cast<uint32_t>(box_rows), CU_TENSOR_MAP_SWIZZLE_128B, promotion);
 }
 
 // Everything one dense launch needs except the stream and the split-K buffers (tensor maps are
@@ -88,9 +91,9 @@ int encode_dense(Sm90Bf16Launch* L, uint64_t fn, void* a, void* b, void* d, void
   const fg::Driver& drv = fg::driver();
   if (!drv.ok) return fg::FG_ERROR_NO_DRIVER;
 
-  CUresult r = bf16_operand_tmap(&L->tmap_a, a, a_mn_major != 0, m, k, lda, block_m);
+  CUresult r = bf16_operand_tmap(&L->tmap_a, a, a_mn_major != 0, m, k, lda, block_m, fg::TmapOperand::kA);
   if (r != CUDA_SUCCESS) return r;
-  r = bf16_operand_tmap(&L->tmap_b, b, b_mn_major != 0, n, k, ldb, block_n);
+  r = bf16_operand_tmap(&L->tmap_b, b, b_mn_major != 0, n, k, ldb, block_n, fg::TmapOperand::kB);
   if (r != CUDA_SUCCESS) return r;
 
   // Two-element vector stores (bf16x2 / float2) need an even N, an even row pitch and base
@@ -245,9 +248,9 @@ int fg_launch_sm90_bf16_grouped(uint64_t fn, void* a, void* b, void* d, void* gr
   const int64_t rows_b = static_cast<int64_t>(n) * num_groups;
   if (rows_a > 0x7fffffff || rows_b > 0x7fffffff) return fg::FG_ERROR_INVALID_ARGUMENT;
   CUtensorMap tmap_a, tmap_b;
-  CUresult r = bf16_operand_tmap(&tmap_a, a, false, static_cast<int>(rows_a), k, lda, block_m);
+  CUresult r = bf16_operand_tmap(&tmap_a, a, false, static_cast<int>(rows_a), k, lda, block_m, fg::TmapOperand::kA);
   if (r != CUDA_SUCCESS) return r;
-  r = bf16_operand_tmap(&tmap_b, b, false, static_cast<int>(rows_b), k, ldb, block_n);
+  r = bf16_operand_tmap(&tmap_b, b, false, static_cast<int>(rows_b), k, ldb, block_n, fg::TmapOperand::kB);
   if (r != CUDA_SUCCESS) return r;
 
   const bool vec = (n % 2 == 0) && (ldd % 2 == 0) && (reinterpret_cast<uintptr_t>(d) % 4u == 0);
@@ -328,9 +331,9 @@ int fg_launch_sm90_bf16_k_grouped(uint64_t fn, void* a, void* b, void* d, void* 
   // One tensor map per operand over all groups: K is the outer dimension, so group g's k-blocks
   // are rows of the same map.
   CUtensorMap tmap_a, tmap_b;
-  CUresult r = bf16_operand_tmap(&tmap_a, a, true, m, sum_k, lda, block_m);
+  CUresult r = bf16_operand_tmap(&tmap_a, a, true, m, sum_k, lda, block_m, fg::TmapOperand::kA);
   if (r != CUDA_SUCCESS) return r;
-  r = bf16_operand_tmap(&tmap_b, b, true, n, sum_k, ldb, block_n);
+  r = bf16_operand_tmap(&tmap_b, b, true, n, sum_k, ldb, block_n, fg::TmapOperand::kB);
   if (r != CUDA_SUCCESS) return r;
 
   bool vec = (n % 2 == 0) && (ldd % 2 == 0) && (reinterpret_cast<uintptr_t>(d) % 8u == 0);

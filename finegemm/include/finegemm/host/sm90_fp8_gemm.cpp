@@ -93,11 +93,13 @@ int encode_1d2d(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sfa, void
 
   CUresult r = fg::make_tmap_2d(&L->tmap_a, CU_TENSOR_MAP_DATA_TYPE_UINT8, a, static_cast<uint64_t>(k),
                                 rows_a, static_cast<uint64_t>(lda), kBlockK,
-                                static_cast<uint32_t>(mc_a ? block_m / 2 : block_m), CU_TENSOR_MAP_SWIZZLE_128B);
+                                static_cast<uint32_t>(mc_a ? block_m / 2 : block_m), CU_TENSOR_MAP_SWIZZLE_128B,
+                                fg::tmap_l2_promotion(fg::TmapOperand::kA));
   if (r != CUDA_SUCCESS) return r;
   r = fg::make_tmap_2d(&L->tmap_b, CU_TENSOR_MAP_DATA_TYPE_UINT8, b, static_cast<uint64_t>(k),
                        rows_b, static_cast<uint64_t>(ldb), kBlockK,
-                       static_cast<uint32_t>(mc_b ? block_n / 2 : block_n), CU_TENSOR_MAP_SWIZZLE_128B);
+                       static_cast<uint32_t>(mc_b ? block_n / 2 : block_n), CU_TENSOR_MAP_SWIZZLE_128B,
+                       fg::tmap_l2_promotion(fg::TmapOperand::kB));
   if (r != CUDA_SUCCESS) return r;
   r = fg::make_tmap_2d(&L->tmap_sfa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, sfa, static_cast<uint64_t>(m),
                        static_cast<uint64_t>(num_kb) * (gemm_kind == 2 ? num_groups : 1),
@@ -168,11 +170,13 @@ int encode_1d1d(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sfa, void
 
   CUresult r = fg::make_tmap_2d(&L->tmap_a, CU_TENSOR_MAP_DATA_TYPE_UINT8, a, static_cast<uint64_t>(k),
                                 static_cast<uint64_t>(m), static_cast<uint64_t>(lda), kBlockK,
-                                static_cast<uint32_t>(mc_a ? block_m / 2 : block_m), CU_TENSOR_MAP_SWIZZLE_128B);
+                                static_cast<uint32_t>(mc_a ? block_m / 2 : block_m), CU_TENSOR_MAP_SWIZZLE_128B,
+                                fg::tmap_l2_promotion(fg::TmapOperand::kA));
   if (r != CUDA_SUCCESS) return r;
   r = fg::make_tmap_2d(&L->tmap_b, CU_TENSOR_MAP_DATA_TYPE_UINT8, b, static_cast<uint64_t>(k),
                        static_cast<uint64_t>(n), static_cast<uint64_t>(ldb), kBlockK,
-                       static_cast<uint32_t>(mc_b ? block_n / 2 : block_n), CU_TENSOR_MAP_SWIZZLE_128B);
+                       static_cast<uint32_t>(mc_b ? block_n / 2 : block_n), CU_TENSOR_MAP_SWIZZLE_128B,
+                       fg::tmap_l2_promotion(fg::TmapOperand::kB));
   if (r != CUDA_SUCCESS) return r;
   r = fg::make_tmap_2d(&L->tmap_sfa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, sfa, static_cast<uint64_t>(m),
                        static_cast<uint64_t>(num_kb), static_cast<uint64_t>(sfa_ld) * 4u,
