@@ -188,13 +188,14 @@ def test_host_library_has_launcher():
     assert hasattr(lib, "fg_launch_sm90_bf16_gemm")
     launch = ops._get_launcher()
     args = dict(fn=1, a=16, b=16, d=16, c=None, ws=None, cnt=None, m=64, n=64, k=256, lda=256, ldb=256, ldd=64,
-                a_mn=0, b_mn=0, block_m=64, block_n=64, splits=1, out_fp32=0, tma=1, grid=1, smem=100000, stream=0)
+                a_mn=0, b_mn=0, block_m=64, block_n=64, splits=1, out_fp32=0, tma=1, grid=1, smem=100000, l2=0x33,
+                stream=0)
 
     def call(**kw):
         a = dict(args, **kw)
         return launch(a["fn"], a["a"], a["b"], a["d"], a["c"], a["ws"], a["cnt"], a["m"], a["n"], a["k"], a["lda"],
                       a["ldb"], a["ldd"], a["a_mn"], a["b_mn"], a["block_m"], a["block_n"], a["splits"],
-                      a["out_fp32"], a["tma"], a["grid"], a["smem"], a["stream"])
+                      a["out_fp32"], a["tma"], a["grid"], a["smem"], a["l2"], a["stream"])
 
     invalid = 100001  # fg::FG_ERROR_INVALID_ARGUMENT
     assert call(fn=0) == invalid
@@ -208,6 +209,8 @@ def test_host_library_has_launcher():
     assert call(splits=2, tma=0) == invalid  # split-K without workspace
     assert call(splits=2, ws=16, cnt=16) == invalid  # split-K + TMA store
     assert call(c=16) == invalid  # C needs an fp32 d
+    for bad_l2 in (-1, 0x34, 0x43, 0x100):  # each 4-bit field is a CUtensorMapL2promotion (0..3)
+        assert call(l2=bad_l2) == invalid, hex(bad_l2)
     # Valid arguments reach the driver: without one (a build machine) the answer is NO_DRIVER.
     try:
         import torch
@@ -217,6 +220,8 @@ def test_host_library_has_launcher():
         has_gpu = False
     if not has_gpu:
         assert call() == 100000  # fg::FG_ERROR_NO_DRIVER
+        for ok_l2 in (0x00, 0x21, 0x32):  # every valid promotion pair passes validation
+            assert call(l2=ok_l2) == 100000, hex(ok_l2)
 
 
 if __name__ == "__main__":

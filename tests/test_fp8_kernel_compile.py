@@ -254,14 +254,14 @@ def test_host_library_has_launcher(cuda_driver_present):
     # Rejected before touching the driver: fn == 0, bad block_m, k % 16, splits > k-blocks.
     args = dict(fn=1, a=16, b=16, sfa=16, sfb=16, d=16, c=None, ws=None, cnt=None, m=64, n=64, k=256,
                 lda=256, ldb=256, ldd=64, sfa_ld=64, block_m=64, block_n=64, splits=1, mc=1, mc_a=0,
-                out_fp32=0, tma=0, grid=2, smem=100000, kind=0, grouped=None, groups=1, stream=0)
+                out_fp32=0, tma=0, grid=2, smem=100000, kind=0, grouped=None, groups=1, l2=0x33, stream=0)
 
     def call(**kw):
         a = dict(args, **kw)
         return launch(a["fn"], a["a"], a["b"], a["sfa"], a["sfb"], a["d"], a["c"], a["ws"], a["cnt"],
                       a["m"], a["n"], a["k"], a["lda"], a["ldb"], a["ldd"], a["sfa_ld"], a["block_m"],
                       a["block_n"], a["splits"], a["mc"], a["mc_a"], a["out_fp32"], a["tma"], a["grid"], a["smem"],
-                      a["kind"], a["grouped"], a["groups"], a["stream"])
+                      a["kind"], a["grouped"], a["groups"], a["l2"], a["stream"])
 
     invalid = 100001  # fg::FG_ERROR_INVALID_ARGUMENT
     assert call(fn=0) == invalid
@@ -280,6 +280,8 @@ def test_host_library_has_launcher(cuda_driver_present):
     assert call(kind=2, grouped=16, groups=0) == invalid
     assert call(kind=1, grouped=16, mc=2, mc_a=0) == invalid  # grouped: clusters share A only
     assert call(kind=2, grouped=16, out_fp32=1) == invalid
+    for bad_l2 in (-1, 0x34, 0x43, 0x100):  # each 4-bit field is a CUtensorMapL2promotion (0..3)
+        assert call(l2=bad_l2) == invalid, hex(bad_l2)
     # The prepared path validates the same way, before the driver, and allocates nothing then.
     prep = ops._launcher_prepare
     out = ctypes.c_uint64(7)
@@ -289,10 +291,10 @@ def test_host_library_has_launcher(cuda_driver_present):
         return prep(ctypes.byref(out), a["fn"], a["a"], a["b"], a["sfa"], a["sfb"], a["d"], a["c"], a["m"], a["n"],
                     a["k"], a["lda"], a["ldb"], a["ldd"], a["sfa_ld"], a["block_m"], a["block_n"], a["splits"],
                     a["mc"], a["mc_a"], a["out_fp32"], a["tma"], a["grid"], a["smem"], a["kind"], a["grouped"],
-                    a["groups"])
+                    a["groups"], a["l2"])
 
     for bad in (dict(fn=0), dict(block_m=96), dict(splits=3), dict(lda=250), dict(mc=2, grid=3),
-                dict(tma=1, out_fp32=1), dict(kind=1)):
+                dict(tma=1, out_fp32=1), dict(kind=1), dict(l2=0x44)):
         out.value = 7
         assert prepare(**bad) == invalid and out.value == 0, bad
     assert ops._launch_prepared(0, None, None, 0) == invalid  # no handle
@@ -302,6 +304,8 @@ def test_host_library_has_launcher(cuda_driver_present):
         rc = call()
         assert rc == 100000  # fg::FG_ERROR_NO_DRIVER
         assert "libcuda" in jit.error_string(rc)
+        for ok_l2 in (0x00, 0x21, 0x32):  # every valid promotion pair passes validation
+            assert call(l2=ok_l2) == 100000, hex(ok_l2)
 
 
 if __name__ == "__main__":

@@ -59,7 +59,9 @@ def test_user_table_serves_the_nearest_tuned_m(tmp_path, monkeypatch):
 
 
 def _cfg_fields(cfg):
-    return {f: getattr(cfg, f) for f in (*tuned.CONFIG_FIELDS, *tuned.OPTIONAL_FIELDS)}
+    """A configuration's table fields, as a table holds them (JSON: lists, not tuples)."""
+    return {f: list(v) if isinstance(v, tuple) else v
+            for f, v in ((f, getattr(cfg, f)) for f in (*tuned.CONFIG_FIELDS, *tuned.OPTIONAL_FIELDS))}
 
 
 def _model(m, k=7168):

@@ -509,10 +509,15 @@ def table_entry(rec: dict, num_sms: int, meta: dict) -> dict | None:
     out_fp32 = wgrad
     if rec.get("family") == "bf16":
         kind = f"bf16_{rec['layout']}"
-        best = {**best, **{f: best.get(f, v) for f, v in OPTIONAL_FIELDS.items()}}
         out_fp32 = rec.get("out_fp32", False)
+    best = {**best, **{f: best.get(f, v) for f, v in OPTIONAL_FIELDS.items()}}
+    config = {f: best[f] for f in (*CONFIG_FIELDS, *OPTIONAL_FIELDS)}
+    if list(config["l2_promotion"]) == OPTIONAL_FIELDS["l2_promotion"]:
+        del config["l2_promotion"]  # the default: entries name it only where a measurement chose another
+    else:
+        config["l2_promotion"] = list(config["l2_promotion"])
     return {"kind": kind, "num_sms": num_sms, "m": rec["m"], "n": rec["n"],
-            "k": rec["k"], "out_fp32": out_fp32, "has_c": wgrad, "config": {f: best[f] for f in (*CONFIG_FIELDS, *OPTIONAL_FIELDS)},
+            "k": rec["k"], "out_fp32": out_fp32, "has_c": wgrad, "config": config,
             "us": round(best["us"], 3), "model_us": round(rec["model_us"], 3) if rec.get("model_us") else None,
             "gpu": meta.get("gpu"), "commit": meta.get("commit"), "date": meta.get("date")}
 

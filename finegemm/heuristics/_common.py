@@ -6,6 +6,25 @@ import os
 from finegemm.utils import ceil_div
 
 
+# L2 promotion of the A and B tensor maps (bytes; 0: none), a host-side choice of a configuration
+# (the kernel is the same): 256B unless a tuned table entry names another (NOTES v0.40).
+L2_PROMOTIONS = (0, 64, 128, 256)
+DEFAULT_L2_PROMOTION = (256, 256)
+
+
+def check_l2_promotion(v) -> tuple:
+    """(A bytes, B bytes) from a table's or a caller's value; ValueError for anything else."""
+    if (not isinstance(v, (list, tuple)) or len(v) != 2
+            or any(type(x) is not int or x not in L2_PROMOTIONS for x in v)):
+        raise ValueError(f"l2_promotion must be [A, B] with each one of {L2_PROMOTIONS}, got {v!r}")
+    return (v[0], v[1])
+
+
+def l2_promotion_note(p: tuple) -> str:
+    """FINEGEMM_PRINT_CONFIGS text: empty for the default."""
+    return "" if tuple(p) == DEFAULT_L2_PROMOTION else f" l2-promotion={p[0]}/{p[1]}"
+
+
 def print_configs_enabled() -> bool:
     """FINEGEMM_PRINT_CONFIGS is set to something truthy."""
     return os.environ.get("FINEGEMM_PRINT_CONFIGS", "").strip().lower() not in ("", "0", "false", "no", "off")

@@ -47,7 +47,8 @@ import threading
 from dataclasses import dataclass
 
 from finegemm.heuristics import tuned
-from finegemm.heuristics._common import (grouped_block_m_options, grouped_model_rows, grouped_tuned_key,
+from finegemm.heuristics._common import (DEFAULT_L2_PROMOTION, check_l2_promotion, grouped_block_m_options,
+                                         grouped_model_rows, grouped_tuned_key, l2_promotion_note,
                                          print_configs_enabled)
 from finegemm.utils import ceil_div
 
@@ -165,6 +166,7 @@ class Bf16GemmConfig:
     est_us: float  # the model's estimate (for comparing candidates, not a prediction)
     gemm_kind: int = GEMM_NORMAL  # GEMM_GROUPED_*: m-grouped (nt, bf16 D); GEMM_K_GROUPED: k-grouped (tn, fp32 D)
     num_groups: int = 1
+    l2_promotion: tuple = DEFAULT_L2_PROMOTION  # A / B tensor maps' L2 promotion bytes (host-side; dense launches)
 
     @property
     def split_k(self) -> bool:
@@ -335,8 +337,8 @@ def select_config(m: int, n: int, k: int, num_sms: int, a_mn_major: bool = False
         print(
             f"finegemm: sm90_bf16_gemm {layout} m={m} n={n} k={k} out={'fp32' if out_fp32 else 'bf16'}"
             f"{' +C' if has_c else ''} sms={num_sms} -> block_m={cfg.block_m} block_n={cfg.block_n} "
-            f"stages={cfg.num_stages} splits={cfg.num_splits} tiles={cfg.num_tiles} grid={cfg.grid} "
-            f"smem={cfg.smem_bytes} ({source})",
+            f"stages={cfg.num_stages} splits={cfg.num_splits}{l2_promotion_note(cfg.l2_promotion)} "
+            f"tiles={cfg.num_tiles} grid={cfg.grid} smem={cfg.smem_bytes} ({source})",
             file=sys.stderr, flush=True,
         )
     return cfg
@@ -353,8 +355,10 @@ def _tuned_config(m: int, n: int, k: int, num_sms: int, a_mn_major: bool, b_mn_m
     if hit is None or (not allow_split_k and hit["num_splits"] > 1):
         return None
     try:
-        return make_config(m, n, k, num_sms, a_mn_major, b_mn_major, out_fp32, has_c, hit["block_m"],
-                           hit["block_n"], hit["num_splits"], num_stages=hit.get("num_stages"))
+        cfg = make_config(m, n, k, num_sms, a_mn_major, b_mn_major, out_fp32, has_c, hit["block_m"],
+                          hit["block_n"], hit["num_splits"], num_stages=hit.get("num_stages"))
+        promotion = check_l2_promotion(hit.get("l2_promotion", DEFAULT_L2_PROMOTION))
+        return cfg if promotion == cfg.l2_promotion else dataclasses.replace(cfg, l2_promotion=promotion)
     except ValueError as e:  # an entry that does not fit this problem: the model decides
         print(f"finegemm: tuned bf16 entry not usable for m={m} n={n} k={k}: {e}", file=sys.stderr)
         return None

@@ -40,7 +40,8 @@ import threading
 from dataclasses import dataclass
 
 from finegemm.heuristics import tuned
-from finegemm.heuristics._common import (grouped_block_m_options, grouped_model_rows, grouped_tuned_key,
+from finegemm.heuristics._common import (DEFAULT_L2_PROMOTION, check_l2_promotion, grouped_block_m_options,
+                                         grouped_model_rows, grouped_tuned_key, l2_promotion_note,
                                          print_configs_enabled)
 from finegemm.utils import ceil_div
 
@@ -174,6 +175,7 @@ class Fp8GemmConfig:
     one_d_one_d: bool = False  # recipe (1, 1, 128): per-row sfb TMA-loaded per stage (fp32 D, dense kind)
     ctas_per_sm: int = 1  # 2: a grid of up to 2 x SMs with smem for two co-resident CTAs (block_m 64)
     k_batch: int = 1  # k-blocks whose wgmmas share one wait (narrow tiles: shorter serial chain)
+    l2_promotion: tuple = DEFAULT_L2_PROMOTION  # A / B tensor maps' L2 promotion bytes (host-side; 1D2D launches)
 
     @property
     def split_k(self) -> bool:
@@ -631,9 +633,11 @@ def _tuned_config(m: int, n: int, k: int, num_sms: int, out_fp32: bool, has_c: b
 def config_from_fields(f: dict, m: int, n: int, k: int, num_sms: int, out_fp32: bool, has_c: bool,
                        one_d_one_d: bool = False) -> Fp8GemmConfig:
     """make_config() from a tuned entry's config fields (tuned.CONFIG_FIELDS + OPTIONAL_FIELDS)."""
-    return make_config(m, n, k, num_sms, out_fp32, has_c, f["block_m"], f["block_n"], f["num_stages"],
-                       f["num_splits"], f["num_multicast"], f["multicast_on_a"], f["tma_store"], f["half_promote"],
-                       one_d_one_d, ctas_per_sm=f.get("ctas_per_sm", 1), k_batch=f.get("k_batch", 1))
+    cfg = make_config(m, n, k, num_sms, out_fp32, has_c, f["block_m"], f["block_n"], f["num_stages"],
+                      f["num_splits"], f["num_multicast"], f["multicast_on_a"], f["tma_store"], f["half_promote"],
+                      one_d_one_d, ctas_per_sm=f.get("ctas_per_sm", 1), k_batch=f.get("k_batch", 1))
+    promotion = check_l2_promotion(f.get("l2_promotion", DEFAULT_L2_PROMOTION))
+    return cfg if promotion == cfg.l2_promotion else dataclasses.replace(cfg, l2_promotion=promotion)
 
 
 def grouped_config_from_fields(f: dict, kind: int, m: int, n: int, k: int, num_groups: int, num_sms: int,
@@ -718,7 +722,8 @@ def select_config(m: int, n: int, k: int, num_sms: int, out_fp32: bool = False, 
             f"block_m={cfg.block_m} block_n={cfg.block_n} stages={cfg.num_stages} splits={cfg.num_splits} "
             f"multicast={cfg.num_multicast}{'(A)' if cfg.multicast_on_a else '(B)' if cfg.num_multicast == 2 else ''}"
             f"{' half-promote' if cfg.half_promote else ''}{' 2-CTA/SM' if cfg.ctas_per_sm == 2 else ''}"
-            f"{f' k-batch {cfg.k_batch}' if cfg.k_batch > 1 else ''} epilogue={'tma' if cfg.tma_store else 'direct'} "
+            f"{f' k-batch {cfg.k_batch}' if cfg.k_batch > 1 else ''}{l2_promotion_note(cfg.l2_promotion)} "
+            f"epilogue={'tma' if cfg.tma_store else 'direct'} "
             f"tiles={cfg.num_tiles} grid={cfg.grid} smem={cfg.smem_bytes} est={cfg.est_us:.1f}us",
             file=sys.stderr, flush=True,
         )

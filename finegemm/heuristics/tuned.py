@@ -20,7 +20,9 @@ tuned one. FINEGEMM_DISABLE_TUNED=1 ignores every table (for A/B timing against 
 Table format (version 1): {"version": 1, "entries": [{"kind": "fp8_1d2d", "num_sms": 132,
 "m": ..., "n": ..., "k": ..., "out_fp32": false, "has_c": false, "config": {"block_m": ...,
 "block_n": ..., "num_stages": ..., "num_splits": ..., "num_multicast": ..., "multicast_on_a": ...,
-"tma_store": ..., "half_promote": ..., "ctas_per_sm": ..., "k_batch": ... (both optional, 1)}, "us": ..., "model_us": ..., "gpu": ..., "commit": ...}]}.
+"tma_store": ..., "half_promote": ..., "ctas_per_sm": ..., "k_batch": ... (both optional, 1),
+"l2_promotion": [A, B] (optional, [256, 256]: the operand tensor maps' L2 promotion in bytes, 0 =
+none; dense 1D2D FP8 and dense BF16 entries)}, "us": ..., "model_us": ..., "gpu": ..., "commit": ...}]}.
 """
 from __future__ import annotations
 
@@ -32,6 +34,8 @@ import threading
 from pathlib import Path
 from typing import Optional
 
+from finegemm.heuristics._common import check_l2_promotion
+
 
 __all__ = ["SHIPPED_TABLE", "SHIPPED_BF16_TABLE", "TUNED_FILE_ENV", "DISABLE_TUNED_ENV", "CONFIG_FIELDS", "OPTIONAL_FIELDS", "state", "lookup", "entry_key",
            "load_table", "merge_entries", "clear"]
@@ -42,7 +46,7 @@ TUNED_FILE_ENV = "FINEGEMM_TUNED_FILE"
 DISABLE_TUNED_ENV = "FINEGEMM_DISABLE_TUNED"
 CONFIG_FIELDS = ("block_m", "block_n", "num_stages", "num_splits", "num_multicast", "multicast_on_a",
                  "tma_store", "half_promote")
-OPTIONAL_FIELDS = {"ctas_per_sm": 1, "k_batch": 1}  # absent in a table = the default
+OPTIONAL_FIELDS = {"ctas_per_sm": 1, "k_batch": 1, "l2_promotion": [256, 256]}  # absent in a table = the default
 _VERSION = 1
 
 _lock = threading.Lock()
@@ -91,6 +95,11 @@ def _check_entry(e: dict, where: str) -> dict:
     for f in _BOOL_FIELDS:
         if not isinstance(cfg[f], bool):
             raise ValueError(f"{where}: entry {e!r}: config {f!r} must be true or false")
+    if "l2_promotion" in cfg:
+        try:
+            check_l2_promotion(cfg["l2_promotion"])
+        except ValueError as err:
+            raise ValueError(f"{where}: entry {e!r}: config {err}") from None
     return cfg
 
 

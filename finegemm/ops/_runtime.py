@@ -23,7 +23,7 @@ import threading
 import torch
 
 __all__ = ["raw_stream", "is_capturing", "SplitKWorkspace", "PreparedLaunch", "c_function", "prepare_function",
-           "prepared_handle_functions", "check_tile"]
+           "prepared_handle_functions", "check_tile", "l2_promotion_arg"]
 
 try:
     raw_stream = torch._C._cuda_getCurrentRawStream
@@ -35,6 +35,16 @@ try:
     is_capturing = torch._C._cuda_isCurrentStreamCapturing
 except AttributeError:  # pragma: no cover
     is_capturing = torch.cuda.is_current_stream_capturing
+
+
+# CUtensorMapL2promotion of each byte count (heuristics._common.L2_PROMOTIONS).
+_L2_PROMOTION_ENUM = {0: 0, 64: 1, 128: 2, 256: 3}
+
+
+def l2_promotion_arg(promotion: tuple) -> int:
+    """The launchers' packed `l2_promotion` argument (host/common.h unpack_l2_promotion) from a
+    configuration's (A bytes, B bytes)."""
+    return _L2_PROMOTION_ENUM[promotion[0]] | _L2_PROMOTION_ENUM[promotion[1]] << 4
 
 
 def check_tile(block_m: int, block_n: int, num_stages: int | None = None, block_ms: tuple = (64, 128)) -> None:

@@ -34,7 +34,7 @@ import torch
 
 from finegemm import jit, quant, runtime
 from finegemm.ops._runtime import (PreparedLaunch, SplitKWorkspace, c_function, check_tile, is_capturing,
-                                   prepare_function, prepared_handle_functions, raw_stream)
+                                   l2_promotion_arg, prepare_function, prepared_handle_functions, raw_stream)
 from finegemm.heuristics.sm90_bf16_gemm import (
     GEMM_GROUPED_CONTIGUOUS,
     GEMM_GROUPED_MASKED,
@@ -116,7 +116,7 @@ def _get_launcher():
                                 i, i, i, i, i, i,  # m, n, k, lda, ldb, ldd
                                 i, i,  # a_mn_major, b_mn_major
                                 i, i, i,  # block_m, block_n, num_splits
-                                i, i, i, i,  # out_fp32, tma_store, grid, smem
+                                i, i, i, i, i,  # out_fp32, tma_store, grid, smem, l2_promotion
                                 u64])  # stream
                 global _launcher_prepare, _launch_prepared, _free_prepared
                 _launcher_prepare = prepare_function(lib, "fg_prepare_sm90_bf16_gemm", f.argtypes, 5)
@@ -235,7 +235,7 @@ def prepare(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: Optional[torch
     head = (fn, a.data_ptr(), b.data_ptr(), d.data_ptr(), c.data_ptr() if has_c else None)
     tail = (m, n, k, lda, ldb, ldd, 1 if a_mn else 0, 1 if b_mn else 0,
             cfg.block_m, cfg.block_n, cfg.num_splits, 1 if out_fp32 else 0, 1 if cfg.tma_store else 0,
-            cfg.grid, cfg.smem_bytes)
+            cfg.grid, cfg.smem_bytes, l2_promotion_arg(cfg.l2_promotion))
     return PreparedBf16Call(cfg, head, tail, device, not keepalive, keepalive)
 
 

@@ -33,7 +33,7 @@ from finegemm.heuristics.sm90_fp8_gemm import (
     select_grouped_config,
 )
 from finegemm.ops._runtime import (PreparedLaunch, SplitKWorkspace, c_function, check_tile, is_capturing,
-                                   prepare_function, prepared_handle_functions, raw_stream)
+                                   l2_promotion_arg, prepare_function, prepared_handle_functions, raw_stream)
 from finegemm.quant import get_mn_major_tma_aligned_tensor
 from finegemm.utils import align, write_empty_product
 
@@ -186,7 +186,7 @@ def _get_launcher():
                                 i, i, i, i, i, i, i,  # m, n, k, lda, ldb, ldd, sfa_ld
                                 i, i, i, i, i,  # block_m, block_n, num_splits, num_multicast, multicast_on_a
                                 i, i, i, i,  # out_fp32, tma_store, grid, smem
-                                i, vp, i,  # gemm_kind, grouped, num_groups
+                                i, vp, i, i,  # gemm_kind, grouped, num_groups, l2_promotion
                                 u64])  # stream
                 c_function(lib, "fg_sm90_fp8_gemm_max_active_clusters", [u64, i, i, i, ctypes.POINTER(ctypes.c_int)])
                 f1 = c_function(lib, "fg_launch_sm90_fp8_gemm_1d1d",
@@ -370,7 +370,8 @@ def prepare(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.Tens
             c.data_ptr() if has_c else None)
     tail = (m, n, k, lda, ldb, ldd, sfa_ld,
             cfg.block_m, cfg.block_n, cfg.num_splits, cfg.num_multicast, 1 if cfg.multicast_on_a else 0,
-            1 if out_fp32 else 0, 1 if cfg.tma_store else 0, cfg.grid, cfg.smem_bytes, GEMM_NORMAL, None, 1)
+            1 if out_fp32 else 0, 1 if cfg.tma_store else 0, cfg.grid, cfg.smem_bytes, GEMM_NORMAL, None, 1,
+            l2_promotion_arg(cfg.l2_promotion))
     return PreparedCall(cfg, head, tail, device, not keepalive, keepalive)
 
 
@@ -586,7 +587,7 @@ def _launch_grouped(cfg: Fp8GemmConfig, fn: int, a2, sfa, sfa_ld, b2, sfb, d2, m
                    m, n, k, _row_pitch(a2, k, 16), _row_pitch(b2, k, 16), _row_pitch(d2, n, 8), sfa_ld,
                    cfg.block_m, cfg.block_n, 1, cfg.num_multicast, 1 if cfg.multicast_on_a else 0, 0,
                    1 if cfg.tma_store else 0, cfg.grid, cfg.smem_bytes, cfg.gemm_kind, grouped.data_ptr(),
-                   num_groups, _get_raw_stream(d2.device.index))
+                   num_groups, l2_promotion_arg(cfg.l2_promotion), _get_raw_stream(d2.device.index))
     if rc != 0:
         raise RuntimeError(
             f"finegemm: sm90_fp8_gemm grouped launch failed (kind={cfg.gemm_kind}, G={num_groups}, m={m}, n={n}, "

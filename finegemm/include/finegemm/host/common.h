@@ -144,33 +144,44 @@ inline CUresult ensure_context(int device) {
   return CUDA_SUCCESS;
 }
 
-// Which operand a tensor map serves: the developer switches below can set the L2 promotion of
-// the A and B maps apart from the rest (scale, output maps).
+// Which operand a tensor map serves (the developer overrides below can set A's and B's apart).
 enum class TmapOperand : int { kA = 0, kB = 1, kOther = 2 };
 
 namespace detail {
-inline CUtensorMapL2promotion parse_l2_promotion(const char* v, CUtensorMapL2promotion fallback) {
-  if (v == nullptr) return fallback;
+// -1: unset (no override).
+inline int parse_l2_promotion(const char* v) {
+  if (v == nullptr) return -1;
   const std::string s(v);
   if (s == "none") return CU_TENSOR_MAP_L2_PROMOTION_NONE;
   if (s == "64") return CU_TENSOR_MAP_L2_PROMOTION_L2_64B;
   if (s == "128") return CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
   if (s == "256") return CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
-  return fallback;
+  return -1;
 }
 }  // namespace detail
 
-// The tensor maps' L2 promotion: 256B, or (developer A/B, read once per process) the value of
-// FINEGEMM_DIAG_TMAP_L2_PROMOTION (every map) and, for the operand maps,
-// FINEGEMM_DIAG_TMAP_L2_PROMOTION_A / _B: none, 64, 128 or 256.
-inline CUtensorMapL2promotion tmap_l2_promotion(TmapOperand op = TmapOperand::kOther) {
-  static const CUtensorMapL2promotion all =
-      detail::parse_l2_promotion(std::getenv("FINEGEMM_DIAG_TMAP_L2_PROMOTION"), CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
-  static const CUtensorMapL2promotion a =
-      detail::parse_l2_promotion(std::getenv("FINEGEMM_DIAG_TMAP_L2_PROMOTION_A"), all);
-  static const CUtensorMapL2promotion b =
-      detail::parse_l2_promotion(std::getenv("FINEGEMM_DIAG_TMAP_L2_PROMOTION_B"), all);
-  return op == TmapOperand::kA ? a : (op == TmapOperand::kB ? b : all);
+// A tensor map's L2 promotion: `chosen` (the launch's choice; 256B unless a tuned table entry names
+// another for the operand maps, benchmarks/NOTES.md v0.40), unless a developer override is set
+// (read once per process, for same-call A/Bs): FINEGEMM_DIAG_TMAP_L2_PROMOTION for every map,
+// FINEGEMM_DIAG_TMAP_L2_PROMOTION_A / _B for the operand maps; values none, 64, 128, 256.
+inline CUtensorMapL2promotion tmap_l2_promotion(TmapOperand op = TmapOperand::kOther,
+                                                CUtensorMapL2promotion chosen = CU_TENSOR_MAP_L2_PROMOTION_L2_256B) {
+  static const int all = detail::parse_l2_promotion(std::getenv("FINEGEMM_DIAG_TMAP_L2_PROMOTION"));
+  static const int a = detail::parse_l2_promotion(std::getenv("FINEGEMM_DIAG_TMAP_L2_PROMOTION_A"));
+  static const int b = detail::parse_l2_promotion(std::getenv("FINEGEMM_DIAG_TMAP_L2_PROMOTION_B"));
+  const int own = op == TmapOperand::kA ? a : (op == TmapOperand::kB ? b : -1);
+  const int v = own >= 0 ? own : (all >= 0 ? all : static_cast<int>(chosen));
+  return static_cast<CUtensorMapL2promotion>(v);
+}
+
+// The launchers' `l2_promotion` argument: the operand maps' promotion packed as A | B << 4, each a
+// CUtensorMapL2promotion value (0 none, 1 64B, 2 128B, 3 256B; 0x33 = 256B for both). False for
+// anything else.
+inline bool unpack_l2_promotion(int packed, CUtensorMapL2promotion* a, CUtensorMapL2promotion* b) {
+  if (packed < 0 || packed > 0xff || (packed & 0xf) > 3 || (packed >> 4) > 3) return false;
+  *a = tmap_l2_promotion(TmapOperand::kA, static_cast<CUtensorMapL2promotion>(packed & 0xf));
+  *b = tmap_l2_promotion(TmapOperand::kB, static_cast<CUtensorMapL2promotion>(packed >> 4));
+  return true;
 }
 
 // 2-D tiled TMA descriptor for a row-major [outer, inner] tensor (inner contiguous).

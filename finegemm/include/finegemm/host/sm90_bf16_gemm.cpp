@@ -32,8 +32,7 @@ int bf16_tma_store_swizzle_bytes(int block_n) {
 // one box per 64 rows; a tile of 16 / 32 rows is one box of that width with the 32- / 64-byte
 // swizzle (mirrors kBBoxCols in impls/sm90_bf16_gemm.cuh).
 CUresult bf16_operand_tmap(CUtensorMap* tmap, void* ptr, bool mn_major, int rows, int k, int ld, int box_rows,
-                           fg::TmapOperand op) {
-  const CUtensorMapL2promotion promotion = fg::tmap_l2_promotion(op);
+                           CUtensorMapL2promotion promotion) {
   if (mn_major) {
     const uint32_t box = box_rows < 64 ? static_cast<uint32_t>(box_rows) : 64u;
     const CUtensorMapSwizzle sw =
@@ -74,8 +73,10 @@ int launch_dense(const Sm90Bf16Launch& L, void* workspace, void* counters, uint6
 // Validates the arguments of fg_launch_sm90_bf16_gemm (documented there) and encodes L.
 int encode_dense(Sm90Bf16Launch* L, uint64_t fn, void* a, void* b, void* d, void* c, int m, int n, int k, int lda,
                  int ldb, int ldd, int a_mn_major, int b_mn_major, int block_m, int block_n, int num_splits,
-                 int out_fp32, int tma_store, int grid, int smem_bytes) {
+                 int out_fp32, int tma_store, int grid, int smem_bytes, int l2_promotion) {
   if (fn == 0 || a == nullptr || b == nullptr || d == nullptr) return fg::FG_ERROR_INVALID_ARGUMENT;
+  CUtensorMapL2promotion promo_a, promo_b;
+  if (!fg::unpack_l2_promotion(l2_promotion, &promo_a, &promo_b)) return fg::FG_ERROR_INVALID_ARGUMENT;
   if (m <= 0 || n <= 0 || k <= 0 || k % 8 != 0) return fg::FG_ERROR_INVALID_ARGUMENT;
   if (lda % 8 != 0 || ldb % 8 != 0 || ldd < n) return fg::FG_ERROR_INVALID_ARGUMENT;
   if (lda < (a_mn_major ? m : k) || ldb < (b_mn_major ? n : k)) return fg::FG_ERROR_INVALID_ARGUMENT;
@@ -91,9 +92,9 @@ int encode_dense(Sm90Bf16Launch* L, uint64_t fn, void* a, void* b, void* d, void
   const fg::Driver& drv = fg::driver();
   if (!drv.ok) return fg::FG_ERROR_NO_DRIVER;
 
-  CUresult r = bf16_operand_tmap(&L->tmap_a, a, a_mn_major != 0, m, k, lda, block_m, fg::TmapOperand::kA);
+  CUresult r = bf16_operand_tmap(&L->tmap_a, a, a_mn_major != 0, m, k, lda, block_m, promo_a);
   if (r != CUDA_SUCCESS) return r;
-  r = bf16_operand_tmap(&L->tmap_b, b, b_mn_major != 0, n, k, ldb, block_n, fg::TmapOperand::kB);
+  r = bf16_operand_tmap(&L->tmap_b, b, b_mn_major != 0, n, k, ldb, block_n, promo_b);
   if (r != CUDA_SUCCESS) return r;
 
   // Two-element vector stores (bf16x2 / float2) need an even N, an even row pitch and base
@@ -185,16 +186,18 @@ extern "C" {
 // tma_store:  1 when the kernel was built with the TMA-store epilogue; the D tensor map is then
 //             encoded when d allows it (bf16, no c, 16-byte aligned base, ldd % 8 == 0), else
 //             the kernel stores directly.
+// l2_promotion: the L2 promotion of the A and B tensor maps, packed (fg::unpack_l2_promotion; 0x33:
+//             256B for both).
 // Pitches are in elements; lda * 2 and ldb * 2 must be multiples of 16 (TMA).
 // Returns a CUresult (0 = success) or fg::FG_ERROR_*.
 int fg_launch_sm90_bf16_gemm(uint64_t fn, void* a, void* b, void* d, void* c, void* workspace, void* counters,
                              int m, int n, int k, int lda, int ldb, int ldd, int a_mn_major, int b_mn_major,
                              int block_m, int block_n, int num_splits, int out_fp32, int tma_store, int grid,
-                             int smem_bytes, uint64_t stream) {
+                             int smem_bytes, int l2_promotion, uint64_t stream) {
   if (num_splits > 1 && (workspace == nullptr || counters == nullptr)) return fg::FG_ERROR_INVALID_ARGUMENT;
   Sm90Bf16Launch L;
   const int rc = encode_dense(&L, fn, a, b, d, c, m, n, k, lda, ldb, ldd, a_mn_major, b_mn_major, block_m, block_n,
-                              num_splits, out_fp32, tma_store, grid, smem_bytes);
+                              num_splits, out_fp32, tma_store, grid, smem_bytes, l2_promotion);
   return rc != CUDA_SUCCESS ? rc : launch_dense(L, workspace, counters, stream);
 }
 
@@ -203,12 +206,14 @@ int fg_launch_sm90_bf16_gemm(uint64_t fn, void* a, void* b, void* d, void* c, vo
 // fg_free_prepared_sm90_bf16_gemm). Nothing is allocated when an error is returned.
 int fg_prepare_sm90_bf16_gemm(uint64_t* out, uint64_t fn, void* a, void* b, void* d, void* c, int m, int n, int k,
                               int lda, int ldb, int ldd, int a_mn_major, int b_mn_major, int block_m, int block_n,
-                              int num_splits, int out_fp32, int tma_store, int grid, int smem_bytes) {
+                              int num_splits, int out_fp32, int tma_store, int grid, int smem_bytes,
+                              int l2_promotion) {
   if (out == nullptr) return fg::FG_ERROR_INVALID_ARGUMENT;
   *out = 0;
   Sm90Bf16Launch* L = new Sm90Bf16Launch();
   return fg::publish_prepared(L, encode_dense(L, fn, a, b, d, c, m, n, k, lda, ldb, ldd, a_mn_major, b_mn_major,
-                                              block_m, block_n, num_splits, out_fp32, tma_store, grid, smem_bytes),
+                                              block_m, block_n, num_splits, out_fp32, tma_store, grid, smem_bytes,
+                                              l2_promotion),
                               out);
 }
 
@@ -248,9 +253,9 @@ int fg_launch_sm90_bf16_grouped(uint64_t fn, void* a, void* b, void* d, void* gr
   const int64_t rows_b = static_cast<int64_t>(n) * num_groups;
   if (rows_a > 0x7fffffff || rows_b > 0x7fffffff) return fg::FG_ERROR_INVALID_ARGUMENT;
   CUtensorMap tmap_a, tmap_b;
-  CUresult r = bf16_operand_tmap(&tmap_a, a, false, static_cast<int>(rows_a), k, lda, block_m, fg::TmapOperand::kA);
+  CUresult r = bf16_operand_tmap(&tmap_a, a, false, static_cast<int>(rows_a), k, lda, block_m, fg::tmap_l2_promotion(fg::TmapOperand::kA));
   if (r != CUDA_SUCCESS) return r;
-  r = bf16_operand_tmap(&tmap_b, b, false, static_cast<int>(rows_b), k, ldb, block_n, fg::TmapOperand::kB);
+  r = bf16_operand_tmap(&tmap_b, b, false, static_cast<int>(rows_b), k, ldb, block_n, fg::tmap_l2_promotion(fg::TmapOperand::kB));
   if (r != CUDA_SUCCESS) return r;
 
   const bool vec = (n % 2 == 0) && (ldd % 2 == 0) && (reinterpret_cast<uintptr_t>(d) % 4u == 0);
@@ -331,9 +336,9 @@ int fg_launch_sm90_bf16_k_grouped(uint64_t fn, void* a, void* b, void* d, void* 
   // One tensor map per operand over all groups: K is the outer dimension, so group g's k-blocks
   // are rows of the same map.
   CUtensorMap tmap_a, tmap_b;
-  CUresult r = bf16_operand_tmap(&tmap_a, a, true, m, sum_k, lda, block_m, fg::TmapOperand::kA);
+  CUresult r = bf16_operand_tmap(&tmap_a, a, true, m, sum_k, lda, block_m, fg::tmap_l2_promotion(fg::TmapOperand::kA));
   if (r != CUDA_SUCCESS) return r;
-  r = bf16_operand_tmap(&tmap_b, b, true, n, sum_k, ldb, block_n, fg::TmapOperand::kB);
+  r = bf16_operand_tmap(&tmap_b, b, true, n, sum_k, ldb, block_n, fg::tmap_l2_promotion(fg::TmapOperand::kB));
   if (r != CUDA_SUCCESS) return r;
 
   bool vec = (n % 2 == 0) && (ldd % 2 == 0) && (reinterpret_cast<uintptr_t>(d) % 8u == 0);

@@ -61,9 +61,11 @@ int launch(const Sm90Fp8Launch& L, void* workspace, void* counters, uint64_t str
 int encode_1d2d(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sfa, void* sfb, void* d, void* c, int m,
                 int n, int k, int lda, int ldb, int ldd, int sfa_ld, int block_m, int block_n, int num_splits,
                 int num_multicast, int multicast_on_a, int out_fp32, int tma_store, int grid, int smem_bytes,
-                int gemm_kind, void* grouped, int num_groups) {
+                int gemm_kind, void* grouped, int num_groups, int l2_promotion) {
   if (fn == 0 || a == nullptr || b == nullptr || sfa == nullptr || sfb == nullptr || d == nullptr)
     return fg::FG_ERROR_INVALID_ARGUMENT;
+  CUtensorMapL2promotion promo_a, promo_b;
+  if (!fg::unpack_l2_promotion(l2_promotion, &promo_a, &promo_b)) return fg::FG_ERROR_INVALID_ARGUMENT;
   if (gemm_kind < 0 || gemm_kind > 2) return fg::FG_ERROR_INVALID_ARGUMENT;
   if (gemm_kind != 0 && (grouped == nullptr || num_groups < 1 || num_splits != 1 || c != nullptr ||
                          out_fp32 != 0 || (num_multicast == 2 && multicast_on_a == 0)))
@@ -94,12 +96,12 @@ int encode_1d2d(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sfa, void
   CUresult r = fg::make_tmap_2d(&L->tmap_a, CU_TENSOR_MAP_DATA_TYPE_UINT8, a, static_cast<uint64_t>(k),
                                 rows_a, static_cast<uint64_t>(lda), kBlockK,
                                 static_cast<uint32_t>(mc_a ? block_m / 2 : block_m), CU_TENSOR_MAP_SWIZZLE_128B,
-                                fg::tmap_l2_promotion(fg::TmapOperand::kA));
+                                promo_a);
   if (r != CUDA_SUCCESS) return r;
   r = fg::make_tmap_2d(&L->tmap_b, CU_TENSOR_MAP_DATA_TYPE_UINT8, b, static_cast<uint64_t>(k),
                        rows_b, static_cast<uint64_t>(ldb), kBlockK,
                        static_cast<uint32_t>(mc_b ? block_n / 2 : block_n), CU_TENSOR_MAP_SWIZZLE_128B,
-                       fg::tmap_l2_promotion(fg::TmapOperand::kB));
+                       promo_b);
   if (r != CUDA_SUCCESS) return r;
   r = fg::make_tmap_2d(&L->tmap_sfa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, sfa, static_cast<uint64_t>(m),
                        static_cast<uint64_t>(num_kb) * (gemm_kind == 2 ? num_groups : 1),
@@ -237,17 +239,19 @@ extern "C" {
 //            padding); 2 m-grouped masked (m = Mmax: a [num_groups * m, k], d [num_groups * m, n],
 //            sfa element (g, kb, row) at (g * ceil(k/128) + kb) * sfa_ld + row, grouped = int32
 //            masked_m [num_groups], read on the GPU). Mirrors scheduler::GemmKind.
+// l2_promotion: the L2 promotion of the A and B tensor maps, packed (fg::unpack_l2_promotion; 0x33:
+//            256B for both).
 // Returns a CUresult (0 = success) or fg::FG_ERROR_*.
 int fg_launch_sm90_fp8_gemm(uint64_t fn, void* a, void* b, void* sfa, void* sfb, void* d, void* c,
                             void* workspace, void* counters, int m, int n, int k, int lda, int ldb,
                             int ldd, int sfa_ld, int block_m, int block_n, int num_splits, int num_multicast,
                             int multicast_on_a, int out_fp32, int tma_store, int grid, int smem_bytes,
-                            int gemm_kind, void* grouped, int num_groups, uint64_t stream) {
+                            int gemm_kind, void* grouped, int num_groups, int l2_promotion, uint64_t stream) {
   if (num_splits > 1 && (workspace == nullptr || counters == nullptr)) return fg::FG_ERROR_INVALID_ARGUMENT;
   Sm90Fp8Launch L;
   const int rc = encode_1d2d(&L, fn, a, b, sfa, sfb, d, c, m, n, k, lda, ldb, ldd, sfa_ld, block_m, block_n,
                              num_splits, num_multicast, multicast_on_a, out_fp32, tma_store, grid, smem_bytes,
-                             gemm_kind, grouped, num_groups);
+                             gemm_kind, grouped, num_groups, l2_promotion);
   return rc != CUDA_SUCCESS ? rc : launch(L, workspace, counters, stream);
 }
 
@@ -257,13 +261,14 @@ int fg_launch_sm90_fp8_gemm(uint64_t fn, void* a, void* b, void* sfa, void* sfb,
 int fg_prepare_sm90_fp8_gemm(uint64_t* out, uint64_t fn, void* a, void* b, void* sfa, void* sfb, void* d, void* c,
                              int m, int n, int k, int lda, int ldb, int ldd, int sfa_ld, int block_m, int block_n,
                              int num_splits, int num_multicast, int multicast_on_a, int out_fp32, int tma_store,
-                             int grid, int smem_bytes, int gemm_kind, void* grouped, int num_groups) {
+                             int grid, int smem_bytes, int gemm_kind, void* grouped, int num_groups,
+                             int l2_promotion) {
   if (out == nullptr) return fg::FG_ERROR_INVALID_ARGUMENT;
   *out = 0;
   Sm90Fp8Launch* L = new Sm90Fp8Launch();
   return fg::publish_prepared(L, encode_1d2d(L, fn, a, b, sfa, sfb, d, c, m, n, k, lda, ldb, ldd, sfa_ld, block_m, block_n,
                                 num_splits, num_multicast, multicast_on_a, out_fp32, tma_store, grid, smem_bytes,
-                                gemm_kind, grouped, num_groups),
+                                gemm_kind, grouped, num_groups, l2_promotion),
                  out);
 }
 

@@ -1,0 +1,192 @@
+"""Choose the operand tensor maps' L2 promotion per shape (benchmarks/NOTES.md v0.40).
+
+GPU machine: every shape's planned configuration (the shipped table's entry) is timed with each
+promotion pair (A bytes, B bytes) in VARIANTS, the variants interleaved within one process and
+repeated --rounds times (same-run rule, timed as the bench times: kernel-only, 256 MB flush). The
+outputs of every variant must be bitwise equal to the default's (the promotion moves no math).
+A pair other than the default wins a shape when it is faster than (256, 256) in every round and
+its median is at least --min-gain faster.
+
+  python3 scripts/tune_l2_promotion.py --precompile        # CPU machine, into FINEGEMM_CACHE_DIR
+  python3 scripts/tune_l2_promotion.py --out $OUT/l2_promotion.json [--kinds fp8 bf16] [--rounds 3]
+
+CPU machine: write the winners into the shipped tables' exact entries for those shapes (a shape
+served by a nearby entry, or by the model, is reported and left alone):
+
+  python3 scripts/tune_l2_promotion.py --apply benchmarks/results/<run>.json
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+DEFAULT = (256, 256)
+VARIANTS = [DEFAULT, (128, 256), (256, 128), (128, 128)]
+SKINNY_M = (1, 16, 32, 64, 128, 256)
+
+
+def fp8_shapes() -> list[tuple]:
+    from finegemm.bench.dense import DENSE_NK
+    return [("fp8", None, m, n, k, False) for m in SKINNY_M for n, k in DENSE_NK]
+
+
+def bf16_shapes() -> list[tuple]:
+    from finegemm.bench.bf16 import DENSE_NK, FP32_NK, LAYOUTS
+    shapes = [("bf16", lay, m, n, k, False) for lay in LAYOUTS for m in (64, 128) for n, k in DENSE_NK]
+    return shapes + [("bf16", lay, m, n, k, True) for lay in LAYOUTS for m in (64, 128) for n, k in FP32_NK]
+
+
+def _prepare_variants(kind, layout, m, n, k, out_fp32, sms):
+    """{pair: (prepared call, d)} of one shape, every pair on the same operands."""
+    import torch
+
+    if kind == "fp8":
+        from finegemm.heuristics import sm90_fp8_gemm as h
+        from finegemm.ops import sm90_fp8_gemm as ops
+        from finegemm.quant import per_block_cast_to_fp8, per_token_cast_to_fp8
+        a, sfa = per_token_cast_to_fp8(torch.randn(m, k, device="cuda"))
+        b, sfb = per_block_cast_to_fp8(torch.randn(n, k, device="cuda"))
+        cfg = h.select_config(m, n, k, sms)
+        out = {}
+        for p in VARIANTS:
+            d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+            out[p] = (ops.prepare(a, sfa, b, sfb, d, config=dataclasses.replace(cfg, l2_promotion=p)), d)
+        return cfg, out
+    from finegemm.heuristics import sm90_bf16_gemm as h
+    from finegemm.ops import sm90_bf16_gemm as ops
+    a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+    b = torch.randn(n, k, device="cuda").to(torch.bfloat16)
+    a = a if layout[0] == "n" else a.t().contiguous()
+    b = b if layout[1] == "t" else b.t().contiguous()
+    cfg = h.select_config(m, n, k, sms, layout[0] == "t", layout[1] == "n", out_fp32, False)
+    out = {}
+    for p in VARIANTS:
+        d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float32 if out_fp32 else torch.bfloat16)
+        out[p] = (ops.prepare(a, b, d, layout=layout, config=dataclasses.replace(cfg, l2_promotion=p)), d)
+    return cfg, out
+
+
+def precompile(sms: int, jobs: int) -> None:
+    from finegemm import jit
+    from finegemm.heuristics import sm90_bf16_gemm as hb
+    from finegemm.heuristics import sm90_fp8_gemm as h8
+    from finegemm.ops import sm90_bf16_gemm as ob
+    from finegemm.ops import sm90_fp8_gemm as o8
+
+    src = {}
+    for _, _, m, n, k, _ in fp8_shapes():
+        c = h8.select_config(m, n, k, sms)
+        src[o8._kernel_name(c)] = o8._render_cfg(c)
+    for _, lay, m, n, k, fp32 in bf16_shapes():
+        c = hb.select_config(m, n, k, sms, lay[0] == "t", lay[1] == "n", fp32, False)
+        src[ob.kernel_name(c.kernel_key())] = ob.render(*c.kernel_key())
+    print(f"{len(src)} kernels")
+    jit.build_many(src, jobs)
+
+
+def run(args) -> int:
+    import torch
+
+    from finegemm import runtime
+    from finegemm.bench._common import kernel_time_us, settle, write_probe_json
+
+    sms = runtime.get_num_sms()
+    shapes = (fp8_shapes() if "fp8" in args.kinds else []) + (bf16_shapes() if "bf16" in args.kinds else [])
+    records = []
+    for kind, layout, m, n, k, out_fp32 in shapes:
+        cfg, variants = _prepare_variants(kind, layout, m, n, k, out_fp32, sms)
+        for call, _ in variants.values():
+            call()
+        torch.cuda.synchronize()
+        ref = variants[DEFAULT][1]
+        equal = all(torch.equal(d, ref) for _, d in variants.values()) and not torch.isnan(ref).any().item()
+        times = {p: [] for p in VARIANTS}
+        settle(200)
+        for _ in range(args.rounds):
+            for p, (call, _) in variants.items():
+                times[p].append(kernel_time_us(call, args.num_tests))
+        base = times[DEFAULT]
+        med = {p: statistics.median(t) for p, t in times.items()}
+        best = min(VARIANTS, key=lambda p: med[p])
+        wins = (best != DEFAULT and all(t < b for t, b in zip(times[best], base))
+                and med[DEFAULT] / med[best] >= args.min_gain)
+        rec = {"kind": kind, "layout": layout, "m": m, "n": n, "k": k, "out_fp32": out_fp32,
+               "config": {"block_m": cfg.block_m, "block_n": cfg.block_n, "num_splits": cfg.num_splits},
+               "outputs_equal": bool(equal),
+               "us": {f"{a}/{b}": [round(x, 3) for x in t] for (a, b), t in times.items()},
+               "chosen": list(best if wins else DEFAULT), "gain": round(med[DEFAULT] / med[best if wins else DEFAULT], 4)}
+        records.append(rec)
+        print(json.dumps({k_: rec[k_] for k_ in ("kind", "layout", "m", "n", "k", "chosen", "gain", "outputs_equal")}),
+              flush=True)
+        del variants
+    write_probe_json(args.out, records, rounds=args.rounds, min_gain=args.min_gain,
+                     variants=[list(p) for p in VARIANTS])
+    return 0 if all(r["outputs_equal"] for r in records) else 1
+
+
+def apply(path: str) -> int:
+    from finegemm.heuristics import sm90_bf16_gemm as hb
+    from finegemm.heuristics import tuned
+
+    data = json.loads(Path(path).read_text())
+    changes = {tuned.SHIPPED_TABLE: [], tuned.SHIPPED_BF16_TABLE: []}
+    for r in data["records"]:
+        if not r["outputs_equal"]:
+            raise SystemExit(f"{path}: outputs differ for {r}: not applying")
+        bf16 = r["kind"] == "bf16"
+        table = tuned.SHIPPED_BF16_TABLE if bf16 else tuned.SHIPPED_TABLE
+        kind = hb.tuned_kind(r["layout"][0] == "t", r["layout"][1] == "n") if bf16 else "fp8_1d2d"
+        entries = json.loads(table.read_text())["entries"]
+        exact = [e for e in entries if (e["kind"], e["m"], e["n"], e["k"], e.get("out_fp32", False), e.get("has_c", False))
+                 == (kind, r["m"], r["n"], r["k"], r["out_fp32"], False)]
+        chosen = [int(x) for x in r["chosen"]]
+        current = exact[0]["config"].get("l2_promotion", list(DEFAULT)) if exact else list(DEFAULT)
+        if chosen == current:
+            continue
+        if not exact:
+            print(f"skipped (no exact entry): {kind} {r['m']}x{r['n']}x{r['k']} -> {chosen}")
+            continue
+        e = json.loads(json.dumps(exact[0]))
+        if chosen == list(DEFAULT):
+            e["config"].pop("l2_promotion", None)
+        else:
+            e["config"]["l2_promotion"] = chosen
+        e["l2_promotion_run"] = {"file": Path(path).name, "gain": r["gain"]}
+        changes[table].append(e)
+        print(f"{kind} {r['m']}x{r['n']}x{r['k']}: l2_promotion {current} -> {chosen} ({r['gain']:.3f}x)")
+    for table, entries in changes.items():
+        if entries:
+            tuned.merge_entries(table, entries)
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out")
+    ap.add_argument("--apply", metavar="RUN_JSON")
+    ap.add_argument("--precompile", action="store_true")
+    ap.add_argument("--sms", type=int, default=132)
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--kinds", nargs="*", default=["fp8", "bf16"])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--num-tests", type=int, default=20)
+    ap.add_argument("--min-gain", type=float, default=1.015)
+    args = ap.parse_args()
+    if args.apply:
+        return apply(args.apply)
+    if args.precompile:
+        precompile(args.sms, args.jobs)
+        return 0
+    if not args.out:
+        ap.error("--out (GPU run) or --apply (CPU) is required")
+    return run(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,133 @@
+"""The operand tensor maps' L2 promotion as a configuration choice (CPU only): table entries name
+it, configurations carry it, and the prepared launches pass it packed in the launcher's slot. The
+host library's own checks of the packed value are in test_{fp8,bf16}_kernel_compile.py."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from finegemm.heuristics import _common
+from finegemm.heuristics import sm90_bf16_gemm as hb
+from finegemm.heuristics import sm90_fp8_gemm as h8
+from finegemm.heuristics import tuned
+from finegemm.ops._runtime import l2_promotion_arg
+
+SMS = 132
+
+
+@pytest.fixture(autouse=True)
+def _no_tables(monkeypatch, tmp_path):
+    empty = tmp_path / "empty.json"
+    empty.write_text(json.dumps({"version": 1, "entries": []}))
+    monkeypatch.setattr(tuned, "SHIPPED_TABLE", empty)
+    monkeypatch.setattr(tuned, "SHIPPED_BF16_TABLE", empty)
+    monkeypatch.delenv(tuned.TUNED_FILE_ENV, raising=False)
+    monkeypatch.delenv(tuned.DISABLE_TUNED_ENV, raising=False)
+    h8.clear_cache()
+    hb.clear_cache()
+    tuned.clear()
+    yield
+    h8.clear_cache()
+    hb.clear_cache()
+    tuned.clear()
+
+
+def test_packing_matches_the_driver_enum():
+    # CUtensorMapL2promotion: NONE 0, 64B 1, 128B 2, 256B 3; A in bits 0-3, B in bits 4-7.
+    assert l2_promotion_arg((256, 256)) == 0x33
+    assert l2_promotion_arg((256, 128)) == 0x23
+    assert l2_promotion_arg((128, 256)) == 0x32
+    assert l2_promotion_arg((0, 64)) == 0x10
+    assert h8.select_config(64, 2112, 7168, SMS).l2_promotion == _common.DEFAULT_L2_PROMOTION == (256, 256)
+    assert hb.select_config(64, 2112, 7168, SMS).l2_promotion == (256, 256)
+
+
+@pytest.mark.parametrize("bad", [[256], [256, 100], [256, "128"], "256", [128.0, 256], [256, 256, 256], [True, 256]])
+def test_check_names_the_rule(bad):
+    with pytest.raises(ValueError, match=r"l2_promotion must be \[A, B\]"):
+        _common.check_l2_promotion(bad)
+
+
+def _fp8_entry(**cfg):
+    base = dict(block_m=64, block_n=64, num_stages=8, num_splits=1, num_multicast=1, multicast_on_a=False,
+                tma_store=False, half_promote=False)
+    return {"kind": "fp8_1d2d", "num_sms": SMS, "m": 128, "n": 4096, "k": 7168, "out_fp32": False, "has_c": False,
+            "config": {**base, **cfg}, "us": 1.0}
+
+
+def _bf16_entry(**cfg):
+    base = dict(block_m=128, block_n=32, num_stages=hb.max_stages(128, 32, True), num_splits=1, num_multicast=1,
+                multicast_on_a=False, tma_store=True, half_promote=False)
+    return {"kind": "bf16_nn", "num_sms": SMS, "m": 128, "n": 4096, "k": 7168, "out_fp32": False, "has_c": False,
+            "config": {**base, **cfg}, "us": 1.0}
+
+
+def test_table_entries_carry_the_promotion(tmp_path, monkeypatch):
+    path = tmp_path / "t.json"
+    tuned.merge_entries(path, [_fp8_entry(l2_promotion=[256, 128]), _bf16_entry(l2_promotion=[128, 256])])
+    monkeypatch.setenv(tuned.TUNED_FILE_ENV, str(path))
+    cfg = h8.select_config(128, 4096, 7168, SMS)
+    assert (cfg.block_m, cfg.block_n, cfg.l2_promotion) == (64, 64, (256, 128))
+    assert h8.select_config(100, 4096, 7168, SMS).l2_promotion == (256, 128)  # the entry serves nearby M
+    # The promotion is host-side: the same kernel as the entry without it.
+    tuned.merge_entries(path, [_fp8_entry()])
+    h8.clear_cache()
+    plain = h8.select_config(128, 4096, 7168, SMS)
+    assert plain.l2_promotion == (256, 256) and plain.kernel_key() == cfg.kernel_key()
+    bcfg = hb.select_config(128, 4096, 7168, SMS, False, True)
+    assert (bcfg.block_m, bcfg.block_n, bcfg.l2_promotion) == (128, 32, (128, 256))
+    assert hb.select_config(128, 4096, 7168, SMS).l2_promotion == (256, 256)  # nt: no entry
+
+
+@pytest.mark.parametrize("bad", [[256, 96], [128], "128"])
+def test_malformed_promotion_in_a_table_is_rejected_then_ignored(tmp_path, monkeypatch, capsys, bad):
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"version": 1, "entries": [_fp8_entry(l2_promotion=bad)]}))
+    with pytest.raises(ValueError, match=r"config l2_promotion must be \[A, B\]"):
+        tuned.load_table(path)
+    tuned.clear()
+    model = h8.select_config(128, 4096, 7168, SMS)
+    h8.clear_cache()
+    monkeypatch.setenv(tuned.TUNED_FILE_ENV, str(path))
+    assert h8.select_config(128, 4096, 7168, SMS) == model  # a GEMM call never fails on a table
+    assert "ignoring tuned table" in capsys.readouterr().err
+
+
+def test_print_configs_names_a_tuned_promotion(tmp_path, monkeypatch, capsys):
+    path = tmp_path / "t.json"
+    tuned.merge_entries(path, [_fp8_entry(l2_promotion=[256, 128])])
+    monkeypatch.setenv(tuned.TUNED_FILE_ENV, str(path))
+    monkeypatch.setenv("FINEGEMM_PRINT_CONFIGS", "1")
+    h8.select_config(128, 4096, 7168, SMS)
+    h8.select_config(128, 2112, 7168, SMS)
+    err = capsys.readouterr().err.splitlines()
+    assert "l2-promotion=256/128" in err[0] and "l2-promotion" not in err[1]
+
+
+def test_prepared_launches_pass_the_packed_promotion(monkeypatch):
+    """prepare() on CPU tensors up to the launcher (mocked): the packed value sits in the slot the
+    host library reads (one-shot arguments = head, workspace, counters, tail, stream)."""
+    torch = pytest.importorskip("torch")
+    import dataclasses
+
+    from finegemm.ops import sm90_bf16_gemm as ob
+    from finegemm.ops import sm90_fp8_gemm as o8
+
+    fp8 = torch.float8_e4m3fn
+    cfg = dataclasses.replace(h8.select_config(128, 4096, 7168, SMS), l2_promotion=(256, 128))
+    monkeypatch.setattr(o8, "_load", lambda cfg, device: 1)
+    monkeypatch.setattr(o8, "_get_launcher", lambda: None)
+    a, b = torch.zeros(128, 7168).to(fp8), torch.zeros(4096, 7168).to(fp8)
+    call = o8.prepare(a, torch.rand(128, 56), b, torch.rand(32, 56), torch.empty(128, 4096, dtype=torch.bfloat16),
+                      config=cfg)
+    args = (*call._head, None, None, *call._tail)
+    assert len(args) == 29 and args[-1] == 0x23  # fg_launch_sm90_fp8_gemm: l2_promotion before the stream
+
+    bcfg = dataclasses.replace(hb.select_config(128, 4096, 7168, SMS, False, True), l2_promotion=(128, 0))
+    monkeypatch.setattr(ob, "_load", lambda cfg, device: 1)
+    monkeypatch.setattr(ob, "_get_launcher", lambda: None)
+    bcall = ob.prepare(torch.zeros(128, 7168, dtype=torch.bfloat16), torch.zeros(7168, 4096, dtype=torch.bfloat16),
+                       torch.empty(128, 4096, dtype=torch.bfloat16), layout="nn", config=bcfg)
+    bargs = (*bcall._head, None, None, *bcall._tail)
+    assert len(bargs) == 23 and bargs[-1] == 0x02  # fg_launch_sm90_bf16_gemm: l2_promotion before the stream
