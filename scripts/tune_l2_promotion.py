@@ -105,7 +105,12 @@ def run(args) -> int:
             call()
         torch.cuda.synchronize()
         ref = variants[DEFAULT][1]
-        equal = all(torch.equal(d, ref) for _, d in variants.values()) and not torch.isnan(ref).any().item()
+        # per variant: elements unlike the default's output (bitwise) and NaN left from the poison
+        diffs = {f"{p[0]}/{p[1]}": [int((d.view(torch.int16 if d.dtype == torch.bfloat16 else torch.int32)
+                                         != ref.view(torch.int16 if ref.dtype == torch.bfloat16 else torch.int32))
+                                        .sum().item()), int(torch.isnan(d).sum().item())]
+                 for p, (_, d) in variants.items()}
+        equal = all(v == [0, 0] for v in diffs.values())
         times = {p: [] for p in VARIANTS}
         settle(200)
         for _ in range(args.rounds):
@@ -118,12 +123,12 @@ def run(args) -> int:
                 and med[DEFAULT] / med[best] >= args.min_gain)
         rec = {"kind": kind, "layout": layout, "m": m, "n": n, "k": k, "out_fp32": out_fp32,
                "config": {"block_m": cfg.block_m, "block_n": cfg.block_n, "num_splits": cfg.num_splits},
-               "outputs_equal": bool(equal),
+               "outputs_equal": bool(equal), "diff_nan": diffs,
                "us": {f"{a}/{b}": [round(x, 3) for x in t] for (a, b), t in times.items()},
                "chosen": list(best if wins else DEFAULT), "gain": round(med[DEFAULT] / med[best if wins else DEFAULT], 4)}
         records.append(rec)
-        print(json.dumps({k_: rec[k_] for k_ in ("kind", "layout", "m", "n", "k", "chosen", "gain", "outputs_equal")}),
-              flush=True)
+        print(json.dumps({k_: rec[k_] for k_ in ("kind", "layout", "m", "n", "k", "chosen", "gain", "outputs_equal")}
+                         | ({} if equal else {"diff_nan": diffs})), flush=True)
         del variants
     write_probe_json(args.out, records, rounds=args.rounds, min_gain=args.min_gain,
                      variants=[list(p) for p in VARIANTS])
