@@ -43,7 +43,8 @@ def bf16_shapes() -> list[tuple]:
 
 
 def _prepare_variants(kind, layout, m, n, k, out_fp32, sms):
-    """{pair: (prepared call, d)} of one shape, every pair on the same operands."""
+    """(config, {pair: (prepared call, d)}, operands) of one shape, every pair on the same operands.
+    A prepared call holds raw pointers only: the caller keeps `operands` alive while it runs."""
     import torch
 
     if kind == "fp8":
@@ -57,7 +58,7 @@ def _prepare_variants(kind, layout, m, n, k, out_fp32, sms):
         for p in VARIANTS:
             d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
             out[p] = (ops.prepare(a, sfa, b, sfb, d, config=dataclasses.replace(cfg, l2_promotion=p)), d)
-        return cfg, out
+        return cfg, out, (a, sfa, b, sfb)
     from finegemm.heuristics import sm90_bf16_gemm as h
     from finegemm.ops import sm90_bf16_gemm as ops
     a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
@@ -69,7 +70,7 @@ def _prepare_variants(kind, layout, m, n, k, out_fp32, sms):
     for p in VARIANTS:
         d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float32 if out_fp32 else torch.bfloat16)
         out[p] = (ops.prepare(a, b, d, layout=layout, config=dataclasses.replace(cfg, l2_promotion=p)), d)
-    return cfg, out
+    return cfg, out, (a, b)
 
 
 def precompile(sms: int, jobs: int) -> None:
@@ -100,7 +101,7 @@ def run(args) -> int:
     shapes = (fp8_shapes() if "fp8" in args.kinds else []) + (bf16_shapes() if "bf16" in args.kinds else [])
     records = []
     for kind, layout, m, n, k, out_fp32 in shapes:
-        cfg, variants = _prepare_variants(kind, layout, m, n, k, out_fp32, sms)
+        cfg, variants, operands = _prepare_variants(kind, layout, m, n, k, out_fp32, sms)
         for call, _ in variants.values():
             call()
         torch.cuda.synchronize()
@@ -129,7 +130,7 @@ def run(args) -> int:
         records.append(rec)
         print(json.dumps({k_: rec[k_] for k_ in ("kind", "layout", "m", "n", "k", "chosen", "gain", "outputs_equal")}
                          | ({} if equal else {"diff_nan": diffs})), flush=True)
-        del variants
+        del variants, operands
     write_probe_json(args.out, records, rounds=args.rounds, min_gain=args.min_gain,
                      variants=[list(p) for p in VARIANTS])
     return 0 if all(r["outputs_equal"] for r in records) else 1
