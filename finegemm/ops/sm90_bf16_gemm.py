@@ -197,7 +197,8 @@ def prepare(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: Optional[torch
     a, b bf16 with a unit inner stride and 16-byte aligned base / row pitch; d bf16 or fp32
     [M, N] (unit column stride); c fp32 [M, N] or None (fp32 d only; may be d itself).
     config: a configuration of this problem (heuristics make_config / candidate_configs; the
-    tuner) instead of the planned one.
+    tuner) instead of the planned one. The call holds raw device pointers, not the tensors: keep
+    them alive while it is called.
     """
     if layout not in LAYOUTS:
         raise ValueError(f"sm90_bf16_gemm: layout must be one of {sorted(LAYOUTS)}, got {layout!r}")

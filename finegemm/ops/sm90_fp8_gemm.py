@@ -331,6 +331,7 @@ def prepare(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.Tens
     strides; the MN-major TMA-aligned layout costs no copy), b fp8 [N, K] like a, sfb fp32
     [ceil(N/128), ceil(K/128)], d bf16/fp32 [M, N] (unit column stride), c fp32 [M, N] or None
     (fp32 d only; may be d itself). `config`: a forced configuration (see plan()).
+    The call holds raw device pointers, not the tensors: keep them alive while it is called.
     """
     if tuple(recipe) == (1, 1, 128):
         return _prepare_1d1d(a, sfa, b, sfb, d, c, config)
