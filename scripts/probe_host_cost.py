@@ -67,10 +67,9 @@ def main() -> None:
         }
         x = torch.randn(64, 64, device="cuda")
         rec["torch_add"] = host_time_us(lambda: torch.add(x, x, out=x))
-        try:
-            scale_a = sfa.contiguous() if sfa.stride(0) == 1 else sfa
-            rec["torch_scaled_mm"] = host_time_us(lambda: torch._scaled_mm(
-                a, b.t(), scale_a=scale_a, scale_b=sfb.t(), out_dtype=torch.bfloat16))
+        try:  # the bench's own cuBLAS blockwise call (finegemm.bench.dense)
+            from finegemm.bench.dense import _cublas_blockwise
+            rec["torch_scaled_mm"] = host_time_us(_cublas_blockwise(a, sfa, b, sfb))
         except Exception as exc:  # older torch without blockwise scaling
             rec["torch_scaled_mm"] = f"{type(exc).__name__}: {exc}"[:200]
         results[f"{m}x{n}x{k}"] = rec
