@@ -39,6 +39,9 @@ def test_packing_matches_the_driver_enum():
     assert l2_promotion_arg((256, 128)) == 0x23
     assert l2_promotion_arg((128, 256)) == 0x32
     assert l2_promotion_arg((0, 64)) == 0x10
+    for bad in ((256,), (256, 96), None, (128, 128, 128)):
+        with pytest.raises(ValueError, match="l2_promotion must be"):
+            l2_promotion_arg(bad)
     assert h8.select_config(64, 2112, 7168, SMS).l2_promotion == _common.DEFAULT_L2_PROMOTION == (256, 256)
     assert hb.select_config(64, 2112, 7168, SMS).l2_promotion == (256, 256)
 

@@ -43,8 +43,13 @@ _L2_PROMOTION_ENUM = {0: 0, 64: 1, 128: 2, 256: 3}
 
 def l2_promotion_arg(promotion: tuple) -> int:
     """The launchers' packed `l2_promotion` argument (host/common.h unpack_l2_promotion) from a
-    configuration's (A bytes, B bytes)."""
-    return _L2_PROMOTION_ENUM[promotion[0]] | _L2_PROMOTION_ENUM[promotion[1]] << 4
+    configuration's (A bytes, B bytes); ValueError for anything else (a forced configuration)."""
+    try:
+        a, b = promotion
+        return _L2_PROMOTION_ENUM[a] | _L2_PROMOTION_ENUM[b] << 4
+    except (KeyError, TypeError, ValueError):
+        raise ValueError(f"l2_promotion must be (A, B) bytes, each one of {tuple(_L2_PROMOTION_ENUM)}, "
+                         f"got {promotion!r}") from None
 
 
 def check_tile(block_m: int, block_n: int, num_stages: int | None = None, block_ms: tuple = (64, 128)) -> None:
