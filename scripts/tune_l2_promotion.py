@@ -36,6 +36,12 @@ def fp8_shapes() -> list[tuple]:
     return [("fp8", None, m, n, k, False) for m in SKINNY_M for n, k in DENSE_NK]
 
 
+def fp8_masked_shapes() -> list[tuple]:
+    """(kind, groups, expected m, n, k, False): `bench grouped`'s masked records."""
+    from finegemm.bench.grouped import GROUPED_NK, MASKED_GM
+    return [("fp8_masked", g, m, n, k, False) for g, m in MASKED_GM for n, k in GROUPED_NK]
+
+
 def bf16_shapes() -> list[tuple]:
     from finegemm.bench.bf16 import DENSE_NK, FP32_NK, LAYOUTS
     shapes = [("bf16", lay, m, n, k, False) for lay in LAYOUTS for m in (64, 128) for n, k in DENSE_NK]
@@ -43,9 +49,31 @@ def bf16_shapes() -> list[tuple]:
 
 
 def _prepare_variants(kind, layout, m, n, k, out_fp32, sms):
-    """(config, {pair: (prepared call, d)}, operands) of one shape, every pair on the same operands.
-    A prepared call holds raw pointers only: the caller keeps `operands` alive while it runs."""
+    """(config, {pair: (call, d)}, operands) of one shape, every pair on the same operands. A
+    prepared call holds raw pointers only: the caller keeps `operands` alive while it runs.
+    fp8_masked: `layout` is the group count, m the expected (and every group's) m; d's rows past
+    it are never written (compare d[:, :m])."""
     import torch
+
+    if kind == "fp8_masked":
+        import finegemm
+        from finegemm.heuristics import sm90_fp8_gemm as h
+        from finegemm.ops import sm90_fp8_gemm as ops
+        g, m_max = layout, -(-m // 128) * 128
+        qs = [finegemm.per_token_cast_to_fp8(torch.randn(m_max, k, device="cuda")) for _ in range(g)]
+        a = torch.stack([q for q, _ in qs])
+        sfa = finegemm.get_mn_major_tma_aligned_tensor(torch.stack([s for _, s in qs]))
+        ws = [finegemm.per_block_cast_to_fp8(torch.randn(n, k, device="cuda")) for _ in range(g)]
+        b, sfb = torch.stack([w for w, _ in ws]), torch.stack([s for _, s in ws])
+        masked_m = torch.full((g,), m, dtype=torch.int32, device="cuda")
+        cfg = h.select_grouped_config(h.GEMM_GROUPED_MASKED, m_max, n, k, g, sms, m, 0)
+        out = {}
+        for p in VARIANTS:
+            d = torch.full((g, m_max, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+            c = dataclasses.replace(cfg, l2_promotion=p)
+            out[p] = ((lambda d=d, c=c: ops.m_grouped_fp8_gemm_nt_masked(a, sfa, b, sfb, d, masked_m, m, config=c)),
+                      d[:, :m])
+        return cfg, out, (a, sfa, b, sfb, masked_m)
 
     if kind == "fp8":
         from finegemm.heuristics import sm90_fp8_gemm as h
@@ -84,6 +112,9 @@ def precompile(sms: int, jobs: int) -> None:
     for _, _, m, n, k, _ in fp8_shapes():
         c = h8.select_config(m, n, k, sms)
         src[o8._kernel_name(c)] = o8._render_cfg(c)
+    for _, g, m, n, k, _ in fp8_masked_shapes():
+        c = h8.select_grouped_config(h8.GEMM_GROUPED_MASKED, -(-m // 128) * 128, n, k, g, sms, m, 0)
+        src[o8._kernel_name(c)] = o8._render_cfg(c)
     for _, lay, m, n, k, fp32 in bf16_shapes():
         c = hb.select_config(m, n, k, sms, lay[0] == "t", lay[1] == "n", fp32, False)
         src[ob.kernel_name(c.kernel_key())] = ob.render(*c.kernel_key())
@@ -98,7 +129,8 @@ def run(args) -> int:
     from finegemm.bench._common import kernel_time_us, settle, write_probe_json
 
     sms = runtime.get_num_sms()
-    shapes = (fp8_shapes() if "fp8" in args.kinds else []) + (bf16_shapes() if "bf16" in args.kinds else [])
+    shapes = ((fp8_shapes() if "fp8" in args.kinds else []) + (fp8_masked_shapes() if "fp8_masked" in args.kinds else [])
+              + (bf16_shapes() if "bf16" in args.kinds else []))
     records = []
     for kind, layout, m, n, k, out_fp32 in shapes:
         cfg, variants, operands = _prepare_variants(kind, layout, m, n, k, out_fp32, sms)
@@ -139,6 +171,7 @@ def run(args) -> int:
 def apply(path: str) -> int:
     from finegemm.heuristics import sm90_bf16_gemm as hb
     from finegemm.heuristics import tuned
+    from finegemm.heuristics.sm90_fp8_gemm import MASKED_KIND_PREFIX
 
     data = json.loads(Path(path).read_text())
     changes = {tuned.SHIPPED_TABLE: [], tuned.SHIPPED_BF16_TABLE: []}
@@ -147,7 +180,8 @@ def apply(path: str) -> int:
             raise SystemExit(f"{path}: outputs differ for {r}: not applying")
         bf16 = r["kind"] == "bf16"
         table = tuned.SHIPPED_BF16_TABLE if bf16 else tuned.SHIPPED_TABLE
-        kind = hb.tuned_kind(r["layout"][0] == "t", r["layout"][1] == "n") if bf16 else "fp8_1d2d"
+        kind = (hb.tuned_kind(r["layout"][0] == "t", r["layout"][1] == "n") if bf16
+                else f"{MASKED_KIND_PREFIX}{r['layout']}" if r["kind"] == "fp8_masked" else "fp8_1d2d")
         entries = json.loads(table.read_text())["entries"]
         exact = [e for e in entries if (e["kind"], e["m"], e["n"], e["k"], e.get("out_fp32", False), e.get("has_c", False))
                  == (kind, r["m"], r["n"], r["k"], r["out_fp32"], False)]
@@ -179,7 +213,7 @@ def main() -> int:
     ap.add_argument("--precompile", action="store_true")
     ap.add_argument("--sms", type=int, default=132)
     ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--kinds", nargs="*", default=["fp8", "bf16"])
+    ap.add_argument("--kinds", nargs="*", default=["fp8", "bf16"], choices=["fp8", "fp8_masked", "bf16"])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--num-tests", type=int, default=20)
     ap.add_argument("--min-gain", type=float, default=1.015)

@@ -83,6 +83,24 @@ def test_table_entries_carry_the_promotion(tmp_path, monkeypatch):
     assert hb.select_config(128, 4096, 7168, SMS).l2_promotion == (256, 256)  # nt: no entry
 
 
+def test_masked_entries_carry_the_promotion(tmp_path, monkeypatch):
+    """m-grouped masked launches share the 1D2D launcher: their entries (per G and expected m) may
+    name a promotion too."""
+    g, em, n, k = 32, 20, 4096, 7168
+    model = h8.select_grouped_config(h8.GEMM_GROUPED_MASKED, 128, n, k, g, SMS, em, 0)
+    assert model.l2_promotion == (256, 256)
+    entry = {"kind": f"{h8.MASKED_KIND_PREFIX}{g}", "num_sms": SMS, "m": em, "n": n, "k": k, "out_fp32": False,
+             "has_c": False, "us": 1.0,
+             "config": {"block_m": model.block_m, "block_n": model.block_n, "num_stages": model.num_stages,
+                        "num_splits": 1, "num_multicast": model.num_multicast, "multicast_on_a": model.multicast_on_a,
+                        "tma_store": model.tma_store, "half_promote": False, "l2_promotion": [128, 128]}}
+    path = tmp_path / "t.json"
+    tuned.merge_entries(path, [entry])
+    monkeypatch.setenv(tuned.TUNED_FILE_ENV, str(path))
+    cfg = h8.select_grouped_config(h8.GEMM_GROUPED_MASKED, 128, n, k, g, SMS, em, 0)
+    assert cfg.l2_promotion == (128, 128) and cfg.kernel_key() == model.kernel_key()
+
+
 @pytest.mark.parametrize("bad", [[256, 96], [128], "128"])
 def test_malformed_promotion_in_a_table_is_rejected_then_ignored(tmp_path, monkeypatch, capsys, bad):
     path = tmp_path / "t.json"

@@ -636,6 +636,11 @@ def config_from_fields(f: dict, m: int, n: int, k: int, num_sms: int, out_fp32: 
     cfg = make_config(m, n, k, num_sms, out_fp32, has_c, f["block_m"], f["block_n"], f["num_stages"],
                       f["num_splits"], f["num_multicast"], f["multicast_on_a"], f["tma_store"], f["half_promote"],
                       one_d_one_d, ctas_per_sm=f.get("ctas_per_sm", 1), k_batch=f.get("k_batch", 1))
+    return _with_entry_promotion(cfg, f)
+
+
+def _with_entry_promotion(cfg: Fp8GemmConfig, f: dict) -> Fp8GemmConfig:
+    """cfg with the L2 promotion a table entry names (1D2D launches; the default otherwise)."""
     promotion = check_l2_promotion(f.get("l2_promotion", DEFAULT_L2_PROMOTION))
     return cfg if promotion == cfg.l2_promotion else dataclasses.replace(cfg, l2_promotion=promotion)
 
@@ -643,8 +648,9 @@ def config_from_fields(f: dict, m: int, n: int, k: int, num_sms: int, out_fp32: 
 def grouped_config_from_fields(f: dict, kind: int, m: int, n: int, k: int, num_groups: int, num_sms: int,
                                expected_m: int, alignment: int) -> Fp8GemmConfig:
     """make_grouped_config() from a tuned entry's config fields."""
-    return make_grouped_config(kind, m, n, k, num_groups, num_sms, expected_m, alignment, f["block_m"], f["block_n"],
-                               f["num_stages"], f["num_multicast"], f["tma_store"])
+    return _with_entry_promotion(
+        make_grouped_config(kind, m, n, k, num_groups, num_sms, expected_m, alignment, f["block_m"], f["block_n"],
+                            f["num_stages"], f["num_multicast"], f["tma_store"]), f)
 
 
 def _grouped_tuned_kind(kind: int, m: int, num_groups: int, expected_m: int) -> tuple[str, int]:
@@ -839,7 +845,8 @@ def select_grouped_config(kind: int, m: int, n: int, k: int, num_groups: int, nu
             f"finegemm: sm90_fp8_gemm {'contiguous' if kind == GEMM_GROUPED_CONTIGUOUS else 'masked'} G={num_groups} "
             f"m={m} n={n} k={k} expected_m={expected_m} sms={num_sms} -> ({source}) block_m={cfg.block_m} "
             f"block_n={cfg.block_n} stages={cfg.num_stages} multicast={cfg.num_multicast}"
-            f"{'(A)' if cfg.num_multicast == 2 else ''} epilogue={'tma' if cfg.tma_store else 'direct'} "
+            f"{'(A)' if cfg.num_multicast == 2 else ''}{l2_promotion_note(cfg.l2_promotion)} "
+            f"epilogue={'tma' if cfg.tma_store else 'direct'} "
             f"tiles~{cfg.num_tiles} grid={cfg.grid} smem={cfg.smem_bytes} est={cfg.est_us:.1f}us",
             file=sys.stderr, flush=True,
         )
