@@ -15,6 +15,7 @@ The case lists are module-level data: scripts/precompile.py reads them to build 
 """
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -185,8 +186,6 @@ def test_masked(case):
 
 
 def _force(monkeypatch, bm, bn, mc, tma):
-    import dataclasses
-
     from finegemm.heuristics import sm90_fp8_gemm as h
     from finegemm.ops import sm90_fp8_gemm as ops
 
@@ -288,6 +287,8 @@ def test_tuned_masked_entries(entry):
     c = entry["config"]
     forced = make_grouped_config(GEMM_GROUPED_MASKED, m_max, n, k, gg, runtime.get_num_sms(), em, 0, c["block_m"],
                                  c["block_n"], c["num_stages"], c["num_multicast"], c["tma_store"])
+    forced = dataclasses.replace(forced, l2_promotion=tuple(c.get("l2_promotion", (256, 256))))
+    assert cfg.l2_promotion == forced.l2_promotion  # the public API plans the entry's promotion too
     a, sfa, b, sfb = _masked_problem(gg, m_max, n, k, seed=em + n + k)
     masked = [em, 0, m_max, max(em // 3, 1)][:gg]
     masked_m = torch.tensor(masked, dtype=torch.int32, device="cuda")
