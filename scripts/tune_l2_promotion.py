@@ -168,18 +168,18 @@ def run(args) -> int:
     return 0 if all(r["outputs_equal"] for r in records) else 1
 
 
-def apply(path: str) -> int:
+def apply(path: str, fp8_table: Path, bf16_table: Path) -> int:
     from finegemm.heuristics import sm90_bf16_gemm as hb
     from finegemm.heuristics import tuned
     from finegemm.heuristics.sm90_fp8_gemm import MASKED_KIND_PREFIX
 
     data = json.loads(Path(path).read_text())
-    changes = {tuned.SHIPPED_TABLE: [], tuned.SHIPPED_BF16_TABLE: []}
+    changes = {fp8_table: [], bf16_table: []}
     for r in data["records"]:
         if not r["outputs_equal"]:
             raise SystemExit(f"{path}: outputs differ for {r}: not applying")
         bf16 = r["kind"] == "bf16"
-        table = tuned.SHIPPED_BF16_TABLE if bf16 else tuned.SHIPPED_TABLE
+        table = bf16_table if bf16 else fp8_table
         kind = (hb.tuned_kind(r["layout"][0] == "t", r["layout"][1] == "n") if bf16
                 else f"{MASKED_KIND_PREFIX}{r['layout']}" if r["kind"] == "fp8_masked" else "fp8_1d2d")
         entries = json.loads(table.read_text())["entries"]
@@ -210,6 +210,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out")
     ap.add_argument("--apply", metavar="RUN_JSON")
+    ap.add_argument("--fp8-table", type=Path, help="--apply: the FP8 table (default: the shipped one)")
+    ap.add_argument("--bf16-table", type=Path, help="--apply: the BF16 table (default: the shipped one)")
     ap.add_argument("--precompile", action="store_true")
     ap.add_argument("--sms", type=int, default=132)
     ap.add_argument("--jobs", type=int, default=2)
@@ -219,7 +221,8 @@ def main() -> int:
     ap.add_argument("--min-gain", type=float, default=1.015)
     args = ap.parse_args()
     if args.apply:
-        return apply(args.apply)
+        from finegemm.heuristics import tuned
+        return apply(args.apply, args.fp8_table or tuned.SHIPPED_TABLE, args.bf16_table or tuned.SHIPPED_BF16_TABLE)
     if args.precompile:
         precompile(args.sms, args.jobs)
         return 0

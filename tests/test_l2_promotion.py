@@ -152,3 +152,50 @@ def test_prepared_launches_pass_the_packed_promotion(monkeypatch):
                        torch.empty(128, 4096, dtype=torch.bfloat16), layout="nn", config=bcfg)
     bargs = (*bcall._head, None, None, *bcall._tail)
     assert len(bargs) == 23 and bargs[-1] == 0x02  # fg_launch_sm90_bf16_gemm: l2_promotion before the stream
+
+
+def _run_record(kind, layout, m, n, k, chosen, equal=True):
+    return {"kind": kind, "layout": layout, "m": m, "n": n, "k": k, "out_fp32": False, "outputs_equal": equal,
+            "chosen": chosen, "gain": 1.03}
+
+
+def _apply(tmp_path, records, fp8_entries, bf16_entries):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "tune_l2_promotion.py"
+    fp8, bf16, run = tmp_path / "fp8.json", tmp_path / "bf16.json", tmp_path / "run.json"
+    fp8.write_text(json.dumps({"version": 1, "entries": fp8_entries}))
+    bf16.write_text(json.dumps({"version": 1, "entries": bf16_entries}))
+    run.write_text(json.dumps({"records": records}))
+    proc = subprocess.run([sys.executable, str(script), "--apply", str(run), "--fp8-table", str(fp8),
+                           "--bf16-table", str(bf16)], capture_output=True, text=True)
+    return proc, json.loads(fp8.read_text())["entries"], json.loads(bf16.read_text())["entries"]
+
+
+def test_apply_writes_exact_entries_only(tmp_path):
+    masked = {**_fp8_entry(), "kind": "fp8_masked_g4", "m": 256}
+    records = [_run_record("fp8", None, 128, 4096, 7168, [256, 128]),
+               _run_record("fp8", None, 64, 4096, 7168, [128, 128]),  # no exact entry: reported, skipped
+               _run_record("fp8_masked", 4, 256, 4096, 7168, [128, 128]),
+               _run_record("bf16", "nn", 128, 4096, 7168, [128, 256])]
+    proc, fp8, bf16 = _apply(tmp_path, records, [_fp8_entry(), masked], [_bf16_entry()])
+    assert proc.returncode == 0, proc.stderr
+    assert "skipped (no exact entry): fp8_1d2d 64x4096x7168" in proc.stdout
+    by_kind = {e["kind"]: e for e in fp8}
+    assert by_kind["fp8_1d2d"]["config"]["l2_promotion"] == [256, 128]
+    assert by_kind["fp8_masked_g4"]["config"]["l2_promotion"] == [128, 128]
+    assert bf16[0]["config"]["l2_promotion"] == [128, 256]
+    assert {k: v for k, v in by_kind["fp8_1d2d"]["config"].items() if k != "l2_promotion"} == _fp8_entry()["config"]
+    # Back to the default: the field is dropped again.
+    proc, fp8, _ = _apply(tmp_path, [_run_record("fp8", None, 128, 4096, 7168, [256, 256])],
+                          [_fp8_entry(l2_promotion=[256, 128])], [])
+    assert proc.returncode == 0 and "l2_promotion" not in fp8[0]["config"]
+
+
+def test_apply_refuses_a_run_with_unequal_outputs(tmp_path):
+    proc, fp8, _ = _apply(tmp_path, [_run_record("fp8", None, 128, 4096, 7168, [256, 128], equal=False)],
+                          [_fp8_entry()], [])
+    assert proc.returncode != 0 and "outputs differ" in proc.stderr + proc.stdout
+    assert "l2_promotion" not in fp8[0]["config"]
