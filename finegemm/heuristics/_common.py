@@ -1,6 +1,7 @@
 """Pieces shared by the heuristics of every kernel family."""
 from __future__ import annotations
 
+import dataclasses
 import os
 
 from finegemm.utils import ceil_div
@@ -18,6 +19,13 @@ def check_l2_promotion(v) -> tuple:
             or any(type(x) is not int or x not in L2_PROMOTIONS for x in v)):
         raise ValueError(f"l2_promotion must be [A, B] with each one of {L2_PROMOTIONS}, got {v!r}")
     return (v[0], v[1])
+
+
+def with_entry_promotion(cfg, fields: dict):
+    """A configuration (any family's dataclass) with the L2 promotion a table entry's fields name
+    (the default when they name none)."""
+    promotion = check_l2_promotion(fields.get("l2_promotion", DEFAULT_L2_PROMOTION))
+    return cfg if promotion == cfg.l2_promotion else dataclasses.replace(cfg, l2_promotion=promotion)
 
 
 def l2_promotion_note(p: tuple) -> str:

@@ -47,9 +47,9 @@ import threading
 from dataclasses import dataclass
 
 from finegemm.heuristics import tuned
-from finegemm.heuristics._common import (DEFAULT_L2_PROMOTION, check_l2_promotion, grouped_block_m_options,
-                                         grouped_model_rows, grouped_tuned_key, l2_promotion_note,
-                                         print_configs_enabled)
+from finegemm.heuristics._common import (DEFAULT_L2_PROMOTION, grouped_block_m_options, grouped_model_rows,
+                                         grouped_tuned_key, l2_promotion_note, print_configs_enabled,
+                                         with_entry_promotion)
 from finegemm.utils import ceil_div
 
 __all__ = [
@@ -357,8 +357,7 @@ def _tuned_config(m: int, n: int, k: int, num_sms: int, a_mn_major: bool, b_mn_m
     try:
         cfg = make_config(m, n, k, num_sms, a_mn_major, b_mn_major, out_fp32, has_c, hit["block_m"],
                           hit["block_n"], hit["num_splits"], num_stages=hit.get("num_stages"))
-        promotion = check_l2_promotion(hit.get("l2_promotion", DEFAULT_L2_PROMOTION))
-        return cfg if promotion == cfg.l2_promotion else dataclasses.replace(cfg, l2_promotion=promotion)
+        return with_entry_promotion(cfg, hit)
     except ValueError as e:  # an entry that does not fit this problem: the model decides
         print(f"finegemm: tuned bf16 entry not usable for m={m} n={n} k={k}: {e}", file=sys.stderr)
         return None

@@ -40,9 +40,9 @@ import threading
 from dataclasses import dataclass
 
 from finegemm.heuristics import tuned
-from finegemm.heuristics._common import (DEFAULT_L2_PROMOTION, check_l2_promotion, grouped_block_m_options,
-                                         grouped_model_rows, grouped_tuned_key, l2_promotion_note,
-                                         print_configs_enabled)
+from finegemm.heuristics._common import (DEFAULT_L2_PROMOTION, grouped_block_m_options, grouped_model_rows,
+                                         grouped_tuned_key, l2_promotion_note, print_configs_enabled,
+                                         with_entry_promotion)
 from finegemm.utils import ceil_div
 
 __all__ = [
@@ -636,19 +636,13 @@ def config_from_fields(f: dict, m: int, n: int, k: int, num_sms: int, out_fp32: 
     cfg = make_config(m, n, k, num_sms, out_fp32, has_c, f["block_m"], f["block_n"], f["num_stages"],
                       f["num_splits"], f["num_multicast"], f["multicast_on_a"], f["tma_store"], f["half_promote"],
                       one_d_one_d, ctas_per_sm=f.get("ctas_per_sm", 1), k_batch=f.get("k_batch", 1))
-    return _with_entry_promotion(cfg, f)
-
-
-def _with_entry_promotion(cfg: Fp8GemmConfig, f: dict) -> Fp8GemmConfig:
-    """cfg with the L2 promotion a table entry names (1D2D launches; the default otherwise)."""
-    promotion = check_l2_promotion(f.get("l2_promotion", DEFAULT_L2_PROMOTION))
-    return cfg if promotion == cfg.l2_promotion else dataclasses.replace(cfg, l2_promotion=promotion)
+    return with_entry_promotion(cfg, f)  # used by 1D2D launches only
 
 
 def grouped_config_from_fields(f: dict, kind: int, m: int, n: int, k: int, num_groups: int, num_sms: int,
                                expected_m: int, alignment: int) -> Fp8GemmConfig:
     """make_grouped_config() from a tuned entry's config fields."""
-    return _with_entry_promotion(
+    return with_entry_promotion(
         make_grouped_config(kind, m, n, k, num_groups, num_sms, expected_m, alignment, f["block_m"], f["block_n"],
                             f["num_stages"], f["num_multicast"], f["tma_store"]), f)
 
