@@ -914,6 +914,8 @@ def test_smem_formula_matches_the_kernel_traits(tmp_path):
 @pytest.mark.nvcc
 @pytest.mark.parametrize("flags", ["-DFINEGEMM_TRACE_TILES", "-DFINEGEMM_DIAG_NO_MMA", "-DFINEGEMM_DIAG_NO_TMA",
                                    "-DFINEGEMM_DIAG_NO_MMA -DFINEGEMM_DIAG_NO_SFA_TMA",
+                                   "-DFINEGEMM_DIAG_NO_MMA -DFINEGEMM_DIAG_NO_A_TMA",
+                                   "-DFINEGEMM_DIAG_NO_MMA -DFINEGEMM_DIAG_NO_B_TMA",
                                    "-DFINEGEMM_DIAG_NO_1D2D_FENCE"])
 def test_developer_builds_compile(flags, monkeypatch):
     """The instrumented (scripts/trace_tiles.py) and diagnostic (scripts/diag_mainloop.sh,

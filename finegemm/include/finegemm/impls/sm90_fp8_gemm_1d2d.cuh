@@ -485,18 +485,21 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
             ptx::mbar_arrive(full_bar(stage));
           } else {  // (kept at its original indentation)
           // The full boxes' bytes, whichever CTA of the cluster issues which half.
-          ptx::mbar_arrive_expect_tx(full_bar(stage),
-                                     diag::kNoSfaTma ? Traits::kTxBytes - Traits::kSmemSfa : Traits::kTxBytes);
+          ptx::mbar_arrive_expect_tx(full_bar(stage), Traits::kTxBytes - (diag::kNoSfaTma ? Traits::kSmemSfa : 0u) -
+                                                          (diag::kNoATma ? Traits::kSmemA : 0u) -
+                                                          (diag::kNoBTma ? Traits::kSmemB : 0u));
           const int32_t k0 = static_cast<int32_t>(kb * Traits::BLOCK_K);
           const uint32_t dst_a = base + Traits::kOffA + stage * Traits::kSmemA;
           const uint32_t dst_b = base + Traits::kOffB + stage * Traits::kSmemB;
-          if constexpr (kMcA) {
+          if constexpr (diag::kNoATma) {
+          } else if constexpr (kMcA) {
             ptx::tma_load_2d_multicast(dst_a + rank * kBoxRowsA * Traits::BLOCK_K, map_a, full_bar(stage), k0,
                                        m0 + static_cast<int32_t>(rank * kBoxRowsA), 0x3);
           } else {
             ptx::tma_load_2d_policy(dst_a, map_a, full_bar(stage), k0, m0, l2_hints, pol_a);
           }
-          if constexpr (kMcB) {
+          if constexpr (diag::kNoBTma) {
+          } else if constexpr (kMcB) {
             ptx::tma_load_2d_multicast(dst_b + rank * kBoxRowsB * Traits::BLOCK_K, map_b, full_bar(stage), k0,
                                        n0 + static_cast<int32_t>(rank * kBoxRowsB), 0x3);
           } else {

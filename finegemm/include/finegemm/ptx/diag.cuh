@@ -11,6 +11,9 @@
 //                         consumers compute on whatever the stage holds)
 //   FINEGEMM_DIAG_NO_SFA_TMA  the producer skips the per-stage sfa box (2 TMA boxes per k-block
 //                         instead of 3; the consumers read whatever the sfa slot holds)
+//   FINEGEMM_DIAG_NO_A_TMA / FINEGEMM_DIAG_NO_B_TMA  the producer skips the A (or B) box of every
+//                         stage (the consumers compute on whatever the slot holds): which operand's
+//                         stream sets a skinny tile's per-k-block time (benchmarks/NOTES.md v0.41)?
 //   FINEGEMM_DIAG_NO_1D1D_FENCE  the 1D1D consumers release a stage without the proxy fence after
 //                         their shared-memory scale loads (racy by design: what does the fence cost?)
 //   FINEGEMM_DIAG_NO_L2_HINTS  the producers of both kernel families load with the default L2
@@ -54,6 +57,18 @@ constexpr bool kNoTma = false;
 constexpr bool kNoSfaTma = true;
 #else
 constexpr bool kNoSfaTma = false;
+#endif
+
+#ifdef FINEGEMM_DIAG_NO_A_TMA
+constexpr bool kNoATma = true;
+#else
+constexpr bool kNoATma = false;
+#endif
+
+#ifdef FINEGEMM_DIAG_NO_B_TMA
+constexpr bool kNoBTma = true;
+#else
+constexpr bool kNoBTma = false;
 #endif
 
 #ifdef FINEGEMM_DIAG_NO_1D1D_FENCE
