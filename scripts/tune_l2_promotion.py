@@ -8,7 +8,7 @@ A pair other than the default wins a shape when it is faster than (256, 256) in 
 its median is at least --min-gain faster.
 
   python3 scripts/tune_l2_promotion.py --precompile        # CPU machine, into FINEGEMM_CACHE_DIR
-  python3 scripts/tune_l2_promotion.py --out $OUT/l2_promotion.json [--kinds fp8 bf16] [--rounds 3]
+  python3 scripts/tune_l2_promotion.py --out $OUT/l2_promotion.json [--kinds fp8 fp8_masked bf16] [--rounds 3]
 
 CPU machine: write the winners into the shipped tables' exact entries for those shapes (a shape
 served by a nearby entry, or by the model, is reported and left alone):
