@@ -55,16 +55,17 @@ def _prepare_variants(kind, layout, m, n, k, out_fp32, sms):
     it are never written (compare d[:, :m])."""
     import torch
 
+    gen = torch.Generator(device="cuda").manual_seed(m + n + k)  # operands made as the benches make them
     if kind == "fp8_masked":
         import finegemm
+        from finegemm.bench.grouped import _quantized_experts
         from finegemm.heuristics import sm90_fp8_gemm as h
         from finegemm.ops import sm90_fp8_gemm as ops
         g, m_max = layout, -(-m // 128) * 128
-        qs = [finegemm.per_token_cast_to_fp8(torch.randn(m_max, k, device="cuda")) for _ in range(g)]
+        qs = [finegemm.per_token_cast_to_fp8(torch.randn(m_max, k, device="cuda", generator=gen)) for _ in range(g)]
         a = torch.stack([q for q, _ in qs])
         sfa = finegemm.get_mn_major_tma_aligned_tensor(torch.stack([s for _, s in qs]))
-        ws = [finegemm.per_block_cast_to_fp8(torch.randn(n, k, device="cuda")) for _ in range(g)]
-        b, sfb = torch.stack([w for w, _ in ws]), torch.stack([s for _, s in ws])
+        _, b, sfb = _quantized_experts(g, n, k, gen)
         masked_m = torch.full((g,), m, dtype=torch.int32, device="cuda")
         cfg = h.select_grouped_config(h.GEMM_GROUPED_MASKED, m_max, n, k, g, sms, m, 0)
         out = {}
@@ -76,23 +77,21 @@ def _prepare_variants(kind, layout, m, n, k, out_fp32, sms):
         return cfg, out, (a, sfa, b, sfb, masked_m)
 
     if kind == "fp8":
+        from finegemm.bench.dense import _inputs
         from finegemm.heuristics import sm90_fp8_gemm as h
         from finegemm.ops import sm90_fp8_gemm as ops
-        from finegemm.quant import per_block_cast_to_fp8, per_token_cast_to_fp8
-        a, sfa = per_token_cast_to_fp8(torch.randn(m, k, device="cuda"))
-        b, sfb = per_block_cast_to_fp8(torch.randn(n, k, device="cuda"))
+        _, _, a, sfa, b, sfb = _inputs(m, n, k, gen)
         cfg = h.select_config(m, n, k, sms)
         out = {}
         for p in VARIANTS:
             d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
             out[p] = (ops.prepare(a, sfa, b, sfb, d, config=dataclasses.replace(cfg, l2_promotion=p)), d)
         return cfg, out, (a, sfa, b, sfb)
+    from finegemm.bench.bf16 import _stored
     from finegemm.heuristics import sm90_bf16_gemm as h
     from finegemm.ops import sm90_bf16_gemm as ops
-    a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
-    b = torch.randn(n, k, device="cuda").to(torch.bfloat16)
-    a = a if layout[0] == "n" else a.t().contiguous()
-    b = b if layout[1] == "t" else b.t().contiguous()
+    a = _stored(m, k, gen) if layout[0] == "n" else _stored(k, m, gen)
+    b = _stored(n, k, gen) if layout[1] == "t" else _stored(k, n, gen)
     cfg = h.select_config(m, n, k, sms, layout[0] == "t", layout[1] == "n", out_fp32, False)
     out = {}
     for p in VARIANTS:
@@ -129,8 +128,8 @@ def run(args) -> int:
     from finegemm.bench._common import kernel_time_us, settle, write_probe_json
 
     sms = runtime.get_num_sms()
-    shapes = ((fp8_shapes() if "fp8" in args.kinds else []) + (fp8_masked_shapes() if "fp8_masked" in args.kinds else [])
-              + (bf16_shapes() if "bf16" in args.kinds else []))
+    sets = {"fp8": fp8_shapes, "fp8_masked": fp8_masked_shapes, "bf16": bf16_shapes}
+    shapes = [s for kind in ("fp8", "fp8_masked", "bf16") if kind in args.kinds for s in sets[kind]()]
     records = []
     for kind, layout, m, n, k, out_fp32 in shapes:
         cfg, variants, operands = _prepare_variants(kind, layout, m, n, k, out_fp32, sms)
@@ -154,11 +153,12 @@ def run(args) -> int:
         best = min(VARIANTS, key=lambda p: med[p])
         wins = (best != DEFAULT and all(t < b for t, b in zip(times[best], base))
                 and med[DEFAULT] / med[best] >= args.min_gain)
+        chosen = best if wins else DEFAULT
         rec = {"kind": kind, "layout": layout, "m": m, "n": n, "k": k, "out_fp32": out_fp32,
                "config": {"block_m": cfg.block_m, "block_n": cfg.block_n, "num_splits": cfg.num_splits},
                "outputs_equal": bool(equal), "diff_nan": diffs,
                "us": {f"{a}/{b}": [round(x, 3) for x in t] for (a, b), t in times.items()},
-               "chosen": list(best if wins else DEFAULT), "gain": round(med[DEFAULT] / med[best if wins else DEFAULT], 4)}
+               "chosen": list(chosen), "gain": round(med[DEFAULT] / med[chosen], 4)}
         records.append(rec)
         print(json.dumps({k_: rec[k_] for k_ in ("kind", "layout", "m", "n", "k", "chosen", "gain", "outputs_equal")}
                          | ({} if equal else {"diff_nan": diffs})), flush=True)
@@ -183,8 +183,9 @@ def apply(path: str, fp8_table: Path, bf16_table: Path) -> int:
         kind = (hb.tuned_kind(r["layout"][0] == "t", r["layout"][1] == "n") if bf16
                 else f"{MASKED_KIND_PREFIX}{r['layout']}" if r["kind"] == "fp8_masked" else "fp8_1d2d")
         entries = json.loads(table.read_text())["entries"]
-        exact = [e for e in entries if (e["kind"], e["m"], e["n"], e["k"], e.get("out_fp32", False), e.get("has_c", False))
-                 == (kind, r["m"], r["n"], r["k"], r["out_fp32"], False)]
+        want = (kind, r["m"], r["n"], r["k"], r["out_fp32"], False)
+        exact = [e for e in entries
+                 if (e["kind"], e["m"], e["n"], e["k"], e.get("out_fp32", False), e.get("has_c", False)) == want]
         chosen = [int(x) for x in r["chosen"]]
         current = exact[0]["config"].get("l2_promotion", list(DEFAULT)) if exact else list(DEFAULT)
         if chosen == current:

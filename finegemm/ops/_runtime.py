@@ -22,6 +22,8 @@ import threading
 
 import torch
 
+from finegemm.heuristics._common import L2_PROMOTIONS, check_l2_promotion
+
 __all__ = ["raw_stream", "is_capturing", "SplitKWorkspace", "PreparedLaunch", "c_function", "prepare_function",
            "prepared_handle_functions", "check_tile", "l2_promotion_arg"]
 
@@ -37,19 +39,20 @@ except AttributeError:  # pragma: no cover
     is_capturing = torch.cuda.is_current_stream_capturing
 
 
-# CUtensorMapL2promotion of each byte count (heuristics._common.L2_PROMOTIONS).
-_L2_PROMOTION_ENUM = {0: 0, 64: 1, 128: 2, 256: 3}
+# CUtensorMapL2promotion of each byte count: its index in L2_PROMOTIONS (none, 64B, 128B, 256B).
+_L2_PROMOTION_ENUM = {nbytes: i for i, nbytes in enumerate(L2_PROMOTIONS)}
 
 
 def l2_promotion_arg(promotion: tuple) -> int:
     """The launchers' packed `l2_promotion` argument (host/common.h unpack_l2_promotion) from a
-    configuration's (A bytes, B bytes); ValueError for anything else (a forced configuration)."""
+    configuration's (A bytes, B bytes); check_l2_promotion's ValueError for anything else (a
+    forced configuration). Runs per call on the m-grouped path: two dict lookups when valid."""
     try:
         a, b = promotion
         return _L2_PROMOTION_ENUM[a] | _L2_PROMOTION_ENUM[b] << 4
     except (KeyError, TypeError, ValueError):
-        raise ValueError(f"l2_promotion must be (A, B) bytes, each one of {tuple(_L2_PROMOTION_ENUM)}, "
-                         f"got {promotion!r}") from None
+        check_l2_promotion(promotion)  # raises, naming the rule
+        raise
 
 
 def check_tile(block_m: int, block_n: int, num_stages: int | None = None, block_ms: tuple = (64, 128)) -> None:

@@ -185,8 +185,8 @@ inline bool unpack_l2_promotion(int packed, CUtensorMapL2promotion* a, CUtensorM
 }
 
 // 2-D tiled TMA descriptor for a row-major [outer, inner] tensor (inner contiguous).
-// Interleave none, L2 promotion `promotion` (default tmap_l2_promotion()), out-of-bounds elements filled with
-// zeros (loads) / dropped (stores). Element strides are 1. Requirements (checked by the driver):
+// Interleave none, L2 promotion `promotion` (default tmap_l2_promotion()), out-of-bounds elements
+// filled with zeros (loads) / dropped (stores). Element strides are 1. Requirements (checked by the driver):
 // base 16-byte aligned, outer_stride_bytes a multiple of 16, box dims <= 256, box_inner * elem
 // size <= the swizzle span.
 inline CUresult make_tmap_2d(CUtensorMap* tmap, CUtensorMapDataType dtype, void* base,

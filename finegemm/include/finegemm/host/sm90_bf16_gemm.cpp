@@ -253,9 +253,11 @@ int fg_launch_sm90_bf16_grouped(uint64_t fn, void* a, void* b, void* d, void* gr
   const int64_t rows_b = static_cast<int64_t>(n) * num_groups;
   if (rows_a > 0x7fffffff || rows_b > 0x7fffffff) return fg::FG_ERROR_INVALID_ARGUMENT;
   CUtensorMap tmap_a, tmap_b;
-  CUresult r = bf16_operand_tmap(&tmap_a, a, false, static_cast<int>(rows_a), k, lda, block_m, fg::tmap_l2_promotion(fg::TmapOperand::kA));
+  CUresult r = bf16_operand_tmap(&tmap_a, a, false, static_cast<int>(rows_a), k, lda, block_m,
+                                 fg::tmap_l2_promotion(fg::TmapOperand::kA));
   if (r != CUDA_SUCCESS) return r;
-  r = bf16_operand_tmap(&tmap_b, b, false, static_cast<int>(rows_b), k, ldb, block_n, fg::tmap_l2_promotion(fg::TmapOperand::kB));
+  r = bf16_operand_tmap(&tmap_b, b, false, static_cast<int>(rows_b), k, ldb, block_n,
+                        fg::tmap_l2_promotion(fg::TmapOperand::kB));
   if (r != CUDA_SUCCESS) return r;
 
   const bool vec = (n % 2 == 0) && (ldd % 2 == 0) && (reinterpret_cast<uintptr_t>(d) % 4u == 0);
@@ -336,7 +338,8 @@ int fg_launch_sm90_bf16_k_grouped(uint64_t fn, void* a, void* b, void* d, void* 
   // One tensor map per operand over all groups: K is the outer dimension, so group g's k-blocks
   // are rows of the same map.
   CUtensorMap tmap_a, tmap_b;
-  CUresult r = bf16_operand_tmap(&tmap_a, a, true, m, sum_k, lda, block_m, fg::tmap_l2_promotion(fg::TmapOperand::kA));
+  CUresult r = bf16_operand_tmap(&tmap_a, a, true, m, sum_k, lda, block_m,
+                                 fg::tmap_l2_promotion(fg::TmapOperand::kA));
   if (r != CUDA_SUCCESS) return r;
   r = bf16_operand_tmap(&tmap_b, b, true, n, sum_k, ldb, block_n, fg::tmap_l2_promotion(fg::TmapOperand::kB));
   if (r != CUDA_SUCCESS) return r;
