@@ -7,6 +7,9 @@ queue behind it (finegemm.bench._common.host_time_us). Parts:
   prepared_launch   the cached PreparedCall alone (prepared handle: 4-argument ctypes + launch)
   oneshot_launch    the same call through the one-shot launcher (~30 ctypes arguments, tensor
                     maps encoded per call: what every call paid before prepared launches)
+  raw_stream / capture_check / split_pointers
+                    the per-call pieces of a prepared launch: the current raw stream, the
+                    stream-capture test, and a split-K call's buffer lookup (which runs the test)
   torch_add         torch.add(x, y, out=z) on small tensors: what this CPU charges for one
                     trivial PyTorch launch
   torch_scaled_mm   cuBLAS blockwise through torch._scaled_mm, for comparison
@@ -65,6 +68,12 @@ def main() -> None:
             "oneshot_launch": host_time_us(oneshot),
             "split_k": call.cfg.split_k,
         }
+        from finegemm.ops import _runtime
+        stream = _runtime.raw_stream(d.device.index)
+        rec["raw_stream"] = host_time_us(lambda: _runtime.raw_stream(d.device.index))
+        rec["capture_check"] = host_time_us(_runtime.is_capturing)
+        if call.cfg.split_k:
+            rec["split_pointers"] = host_time_us(lambda: call._split_pointers(stream))
         x = torch.randn(64, 64, device="cuda")
         rec["torch_add"] = host_time_us(lambda: torch.add(x, x, out=x))
         try:  # the bench's own cuBLAS blockwise call (finegemm.bench.dense)
