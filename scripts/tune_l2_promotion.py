@@ -8,7 +8,8 @@ A pair other than the default wins a shape when it is faster than (256, 256) in 
 its median is at least --min-gain faster.
 
   python3 scripts/tune_l2_promotion.py --precompile        # CPU machine, into FINEGEMM_CACHE_DIR
-  python3 scripts/tune_l2_promotion.py --out $OUT/l2_promotion.json [--kinds fp8 fp8_masked bf16] [--rounds 3]
+  python3 scripts/tune_l2_promotion.py --out $OUT/l2_promotion.json [--kinds fp8 fp8_masked bf16 bf16_masked
+                                       bf16_contiguous] [--rounds 3]
 
 CPU machine: write the winners into the shipped tables' exact entries for those shapes (a shape
 served by a nearby entry, or by the model, is reported and left alone):
@@ -42,10 +43,31 @@ def fp8_masked_shapes() -> list[tuple]:
     return [("fp8_masked", g, m, n, k, False) for g, m in MASKED_GM for n, k in GROUPED_NK]
 
 
+def bf16_masked_shapes() -> list[tuple]:
+    """(kind, groups, expected m, n, k, False): `bench bf16`'s masked records."""
+    from finegemm.bench.grouped import GROUPED_NK, MASKED_GM
+    return [("bf16_masked", g, m, n, k, False) for g, m in MASKED_GM for n, k in GROUPED_NK]
+
+
+def bf16_contiguous_shapes() -> list[tuple]:
+    """(kind, (groups, rows per group), stacked rows (padded), n, k, False): `bench bf16`'s
+    contiguous records, with its segment sizes."""
+    import finegemm
+    from finegemm.bench.bf16 import grouped_plan
+    align = finegemm.get_mk_alignment_for_contiguous_layout()
+    return [("bf16_contiguous", (r["groups"], tuple(r["ms"])), sum(finegemm.align(x, align) for x in r["ms"]),
+             r["n"], r["k"], False) for r in grouped_plan(("grouped_contiguous",))]
+
+
 def bf16_shapes() -> list[tuple]:
     from finegemm.bench.bf16 import DENSE_NK, FP32_NK, LAYOUTS
     shapes = [("bf16", lay, m, n, k, False) for lay in LAYOUTS for m in (64, 128) for n, k in DENSE_NK]
     return shapes + [("bf16", lay, m, n, k, True) for lay in LAYOUTS for m in (64, 128) for n, k in FP32_NK]
+
+
+SHAPE_SETS = {"fp8": fp8_shapes, "fp8_masked": fp8_masked_shapes, "bf16": bf16_shapes,
+              "bf16_masked": bf16_masked_shapes, "bf16_contiguous": bf16_contiguous_shapes}
+KINDS = tuple(SHAPE_SETS)
 
 
 def _prepare_variants(kind, layout, m, n, k, out_fp32, sms):
@@ -76,6 +98,9 @@ def _prepare_variants(kind, layout, m, n, k, out_fp32, sms):
                       d[:, :m])
         return cfg, out, (a, sfa, b, sfb, masked_m)
 
+    if kind in ("bf16_masked", "bf16_contiguous"):
+        return _prepare_bf16_grouped(kind, layout, m, n, k, sms, gen)
+
     if kind == "fp8":
         from finegemm.bench.dense import _inputs
         from finegemm.heuristics import sm90_fp8_gemm as h
@@ -100,7 +125,52 @@ def _prepare_variants(kind, layout, m, n, k, out_fp32, sms):
     return cfg, out, (a, b)
 
 
-def precompile(sms: int, jobs: int) -> None:
+def _bf16_grouped_config(kind, layout, m, n, k, sms):
+    """The planned configuration of a bf16_masked / bf16_contiguous shape (as the ops plan it)."""
+    import finegemm
+    from finegemm.heuristics import sm90_bf16_gemm as h
+    if kind == "bf16_masked":
+        return h.select_grouped_config(h.GEMM_GROUPED_MASKED, finegemm.align(m, 128), n, k, layout, sms, m, 0)
+    return h.select_grouped_config(h.GEMM_GROUPED_CONTIGUOUS, m, n, k, layout[0], sms, 0,
+                                   finegemm.get_mk_alignment_for_contiguous_layout())
+
+
+def _prepare_bf16_grouped(kind, layout, m, n, k, sms, gen):
+    """_prepare_variants of the BF16 m-grouped kinds: masked (`layout` = G, m = every group's m;
+    compare d[:, :m]) and contiguous (`layout` = (G, rows per group), m = stacked padded rows;
+    padding rows are written as zeros, so all of d is compared)."""
+    import torch
+
+    import finegemm
+    from finegemm.ops import sm90_bf16_gemm as ops
+    cfg = _bf16_grouped_config(kind, layout, m, n, k, sms)
+    out = {}
+    if kind == "bf16_masked":
+        g, m_max = layout, finegemm.align(m, 128)
+        a = torch.randn(g, m_max, k, device="cuda", dtype=torch.bfloat16, generator=gen)
+        b = torch.randn(g, n, k, device="cuda", dtype=torch.bfloat16, generator=gen)
+        masked_m = torch.full((g,), m, dtype=torch.int32, device="cuda")
+        for p in VARIANTS:
+            d = torch.full((g, m_max, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+            c = dataclasses.replace(cfg, l2_promotion=p)
+            out[p] = ((lambda d=d, c=c: ops.m_grouped_bf16_gemm_nt_masked(a, b, d, masked_m, m, config=c)), d[:, :m])
+        return cfg, out, (a, b, masked_m)
+    g, ms = layout
+    align = finegemm.get_mk_alignment_for_contiguous_layout()
+    ids = []
+    for i, rows in enumerate(ms):
+        ids += [i] * rows + [-1] * (finegemm.align(rows, align) - rows)
+    grouped = torch.tensor(ids, dtype=torch.int32, device="cuda")
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=gen)
+    b = torch.randn(g, n, k, device="cuda", dtype=torch.bfloat16, generator=gen)
+    for p in VARIANTS:
+        d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        c = dataclasses.replace(cfg, l2_promotion=p)
+        out[p] = ((lambda d=d, c=c: ops.m_grouped_bf16_gemm_nt_contiguous(a, b, d, grouped, config=c)), d)
+    return cfg, out, (a, b, grouped)
+
+
+def precompile(sms: int, jobs: int, kinds) -> None:
     from finegemm import jit
     from finegemm.heuristics import sm90_bf16_gemm as hb
     from finegemm.heuristics import sm90_fp8_gemm as h8
@@ -108,15 +178,19 @@ def precompile(sms: int, jobs: int) -> None:
     from finegemm.ops import sm90_fp8_gemm as o8
 
     src = {}
-    for _, _, m, n, k, _ in fp8_shapes():
-        c = h8.select_config(m, n, k, sms)
-        src[o8._kernel_name(c)] = o8._render_cfg(c)
-    for _, g, m, n, k, _ in fp8_masked_shapes():
-        c = h8.select_grouped_config(h8.GEMM_GROUPED_MASKED, -(-m // 128) * 128, n, k, g, sms, m, 0)
-        src[o8._kernel_name(c)] = o8._render_cfg(c)
-    for _, lay, m, n, k, fp32 in bf16_shapes():
-        c = hb.select_config(m, n, k, sms, lay[0] == "t", lay[1] == "n", fp32, False)
-        src[ob.kernel_name(c.kernel_key())] = ob.render(*c.kernel_key())
+    for kind, layout, m, n, k, fp32 in [s for kind in KINDS if kind in kinds for s in SHAPE_SETS[kind]()]:
+        if kind == "fp8":
+            c = h8.select_config(m, n, k, sms)
+            src[o8._kernel_name(c)] = o8._render_cfg(c)
+        elif kind == "fp8_masked":
+            c = h8.select_grouped_config(h8.GEMM_GROUPED_MASKED, -(-m // 128) * 128, n, k, layout, sms, m, 0)
+            src[o8._kernel_name(c)] = o8._render_cfg(c)
+        elif kind == "bf16":
+            c = hb.select_config(m, n, k, sms, layout[0] == "t", layout[1] == "n", fp32, False)
+            src[ob.kernel_name(c.kernel_key())] = ob.render(*c.kernel_key())
+        else:
+            c = _bf16_grouped_config(kind, layout, m, n, k, sms)
+            src[ob.grouped_kernel_name(c.grouped_kernel_key())] = ob.render_grouped(*c.grouped_kernel_key())
     print(f"{len(src)} kernels")
     jit.build_many(src, jobs)
 
@@ -128,8 +202,7 @@ def run(args) -> int:
     from finegemm.bench._common import kernel_time_us, settle, write_probe_json
 
     sms = runtime.get_num_sms()
-    sets = {"fp8": fp8_shapes, "fp8_masked": fp8_masked_shapes, "bf16": bf16_shapes}
-    shapes = [s for kind in ("fp8", "fp8_masked", "bf16") if kind in args.kinds for s in sets[kind]()]
+    shapes = [s for kind in KINDS if kind in args.kinds for s in SHAPE_SETS[kind]()]
     records = []
     for kind, layout, m, n, k, out_fp32 in shapes:
         cfg, variants, operands = _prepare_variants(kind, layout, m, n, k, out_fp32, sms)
@@ -154,7 +227,8 @@ def run(args) -> int:
         wins = (best != DEFAULT and all(t < b for t, b in zip(times[best], base))
                 and med[DEFAULT] / med[best] >= args.min_gain)
         chosen = best if wins else DEFAULT
-        rec = {"kind": kind, "layout": layout, "m": m, "n": n, "k": k, "out_fp32": out_fp32,
+        rec = {"kind": kind, "layout": layout[0] if kind == "bf16_contiguous" else layout, "m": m, "n": n, "k": k,
+               "out_fp32": out_fp32,
                "config": {"block_m": cfg.block_m, "block_n": cfg.block_n, "num_splits": cfg.num_splits},
                "outputs_equal": bool(equal), "diff_nan": diffs,
                "us": {f"{a}/{b}": [round(x, 3) for x in t] for (a, b), t in times.items()},
@@ -168,20 +242,28 @@ def run(args) -> int:
     return 0 if all(r["outputs_equal"] for r in records) else 1
 
 
-def apply(path: str, fp8_table: Path, bf16_table: Path) -> int:
+def _table_kind(r: dict) -> str:
+    """The tuned-table kind of a run record (m-grouped records: `layout` is the group count)."""
     from finegemm.heuristics import sm90_bf16_gemm as hb
+    from finegemm.heuristics import sm90_fp8_gemm as h8
+    kind = r["kind"]
+    if kind == "bf16":
+        return hb.tuned_kind(r["layout"][0] == "t", r["layout"][1] == "n")
+    prefix = {"fp8_masked": h8.MASKED_KIND_PREFIX, "bf16_masked": hb.MASKED_KIND_PREFIX,
+              "bf16_contiguous": hb.CONTIGUOUS_KIND_PREFIX}.get(kind)
+    return "fp8_1d2d" if prefix is None else f"{prefix}{r['layout']}"
+
+
+def apply(path: str, fp8_table: Path, bf16_table: Path) -> int:
     from finegemm.heuristics import tuned
-    from finegemm.heuristics.sm90_fp8_gemm import MASKED_KIND_PREFIX
 
     data = json.loads(Path(path).read_text())
     changes = {fp8_table: [], bf16_table: []}
     for r in data["records"]:
         if not r["outputs_equal"]:
             raise SystemExit(f"{path}: outputs differ for {r}: not applying")
-        bf16 = r["kind"] == "bf16"
-        table = bf16_table if bf16 else fp8_table
-        kind = (hb.tuned_kind(r["layout"][0] == "t", r["layout"][1] == "n") if bf16
-                else f"{MASKED_KIND_PREFIX}{r['layout']}" if r["kind"] == "fp8_masked" else "fp8_1d2d")
+        table = bf16_table if r["kind"].startswith("bf16") else fp8_table
+        kind = _table_kind(r)
         entries = json.loads(table.read_text())["entries"]
         want = (kind, r["m"], r["n"], r["k"], r["out_fp32"], False)
         exact = [e for e in entries
@@ -216,7 +298,7 @@ def main() -> int:
     ap.add_argument("--precompile", action="store_true")
     ap.add_argument("--sms", type=int, default=132)
     ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--kinds", nargs="*", default=["fp8", "bf16"], choices=["fp8", "fp8_masked", "bf16"])
+    ap.add_argument("--kinds", nargs="*", default=["fp8", "bf16"], choices=KINDS)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--num-tests", type=int, default=20)
     ap.add_argument("--min-gain", type=float, default=1.015)
@@ -225,7 +307,7 @@ def main() -> int:
         from finegemm.heuristics import tuned
         return apply(args.apply, args.fp8_table or tuned.SHIPPED_TABLE, args.bf16_table or tuned.SHIPPED_BF16_TABLE)
     if args.precompile:
-        precompile(args.sms, args.jobs)
+        precompile(args.sms, args.jobs, args.kinds)
         return 0
     if not args.out:
         ap.error("--out (GPU run) or --apply (CPU) is required")

@@ -172,12 +172,12 @@ def test_every_grouped_kernel_compiles_spill_free():
 def test_grouped_host_launcher_rejects_bad_input():
     launch = ops._get_grouped_launcher()
     args = dict(fn=1, a=16, b=16, d=16, grouped=16, m=128, n=64, k=256, lda=256, ldb=256, ldd=64, block_m=64,
-                block_n=64, grid=1, smem=100000, kind=1, groups=2, stream=0)
+                block_n=64, grid=1, smem=100000, kind=1, groups=2, l2=0x33, stream=0)
 
     def call(**kw):
         x = dict(args, **kw)
         return launch(x["fn"], x["a"], x["b"], x["d"], x["grouped"], x["m"], x["n"], x["k"], x["lda"], x["ldb"],
-                      x["ldd"], x["block_m"], x["block_n"], x["grid"], x["smem"], x["kind"], x["groups"],
+                      x["ldd"], x["block_m"], x["block_n"], x["grid"], x["smem"], x["kind"], x["groups"], x["l2"],
                       x["stream"])
 
     invalid = 100001  # fg::FG_ERROR_INVALID_ARGUMENT
@@ -190,9 +190,13 @@ def test_grouped_host_launcher_rejects_bad_input():
     assert call(ldd=32) == invalid
     assert call(block_m=96) == invalid and call(block_n=120) == invalid
     assert call(grid=0) == invalid
+    for bad_l2 in (-1, 0x34, 0x43, 0x100):  # each 4-bit field is a CUtensorMapL2promotion (0..3)
+        assert call(l2=bad_l2) == invalid, hex(bad_l2)
     try:
         has_gpu = torch.cuda.is_available()
     except Exception:
         has_gpu = False
     if not has_gpu:
         assert call() == 100000  # fg::FG_ERROR_NO_DRIVER
+        for ok_l2 in (0x00, 0x21, 0x32):  # every valid promotion pair passes validation
+            assert call(l2=ok_l2) == 100000, hex(ok_l2)

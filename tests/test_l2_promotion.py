@@ -101,6 +101,57 @@ def test_masked_entries_carry_the_promotion(tmp_path, monkeypatch):
     assert cfg.l2_promotion == (128, 128) and cfg.kernel_key() == model.kernel_key()
 
 
+@pytest.mark.parametrize("masked", [True, False])
+def test_bf16_grouped_entries_carry_the_promotion(tmp_path, monkeypatch, masked):
+    """The BF16 m-grouped launcher takes the packed promotion too: a masked entry (per G and
+    expected m) or a contiguous one (per G and stacked rows) may name a pair."""
+    g, n, k = 4, 7168, 2048
+    kind, m, em, align = ((hb.GEMM_GROUPED_MASKED, 256, 256, 0) if masked
+                          else (hb.GEMM_GROUPED_CONTIGUOUS, 33024, 0, 128))
+    model = hb.select_grouped_config(kind, m, n, k, g, SMS, em, align)
+    assert model.l2_promotion == (256, 256)
+    prefix = hb.MASKED_KIND_PREFIX if masked else hb.CONTIGUOUS_KIND_PREFIX
+    entry = {"kind": f"{prefix}{g}", "num_sms": SMS, "m": m, "n": n, "k": k, "out_fp32": False, "has_c": False,
+             "us": 1.0, "config": {"block_m": model.block_m, "block_n": model.block_n,
+                                   "num_stages": model.num_stages, "num_splits": 1, "num_multicast": 1,
+                                   "multicast_on_a": False, "tma_store": True, "half_promote": False,
+                                   "l2_promotion": [128, 256]}}
+    path = tmp_path / "t.json"
+    tuned.merge_entries(path, [entry])
+    monkeypatch.setenv(tuned.TUNED_FILE_ENV, str(path))
+    hb.clear_cache()
+    cfg = hb.select_grouped_config(kind, m, n, k, g, SMS, em, align)
+    assert cfg.l2_promotion == (128, 256) and cfg.grouped_kernel_key() == model.grouped_kernel_key()
+
+
+def test_bf16_grouped_launch_passes_the_packed_promotion(monkeypatch):
+    """m_grouped_bf16_gemm_nt_masked / _contiguous on CPU tensors up to the launcher (mocked): the
+    packed value sits just before the stream."""
+    torch = pytest.importorskip("torch")
+    import dataclasses
+
+    from finegemm.ops import sm90_bf16_gemm as ob
+
+    seen = []
+    monkeypatch.setattr(ob, "load_grouped", lambda cfg, device: 1)
+    monkeypatch.setattr(ob, "_get_grouped_launcher", lambda: lambda *args: seen.append(args) or 0)
+    monkeypatch.setattr(ob, "_get_raw_stream", lambda device: 0)
+    g, m, n, k = 2, 128, 256, 512
+    bf16 = torch.bfloat16
+    masked_cfg = dataclasses.replace(hb.select_grouped_config(hb.GEMM_GROUPED_MASKED, m, n, k, g, SMS, m, 0),
+                                     l2_promotion=(64, 128))
+    ob.m_grouped_bf16_gemm_nt_masked(torch.zeros(g, m, k, dtype=bf16), torch.zeros(g, n, k, dtype=bf16),
+                                     torch.empty(g, m, n, dtype=bf16), torch.full((g,), m, dtype=torch.int32), m,
+                                     config=masked_cfg)
+    cont_cfg = dataclasses.replace(hb.select_grouped_config(hb.GEMM_GROUPED_CONTIGUOUS, g * m, n, k, g, SMS, 0, 128),
+                                   l2_promotion=(0, 256))
+    ob.m_grouped_bf16_gemm_nt_contiguous(torch.zeros(g * m, k, dtype=bf16), torch.zeros(g, n, k, dtype=bf16),
+                                         torch.empty(g * m, n, dtype=bf16),
+                                         torch.arange(g * m, dtype=torch.int32) // m, config=cont_cfg)
+    assert [len(a) for a in seen] == [19, 19]
+    assert seen[0][-2] == 0x21 and seen[1][-2] == 0x30
+
+
 @pytest.mark.parametrize("bad", [[256, 96], [128], "128"])
 def test_malformed_promotion_in_a_table_is_rejected_then_ignored(tmp_path, monkeypatch, capsys, bad):
     path = tmp_path / "t.json"
@@ -179,14 +230,20 @@ def test_apply_writes_exact_entries_only(tmp_path):
     records = [_run_record("fp8", None, 128, 4096, 7168, [256, 128]),
                _run_record("fp8", None, 64, 4096, 7168, [128, 128]),  # no exact entry: reported, skipped
                _run_record("fp8_masked", 4, 256, 4096, 7168, [128, 128]),
-               _run_record("bf16", "nn", 128, 4096, 7168, [128, 256])]
-    proc, fp8, bf16 = _apply(tmp_path, records, [_fp8_entry(), masked], [_bf16_entry()])
+               _run_record("bf16", "nn", 128, 4096, 7168, [128, 256]),
+               _run_record("bf16_masked", 4, 256, 7168, 2048, [256, 128]),
+               _run_record("bf16_contiguous", 8, 35328, 7168, 2048, [128, 128])]  # no entry: skipped
+    bf16_masked = {**_bf16_entry(), "kind": "bf16_masked_g4", "m": 256, "n": 7168, "k": 2048}
+    proc, fp8, bf16 = _apply(tmp_path, records, [_fp8_entry(), masked], [_bf16_entry(), bf16_masked])
     assert proc.returncode == 0, proc.stderr
     assert "skipped (no exact entry): fp8_1d2d 64x4096x7168" in proc.stdout
     by_kind = {e["kind"]: e for e in fp8}
     assert by_kind["fp8_1d2d"]["config"]["l2_promotion"] == [256, 128]
     assert by_kind["fp8_masked_g4"]["config"]["l2_promotion"] == [128, 128]
-    assert bf16[0]["config"]["l2_promotion"] == [128, 256]
+    bf16_by_kind = {e["kind"]: e for e in bf16}
+    assert bf16_by_kind["bf16_nn"]["config"]["l2_promotion"] == [128, 256]
+    assert bf16_by_kind["bf16_masked_g4"]["config"]["l2_promotion"] == [256, 128]
+    assert "skipped (no exact entry): bf16_contiguous_g8 35328x7168x2048" in proc.stdout
     assert {k: v for k, v in by_kind["fp8_1d2d"]["config"].items() if k != "l2_promotion"} == _fp8_entry()["config"]
     # Back to the default: the field is dropped again.
     proc, fp8, _ = _apply(tmp_path, [_run_record("fp8", None, 128, 4096, 7168, [256, 256])],

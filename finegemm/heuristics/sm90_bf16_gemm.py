@@ -540,8 +540,8 @@ def select_grouped_config(kind: int, m: int, n: int, k: int, num_groups: int, nu
     cfg = None
     if hit is not None:
         try:
-            cfg = make_grouped_config(kind, m, n, k, num_groups, num_sms, expected_m, alignment, hit["block_m"],
-                                      hit["block_n"])
+            cfg = with_entry_promotion(make_grouped_config(kind, m, n, k, num_groups, num_sms, expected_m, alignment,
+                                                           hit["block_m"], hit["block_n"]), hit)
             source = "tuned"
         except ValueError as e:  # an entry that does not fit this problem: the model decides
             print(f"finegemm: tuned {tuned_kind} entry not usable for m={m} n={n} k={k}: {e}", file=sys.stderr)
@@ -554,8 +554,8 @@ def select_grouped_config(kind: int, m: int, n: int, k: int, num_groups: int, nu
         print(
             f"finegemm: sm90_bf16_gemm {'contiguous' if kind == GEMM_GROUPED_CONTIGUOUS else 'masked'} "
             f"G={num_groups} m={m} n={n} k={k} expected_m={expected_m} sms={num_sms} -> block_m={cfg.block_m} "
-            f"block_n={cfg.block_n} stages={cfg.num_stages} tiles~{cfg.num_tiles} grid={cfg.grid} "
-            f"smem={cfg.smem_bytes} est={cfg.est_us:.1f}us ({source})",
+            f"block_n={cfg.block_n} stages={cfg.num_stages}{l2_promotion_note(cfg.l2_promotion)} "
+            f"tiles~{cfg.num_tiles} grid={cfg.grid} smem={cfg.smem_bytes} est={cfg.est_us:.1f}us ({source})",
             file=sys.stderr, flush=True,
         )
     return cfg

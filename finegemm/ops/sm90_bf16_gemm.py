@@ -333,7 +333,7 @@ def _get_grouped_launcher():
                                [u64, vp, vp, vp, vp,  # fn, a, b, d, grouped
                                 i, i, i, i, i, i,  # m, n, k, lda, ldb, ldd
                                 i, i, i, i, i, i,  # block_m, block_n, grid, smem, gemm_kind, num_groups
-                                u64])  # stream
+                                i, u64])  # l2_promotion (packed), stream
                 _grouped_launcher = f
     return _grouped_launcher
 
@@ -395,7 +395,8 @@ def _launch_grouped(cfg: Bf16GemmConfig, fn: int, a2: torch.Tensor, b2: torch.Te
     launch = _get_grouped_launcher()
     rc = launch(fn, a2.data_ptr(), b2.data_ptr(), d2.data_ptr(), grouped.data_ptr(), m, n, k,
                 _row_pitch(a2, k), _row_pitch(b2, k), _row_pitch(d2, n), cfg.block_m, cfg.block_n, cfg.grid,
-                cfg.smem_bytes, cfg.gemm_kind, num_groups, _get_raw_stream(d2.device.index))
+                cfg.smem_bytes, cfg.gemm_kind, num_groups, l2_promotion_arg(cfg.l2_promotion),
+                _get_raw_stream(d2.device.index))
     if rc != 0:
         raise RuntimeError(
             f"finegemm: sm90_bf16_gemm grouped launch failed (kind={cfg.gemm_kind}, G={num_groups}, m={m}, n={n}, "

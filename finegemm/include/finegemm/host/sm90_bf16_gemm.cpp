@@ -232,10 +232,11 @@ void fg_free_prepared_sm90_bf16_gemm(uint64_t handle) {
 //            grouped = int32 group id per row, -1 = padding row);
 //            2 masked (m = Mmax: a [num_groups * m, k], b [num_groups * n, k], d [num_groups * m, n],
 //            grouped = int32 masked_m [num_groups], read on the GPU). Mirrors scheduler::Bf16GemmKind.
-// Pitches in elements (lda, ldb multiples of 8). Returns a CUresult (0 = success) or fg::FG_ERROR_*.
+// Pitches in elements (lda, ldb multiples of 8). l2_promotion: the A and B maps' L2 promotion,
+// packed as for fg_launch_sm90_bf16_gemm. Returns a CUresult (0 = success) or fg::FG_ERROR_*.
 int fg_launch_sm90_bf16_grouped(uint64_t fn, void* a, void* b, void* d, void* grouped, int m, int n, int k,
                                 int lda, int ldb, int ldd, int block_m, int block_n, int grid, int smem_bytes,
-                                int gemm_kind, int num_groups, uint64_t stream) {
+                                int gemm_kind, int num_groups, int l2_promotion, uint64_t stream) {
   if (fn == 0 || a == nullptr || b == nullptr || d == nullptr || grouped == nullptr)
     return fg::FG_ERROR_INVALID_ARGUMENT;
   if (gemm_kind != 1 && gemm_kind != 2) return fg::FG_ERROR_INVALID_ARGUMENT;
@@ -244,6 +245,8 @@ int fg_launch_sm90_bf16_grouped(uint64_t fn, void* a, void* b, void* d, void* gr
   if ((block_m != 64 && block_m != 128) || block_n < 16 || block_n > 256 || block_n % 16 != 0)
     return fg::FG_ERROR_INVALID_ARGUMENT;
   if (grid <= 0 || smem_bytes <= 0) return fg::FG_ERROR_INVALID_ARGUMENT;
+  CUtensorMapL2promotion promo_a, promo_b;
+  if (!fg::unpack_l2_promotion(l2_promotion, &promo_a, &promo_b)) return fg::FG_ERROR_INVALID_ARGUMENT;
 
   const fg::Driver& drv = fg::driver();
   if (!drv.ok) return fg::FG_ERROR_NO_DRIVER;
@@ -253,11 +256,9 @@ int fg_launch_sm90_bf16_grouped(uint64_t fn, void* a, void* b, void* d, void* gr
   const int64_t rows_b = static_cast<int64_t>(n) * num_groups;
   if (rows_a > 0x7fffffff || rows_b > 0x7fffffff) return fg::FG_ERROR_INVALID_ARGUMENT;
   CUtensorMap tmap_a, tmap_b;
-  CUresult r = bf16_operand_tmap(&tmap_a, a, false, static_cast<int>(rows_a), k, lda, block_m,
-                                 fg::tmap_l2_promotion(fg::TmapOperand::kA));
+  CUresult r = bf16_operand_tmap(&tmap_a, a, false, static_cast<int>(rows_a), k, lda, block_m, promo_a);
   if (r != CUDA_SUCCESS) return r;
-  r = bf16_operand_tmap(&tmap_b, b, false, static_cast<int>(rows_b), k, ldb, block_n,
-                        fg::tmap_l2_promotion(fg::TmapOperand::kB));
+  r = bf16_operand_tmap(&tmap_b, b, false, static_cast<int>(rows_b), k, ldb, block_n, promo_b);
   if (r != CUDA_SUCCESS) return r;
 
   const bool vec = (n % 2 == 0) && (ldd % 2 == 0) && (reinterpret_cast<uintptr_t>(d) % 4u == 0);
