@@ -39,12 +39,13 @@ def print_configs_enabled() -> bool:
 
 
 def grouped_block_m_options(contiguous: bool, m: int, expected_m: int, alignment: int,
-                            what: str) -> tuple[list[int], int]:
+                            what: str, masked_three_wg: bool = False) -> tuple[list[int], int]:
     """(block_m candidates, rows per group the model plans for).
 
     Contiguous: block_m must divide the mk alignment (segments start at multiples of it, so a
     tile never holds two groups). Masked: plan for expected_m rows per group (0 = Mmax), and only
-    64-row tiles when that is <= 64.
+    64-row tiles when that is <= 64; with masked_three_wg (a family that builds block_m 192 for
+    the masked kind) 192 too when more than 128 rows are planned.
     """
     if contiguous:
         bms = [bm for bm in (64, 128) if alignment % bm == 0]
@@ -55,7 +56,9 @@ def grouped_block_m_options(contiguous: bool, m: int, expected_m: int, alignment
                 f"or 128)")
         return bms, m
     em = min(max(expected_m, 1), m) if expected_m > 0 else m
-    return ([64] if em <= 64 else [64, 128]), em
+    if em <= 64:
+        return [64], em
+    return ([64, 128, 192] if masked_three_wg and em > 128 else [64, 128]), em
 
 
 def grouped_model_rows(contiguous: bool, m: int, num_groups: int, planned_m: int, block_m: int) -> int:

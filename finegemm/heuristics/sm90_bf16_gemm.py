@@ -123,6 +123,11 @@ GEMM_K_GROUPED = 3
 # block_n of the m-grouped kernels per kind: the contiguous kind spills at 256 (the per-tile
 # group lookups and the padding-row selects; tests/test_bf16_grouped_compile.py).
 GROUPED_BLOCK_N = {GEMM_GROUPED_CONTIGUOUS: (64, 128, 192), GEMM_GROUPED_MASKED: (64, 128, 192, 256)}
+# block_m 192 (three consumer warpgroups, 160 registers each after setmaxnreg; masked kind only):
+# a group of 129-192 rows is one m-block instead of two (a quarter of them padding at m = 192).
+# block_n whose kernels compile spill-free and keep >= 3 stages next to the 192-row staging buffer.
+THREE_WG_BLOCK_M = 192
+GROUPED_BLOCK_N_THREE_WG = (64, 128, 192)
 # Tuned-table kinds of the m-grouped kernels: prefix + number of groups (entries keyed by the
 # stacked rows for contiguous, the expected m for masked; `python -m finegemm tune bf16_masked`).
 MASKED_KIND_PREFIX = "bf16_masked_g"
@@ -140,7 +145,9 @@ _STORE_BYTES_PER_SM_US = 5.0e6 / 132  # direct epilogue stores per SM
 _SMEM_EPI_BYTES_PER_SM_US = 150e3  # TMA-store epilogue: stmatrix into smem + barriers
 _STAGE_EFFICIENCY = {2: 0.75, 3: 0.9}  # short rings expose L2/TMA latency (>= 4 stages: 1.0)
 _DRAM_BYTES_US = 4.0e6  # HBM bandwidth (bytes per microsecond)
-_WG_EFFICIENCY = {64: 0.85, 128: 0.95}  # issue gaps with 1 vs 2 consumer warpgroups
+# Issue gaps with 1 / 2 / 3 consumer warpgroups (192: assumed as 128, not calibrated; the masked
+# tables decide where it runs).
+_WG_EFFICIENCY = {64: 0.85, 128: 0.95, 192: 0.95}
 _FIXED_US = 2.0  # launch + pipeline fill
 _DRAM_FULL_GRID_FRACTION = 0.85
 
@@ -455,7 +462,14 @@ def candidate_configs(m: int, n: int, k: int, num_sms: int, a_mn_major: bool = F
 def grouped_kernel_keys() -> list[tuple]:
     """Every grouped_kernel_key() select_grouped_config can return: (block_m, block_n, stages, kind)."""
     return [(bm, bn, max_stages(bm, bn, True), kind)
-            for kind in (GEMM_GROUPED_CONTIGUOUS, GEMM_GROUPED_MASKED) for bm in (64, 128) for bn in GROUPED_BLOCK_N[kind]]
+            for kind in (GEMM_GROUPED_CONTIGUOUS, GEMM_GROUPED_MASKED) for bm in (64, 128) for bn in GROUPED_BLOCK_N[kind]] + \
+        [(THREE_WG_BLOCK_M, bn, max_stages(THREE_WG_BLOCK_M, bn, True), GEMM_GROUPED_MASKED)
+         for bn in GROUPED_BLOCK_N_THREE_WG]
+
+
+def grouped_block_ns(kind: int, block_m: int) -> tuple:
+    """The block_n of the m-grouped space for a kind and block_m."""
+    return GROUPED_BLOCK_N_THREE_WG if block_m == THREE_WG_BLOCK_M else GROUPED_BLOCK_N[kind]
 
 
 def grouped_tuned_kind(kind: int, m: int, num_groups: int, expected_m: int) -> tuple[str, int]:
@@ -479,9 +493,10 @@ def make_grouped_config(kind: int, m: int, n: int, k: int, num_groups: int, num_
     GROUPED_BLOCK_N[kind]); stages as many as fit, grid as select_grouped_config plans it."""
     _check_grouped_problem(kind, m, n, k, num_groups, num_sms)
     contiguous = kind == GEMM_GROUPED_CONTIGUOUS
-    bms, em = grouped_block_m_options(contiguous, m, expected_m, alignment, "BF16")
-    if block_m not in bms or block_n not in GROUPED_BLOCK_N[kind]:
-        raise ValueError(f"grouped block {block_m}x{block_n}: block_m in {bms}, block_n in {GROUPED_BLOCK_N[kind]}")
+    bms, em = grouped_block_m_options(contiguous, m, expected_m, alignment, "BF16", True)
+    if block_m not in bms or block_n not in grouped_block_ns(kind, block_m):
+        raise ValueError(f"grouped block {block_m}x{block_n}: block_m in {bms}, block_n in "
+                         f"{grouped_block_ns(kind, block_m if block_m in bms else bms[-1])}")
     est, tiles, units = _estimate(grouped_model_rows(contiguous, m, num_groups, em, block_m), n, k, block_m, block_n,
                                   1, num_sms, 2, False, b_groups=num_groups)
     stages = max_stages(block_m, block_n, True)
@@ -496,11 +511,11 @@ def make_grouped_config(kind: int, m: int, n: int, k: int, num_groups: int, num_
 def _grouped_model_tile(kind: int, m: int, n: int, k: int, num_groups: int, num_sms: int, expected_m: int,
                         alignment: int) -> tuple[int, int]:
     contiguous = kind == GEMM_GROUPED_CONTIGUOUS
-    bms, em = grouped_block_m_options(contiguous, m, expected_m, alignment, "BF16")
+    bms, em = grouped_block_m_options(contiguous, m, expected_m, alignment, "BF16", True)
     bm, bn, *_ = _fastest(
         (bm, bn, 1, *_estimate(grouped_model_rows(contiguous, m, num_groups, em, bm), n, k, bm, bn, 1, num_sms, 2,
                                False, b_groups=num_groups))
-        for bm in bms for bn in GROUPED_BLOCK_N[kind])
+        for bm in bms for bn in grouped_block_ns(kind, bm))
     return bm, bn
 
 
@@ -510,8 +525,9 @@ def grouped_candidate_configs(kind: int, m: int, n: int, k: int, num_groups: int
     (at most 2 x 4), the model's choice first."""
     _check_grouped_problem(kind, m, n, k, num_groups, num_sms)
     first = _grouped_model_tile(kind, m, n, k, num_groups, num_sms, expected_m, alignment)
-    bms, _ = grouped_block_m_options(kind == GEMM_GROUPED_CONTIGUOUS, m, expected_m, alignment, "BF16")
-    tiles = [first] + [(bm, bn) for bm in bms for bn in GROUPED_BLOCK_N[kind] if (bm, bn) != first]
+    bms, _ = grouped_block_m_options(kind == GEMM_GROUPED_CONTIGUOUS, m, expected_m, alignment, "BF16",
+                                   True)
+    tiles = [first] + [(bm, bn) for bm in bms for bn in grouped_block_ns(kind, bm) if (bm, bn) != first]
     return [make_grouped_config(kind, m, n, k, num_groups, num_sms, expected_m, alignment, bm, bn) for bm, bn in tiles]
 
 

@@ -25,6 +25,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import finegemm  # noqa: E402
+from finegemm import runtime  # noqa: E402
 from finegemm.heuristics import sm90_bf16_gemm as heur  # noqa: E402
 from finegemm.ops import sm90_bf16_gemm as ops  # noqa: E402
 from finegemm.testing import calc_diff  # noqa: E402
@@ -239,6 +240,24 @@ def test_forced_kernels_masked(key, monkeypatch):
     g, m_max, n, k, masked, expected_m = FORCED_MASKED
     a, b = _masked_problem(g, m_max, n, k, seed=key[1] + 1)
     d = _run_masked(a, b, torch.tensor(masked, dtype=torch.int32, device="cuda"), expected_m)
+    _check_masked(d, a, b, masked)
+
+
+@pytest.mark.parametrize("block_n", heur.GROUPED_BLOCK_N_THREE_WG)
+@pytest.mark.parametrize("m_max, masked", [(192, [192, 191, 129, 0]), (256, [256, 193, 192, 65, 1, 0]),
+                                           (448, [448, 300, 0, 385])])
+def test_three_warpgroup_masked_edges(m_max, masked, block_n):
+    """block_m 192 on Mmax not a multiple of it (the last m-block's A box reaches into the next
+    group's rows or past the tensor: those rows only feed rows that are never stored), masked_m
+    cutting a warpgroup's 64 rows (TMA store for whole warpgroups, predicated stores for the
+    cut one, nothing for the rest), 0 and Mmax; N not a multiple of block_n."""
+    g, n, k = len(masked), 1000, 1152
+    a, b = _masked_problem(g, m_max, n, k, seed=m_max + block_n)
+    cfg = heur.make_grouped_config(heur.GEMM_GROUPED_MASKED, m_max, n, k, g, runtime.get_num_sms(), 192, 0, 192,
+                                   block_n)
+    d = torch.full((g, m_max, n), float("nan"), device="cuda", dtype=BF16)
+    ops.m_grouped_bf16_gemm_nt_masked(a, b, d, torch.tensor(masked, dtype=torch.int32, device="cuda"), 192,
+                                      config=cfg)
     _check_masked(d, a, b, masked)
 
 

@@ -242,7 +242,9 @@ int fg_launch_sm90_bf16_grouped(uint64_t fn, void* a, void* b, void* d, void* gr
   if (gemm_kind != 1 && gemm_kind != 2) return fg::FG_ERROR_INVALID_ARGUMENT;
   if (num_groups < 1 || m <= 0 || n <= 0 || k <= 0 || k % 8 != 0) return fg::FG_ERROR_INVALID_ARGUMENT;
   if (lda % 8 != 0 || ldb % 8 != 0 || lda < k || ldb < k || ldd < n) return fg::FG_ERROR_INVALID_ARGUMENT;
-  if ((block_m != 64 && block_m != 128) || block_n < 16 || block_n > 256 || block_n % 16 != 0)
+  // block_m 192 (three consumer warpgroups) is built for the masked kind only.
+  if ((block_m != 64 && block_m != 128 && !(block_m == 192 && gemm_kind == 2)) || block_n < 16 || block_n > 256 ||
+      block_n % 16 != 0)
     return fg::FG_ERROR_INVALID_ARGUMENT;
   if (grid <= 0 || smem_bytes <= 0) return fg::FG_ERROR_INVALID_ARGUMENT;
   CUtensorMapL2promotion promo_a, promo_b;

@@ -96,6 +96,11 @@ struct Sm90Bf16GemmTraits {
   static constexpr uint32_t kNumConsumerWG = BLOCK_M / 64;
   static constexpr uint32_t kNumConsumerThreads = kNumConsumerWG * 128;
   static constexpr uint32_t kNumThreads = kNumConsumerThreads + 128;
+  // setmaxnreg split of the 64K register file (one consumer warpgroup, BLOCK_M 64, keeps what it
+  // was compiled with): 2 x 128 x 232 + 128 x 40 <= 65536; three warpgroups (BLOCK_M 192, for
+  // masked groups of ~192 rows: no padding m-block) 3 x 128 x 160 + 128 x 32 = 65536.
+  static constexpr uint32_t kConsumerRegs = kNumConsumerWG == 3 ? 160 : 232;
+  static constexpr uint32_t kProducerRegs = kNumConsumerWG == 3 ? 32 : 40;
 
   // Shared memory layout (offsets from a 1024-byte aligned base):
   //   [D staging (kTmaStore: BLOCK_M x BLOCK_N bf16, or with kFp32Staging (k-grouped) one fp32
@@ -119,7 +124,7 @@ struct Sm90Bf16GemmTraits {
   // and still counted).
   static constexpr uint32_t kTxBytes = kSmemA + kSmemB;
 
-  static_assert(BLOCK_M == 64 || BLOCK_M == 128, "BLOCK_M must be 64 or 128");
+  static_assert(BLOCK_M == 64 || BLOCK_M == 128 || BLOCK_M == 192, "BLOCK_M must be 64, 128 or 192");
   static_assert(BLOCK_N % 16 == 0 && BLOCK_N >= 16 && BLOCK_N <= 256, "BLOCK_N: multiple of 16 in [16, 256]");
   static_assert(kNumStages >= 2 && kNumStages <= 16, "kNumStages out of range");
   static_assert(kDynamicSmemBytes <= 232448, "shared memory above the SM90 227 KB limit");
@@ -188,6 +193,8 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
   using EpiTmaF32Add = epilogue::TmaStoreFp32<BLOCK_N, true>;
   using Mma = ptx::WgmmaBf16<BLOCK_N>;
   static_assert(!kTmaStore || !kSplitK, "TMA-store epilogue: no split-K");
+  static_assert(BLOCK_M != 192 || kGemmKind == scheduler::kBf16GemmGroupedMasked,
+                "BLOCK_M 192 (three consumer warpgroups) is built for the masked kind only");
   static_assert(!kTmaStore || Traits::kSmemD == (BLOCK_M / 64) * (kKGrouped ? EpiTmaF32::kBytes : EpiTma::kBytes),
                 "staging size");
   static_assert(!kBMnMajor || BLOCK_N % 64 == 0 || BLOCK_N == 16 || BLOCK_N == 32,
@@ -246,7 +253,7 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
 
   if (threadIdx.x >= kNumConsumerThreads) {
     // ------------------------------------------------------------------ producer warpgroup
-    if constexpr (kNumConsumerWG == 2) ptx::setmaxnreg_dec<40>();
+    if constexpr (kNumConsumerWG >= 2) ptx::setmaxnreg_dec<Traits::kProducerRegs>();
     // L2 policy of the A / B loads (ptx::use_skinny_l2_hints).
     const uint64_t a_rows = static_cast<uint64_t>(M) * (kMasked ? num_groups : 1u);
     const uint64_t b_rows = static_cast<uint64_t>(N) * (kGrouped ? num_groups : 1u);
@@ -334,7 +341,7 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
     }
   } else {
     // ------------------------------------------------------------------ consumer warpgroups
-    if constexpr (kNumConsumerWG == 2) ptx::setmaxnreg_inc<232>();
+    if constexpr (kNumConsumerWG >= 2) ptx::setmaxnreg_inc<Traits::kConsumerRegs>();
     // The shared-memory base again, through a shuffle: ptxas otherwise re-derives it inside the
     // k-loop (S2UR of the CTA's cluster id + 4 dependent uniform ops between the full-barrier wait
     // and the first wgmma of every k-block); a shuffle's result is not rematerialized. 56 -> 46
