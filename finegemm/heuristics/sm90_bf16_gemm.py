@@ -29,7 +29,9 @@ for the shapes it holds. The output dtype and C are run-time flags of the kernel
 M-grouped GEMMs (MoE; select_grouped_config): the same kernel with a GEMM-kind template parameter
 (GEMM_GROUPED_CONTIGUOUS / GEMM_GROUPED_MASKED, scheduler/grouped_bf16.cuh), nt layout, bf16 D,
 no C, no split-K, always the TMA-store epilogue; block_n from GROUPED_BLOCK_N[kind] (a small set:
-every member is compiled spill-free by tests/test_bf16_grouped_compile.py).
+every member is compiled spill-free by tests/test_bf16_grouped_compile.py). The masked kind also
+has block_m 192 (three consumer warpgroups, block_n from GROUPED_BLOCK_N_THREE_WG) for groups of
+more than 128 planned rows: 129-192 rows make one m-block instead of two.
 
 K-grouped GEMM (MoE weight gradient; select_k_grouped_config): the same kernel with GEMM_K_GROUPED,
 tn layout, fp32 D, optional C, no split-K; its epilogue is the fp32 TMA one of the FP8 recipe
