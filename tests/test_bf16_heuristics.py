@@ -243,36 +243,46 @@ def test_grouped_candidates_cover_the_space_model_first(kind, monkeypatch):
     h.clear_cache()
     gkeys = set(h.grouped_kernel_keys())
     for m, n, k, g, em, al in [(34151, 4096, 7168, 4, 0, 128), (1152, 7168, 2048, 1, 1024, 0),
-                               (320, 4096, 7168, 32, 20, 0), (4096, 576, 512, 4, 0, 64)]:
+                               (320, 4096, 7168, 32, 20, 0), (4096, 576, 512, 4, 0, 64),
+                               (256, 4096, 7168, 32, 192, 0), (384, 4096, 7168, 32, 320, 0)]:
         cands = h.grouped_candidate_configs(kind, m, n, k, g, SMS, em, al)
         assert cands[0] == h.select_grouped_config(kind, m, n, k, g, SMS, em, al)
         bms, _ = h.grouped_block_m_options(kind == h.GEMM_GROUPED_CONTIGUOUS, m, em, al, "BF16", True)
         tiles = [(c.block_m, c.block_n) for c in cands]
         assert sorted(tiles) == sorted((bm, bn) for bm in bms for bn in h.grouped_block_ns(kind, bm))
-        # block_m 192 (three consumer warpgroups): masked groups of more than 128 planned rows only.
-        assert (h.THREE_WG_BLOCK_M in bms) == (kind == h.GEMM_GROUPED_MASKED and min(em or m, m) > 128)
+        # block_m 192 (three consumer warpgroups): masked groups where it pads fewer rows than 128.
+        rows = min(em or m, m)
+        assert (h.THREE_WG_BLOCK_M in bms) == (kind == h.GEMM_GROUPED_MASKED and
+                                               ceil_div(rows, 192) * 192 < ceil_div(rows, 128) * 128)
         for c in cands:
             assert c == h.make_grouped_config(kind, m, n, k, g, SMS, em, al, c.block_m, c.block_n)
             assert c.grouped_kernel_key() in gkeys and c.gemm_kind == kind and c.num_groups == g
 
 
-def test_three_warpgroup_tiles_are_masked_only():
-    """block_m 192 is a masked tile for more than 128 planned rows per group, with its own block_n
-    set; contiguous (block_m must divide the alignment) and small groups never get it."""
+def test_three_warpgroup_tiles_are_masked_only(monkeypatch):
+    """block_m 192 is a masked tile where it pads fewer rows than 128-row tiles (129-192, 513-576,
+    ... planned rows per group), with its own block_n set; contiguous (block_m must divide the
+    alignment) and other group sizes never get it; the model picks it at m = 192."""
     masked, cont = h.GEMM_GROUPED_MASKED, h.GEMM_GROUPED_CONTIGUOUS
     cfg = h.make_grouped_config(masked, 256, 4096, 7168, 32, SMS, 192, 0, 192, 128)
     assert (cfg.block_m, cfg.num_threads, cfg.num_stages) == (192, 512, h.max_stages(192, 128, True))
     assert cfg.num_tiles == 32 * 1 * 32  # one m-block per group
     assert cfg.grouped_kernel_key() in set(h.grouped_kernel_keys())
-    with pytest.raises(ValueError, match=r"block_n in \(64, 128, 192\)"):
-        h.make_grouped_config(masked, 256, 4096, 7168, 32, SMS, 192, 0, 192, 256)
-    with pytest.raises(ValueError, match=r"block_m in \[64, 128\]"):
-        h.make_grouped_config(masked, 256, 4096, 7168, 32, SMS, 128, 0, 192, 128)  # 128 planned rows
+    with pytest.raises(ValueError, match=r"block_n in \(64, 128\)"):
+        h.make_grouped_config(masked, 256, 4096, 7168, 32, SMS, 192, 0, 192, 192)
+    for em in (128, 320):  # 192-row tiles would pad as many rows (or more): not offered
+        with pytest.raises(ValueError, match=r"block_m in \[64, 128\]"):
+            h.make_grouped_config(masked, 384, 4096, 7168, 32, SMS, em, 0, 192, 128)
+    assert h.make_grouped_config(masked, 640, 4096, 7168, 2, SMS, 576, 0, 192, 64).num_tiles == 2 * 3 * 64
     with pytest.raises(ValueError, match=r"block_m in"):
         h.make_grouped_config(cont, 4096, 4096, 7168, 4, SMS, 0, 128, 192, 128)
     with pytest.raises(ValueError, match="block_m must be one of"):
         ops.render_grouped(192, 128, 4, cont)
     assert "finegemm_entry" in ops.render_grouped(192, 128, 4, masked)
+    monkeypatch.setenv(tuned.DISABLE_TUNED_ENV, "1")
+    h.clear_cache()
+    assert h.select_grouped_config(masked, 256, 4096, 7168, 32, SMS, 192, 0).block_m == 192
+    assert h.select_grouped_config(masked, 384, 4096, 7168, 32, SMS, 320, 0).block_m == 128
 
 
 def test_make_grouped_config_rejects_tiles_outside_the_space():

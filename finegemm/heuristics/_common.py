@@ -45,7 +45,9 @@ def grouped_block_m_options(contiguous: bool, m: int, expected_m: int, alignment
     Contiguous: block_m must divide the mk alignment (segments start at multiples of it, so a
     tile never holds two groups). Masked: plan for expected_m rows per group (0 = Mmax), and only
     64-row tiles when that is <= 64; with masked_three_wg (a family that builds block_m 192 for
-    the masked kind) 192 too when more than 128 rows are planned.
+    the masked kind) 192 too where it pads fewer rows than 128 (ceil(em / 192) * 192 < ceil(em / 128)
+    * 128: 129-192, 513-576, ... rows). Where the padding is equal (257-384 rows) the 128-row
+    tiles stay: a 192-row tile measured ~4% slower per computed row (benchmarks/NOTES.md v0.44).
     """
     if contiguous:
         bms = [bm for bm in (64, 128) if alignment % bm == 0]
@@ -58,7 +60,8 @@ def grouped_block_m_options(contiguous: bool, m: int, expected_m: int, alignment
     em = min(max(expected_m, 1), m) if expected_m > 0 else m
     if em <= 64:
         return [64], em
-    return ([64, 128, 192] if masked_three_wg and em > 128 else [64, 128]), em
+    three_wg = masked_three_wg and ceil_div(em, 192) * 192 < ceil_div(em, 128) * 128
+    return ([64, 128, 192] if three_wg else [64, 128]), em
 
 
 def grouped_model_rows(contiguous: bool, m: int, num_groups: int, planned_m: int, block_m: int) -> int:

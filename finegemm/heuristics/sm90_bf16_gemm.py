@@ -127,9 +127,10 @@ GEMM_K_GROUPED = 3
 GROUPED_BLOCK_N = {GEMM_GROUPED_CONTIGUOUS: (64, 128, 192), GEMM_GROUPED_MASKED: (64, 128, 192, 256)}
 # block_m 192 (three consumer warpgroups, 160 registers each after setmaxnreg; masked kind only):
 # a group of 129-192 rows is one m-block instead of two (a quarter of them padding at m = 192).
-# block_n whose kernels compile spill-free and keep >= 3 stages next to the 192-row staging buffer.
+# block_n 64 / 128 (6 / 4 stages next to the 192-row staging buffer); bn192 (3 stages) measured
+# 2-12% slower than bn128 on every G = 32, m = 192 record (benchmarks/NOTES.md v0.44).
 THREE_WG_BLOCK_M = 192
-GROUPED_BLOCK_N_THREE_WG = (64, 128, 192)
+GROUPED_BLOCK_N_THREE_WG = (64, 128)
 # Tuned-table kinds of the m-grouped kernels: prefix + number of groups (entries keyed by the
 # stacked rows for contiguous, the expected m for masked; `python -m finegemm tune bf16_masked`).
 MASKED_KIND_PREFIX = "bf16_masked_g"
