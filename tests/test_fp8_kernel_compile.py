@@ -320,17 +320,19 @@ def test_every_grouped_block_n_compiles_spill_free():
     m-grouped kinds (contiguous, masked)."""
     from finegemm import jit
     from finegemm.heuristics.sm90_fp8_gemm import (GEMM_GROUPED_CONTIGUOUS, GEMM_GROUPED_MASKED,
-                                                   MAX_BLOCK_N_MASKED_TMA, block_n_candidates, max_stages)
+                                                   MAX_BLOCK_N_MASKED_TMA, THREE_WG_BLOCK_M, block_n_candidates,
+                                                   max_stages)
     from finegemm.ops.sm90_fp8_gemm import render
 
     jobs = []
     for kind in (GEMM_GROUPED_CONTIGUOUS, GEMM_GROUPED_MASKED):
-        for bm in (64, 128):
+        # block_m 192 (three consumer warpgroups): masked only, no multicast.
+        for bm in (64, 128) + ((THREE_WG_BLOCK_M,) if kind == GEMM_GROUPED_MASKED else ()):
             for bn in block_n_candidates(bm):
                 for tma in (True, False):
                     if tma and kind == GEMM_GROUPED_MASKED and bn > MAX_BLOCK_N_MASKED_TMA[bm]:
                         continue
-                    for mc in (1, 2):
+                    for mc in ((1,) if bm == THREE_WG_BLOCK_M else (1, 2)):
                         st = max_stages(bm, bn, tma)
                         jobs.append((f"k{kind}_bm{bm}_bn{bn}_s{st}{'_tmas' if tma else ''}{'_mca' if mc == 2 else ''}",
                                      render(bm, bn, st, False, False, False, mc, mc == 2, False, tma, kind)))

@@ -123,14 +123,16 @@ MAX_BLOCK_N = {64: 208, 128: 224, THREE_WG_BLOCK_M: 144}
 # The masked grouped kind with the TMA-store epilogue keeps a few more registers live (the group
 # walk, the per-warpgroup choice between TMA and predicated stores): bm128 spills above 192
 # (tests/test_fp8_kernel_compile.py::test_every_grouped_block_n_compiles_spill_free).
-MAX_BLOCK_N_MASKED_TMA = {64: 208, 128: 192}
+MAX_BLOCK_N_MASKED_TMA = {64: 208, 128: 192, THREE_WG_BLOCK_M: 144}
 # Recipe (1, 1, 128): the promotion reads per-column scales from shared memory; bm128 spills at
 # block_n 224 (tests/test_fp8_kernel_compile.py::test_every_1d1d_block_n_compiles_spill_free).
 MAX_BLOCK_N_1D1D = {64: 208, 128: 208, THREE_WG_BLOCK_M: 144}
 # block_m 192 (three consumer warpgroups, 160 registers each after setmaxnreg): a third wgmma ->
 # promote chain per SM for loops bound by that chain (recipe (1, 1, 128), benchmarks/NOTES.md
-# v0.22). Dense kind only, one CTA per SM, no split-K, no multicast, no k-block batches; only the
+# v0.22). One CTA per SM, no split-K, no multicast, no k-block batches. Dense kinds: only the
 # tuner proposes it (the model has not been calibrated on it), so it runs where a table says so.
+# The masked kind: offered to the model and the tuner where it pads fewer rows than 128-row tiles
+# (a group of 129-192 rows is one m-block instead of two; benchmarks/NOTES.md v0.45).
 FP8_BLOCK_MS = (64, 128, THREE_WG_BLOCK_M)
 THREE_WG_BLOCK_N = (96, 112, 128, 144)
 
@@ -734,12 +736,12 @@ def _grouped_model_candidates(kind: int, m: int, n: int, k: int, num_groups: int
                               expected_m: int, alignment: int) -> list[tuple]:
     """Every (rank, bm, bn, mc, mc_on_a, tma, est, tiles, units) the grouped model considers."""
     contiguous = kind == GEMM_GROUPED_CONTIGUOUS
-    bms, em = grouped_block_m_options(contiguous, m, expected_m, alignment, "FP8")
+    bms, em = grouped_block_m_options(contiguous, m, expected_m, alignment, "FP8", True)
     out = []
     for bm in bms:
         m_eff = grouped_model_rows(contiguous, m, num_groups, em, bm)
         for bn in block_n_candidates(bm):
-            options = [(1, False)] + ([(2, True)] if num_sms >= 2 else [])
+            options = [(1, False)] + ([(2, True)] if num_sms >= 2 and bm != THREE_WG_BLOCK_M else [])
             for mc, mc_on_a in options:
                 for tma in (True, False):
                     if tma and kind == GEMM_GROUPED_MASKED and bn > MAX_BLOCK_N_MASKED_TMA[bm]:
@@ -756,7 +758,7 @@ def make_grouped_config(kind: int, m: int, n: int, k: int, num_groups: int, num_
                         tma_store: bool, est_us: float | None = None) -> Fp8GemmConfig:
     """An m-grouped config with the given choices (ValueError for one the kernel does not build)."""
     contiguous = kind == GEMM_GROUPED_CONTIGUOUS
-    bms, em = grouped_block_m_options(contiguous, m, expected_m, alignment, "FP8")
+    bms, em = grouped_block_m_options(contiguous, m, expected_m, alignment, "FP8", True)
     bm, bn, mc = block_m, block_n, num_multicast
     top = MAX_BLOCK_N_MASKED_TMA[bm] if (tma_store and not contiguous and bm in MAX_BLOCK_N_MASKED_TMA) \
         else MAX_BLOCK_N.get(bm, 0)
@@ -764,6 +766,8 @@ def make_grouped_config(kind: int, m: int, n: int, k: int, num_groups: int, num_
         raise ValueError(f"grouped block {bm}x{bn}: block_m in {bms}, block_n a multiple of 16 <= {top}")
     if mc not in (1, 2) or (mc == 2 and num_sms < 2):
         raise ValueError(f"num_multicast {mc}: 1 or 2")
+    if bm == THREE_WG_BLOCK_M and mc != 1:
+        raise ValueError("block_m 192: no multicast")
     top_stages = max_stages(bm, bn, tma_store, cap=MAX_STAGES)
     if not MIN_STAGES <= num_stages <= top_stages:
         raise ValueError(f"num_stages {num_stages} outside [{MIN_STAGES}, {top_stages}]")

@@ -221,6 +221,19 @@ def test_forced_configs_masked(cfg, monkeypatch):
     _check_masked(d, a, sfa, b, sfb, masked)
 
 
+@pytest.mark.parametrize("bn, tma", [(96, False), (128, True), (144, True), (144, False)])
+@pytest.mark.parametrize("m_max, masked", [(192, [192, 191, 129, 0]), (256, [256, 193, 192, 65, 1, 0]),
+                                           (448, [448, 300, 0, 385])])
+def test_three_warpgroup_masked_edges(m_max, masked, bn, tma, monkeypatch):
+    """block_m 192 (masked kind): Mmax not a multiple of it (the last m-block's A box reaches into
+    the next group's rows or past the tensor), masked_m cutting a warpgroup's 64 rows (TMA store
+    for whole warpgroups, predicated stores for the cut one), 0 and Mmax; N = 1000 cuts a tile."""
+    _force(monkeypatch, 192, bn, 1, tma)
+    a, sfa, b, sfb = _masked_problem(len(masked), m_max, 1000, 1152, seed=m_max + bn + tma)
+    d = _run_masked(a, sfa, b, sfb, torch.tensor(masked, dtype=torch.int32, device="cuda"), 192)
+    _check_masked(d, a, sfa, b, sfb, masked)
+
+
 def test_deterministic_contiguous():
     _, ms, n, k, pad_after, use_psum = CONTIGUOUS_CASES[2]
     a, sfa, b, sfb, layout, ids = _contiguous_problem(ms, n, k, pad_after, use_psum, seed=5)
