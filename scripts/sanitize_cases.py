@@ -39,6 +39,36 @@ def _fp8_masked(g, m_max, n, k):
     return calc_diff(d.float(), ref)
 
 
+def _masked_bm192(family, bn, tma=True):
+    """A masked call on a forced block_m 192 tile (three consumer warpgroups): Mmax 256 (the second
+    m-block's A box runs past each group's rows), masked_m cutting a warpgroup, 0 and Mmax."""
+    from finegemm.heuristics import sm90_bf16_gemm as hb
+    from finegemm.heuristics import sm90_fp8_gemm as h8
+    from finegemm.ops import sm90_bf16_gemm as ob
+    from finegemm.ops import sm90_fp8_gemm as o8
+
+    g, m_max, n, k, sms = 4, 256, 1000, 640, torch.cuda.get_device_properties(0).multi_processor_count
+    masked_m = torch.tensor([256, 193, 70, 0], dtype=torch.int32, device="cuda")
+    d = torch.zeros(g, m_max, n, device="cuda", dtype=torch.bfloat16)
+    if family == "bf16":
+        a = torch.randn(g, m_max, k, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(g, n, k, device="cuda", dtype=torch.bfloat16)
+        cfg = hb.make_grouped_config(hb.GEMM_GROUPED_MASKED, m_max, n, k, g, sms, 192, 0, 192, bn)
+        ob.m_grouped_bf16_gemm_nt_masked(a, b, d, masked_m, 192, config=cfg)
+        ref = reference.m_grouped_bf16_gemm_nt_masked(a, b, masked_m, out_dtype=torch.float32)
+    else:
+        qs = [finegemm.per_token_cast_to_fp8(torch.randn(m_max, k, device="cuda")) for _ in range(g)]
+        a, sfa = torch.stack([q for q, _ in qs]), torch.stack([s_ for _, s_ in qs])
+        ws = [finegemm.per_block_cast_to_fp8(torch.randn(n, k, device="cuda")) for _ in range(g)]
+        b, sfb = torch.stack([w for w, _ in ws]), torch.stack([s_ for _, s_ in ws])
+        cfg = h8.make_grouped_config(h8.GEMM_GROUPED_MASKED, m_max, n, k, g, sms, 192, 0, 192, bn,
+                                     h8.max_stages(192, bn, tma), 1, tma)
+        o8.m_grouped_fp8_gemm_nt_masked(a, finegemm.get_mn_major_tma_aligned_tensor(sfa), b, sfb, d, masked_m, 192,
+                                        config=cfg)
+        ref = reference.m_grouped_fp8_gemm_nt_masked(a, sfa, b, sfb, masked_m, out_dtype=torch.float32)
+    return calc_diff(d.float(), ref)
+
+
 def _bf16(layout, m, n, k):
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
@@ -214,6 +244,10 @@ CASES = [
     ("fp8 dense partial tiles", lambda: _fp8_dense(129, 2112, 512)),
     ("fp8 dense fp32 out", lambda: _fp8_dense(65, 576, 1024, torch.float32)),
     ("fp8 masked", lambda: _fp8_masked(3, 192, 576, 512)),
+    ("fp8 masked bm192 bn128 (three consumer WGs), TMA store", lambda: _masked_bm192("fp8", 128)),
+    ("fp8 masked bm192 bn144 (three consumer WGs), direct", lambda: _masked_bm192("fp8", 144, False)),
+    ("bf16 masked bm192 bn128 (three consumer WGs)", lambda: _masked_bm192("bf16", 128)),
+    ("bf16 masked bm192 bn64 (three consumer WGs)", lambda: _masked_bm192("bf16", 64)),
     ("fp8 bm128 bn176 multicast B, TMA store", lambda: _fp8_tile(300, 1000, 1664, 128, 176, 2, False, True)),
     ("fp8 bm128 bn208 multicast A", lambda: _fp8_tile(129, 1000, 5248, 128, 208, 2, True)),
     ("fp8 bm128 bn224 wide loop", lambda: _fp8_tile(129, 600, 640, 128, 224)),
