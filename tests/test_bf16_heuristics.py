@@ -268,7 +268,7 @@ def test_three_warpgroup_tiles_are_masked_only(monkeypatch):
     assert (cfg.block_m, cfg.num_threads, cfg.num_stages) == (192, 512, h.max_stages(192, 128, True))
     assert cfg.num_tiles == 32 * 1 * 32  # one m-block per group
     assert cfg.grouped_kernel_key() in set(h.grouped_kernel_keys())
-    with pytest.raises(ValueError, match=r"block_n in \(64, 128\)"):
+    with pytest.raises(ValueError, match=r"block_m 192: \(64, 128\)"):
         h.make_grouped_config(masked, 256, 4096, 7168, 32, SMS, 192, 0, 192, 192)
     for em in (128, 320):  # 192-row tiles would pad as many rows (or more): not offered
         with pytest.raises(ValueError, match=r"block_m in \[64, 128\]"):

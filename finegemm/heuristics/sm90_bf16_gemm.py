@@ -464,10 +464,10 @@ def candidate_configs(m: int, n: int, k: int, num_sms: int, a_mn_major: bool = F
 
 def grouped_kernel_keys() -> list[tuple]:
     """Every grouped_kernel_key() select_grouped_config can return: (block_m, block_n, stages, kind)."""
+    block_ms = {GEMM_GROUPED_CONTIGUOUS: (64, 128), GEMM_GROUPED_MASKED: (64, 128, THREE_WG_BLOCK_M)}
     return [(bm, bn, max_stages(bm, bn, True), kind)
-            for kind in (GEMM_GROUPED_CONTIGUOUS, GEMM_GROUPED_MASKED) for bm in (64, 128) for bn in GROUPED_BLOCK_N[kind]] + \
-        [(THREE_WG_BLOCK_M, bn, max_stages(THREE_WG_BLOCK_M, bn, True), GEMM_GROUPED_MASKED)
-         for bn in GROUPED_BLOCK_N_THREE_WG]
+            for kind in (GEMM_GROUPED_CONTIGUOUS, GEMM_GROUPED_MASKED) for bm in block_ms[kind]
+            for bn in grouped_block_ns(kind, bm)]
 
 
 def grouped_block_ns(kind: int, block_m: int) -> tuple:
@@ -498,8 +498,8 @@ def make_grouped_config(kind: int, m: int, n: int, k: int, num_groups: int, num_
     contiguous = kind == GEMM_GROUPED_CONTIGUOUS
     bms, em = grouped_block_m_options(contiguous, m, expected_m, alignment, "BF16", True)
     if block_m not in bms or block_n not in grouped_block_ns(kind, block_m):
-        raise ValueError(f"grouped block {block_m}x{block_n}: block_m in {bms}, block_n in "
-                         f"{grouped_block_ns(kind, block_m if block_m in bms else bms[-1])}")
+        raise ValueError(f"grouped block {block_m}x{block_n}: block_m in {bms}, block_n in {GROUPED_BLOCK_N[kind]} "
+                         f"(block_m {THREE_WG_BLOCK_M}: {GROUPED_BLOCK_N_THREE_WG})")
     est, tiles, units = _estimate(grouped_model_rows(contiguous, m, num_groups, em, block_m), n, k, block_m, block_n,
                                   1, num_sms, 2, False, b_groups=num_groups)
     stages = max_stages(block_m, block_n, True)
@@ -528,8 +528,7 @@ def grouped_candidate_configs(kind: int, m: int, n: int, k: int, num_groups: int
     (at most 2 x 4), the model's choice first."""
     _check_grouped_problem(kind, m, n, k, num_groups, num_sms)
     first = _grouped_model_tile(kind, m, n, k, num_groups, num_sms, expected_m, alignment)
-    bms, _ = grouped_block_m_options(kind == GEMM_GROUPED_CONTIGUOUS, m, expected_m, alignment, "BF16",
-                                   True)
+    bms, _ = grouped_block_m_options(kind == GEMM_GROUPED_CONTIGUOUS, m, expected_m, alignment, "BF16", True)
     tiles = [first] + [(bm, bn) for bm in bms for bn in grouped_block_ns(kind, bm) if (bm, bn) != first]
     return [make_grouped_config(kind, m, n, k, num_groups, num_sms, expected_m, alignment, bm, bn) for bm, bn in tiles]
 
