@@ -222,3 +222,28 @@ def test_tune_block_m_filter_keeps_todays_selection_first():
     assert len(out) > 1 and all(c.block_m == 192 for c in out[1:])
     assert len({(c.kernel_key(), c.grid) for c in out}) == len(out)
     assert _restrict(cands, current, None) is cands
+
+
+def test_masked_three_warpgroup_tiles():
+    """The masked kind plans 192-row tiles (three consumer warpgroups, no multicast) where they pad
+    fewer rows than 128-row tiles; contiguous groups and other group sizes keep 64 / 128."""
+    masked, cont = h.GEMM_GROUPED_MASKED, h.GEMM_GROUPED_CONTIGUOUS
+    for em in (130, 192, 520, 576):  # ceil(em / 192) * 192 < ceil(em / 128) * 128
+        cfg = h.select_grouped_config(masked, ceil_div(em, 128) * 128, 4096, 7168, 8, 132, em, 0)
+        bms = {c[1] for c in h._grouped_model_candidates(masked, ceil_div(em, 128) * 128, 4096, 7168, 8, 132, em, 0)}
+        assert h.THREE_WG_BLOCK_M in bms, em
+        if em == 192:
+            assert (cfg.block_m, cfg.num_multicast) == (h.THREE_WG_BLOCK_M, 1)
+            assert cfg.num_threads == 512
+    for em in (64, 128, 200, 256, 320, 384, 1024):  # equal or more padding with 192 rows
+        bms = {c[1] for c in h._grouped_model_candidates(masked, ceil_div(em, 128) * 128, 4096, 7168, 8, 132, em, 0)}
+        assert h.THREE_WG_BLOCK_M not in bms, em
+    assert all(c[1] != h.THREE_WG_BLOCK_M for c in h._grouped_model_candidates(cont, 34048, 4096, 7168, 4, 132, 0, 128))
+    assert all(c[3] == 1 for c in h._grouped_model_candidates(masked, 256, 4096, 7168, 32, 132, 192, 0)
+               if c[1] == h.THREE_WG_BLOCK_M)
+    with pytest.raises(ValueError, match="block_m 192: no multicast"):
+        h.make_grouped_config(masked, 256, 4096, 7168, 32, 132, 192, 0, 192, 128, 4, 2, True)
+    with pytest.raises(ValueError, match="block_m in"):
+        h.make_grouped_config(cont, 34048, 4096, 7168, 4, 132, 0, 128, 192, 128, 4, 1, True)
+    with pytest.raises(ValueError, match="block_n a multiple of 16 <= 144"):
+        h.make_grouped_config(masked, 256, 4096, 7168, 32, 132, 192, 0, 192, 160, 4, 1, True)
