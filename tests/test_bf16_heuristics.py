@@ -247,7 +247,7 @@ def test_grouped_candidates_cover_the_space_model_first(kind, monkeypatch):
                                (256, 4096, 7168, 32, 192, 0), (384, 4096, 7168, 32, 320, 0)]:
         cands = h.grouped_candidate_configs(kind, m, n, k, g, SMS, em, al)
         assert cands[0] == h.select_grouped_config(kind, m, n, k, g, SMS, em, al)
-        bms, _ = h.grouped_block_m_options(kind == h.GEMM_GROUPED_CONTIGUOUS, m, em, al, "BF16", True)
+        bms, _ = h.grouped_block_m_options(kind == h.GEMM_GROUPED_CONTIGUOUS, m, em, al, "BF16")
         tiles = [(c.block_m, c.block_n) for c in cands]
         assert sorted(tiles) == sorted((bm, bn) for bm in bms for bn in h.grouped_block_ns(kind, bm))
         # block_m 192 (three consumer warpgroups): masked groups where it pads fewer rows than 128.

@@ -39,15 +39,15 @@ def print_configs_enabled() -> bool:
 
 
 def grouped_block_m_options(contiguous: bool, m: int, expected_m: int, alignment: int,
-                            what: str, masked_three_wg: bool = False) -> tuple[list[int], int]:
-    """(block_m candidates, rows per group the model plans for).
+                            what: str) -> tuple[list[int], int]:
+    """(block_m candidates, rows per group the model plans for), for both kernel families.
 
     Contiguous: block_m must divide the mk alignment (segments start at multiples of it, so a
     tile never holds two groups). Masked: plan for expected_m rows per group (0 = Mmax), and only
-    64-row tiles when that is <= 64; with masked_three_wg (a family that builds block_m 192 for
-    the masked kind) 192 too where it pads fewer rows than 128 (ceil(em / 192) * 192 < ceil(em / 128)
-    * 128: 129-192, 513-576, ... rows). Where the padding is equal (257-384 rows) the 128-row
-    tiles stay: a 192-row tile measured ~4% slower per computed row (benchmarks/NOTES.md v0.44).
+    64-row tiles when that is <= 64; 192-row tiles (three consumer warpgroups) too where they pad
+    fewer rows than 128-row ones (ceil(em / 192) * 192 < ceil(em / 128) * 128: 129-192, 513-576,
+    ... rows). Where the padding is equal (257-384 rows) the 128-row tiles stay: a 192-row tile
+    measured ~4% slower per computed row (benchmarks/NOTES.md v0.44).
     """
     if contiguous:
         bms = [bm for bm in (64, 128) if alignment % bm == 0]
@@ -60,7 +60,7 @@ def grouped_block_m_options(contiguous: bool, m: int, expected_m: int, alignment
     em = min(max(expected_m, 1), m) if expected_m > 0 else m
     if em <= 64:
         return [64], em
-    three_wg = masked_three_wg and ceil_div(em, 192) * 192 < ceil_div(em, 128) * 128
+    three_wg = ceil_div(em, 192) * 192 < ceil_div(em, 128) * 128
     return ([64, 128, 192] if three_wg else [64, 128]), em
 
 

@@ -496,7 +496,7 @@ def make_grouped_config(kind: int, m: int, n: int, k: int, num_groups: int, num_
     GROUPED_BLOCK_N[kind]); stages as many as fit, grid as select_grouped_config plans it."""
     _check_grouped_problem(kind, m, n, k, num_groups, num_sms)
     contiguous = kind == GEMM_GROUPED_CONTIGUOUS
-    bms, em = grouped_block_m_options(contiguous, m, expected_m, alignment, "BF16", True)
+    bms, em = grouped_block_m_options(contiguous, m, expected_m, alignment, "BF16")
     if block_m not in bms or block_n not in grouped_block_ns(kind, block_m):
         raise ValueError(f"grouped block {block_m}x{block_n}: block_m in {bms}, block_n in {GROUPED_BLOCK_N[kind]} "
                          f"(block_m {THREE_WG_BLOCK_M}: {GROUPED_BLOCK_N_THREE_WG})")
@@ -514,7 +514,7 @@ def make_grouped_config(kind: int, m: int, n: int, k: int, num_groups: int, num_
 def _grouped_model_tile(kind: int, m: int, n: int, k: int, num_groups: int, num_sms: int, expected_m: int,
                         alignment: int) -> tuple[int, int]:
     contiguous = kind == GEMM_GROUPED_CONTIGUOUS
-    bms, em = grouped_block_m_options(contiguous, m, expected_m, alignment, "BF16", True)
+    bms, em = grouped_block_m_options(contiguous, m, expected_m, alignment, "BF16")
     bm, bn, *_ = _fastest(
         (bm, bn, 1, *_estimate(grouped_model_rows(contiguous, m, num_groups, em, bm), n, k, bm, bn, 1, num_sms, 2,
                                False, b_groups=num_groups))
@@ -528,7 +528,7 @@ def grouped_candidate_configs(kind: int, m: int, n: int, k: int, num_groups: int
     (at most 2 x 4), the model's choice first."""
     _check_grouped_problem(kind, m, n, k, num_groups, num_sms)
     first = _grouped_model_tile(kind, m, n, k, num_groups, num_sms, expected_m, alignment)
-    bms, _ = grouped_block_m_options(kind == GEMM_GROUPED_CONTIGUOUS, m, expected_m, alignment, "BF16", True)
+    bms, _ = grouped_block_m_options(kind == GEMM_GROUPED_CONTIGUOUS, m, expected_m, alignment, "BF16")
     tiles = [first] + [(bm, bn) for bm in bms for bn in grouped_block_ns(kind, bm) if (bm, bn) != first]
     return [make_grouped_config(kind, m, n, k, num_groups, num_sms, expected_m, alignment, bm, bn) for bm, bn in tiles]
 

@@ -736,7 +736,7 @@ def _grouped_model_candidates(kind: int, m: int, n: int, k: int, num_groups: int
                               expected_m: int, alignment: int) -> list[tuple]:
     """Every (rank, bm, bn, mc, mc_on_a, tma, est, tiles, units) the grouped model considers."""
     contiguous = kind == GEMM_GROUPED_CONTIGUOUS
-    bms, em = grouped_block_m_options(contiguous, m, expected_m, alignment, "FP8", True)
+    bms, em = grouped_block_m_options(contiguous, m, expected_m, alignment, "FP8")
     out = []
     for bm in bms:
         m_eff = grouped_model_rows(contiguous, m, num_groups, em, bm)
@@ -758,7 +758,7 @@ def make_grouped_config(kind: int, m: int, n: int, k: int, num_groups: int, num_
                         tma_store: bool, est_us: float | None = None) -> Fp8GemmConfig:
     """An m-grouped config with the given choices (ValueError for one the kernel does not build)."""
     contiguous = kind == GEMM_GROUPED_CONTIGUOUS
-    bms, em = grouped_block_m_options(contiguous, m, expected_m, alignment, "FP8", True)
+    bms, em = grouped_block_m_options(contiguous, m, expected_m, alignment, "FP8")
     bm, bn, mc = block_m, block_n, num_multicast
     top = MAX_BLOCK_N_MASKED_TMA[bm] if (tma_store and not contiguous and bm in MAX_BLOCK_N_MASKED_TMA) \
         else MAX_BLOCK_N.get(bm, 0)
