@@ -7,6 +7,9 @@ import os
 from finegemm.utils import ceil_div
 
 
+# Three consumer warpgroups (setmaxnreg 160 / producer 32), in both kernel families.
+THREE_WG_BLOCK_M = 192
+
 # L2 promotion of the A and B tensor maps (bytes; 0: none), a host-side choice of a configuration
 # (the kernel is the same): 256B unless a tuned table entry names another (NOTES v0.40).
 L2_PROMOTIONS = (0, 64, 128, 256)
@@ -60,8 +63,8 @@ def grouped_block_m_options(contiguous: bool, m: int, expected_m: int, alignment
     em = min(max(expected_m, 1), m) if expected_m > 0 else m
     if em <= 64:
         return [64], em
-    three_wg = ceil_div(em, 192) * 192 < ceil_div(em, 128) * 128
-    return ([64, 128, 192] if three_wg else [64, 128]), em
+    three_wg = ceil_div(em, THREE_WG_BLOCK_M) * THREE_WG_BLOCK_M < ceil_div(em, 128) * 128
+    return ([64, 128, THREE_WG_BLOCK_M] if three_wg else [64, 128]), em
 
 
 def grouped_model_rows(contiguous: bool, m: int, num_groups: int, planned_m: int, block_m: int) -> int:

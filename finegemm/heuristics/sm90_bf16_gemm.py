@@ -49,9 +49,9 @@ import threading
 from dataclasses import dataclass
 
 from finegemm.heuristics import tuned
-from finegemm.heuristics._common import (DEFAULT_L2_PROMOTION, grouped_block_m_options, grouped_model_rows,
-                                         grouped_tuned_key, l2_promotion_note, print_configs_enabled,
-                                         with_entry_promotion)
+from finegemm.heuristics._common import (DEFAULT_L2_PROMOTION, THREE_WG_BLOCK_M, grouped_block_m_options,
+                                         grouped_model_rows, grouped_tuned_key, l2_promotion_note,
+                                         print_configs_enabled, with_entry_promotion)
 from finegemm.utils import ceil_div
 
 __all__ = [
@@ -129,7 +129,6 @@ GROUPED_BLOCK_N = {GEMM_GROUPED_CONTIGUOUS: (64, 128, 192), GEMM_GROUPED_MASKED:
 # a group of 129-192 rows is one m-block instead of two (a quarter of them padding at m = 192).
 # block_n 64 / 128 (6 / 4 stages next to the 192-row staging buffer); bn192 (3 stages) measured
 # 2-12% slower than bn128 on every G = 32, m = 192 record (benchmarks/NOTES.md v0.44).
-THREE_WG_BLOCK_M = 192
 GROUPED_BLOCK_N_THREE_WG = (64, 128)
 # Tuned-table kinds of the m-grouped kernels: prefix + number of groups (entries keyed by the
 # stacked rows for contiguous, the expected m for masked; `python -m finegemm tune bf16_masked`).
@@ -150,7 +149,7 @@ _STAGE_EFFICIENCY = {2: 0.75, 3: 0.9}  # short rings expose L2/TMA latency (>= 4
 _DRAM_BYTES_US = 4.0e6  # HBM bandwidth (bytes per microsecond)
 # Issue gaps with 1 / 2 / 3 consumer warpgroups (192: assumed as 128, not calibrated; the masked
 # tables decide where it runs).
-_WG_EFFICIENCY = {64: 0.85, 128: 0.95, 192: 0.95}
+_WG_EFFICIENCY = {64: 0.85, 128: 0.95, THREE_WG_BLOCK_M: 0.95}
 _FIXED_US = 2.0  # launch + pipeline fill
 _DRAM_FULL_GRID_FRACTION = 0.85
 

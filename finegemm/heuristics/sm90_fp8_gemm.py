@@ -40,9 +40,9 @@ import threading
 from dataclasses import dataclass
 
 from finegemm.heuristics import tuned
-from finegemm.heuristics._common import (DEFAULT_L2_PROMOTION, grouped_block_m_options, grouped_model_rows,
-                                         grouped_tuned_key, l2_promotion_note, print_configs_enabled,
-                                         with_entry_promotion)
+from finegemm.heuristics._common import (DEFAULT_L2_PROMOTION, THREE_WG_BLOCK_M, grouped_block_m_options,
+                                         grouped_model_rows, grouped_tuned_key, l2_promotion_note,
+                                         print_configs_enabled, with_entry_promotion)
 from finegemm.utils import ceil_div
 
 __all__ = [
@@ -118,7 +118,6 @@ MIN_KB_PER_SPLIT = 4
 # Largest block_n that compiles without spills in every variant (tests/test_fp8_kernel_compile.py):
 # the consumer keeps block_n/2 wgmma accumulators + block_n/2 promoted sums per thread, under
 # 232 registers (block_m 128: setmaxnreg 232) or 255 (block_m 64: one consumer warpgroup).
-THREE_WG_BLOCK_M = 192  # three consumer warpgroups (see FP8_BLOCK_MS below)
 MAX_BLOCK_N = {64: 208, 128: 224, THREE_WG_BLOCK_M: 144}
 # The masked grouped kind with the TMA-store epilogue keeps a few more registers live (the group
 # walk, the per-warpgroup choice between TMA and predicated stores): bm128 spills above 192

@@ -34,7 +34,7 @@ import threading
 from pathlib import Path
 from typing import Optional
 
-from finegemm.heuristics._common import check_l2_promotion
+from finegemm.heuristics._common import DEFAULT_L2_PROMOTION, check_l2_promotion
 
 
 __all__ = ["SHIPPED_TABLE", "SHIPPED_BF16_TABLE", "TUNED_FILE_ENV", "DISABLE_TUNED_ENV", "CONFIG_FIELDS", "OPTIONAL_FIELDS", "state", "lookup", "entry_key",
@@ -46,7 +46,8 @@ TUNED_FILE_ENV = "FINEGEMM_TUNED_FILE"
 DISABLE_TUNED_ENV = "FINEGEMM_DISABLE_TUNED"
 CONFIG_FIELDS = ("block_m", "block_n", "num_stages", "num_splits", "num_multicast", "multicast_on_a",
                  "tma_store", "half_promote")
-OPTIONAL_FIELDS = {"ctas_per_sm": 1, "k_batch": 1, "l2_promotion": [256, 256]}  # absent in a table = the default
+# absent in a table = the default
+OPTIONAL_FIELDS = {"ctas_per_sm": 1, "k_batch": 1, "l2_promotion": list(DEFAULT_L2_PROMOTION)}
 _VERSION = 1
 
 _lock = threading.Lock()

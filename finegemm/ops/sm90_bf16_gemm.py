@@ -40,6 +40,7 @@ from finegemm.heuristics.sm90_bf16_gemm import (
     GEMM_GROUPED_MASKED,
     GEMM_NORMAL,
     LAYOUTS,
+    THREE_WG_BLOCK_M,
     Bf16GemmConfig,
     all_kernel_keys,
     grouped_kernel_keys,
@@ -311,7 +312,8 @@ def render_grouped(block_m: int, block_n: int, num_stages: int, gemm_kind: int) 
     if gemm_kind not in _KIND_SUFFIX:
         raise ValueError(f"gemm_kind must be {GEMM_GROUPED_CONTIGUOUS} or {GEMM_GROUPED_MASKED}, got {gemm_kind}")
     # block_m 192 (three consumer warpgroups): the masked kind only.
-    check_tile(block_m, block_n, num_stages, (64, 128, 192) if gemm_kind == GEMM_GROUPED_MASKED else (64, 128))
+    check_tile(block_m, block_n, num_stages,
+               (64, 128, THREE_WG_BLOCK_M) if gemm_kind == GEMM_GROUPED_MASKED else (64, 128))
     return _GROUPED_TEMPLATE.format(threads=(block_m // 64 + 1) * 128, block_m=block_m, block_n=block_n,
                                     stages=num_stages, gemm_kind=gemm_kind)
 
