@@ -96,11 +96,10 @@ struct Sm90Bf16GemmTraits {
   static constexpr uint32_t kNumConsumerWG = BLOCK_M / 64;
   static constexpr uint32_t kNumConsumerThreads = kNumConsumerWG * 128;
   static constexpr uint32_t kNumThreads = kNumConsumerThreads + 128;
-  // setmaxnreg split of the 64K register file (one consumer warpgroup, BLOCK_M 64, keeps what it
-  // was compiled with): 2 x 128 x 232 + 128 x 40 <= 65536; three warpgroups (BLOCK_M 192, for
-  // masked groups of ~192 rows: no padding m-block) 3 x 128 x 160 + 128 x 32 = 65536.
-  static constexpr uint32_t kConsumerRegs = kNumConsumerWG == 3 ? 160 : 232;
-  static constexpr uint32_t kProducerRegs = kNumConsumerWG == 3 ? 32 : 40;
+  // setmaxnreg split (ptx::consumer_regs; BLOCK_M 64 keeps what it was compiled with; BLOCK_M 192,
+  // three warpgroups, for masked groups of ~192 rows: no padding m-block).
+  static constexpr uint32_t kConsumerRegs = ptx::consumer_regs(kNumConsumerWG);
+  static constexpr uint32_t kProducerRegs = ptx::producer_regs(kNumConsumerWG);
 
   // Shared memory layout (offsets from a 1024-byte aligned base):
   //   [D staging (kTmaStore: BLOCK_M x BLOCK_N bf16, or with kFp32Staging (k-grouped) one fp32

@@ -96,11 +96,9 @@ struct Sm90Fp8Gemm1d2dTraits {
   static constexpr uint32_t kNumConsumerWG = BLOCK_M / 64;
   static constexpr uint32_t kNumConsumerThreads = kNumConsumerWG * 128;
   static constexpr uint32_t kNumThreads = kNumConsumerThreads + 128;
-  // setmaxnreg split of the 64K register file (two or three consumer warpgroups; one warpgroup,
-  // BLOCK_M 64, keeps what it was compiled with): 2 x 128 x 232 + 128 x 40 <= 65536, and
-  // 3 x 128 x 160 + 128 x 32 = 65536 (512 threads, 128 each at launch).
-  static constexpr uint32_t kConsumerRegs = kNumConsumerWG == 3 ? 160 : 232;
-  static constexpr uint32_t kProducerRegs = kNumConsumerWG == 3 ? 32 : 40;
+  // setmaxnreg split (ptx::consumer_regs; BLOCK_M 64 keeps what it was compiled with).
+  static constexpr uint32_t kConsumerRegs = ptx::consumer_regs(kNumConsumerWG);
+  static constexpr uint32_t kProducerRegs = ptx::producer_regs(kNumConsumerWG);
 
   // Shared memory layout (offsets from a 1024-byte aligned base):
   //   [D staging (kTmaStore: BLOCK_M x BLOCK_N bf16, one 64-row buffer per consumer WG; with
