@@ -156,11 +156,9 @@ def _prepare_bf16_grouped(kind, layout, m, n, k, sms, gen):
             out[p] = ((lambda d=d, c=c: ops.m_grouped_bf16_gemm_nt_masked(a, b, d, masked_m, m, config=c)), d[:, :m])
         return cfg, out, (a, b, masked_m)
     g, ms = layout
-    align = finegemm.get_mk_alignment_for_contiguous_layout()
-    ids = []
-    for i, rows in enumerate(ms):
-        ids += [i] * rows + [-1] * (finegemm.align(rows, align) - rows)
-    grouped = torch.tensor(ids, dtype=torch.int32, device="cuda")
+    from finegemm.bench.grouped import contiguous_group_ids
+    grouped = torch.tensor(contiguous_group_ids(ms, finegemm.get_mk_alignment_for_contiguous_layout()),
+                           dtype=torch.int32, device="cuda")
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=gen)
     b = torch.randn(g, n, k, device="cuda", dtype=torch.bfloat16, generator=gen)
     for p in VARIANTS:

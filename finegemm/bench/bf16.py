@@ -144,17 +144,18 @@ def bench_grouped_contiguous(g, ms, n, k, gen, num_tests, *, device="cuda", time
     """m_grouped_bf16_gemm_nt_contiguous vs torch._grouped_mm (2-D x 3-D, offs = padded segment ends)."""
     import finegemm
     from finegemm import reference
+
+    from .grouped import contiguous_group_ids
     from finegemm.testing import calc_diff
 
     align_m = finegemm.get_mk_alignment_for_contiguous_layout()
     padded = [finegemm.align(m, align_m) for m in ms]
     m_total = sum(padded)
-    ids, valid, row = [], [], 0
-    for i, (m, p) in enumerate(zip(ms, padded)):
-        ids += [i] * m + [-1] * (p - m)
+    valid, row = [], 0
+    for m, p in zip(ms, padded):
         valid += range(row, row + m)
         row += p
-    layout = torch.tensor(ids, dtype=torch.int32, device=device)
+    layout = torch.tensor(contiguous_group_ids(ms, align_m), dtype=torch.int32, device=device)
     a = torch.randn(m_total, k, device=device, dtype=torch.bfloat16, generator=gen)
     b = torch.randn(g, n, k, device=device, dtype=torch.bfloat16, generator=gen)
     d = torch.empty(m_total, n, device=device, dtype=torch.bfloat16)

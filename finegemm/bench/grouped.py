@@ -61,6 +61,15 @@ def draw_ms(g: int, expected: int, rng: random.Random) -> list[int]:
     return [int(expected * rng.uniform(0.7, 1.3)) for _ in range(g)]
 
 
+def contiguous_group_ids(ms: list[int], alignment: int) -> list[int]:
+    """The per-row group ids of a contiguous layout: group i's ms[i] rows, then -1 up to the next
+    multiple of `alignment` (where the next segment starts)."""
+    ids = []
+    for i, m in enumerate(ms):
+        ids += [i] * m + [-1] * (-(-m // alignment) * alignment - m)
+    return ids
+
+
 def draw_ks(g: int, expected_k: int, rng: random.Random) -> list[int]:
     """K per group of a k-grouped record: expected_k * U[0.7, 1.3] rounded up to a multiple of 128."""
     return [-(-int(expected_k * rng.uniform(0.7, 1.3)) // 128) * 128 for _ in range(g)]
