@@ -77,6 +77,7 @@
 #include <finegemm/epilogue/tma_store_bf16.cuh>
 #include <finegemm/epilogue/tma_store_fp32.cuh>
 #include <finegemm/ptx/common.cuh>
+#include <finegemm/ptx/diag.cuh>
 #include <finegemm/ptx/mbarrier.cuh>
 #include <finegemm/ptx/tma.cuh>
 #include <finegemm/ptx/wgmma.cuh>
@@ -311,11 +312,24 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
         for (uint32_t kb = kb_begin; kb < kb_end; ++kb) {
           // Fresh barrier: waiting for parity 1 returns at once, so the first pass never blocks.
           ptx::mbar_wait(empty_bar(stage), phase ^ 1u);
-          ptx::mbar_arrive_expect_tx(full_bar(stage), Traits::kTxBytes);
+          // Diagnostic builds (ptx/diag.cuh) skip some boxes; the stage's byte count follows.
+          const bool skip_a = diag::kNoTma || (diag::kHalfATma && (kb & 1u));
+          const bool skip_b = diag::kNoTma || (diag::kHalfBTma && (kb & 1u));
+          if (skip_a && skip_b) {
+            ptx::mbar_arrive(full_bar(stage));
+            if (++stage == kNumStages) {
+              stage = 0;
+              phase ^= 1u;
+            }
+            continue;
+          }
+          ptx::mbar_arrive_expect_tx(full_bar(stage), Traits::kTxBytes - (skip_a ? Traits::kSmemA : 0u) -
+                                                          (skip_b ? Traits::kSmemB : 0u));
           const int32_t k0 = static_cast<int32_t>(kb * BLOCK_K);
           const uint32_t dst_a = base + Traits::kOffA + stage * Traits::kSmemA;
           const uint32_t dst_b = base + Traits::kOffB + stage * Traits::kSmemB;
-          if constexpr (kAMnMajor) {
+          if (skip_a) {
+          } else if constexpr (kAMnMajor) {
             // [K, M] storage: boxes of (64 m, 64 k), coordinates (m, k).
 #pragma unroll
             for (uint32_t c = 0; c < BLOCK_M / 64; ++c)
@@ -324,7 +338,8 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
             // [M, K] storage: one box of (64 k, BLOCK_M rows), coordinates (k, m).
             load_a(dst_a, full_bar(stage), k0, m0);
           }
-          if constexpr (kBMnMajor) {
+          if (skip_b) {
+          } else if constexpr (kBMnMajor) {
 #pragma unroll
             for (uint32_t c = 0; c < BLOCK_N / kBBoxCols; ++c)
               load_b(dst_b + c * kChunk, full_bar(stage), n0 + static_cast<int32_t>(c * kBBoxCols), k0);
@@ -406,6 +421,14 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
       uint32_t prev_stage = 0;
       for (uint32_t kb = kb_begin; kb < kb_end; ++kb) {
         ptx::mbar_wait(full_bar(stage), phase);
+        if constexpr (diag::kNoMma) {  // the data path alone (ptx/diag.cuh)
+          release(stage);
+          if (++stage == kNumStages) {
+            stage = 0;
+            phase ^= 1u;
+          }
+          continue;
+        }
         const uint32_t a_addr = base + Traits::kOffA + stage * Traits::kSmemA + wg * kChunk;
         const uint32_t b_addr = base + Traits::kOffB + stage * Traits::kSmemB;
         uint64_t desc_a, desc_b;
@@ -468,16 +491,16 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
           }
           continue;
         }
-        release(prev_stage);
+        if constexpr (!diag::kNoMma) release(prev_stage);
       } else if constexpr (kGrouped) {
         if (skip) {
 #pragma unroll
           for (uint32_t i = 0; i < kNumAcc; ++i) acc[i] = 0.0f;  // no k-block ran: the tile is zeros
-        } else {
+        } else if constexpr (!diag::kNoMma) {
           release(prev_stage);
         }
-      } else {
-        release(prev_stage);  // every unit has at least one k-block
+      } else if constexpr (!diag::kNoMma) {
+        release(prev_stage);  // every unit has at least one k-block (no-MMA builds released it)
       }
 
       // ---------------------------------------------------------------- split-K reduction

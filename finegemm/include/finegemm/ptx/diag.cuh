@@ -14,6 +14,10 @@
 //   FINEGEMM_DIAG_NO_A_TMA / FINEGEMM_DIAG_NO_B_TMA  the producer skips the A (or B) box of every
 //                         stage (the consumers compute on whatever the slot holds): which operand's
 //                         stream sets a skinny tile's per-k-block time (benchmarks/NOTES.md v0.41)?
+//   FINEGEMM_DIAG_HALF_A_TMA / FINEGEMM_DIAG_HALF_B_TMA  (BF16 kernel, dense kind) the producer
+//                         loads the A (or B) box of even k-blocks only: the L2 -> SM bytes a 2-CTA
+//                         multicast of that operand would save (an upper bound on its data-path gain)
+//   FINEGEMM_DIAG_NO_MMA / FINEGEMM_DIAG_NO_TMA  also act in the BF16 kernel's dense loop
 //   FINEGEMM_DIAG_NO_1D1D_FENCE  the 1D1D consumers release a stage without the proxy fence after
 //                         their shared-memory scale loads (racy by design: what does the fence cost?)
 //   FINEGEMM_DIAG_NO_L2_HINTS  the producers of both kernel families load with the default L2
@@ -69,6 +73,18 @@ constexpr bool kNoATma = false;
 constexpr bool kNoBTma = true;
 #else
 constexpr bool kNoBTma = false;
+#endif
+
+#ifdef FINEGEMM_DIAG_HALF_A_TMA
+constexpr bool kHalfATma = true;
+#else
+constexpr bool kHalfATma = false;
+#endif
+
+#ifdef FINEGEMM_DIAG_HALF_B_TMA
+constexpr bool kHalfBTma = true;
+#else
+constexpr bool kHalfBTma = false;
 #endif
 
 #ifdef FINEGEMM_DIAG_NO_1D1D_FENCE
