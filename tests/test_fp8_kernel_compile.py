@@ -213,10 +213,97 @@ def test_widest_k_batch_and_half_promote_tiles_compile_unserialized():
 
 
 def test_half_promote_above_its_limit_is_rejected():
+    """Above MAX_BLOCK_N_HALF_PROMOTE only block_m 128 with recipe (1, 128, 128) builds (serial
+    halves), up to MAX_BLOCK_N_SERIAL_HALVES."""
     from finegemm.heuristics import sm90_fp8_gemm as h
 
-    with pytest.raises(ValueError, match="half_promote"):
-        h.make_config(4096, 4096, 7168, 132, False, False, 128, h.MAX_BLOCK_N_HALF_PROMOTE + 16, 3, half_promote=True)
+    wide = h.MAX_BLOCK_N_HALF_PROMOTE + 16
+    with pytest.raises(ValueError, match="block_n"):
+        h.make_config(4096, 4096, 7168, 132, False, False, 64, wide, 3, half_promote=True)
+    with pytest.raises(ValueError, match="block_n"):
+        h.make_config(4096, 4096, 7168, 132, True, False, 128, wide, 3, half_promote=True, one_d_one_d=True)
+    with pytest.raises(ValueError, match="block_n"):
+        h.make_config(4096, 4096, 7168, 132, False, False, 128, h.MAX_BLOCK_N_SERIAL_HALVES + 16, 3, half_promote=True)
+    with pytest.raises(ValueError, match="block_n"):  # without half-promote the wide tile spills
+        h.make_config(4096, 4096, 7168, 132, False, False, 128, h.MAX_BLOCK_N_SERIAL_HALVES, 3)
+    with pytest.raises(ValueError, match="split-K"):
+        h.make_config(4096, 4096, 7168, 132, True, True, 128, h.MAX_BLOCK_N_SERIAL_HALVES, 3, 2, half_promote=True)
+    cfg = h.make_config(4096, 4096, 7168, 132, False, False, 128, h.MAX_BLOCK_N_SERIAL_HALVES, 3, half_promote=True)
+    assert cfg.half_promote and cfg.block_n == h.MAX_BLOCK_N_SERIAL_HALVES
+
+
+def test_tuner_proposes_serial_halves_only_where_they_can_fill_the_machine():
+    from finegemm.heuristics import sm90_fp8_gemm as h
+
+    def serial(m):
+        return [c for c in h.candidate_configs(m, 4096, 7168, 132)
+                if c.half_promote and c.block_n > h.MAX_BLOCK_N_HALF_PROMOTE]
+
+    wide = serial(1024)
+    assert {c.block_n for c in wide} == set(h.SERIAL_HALVES_BLOCK_N)
+    assert {(c.num_multicast, c.multicast_on_a, c.tma_store) for c in wide} == {
+        (1, False, False), (1, False, True), (2, True, False), (2, True, True), (2, False, False), (2, False, True)}
+    assert all(c.block_m == 128 and c.num_splits == 1 for c in wide)
+    assert serial(h.SERIAL_HALVES_MIN_M - 1) == []
+    # fp32 out with C: no TMA-store twins
+    assert not any(c.tma_store for c in h.candidate_configs(1024, 4096, 7168, 132, True, True)
+                   if c.half_promote and c.block_n > h.MAX_BLOCK_N_HALF_PROMOTE)
+
+
+def test_grouped_serial_halves_rules():
+    from finegemm.heuristics import sm90_fp8_gemm as h
+    from finegemm.ops.sm90_fp8_gemm import render
+
+    cands = h.grouped_candidate_configs(h.GEMM_GROUPED_MASKED, 1024, 4096, 7168, 1, 132, 1024, 0)
+    wide = [c for c in cands if c.half_promote]
+    assert {c.block_n for c in wide} == set(h.SERIAL_HALVES_BLOCK_N) and all(c.block_m == 128 for c in wide)
+    assert {(c.num_multicast, c.tma_store) for c in wide} == {(1, False), (1, True), (2, False), (2, True)}
+    # Few rows per group: no serial halves (expected_m 192 < SERIAL_HALVES_MIN_M).
+    assert not any(c.half_promote for c in h.grouped_candidate_configs(h.GEMM_GROUPED_MASKED, 256, 4096, 7168, 32,
+                                                                        132, 192, 0))
+    # Only the serial form: not at block_n <= 208, not at block_m 64.
+    for bm, bn in ((128, 192), (64, 256)):
+        with pytest.raises(ValueError, match="half_promote"):
+            h.make_grouped_config(h.GEMM_GROUPED_MASKED, 1024, 4096, 7168, 1, 132, 1024, 0, bm, bn, 3, 1, True,
+                                  half_promote=True)
+        with pytest.raises(ValueError, match="half-promote"):
+            render(bm, bn, 3, False, False, False, 1, False, True, True, h.GEMM_GROUPED_MASKED)
+    # A tuned entry's half_promote reaches the grouped config.
+    f = {**h.tuned.OPTIONAL_FIELDS, "block_m": 128, "block_n": 256, "num_stages": 3, "num_multicast": 1,
+         "multicast_on_a": False, "tma_store": True, "half_promote": True, "num_splits": 1}
+    cfg = h.grouped_config_from_fields(f, h.GEMM_GROUPED_CONTIGUOUS, 8192, 4096, 7168, 4, 132, 0, 128)
+    assert cfg.half_promote and cfg.block_n == 256
+
+
+@pytest.mark.nvcc
+def test_serial_halves_compile_clean():
+    """Serial halves (bm128, block_n 224-256) in the variants the tuners and the GPU tests build
+    (dense and both m-grouped kinds):
+    no spills, unserialized wgmmas, and 8 wgmmas per k-block (two halves of 4), i.e. one
+    instantiation of the k-loop."""
+    from finegemm import jit
+    from finegemm.heuristics.sm90_fp8_gemm import (GEMM_GROUPED_CONTIGUOUS, GEMM_GROUPED_MASKED,
+                                                   MAX_BLOCK_N_SERIAL_HALVES, max_stages)
+    from finegemm.ops.sm90_fp8_gemm import render
+
+    jobs = []
+    for bn in (224, 240, MAX_BLOCK_N_SERIAL_HALVES):
+        st, st_tma = max_stages(128, bn), max_stages(128, bn, True)
+        jobs.append((f"bm128_bn{bn}_hp_mcb_tmas", render(128, bn, st_tma, False, False, False, 2, False, True, True)))
+        jobs.append((f"bm128_bn{bn}_hp_mca", render(128, bn, st, False, False, False, 2, True, True)))
+        jobs.append((f"bm128_bn{bn}_hp_f32_c", render(128, bn, st, True, True, False, 1, False, True)))
+        # The m-grouped kinds (bf16 out, no C, clusters share A).
+        for kind in (GEMM_GROUPED_CONTIGUOUS, GEMM_GROUPED_MASKED):
+            jobs.append((f"bm128_bn{bn}_hp_mca_tmas_k{kind}",
+                         render(128, bn, st_tma, False, False, False, 2, True, True, True, kind)))
+            jobs.append((f"bm128_bn{bn}_hp_k{kind}", render(128, bn, st, False, False, False, 1, False, True, False, kind)))
+    reports = jit.compile_check(jobs, raise_on_failure=False)
+    _check_reports(reports)
+    assert not any(r["wgmma_serialized"] for r in reports)
+    for r in reports:
+        sass = _sass(r["cubin"])
+        if sass is not None and r["label"].startswith(f"bm128_bn{MAX_BLOCK_N_SERIAL_HALVES}"):
+            assert sass.count("QGMMA") == 8, r["label"]
 
 
 def test_ptxas_log_parser_flags_serialized_wgmma():

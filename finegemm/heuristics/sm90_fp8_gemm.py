@@ -104,7 +104,20 @@ MAX_BLOCK_N_KBATCH_1D1D = {2: 128, 4: 80}
 # tiles run the old loop, measured 4-10% slower at M = 4096 (benchmarks/NOTES.md v0.13).
 MAX_BLOCK_N_LEAN_LOOP = 208
 _WIDE_LOOP_EFFICIENCY = 0.93
-MAX_BLOCK_N_HALF_PROMOTE = 208  # bm128 bn224 half-promote spills 16 bytes (nvcc 13.0)
+MAX_BLOCK_N_HALF_PROMOTE = 208  # two half accumulator sets: bm128 bn224 spilled 16 bytes (nvcc 13.0)
+# Above that, half-promote at block_m 128 (recipe (1, 128, 128)) runs the halves one after the other
+# through one accumulator set (the kernel's kSerialHalves), which fits up to block_n 256: the
+# 128 x 256 tile has the fewest shared-memory bytes per FLOP (benchmarks/NOTES.md v0.47).
+MAX_BLOCK_N_SERIAL_HALVES = 256
+# No split-K with them (the split reduction spills). What the tuner proposes of them (shapes with
+# M >= SERIAL_HALVES_MIN_M; the model does not rank them).
+SERIAL_HALVES_BLOCK_N = (224, 256)
+SERIAL_HALVES_MIN_M = 256
+
+
+def serial_halves(block_m: int, block_n: int, half_promote: bool, one_d_one_d: bool = False) -> bool:
+    """Whether the kernel half-promotes this tile serially (impls/sm90_fp8_gemm_1d2d.cuh kSerialHalves)."""
+    return bool(half_promote) and block_m == 128 and block_n > MAX_BLOCK_N_HALF_PROMOTE and not one_d_one_d
 # Stages: the model builds rings of up to MODEL_MAX_STAGES; tuned entries and the tuner's deep-ring
 # twins may use up to MAX_STAGES (the kernel's limit, Sm90Fp8Gemm1d2dTraits). A deeper ring keeps
 # more of a narrow tile's B in flight: 64x4096x7168 bm64 bn32 14.4 us at 16 stages vs 15.5 at 8,
@@ -332,16 +345,19 @@ def make_config(m: int, n: int, k: int, num_sms: int, out_fp32: bool, has_c: boo
     Raises ValueError for a combination the kernel does not build (the tuner and the tuned tables
     go through here, so a bad table entry can never reach a launch)."""
     bm, bn = block_m, block_n
-    top = (MAX_BLOCK_N_1D1D if one_d_one_d else MAX_BLOCK_N).get(bm)
+    wide_halves = half_promote and bm == 128 and not one_d_one_d  # serial above MAX_BLOCK_N_HALF_PROMOTE
+    top = MAX_BLOCK_N_SERIAL_HALVES if wide_halves else (MAX_BLOCK_N_1D1D if one_d_one_d else MAX_BLOCK_N).get(bm)
     if top is None or bn % 16 or not 16 <= bn <= top:
-        raise ValueError(f"block_m {bm} / block_n {bn}: need block_m in {FP8_BLOCK_MS}, block_n a multiple of 16 <= {top}")
+        raise ValueError(f"block_m {bm} / block_n {bn}: need block_m in {FP8_BLOCK_MS}, block_n a multiple of 16 <= {top}"
+                         f"{'' if wide_halves else f' (up to {MAX_BLOCK_N_SERIAL_HALVES} with half_promote at block_m 128, recipe (1, 128, 128))'}")
+    if serial_halves(bm, bn, half_promote, one_d_one_d) and num_splits != 1:
+        raise ValueError(f"half_promote with block_n > {MAX_BLOCK_N_HALF_PROMOTE} (serial halves): no split-K (its "
+                         "reduction spills)")
     if bm == THREE_WG_BLOCK_M and (num_splits != 1 or num_multicast != 1 or ctas_per_sm != 1 or k_batch != 1):
         raise ValueError("block_m 192: no split-K, no multicast, one CTA per SM, k_batch 1")
     kbatch_top = MAX_BLOCK_N_KBATCH_1D1D if one_d_one_d else MAX_BLOCK_N_KBATCH
     if k_batch != 1 and (k_batch not in kbatch_top or bn > kbatch_top[k_batch] or half_promote):
         raise ValueError(f"k_batch {k_batch}: 1, or 2 / 4 with block_n <= {kbatch_top} (no half-promote)")
-    if half_promote and bn > MAX_BLOCK_N_HALF_PROMOTE:
-        raise ValueError(f"half_promote: block_n <= {MAX_BLOCK_N_HALF_PROMOTE} (wider spills)")
     if k_batch > num_stages:  # a batch waits for k_batch full stages before releasing one: deadlock
         raise ValueError(f"k_batch {k_batch} > num_stages {num_stages}")
     if ctas_per_sm not in (1, 2) or (ctas_per_sm == 2 and bm != 64):
@@ -446,6 +462,8 @@ def candidate_configs(m: int, n: int, k: int, num_sms: int, out_fp32: bool = Fal
             out.append(dataclasses.replace(cfg, half_promote=True))
     out += _two_cta_candidates(m, n, k, num_sms, out_fp32, has_c, one_d_one_d)
     out += _three_wg_candidates(m, n, k, num_sms, out_fp32, has_c, one_d_one_d)
+    if not one_d_one_d:
+        out += _serial_halves_candidates(m, n, k, num_sms, out_fp32, has_c)
     if one_d_one_d:
         out += _fp32_tma_epilogue_twins(out, m, n, k, num_sms, has_c)
         whole = [c for c in out if c.ctas_per_sm == 1]
@@ -473,6 +491,25 @@ def candidate_configs(m: int, n: int, k: int, num_sms: int, out_fp32: bool = Fal
     # The twin generators may meet (e.g. a block_m 192 TMA candidate and the TMA twin of its
     # direct-epilogue sibling).
     return unique_launches(out)
+
+
+def _serial_halves_candidates(m: int, n: int, k: int, num_sms: int, out_fp32: bool,
+                              has_c: bool) -> list[Fp8GemmConfig]:
+    """bm128 tiles wider than the two-accumulator limit, half-promoted serially (MAX_BLOCK_N_SERIAL_HALVES),
+    alone, with multicast on A or B, and with the TMA-store epilogue where it applies; for M >=
+    SERIAL_HALVES_MIN_M (a skinny shape has too few tiles for them)."""
+    if m < SERIAL_HALVES_MIN_M:
+        return []
+    out = []
+    tmas = (False, True) if not (out_fp32 or has_c) else (False,)
+    for bn in SERIAL_HALVES_BLOCK_N:
+        for mc, on_a in ((1, False), (2, True), (2, False)):
+            if mc == 2 and num_sms < 2:
+                continue
+            for tma in tmas:
+                out.append(make_config(m, n, k, num_sms, out_fp32, has_c, 128, bn, max_stages(128, bn, tma), 1, mc, on_a,
+                                       tma, half_promote=True))
+    return out
 
 
 def unique_launches(cfgs: list[Fp8GemmConfig]) -> list[Fp8GemmConfig]:
@@ -645,7 +682,8 @@ def grouped_config_from_fields(f: dict, kind: int, m: int, n: int, k: int, num_g
     """make_grouped_config() from a tuned entry's config fields."""
     return with_entry_promotion(
         make_grouped_config(kind, m, n, k, num_groups, num_sms, expected_m, alignment, f["block_m"], f["block_n"],
-                            f["num_stages"], f["num_multicast"], f["tma_store"]), f)
+                            f["num_stages"], f["num_multicast"], f["tma_store"], half_promote=f.get("half_promote", False)),
+        f)
 
 
 def _grouped_tuned_kind(kind: int, m: int, num_groups: int, expected_m: int) -> tuple[str, int]:
@@ -754,13 +792,20 @@ def _grouped_model_candidates(kind: int, m: int, n: int, k: int, num_groups: int
 
 def make_grouped_config(kind: int, m: int, n: int, k: int, num_groups: int, num_sms: int, expected_m: int,
                         alignment: int, block_m: int, block_n: int, num_stages: int, num_multicast: int,
-                        tma_store: bool, est_us: float | None = None) -> Fp8GemmConfig:
-    """An m-grouped config with the given choices (ValueError for one the kernel does not build)."""
+                        tma_store: bool, est_us: float | None = None, half_promote: bool = False) -> Fp8GemmConfig:
+    """An m-grouped config with the given choices (ValueError for one the kernel does not build).
+    half_promote: only the serial halves (block_m 128, block_n above MAX_BLOCK_N_HALF_PROMOTE)."""
     contiguous = kind == GEMM_GROUPED_CONTIGUOUS
     bms, em = grouped_block_m_options(contiguous, m, expected_m, alignment, "FP8")
     bm, bn, mc = block_m, block_n, num_multicast
-    top = MAX_BLOCK_N_MASKED_TMA[bm] if (tma_store and not contiguous and bm in MAX_BLOCK_N_MASKED_TMA) \
-        else MAX_BLOCK_N.get(bm, 0)
+    if half_promote:
+        top = MAX_BLOCK_N_SERIAL_HALVES if bm == 128 else 0
+        if not MAX_BLOCK_N_HALF_PROMOTE < bn <= top:
+            raise ValueError(f"grouped half_promote: block_m 128 with block_n in ({MAX_BLOCK_N_HALF_PROMOTE}, "
+                             f"{MAX_BLOCK_N_SERIAL_HALVES}] (serial halves), got {bm}x{bn}")
+    else:
+        top = MAX_BLOCK_N_MASKED_TMA[bm] if (tma_store and not contiguous and bm in MAX_BLOCK_N_MASKED_TMA) \
+            else MAX_BLOCK_N.get(bm, 0)
     if bm not in bms or bn % 16 or not 16 <= bn <= top:
         raise ValueError(f"grouped block {bm}x{bn}: block_m in {bms}, block_n a multiple of 16 <= {top}")
     if mc not in (1, 2) or (mc == 2 and num_sms < 2):
@@ -782,6 +827,7 @@ def make_grouped_config(kind: int, m: int, n: int, k: int, num_groups: int, num_
         smem_bytes=smem_bytes(bm, bn, num_stages, tma_store), num_threads=num_threads(bm), num_tiles=tiles,
         num_units=units, out_fp32=False, has_c=False, est_us=est if est_us is None else est_us, num_multicast=mc,
         multicast_on_a=bool(mc == 2), tma_store=bool(tma_store), gemm_kind=kind, num_groups=num_groups,
+        half_promote=bool(half_promote),
     )
 
 
@@ -793,9 +839,17 @@ def grouped_candidate_configs(kind: int, m: int, n: int, k: int, num_groups: int
     cands = sorted(_grouped_model_candidates(kind, m, n, k, num_groups, num_sms, expected_m, alignment))
     # family: (block_m, multicast, TMA store)
     chosen = _top_and_family_bests(cands, top, lambda c: (c[1], c[3], c[5]))
-    return [make_grouped_config(kind, m, n, k, num_groups, num_sms, expected_m, alignment, bm, bn,
-                                max_stages(bm, bn, tma), mc, tma, est_us=est)
-            for _, bm, bn, mc, _mca, tma, est, _t, _u in chosen]
+    out = [make_grouped_config(kind, m, n, k, num_groups, num_sms, expected_m, alignment, bm, bn,
+                               max_stages(bm, bn, tma), mc, tma, est_us=est)
+           for _, bm, bn, mc, _mca, tma, est, _t, _u in chosen]
+    # Serial halves (the model does not rank them): bm128 x SERIAL_HALVES_BLOCK_N, alone or sharing A,
+    # each epilogue, where 128-row tiles are an option and the groups' rows can fill them.
+    bms, em = grouped_block_m_options(kind == GEMM_GROUPED_CONTIGUOUS, m, expected_m, alignment, "FP8")
+    if 128 in bms and (em if kind == GEMM_GROUPED_MASKED else m) >= SERIAL_HALVES_MIN_M:
+        out += [make_grouped_config(kind, m, n, k, num_groups, num_sms, expected_m, alignment, 128, bn,
+                                    max_stages(128, bn, tma), mc, tma, half_promote=True)
+                for bn in SERIAL_HALVES_BLOCK_N for mc in ((1, 2) if num_sms >= 2 else (1,)) for tma in (False, True)]
+    return out
 
 
 def select_grouped_config(kind: int, m: int, n: int, k: int, num_groups: int, num_sms: int,

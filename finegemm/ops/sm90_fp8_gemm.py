@@ -31,6 +31,7 @@ from finegemm.heuristics.sm90_fp8_gemm import (
     Fp8GemmConfig,
     select_config,
     select_grouped_config,
+    serial_halves,
 )
 from finegemm.ops._runtime import (PreparedLaunch, SplitKWorkspace, c_function, check_tile, is_capturing,
                                    l2_promotion_arg, prepare_function, prepared_handle_functions, raw_stream)
@@ -129,9 +130,11 @@ def render(block_m: int, block_n: int, num_stages: int, out_fp32: bool, has_c: b
                                half_promote=_b(half_promote), k_batch=f", {k_batch}" if k_batch > 1 else "")
     if gemm_kind not in (GEMM_NORMAL, GEMM_GROUPED_CONTIGUOUS, GEMM_GROUPED_MASKED):
         raise ValueError(f"gemm_kind must be 0, 1 or 2, got {gemm_kind}")
-    if gemm_kind != GEMM_NORMAL and (out_fp32 or has_c or split_k or half_promote or
+    if gemm_kind != GEMM_NORMAL and (out_fp32 or has_c or split_k or
+                                     (half_promote and not serial_halves(block_m, block_n, half_promote)) or
                                      (num_multicast == 2 and not multicast_on_a)):
-        raise ValueError("grouped kinds: bf16 out, no C, no split-K, no half-promote, multicast on A only")
+        raise ValueError("grouped kinds: bf16 out, no C, no split-K, multicast on A only, half-promote only as "
+                         "serial halves (block_m 128, block_n > 208)")
     if num_multicast not in (1, 2):
         raise ValueError(f"num_multicast must be 1 or 2, got {num_multicast}")
     if num_multicast == 2 and split_k:

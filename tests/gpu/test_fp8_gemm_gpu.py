@@ -394,6 +394,51 @@ def test_forced_tuner_families(m, n, k, variant):
         _check_forced(cfg, m, n, k, seed=bn + m + k)
 
 
+# Serial halves (half-promote above MAX_BLOCK_N_HALF_PROMOTE at block_m 128; only the tuner proposes
+# them): (block_n, splits, multicast, multicast_on_a, tma_store, out_fp32 + C).
+SERIAL_HALVES_VARIANTS = [(256, 1, 1, False, False, False), (256, 1, 2, False, True, False),
+                          (256, 1, 2, True, False, False), (224, 1, 2, True, True, False),
+                          (240, 1, 1, False, True, False), (256, 1, 2, True, False, True)]
+
+
+@pytest.mark.parametrize("m,n,k", [(17, 2112, 7296), (385, 2104, 1664), (130, 7168, 2048), (4097, 576, 7168)])
+@pytest.mark.parametrize("variant", SERIAL_HALVES_VARIANTS, ids=str)
+def test_serial_halves(m, n, k, variant):
+    """The serially half-promoted wide tiles on partial tiles in M, N and K (N = 2104 leaves a tile
+    whose right half is past N): exact reference, poisoned output, bitwise repeat; and bitwise
+    equal to the plain tile of half the width (bf16 out): each half is the same m64 x (block_n / 2)
+    wgmmas and the same promotion, only issued one after the other."""
+    from finegemm import runtime
+    from finegemm.heuristics.sm90_fp8_gemm import make_config, max_stages
+
+    bn, splits, mc, on_a, tma, f32_c = variant
+    sms = runtime.get_num_sms()
+    splits = min(splits, -(-k // 128))
+    cfg = make_config(m, n, k, sms, f32_c, f32_c, 128, bn, max_stages(128, bn, tma), splits, mc, on_a, tma,
+                      half_promote=True)
+    x, w, a, sfa, b, sfb = _inputs(m, n, k, seed=bn + m + k)
+    if f32_c:
+        c = torch.randn(m, n, device="cuda")
+        d = torch.full((m, n), float("nan"), device="cuda")
+        call = ops.prepare(a, sfa, b, sfb, d, c, config=cfg)
+        call()
+        first = d.clone()
+        call()
+        assert torch.equal(first, d), f"{cfg}: not bitwise repeatable"
+        _check(d, a, sfa, b, sfb, x, w, c=c)
+        return
+    _check_forced(cfg, m, n, k, seed=bn + m + k)
+    if (bn // 2) % 16:
+        return  # no plain tile of that width (block_n 240: halves of 120)
+    out = {}
+    for w_bn, hp in ((bn, True), (bn // 2, False)):
+        d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        ops.prepare(a, sfa, b, sfb, d, config=make_config(m, n, k, sms, False, False, 128, w_bn,
+                                                          max_stages(128, w_bn), half_promote=hp))()
+        out[w_bn] = d
+    assert torch.equal(out[bn], out[bn // 2]), f"serial halves bn{bn} differ from the plain bn{bn // 2} tile"
+
+
 # block_m 192 (three consumer warpgroups; only the tuner proposes it): (block_n, stages) of the
 # direct epilogue. The shapes put partial tiles at every edge: M = 1 / 17 (one m-block, mostly
 # empty), 385 (two full m-blocks + 1 row), 4097; N off every block_n; K with a ring that wraps.

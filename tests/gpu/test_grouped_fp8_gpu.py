@@ -185,7 +185,7 @@ def test_masked(case):
     _check_masked(d, a, sfa, b, sfb, masked)
 
 
-def _force(monkeypatch, bm, bn, mc, tma):
+def _force(monkeypatch, bm, bn, mc, tma, hp=False):
     from finegemm.heuristics import sm90_fp8_gemm as h
     from finegemm.ops import sm90_fp8_gemm as ops
 
@@ -196,7 +196,7 @@ def _force(monkeypatch, bm, bn, mc, tma):
         st = h.max_stages(bm, bn, tma)
         grid = num_sms if mc == 1 else 2 * (num_sms // 2)
         return dataclasses.replace(cfg, block_m=bm, block_n=bn, num_stages=st, num_multicast=mc,
-                                   multicast_on_a=mc == 2, tma_store=tma, grid=grid,
+                                   multicast_on_a=mc == 2, tma_store=tma, grid=grid, half_promote=hp,
                                    smem_bytes=h.smem_bytes(bm, bn, st, tma), num_threads=h.num_threads(bm))
 
     monkeypatch.setattr(ops, "select_grouped_config", forced)
@@ -217,6 +217,26 @@ def test_forced_configs_masked(cfg, monkeypatch):
     _force(monkeypatch, *cfg)
     _, g, m_max, n, k, masked, expected_m = FORCED_MASKED
     a, sfa, b, sfb = _masked_problem(g, m_max, n, k, seed=cfg[1] + 1)
+    d = _run_masked(a, sfa, b, sfb, torch.tensor(masked, dtype=torch.int32, device="cuda"), expected_m)
+    _check_masked(d, a, sfa, b, sfb, masked)
+
+
+# Serial halves (block_m 128, block_n above the two-accumulator limit; only the tuner proposes them).
+SERIAL_HALVES = [(256, 1, True), (256, 2, False), (224, 2, True)]
+
+
+@pytest.mark.parametrize("bn, mc, tma", SERIAL_HALVES, ids=str)
+def test_serial_halves_grouped(bn, mc, tma, monkeypatch):
+    """Serial halves in both m-grouped kinds: the forced problems above (N = 1000 cuts the tile's
+    right half; masked groups of 192 / 70 / 0 rows; contiguous segments of 100 / 300 / 0 / 129 rows),
+    exact reference, poisoned outputs, zero padding rows."""
+    _force(monkeypatch, 128, bn, mc, tma, hp=True)
+    _, ms, n, k, pad_after, use_psum = FORCED_CONTIGUOUS
+    a, sfa, b, sfb, layout, ids = _contiguous_problem(ms, n, k, pad_after, use_psum, seed=bn + mc)
+    d = _run_contiguous(a, sfa, b, sfb, layout, use_psum)
+    _check_contiguous(d, a, sfa, b, sfb, layout, ids, use_psum)
+    _, g, m_max, n, k, masked, expected_m = FORCED_MASKED
+    a, sfa, b, sfb = _masked_problem(g, m_max, n, k, seed=bn + mc + 1)
     d = _run_masked(a, sfa, b, sfb, torch.tensor(masked, dtype=torch.int32, device="cuda"), expected_m)
     _check_masked(d, a, sfa, b, sfb, masked)
 
@@ -291,15 +311,17 @@ def test_tuned_masked_entries(entry):
     em, n, k = entry["m"], entry["n"], entry["k"]
     m_max = finegemm.align(em, 128)
     cfg = select_grouped_config(GEMM_GROUPED_MASKED, m_max, n, k, g, runtime.get_num_sms(), em, 0)
-    picked = {f: getattr(cfg, f) for f in ("block_m", "block_n", "num_stages", "num_multicast", "tma_store")}
-    assert picked == {f: entry["config"][f] for f in picked}
+    picked = {f: getattr(cfg, f) for f in ("block_m", "block_n", "num_stages", "num_multicast", "tma_store",
+                                           "half_promote")}
+    assert picked == {f: entry["config"].get(f, False) for f in picked}
     # The same kernel configuration on a few groups (the plan above is the one for G groups).
     from finegemm.heuristics.sm90_fp8_gemm import make_grouped_config
     from finegemm.ops import sm90_fp8_gemm as ops
     gg = min(g, 4)
     c = entry["config"]
     forced = make_grouped_config(GEMM_GROUPED_MASKED, m_max, n, k, gg, runtime.get_num_sms(), em, 0, c["block_m"],
-                                 c["block_n"], c["num_stages"], c["num_multicast"], c["tma_store"])
+                                 c["block_n"], c["num_stages"], c["num_multicast"], c["tma_store"],
+                                 half_promote=c.get("half_promote", False))
     forced = dataclasses.replace(forced, l2_promotion=tuple(c.get("l2_promotion", (256, 256))))
     assert cfg.l2_promotion == forced.l2_promotion  # the public API plans the entry's promotion too
     a, sfa, b, sfb = _masked_problem(gg, m_max, n, k, seed=em + n + k)
@@ -331,12 +353,14 @@ def test_tuned_contiguous_entries(entry):
     g = int(entry["kind"][len("fp8_contiguous_g"):])
     m, n, k, c = entry["m"], entry["n"], entry["k"], entry["config"]
     cfg = select_grouped_config(GEMM_GROUPED_CONTIGUOUS, m, n, k, g, runtime.get_num_sms(), 0, 128)
-    picked = {f: getattr(cfg, f) for f in ("block_m", "block_n", "num_stages", "num_multicast", "tma_store")}
-    assert picked == {f: c[f] for f in picked}
+    picked = {f: getattr(cfg, f) for f in ("block_m", "block_n", "num_stages", "num_multicast", "tma_store",
+                                           "half_promote")}
+    assert picked == {f: c.get(f, False) for f in picked}
     ms = [300, 0, 129, 517]
     a, sfa, b, sfb, layout, ids = _contiguous_problem(ms, n, k, pad_after=1, use_psum=False, seed=n + k)
     forced = make_grouped_config(GEMM_GROUPED_CONTIGUOUS, a.shape[0], n, k, len(ms), runtime.get_num_sms(), 0, 128,
-                                 c["block_m"], c["block_n"], c["num_stages"], c["num_multicast"], c["tma_store"])
+                                 c["block_m"], c["block_n"], c["num_stages"], c["num_multicast"], c["tma_store"],
+                                 half_promote=c.get("half_promote", False))
     d = torch.full((a.shape[0], n), float("nan"), device="cuda", dtype=torch.bfloat16)
     ops.m_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, d, layout, config=forced)
     _check_contiguous(d, a, sfa, b, sfb, layout, ids, False)

@@ -301,6 +301,13 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   // right halves of the tile's columns, so the left half is promoted while the tensor core works
   // on the right one: half the promotion leaves the critical path, at the price of twice the
   // A-fragment shared-memory reads.
+  // Above 208 columns two half accumulator sets do not fit beside the tile's FP32 sums (bn224
+  // half-promote spilled), so there the halves go through one set, one after the other
+  // (kSerialHalves): wgmma -> wait -> promote is serial inside a warpgroup, and the other consumer
+  // warpgroup's wgmmas keep the tensor core busy meanwhile. What it buys is the 128 x 256 tile:
+  // the fewest shared-memory bytes per FLOP that fit the registers (benchmarks/NOTES.md v0.47).
+  constexpr bool kSerialHalves = kHalfPromote && BLOCK_N > 208;
+  static_assert(!kSerialHalves || (!k1D1D && BLOCK_M == 128), "serial halves: recipe (1, 128, 128), BLOCK_M 128");
   constexpr uint32_t kMmaN = kHalfPromote ? BLOCK_N / 2 : BLOCK_N;
   // kKBatch > 1: the wgmmas of kKBatch consecutive k-blocks go into kKBatch accumulator sets
   // under one wait, so a narrow tile pays the wgmma -> wait -> promote latency once per batch
@@ -330,7 +337,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   //    M = 4096, benchmarks/NOTES.md v0.13);
   //  - the k-loop instantiated per scale-block offset of the tile (one dispatch per tile instead of
   //    promote()'s compare-and-branch chain per k-block; -5 to -9.5% more).
-  constexpr bool kLeanLoop = BLOCK_N <= 208;
+  constexpr bool kLeanLoop = BLOCK_N <= 208 || kSerialHalves;
   // 1D2D B scales through the stages (the scale warp) with the lean loop; the wide loop (bn224)
   // keeps loading them from global one k-block ahead: with the scale warp ptxas spills there.
   constexpr bool kScaleWarp = !k1D1D && kLeanLoop;
@@ -356,7 +363,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   constexpr bool kMcB = kNumMulticast == 2 && !kMulticastOnA;
   // kGrouped: the work units come from the TileWalker (every kind but the dense one).
   constexpr bool kGrouped = kGemmKind != scheduler::kGemmNormal;
-  static_assert(!kGrouped || kKGrouped || (!kSplitK && !kMcB && !kHalfPromote && !kHasC),
+  static_assert(!kGrouped || kKGrouped || (!kSplitK && !kMcB && (!kHalfPromote || kSerialHalves) && !kHasC),
                 "m-grouped GEMMs: no split-K, no C, no half-promote; clusters only share A");
 
   constexpr uint32_t kBoxRowsA = kMcA ? BLOCK_M / 2 : BLOCK_M;
@@ -586,12 +593,12 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
     constexpr uint32_t kHalfAcc = kMmaN / 2;  // accumulators of one wgmma batch
     constexpr uint32_t kHalfChunks = kMmaN / 8;
     float acc_lo[kHalfAcc];  // columns [0, kMmaN) of the tile
-    float acc_hi[kHalfPromote ? kHalfAcc : 1];  // columns [kMmaN, BLOCK_N) with kHalfPromote
+    float acc_hi[kHalfPromote && !kSerialHalves ? kHalfAcc : 1];  // columns [kMmaN, BLOCK_N) with kHalfPromote
     float fin[kNumAcc];
 #pragma unroll
     for (uint32_t i = 0; i < kHalfAcc; ++i) acc_lo[i] = 0.0f;
 #pragma unroll
-    for (uint32_t i = 0; i < (kHalfPromote ? kHalfAcc : 1); ++i) acc_hi[i] = 0.0f;
+    for (uint32_t i = 0; i < (kHalfPromote && !kSerialHalves ? kHalfAcc : 1); ++i) acc_hi[i] = 0.0f;
 
     // One batch of 4 wgmmas (K = 4 x 32) over columns [col0, col0 + kMmaN) of stage `s`'s B tile.
     auto issue = [&](float(&acc)[kHalfAcc], uint32_t s, uint32_t col0) {
@@ -928,6 +935,35 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           // Promotion: fin += (sfa * sfb) * acc, per 8-column chunk with that chunk's B scale.
           promote_at<kLeanLoop, Traits::kStaticChunkBlocks, kHalfChunks, kNumAcc, kSpan, Traits::kG, kOff, 0>(
               n_off, fin, acc_lo, s0, s1);
+        } else if constexpr (kSerialHalves) {
+          // Serial halves: the left half through acc_lo, promoted, then the right half through the
+          // same registers. The stage is released after the right half's wgmmas complete.
+          ptx::mbar_wait(full_bar(stage), phase);
+          sa0 = sfa_smem[stage * BLOCK_M + r0];
+          sa1 = sfa_smem[stage * BLOCK_M + r0 + 8];
+          stage_b_scales(stage, sb);
+          issue(acc_lo, stage, 0);
+          ptx::fence_proxy_async_shared();  // the sfa loads (as the plain path)
+          float s0[kSpan], s1[kSpan];
+#pragma unroll
+          for (uint32_t b = 0; b < kSpan; ++b) {
+            s0[b] = sa0 * sb[b];
+            s1[b] = sa1 * sb[b];
+          }
+          ptx::wgmma_wait<0>();
+          ptx::fence_operands(acc_lo);
+          promote_at<kLeanLoop, Traits::kStaticChunkBlocks, kHalfChunks, kNumAcc, kSpan, Traits::kG, kOff, 0>(
+              n_off, fin, acc_lo, s0, s1);
+          issue(acc_lo, stage, kMmaN);
+          ptx::wgmma_wait<0>();
+          ptx::fence_operands(acc_lo);
+          release(stage);
+          if (++stage == kNumStages) {
+            stage = 0;
+            phase ^= 1u;
+          }
+          promote_at<kLeanLoop, Traits::kStaticChunkBlocks, kHalfChunks, kNumAcc, kSpan, Traits::kG, kOff,
+                     kHalfChunks>(n_off, fin, acc_lo, s0, s1);
         } else {
           // Half-promote: both halves of k-block kb are issued as two groups; the left half is
           // promoted while the right one still runs. Both complete inside the iteration: a group
