@@ -405,8 +405,40 @@ def test_tune_block_m_is_checked(capsys):
         tune.main(["masked", "--block-m", "192"])
 
 
+def test_tune_half_promote_is_checked():
+    """`tune --half-promote` narrows dense / masked / contiguous only; elsewhere an error naming it."""
+    from finegemm.bench import tune
+
+    assert tune.build_parser().parse_args(["masked", "--half-promote"]).half_promote
+    for family in ("wgrad", "k_grouped", "bf16"):
+        with pytest.raises(SystemExit, match="--half-promote"):
+            tune.main([family, "--half-promote"])
+
+
 def test_kernel_time_us_rejects_an_unknown_flush_mode():
     from finegemm.bench._common import kernel_time_us
 
     with pytest.raises(ValueError, match="flush_mode"):
         kernel_time_us(lambda: None, flush_mode="clean")
+
+
+def test_tuner_rows_record_the_launched_l2_promotion():
+    """A candidate row names the L2 promotion it launched with, so table_entry keeps a table entry's
+    pair when today's selection wins again, and the merge tool recognises the entry's configuration
+    among the rows (without it every entry with a pair read as 'old config not timed')."""
+    import dataclasses
+
+    from finegemm.bench.tune import _grouped_row, table_entry
+    from finegemm.heuristics import sm90_fp8_gemm as h
+    from finegemm.heuristics.tuned import CONFIG_FIELDS
+
+    cfg = dataclasses.replace(h.select_grouped_config(h.GEMM_GROUPED_MASKED, 1152, 4096, 7168, 1, 132, 1024, 0),
+                              l2_promotion=(128, 0))
+    row = {**_grouped_row(cfg), "us": 1.0}
+    assert row["l2_promotion"] == [128, 0]
+    entry = table_entry({"family": "masked", "groups": 1, "m": 1024, "n": 4096, "k": 7168, "best": row}, 132,
+                        {"gpu": "x", "commit": "y", "date": "z"})
+    assert entry["config"]["l2_promotion"] == [128, 0]
+    merge = _load_script("merge_tuned_table")
+    assert merge.same_config(entry["config"], row)
+    assert not merge.same_config({f: row[f] for f in CONFIG_FIELDS}, row)  # an entry without the pair

@@ -224,6 +224,22 @@ def test_tune_block_m_filter_keeps_todays_selection_first():
     assert _restrict(cands, current, None) is cands
 
 
+def test_tune_half_promote_filter_keeps_todays_selection_first():
+    """`tune masked --half-promote`: today's selection first, then only half-promoted candidates (the
+    serial halves at bm128 x 224 / 256), each launch once; and their rows carry half_promote (a
+    grouped entry without it would name a tile the kernel does not build)."""
+    from finegemm.bench.tune import _grouped_row, _restrict
+
+    args = (h.GEMM_GROUPED_MASKED, 1152, 4096, 7168, 1, 132, 1024, 0)
+    cands = h.grouped_candidate_configs(*args)
+    current = h.select_grouped_config(*args)
+    out = _restrict(cands, current, None, half_promote=True)
+    assert out[0] == current
+    assert len(out) > 1 and all(c.half_promote and c.block_n in h.SERIAL_HALVES_BLOCK_N for c in out[1:])
+    assert len({(c.kernel_key(), c.grid) for c in out}) == len(out)
+    assert all(_grouped_row(c)["half_promote"] == c.half_promote for c in out)
+
+
 def test_masked_three_warpgroup_tiles():
     """The masked kind plans 192-row tiles (three consumer warpgroups, no multicast) where they pad
     fewer rows than 128-row tiles; contiguous groups and other group sizes keep 64 / 128."""

@@ -55,18 +55,21 @@ def default_shapes(curve: bool = False) -> list[tuple[int, int, int]]:
 
 
 BLOCK_M_FAMILIES = ("dense", "wgrad", "k_grouped")  # the families `--block-m` narrows
+HALF_PROMOTE_FAMILIES = ("dense", "masked", "contiguous")  # ... and `--half-promote`
 
 
-def _restrict(cands: list, current, block_m: int | None) -> list:
-    """--block-m: the candidates of that block_m, after the configuration the library selects today
-    (table entry or model), so a merge can compare the two in the same run."""
-    if block_m is None:
+def _restrict(cands: list, current, block_m: int | None, half_promote: bool = False) -> list:
+    """--block-m / --half-promote: the candidates of that block_m / the half-promoted ones, after
+    the configuration the library selects today (table entry or model), so a merge can compare the
+    two in the same run."""
+    if block_m is None and not half_promote:
         return cands
-    return unique_launches([current] + [c for c in cands if c.block_m == block_m])
+    keep = [c for c in cands if (block_m is None or c.block_m == block_m) and (c.half_promote or not half_promote)]
+    return unique_launches([current] + keep)
 
 
 def tune_shape(m: int, n: int, k: int, num_sms: int, top: int, num_tests: int, gen, log=print,
-               family: str = "dense", block_m: int | None = None) -> dict:
+               family: str = "dense", block_m: int | None = None, half_promote: bool = False) -> dict:
     """Every candidate's check and time for one shape; returns the shape's record. family
     "dense": recipe (1, 128, 128), bf16 d; "wgrad": recipe (1, 1, 128), fp32 d accumulated in
     place (c = d), as weight gradients are."""
@@ -93,15 +96,16 @@ def tune_shape(m: int, n: int, k: int, num_sms: int, top: int, num_tests: int, g
         d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
         c0 = None
     cands = candidate_configs(m, n, k, num_sms, out_fp32=wgrad, has_c=wgrad, top=top, one_d_one_d=wgrad)
-    if block_m is not None:
+    if block_m is not None or half_promote:
         from finegemm.heuristics.sm90_fp8_gemm import select_config
-        cands = _restrict(cands, select_config(m, n, k, num_sms, wgrad, wgrad, one_d_one_d=wgrad), block_m)
+        cands = _restrict(cands, select_config(m, n, k, num_sms, wgrad, wgrad, one_d_one_d=wgrad), block_m,
+                          half_promote)
 
     def row_of(cfg):
         return {"block_m": cfg.block_m, "block_n": cfg.block_n, "num_stages": cfg.num_stages,
                 "num_splits": cfg.num_splits, "num_multicast": cfg.num_multicast,
                 "multicast_on_a": cfg.multicast_on_a, "tma_store": cfg.tma_store, "half_promote": cfg.half_promote,
-                "ctas_per_sm": cfg.ctas_per_sm, "k_batch": cfg.k_batch}
+                "ctas_per_sm": cfg.ctas_per_sm, "k_batch": cfg.k_batch, "l2_promotion": list(cfg.l2_promotion)}
 
     def check(cfg):
         if wgrad:  # accumulates in place: each run starts from C
@@ -148,7 +152,7 @@ def _grouped_row(cfg) -> dict:
     """A grouped candidate's config fields, as table_entry writes them."""
     return {"block_m": cfg.block_m, "block_n": cfg.block_n, "num_stages": cfg.num_stages, "num_splits": 1,
             "num_multicast": cfg.num_multicast, "multicast_on_a": cfg.multicast_on_a, "tma_store": cfg.tma_store,
-            "half_promote": False, "ctas_per_sm": 1, "k_batch": 1}
+            "half_promote": cfg.half_promote, "ctas_per_sm": 1, "k_batch": 1, "l2_promotion": list(cfg.l2_promotion)}
 
 
 def _time_candidates(cands, load, row_of, check, num_tests):
@@ -232,13 +236,14 @@ def masked_default_shapes() -> list[tuple[int, int, int, int]]:
     return [(g, m, n, k) for (g, m) in MASKED_GM for (n, k) in GROUPED_NK]
 
 
-def tune_masked_shape(g: int, m: int, n: int, k: int, num_sms: int, top: int, num_tests: int, gen, log=print) -> dict:
+def tune_masked_shape(g: int, m: int, n: int, k: int, num_sms: int, top: int, num_tests: int, gen, log=print,
+                      half_promote: bool = False) -> dict:
     """m_grouped_fp8_gemm_nt_masked with masked_m = m in every group (Mmax = m rounded up to 128,
     plus 128 so that rows >= masked_m exist in every group): every candidate checked (valid rows vs
     the exact reference, rows >= masked_m untouched, a bitwise repeat with fresh poison) and timed."""
     import finegemm
     from finegemm import reference
-    from finegemm.heuristics.sm90_fp8_gemm import GEMM_GROUPED_MASKED, grouped_candidate_configs
+    from finegemm.heuristics.sm90_fp8_gemm import GEMM_GROUPED_MASKED, grouped_candidate_configs, select_grouped_config
     from finegemm.ops import sm90_fp8_gemm as ops
 
     m_max = finegemm.align(m, 128) + 128
@@ -250,6 +255,8 @@ def tune_masked_shape(g: int, m: int, n: int, k: int, num_sms: int, top: int, nu
     ref = reference.m_grouped_fp8_gemm_nt_masked(a, sfa, b, sfb, masked_m, out_dtype=torch.float32)
     d = torch.empty(g, m_max, n, device="cuda", dtype=torch.bfloat16)
     cands = grouped_candidate_configs(GEMM_GROUPED_MASKED, m_max, n, k, g, num_sms, m, 0, top=top)
+    cands = _restrict(cands, select_grouped_config(GEMM_GROUPED_MASKED, m_max, n, k, g, num_sms, m, 0), None,
+                      half_promote)
 
     def check(cfg):
         def call():
@@ -272,14 +279,15 @@ def contiguous_default_problems() -> list[tuple[int, int, int, int, list[int]]]:
 
 
 def tune_contiguous_shape(g: int, expected: int, n: int, k: int, ms: list[int], num_sms: int, top: int,
-                          num_tests: int, gen, log=print) -> dict:
+                          num_tests: int, gen, log=print, half_promote: bool = False) -> dict:
     """m_grouped_fp8_gemm_nt_contiguous on `bench grouped`'s layout: groups of ms rows, segments
     padded to the alignment (padding rows must come out as zeros). Every candidate checked (exact
     reference, poisoned output, bitwise repeat) and timed; the entry is keyed by the stacked rows
     (what the op plans with) and G."""
     import finegemm
     from finegemm import reference
-    from finegemm.heuristics.sm90_fp8_gemm import GEMM_GROUPED_CONTIGUOUS, grouped_candidate_configs
+    from finegemm.heuristics.sm90_fp8_gemm import (GEMM_GROUPED_CONTIGUOUS, grouped_candidate_configs,
+                                                   select_grouped_config)
     from finegemm.ops import sm90_fp8_gemm as ops
 
     from .grouped import _quantized_experts
@@ -290,6 +298,8 @@ def tune_contiguous_shape(g: int, expected: int, n: int, k: int, ms: list[int], 
     ref = reference.m_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, layout, out_dtype=torch.float32)
     d = torch.empty(m_total, n, device="cuda", dtype=torch.bfloat16)
     cands = grouped_candidate_configs(GEMM_GROUPED_CONTIGUOUS, m_total, n, k, g, num_sms, 0, align_m, top=top)
+    cands = _restrict(cands, select_grouped_config(GEMM_GROUPED_CONTIGUOUS, m_total, n, k, g, num_sms, 0, align_m),
+                      None, half_promote)
 
     def check(cfg):
         def call():
@@ -339,7 +349,8 @@ def tune_k_grouped_problem(g: int, m: int, n: int, ks: list[int], num_sms: int, 
     def row_of(cfg):
         return {"block_m": cfg.block_m, "block_n": cfg.block_n, "num_stages": cfg.num_stages, "num_splits": 1,
                 "num_multicast": cfg.num_multicast, "multicast_on_a": cfg.multicast_on_a, "tma_store": cfg.tma_store,
-                "half_promote": cfg.half_promote, "ctas_per_sm": 1, "k_batch": cfg.k_batch}
+                "half_promote": cfg.half_promote, "ctas_per_sm": 1, "k_batch": cfg.k_batch,
+                "l2_promotion": list(cfg.l2_promotion)}
 
     def check(cfg):
         def call():
@@ -367,7 +378,7 @@ def _bf16_grouped_row(cfg) -> dict:
     no cluster, no split)."""
     return {"block_m": cfg.block_m, "block_n": cfg.block_n, "num_stages": cfg.num_stages, "num_splits": 1,
             "num_multicast": 1, "multicast_on_a": False, "tma_store": True, "half_promote": False, "ctas_per_sm": 1,
-            "k_batch": 1}
+            "k_batch": 1, "l2_promotion": list(cfg.l2_promotion)}
 
 
 def _bf16_grouped_detail(best) -> str:
@@ -471,7 +482,7 @@ def tune_bf16_shape(m: int, n: int, k: int, layout: str, num_sms: int, top: int,
     def row_of(cfg):
         return {"block_m": cfg.block_m, "block_n": cfg.block_n, "num_stages": cfg.num_stages,
                 "num_splits": cfg.num_splits, "num_multicast": 1, "multicast_on_a": False,
-                "tma_store": cfg.tma_store, "half_promote": False}
+                "tma_store": cfg.tma_store, "half_promote": False, "l2_promotion": list(cfg.l2_promotion)}
 
     def check(cfg):
         call = ops.prepare(a, b, d, None, layout, config=cfg)
@@ -540,6 +551,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-tests", type=int, default=10)
     p.add_argument("--block-m", type=int, default=None, choices=FP8_BLOCK_MS,
                    help="dense / wgrad / k_grouped: only that block_m's candidates, plus today's selection")
+    p.add_argument("--half-promote", action="store_true",
+                   help="dense / masked / contiguous: only the half-promoted candidates (incl. the serial halves "
+                        "of block_n > 208), plus today's selection")
     p.add_argument("--table", default=None, help="tuned table to add the winners to (default: print only)")
     p.add_argument("--out", default=None, help="JSON with every candidate's check and time")
     return p
@@ -549,6 +563,9 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     if args.block_m is not None and args.family not in BLOCK_M_FAMILIES:
         raise SystemExit(f"finegemm tune {args.family}: --block-m applies to {', '.join(BLOCK_M_FAMILIES)} only")
+    if args.half_promote and args.family not in HALF_PROMOTE_FAMILIES:
+        raise SystemExit(f"finegemm tune {args.family}: --half-promote applies to {', '.join(HALF_PROMOTE_FAMILIES)} "
+                         "only")
     if not torch.cuda.is_available():
         print("finegemm tune: needs a CUDA GPU", file=sys.stderr)
         return 2
@@ -561,7 +578,8 @@ def main(argv=None) -> int:
     if args.family in ("masked", "bf16_masked"):
         shapes = args.shapes or masked_default_shapes()
         if args.family == "masked":
-            records = [tune_masked_shape(*shape, num_sms, args.top, args.num_tests, gen) for shape in shapes]
+            records = [tune_masked_shape(*shape, num_sms, args.top, args.num_tests, gen, half_promote=args.half_promote)
+                       for shape in shapes]
         else:
             records = [tune_bf16_masked_shape(*shape, num_sms, args.num_tests, gen) for shape in shapes]
     elif args.family in ("contiguous", "bf16_contiguous"):
@@ -574,7 +592,8 @@ def main(argv=None) -> int:
         else:
             problems = contiguous_default_problems()
         if args.family == "contiguous":
-            records = [tune_contiguous_shape(*p, num_sms, args.top, args.num_tests, gen) for p in problems]
+            records = [tune_contiguous_shape(*p, num_sms, args.top, args.num_tests, gen, half_promote=args.half_promote)
+                       for p in problems]
         else:
             records = [tune_bf16_contiguous_shape(*p, num_sms, args.num_tests, gen) for p in problems]
     elif args.family == "k_grouped":
@@ -589,7 +608,7 @@ def main(argv=None) -> int:
     else:
         shapes = args.shapes or (wgrad_default_shapes() if args.family == "wgrad" else default_shapes(args.curve))
         records = [tune_shape(m, n, k, num_sms, args.top, args.num_tests, gen, family=args.family,
-                              block_m=args.block_m)
+                              block_m=args.block_m, half_promote=args.half_promote)
                    for (m, n, k) in shapes]
     print(f"tuned {len(records)} shapes in {time.time() - t0:.0f} s")
     failed = sum(1 for r in records for c in r["candidates"] if not c.get("ok"))
