@@ -935,46 +935,19 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           // Promotion: fin += (sfa * sfb) * acc, per 8-column chunk with that chunk's B scale.
           promote_at<kLeanLoop, Traits::kStaticChunkBlocks, kHalfChunks, kNumAcc, kSpan, Traits::kG, kOff, 0>(
               n_off, fin, acc_lo, s0, s1);
-        } else if constexpr (kSerialHalves) {
-          // Serial halves: the left half through acc_lo, promoted, then the right half through the
-          // same registers. The stage is released after the right half's wgmmas complete.
-          ptx::mbar_wait(full_bar(stage), phase);
-          sa0 = sfa_smem[stage * BLOCK_M + r0];
-          sa1 = sfa_smem[stage * BLOCK_M + r0 + 8];
-          stage_b_scales(stage, sb);
-          issue(acc_lo, stage, 0);
-          ptx::fence_proxy_async_shared();  // the sfa loads (as the plain path)
-          float s0[kSpan], s1[kSpan];
-#pragma unroll
-          for (uint32_t b = 0; b < kSpan; ++b) {
-            s0[b] = sa0 * sb[b];
-            s1[b] = sa1 * sb[b];
-          }
-          ptx::wgmma_wait<0>();
-          ptx::fence_operands(acc_lo);
-          promote_at<kLeanLoop, Traits::kStaticChunkBlocks, kHalfChunks, kNumAcc, kSpan, Traits::kG, kOff, 0>(
-              n_off, fin, acc_lo, s0, s1);
-          issue(acc_lo, stage, kMmaN);
-          ptx::wgmma_wait<0>();
-          ptx::fence_operands(acc_lo);
-          release(stage);
-          if (++stage == kNumStages) {
-            stage = 0;
-            phase ^= 1u;
-          }
-          promote_at<kLeanLoop, Traits::kStaticChunkBlocks, kHalfChunks, kNumAcc, kSpan, Traits::kG, kOff,
-                     kHalfChunks>(n_off, fin, acc_lo, s0, s1);
         } else {
           // Half-promote: both halves of k-block kb are issued as two groups; the left half is
           // promoted while the right one still runs. Both complete inside the iteration: a group
           // left in flight across the loop's back edge made ptxas serialize every wgmma of the
           // kernel (C7514), which it did to the earlier version of this path.
+          // kSerialHalves: the right half goes through acc_lo too, issued once the left half is
+          // promoted; the stage is released after the right half's wgmmas complete.
           ptx::mbar_wait(full_bar(stage), phase);
           sa0 = sfa_smem[stage * BLOCK_M + r0];
           sa1 = sfa_smem[stage * BLOCK_M + r0 + 8];
           stage_b_scales(stage, sb);
           issue(acc_lo, stage, 0);
-          issue(acc_hi, stage, kMmaN);
+          if constexpr (!kSerialHalves) issue(acc_hi, stage, kMmaN);
           ptx::fence_proxy_async_shared();  // the sfa loads (as the plain path)
           float s0[kSpan], s1[kSpan];
 #pragma unroll
@@ -982,19 +955,27 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
             s0[b] = sa0 * sb[b];
             s1[b] = sa1 * sb[b];
           }
-          ptx::wgmma_wait<1>();  // left half done
+          ptx::wgmma_wait<kSerialHalves ? 0 : 1>();  // left half done
           ptx::fence_operands(acc_lo);
           promote_at<kLeanLoop, Traits::kStaticChunkBlocks, kHalfChunks, kNumAcc, kSpan, Traits::kG, kOff, 0>(
               n_off, fin, acc_lo, s0, s1);
+          auto& acc_right = [&]() -> auto& {
+            if constexpr (kSerialHalves) {
+              return acc_lo;
+            } else {
+              return acc_hi;
+            }
+          }();
+          if constexpr (kSerialHalves) issue(acc_right, stage, kMmaN);
           ptx::wgmma_wait<0>();
-          ptx::fence_operands(acc_hi);
+          ptx::fence_operands(acc_right);
           release(stage);
           if (++stage == kNumStages) {
             stage = 0;
             phase ^= 1u;
           }
           promote_at<kLeanLoop, Traits::kStaticChunkBlocks, kHalfChunks, kNumAcc, kSpan, Traits::kG, kOff,
-                     kHalfChunks>(n_off, fin, acc_hi, s0, s1);
+                     kHalfChunks>(n_off, fin, acc_right, s0, s1);
         }
       }
       };
