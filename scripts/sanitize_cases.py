@@ -39,9 +39,10 @@ def _fp8_masked(g, m_max, n, k):
     return calc_diff(d.float(), ref)
 
 
-def _masked_bm192(family, bn, tma=True):
+def _masked_bm192(family, bn, tma=True, serial_halves=False):
     """A masked call on a forced block_m 192 tile (three consumer warpgroups): Mmax 256 (the second
-    m-block's A box runs past each group's rows), masked_m cutting a warpgroup, 0 and Mmax."""
+    m-block's A box runs past each group's rows), masked_m cutting a warpgroup, 0 and Mmax.
+    serial_halves (FP8): a block_m 128 tile of block_n > 208 instead, half-promoted serially."""
     from finegemm.heuristics import sm90_bf16_gemm as hb
     from finegemm.heuristics import sm90_fp8_gemm as h8
     from finegemm.ops import sm90_bf16_gemm as ob
@@ -61,8 +62,9 @@ def _masked_bm192(family, bn, tma=True):
         a, sfa = torch.stack([q for q, _ in qs]), torch.stack([s_ for _, s_ in qs])
         ws = [finegemm.per_block_cast_to_fp8(torch.randn(n, k, device="cuda")) for _ in range(g)]
         b, sfb = torch.stack([w for w, _ in ws]), torch.stack([s_ for _, s_ in ws])
-        cfg = h8.make_grouped_config(h8.GEMM_GROUPED_MASKED, m_max, n, k, g, sms, 192, 0, 192, bn,
-                                     h8.max_stages(192, bn, tma), 1, tma)
+        bm = 128 if serial_halves else 192
+        cfg = h8.make_grouped_config(h8.GEMM_GROUPED_MASKED, m_max, n, k, g, sms, 192, 0, bm, bn,
+                                     h8.max_stages(bm, bn, tma), 1, tma, half_promote=serial_halves)
         o8.m_grouped_fp8_gemm_nt_masked(a, finegemm.get_mn_major_tma_aligned_tensor(sfa), b, sfb, d, masked_m, 192,
                                         config=cfg)
         ref = reference.m_grouped_fp8_gemm_nt_masked(a, sfa, b, sfb, masked_m, out_dtype=torch.float32)
@@ -122,9 +124,9 @@ def _fp8_forced(m, n, k, **kw):
     return calc_diff(d.float(), reference.fp8_gemm_nt(a, sfa, b, sfb, out_dtype=torch.float32))
 
 
-def _fp8_tile(m, n, k, bm, bn, mc=1, on_a=False, tma=False):
-    """A forced bm128 tile: the scale warp (tiles straddling two scale blocks, multicast pairs) or
-    the wide bn224 loop that reads B scales from global."""
+def _fp8_tile(m, n, k, bm, bn, mc=1, on_a=False, tma=False, hp=False):
+    """A forced bm128 tile: the scale warp (tiles straddling two scale blocks, multicast pairs), the
+    wide bn224 loop that reads B scales from global, or (hp above bn208) the serial halves."""
     from finegemm.heuristics.sm90_fp8_gemm import make_config, max_stages
     from finegemm.ops import sm90_fp8_gemm as ops
 
@@ -132,7 +134,7 @@ def _fp8_tile(m, n, k, bm, bn, mc=1, on_a=False, tma=False):
     b, sfb = finegemm.per_block_cast_to_fp8(torch.randn(n, k, device="cuda"))
     d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
     cfg = make_config(m, n, k, torch.cuda.get_device_properties(0).multi_processor_count, False, False, bm, bn,
-                      min(4, max_stages(bm, bn, tma)), 1, mc, on_a, tma)
+                      min(4, max_stages(bm, bn, tma)), 1, mc, on_a, tma, half_promote=hp)
     ops.prepare(a, sfa, b, sfb, d, config=cfg)()
     return calc_diff(d.float(), reference.fp8_gemm_nt(a, sfa, b, sfb, out_dtype=torch.float32))
 
@@ -251,6 +253,9 @@ CASES = [
     ("fp8 bm128 bn176 multicast B, TMA store", lambda: _fp8_tile(300, 1000, 1664, 128, 176, 2, False, True)),
     ("fp8 bm128 bn208 multicast A", lambda: _fp8_tile(129, 1000, 5248, 128, 208, 2, True)),
     ("fp8 bm128 bn224 wide loop", lambda: _fp8_tile(129, 600, 640, 128, 224)),
+    ("fp8 bm128 bn256 serial halves, TMA store", lambda: _fp8_tile(300, 1000, 1664, 128, 256, tma=True, hp=True)),
+    ("fp8 bm128 bn224 serial halves, multicast B", lambda: _fp8_tile(300, 1000, 640, 128, 224, 2, False, hp=True)),
+    ("fp8 masked bm128 bn256 serial halves, TMA store", lambda: _masked_bm192("fp8", 256, serial_halves=True)),
     ("bf16 nt", lambda: _bf16("nt", 129, 576, 512)),
     ("bf16 tn", lambda: _bf16("tn", 128, 576, 520)),
     ("bf16 k-grouped one launch", lambda: _bf16_k_grouped([128, 0, 256], 100, 136)),
