@@ -68,7 +68,9 @@ def main() -> int:
         if us * args.min_gain <= base:
             print(f"switch {m}x{n}x{k}: auto {base:.2f} us -> {spec} {us:.2f} us ({base / us - 1:+.1%})")
             entries.append({"kind": "fp8_1d2d", "num_sms": args.num_sms, "m": m, "n": n, "k": k, "out_fp32": False,
-                            "has_c": False, "config": spec_config(spec), "us": round(us, 3), "model_us": None,
+                            # model_us: what the library selected before (table entry or model), as
+                            # the tuner's entries name the selection they beat.
+                            "has_c": False, "config": spec_config(spec), "us": round(us, 3), "model_us": round(base, 3),
                             "gpu": args.gpu, "commit": args.commit, "date": date})
         else:
             print(f"keep   {m}x{n}x{k}: auto {base:.2f} us, best forced {spec} {us:.2f} us")

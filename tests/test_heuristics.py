@@ -34,7 +34,16 @@ def test_properties():
         assert cfg.block_m in (64, 128), where
         if m <= 64:
             assert cfg.block_m == 64, where
-        assert cfg.block_n % 16 == 0 and 16 <= cfg.block_n <= h.MAX_BLOCK_N[cfg.block_m], where
+        top = h.MAX_BLOCK_N_SERIAL_HALVES if h.serial_halves(cfg.block_m, cfg.block_n, cfg.half_promote) \
+            else h.MAX_BLOCK_N[cfg.block_m]
+        assert cfg.block_n % 16 == 0 and 16 <= cfg.block_n <= top, where
+        # The serial-halves rule: bf16 D without C, M >= 4096, K >= 2048, whole 256-column tiles.
+        rule = (not f32 and m >= h.SERIAL_HALVES_MODEL_MIN_M and k >= h.SERIAL_HALVES_MODEL_MIN_K
+                and n % h.MAX_BLOCK_N_SERIAL_HALVES == 0)
+        assert cfg.half_promote == rule and (cfg.block_n == h.MAX_BLOCK_N_SERIAL_HALVES) == rule, where
+        if rule:
+            assert cfg.tma_store and cfg.num_multicast == (2 if n >= h.SERIAL_HALVES_MODEL_MCB_MIN_N and sms >= 2 else 1)
+            assert not cfg.multicast_on_a, where
         assert h.MIN_STAGES <= cfg.num_stages <= h.MODEL_MAX_STAGES, where
         # The TMA-store epilogue only where the kernel supports it (bf16 D, no C, no split-K).
         if cfg.tma_store:
@@ -79,9 +88,12 @@ def test_cached_and_frozen():
 
 
 def test_sensible_choices():
-    # Large square-ish problem: big tiles, two consumer warpgroups, no split.
-    big = h.select_config(4096, 7168, 7168, 132)
+    # Large square-ish problem: big tiles, two consumer warpgroups, no split (bf16 D: the
+    # serial-halves rule's 128 x 256 tile; fp32 D: the model's own).
+    big = h.select_config(4096, 7168, 7168, 132, out_fp32=True)
     assert big.block_m == 128 and big.block_n >= 112 and big.num_splits == 1
+    wide = h.select_config(4096, 7168, 7168, 132)
+    assert (wide.block_m, wide.block_n, wide.half_promote, wide.num_splits) == (128, 256, True, 1)
     # Skinny problem with a long K: split-K fills the machine.
     skinny = h.select_config(1, 576, 7168, 132)
     assert skinny.block_m == 64 and skinny.num_splits > 1 and skinny.num_units > 66
@@ -91,6 +103,8 @@ def test_sensible_choices():
     # Splitting and multicast can be disabled.
     assert h.select_config(1, 576, 7168, 132, allow_split_k=False).num_splits == 1
     assert h.select_config(4096, 7168, 7168, 132, allow_multicast=False).num_multicast == 1
+    assert h.select_config(4096, 8192, 7168, 132).num_multicast == 2  # the rule's multicast on B
+    assert h.select_config(4096, 8192, 7168, 132, allow_multicast=False).num_multicast == 1
     # Large problems are L2-bandwidth bound: they share an operand across a 2-CTA cluster.
     assert big.num_multicast == 2
     # Short K, many tiles: the overlapped TMA-store epilogue; long K keeps the direct one when

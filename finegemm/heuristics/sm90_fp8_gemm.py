@@ -115,6 +115,16 @@ SERIAL_HALVES_BLOCK_N = (224, 256)
 SERIAL_HALVES_MIN_M = 256
 
 
+# The model's use of them is a measured rule, not an estimate (benchmarks/NOTES.md v0.49: 36 LLM
+# shapes without table entries, M 1024 / 4096 / 8192): bm128 bn256 with the TMA store wherever the
+# 128 x 256 tiles are many (M >= 4096), N is whole 256-column tiles and K amortizes a tile's fixed
+# cost (K >= 2048); multicast on B from N >= 8192. There: -0.5% to +6.6% against the model's own
+# choice (mean +2.4%); at M = 1024 the same tile lost up to 31% wherever its waves were ragged.
+SERIAL_HALVES_MODEL_MIN_M = 4096
+SERIAL_HALVES_MODEL_MIN_K = 2048
+SERIAL_HALVES_MODEL_MCB_MIN_N = 8192
+
+
 def serial_halves(block_m: int, block_n: int, half_promote: bool, one_d_one_d: bool = False) -> bool:
     """Whether the kernel half-promotes this tile serially (impls/sm90_fp8_gemm_1d2d.cuh kSerialHalves)."""
     return bool(half_promote) and block_m == 128 and block_n > MAX_BLOCK_N_HALF_PROMOTE and not one_d_one_d
@@ -450,7 +460,8 @@ def candidate_configs(m: int, n: int, k: int, num_sms: int, out_fp32: bool = Fal
     cands = sorted(_model_candidates(m, n, k, num_sms, out_fp32, has_c, True, True, one_d_one_d))
     # family: (block_m, split-K, multicast, multicast on A, TMA store)
     chosen = _top_and_family_bests(cands, top, lambda c: (c[1], c[3] > 1, c[4], c[5], c[6]))
-    out = []
+    rule = _model_serial_halves(m, n, k, num_sms, out_fp32, has_c, True, one_d_one_d)
+    out = [] if rule is None else [rule]  # where the serial-halves rule applies, it is the model's choice
     hp_left = {64: half_promote, 128: half_promote}
     for _, bm, bn, splits, mc, mc_on_a, tma, est, tiles, units in chosen:
         stages = max_stages(bm, bn, tma, one_d_one_d)
@@ -748,6 +759,8 @@ def select_config(m: int, n: int, k: int, num_sms: int, out_fp32: bool = False, 
     source = "tuned"
     if cfg is None:
         source = "model"
+        cfg = _model_serial_halves(m, n, k, num_sms, out_fp32, has_c, allow_multicast, one_d_one_d)
+    if cfg is None:
         best = min(_model_candidates(m, n, k, num_sms, out_fp32, has_c, allow_split_k, allow_multicast, one_d_one_d))
         _, bm, bn, splits, mc, mc_on_a, tma, est, tiles, units = best
         cfg = make_config(m, n, k, num_sms, out_fp32, has_c, bm, bn, max_stages(bm, bn, tma, one_d_one_d), splits,
@@ -767,6 +780,17 @@ def select_config(m: int, n: int, k: int, num_sms: int, out_fp32: bool = False, 
             file=sys.stderr, flush=True,
         )
     return cfg
+
+
+def _model_serial_halves(m: int, n: int, k: int, num_sms: int, out_fp32: bool, has_c: bool, allow_multicast: bool,
+                         one_d_one_d: bool) -> Fp8GemmConfig | None:
+    """The model's serial-halves rule (SERIAL_HALVES_MODEL_*), or None where it does not apply."""
+    if (out_fp32 or has_c or one_d_one_d or m < SERIAL_HALVES_MODEL_MIN_M or k < SERIAL_HALVES_MODEL_MIN_K
+            or n % MAX_BLOCK_N_SERIAL_HALVES):
+        return None
+    mc = 2 if allow_multicast and num_sms >= 2 and n >= SERIAL_HALVES_MODEL_MCB_MIN_N else 1
+    return make_config(m, n, k, num_sms, False, False, 128, MAX_BLOCK_N_SERIAL_HALVES,
+                       max_stages(128, MAX_BLOCK_N_SERIAL_HALVES, True), 1, mc, False, True, half_promote=True)
 
 
 def _grouped_model_candidates(kind: int, m: int, n: int, k: int, num_groups: int, num_sms: int,
