@@ -39,10 +39,10 @@ def _fp8_masked(g, m_max, n, k):
     return calc_diff(d.float(), ref)
 
 
-def _masked_bm192(family, bn, tma=True, serial_halves=False):
-    """A masked call on a forced block_m 192 tile (three consumer warpgroups): Mmax 256 (the second
-    m-block's A box runs past each group's rows), masked_m cutting a warpgroup, 0 and Mmax.
-    serial_halves (FP8): a block_m 128 tile of block_n > 208 instead, half-promoted serially."""
+def _masked_forced_tile(family, bn, tma=True, serial_halves=False):
+    """A masked call on a forced tile: block_m 192 (three consumer warpgroups), or with serial_halves
+    (FP8) block_m 128 with block_n > 208 half-promoted serially. Mmax 256 (the second m-block's A
+    box runs past each group's rows), masked_m cutting a warpgroup, 0 and Mmax."""
     from finegemm.heuristics import sm90_bf16_gemm as hb
     from finegemm.heuristics import sm90_fp8_gemm as h8
     from finegemm.ops import sm90_bf16_gemm as ob
@@ -246,16 +246,16 @@ CASES = [
     ("fp8 dense partial tiles", lambda: _fp8_dense(129, 2112, 512)),
     ("fp8 dense fp32 out", lambda: _fp8_dense(65, 576, 1024, torch.float32)),
     ("fp8 masked", lambda: _fp8_masked(3, 192, 576, 512)),
-    ("fp8 masked bm192 bn128 (three consumer WGs), TMA store", lambda: _masked_bm192("fp8", 128)),
-    ("fp8 masked bm192 bn144 (three consumer WGs), direct", lambda: _masked_bm192("fp8", 144, False)),
-    ("bf16 masked bm192 bn128 (three consumer WGs)", lambda: _masked_bm192("bf16", 128)),
-    ("bf16 masked bm192 bn64 (three consumer WGs)", lambda: _masked_bm192("bf16", 64)),
+    ("fp8 masked bm192 bn128 (three consumer WGs), TMA store", lambda: _masked_forced_tile("fp8", 128)),
+    ("fp8 masked bm192 bn144 (three consumer WGs), direct", lambda: _masked_forced_tile("fp8", 144, False)),
+    ("bf16 masked bm192 bn128 (three consumer WGs)", lambda: _masked_forced_tile("bf16", 128)),
+    ("bf16 masked bm192 bn64 (three consumer WGs)", lambda: _masked_forced_tile("bf16", 64)),
     ("fp8 bm128 bn176 multicast B, TMA store", lambda: _fp8_tile(300, 1000, 1664, 128, 176, 2, False, True)),
     ("fp8 bm128 bn208 multicast A", lambda: _fp8_tile(129, 1000, 5248, 128, 208, 2, True)),
     ("fp8 bm128 bn224 wide loop", lambda: _fp8_tile(129, 600, 640, 128, 224)),
     ("fp8 bm128 bn256 serial halves, TMA store", lambda: _fp8_tile(300, 1000, 1664, 128, 256, tma=True, hp=True)),
     ("fp8 bm128 bn224 serial halves, multicast B", lambda: _fp8_tile(300, 1000, 640, 128, 224, 2, False, hp=True)),
-    ("fp8 masked bm128 bn256 serial halves, TMA store", lambda: _masked_bm192("fp8", 256, serial_halves=True)),
+    ("fp8 masked bm128 bn256 serial halves, TMA store", lambda: _masked_forced_tile("fp8", 256, serial_halves=True)),
     ("bf16 nt", lambda: _bf16("nt", 129, 576, 512)),
     ("bf16 tn", lambda: _bf16("tn", 128, 576, 520)),
     ("bf16 k-grouped one launch", lambda: _bf16_k_grouped([128, 0, 256], 100, 136)),

@@ -18,6 +18,7 @@ from statistics import mean
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from finegemm.bench.tune import table_entry  # noqa: E402
 from finegemm.heuristics import tuned  # noqa: E402
 
 # probe_variants' case fields after "M,N,K:" (missing trailing ones take these defaults)
@@ -67,11 +68,11 @@ def main() -> int:
         base = mean(auto)
         if us * args.min_gain <= base:
             print(f"switch {m}x{n}x{k}: auto {base:.2f} us -> {spec} {us:.2f} us ({base / us - 1:+.1%})")
-            entries.append({"kind": "fp8_1d2d", "num_sms": args.num_sms, "m": m, "n": n, "k": k, "out_fp32": False,
-                            # model_us: what the library selected before (table entry or model), as
-                            # the tuner's entries name the selection they beat.
-                            "has_c": False, "config": spec_config(spec), "us": round(us, 3), "model_us": round(base, 3),
-                            "gpu": args.gpu, "commit": args.commit, "date": date})
+            # The tuner's entry format; model_us: what the library selected before (table entry or
+            # model), as the tuner's entries name the selection they beat.
+            rec = {"family": "dense", "m": m, "n": n, "k": k, "best": {**spec_config(spec), "us": us},
+                   "model_us": base}
+            entries.append(table_entry(rec, args.num_sms, {"gpu": args.gpu, "commit": args.commit, "date": date}))
         else:
             print(f"keep   {m}x{n}x{k}: auto {base:.2f} us, best forced {spec} {us:.2f} us")
     if entries and not args.dry_run:

@@ -355,12 +355,12 @@ def make_config(m: int, n: int, k: int, num_sms: int, out_fp32: bool, has_c: boo
     Raises ValueError for a combination the kernel does not build (the tuner and the tuned tables
     go through here, so a bad table entry can never reach a launch)."""
     bm, bn = block_m, block_n
-    wide_halves = half_promote and bm == 128 and not one_d_one_d  # serial above MAX_BLOCK_N_HALF_PROMOTE
-    top = MAX_BLOCK_N_SERIAL_HALVES if wide_halves else (MAX_BLOCK_N_1D1D if one_d_one_d else MAX_BLOCK_N).get(bm)
+    serial = serial_halves(bm, bn, half_promote, one_d_one_d)
+    top = MAX_BLOCK_N_SERIAL_HALVES if serial else (MAX_BLOCK_N_1D1D if one_d_one_d else MAX_BLOCK_N).get(bm)
     if top is None or bn % 16 or not 16 <= bn <= top:
         raise ValueError(f"block_m {bm} / block_n {bn}: need block_m in {FP8_BLOCK_MS}, block_n a multiple of 16 <= {top}"
-                         f"{'' if wide_halves else f' (up to {MAX_BLOCK_N_SERIAL_HALVES} with half_promote at block_m 128, recipe (1, 128, 128))'}")
-    if serial_halves(bm, bn, half_promote, one_d_one_d) and num_splits != 1:
+                         f"{'' if serial else f' (up to {MAX_BLOCK_N_SERIAL_HALVES} with half_promote at block_m 128, recipe (1, 128, 128))'}")
+    if serial and num_splits != 1:
         raise ValueError(f"half_promote with block_n > {MAX_BLOCK_N_HALF_PROMOTE} (serial halves): no split-K (its "
                          "reduction spills)")
     if bm == THREE_WG_BLOCK_M and (num_splits != 1 or num_multicast != 1 or ctas_per_sm != 1 or k_batch != 1):
@@ -822,11 +822,11 @@ def make_grouped_config(kind: int, m: int, n: int, k: int, num_groups: int, num_
     contiguous = kind == GEMM_GROUPED_CONTIGUOUS
     bms, em = grouped_block_m_options(contiguous, m, expected_m, alignment, "FP8")
     bm, bn, mc = block_m, block_n, num_multicast
+    if half_promote and not (serial_halves(bm, bn, half_promote) and bn <= MAX_BLOCK_N_SERIAL_HALVES):
+        raise ValueError(f"grouped half_promote: block_m 128 with block_n in ({MAX_BLOCK_N_HALF_PROMOTE}, "
+                         f"{MAX_BLOCK_N_SERIAL_HALVES}] (serial halves), got {bm}x{bn}")
     if half_promote:
-        top = MAX_BLOCK_N_SERIAL_HALVES if bm == 128 else 0
-        if not MAX_BLOCK_N_HALF_PROMOTE < bn <= top:
-            raise ValueError(f"grouped half_promote: block_m 128 with block_n in ({MAX_BLOCK_N_HALF_PROMOTE}, "
-                             f"{MAX_BLOCK_N_SERIAL_HALVES}] (serial halves), got {bm}x{bn}")
+        top = MAX_BLOCK_N_SERIAL_HALVES
     else:
         top = MAX_BLOCK_N_MASKED_TMA[bm] if (tma_store and not contiguous and bm in MAX_BLOCK_N_MASKED_TMA) \
             else MAX_BLOCK_N.get(bm, 0)
