@@ -972,7 +972,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           sa1 = sfa_smem[stage * BLOCK_M + r0 + 8];
           stage_b_scales(stage, sb);
           if constexpr (kRegA) {
-            if (kb == kb_begin) load_a(stage);  // later k-blocks: loaded behind the last promotion
+            load_a(stage);
             issue_reg_a(acc_lo, stage, 0);
           } else {
             issue(acc_lo, stage, 0);
@@ -1009,14 +1009,6 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           if (++stage == kNumStages) {
             stage = 0;
             phase ^= 1u;
-          }
-          // The next k-block's A fragments, while the right half is promoted: on the warpgroup's
-          // serial chain the ldmatrix latency cost +5% time at 4096x4096x7168 (v0.50).
-          if constexpr (kRegA) {
-            if (kb + 1 < kb_end) {
-              ptx::mbar_wait(full_bar(stage), phase);
-              load_a(stage);
-            }
           }
           promote_at<kLeanLoop, Traits::kStaticChunkBlocks, kHalfChunks, kNumAcc, kSpan, Traits::kG, kOff,
                      kHalfChunks>(n_off, fin, acc_right, s0, s1);
