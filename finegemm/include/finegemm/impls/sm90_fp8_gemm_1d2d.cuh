@@ -78,7 +78,6 @@
 #include <finegemm/impls/sm90_fp8_k_grouped_params.h>
 #include <finegemm/ptx/common.cuh>
 #include <finegemm/ptx/diag.cuh>
-#include <finegemm/ptx/ldmatrix.cuh>
 #include <finegemm/ptx/mbarrier.cuh>
 #include <finegemm/ptx/tma.cuh>
 #include <finegemm/ptx/trace.cuh>
@@ -309,12 +308,6 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   // the fewest shared-memory bytes per FLOP that fit the registers (benchmarks/NOTES.md v0.47).
   constexpr bool kSerialHalves = kHalfPromote && BLOCK_N > 208;
   static_assert(!kSerialHalves || (!k1D1D && BLOCK_M == 128), "serial halves: recipe (1, 128, 128), BLOCK_M 128");
-  // The serial halves take A from registers: each warp loads its 16 rows of the k-block once
-  // (ldmatrix) and both halves' wgmmas reuse them, so A is read from shared memory once per
-  // k-block instead of twice; the 128 x 256 loop is shared-memory bound (v0.47), and this cuts its
-  // bytes per k-block from 144 KB to 128 KB (benchmarks/NOTES.md v0.50). bf16 D only: with the
-  // fp32 epilogue ptxas spills (bn224 / bn240: 16-20 B, outside the k-loop).
-  constexpr bool kRegA = kSerialHalves && !kOutFp32 && !diag::kSerialSmemA;
   constexpr uint32_t kMmaN = kHalfPromote ? BLOCK_N / 2 : BLOCK_N;
   // kKBatch > 1: the wgmmas of kKBatch consecutive k-blocks go into kKBatch accumulator sets
   // under one wait, so a narrow tile pays the wgmma -> wait -> promote latency once per batch
@@ -622,24 +615,6 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         Mma::mma(desc_a + 2 * k, desc_b + 2 * k, acc, k > 0 ? 1u : 0u);
       }
       ptx::wgmma_commit();
-    };
-    // kRegA: the same batch with this warp's A fragments in registers (loaded by load_a).
-    using MmaRegA = ptx::WgmmaFp8RegA<kRegA ? kMmaN : 128>;
-    uint32_t a_frag[kRegA ? Traits::BLOCK_K / 32 : 1][4];
-    const uint32_t a_row_off = Traits::kOffA + (wg * 64 + warp * 16 + 8 * ((lane / 8) % 2) + lane % 8) * Traits::BLOCK_K;
-    auto load_a = [&](uint32_t s) {
-      ptx::load_a_fragments_sw128(base + a_row_off + s * Traits::kSmemA, lane, a_frag);
-    };
-    auto issue_reg_a = [&](float(&acc)[kHalfAcc], uint32_t s, uint32_t col0) {
-      if constexpr (kRegA) {
-        const uint64_t desc_b =
-            ptx::make_smem_desc_k_sw128(base + Traits::kOffB + s * Traits::kSmemB + col0 * Traits::BLOCK_K);
-        ptx::fence_operands(acc);
-        ptx::wgmma_fence();
-#pragma unroll
-        for (uint32_t k = 0; k < Traits::BLOCK_K / 32; ++k) MmaRegA::mma(a_frag[k], desc_b + 2 * k, acc, k > 0 ? 1u : 0u);
-        ptx::wgmma_commit();
-      }
     };
     // Lane 0 of every consumer warp releases stage `s` (to the peer CTA too with multicast).
     auto release = [&](uint32_t s) {
@@ -971,14 +946,9 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           sa0 = sfa_smem[stage * BLOCK_M + r0];
           sa1 = sfa_smem[stage * BLOCK_M + r0 + 8];
           stage_b_scales(stage, sb);
-          if constexpr (kRegA) {
-            load_a(stage);
-            issue_reg_a(acc_lo, stage, 0);
-          } else {
-            issue(acc_lo, stage, 0);
-          }
+          issue(acc_lo, stage, 0);
           if constexpr (!kSerialHalves) issue(acc_hi, stage, kMmaN);
-          ptx::fence_proxy_async_shared();  // the sfa (and A fragment) loads, as the plain path
+          ptx::fence_proxy_async_shared();  // the sfa loads (as the plain path)
           float s0[kSpan], s1[kSpan];
 #pragma unroll
           for (uint32_t b = 0; b < kSpan; ++b) {
@@ -996,15 +966,9 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
               return acc_hi;
             }
           }();
-          if constexpr (kRegA) {
-            issue_reg_a(acc_right, stage, kMmaN);
-          } else if constexpr (kSerialHalves) {
-            issue(acc_right, stage, kMmaN);
-          }
+          if constexpr (kSerialHalves) issue(acc_right, stage, kMmaN);
           ptx::wgmma_wait<0>();
           ptx::fence_operands(acc_right);
-          // The wgmmas read a_frag asynchronously: keep the registers until they completed.
-          if constexpr (kRegA) ptx::fence_fragments(a_frag);
           release(stage);
           if (++stage == kNumStages) {
             stage = 0;

@@ -37,9 +37,6 @@
 //                         wait again (as before v0.35): what does the prefetch give?
 //   FINEGEMM_DIAG_NO_1D2D_FENCE  the plain 1D2D loop releases a stage without the proxy fence
 //                         after its sfa loads (racy by design: what does the fence cost?)
-//   FINEGEMM_DIAG_SERIAL_SMEM_A  (correct results) the serial halves read A from shared memory in
-//                         both halves' wgmmas, as before v0.50, instead of loading it into
-//                         registers once per k-block: what does the register-A form give?
 //   FINEGEMM_SFB_REG_SLACK=<n>  (correct results) the 1D1D prefetch's register slack instead of the
 //                         measured 24 (impls/sm90_fp8_gemm_1d2d.cuh; 20 / 28 / 32: benchmarks/NOTES.md
 //                         v0.37): more or fewer chunks' column scales loaded before the wgmmas.
@@ -130,12 +127,6 @@ constexpr bool kNo1d2dFence = false;
 constexpr bool kNoSfbPrefetch = true;
 #else
 constexpr bool kNoSfbPrefetch = false;
-#endif
-
-#ifdef FINEGEMM_DIAG_SERIAL_SMEM_A
-constexpr bool kSerialSmemA = true;
-#else
-constexpr bool kSerialSmemA = false;
 #endif
 
 }  // namespace diag

@@ -61,15 +61,5 @@ __device__ __forceinline__ void fence_operands(float (&r)[kN]) {
   for (int i = 0; i < kN; ++i) fence_operand(r[i]);
 }
 
-// The same for register-A fragments (uint32 x 4 per k32 step).
-template <int kSteps>
-__device__ __forceinline__ void fence_fragments(uint32_t (&a)[kSteps][4]) {
-#pragma unroll
-  for (int k = 0; k < kSteps; ++k) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(a[k][i])::"memory");
-  }
-}
-
 }  // namespace ptx
 }  // namespace finegemm
