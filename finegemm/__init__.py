@@ -23,6 +23,15 @@ from finegemm.api import (
     m_grouped_fp8_gemm_nt_contiguous,
     m_grouped_fp8_gemm_nt_masked,
 )
+from finegemm.api.legacy import (
+    gemm_fp8_fp8_bf16_nt,
+    get_col_major_tma_aligned_tensor,
+    get_m_alignment_for_contiguous_layout,
+    k_grouped_wgrad_gemm_fp8_fp8_fp32_nt,
+    m_grouped_gemm_fp8_fp8_bf16_nt_contiguous,
+    m_grouped_gemm_fp8_fp8_bf16_nt_masked,
+    wgrad_gemm_fp8_fp8_fp32_nt,
+)
 from finegemm.quant import (
     get_mk_alignment_for_contiguous_layout,
     get_mn_major_tma_aligned_tensor,
@@ -53,6 +62,14 @@ __all__ = [
     "m_grouped_bf16_gemm_nt_contiguous",
     "m_grouped_bf16_gemm_nt_masked",
     "k_grouped_bf16_gemm_tn_contiguous",
+    # DeepGEMM v1 names (finegemm.api.legacy)
+    "gemm_fp8_fp8_bf16_nt",
+    "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous",
+    "m_grouped_gemm_fp8_fp8_bf16_nt_masked",
+    "wgrad_gemm_fp8_fp8_fp32_nt",
+    "k_grouped_wgrad_gemm_fp8_fp8_fp32_nt",
+    "get_col_major_tma_aligned_tensor",
+    "get_m_alignment_for_contiguous_layout",
     # runtime knobs
     "set_num_sms",
     "get_num_sms",

@@ -16,6 +16,7 @@ from finegemm.api.grouped_fp8 import (
     m_grouped_fp8_gemm_nt_contiguous,
     m_grouped_fp8_gemm_nt_masked,
 )
+from finegemm.api import legacy  # noqa: E402  DeepGEMM v1 names, on the functions above
 
 __all__ = [
     "fp8_gemm_nt",

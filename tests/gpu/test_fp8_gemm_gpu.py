@@ -74,6 +74,18 @@ def test_bf16_out(m, n, k):
     _check(d, a, sfa, b, sfb, x, w)
 
 
+def test_legacy_name_gemm_fp8_fp8_bf16_nt():
+    """DeepGEMM v1's name: checked against the reference, and bitwise fp8_gemm_nt's result."""
+    m, n, k = 17, 2112, 7296
+    x, w, a, sfa, b, sfb = _inputs(m, n, k, seed=95)
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    finegemm.gemm_fp8_fp8_bf16_nt((a, sfa), (b, sfb), out)
+    _check(out, a, sfa, b, sfb, x, w)
+    want = torch.full_like(out, float("nan"))
+    finegemm.fp8_gemm_nt((a, sfa), (b, sfb), want)
+    assert torch.equal(out, want)
+
+
 @pytest.mark.parametrize("m,n,k", [(1, 576, 7168), (17, 2112, 7296), (128, 7168, 512), (4097, 2112, 144),
                                    (64, 576, 7168), (4097, 7168, 7168)])
 @pytest.mark.parametrize("with_c", [False, True])

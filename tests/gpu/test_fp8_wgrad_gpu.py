@@ -722,3 +722,21 @@ def test_k_grouped_three_warpgroups(bn, tma, hp):
             out[bm] = d
         _check_k_grouped(out[192], a, sfa, b, sfb, m, n, ks, c0)
         assert torch.equal(out[192].view(torch.int32), out[128].view(torch.int32)), "block_m 192 and 128 differ"
+
+
+def test_legacy_wgrad_names():
+    """DeepGEMM v1's wgrad_gemm_fp8_fp8_fp32_nt / k_grouped_wgrad_gemm_fp8_fp8_fp32_nt accumulate
+    into out: bitwise what the finegemm calls with c = out give (same kernels)."""
+    m, n, k = C_SHAPES[1]
+    _, _, a, sfa, b, sfb = _inputs(m, n, k, seed=91)
+    start = torch.randn(m, n, device="cuda")
+    out, want = start.clone(), start.clone()
+    finegemm.wgrad_gemm_fp8_fp8_fp32_nt((a, sfa), (b, sfb), out)
+    finegemm.fp8_gemm_nt((a, sfa), (b, sfb), want, c=want, recipe=(1, 1, 128))
+    assert torch.equal(out, want) and not torch.equal(out, start)
+    _, m, n, ks, _ = K_GROUPED_CASES[4]  # the in-place case: c = d
+    a, sfa, b, sfb = _k_grouped_problem(m, n, ks, seed=92)
+    c0 = torch.randn(len(ks), m, n, device="cuda")
+    out = c0.clone()
+    finegemm.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt((a, sfa), (b, sfb), out, ks)
+    assert torch.equal(out, _run_k_grouped(a, sfa, b, sfb, m, n, ks, "in_place", c0))

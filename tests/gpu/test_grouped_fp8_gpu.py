@@ -254,6 +254,23 @@ def test_three_warpgroup_masked_edges(m_max, masked, bn, tma, monkeypatch):
     _check_masked(d, a, sfa, b, sfb, masked)
 
 
+def test_legacy_m_grouped_names():
+    """DeepGEMM v1's m_grouped_gemm_fp8_fp8_bf16_nt_contiguous / _masked: bitwise what the finegemm
+    functions give on the same inputs (same kernels), padding rows zero, masked rows untouched."""
+    _, ms, n, k, pad_after, use_psum = CONTIGUOUS_CASES[4]
+    a, sfa, b, sfb, layout, ids = _contiguous_problem(ms, n, k, pad_after, use_psum, seed=93)
+    out = torch.full((a.shape[0], n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    finegemm.m_grouped_gemm_fp8_fp8_bf16_nt_contiguous((a, sfa), (b, sfb), out, layout)
+    assert torch.equal(out, _run_contiguous(a, sfa, b, sfb, layout, use_psum))
+    _, g, m_max, n, k, masked, expected_m = MASKED_CASES[1]
+    a, sfa, b, sfb = _masked_problem(g, m_max, n, k, seed=94)
+    masked_m = torch.tensor(masked, dtype=torch.int32, device="cuda")
+    out = torch.full((g, m_max, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    finegemm.m_grouped_gemm_fp8_fp8_bf16_nt_masked((a, sfa), (b, sfb), out, masked_m, expected_m)
+    want = _run_masked(a, sfa, b, sfb, masked_m, expected_m)
+    assert torch.equal(out.nan_to_num(7.0), want.nan_to_num(7.0))
+
+
 def test_deterministic_contiguous():
     _, ms, n, k, pad_after, use_psum = CONTIGUOUS_CASES[2]
     a, sfa, b, sfb, layout, ids = _contiguous_problem(ms, n, k, pad_after, use_psum, seed=5)
