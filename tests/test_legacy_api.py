@@ -10,20 +10,9 @@ import torch
 import finegemm
 from finegemm import reference
 
-FP8 = torch.float8_e4m3fn
-
-
-@pytest.fixture(autouse=True)
-def _seed():
-    torch.manual_seed(1)
-
-
-def fp8(*shape):
-    return torch.randn(*shape).to(FP8)
-
-
-def sf(*shape):
-    return torch.exp2(torch.randint(-3, 4, shape).float())
+from test_api_cpu import _seed  # noqa: F401  (autouse: a fixed seed per test)
+from test_api_cpu import rand_fp8 as fp8
+from test_api_cpu import rand_sf as sf
 
 
 def test_exported_at_top_level():
