@@ -499,7 +499,7 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
       }
 
       // ---------------------------------------------------------------- split-K reduction
-      if constexpr (kSplitK) {
+      if constexpr (kSplitK && !diag::kSplitNoReduce) {
         // Partials and their in-order sum: epilogue/split_k.cuh.
         const uint32_t tile = sched.tile_index(m_block, n_block);
         float2* slab = reinterpret_cast<float2*>(workspace) +
@@ -519,27 +519,29 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
         ptx::named_barrier_sync(1, kNumConsumerThreads);
         const bool last = *flag_smem != 0;
         if (!last) continue;
-        __threadfence();
-        if constexpr (kNumChunks <= 8) {
-          epilogue::sum_split_partials<kNumChunks, kNumConsumerThreads, BLOCK_M * BLOCK_N / 2>(acc, slab, sched.num_splits,
-                                                                                              row0_ok, row1_ok);
-        } else {
-          // Wide tiles: every split's partial in split order, per chunk (the helper spilled here).
+        if constexpr (!diag::kSplitNoSum) {  // developer diagnostic (ptx/diag.cuh)
+          __threadfence();
+          if constexpr (kNumChunks <= 8) {
+            epilogue::sum_split_partials<kNumChunks, kNumConsumerThreads, BLOCK_M * BLOCK_N / 2>(acc, slab, sched.num_splits,
+                                                                                                row0_ok, row1_ok);
+          } else {
+            // Wide tiles: every split's partial in split order, per chunk (the helper spilled here).
 #pragma unroll
-          for (uint32_t i = 0; i < kNumAcc; ++i) acc[i] = 0.0f;
-          for (uint32_t s = 0; s < sched.num_splits; ++s) {
-            const float2* part = slab + static_cast<size_t>(s) * (BLOCK_M * BLOCK_N / 2);
+            for (uint32_t i = 0; i < kNumAcc; ++i) acc[i] = 0.0f;
+            for (uint32_t s = 0; s < sched.num_splits; ++s) {
+              const float2* part = slab + static_cast<size_t>(s) * (BLOCK_M * BLOCK_N / 2);
 #pragma unroll
-            for (uint32_t j = 0; j < kNumChunks; ++j) {
-              if (row0_ok) {
-                const float2 v = __ldcg(part + (2 * j + 0) * kNumConsumerThreads + threadIdx.x);
-                acc[4 * j + 0] += v.x;
-                acc[4 * j + 1] += v.y;
-              }
-              if (row1_ok) {
-                const float2 v = __ldcg(part + (2 * j + 1) * kNumConsumerThreads + threadIdx.x);
-                acc[4 * j + 2] += v.x;
-                acc[4 * j + 3] += v.y;
+              for (uint32_t j = 0; j < kNumChunks; ++j) {
+                if (row0_ok) {
+                  const float2 v = __ldcg(part + (2 * j + 0) * kNumConsumerThreads + threadIdx.x);
+                  acc[4 * j + 0] += v.x;
+                  acc[4 * j + 1] += v.y;
+                }
+                if (row1_ok) {
+                  const float2 v = __ldcg(part + (2 * j + 1) * kNumConsumerThreads + threadIdx.x);
+                  acc[4 * j + 2] += v.x;
+                  acc[4 * j + 3] += v.y;
+                }
               }
             }
           }

@@ -37,6 +37,12 @@
 //                         wait again (as before v0.35): what does the prefetch give?
 //   FINEGEMM_DIAG_NO_1D2D_FENCE  the plain 1D2D loop releases a stage without the proxy fence
 //                         after its sfa loads (racy by design: what does the fence cost?)
+//   FINEGEMM_DIAG_SPLIT_NO_REDUCE  (both kernels, wrong results) every split-K unit stores its own
+//                         partial into D: no workspace, fence, counter or sum. What does the
+//                         split-K reduction cost end to end (an upper bound on any cheaper one)?
+//   FINEGEMM_DIAG_SPLIT_NO_SUM  (both kernels, wrong results) the partials are written and counted
+//                         as usual, but the last split stores its own partial instead of the sum:
+//                         the sum's share of that cost.
 //   FINEGEMM_SFB_REG_SLACK=<n>  (correct results) the 1D1D prefetch's register slack instead of the
 //                         measured 24 (impls/sm90_fp8_gemm_1d2d.cuh; 20 / 28 / 32: benchmarks/NOTES.md
 //                         v0.37): more or fewer chunks' column scales loaded before the wgmmas.
@@ -127,6 +133,18 @@ constexpr bool kNo1d2dFence = false;
 constexpr bool kNoSfbPrefetch = true;
 #else
 constexpr bool kNoSfbPrefetch = false;
+#endif
+
+#ifdef FINEGEMM_DIAG_SPLIT_NO_REDUCE
+constexpr bool kSplitNoReduce = true;
+#else
+constexpr bool kSplitNoReduce = false;
+#endif
+
+#ifdef FINEGEMM_DIAG_SPLIT_NO_SUM
+constexpr bool kSplitNoSum = true;
+#else
+constexpr bool kSplitNoSum = false;
 #endif
 
 }  // namespace diag
