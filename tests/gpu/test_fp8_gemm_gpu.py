@@ -354,6 +354,71 @@ def _check_forced(cfg, m, n, k, seed):
     assert torch.equal(first, d), f"{cfg}: not bitwise repeatable"
 
 
+def _prepared_cluster(call) -> int:
+    import ctypes
+
+    from finegemm import jit
+
+    f = jit.host_library().fg_sm90_fp8_gemm_prepared_cluster
+    f.argtypes, f.restype = [ctypes.c_uint64], ctypes.c_int
+    return f(call._handle)
+
+
+# Split-K through distributed shared memory (one cluster per tile, one unit per CTA, block_n <= 64):
+# (m, n, k, block_m, block_n, splits, k_batch, out_fp32 + C). Partial tiles in M and N, 2 to 8
+# splits; grids small enough for every cluster to be resident (the host's rule).
+SPLIT_CLUSTER_CASES = [(1, 1024, 7168, 64, 64, 4, 1, False), (128, 1050, 7168, 128, 48, 3, 1, False),
+                       (64, 1500, 7168, 64, 32, 2, 2, False), (17, 576, 7296, 64, 64, 8, 1, False),
+                       (130, 640, 4096, 128, 32, 2, 1, False), (33, 200, 7168, 64, 16, 8, 1, True),
+                       (64, 1024, 7168, 64, 64, 2, 2, False), (192, 640, 2048, 128, 64, 5, 1, True)]
+
+
+def _max_active_clusters(fn, cfg, size) -> int:
+    import ctypes
+
+    from finegemm import jit
+
+    out = ctypes.c_int(0)
+    rc = jit.host_library().fg_sm90_fp8_gemm_max_active_clusters(fn, size, cfg.num_threads, cfg.smem_bytes,
+                                                                ctypes.byref(out))
+    assert rc == 0
+    return out.value
+
+
+@pytest.mark.parametrize("case", SPLIT_CLUSTER_CASES, ids=str)
+def test_split_cluster_matches_workspace_path(case):
+    """The split cluster's sum is the workspace path's bit for bit (same partials, same order):
+    the same config launched one CTA short of one unit each takes the workspace path. Both against
+    the exact reference, poisoned outputs, bitwise repeat; the host picks the cluster exactly when
+    every cluster fits on the GPU at once."""
+    from finegemm.heuristics.sm90_fp8_gemm import make_config, max_stages
+
+    m, n, k, bm, bn, splits, kbat, f32_c = case
+    units = -(-m // bm) * -(-n // bn) * splits
+    x, w, a, sfa, b, sfb = _inputs(m, n, k, seed=m + n + splits)
+    c = torch.randn(m, n, device="cuda") if f32_c else None
+    out = {}
+    for sms in (units, units - 1):
+        cfg = make_config(m, n, k, sms, f32_c, f32_c, bm, bn, max_stages(bm, bn), splits, k_batch=kbat)
+        d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float32 if f32_c else torch.bfloat16)
+        call = ops.prepare(a, sfa, b, sfb, d, c, config=cfg)
+        call()
+        first = d.clone()
+        call()
+        assert torch.equal(first, d), f"{cfg}: not bitwise repeatable"
+        _check(d, a, sfa, b, sfb, x, w, c=c)
+        cluster = _prepared_cluster(call)
+        if sms == units:
+            _, fn = ops.plan(m, n, k, f32_c, f32_c, torch.cuda.current_device(), config=cfg)
+            fits = _max_active_clusters(fn, cfg, splits) * splits >= units
+            assert fits, f"this case should fit {units // splits} clusters of {splits}"
+            assert cluster == splits
+        else:
+            assert cluster == 1, "a grid short of the units must keep the workspace path"
+        out[cluster] = d
+    assert torch.equal(out[splits], out[1])
+
+
 FORCED_TUNER_VARIANTS = [
     # (block_n, splits, multicast, tma_store, half_promote, ctas_per_sm, k_batch): the tuner's extra
     # families. K of the shapes below leaves k-block counts that k_batch does not divide.

@@ -10,6 +10,8 @@
 
 #include <cstdint>
 
+#include <finegemm/ptx/common.cuh>
+
 namespace finegemm {
 namespace epilogue {
 
@@ -72,6 +74,48 @@ __device__ __forceinline__ void sum_split_partials(float (&acc)[kNumAcc], const 
     float2 v[kNumChunks][2];
     load(s, v);
     add(v);
+  }
+}
+
+// Split-K through distributed shared memory (the splits of a tile are one cluster, split s = CTA
+// rank s, one tile per CTA): every split but 0 leaves its fragment in its own shared memory
+// (`part`: the same float2 layout as the workspace slab, every row) and split 0 adds them to its
+// registers in split order after the cluster barrier. No workspace, counter or L2 round trip;
+// the result is bitwise the workspace path's (0 + p0 first, then p1, p2, ... as there).
+template <uint32_t kNumChunks, uint32_t kThreads, uint32_t kNumAcc>
+__device__ __forceinline__ void write_split_partial_smem(const float (&acc)[kNumAcc], float2* part) {
+  static_assert(kNumAcc == 4 * kNumChunks, "wgmma D fragment");
+  const uint32_t tid = threadIdx.x;
+#pragma unroll
+  for (uint32_t j = 0; j < kNumChunks; ++j) {
+    part[(2 * j + 0) * kThreads + tid] = make_float2(acc[4 * j + 0], acc[4 * j + 1]);
+    part[(2 * j + 1) * kThreads + tid] = make_float2(acc[4 * j + 2], acc[4 * j + 3]);
+  }
+}
+
+// `part_addr`: the shared::cta address of `part` (the same offset in every CTA of the cluster).
+template <uint32_t kNumChunks, uint32_t kThreads, uint32_t kNumAcc>
+__device__ __forceinline__ void add_cluster_split_partials(float (&acc)[kNumAcc], uint32_t part_addr,
+                                                           uint32_t num_splits) {
+  static_assert(kNumAcc == 4 * kNumChunks, "wgmma D fragment");
+#pragma unroll
+  for (uint32_t i = 0; i < kNumAcc; ++i) acc[i] = 0.0f + acc[i];
+  const uint32_t mine = part_addr + threadIdx.x * 8u;
+  for (uint32_t s = 1; s < num_splits; ++s) {
+    const uint32_t remote = ptx::map_shared_rank(mine, s);
+    float2 v[kNumChunks][2];
+#pragma unroll
+    for (uint32_t j = 0; j < kNumChunks; ++j) {  // all loads in flight before the adds
+      v[j][0] = ptx::ld_shared_cluster_f2(remote + (2 * j + 0) * kThreads * 8u);
+      v[j][1] = ptx::ld_shared_cluster_f2(remote + (2 * j + 1) * kThreads * 8u);
+    }
+#pragma unroll
+    for (uint32_t j = 0; j < kNumChunks; ++j) {
+      acc[4 * j + 0] += v[j][0].x;
+      acc[4 * j + 1] += v[j][0].y;
+      acc[4 * j + 2] += v[j][1].x;
+      acc[4 * j + 3] += v[j][1].y;
+    }
   }
 }
 

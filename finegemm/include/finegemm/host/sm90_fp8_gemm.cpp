@@ -11,7 +11,11 @@
 #include <dlfcn.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+
+extern "C" int fg_sm90_fp8_gemm_max_active_clusters(uint64_t fn, int cluster_size, int threads, int smem_bytes,
+                                                    int* out);
 
 namespace {
 
@@ -144,6 +148,25 @@ int encode_1d2d(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sfa, void
   L->threads = static_cast<unsigned>((block_m / 64 + 1) * 128);
   L->smem_bytes = static_cast<unsigned>(smem_bytes);
   L->cluster = static_cast<unsigned>(num_multicast);
+  // Split-K through distributed shared memory: the splits of each tile as one cluster (rank =
+  // split), when every CTA runs exactly one unit and the tile is at most 64 columns wide: the
+  // kernel's rule (impls/sm90_fp8_gemm_1d2d.cuh, kClusterSplit), which traps on anything else.
+  // FINEGEMM_DIAG_SPLIT_CLUSTER=0 keeps the workspace reduction (A/Bs).
+  static const bool split_cluster_on = [] {
+    const char* v = std::getenv("FINEGEMM_DIAG_SPLIT_CLUSTER");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  const int64_t units = static_cast<int64_t>((m + block_m - 1) / block_m) * ((n + block_n - 1) / block_n) * num_splits;
+  if (split_cluster_on && gemm_kind == 0 && num_multicast == 1 && num_splits >= 2 && num_splits <= 8 &&
+      block_n <= 64 && units == grid) {
+    // Only where every cluster is resident at once (GPCs fit whole clusters only: a second
+    // wave of clusters would cost more than the reduction saves).
+    int clusters = 0;
+    if (fg_sm90_fp8_gemm_max_active_clusters(fn, num_splits, static_cast<int>(L->threads), smem_bytes, &clusters) ==
+            CUDA_SUCCESS &&
+        static_cast<int64_t>(clusters) * num_splits >= grid)
+      L->cluster = static_cast<unsigned>(num_splits);
+  }
   return CUDA_SUCCESS;
 }
 
@@ -308,6 +331,12 @@ int fg_prepare_sm90_fp8_gemm_1d1d(uint64_t* out, uint64_t fn, void* a, void* b, 
 int fg_sm90_fp8_gemm_prepared_flags(uint64_t handle) {
   if (handle == 0) return -1;
   return static_cast<int>(fg::prepared_from_handle<Sm90Fp8Launch>(handle)->flags);
+}
+
+// CTAs per cluster of a prepared call: 2 with multicast, num_splits for a split cluster, else 1.
+int fg_sm90_fp8_gemm_prepared_cluster(uint64_t handle) {
+  if (handle == 0) return -1;
+  return static_cast<int>(fg::prepared_from_handle<Sm90Fp8Launch>(handle)->cluster);
 }
 
 // Launch a prepared call on `stream` (workspace / counters: as fg_launch_sm90_fp8_gemm).

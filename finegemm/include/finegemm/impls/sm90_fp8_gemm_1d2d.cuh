@@ -394,6 +394,14 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
                     workspace + (kSplitK ? static_cast<size_t>(num_m_blocks) * num_n_blocks * num_splits *
                                                BLOCK_M * BLOCK_N : 0));)
   const uint32_t num_clusters = gridDim.x / kNumMulticast;
+  // Split-K through distributed shared memory (epilogue/split_k.cuh): the host launches the
+  // splits of each tile as one cluster when every CTA runs exactly one unit and the tile is at
+  // most 64 columns wide (host encode_1d2d); the partials then never go through L2. Its fragment
+  // fits the ring, which is idle by then (one unit per CTA).
+  constexpr bool kClusterSplit = kSplitK && kNumMulticast == 1 && BLOCK_N <= 64 && !diag::kSplitNoReduce;
+  static_assert(!kClusterSplit || BLOCK_M * BLOCK_N * 4 <= kNumStages * (Traits::kSmemA + Traits::kSmemB),
+                "the split partial reuses the ring");
+  const bool split_cluster = kClusterSplit && ptx::cluster_nctarank() > 1;
   // The tile of `unit` as the producer and the scale warp see it (each role walks with its own
   // walker); false past the last unit of a grouped kind. The dense kind keeps its loop head
   // (unit < num_units) and only decodes here: walking through TileWalker::next() in the loop
@@ -421,6 +429,8 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   if (threadIdx.x == 0) {
     // A launch with less dynamic shared memory than this layout needs would corrupt memory.
     if (ptx::dynamic_smem_size() < Traits::kDynamicSmemBytes) __trap();
+    // A split cluster must be exactly one tile's splits, one unit per CTA (the host's rule).
+    if (split_cluster && (ptx::cluster_nctarank() != num_splits || sched.num_units != gridDim.x)) __trap();
 #pragma unroll
     for (uint32_t s = 0; s < kNumStages; ++s) {
       ptx::mbar_init(full_bar(s), kScaleWarp ? 2 : 1);
@@ -573,6 +583,9 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         }
       }
     }
+    // Split cluster: the producer warpgroup's part in the barrier after which split 0 reads the
+    // peers' partials (every thread of the cluster takes part in a cluster barrier).
+    if (split_cluster) ptx::cluster_sync();
   } else {
     // ------------------------------------------------------------------ consumer warpgroups
     if constexpr (kNumConsumerWG >= 2) ptx::setmaxnreg_inc<Traits::kConsumerRegs>();
@@ -989,7 +1002,15 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
 
       FG_TRACE_TILE(wg_trace, wg, traced, 2);
       // ---------------------------------------------------------------- split-K reduction
-      if constexpr (kSplitK && !diag::kSplitNoReduce) {
+      if (kClusterSplit && split_cluster) {
+        // Every local wgmma has finished reading the ring before it holds the partial.
+        ptx::named_barrier_sync(1, kNumConsumerThreads);
+        float2* part = reinterpret_cast<float2*>(smem + Traits::kOffA);
+        if (split != 0) epilogue::write_split_partial_smem<kNumChunks, kNumConsumerThreads>(fin, part);
+        ptx::cluster_sync();  // the partials are there (release / acquire at cluster scope)
+        if (split != 0) continue;  // the CTA's only unit; it stays until split 0 has read (kernel end)
+        epilogue::add_cluster_split_partials<kNumChunks, kNumConsumerThreads>(fin, base + Traits::kOffA, num_splits);
+      } else if constexpr (kSplitK && !diag::kSplitNoReduce) {
         // Partials and their in-order sum: epilogue/split_k.cuh.
         const uint32_t tile = sched.tile_index(m_block, n_block);
         float2* slab = reinterpret_cast<float2*>(workspace) +
@@ -1092,8 +1113,9 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
     if constexpr (kTmaStore) EpiTma::finish();  // the last tile's stores complete before exit (same for fp32)
   }
   // No CTA of a cluster may exit while its peer can still multicast into it or arrive on its
-  // barriers: every thread (producer warpgroup included, none exited early) meets here.
-  if constexpr (kNumMulticast > 1) ptx::cluster_sync();
+  // barriers, or (split cluster) read its partial: every thread (producer warpgroup included, none
+  // exited early) meets here.
+  if (kNumMulticast > 1 || split_cluster) ptx::cluster_sync();
 }
 
 }  // namespace impls

@@ -84,6 +84,27 @@ __device__ __forceinline__ uint32_t cluster_ctarank() {
   return r;
 }
 
+// CTAs in this CTA's cluster (1 when launched without a cluster).
+__device__ __forceinline__ uint32_t cluster_nctarank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_nctarank;\n" : "=r"(r));
+  return r;
+}
+
+// The shared::cluster address of `smem_addr` (this CTA's shared::cta address) in CTA `cta_id`.
+__device__ __forceinline__ uint32_t map_shared_rank(uint32_t smem_addr, uint32_t cta_id) {
+  uint32_t r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(smem_addr), "r"(cta_id));
+  return r;
+}
+
+// A float2 from another CTA's shared memory (an address from map_shared_rank).
+__device__ __forceinline__ float2 ld_shared_cluster_f2(uint32_t addr) {
+  float2 v;
+  asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr) : "memory");
+  return v;
+}
+
 // Every thread of every CTA of the cluster arrives (release) and waits (acquire). All threads
 // of the cluster must execute it (no thread may have exited).
 __device__ __forceinline__ void cluster_sync() {
