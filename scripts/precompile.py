@@ -225,6 +225,10 @@ def main() -> int:
             for bm, stages in ((192, st), (128, max_stages(128, bn))):
                 cfg = make_config(m, n, k, args.sms, False, False, bm, bn, stages)
                 cfgs[ops._kernel_name(cfg)] = cfg
+    # Split clusters against the workspace path (test_split_cluster_matches_workspace_path).
+    for (m, n, k, bm, bn, splits, kbat, f32_c) in t.SPLIT_CLUSTER_CASES:
+        cfg = make_config(m, n, k, args.sms, f32_c, f32_c, bm, bn, max_stages(bm, bn), splits, k_batch=kbat)
+        cfgs[ops._kernel_name(cfg)] = cfg
     for cfg in grouped_configs(args.sms):
         cfgs[ops._kernel_name(cfg)] = cfg
     for cfg in wgrad_configs(args.sms):
