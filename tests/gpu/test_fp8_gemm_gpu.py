@@ -342,6 +342,18 @@ def test_tuned_table_entries(entry):
         _check(d, a, sfa, b, sfb, x, w)
 
 
+def _run_checked(cfg, x, w, a, sfa, b, sfb, d, c=None):
+    """Two calls of a forced configuration into d (poisoned by the caller): bitwise repeat and the
+    exact reference; the prepared call for the caller's own checks."""
+    call = ops.prepare(a, sfa, b, sfb, d, c, config=cfg)
+    call()
+    first = d.clone()
+    call()
+    assert torch.equal(first, d), f"{cfg}: not bitwise repeatable"
+    _check(d, a, sfa, b, sfb, x, w, c=c)
+    return call
+
+
 def _check_forced(cfg, m, n, k, seed):
     """A forced configuration on fresh data: poisoned bf16 output, exact reference, bitwise repeat."""
     x, w, a, sfa, b, sfb = _inputs(m, n, k, seed=seed)
@@ -401,13 +413,7 @@ def test_split_cluster_matches_workspace_path(case):
     for sms in (units, units - 1):
         cfg = make_config(m, n, k, sms, f32_c, f32_c, bm, bn, max_stages(bm, bn), splits, k_batch=kbat)
         d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float32 if f32_c else torch.bfloat16)
-        call = ops.prepare(a, sfa, b, sfb, d, c, config=cfg)
-        call()
-        first = d.clone()
-        call()
-        assert torch.equal(first, d), f"{cfg}: not bitwise repeatable"
-        _check(d, a, sfa, b, sfb, x, w, c=c)
-        cluster = _prepared_cluster(call)
+        cluster = _prepared_cluster(_run_checked(cfg, x, w, a, sfa, b, sfb, d, c))
         if sms == units:
             _, fn = ops.plan(m, n, k, f32_c, f32_c, torch.cuda.current_device(), config=cfg)
             fits = _max_active_clusters(fn, cfg, splits) * splits >= units
@@ -496,13 +502,7 @@ def test_serial_halves(m, n, k, variant):
     x, w, a, sfa, b, sfb = _inputs(m, n, k, seed=bn + m + k)
     if f32_c:
         c = torch.randn(m, n, device="cuda")
-        d = torch.full((m, n), float("nan"), device="cuda")
-        call = ops.prepare(a, sfa, b, sfb, d, c, config=cfg)
-        call()
-        first = d.clone()
-        call()
-        assert torch.equal(first, d), f"{cfg}: not bitwise repeatable"
-        _check(d, a, sfa, b, sfb, x, w, c=c)
+        _run_checked(cfg, x, w, a, sfa, b, sfb, torch.full((m, n), float("nan"), device="cuda"), c)
         return
     _check_forced(cfg, m, n, k, seed=bn + m + k)
     if (bn // 2) % 16:

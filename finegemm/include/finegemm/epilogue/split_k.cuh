@@ -27,6 +27,19 @@ __device__ __forceinline__ void write_split_partial(const float (&acc)[kNumAcc],
   }
 }
 
+// acc += one split's partial, as loaded into v[chunk][row half] (the layout above).
+template <uint32_t kNumChunks, uint32_t kNumAcc>
+__device__ __forceinline__ void add_partial_fragment(float (&acc)[kNumAcc], const float2 (&v)[kNumChunks][2]) {
+  static_assert(kNumAcc == 4 * kNumChunks, "wgmma D fragment");
+#pragma unroll
+  for (uint32_t j = 0; j < kNumChunks; ++j) {
+    acc[4 * j + 0] += v[j][0].x;
+    acc[4 * j + 1] += v[j][0].y;
+    acc[4 * j + 2] += v[j][1].x;
+    acc[4 * j + 3] += v[j][1].y;
+  }
+}
+
 // acc = sum over s = 0..num_splits-1 of split s's partial (slab: split 0's; kSplitStride float2
 // between splits), added in split order. The loads of kUnroll consecutive splits are issued before
 // their adds: a loop that adds each split's loads before loading the next waits one L2 round trip
@@ -44,15 +57,7 @@ __device__ __forceinline__ void sum_split_partials(float (&acc)[kNumAcc], const 
 #pragma unroll
   for (uint32_t i = 0; i < kNumAcc; ++i) acc[i] = 0.0f;
   const uint32_t tid = threadIdx.x;
-  auto add = [&](const float2 (&v)[kNumChunks][2]) {
-#pragma unroll
-    for (uint32_t j = 0; j < kNumChunks; ++j) {
-      acc[4 * j + 0] += v[j][0].x;
-      acc[4 * j + 1] += v[j][0].y;
-      acc[4 * j + 2] += v[j][1].x;
-      acc[4 * j + 3] += v[j][1].y;
-    }
-  };
+  auto add = [&](const float2 (&v)[kNumChunks][2]) { add_partial_fragment(acc, v); };
   auto load = [&](uint32_t s, float2 (&v)[kNumChunks][2]) {
     const float2* part = slab + static_cast<size_t>(s) * kSplitStride;
 #pragma unroll
@@ -109,13 +114,7 @@ __device__ __forceinline__ void add_cluster_split_partials(float (&acc)[kNumAcc]
       v[j][0] = ptx::ld_shared_cluster_f2(remote + (2 * j + 0) * kThreads * 8u);
       v[j][1] = ptx::ld_shared_cluster_f2(remote + (2 * j + 1) * kThreads * 8u);
     }
-#pragma unroll
-    for (uint32_t j = 0; j < kNumChunks; ++j) {
-      acc[4 * j + 0] += v[j][0].x;
-      acc[4 * j + 1] += v[j][0].y;
-      acc[4 * j + 2] += v[j][1].x;
-      acc[4 * j + 3] += v[j][1].y;
-    }
+    add_partial_fragment(acc, v);
   }
 }
 
