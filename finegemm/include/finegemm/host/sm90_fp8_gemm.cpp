@@ -156,9 +156,10 @@ int encode_1d2d(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sfa, void
     const char* v = std::getenv("FINEGEMM_DIAG_SPLIT_CLUSTER");
     return v == nullptr || std::strcmp(v, "0") != 0;
   }();
-  const int64_t units = static_cast<int64_t>((m + block_m - 1) / block_m) * ((n + block_n - 1) / block_n) * num_splits;
+  const bool one_unit_per_cta = static_cast<int64_t>((m + block_m - 1) / block_m) * ((n + block_n - 1) / block_n) *
+                                    num_splits == grid;
   if (split_cluster_on && gemm_kind == 0 && num_multicast == 1 && num_splits >= 2 && num_splits <= 8 &&
-      block_n <= 64 && units == grid) {
+      block_n <= 64 && one_unit_per_cta) {
     // Only where every cluster is resident at once (GPCs fit whole clusters only: a second
     // wave of clusters would cost more than the reduction saves).
     int clusters = 0;

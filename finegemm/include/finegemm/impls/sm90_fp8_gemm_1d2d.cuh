@@ -1002,7 +1002,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
 
       FG_TRACE_TILE(wg_trace, wg, traced, 2);
       // ---------------------------------------------------------------- split-K reduction
-      if (kClusterSplit && split_cluster) {
+      if (split_cluster) {  // false at compile time unless kClusterSplit
         // Every local wgmma has finished reading the ring before it holds the partial.
         ptx::named_barrier_sync(1, kNumConsumerThreads);
         float2* part = reinterpret_cast<float2*>(smem + Traits::kOffA);
