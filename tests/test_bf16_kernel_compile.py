@@ -176,6 +176,9 @@ def test_every_heuristic_kernel_compiles_spill_free():
             assert "USETMAXREG" in sass, f"{r['label']}: setmaxnreg missing"
         if tma:
             assert "UTMASTG" in sass and "STSM" in sass, f"{r['label']}: no stmatrix + TMA store in SASS"
+        # The split cluster (split-K through distributed shared memory) is built into exactly the
+        # split kernels with tiles up to 64 columns: its cluster barriers, and nowhere else.
+        assert ("UCGABAR_WAIT" in sass) == (split and bn <= 64), f"{r['label']}: cluster barrier presence"
         assert_k_loops_keep_smem_base(sass, r["label"])
 
 

@@ -182,6 +182,56 @@ def test_split_k_used_and_counters_reset():
         assert int(cnt.abs().sum()) == 0, "split-K counters not reset to zero"
 
 
+def _prepared_cluster(call) -> int:
+    import ctypes
+
+    from finegemm import jit
+
+    f = jit.host_library().fg_sm90_bf16_gemm_prepared_cluster
+    f.argtypes, f.restype = [ctypes.c_uint64], ctypes.c_int
+    return f(call._make_handle())
+
+
+# Split-K through distributed shared memory (one cluster per tile, one unit per CTA, block_n <= 64):
+# (layout, m, n, k, block_m, block_n, stages, splits, out). Every layout, partial tiles in M, N and
+# K, 2 to 8 splits, the router shapes' tile (bm64 bn32 split 8, fp32 d) among them; grids small
+# enough for every cluster to be resident (the host's rule).
+SPLIT_CLUSTER_CASES = [("nt", 64, 256, 7168, 64, 32, 16, 8, "fp32"), ("tn", 128, 256, 7168, 64, 32, 10, 8, "fp32"),
+                       ("nn", 128, 2112, 7168, 128, 32, 10, 2, "bf16"), ("tt", 17, 1000, 4104, 64, 64, 14, 3, "bf16"),
+                       ("nt", 130, 200, 7000, 128, 64, 9, 4, "fp32+c"), ("tn", 1, 576, 7168, 64, 32, 16, 5, "bf16"),
+                       ("nn", 33, 100, 520, 64, 32, 10, 2, "fp32+c"), ("tt", 200, 130, 2056, 128, 32, 11, 6, "fp32")]
+
+
+@pytest.mark.parametrize("case", SPLIT_CLUSTER_CASES, ids=str)
+def test_split_cluster_matches_workspace_path(case):
+    """The split cluster's sum is the workspace path's bit for bit (same partials, same order): the
+    same config with a grid one CTA short of one unit each takes the workspace path. Both against
+    the fp32 product with a poisoned d and a bitwise repeat; the host picks the cluster exactly when
+    every cluster fits on the GPU at once."""
+    layout, m, n, k, bm, bn, st, splits, out = case
+    a_mn, b_mn = heur.LAYOUTS[layout]
+    a, b = _operands(layout, m, n, k, seed=m + n + splits)
+    c = torch.randn(m, n, device="cuda") if out == "fp32+c" else None
+    dtype = BF16 if out == "bf16" else torch.float32
+    cfg = heur.make_config(m, n, k, finegemm.get_num_sms(), a_mn, b_mn, dtype == torch.float32, c is not None, bm,
+                           bn, splits, num_stages=st)
+    units = cfg.num_units
+    assert cfg.grid == units, "the case must give every unit its own CTA"
+    results = {}
+    for grid in (units, units - 1):
+        d = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
+        call = ops.prepare(a, b, d, c, layout, config=dataclasses.replace(cfg, grid=grid))
+        call()
+        first = d.clone()
+        call()
+        assert torch.equal(first, d), f"{case} grid {grid}: not bitwise repeatable"
+        _check(d, _reference(layout, a, b, c))
+        cluster = _prepared_cluster(call)
+        assert cluster == (splits if grid == units else 1), f"grid {grid}: cluster {cluster}"
+        results[grid] = d
+    assert torch.equal(results[units], results[units - 1]), "split cluster differs from the workspace path"
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("m,n,k,out", [(128, 2112, 7168, "bf16"), (1, 2112, 7168, "bf16"), (17, 576, 4104, "fp32+c"),
                                        (4097, 2112, 512, "fp32")])

@@ -299,6 +299,58 @@ inline CUresult launch(CUfunction fn, Dim3 grid, Dim3 block, unsigned smem_bytes
                 stream, params, pdl);
 }
 
+// Clusters of cluster_size CTAs (threads, smem_bytes each) of `fn` that can be resident at once
+// (cuOccupancyMaxActiveClusters) into *out.
+inline int max_active_clusters(CUfunction fn, int cluster_size, int threads, int smem_bytes, int* out) {
+  if (fn == nullptr || out == nullptr || cluster_size < 1 || threads <= 0 || smem_bytes < 0)
+    return FG_ERROR_INVALID_ARGUMENT;
+  *out = 0;
+  const Driver& drv = driver();
+  if (!drv.ok) return FG_ERROR_NO_DRIVER;
+  using Fn = CUresult (*)(int*, CUfunction, const CUlaunchConfig*);
+  static Fn occ = reinterpret_cast<Fn>(dlsym(drv.handle, "cuOccupancyMaxActiveClusters"));
+  if (occ == nullptr) return FG_ERROR_NO_DRIVER;
+  CUlaunchAttribute attr;
+  std::memset(&attr, 0, sizeof(attr));
+  attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  attr.value.clusterDim.x = static_cast<unsigned>(cluster_size);
+  attr.value.clusterDim.y = 1;
+  attr.value.clusterDim.z = 1;
+  CUlaunchConfig cfg;
+  std::memset(&cfg, 0, sizeof(cfg));
+  cfg.gridDimX = static_cast<unsigned>(cluster_size);
+  cfg.gridDimY = 1;
+  cfg.gridDimZ = 1;
+  cfg.blockDimX = static_cast<unsigned>(threads);
+  cfg.blockDimY = 1;
+  cfg.blockDimZ = 1;
+  cfg.sharedMemBytes = static_cast<unsigned>(smem_bytes);
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  return occ(out, fn, &cfg);
+}
+
+// Split-K through distributed shared memory (epilogue/split_k.cuh; both GEMM kernels, kClusterSplit):
+// the CTAs per cluster of a split-K launch: num_splits when the splits of each tile may run as one
+// cluster (rank = split), else 1. The kernels' rule, on which they trap otherwise: every CTA runs
+// exactly one (tile, split) unit (units == grid), 2 to 8 splits, tiles at most 64 columns wide.
+// The host adds: every cluster resident at once (GPCs hold whole clusters only; a second wave of
+// clusters would cost more than the reduction saves). FINEGEMM_DIAG_SPLIT_CLUSTER=0 keeps the
+// workspace reduction (A/Bs).
+inline unsigned split_cluster_size(CUfunction fn, int64_t units, int grid, int num_splits, int block_n, int threads,
+                                   int smem_bytes) {
+  static const bool on = [] {
+    const char* v = std::getenv("FINEGEMM_DIAG_SPLIT_CLUSTER");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  if (!on || num_splits < 2 || num_splits > 8 || block_n > 64 || units != grid) return 1u;
+  int clusters = 0;
+  if (max_active_clusters(fn, num_splits, threads, smem_bytes, &clusters) != CUDA_SUCCESS ||
+      static_cast<int64_t>(clusters) * num_splits < grid)
+    return 1u;
+  return static_cast<unsigned>(num_splits);
+}
+
 // Prepared launches (fg_prepare_* / fg_launch_prepared_* / fg_free_prepared_*): a family's Launch
 // struct (tensor maps, parameters) lives on the heap behind a uint64 handle that Python keeps.
 // publish_prepared takes ownership of `launch`: on an error it is freed and rc returned, else

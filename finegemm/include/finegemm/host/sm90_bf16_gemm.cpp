@@ -55,6 +55,7 @@ struct Sm90Bf16Launch {
   uint32_t m = 0, n = 0, k = 0, ldd = 0, flags = 0, num_splits = 1;
   CUfunction fn = nullptr;
   unsigned grid = 0, threads = 0, smem_bytes = 0;
+  unsigned cluster = 1;  // CTAs per cluster: num_splits for a split cluster (fg::split_cluster_size), else 1
 };
 
 int launch_dense(const Sm90Bf16Launch& L, void* workspace, void* counters, uint64_t stream) {
@@ -67,7 +68,7 @@ int launch_dense(const Sm90Bf16Launch& L, void* workspace, void* counters, uint6
                     const_cast<const float**>(&L.c_p), &ws_p, &cnt_p, const_cast<uint32_t*>(&L.m),
                     const_cast<uint32_t*>(&L.n), const_cast<uint32_t*>(&L.k), const_cast<uint32_t*>(&L.ldd),
                     const_cast<uint32_t*>(&L.flags), const_cast<uint32_t*>(&L.num_splits)};
-  return fg::launch(L.fn, L.grid, 1, 1, L.threads, 1, 1, L.smem_bytes, 1, fg::as_stream(stream), params);
+  return fg::launch(L.fn, L.grid, 1, 1, L.threads, 1, 1, L.smem_bytes, L.cluster, fg::as_stream(stream), params);
 }
 
 // Validates the arguments of fg_launch_sm90_bf16_gemm (documented there) and encodes L.
@@ -129,6 +130,8 @@ int encode_dense(Sm90Bf16Launch* L, uint64_t fn, void* a, void* b, void* d, void
   L->grid = static_cast<unsigned>(grid);
   L->threads = static_cast<unsigned>((block_m / 64 + 1) * 128);
   L->smem_bytes = static_cast<unsigned>(smem_bytes);
+  const int64_t units = static_cast<int64_t>((m + block_m - 1) / block_m) * ((n + block_n - 1) / block_n) * num_splits;
+  L->cluster = fg::split_cluster_size(L->fn, units, grid, num_splits, block_n, static_cast<int>(L->threads), smem_bytes);
   return CUDA_SUCCESS;
 }
 
@@ -220,6 +223,12 @@ int fg_prepare_sm90_bf16_gemm(uint64_t* out, uint64_t fn, void* a, void* b, void
 int fg_launch_prepared_sm90_bf16_gemm(uint64_t handle, void* workspace, void* counters, uint64_t stream) {
   if (handle == 0) return fg::FG_ERROR_INVALID_ARGUMENT;
   return launch_dense(*fg::prepared_from_handle<Sm90Bf16Launch>(handle), workspace, counters, stream);
+}
+
+// CTAs per cluster of a prepared call: num_splits for a split cluster, else 1.
+int fg_sm90_bf16_gemm_prepared_cluster(uint64_t handle) {
+  if (handle == 0) return -1;
+  return static_cast<int>(fg::prepared_from_handle<Sm90Bf16Launch>(handle)->cluster);
 }
 
 void fg_free_prepared_sm90_bf16_gemm(uint64_t handle) {

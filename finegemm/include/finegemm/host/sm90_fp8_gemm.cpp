@@ -8,14 +8,8 @@
 // call and cuLaunchKernelEx, not ~30 converted arguments and 3-4 descriptor encodes.
 #include "finegemm/host/common.h"
 
-#include <dlfcn.h>
-
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
-
-extern "C" int fg_sm90_fp8_gemm_max_active_clusters(uint64_t fn, int cluster_size, int threads, int smem_bytes,
-                                                    int* out);
 
 namespace {
 
@@ -148,25 +142,9 @@ int encode_1d2d(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sfa, void
   L->threads = static_cast<unsigned>((block_m / 64 + 1) * 128);
   L->smem_bytes = static_cast<unsigned>(smem_bytes);
   L->cluster = static_cast<unsigned>(num_multicast);
-  // Split-K through distributed shared memory: the splits of each tile as one cluster (rank =
-  // split), when every CTA runs exactly one unit and the tile is at most 64 columns wide: the
-  // kernel's rule (impls/sm90_fp8_gemm_1d2d.cuh, kClusterSplit), which traps on anything else.
-  // FINEGEMM_DIAG_SPLIT_CLUSTER=0 keeps the workspace reduction (A/Bs).
-  static const bool split_cluster_on = [] {
-    const char* v = std::getenv("FINEGEMM_DIAG_SPLIT_CLUSTER");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
-  const bool one_unit_per_cta = static_cast<int64_t>((m + block_m - 1) / block_m) * ((n + block_n - 1) / block_n) *
-                                    num_splits == grid;
-  if (split_cluster_on && gemm_kind == 0 && num_multicast == 1 && num_splits >= 2 && num_splits <= 8 &&
-      block_n <= 64 && one_unit_per_cta) {
-    // Only where every cluster is resident at once (GPCs fit whole clusters only: a second
-    // wave of clusters would cost more than the reduction saves).
-    int clusters = 0;
-    if (fg_sm90_fp8_gemm_max_active_clusters(fn, num_splits, static_cast<int>(L->threads), smem_bytes, &clusters) ==
-            CUDA_SUCCESS &&
-        static_cast<int64_t>(clusters) * num_splits >= grid)
-      L->cluster = static_cast<unsigned>(num_splits);
+  if (gemm_kind == 0 && num_multicast == 1 && num_splits > 1) {
+    const int64_t units = static_cast<int64_t>((m + block_m - 1) / block_m) * ((n + block_n - 1) / block_n) * num_splits;
+    L->cluster = fg::split_cluster_size(L->fn, units, grid, num_splits, block_n, static_cast<int>(L->threads), smem_bytes);
   }
   return CUDA_SUCCESS;
 }
@@ -351,32 +329,7 @@ void fg_free_prepared_sm90_fp8_gemm(uint64_t handle) {
 }
 
 int fg_sm90_fp8_gemm_max_active_clusters(uint64_t fn, int cluster_size, int threads, int smem_bytes, int* out) {
-  if (fn == 0 || out == nullptr || cluster_size < 1 || threads <= 0 || smem_bytes < 0)
-    return fg::FG_ERROR_INVALID_ARGUMENT;
-  *out = 0;
-  const fg::Driver& drv = fg::driver();
-  if (!drv.ok) return fg::FG_ERROR_NO_DRIVER;
-  using Fn = CUresult (*)(int*, CUfunction, const CUlaunchConfig*);
-  static Fn occ = reinterpret_cast<Fn>(dlsym(drv.handle, "cuOccupancyMaxActiveClusters"));
-  if (occ == nullptr) return fg::FG_ERROR_NO_DRIVER;
-  CUlaunchAttribute attr;
-  std::memset(&attr, 0, sizeof(attr));
-  attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-  attr.value.clusterDim.x = static_cast<unsigned>(cluster_size);
-  attr.value.clusterDim.y = 1;
-  attr.value.clusterDim.z = 1;
-  CUlaunchConfig cfg;
-  std::memset(&cfg, 0, sizeof(cfg));
-  cfg.gridDimX = static_cast<unsigned>(cluster_size);
-  cfg.gridDimY = 1;
-  cfg.gridDimZ = 1;
-  cfg.blockDimX = static_cast<unsigned>(threads);
-  cfg.blockDimY = 1;
-  cfg.blockDimZ = 1;
-  cfg.sharedMemBytes = static_cast<unsigned>(smem_bytes);
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
-  return occ(out, fg::as_function(fn), &cfg);
+  return fg::max_active_clusters(fg::as_function(fn), cluster_size, threads, smem_bytes, out);
 }
 
 }  // extern "C"

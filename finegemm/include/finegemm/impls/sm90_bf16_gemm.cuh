@@ -40,7 +40,8 @@
 // Split-K (kSplitK): a work unit is (tile, split); each split covers a contiguous k-block range
 // and writes its FP32 partial tile to the workspace; the CTA that finishes last (per-tile atomic
 // counter) sums all partials in split order 0..S-1 (deterministic), writes D and resets the
-// counter to 0 for the next call.
+// counter to 0 for the next call. Launched as one cluster per tile (kClusterSplit), split 0 sums
+// the peers' partials from their shared memory instead, in the same order (bitwise the same D).
 //
 // M-grouped kinds (kGemmKind, scheduler/grouped_bf16.cuh; nt layout only, no split-K, bf16 D
 // without C): kBf16GemmGroupedContiguous (MoE prefill: A [M, K] rows of all groups stacked,
@@ -237,10 +238,20 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
   const uint32_t num_m_blocks = (M + BLOCK_M - 1) / BLOCK_M;
   const uint32_t num_n_blocks = (N + BLOCK_N - 1) / BLOCK_N;
   const Bf16TileScheduler<8> sched(num_m_blocks, num_n_blocks, kSplitK ? num_splits : 1u);
+  // Split-K through distributed shared memory (epilogue/split_k.cuh, as the FP8 kernel): the host
+  // launches the splits of each tile as one cluster (rank = split) when every CTA runs exactly one
+  // unit and the tile is at most 64 columns wide (fg::split_cluster_size); the partials then never
+  // go through L2. The fragment fits the ring, which is idle by then (one unit per CTA).
+  constexpr bool kClusterSplit = kSplitK && BLOCK_N <= 64 && !diag::kSplitNoReduce;
+  static_assert(!kClusterSplit || BLOCK_M * BLOCK_N * 4 <= kNumStages * (Traits::kSmemA + Traits::kSmemB),
+                "the split partial reuses the ring");
+  const bool split_cluster = kClusterSplit && ptx::cluster_nctarank() > 1;
 
   if (threadIdx.x == 0) {
     // A launch with less dynamic shared memory than this layout needs would corrupt memory.
     if (ptx::dynamic_smem_size() < Traits::kDynamicSmemBytes) __trap();
+    // A split cluster must be exactly one tile's splits, one unit per CTA (the host's rule).
+    if (split_cluster && (ptx::cluster_nctarank() != num_splits || sched.num_units != gridDim.x)) __trap();
 #pragma unroll
     for (uint32_t s = 0; s < kNumStages; ++s) {
       ptx::mbar_init(full_bar(s), 1);
@@ -348,6 +359,9 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
         }
       }
     }
+    // Split cluster: the producer warpgroup's part in the barrier after which split 0 reads the
+    // peers' partials (every thread of the cluster takes part in a cluster barrier).
+    if (split_cluster) ptx::cluster_sync();
   } else {
     // ------------------------------------------------------------------ consumer warpgroups
     if constexpr (kNumConsumerWG >= 2) ptx::setmaxnreg_inc<Traits::kConsumerRegs>();
@@ -499,7 +513,15 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
       }
 
       // ---------------------------------------------------------------- split-K reduction
-      if constexpr (kSplitK && !diag::kSplitNoReduce) {
+      if (kClusterSplit && split_cluster) {
+        // Every local wgmma has finished reading the ring before it holds the partial.
+        ptx::named_barrier_sync(1, kNumConsumerThreads);
+        float2* part = reinterpret_cast<float2*>(smem + Traits::kOffA);
+        if (split != 0) epilogue::write_split_partial_smem<kNumChunks, kNumConsumerThreads>(acc, part);
+        ptx::cluster_sync();  // the partials are there (release / acquire at cluster scope)
+        if (split != 0) continue;  // the CTA's only unit; it stays until split 0 has read (kernel end)
+        epilogue::add_cluster_split_partials<kNumChunks, kNumConsumerThreads>(acc, base + Traits::kOffA, num_splits);
+      } else if constexpr (kSplitK && !diag::kSplitNoReduce) {
         // Partials and their in-order sum: epilogue/split_k.cuh.
         const uint32_t tile = sched.tile_index(m_block, n_block);
         float2* slab = reinterpret_cast<float2*>(workspace) +
@@ -601,6 +623,9 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
     }
     if constexpr (kTmaStore) EpiTma::finish();  // the last tile's stores complete before exit (fp32 ring too)
   }
+  // Split cluster: no CTA may exit while split 0 can still read its partial (every thread, the
+  // producer warpgroup included, meets here).
+  if (split_cluster) ptx::cluster_sync();
 }
 
 }  // namespace impls
