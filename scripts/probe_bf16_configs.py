@@ -1,7 +1,8 @@
 """Time forced configurations of the dense BF16 kernel against torch.matmul (GPU machine).
 
-A case is "M,N,K,layout:auto" (the heuristic's choice) or "M,N,K,layout:bm,bn,splits" (stages:
-as many as fit, as the heuristic does). Every case is checked against the fp32 product on fresh
+A case is "M,N,K,layout[,f32]:auto" (the heuristic's choice) or "M,N,K,layout[,f32]:bm,bn,splits"
+(stages: as many as fit, as the heuristic does); ",f32" for an fp32 D (the router shapes' output).
+Each record names the CTAs per cluster the host launched (> 1: the split cluster). Every case is checked against the fp32 product on fresh
 data (calc_diff) before it is timed (kernel-only, L2 flushed); torch.matmul is timed in the same
 process.
 
@@ -22,16 +23,29 @@ from finegemm.ops import sm90_bf16_gemm as ops  # noqa: E402
 
 def parse(case: str):
     shape, _, spec = case.partition(":")
-    m, n, k, layout = shape.split(",")
-    return int(m), int(n), int(k), layout, spec or "auto"
+    m, n, k, layout, *out = shape.split(",")
+    if out not in ([], ["f32"]):
+        raise SystemExit(f"bad case {case!r}: the optional fifth field is f32")
+    return int(m), int(n), int(k), layout, bool(out), spec or "auto"
 
 
-def config(m, n, k, layout, spec, sms):
+def config(m, n, k, layout, f32, spec, sms):
     a_mn, b_mn = heur.LAYOUTS[layout]
     if spec == "auto":
-        return heur.select_config(m, n, k, sms, a_mn, b_mn)
+        return heur.select_config(m, n, k, sms, a_mn, b_mn, f32)
     bm, bn, splits = (int(v) for v in spec.split(","))
-    return heur.make_config(m, n, k, sms, a_mn, b_mn, False, False, bm, bn, splits)
+    return heur.make_config(m, n, k, sms, a_mn, b_mn, f32, False, bm, bn, splits)
+
+
+def prepared_cluster(call) -> int:
+    """CTAs per cluster of a prepared call (the host's split-cluster choice)."""
+    import ctypes
+
+    from finegemm import jit
+
+    f = jit.host_library().fg_sm90_bf16_gemm_prepared_cluster
+    f.argtypes, f.restype = [ctypes.c_uint64], ctypes.c_int
+    return f(call._make_handle())
 
 
 def main() -> int:
@@ -56,16 +70,18 @@ def main() -> int:
 
     from finegemm import runtime
     from finegemm.bench._common import kernel_time_us, write_probe_json
+    from finegemm.bench.bf16 import _torch_fn
     from finegemm.testing.numeric import calc_diff
     sms = runtime.get_num_sms()
     out = []
     for c in args.cases:
-        m, n, k, layout, spec = parse(c)
-        cfg = config(m, n, k, layout, spec, sms)
+        m, n, k, layout, f32, spec = parse(c)
+        cfg = config(m, n, k, layout, f32, spec, sms)
         a_mn, b_mn = heur.LAYOUTS[layout]
         a = torch.randn((k, m) if a_mn else (m, k), device="cuda", dtype=torch.bfloat16)
         b = torch.randn((k, n) if b_mn else (n, k), device="cuda", dtype=torch.bfloat16)
-        d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        dtype = torch.float32 if f32 else torch.bfloat16
+        d = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
         call = ops.prepare(a, b, d, None, layout, config=cfg)
         call()
         torch.cuda.synchronize()
@@ -73,10 +89,11 @@ def main() -> int:
         op_b = b if b_mn else b.t()
         diff = calc_diff(d.float(), op_a.float() @ op_b.float())
         us = kernel_time_us(call, num_tests=args.num_tests)
-        d2 = torch.empty((m, n), device="cuda", dtype=torch.bfloat16)
-        us_torch = kernel_time_us(lambda: torch.matmul(op_a, op_b, out=d2), num_tests=args.num_tests)
+        torch_fn, _ = _torch_fn(layout, a, b, f32)  # the bench's contender (fp32 out through out_dtype)
+        us_torch = kernel_time_us(torch_fn, num_tests=args.num_tests)
         rec = {"case": c, "m": m, "n": n, "k": k, "layout": layout, "block_m": cfg.block_m, "block_n": cfg.block_n,
-               "splits": cfg.num_splits, "stages": cfg.num_stages, "us": us, "us_torch": us_torch,
+               "splits": cfg.num_splits, "stages": cfg.num_stages, "out_fp32": f32,
+               "cluster": prepared_cluster(call), "us": us, "us_torch": us_torch,
                "speedup_vs_torch": us_torch / us, "calc_diff": diff}
         out.append(rec)
         print(f"{c:36s} bm{cfg.block_m} bn{cfg.block_n} s{cfg.num_splits}: {us:7.2f} us  torch {us_torch:7.2f}  "

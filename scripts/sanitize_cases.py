@@ -269,6 +269,16 @@ CASES = [
     # block_n 32 split-K on a partial m-block (M = 100 is served by the M = 128 entry).
     ("bf16 tn tuned bm128 split-K", lambda: _bf16("tn", 128, 2112, 7168)),
     ("bf16 nt tuned bm128 bn32 split-K, partial M", lambda: _bf16("nt", 100, 2112, 7168)),
+    # Split-K through distributed shared memory (one CTA per unit, so the host launches each tile's
+    # splits as one cluster): partial tiles, 2 to 8 splits, k-batch, both kernels.
+    ("fp8 split cluster bm64 bn64 x4, partial N and K", lambda: _fp8_forced(17, 576, 7296, bn=64, splits=4, tma=False,
+                                                                             cps=1, kbat=1)),
+    ("fp8 split cluster bm64 bn32 x2, k-batch 2", lambda: _fp8_forced(64, 1000, 7168, bn=32, splits=2, tma=False,
+                                                                       cps=1, kbat=2)),
+    ("bf16 split cluster tn bm64 bn32 x8, fp32 out, partial M", lambda: _bf16_tile("tn", 100, 256, 7168, 64, 32, 8,
+                                                                                   True)),
+    ("bf16 split cluster tt bm128 bn64 x3, partial M and N", lambda: _bf16_tile("tt", 130, 200, 2056, 128, 64, 3,
+                                                                                 False)),
 ]
 
 
