@@ -37,17 +37,6 @@ def config(m, n, k, layout, f32, spec, sms):
     return heur.make_config(m, n, k, sms, a_mn, b_mn, f32, False, bm, bn, splits)
 
 
-def prepared_cluster(call) -> int:
-    """CTAs per cluster of a prepared call (the host's split-cluster choice)."""
-    import ctypes
-
-    from finegemm import jit
-
-    f = jit.host_library().fg_sm90_bf16_gemm_prepared_cluster
-    f.argtypes, f.restype = [ctypes.c_uint64], ctypes.c_int
-    return f(call._make_handle())
-
-
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("cases", nargs="+")
@@ -93,7 +82,7 @@ def main() -> int:
         us_torch = kernel_time_us(torch_fn, num_tests=args.num_tests)
         rec = {"case": c, "m": m, "n": n, "k": k, "layout": layout, "block_m": cfg.block_m, "block_n": cfg.block_n,
                "splits": cfg.num_splits, "stages": cfg.num_stages, "out_fp32": f32,
-               "cluster": prepared_cluster(call), "us": us, "us_torch": us_torch,
+               "cluster": call.cluster_size(), "us": us, "us_torch": us_torch,
                "speedup_vs_torch": us_torch / us, "calc_diff": diff}
         out.append(rec)
         print(f"{c:36s} bm{cfg.block_m} bn{cfg.block_n} s{cfg.num_splits}: {us:7.2f} us  torch {us_torch:7.2f}  "

@@ -57,3 +57,32 @@ def test_check_tile_names_the_broken_rule(args, word):
     with pytest.raises(ValueError, match=word):
         check_tile(*args)
     check_tile(128, 208, 4)  # a valid tile passes
+
+
+def test_cluster_size_without_a_prepared_launch(monkeypatch):
+    """A call whose launcher is not the host library's (mocked here, as on a machine without the
+    driver) has no prepared launch to ask: cluster_size() answers 0, never raises."""
+    from finegemm.heuristics import sm90_bf16_gemm as hb
+    from finegemm.ops import sm90_bf16_gemm as ob
+
+    cfg = hb.select_config(64, 256, 7168, 132, False, False, True)
+    monkeypatch.setattr(ob, "_load", lambda cfg, device: 1)
+    monkeypatch.setattr(ob, "_get_launcher", lambda: None)
+    call = ob.prepare(torch.zeros(64, 7168, dtype=torch.bfloat16), torch.zeros(256, 7168, dtype=torch.bfloat16),
+                      torch.empty(64, 256), config=cfg)
+    assert call._cluster_symbol == "fg_sm90_bf16_gemm_prepared_cluster"
+    assert call.cluster_size() == 0
+
+
+@pytest.mark.nvcc
+def test_host_library_answers_cluster_queries():
+    """Both GEMM families export their prepared-cluster query; a null handle answers -1."""
+    import ctypes
+
+    from finegemm import jit
+
+    lib = jit.host_library()
+    for family in ("sm90_fp8_gemm", "sm90_bf16_gemm"):
+        f = getattr(lib, f"fg_{family}_prepared_cluster")
+        f.argtypes, f.restype = [ctypes.c_uint64], ctypes.c_int
+        assert f(0) == -1

@@ -168,6 +168,9 @@ def _time_candidates(cands, load, row_of, check, num_tests):
             call, diff, ok = check(cfg)
             row["calc_diff"] = diff
             row["ok"] = bool(ok)
+            cluster = getattr(call, "cluster_size", None)  # the host's launch: pairs, split cluster
+            if cluster is not None:
+                row["cluster"] = cluster()
             if row["ok"]:
                 row["us"] = kernel_time_us(call, num_tests)
         except Exception as exc:  # a candidate that cannot launch is reported, not fatal

@@ -166,6 +166,24 @@ class PreparedLaunch:
     def _describe(self) -> str:
         raise NotImplementedError
 
+    # Host symbol answering a prepared launch's CTAs per cluster (fg_<family>_prepared_cluster).
+    _cluster_symbol: str = ""
+
+    def cluster_size(self) -> int:
+        """CTAs per cluster the host launches this call with: 1 without clusters, 2 for multicast
+        pairs, the split count for a split cluster (split-K through distributed shared memory);
+        0 where the family has no query or the call has no prepared launch."""
+        if not self._cluster_symbol:
+            return 0
+        handle = self._make_handle()
+        if not handle:
+            return 0
+        from finegemm import jit
+
+        f = getattr(jit.host_library(), self._cluster_symbol)
+        f.argtypes, f.restype = [ctypes.c_uint64], ctypes.c_int
+        return max(int(f(handle)), 0)
+
     def __del__(self):
         handle = getattr(self, "_handle", None)
         if handle:

@@ -182,6 +182,7 @@ class PreparedBf16Call(PreparedLaunch):
     __slots__ = ()
     _ns = globals()
     _names = ("_launcher", "_launcher_prepare", "_launch_prepared", "_free_prepared")
+    _cluster_symbol = "fg_sm90_bf16_gemm_prepared_cluster"
 
     def _describe(self) -> str:
         cfg = self.cfg

@@ -305,6 +305,7 @@ class PreparedCall(PreparedLaunch):
     # Module-level names of the ctypes functions (looked up per call: tests substitute the launcher).
     _ns = globals()
     _names = ("_launcher", "_launcher_prepare", "_launch_prepared", "_free_prepared")
+    _cluster_symbol = "fg_sm90_fp8_gemm_prepared_cluster"
     _what = "sm90_fp8_gemm"
 
     def _describe(self) -> str:

@@ -182,16 +182,6 @@ def test_split_k_used_and_counters_reset():
         assert int(cnt.abs().sum()) == 0, "split-K counters not reset to zero"
 
 
-def _prepared_cluster(call) -> int:
-    import ctypes
-
-    from finegemm import jit
-
-    f = jit.host_library().fg_sm90_bf16_gemm_prepared_cluster
-    f.argtypes, f.restype = [ctypes.c_uint64], ctypes.c_int
-    return f(call._make_handle())
-
-
 # Split-K through distributed shared memory (one cluster per tile, one unit per CTA, block_n <= 64):
 # (layout, m, n, k, block_m, block_n, stages, splits, out). Every layout, partial tiles in M, N and
 # K, 2 to 8 splits, the router shapes' tile (bm64 bn32 split 8, fp32 d) among them; grids small
@@ -226,7 +216,7 @@ def test_split_cluster_matches_workspace_path(case):
         call()
         assert torch.equal(first, d), f"{case} grid {grid}: not bitwise repeatable"
         _check(d, _reference(layout, a, b, c))
-        cluster = _prepared_cluster(call)
+        cluster = call.cluster_size()
         assert cluster == (splits if grid == units else 1), f"grid {grid}: cluster {cluster}"
         results[grid] = d
     assert torch.equal(results[units], results[units - 1]), "split cluster differs from the workspace path"

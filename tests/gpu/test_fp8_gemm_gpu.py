@@ -366,16 +366,6 @@ def _check_forced(cfg, m, n, k, seed):
     assert torch.equal(first, d), f"{cfg}: not bitwise repeatable"
 
 
-def _prepared_cluster(call) -> int:
-    import ctypes
-
-    from finegemm import jit
-
-    f = jit.host_library().fg_sm90_fp8_gemm_prepared_cluster
-    f.argtypes, f.restype = [ctypes.c_uint64], ctypes.c_int
-    return f(call._handle)
-
-
 # Split-K through distributed shared memory (one cluster per tile, one unit per CTA, block_n <= 64):
 # (m, n, k, block_m, block_n, splits, k_batch, out_fp32 + C). Partial tiles in M and N, 2 to 8
 # splits; grids small enough for every cluster to be resident (the host's rule).
@@ -413,7 +403,7 @@ def test_split_cluster_matches_workspace_path(case):
     for sms in (units, units - 1):
         cfg = make_config(m, n, k, sms, f32_c, f32_c, bm, bn, max_stages(bm, bn), splits, k_batch=kbat)
         d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float32 if f32_c else torch.bfloat16)
-        cluster = _prepared_cluster(_run_checked(cfg, x, w, a, sfa, b, sfb, d, c))
+        cluster = _run_checked(cfg, x, w, a, sfa, b, sfb, d, c).cluster_size()
         if sms == units:
             _, fn = ops.plan(m, n, k, f32_c, f32_c, torch.cuda.current_device(), config=cfg)
             fits = _max_active_clusters(fn, cfg, splits) * splits >= units
