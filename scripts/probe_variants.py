@@ -114,7 +114,8 @@ def run_one(cases, num_tests) -> list:
         repeat_ok = bool(torch.equal(first, d))
         us = kernel_time_us(call, num_tests=num_tests)
         out.append({"case": c, "m": m, "n": n, "k": k, "config": ops._kernel_name(cfg), "us": us,
-                    "tflops": 2 * m * n * k / us / 1e6, "calc_diff": diff, "repeat_bitwise": repeat_ok})
+                    "tflops": 2 * m * n * k / us / 1e6, "calc_diff": diff, "repeat_bitwise": repeat_ok,
+                    "cluster": call.cluster_size()})
     return out
 
 

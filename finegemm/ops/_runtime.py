@@ -25,7 +25,7 @@ import torch
 from finegemm.heuristics._common import L2_PROMOTIONS, check_l2_promotion
 
 __all__ = ["raw_stream", "is_capturing", "SplitKWorkspace", "PreparedLaunch", "c_function", "prepare_function",
-           "prepared_handle_functions", "check_tile", "l2_promotion_arg"]
+           "prepared_handle_functions", "check_tile", "l2_promotion_arg", "max_active_clusters"]
 
 try:
     raw_stream = torch._C._cuda_getCurrentRawStream
@@ -73,6 +73,18 @@ def c_function(lib: ctypes.CDLL, name: str, argtypes: list, restype=ctypes.c_int
     f.argtypes = argtypes
     f.restype = restype
     return f
+
+
+def max_active_clusters(fn: int, cluster_size: int, threads: int, smem_bytes: int) -> int:
+    """Clusters of cluster_size CTAs of the loaded kernel `fn` that fit on the GPU at once (the
+    driver's occupancy answer); 0 when it gives none."""
+    from finegemm import jit
+
+    f = c_function(jit.host_library(), "fg_max_active_clusters",
+                   [ctypes.c_uint64, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int)])
+    out = ctypes.c_int(0)
+    rc = f(fn, cluster_size, threads, smem_bytes, ctypes.byref(out))
+    return out.value if rc == 0 else 0
 
 
 def prepare_function(lib: ctypes.CDLL, name: str, launch_argtypes: list, scratch_at: int):

@@ -34,7 +34,8 @@ from finegemm.heuristics.sm90_fp8_gemm import (
     serial_halves,
 )
 from finegemm.ops._runtime import (PreparedLaunch, SplitKWorkspace, c_function, check_tile, is_capturing,
-                                   l2_promotion_arg, prepare_function, prepared_handle_functions, raw_stream)
+                                   l2_promotion_arg, max_active_clusters, prepare_function,
+                                   prepared_handle_functions, raw_stream)
 from finegemm.quant import get_mn_major_tma_aligned_tensor
 from finegemm.utils import align, write_empty_product
 
@@ -191,7 +192,6 @@ def _get_launcher():
                                 i, i, i, i,  # out_fp32, tma_store, grid, smem
                                 i, vp, i, i,  # gemm_kind, grouped, num_groups, l2_promotion
                                 u64])  # stream
-                c_function(lib, "fg_sm90_fp8_gemm_max_active_clusters", [u64, i, i, i, ctypes.POINTER(ctypes.c_int)])
                 f1 = c_function(lib, "fg_launch_sm90_fp8_gemm_1d1d",
                                 [u64, vp, vp, vp, vp, vp, vp, vp, vp,  # fn, a, b, sfa, sfb, d, c, ws, counters
                                  i, i, i, i, i, i, i, i,  # m, n, k, lda, ldb, ldd, sfa_ld, sfb_ld
@@ -227,13 +227,10 @@ def _fit_clusters(cfg: Fp8GemmConfig, fn: int) -> Fp8GemmConfig:
     shrink it to the occupancy the driver reports."""
     if cfg.num_multicast == 1 and cfg.ctas_per_sm == 1:
         return cfg
-    _get_launcher()
-    out = ctypes.c_int(0)
-    rc = jit.host_library().fg_sm90_fp8_gemm_max_active_clusters(fn, cfg.num_multicast, cfg.num_threads,
-                                                                cfg.smem_bytes, ctypes.byref(out))
-    if rc != 0 or out.value <= 0:
+    clusters = max_active_clusters(fn, cfg.num_multicast, cfg.num_threads, cfg.smem_bytes)
+    if clusters <= 0:
         return cfg  # no answer: keep the plan
-    grid = min(cfg.grid, cfg.num_multicast * out.value)
+    grid = min(cfg.grid, cfg.num_multicast * clusters)
     return cfg if grid == cfg.grid else dataclasses.replace(cfg, grid=grid)
 
 

@@ -375,18 +375,6 @@ SPLIT_CLUSTER_CASES = [(1, 1024, 7168, 64, 64, 4, 1, False), (128, 1050, 7168, 1
                        (64, 1024, 7168, 64, 64, 2, 2, False), (192, 640, 2048, 128, 64, 5, 1, True)]
 
 
-def _max_active_clusters(fn, cfg, size) -> int:
-    import ctypes
-
-    from finegemm import jit
-
-    out = ctypes.c_int(0)
-    rc = jit.host_library().fg_sm90_fp8_gemm_max_active_clusters(fn, size, cfg.num_threads, cfg.smem_bytes,
-                                                                ctypes.byref(out))
-    assert rc == 0
-    return out.value
-
-
 @pytest.mark.parametrize("case", SPLIT_CLUSTER_CASES, ids=str)
 def test_split_cluster_matches_workspace_path(case):
     """The split cluster's sum is the workspace path's bit for bit (same partials, same order):
@@ -394,6 +382,7 @@ def test_split_cluster_matches_workspace_path(case):
     the exact reference, poisoned outputs, bitwise repeat; the host picks the cluster exactly when
     every cluster fits on the GPU at once."""
     from finegemm.heuristics.sm90_fp8_gemm import make_config, max_stages
+    from finegemm.ops._runtime import max_active_clusters
 
     m, n, k, bm, bn, splits, kbat, f32_c = case
     units = -(-m // bm) * -(-n // bn) * splits
@@ -406,7 +395,7 @@ def test_split_cluster_matches_workspace_path(case):
         cluster = _run_checked(cfg, x, w, a, sfa, b, sfb, d, c).cluster_size()
         if sms == units:
             _, fn = ops.plan(m, n, k, f32_c, f32_c, torch.cuda.current_device(), config=cfg)
-            fits = _max_active_clusters(fn, cfg, splits) * splits >= units
+            fits = max_active_clusters(fn, splits, cfg.num_threads, cfg.smem_bytes) * splits >= units
             assert fits, f"this case should fit {units // splits} clusters of {splits}"
             assert cluster == splits
         else:

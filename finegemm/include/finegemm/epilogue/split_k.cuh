@@ -99,22 +99,34 @@ __device__ __forceinline__ void write_split_partial_smem(const float (&acc)[kNum
 }
 
 // `part_addr`: the shared::cta address of `part` (the same offset in every CTA of the cluster).
+// The loads of up to kPeers peers are in flight together: one distributed-shared-memory round trip
+// per kPeers peers, not one per peer (7 in a row at 8 splits). Tiles up to 32 columns take all 7
+// peers at once (112 registers); wider ones two at a time (four spilled at FP8 bm128 bn64 fp32 + C).
 template <uint32_t kNumChunks, uint32_t kThreads, uint32_t kNumAcc>
 __device__ __forceinline__ void add_cluster_split_partials(float (&acc)[kNumAcc], uint32_t part_addr,
                                                            uint32_t num_splits) {
   static_assert(kNumAcc == 4 * kNumChunks, "wgmma D fragment");
+  constexpr uint32_t kPeers = kNumChunks <= 4 ? 7 : 2;  // at most 8 splits: 7 peers
 #pragma unroll
   for (uint32_t i = 0; i < kNumAcc; ++i) acc[i] = 0.0f + acc[i];
   const uint32_t mine = part_addr + threadIdx.x * 8u;
-  for (uint32_t s = 1; s < num_splits; ++s) {
-    const uint32_t remote = ptx::map_shared_rank(mine, s);
-    float2 v[kNumChunks][2];
+  for (uint32_t s0 = 1; s0 < num_splits; s0 += kPeers) {
+    float2 v[kPeers][kNumChunks][2];
 #pragma unroll
-    for (uint32_t j = 0; j < kNumChunks; ++j) {  // all loads in flight before the adds
-      v[j][0] = ptx::ld_shared_cluster_f2(remote + (2 * j + 0) * kThreads * 8u);
-      v[j][1] = ptx::ld_shared_cluster_f2(remote + (2 * j + 1) * kThreads * 8u);
+    for (uint32_t p = 0; p < kPeers; ++p) {
+      if (s0 + p >= num_splits) break;
+      const uint32_t remote = ptx::map_shared_rank(mine, s0 + p);
+#pragma unroll
+      for (uint32_t j = 0; j < kNumChunks; ++j) {
+        v[p][j][0] = ptx::ld_shared_cluster_f2(remote + (2 * j + 0) * kThreads * 8u);
+        v[p][j][1] = ptx::ld_shared_cluster_f2(remote + (2 * j + 1) * kThreads * 8u);
+      }
     }
-    add_partial_fragment(acc, v);
+#pragma unroll
+    for (uint32_t p = 0; p < kPeers; ++p) {  // in split order: bitwise the workspace path's sum
+      if (s0 + p >= num_splits) break;
+      add_partial_fragment(acc, v[p]);
+    }
   }
 }
 

@@ -32,6 +32,12 @@ int fg_load_function(const char* cubin_path, const char* entry, int smem_bytes, 
   return CUDA_SUCCESS;
 }
 
+// Clusters of cluster_size CTAs (threads, smem_bytes each) of the kernel `fn` that can be resident
+// at once, into *out (cuOccupancyMaxActiveClusters). Returns a CUresult or fg::FG_ERROR_*.
+int fg_max_active_clusters(uint64_t fn, int cluster_size, int threads, int smem_bytes, int* out) {
+  return fg::max_active_clusters(fg::as_function(fn), cluster_size, threads, smem_bytes, out);
+}
+
 // Writes a NUL-terminated description of `code` into buf (at most len bytes, len > 0).
 void fg_error_string(int code, char* buf, int len) {
   if (buf == nullptr || len <= 0) return;

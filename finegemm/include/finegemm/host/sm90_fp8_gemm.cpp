@@ -328,8 +328,4 @@ void fg_free_prepared_sm90_fp8_gemm(uint64_t handle) {
   delete fg::prepared_from_handle<Sm90Fp8Launch>(handle);
 }
 
-int fg_sm90_fp8_gemm_max_active_clusters(uint64_t fn, int cluster_size, int threads, int smem_bytes, int* out) {
-  return fg::max_active_clusters(fg::as_function(fn), cluster_size, threads, smem_bytes, out);
-}
-
 }  // extern "C"
