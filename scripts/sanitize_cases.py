@@ -275,10 +275,11 @@ CASES = [
                                                                              cps=1, kbat=1)),
     ("fp8 split cluster bm64 bn32 x2, k-batch 2", lambda: _fp8_forced(64, 1000, 7168, bn=32, splits=2, tma=False,
                                                                        cps=1, kbat=2)),
-    ("bf16 split cluster tn bm64 bn32 x8, fp32 out, partial M", lambda: _bf16_tile("tn", 100, 256, 7168, 64, 32, 8,
+    ("bf16 split cluster nt bm64 bn32 x8, fp32 out, partial M", lambda: _bf16_tile("nt", 100, 256, 7168, 64, 32, 8,
                                                                                    True)),
-    ("bf16 split cluster tt bm128 bn64 x3, partial M and N", lambda: _bf16_tile("tt", 130, 200, 2056, 128, 64, 3,
+    ("bf16 split cluster tt bm128 bn64 x3, partial M and N", lambda: _bf16_tile("tt", 136, 200, 2056, 128, 64, 3,
                                                                                  False)),
+    ("bf16 split cluster nn bm128 bn32 x2", lambda: _bf16_tile("nn", 128, 2112, 7168, 128, 32, 2, False)),
 ]
 
 
