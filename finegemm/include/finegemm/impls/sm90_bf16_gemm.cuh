@@ -40,8 +40,9 @@
 // Split-K (kSplitK): a work unit is (tile, split); each split covers a contiguous k-block range
 // and writes its FP32 partial tile to the workspace; the CTA that finishes last (per-tile atomic
 // counter) sums all partials in split order 0..S-1 (deterministic), writes D and resets the
-// counter to 0 for the next call. Launched as one cluster per tile (kClusterSplit), split 0 sums
-// the peers' partials from their shared memory instead, in the same order (bitwise the same D).
+// counter to 0 for the next call. Launched as one cluster per tile (kClusterSplit), the splits sum
+// the partials from each other's shared memory instead, each for its share of the tile's warps,
+// in the same order (bitwise the same D).
 //
 // M-grouped kinds (kGemmKind, scheduler/grouped_bf16.cuh; nt layout only, no split-K, bf16 D
 // without C): kBf16GemmGroupedContiguous (MoE prefill: A [M, K] rows of all groups stacked,
@@ -517,10 +518,14 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
         // Every local wgmma has finished reading the ring before it holds the partial.
         ptx::named_barrier_sync(1, kNumConsumerThreads);
         float2* part = reinterpret_cast<float2*>(smem + Traits::kOffA);
-        if (split != 0) epilogue::write_split_partial_smem<kNumChunks, kNumConsumerThreads>(acc, part);
+        epilogue::write_split_partial_smem<kNumChunks, kNumConsumerThreads>(acc, part);
         ptx::cluster_sync();  // the partials are there (release / acquire at cluster scope)
-        if (split != 0) continue;  // the CTA's only unit; it stays until split 0 has read (kernel end)
-        epilogue::add_cluster_split_partials<kNumChunks, kNumConsumerThreads>(acc, base + Traits::kOffA, num_splits);
+        // Reduce-scatter: consumer warp w's 16 rows are summed and stored by split w % S (the
+        // direct-store epilogue has no barrier, so the other warps may leave). The CTA's only
+        // unit; it stays until its peers have read its partial (kernel end).
+        if ((threadIdx.x / 32) % num_splits != split) continue;
+        epilogue::gather_cluster_split_partials<kNumChunks, kNumConsumerThreads>(acc, base + Traits::kOffA, num_splits,
+                                                                                split);
       } else if constexpr (kSplitK && !diag::kSplitNoReduce) {
         // Partials and their in-order sum: epilogue/split_k.cuh.
         const uint32_t tile = sched.tile_index(m_block, n_block);
