@@ -98,6 +98,17 @@ __device__ __forceinline__ void write_split_partial_smem(const float (&acc)[kNum
   }
 }
 
+// One peer's partial into v: `remote` is this thread's float2 in the peer's `part` (from
+// ptx::map_shared_rank; the layout above).
+template <uint32_t kNumChunks, uint32_t kThreads>
+__device__ __forceinline__ void load_peer_partial(float2 (&v)[kNumChunks][2], uint32_t remote) {
+#pragma unroll
+  for (uint32_t j = 0; j < kNumChunks; ++j) {
+    v[j][0] = ptx::ld_shared_cluster_f2(remote + (2 * j + 0) * kThreads * 8u);
+    v[j][1] = ptx::ld_shared_cluster_f2(remote + (2 * j + 1) * kThreads * 8u);
+  }
+}
+
 // `part_addr`: the shared::cta address of `part` (the same offset in every CTA of the cluster).
 // The loads of up to kPeers peers are in flight together: one distributed-shared-memory round trip
 // per kPeers peers, not one per peer (7 in a row at 8 splits). Tiles up to 32 columns take all 7
@@ -115,12 +126,7 @@ __device__ __forceinline__ void add_cluster_split_partials(float (&acc)[kNumAcc]
 #pragma unroll
     for (uint32_t p = 0; p < kPeers; ++p) {
       if (s0 + p >= num_splits) break;
-      const uint32_t remote = ptx::map_shared_rank(mine, s0 + p);
-#pragma unroll
-      for (uint32_t j = 0; j < kNumChunks; ++j) {
-        v[p][j][0] = ptx::ld_shared_cluster_f2(remote + (2 * j + 0) * kThreads * 8u);
-        v[p][j][1] = ptx::ld_shared_cluster_f2(remote + (2 * j + 1) * kThreads * 8u);
-      }
+      load_peer_partial<kNumChunks, kThreads>(v[p], ptx::map_shared_rank(mine, s0 + p));
     }
 #pragma unroll
     for (uint32_t p = 0; p < kPeers; ++p) {  // in split order: bitwise the workspace path's sum
@@ -155,12 +161,7 @@ __device__ __forceinline__ void gather_cluster_split_partials(float (&acc)[kNumA
       const uint32_t r = r0 + p;
       if (r >= num_splits) break;
       if (r == self) continue;
-      const uint32_t remote = ptx::map_shared_rank(mine, r);
-#pragma unroll
-      for (uint32_t j = 0; j < kNumChunks; ++j) {
-        v[p][j][0] = ptx::ld_shared_cluster_f2(remote + (2 * j + 0) * kThreads * 8u);
-        v[p][j][1] = ptx::ld_shared_cluster_f2(remote + (2 * j + 1) * kThreads * 8u);
-      }
+      load_peer_partial<kNumChunks, kThreads>(v[p], ptx::map_shared_rank(mine, r));
     }
 #pragma unroll
     for (uint32_t p = 0; p < kBatch; ++p) {
