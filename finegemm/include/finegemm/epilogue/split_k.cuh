@@ -112,15 +112,24 @@ __device__ __forceinline__ void load_peer_partial(float2 (&v)[kNumChunks][2], ui
 // `part_addr`: the shared::cta address of `part` (the same offset in every CTA of the cluster).
 // The loads of up to kPeers peers are in flight together: one distributed-shared-memory round trip
 // per kPeers peers, not one per peer (7 in a row at 8 splits). Tiles up to 32 columns take all 7
-// peers at once (112 registers); wider ones two at a time (four spilled at FP8 bm128 bn64 fp32 + C).
+// peers at once (112 registers); wider ones one at a time (two spilled at FP8 bm128 bn64 k-batch 4
+// fp32 + C, four at its plain loop).
 template <uint32_t kNumChunks, uint32_t kThreads, uint32_t kNumAcc>
 __device__ __forceinline__ void add_cluster_split_partials(float (&acc)[kNumAcc], uint32_t part_addr,
                                                            uint32_t num_splits) {
   static_assert(kNumAcc == 4 * kNumChunks, "wgmma D fragment");
-  constexpr uint32_t kPeers = kNumChunks <= 4 ? 7 : 2;  // at most 8 splits: 7 peers
+  constexpr uint32_t kPeers = kNumChunks <= 4 ? 7 : 1;  // at most 8 splits: 7 peers
 #pragma unroll
   for (uint32_t i = 0; i < kNumAcc; ++i) acc[i] = 0.0f + acc[i];
   const uint32_t mine = part_addr + threadIdx.x * 8u;
+  if constexpr (kPeers == 1) {
+    for (uint32_t s = 1; s < num_splits; ++s) {
+      float2 v[kNumChunks][2];
+      load_peer_partial<kNumChunks, kThreads>(v, ptx::map_shared_rank(mine, s));
+      add_partial_fragment(acc, v);
+    }
+    return;
+  }
   for (uint32_t s0 = 1; s0 < num_splits; s0 += kPeers) {
     float2 v[kPeers][kNumChunks][2];
 #pragma unroll
