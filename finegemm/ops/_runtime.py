@@ -192,9 +192,7 @@ class PreparedLaunch:
             return 0
         from finegemm import jit
 
-        f = getattr(jit.host_library(), self._cluster_symbol)
-        f.argtypes, f.restype = [ctypes.c_uint64], ctypes.c_int
-        return max(int(f(handle)), 0)
+        return max(int(c_function(jit.host_library(), self._cluster_symbol, [ctypes.c_uint64])(handle)), 0)
 
     def __del__(self):
         handle = getattr(self, "_handle", None)

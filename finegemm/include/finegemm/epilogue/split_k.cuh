@@ -122,7 +122,7 @@ __device__ __forceinline__ void add_cluster_split_partials(float (&acc)[kNumAcc]
 #pragma unroll
   for (uint32_t i = 0; i < kNumAcc; ++i) acc[i] = 0.0f + acc[i];
   const uint32_t mine = part_addr + threadIdx.x * 8u;
-  if constexpr (kPeers == 1) {
+  if constexpr (kPeers == 1) {  // v0.54's loop: the batched one below with a batch of 1 compiles differently
     for (uint32_t s = 1; s < num_splits; ++s) {
       float2 v[kNumChunks][2];
       load_peer_partial<kNumChunks, kThreads>(v, ptx::map_shared_rank(mine, s));

@@ -142,10 +142,9 @@ int encode_1d2d(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sfa, void
   L->threads = static_cast<unsigned>((block_m / 64 + 1) * 128);
   L->smem_bytes = static_cast<unsigned>(smem_bytes);
   L->cluster = static_cast<unsigned>(num_multicast);
-  if (gemm_kind == 0 && num_multicast == 1 && num_splits > 1) {
-    const int64_t units = static_cast<int64_t>((m + block_m - 1) / block_m) * ((n + block_n - 1) / block_n) * num_splits;
-    L->cluster = fg::split_cluster_size(L->fn, units, grid, num_splits, block_n, static_cast<int>(L->threads), smem_bytes);
-  }
+  if (gemm_kind == 0 && num_multicast == 1)
+    L->cluster = fg::split_cluster_size(L->fn, m, n, block_m, block_n, num_splits, grid, static_cast<int>(L->threads),
+                                        smem_bytes);
   return CUDA_SUCCESS;
 }
 
