@@ -1,6 +1,8 @@
 """A/B of kernel-source variants (experiment macros) on forced dense FP8 configurations.
 
-Each variant is a set of extra nvcc flags (FINEGEMM_EXTRA_NVCC_FLAGS, part of the cache key). On
+Each variant is a set of extra nvcc flags (FINEGEMM_EXTRA_NVCC_FLAGS, part of the cache key) and/or
+host environment settings written `env:NAME=VALUE` (e.g. "ws=env:FINEGEMM_DIAG_SPLIT_CLUSTER=0": the
+split clusters off, the same kernels). On
 the GPU every (variant, repeat) runs in its own process, variants interleaved (A B A B ...) so
 that drift over a sustained sweep hits all of them alike; each case is checked against the
 reference (calc_diff) on fresh data before it is timed (kernel-only, L2 flushed).
@@ -69,11 +71,24 @@ def set_max_stages(n: int | None) -> None:
         h.MAX_STAGES = n
 
 
+def _split_variant(spec: str) -> tuple[str, str, dict]:
+    """name=tokens -> (name, nvcc flags, environment): `env:NAME=VALUE` tokens go to the environment."""
+    name, _, rest = spec.partition("=")
+    flags, env = [], {}
+    for tok in rest.split():
+        if tok.startswith("env:"):
+            key, _, val = tok[4:].partition("=")
+            env[key] = val
+        else:
+            flags.append(tok)
+    return name, " ".join(flags), env
+
+
 def precompile(cases, variants, sms, jobs):
     from finegemm import jit
     from finegemm.ops import sm90_fp8_gemm as ops
     for v in variants:
-        name, _, flags = v.partition("=")
+        name, flags, _ = _split_variant(v)
         os.environ["FINEGEMM_EXTRA_NVCC_FLAGS"] = flags
         srcs = {}
         for c in cases:
@@ -144,8 +159,8 @@ def main() -> int:
     results = []
     for rep in range(args.repeats):
         for v in args.variants:
-            name, _, flags = v.partition("=")
-            env = dict(os.environ, FINEGEMM_EXTRA_NVCC_FLAGS=flags)
+            name, flags, extra_env = _split_variant(v)
+            env = dict(os.environ, FINEGEMM_EXTRA_NVCC_FLAGS=flags, **extra_env)
             cmd = [sys.executable, __file__, "--child", "--num-tests", str(args.num_tests), "--cases", *args.cases]
             if args.max_stages:
                 cmd += ["--max-stages", str(args.max_stages)]

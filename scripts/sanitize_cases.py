@@ -118,8 +118,9 @@ def _fp8_forced(m, n, k, **kw):
     b, sfb = finegemm.per_block_cast_to_fp8(torch.randn(n, k, device="cuda"))
     d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
     bn, splits, tma, cps, kbat = kw["bn"], kw["splits"], kw["tma"], kw["cps"], kw["kbat"]
-    cfg = make_config(m, n, k, torch.cuda.get_device_properties(0).multi_processor_count, False, False, 64, bn,
-                      max_stages(64, bn, tma, ctas_per_sm=cps), splits, 1, False, tma, ctas_per_sm=cps, k_batch=kbat)
+    bm = kw.get("bm", 64)
+    cfg = make_config(m, n, k, torch.cuda.get_device_properties(0).multi_processor_count, False, False, bm, bn,
+                      max_stages(bm, bn, tma, ctas_per_sm=cps), splits, 1, False, tma, ctas_per_sm=cps, k_batch=kbat)
     ops.prepare(a, sfa, b, sfb, d, config=cfg)()
     return calc_diff(d.float(), reference.fp8_gemm_nt(a, sfa, b, sfb, out_dtype=torch.float32))
 
@@ -275,6 +276,10 @@ CASES = [
                                                                              cps=1, kbat=1)),
     ("fp8 split cluster bm64 bn32 x2, k-batch 2", lambda: _fp8_forced(64, 1000, 7168, bn=32, splits=2, tma=False,
                                                                        cps=1, kbat=2)),
+    ("fp8 split cluster bm128 bn128 x4, partial M and N", lambda: _fp8_forced(130, 1000, 7168, bm=128, bn=128,
+                                                                               splits=4, tma=False, cps=1, kbat=1)),
+    ("fp8 split cluster bm64 bn112 x5, partial N and K", lambda: _fp8_forced(40, 500, 2176, bn=112, splits=5,
+                                                                              tma=False, cps=1, kbat=1)),
     ("bf16 split cluster nt bm64 bn32 x8, fp32 out, partial M", lambda: _bf16_tile("nt", 100, 256, 7168, 64, 32, 8,
                                                                                    True)),
     ("bf16 split cluster tt bm128 bn64 x3, partial M and N", lambda: _bf16_tile("tt", 136, 200, 2056, 128, 64, 3,

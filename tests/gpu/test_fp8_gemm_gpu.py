@@ -366,13 +366,17 @@ def _check_forced(cfg, m, n, k, seed):
     assert torch.equal(first, d), f"{cfg}: not bitwise repeatable"
 
 
-# Split-K through distributed shared memory (one cluster per tile, one unit per CTA, block_n <= 64):
-# (m, n, k, block_m, block_n, splits, k_batch, out_fp32 + C). Partial tiles in M and N, 2 to 8
-# splits; grids small enough for every cluster to be resident (the host's rule).
+# Split-K through distributed shared memory (one cluster per tile, one unit per CTA, block_n <= 128,
+# a reduce-scatter over the consumer warps): (m, n, k, block_m, block_n, splits, k_batch, out_fp32 +
+# C). Partial tiles in M and N, 2 to 8 splits (more splits than a bm64 tile has warps: idle
+# splits); grids small enough for every cluster to be resident (the host's rule).
 SPLIT_CLUSTER_CASES = [(1, 1024, 7168, 64, 64, 4, 1, False), (128, 1050, 7168, 128, 48, 3, 1, False),
                        (64, 1500, 7168, 64, 32, 2, 2, False), (17, 576, 7296, 64, 64, 8, 1, False),
                        (130, 640, 4096, 128, 32, 2, 1, False), (33, 200, 7168, 64, 16, 8, 1, True),
-                       (64, 1024, 7168, 64, 64, 2, 2, False), (192, 640, 2048, 128, 64, 5, 1, True)]
+                       (64, 1024, 7168, 64, 64, 2, 2, False), (192, 640, 2048, 128, 64, 5, 1, True),
+                       (130, 1000, 7168, 128, 128, 4, 1, True), (100, 600, 7296, 128, 96, 3, 2, False),
+                       (64, 500, 2048, 64, 112, 5, 1, True), (128, 1500, 7168, 128, 128, 8, 1, False),
+                       (255, 384, 4096, 128, 80, 6, 1, False)]
 
 
 @pytest.mark.parametrize("case", SPLIT_CLUSTER_CASES, ids=str)

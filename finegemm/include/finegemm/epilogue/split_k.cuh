@@ -83,10 +83,10 @@ __device__ __forceinline__ void sum_split_partials(float (&acc)[kNumAcc], const 
 }
 
 // Split-K through distributed shared memory (the splits of a tile are one cluster, split s = CTA
-// rank s, one tile per CTA): every split but 0 leaves its fragment in its own shared memory
-// (`part`: the same float2 layout as the workspace slab, every row) and split 0 adds them to its
-// registers in split order after the cluster barrier. No workspace, counter or L2 round trip;
-// the result is bitwise the workspace path's (0 + p0 first, then p1, p2, ... as there).
+// rank s, one tile per CTA): every split leaves its fragment in its own shared memory (`part`: the
+// same float2 layout as the workspace slab, every row); after the cluster barrier the rows are
+// shared out among the splits (gather_cluster_split_partials). No workspace, counter or L2 round
+// trip.
 template <uint32_t kNumChunks, uint32_t kThreads, uint32_t kNumAcc>
 __device__ __forceinline__ void write_split_partial_smem(const float (&acc)[kNumAcc], float2* part) {
   static_assert(kNumAcc == 4 * kNumChunks, "wgmma D fragment");
@@ -109,53 +109,19 @@ __device__ __forceinline__ void load_peer_partial(float2 (&v)[kNumChunks][2], ui
   }
 }
 
-// `part_addr`: the shared::cta address of `part` (the same offset in every CTA of the cluster).
-// The loads of up to kPeers peers are in flight together: one distributed-shared-memory round trip
-// per kPeers peers, not one per peer (7 in a row at 8 splits). Tiles up to 32 columns take all 7
-// peers at once (112 registers); wider ones one at a time (two spilled at FP8 bm128 bn64 k-batch 4
-// fp32 + C, four at its plain loop).
-template <uint32_t kNumChunks, uint32_t kThreads, uint32_t kNumAcc>
-__device__ __forceinline__ void add_cluster_split_partials(float (&acc)[kNumAcc], uint32_t part_addr,
-                                                           uint32_t num_splits) {
-  static_assert(kNumAcc == 4 * kNumChunks, "wgmma D fragment");
-  constexpr uint32_t kPeers = kNumChunks <= 4 ? 7 : 1;  // at most 8 splits: 7 peers
-#pragma unroll
-  for (uint32_t i = 0; i < kNumAcc; ++i) acc[i] = 0.0f + acc[i];
-  const uint32_t mine = part_addr + threadIdx.x * 8u;
-  if constexpr (kPeers == 1) {  // v0.54's loop: the batched one below with a batch of 1 compiles differently
-    for (uint32_t s = 1; s < num_splits; ++s) {
-      float2 v[kNumChunks][2];
-      load_peer_partial<kNumChunks, kThreads>(v, ptx::map_shared_rank(mine, s));
-      add_partial_fragment(acc, v);
-    }
-    return;
-  }
-  for (uint32_t s0 = 1; s0 < num_splits; s0 += kPeers) {
-    float2 v[kPeers][kNumChunks][2];
-#pragma unroll
-    for (uint32_t p = 0; p < kPeers; ++p) {
-      if (s0 + p >= num_splits) break;
-      load_peer_partial<kNumChunks, kThreads>(v[p], ptx::map_shared_rank(mine, s0 + p));
-    }
-#pragma unroll
-    for (uint32_t p = 0; p < kPeers; ++p) {  // in split order: bitwise the workspace path's sum
-      if (s0 + p >= num_splits) break;
-      add_partial_fragment(acc, v[p]);
-    }
-  }
-}
-
-// Reduce-scatter form (the BF16 kernel): every split writes its fragment to its shared memory and
+// Reduce-scatter form (both kernels): every split writes its fragment to its shared memory and
 // the warps of the tile are shared out among the splits, each summing its rows' partials from all
 // splits in split order (`self`'s own from its registers) and storing them: the peers' bytes a CTA
 // reads drop by the split count, and no CTA reads more than its share (split 0 reading everything
 // measured only -3 to -4% at 8 splits, v0.56). The same float adds in the same order as the
 // workspace path: bitwise its result.
-template <uint32_t kNumChunks, uint32_t kThreads, uint32_t kNumAcc>
+// kBatch: splits whose loads are in flight together, what the registers leave beside the tile's
+// sums and this split's own copy (the FP8 kernel's wide tiles take one at a time: two spilled at
+// bm128 bn64 k-batch 4).
+template <uint32_t kNumChunks, uint32_t kThreads, uint32_t kBatch = (kNumChunks <= 4 ? 8 : 2), uint32_t kNumAcc>
 __device__ __forceinline__ void gather_cluster_split_partials(float (&acc)[kNumAcc], uint32_t part_addr,
                                                               uint32_t num_splits, uint32_t self) {
   static_assert(kNumAcc == 4 * kNumChunks, "wgmma D fragment");
-  constexpr uint32_t kBatch = kNumChunks <= 4 ? 8 : 2;  // splits whose loads are in flight together
   float own[kNumAcc];
 #pragma unroll
   for (uint32_t i = 0; i < kNumAcc; ++i) {

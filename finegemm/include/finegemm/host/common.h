@@ -333,17 +333,23 @@ inline int max_active_clusters(CUfunction fn, int cluster_size, int threads, int
 // Split-K through distributed shared memory (epilogue/split_k.cuh; both GEMM kernels, kClusterSplit):
 // the CTAs per cluster of a split-K launch: num_splits when the splits of each tile may run as one
 // cluster (rank = split), else 1. The kernels' rule, on which they trap otherwise: every CTA runs
-// exactly one (tile, split) unit (tiles x splits == grid), 2 to 8 splits, tiles at most 64 columns wide.
+// exactly one (tile, split) unit (tiles x splits == grid), 2 to 8 splits, tiles at most max_block_n
+// columns wide (the kernel's limit below).
 // The host adds: every cluster resident at once (GPCs hold whole clusters only; a second wave of
 // clusters would cost more than the reduction saves). FINEGEMM_DIAG_SPLIT_CLUSTER=0 keeps the
 // workspace reduction (A/Bs).
-inline unsigned split_cluster_size(CUfunction fn, int m, int n, int block_m, int block_n, int num_splits, int grid,
-                                   int threads, int smem_bytes) {
+// The widest tile each kernel's split cluster takes (impls: kClusterSplitMaxN / kClusterSplit);
+// wider ones spilled with the reduce-scatter (ptxas 13.0).
+inline int fp8_cluster_split_max_n(int block_m) { return block_m <= 128 ? 128 : 64; }
+constexpr int kBf16ClusterSplitMaxN = 64;
+
+inline unsigned split_cluster_size(CUfunction fn, int m, int n, int block_m, int block_n, int max_block_n,
+                                   int num_splits, int grid, int threads, int smem_bytes) {
   static const bool on = [] {
     const char* v = std::getenv("FINEGEMM_DIAG_SPLIT_CLUSTER");
     return v == nullptr || std::strcmp(v, "0") != 0;
   }();
-  if (!on || num_splits < 2 || num_splits > 8 || block_n > 64) return 1u;
+  if (!on || num_splits < 2 || num_splits > 8 || block_n > max_block_n) return 1u;
   const int64_t units = static_cast<int64_t>((m + block_m - 1) / block_m) * ((n + block_n - 1) / block_n) * num_splits;
   if (units != grid) return 1u;
   int clusters = 0;

@@ -130,8 +130,8 @@ int encode_dense(Sm90Bf16Launch* L, uint64_t fn, void* a, void* b, void* d, void
   L->grid = static_cast<unsigned>(grid);
   L->threads = static_cast<unsigned>((block_m / 64 + 1) * 128);
   L->smem_bytes = static_cast<unsigned>(smem_bytes);
-  L->cluster = fg::split_cluster_size(L->fn, m, n, block_m, block_n, num_splits, grid, static_cast<int>(L->threads),
-                                      smem_bytes);
+  L->cluster = fg::split_cluster_size(L->fn, m, n, block_m, block_n, fg::kBf16ClusterSplitMaxN, num_splits, grid,
+                                      static_cast<int>(L->threads), smem_bytes);
   return CUDA_SUCCESS;
 }
 

@@ -143,8 +143,8 @@ int encode_1d2d(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sfa, void
   L->smem_bytes = static_cast<unsigned>(smem_bytes);
   L->cluster = static_cast<unsigned>(num_multicast);
   if (gemm_kind == 0 && num_multicast == 1)
-    L->cluster = fg::split_cluster_size(L->fn, m, n, block_m, block_n, num_splits, grid, static_cast<int>(L->threads),
-                                        smem_bytes);
+    L->cluster = fg::split_cluster_size(L->fn, m, n, block_m, block_n, fg::fp8_cluster_split_max_n(block_m),
+                                        num_splits, grid, static_cast<int>(L->threads), smem_bytes);
   return CUDA_SUCCESS;
 }
 

@@ -243,7 +243,7 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
   // launches the splits of each tile as one cluster (rank = split) when every CTA runs exactly one
   // unit and the tile is at most 64 columns wide (fg::split_cluster_size); the partials then never
   // go through L2. The fragment fits the ring, which is idle by then (one unit per CTA).
-  constexpr bool kClusterSplit = kSplitK && BLOCK_N <= 64 && !diag::kSplitNoReduce;
+  constexpr bool kClusterSplit = kSplitK && BLOCK_N <= 64 && !diag::kSplitNoReduce;  // 64: fg::kBf16ClusterSplitMaxN
   static_assert(!kClusterSplit || BLOCK_M * BLOCK_N * 4 <= kNumStages * (Traits::kSmemA + Traits::kSmemB),
                 "the split partial reuses the ring");
   const bool split_cluster = kClusterSplit && ptx::cluster_nctarank() > 1;

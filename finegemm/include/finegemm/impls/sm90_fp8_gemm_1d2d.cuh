@@ -396,9 +396,14 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   const uint32_t num_clusters = gridDim.x / kNumMulticast;
   // Split-K through distributed shared memory (epilogue/split_k.cuh): the host launches the
   // splits of each tile as one cluster when every CTA runs exactly one unit and the tile is at
-  // most 64 columns wide (host encode_1d2d); the partials then never go through L2. Its fragment
-  // fits the ring, which is idle by then (one unit per CTA).
-  constexpr bool kClusterSplit = kSplitK && kNumMulticast == 1 && BLOCK_N <= 64 && !diag::kSplitNoReduce;
+  // most kClusterSplitMaxN columns wide (host encode_1d2d); the partials then never go through L2.
+  // Its fragment fits the ring, which is idle by then (one unit per CTA). Split kernels never have
+  // the TMA-store epilogue (static_asserts above), so the reduce-scatter's warps may leave freely.
+  // Recipe (1, 1, 128) keeps the workspace: its launcher has no split clusters (and bm128 bn128
+  // spilled with the cluster code); so do three-warpgroup tiles above 64 columns (bm192 bn96 spilled).
+  constexpr uint32_t kClusterSplitMaxN = BLOCK_M <= 128 ? 128 : 64;  // mirrors fg::fp8_cluster_split_max_n
+  constexpr bool kClusterSplit = kSplitK && !k1D1D && kNumMulticast == 1 && BLOCK_N <= kClusterSplitMaxN &&
+                                 !kTmaStore && !diag::kSplitNoReduce;
   static_assert(!kClusterSplit || BLOCK_M * BLOCK_N * 4 <= kNumStages * (Traits::kSmemA + Traits::kSmemB),
                 "the split partial reuses the ring");
   const bool split_cluster = kClusterSplit && ptx::cluster_nctarank() > 1;
@@ -1006,10 +1011,14 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         // Every local wgmma has finished reading the ring before it holds the partial.
         ptx::named_barrier_sync(1, kNumConsumerThreads);
         float2* part = reinterpret_cast<float2*>(smem + Traits::kOffA);
-        if (split != 0) epilogue::write_split_partial_smem<kNumChunks, kNumConsumerThreads>(fin, part);
+        epilogue::write_split_partial_smem<kNumChunks, kNumConsumerThreads>(fin, part);
         ptx::cluster_sync();  // the partials are there (release / acquire at cluster scope)
-        if (split != 0) continue;  // the CTA's only unit; it stays until split 0 has read (kernel end)
-        epilogue::add_cluster_split_partials<kNumChunks, kNumConsumerThreads>(fin, base + Traits::kOffA, num_splits);
+        // Reduce-scatter: consumer warp w's 16 rows are summed and stored by split w % S (split
+        // kernels store directly, without a warpgroup barrier, so the other warps may leave). The
+        // CTA's only unit; it stays until its peers have read its partial (kernel end).
+        if ((threadIdx.x / 32) % num_splits != split) continue;
+        epilogue::gather_cluster_split_partials<kNumChunks, kNumConsumerThreads, (kNumChunks <= 4 ? 8 : 1)>(
+            fin, base + Traits::kOffA, num_splits, split);
       } else if constexpr (kSplitK && !diag::kSplitNoReduce) {
         // Partials and their in-order sum: epilogue/split_k.cuh.
         const uint32_t tile = sched.tile_index(m_block, n_block);
