@@ -182,7 +182,22 @@ def test_every_heuristic_block_n_compiles_spill_free():
             jobs.append((f"bm{bm}_bn{bn}_s{ts}_tmas", render(bm, bn, ts, False, False, False, 1, False, False, True)))
             jobs.append((f"bm{bm}_bn{bn}_s{ts}_mcb_tmas",
                          render(bm, bn, ts, False, False, False, 2, False, False, True)))
-    _check_reports(jit.compile_check(jobs, raise_on_failure=False))
+    reports = jit.compile_check(jobs, raise_on_failure=False)
+    _check_reports(reports)
+    # The split cluster (split-K through distributed shared memory, a reduce-scatter) is built into
+    # exactly the split kernels up to the host's widest tile (host/common.h
+    # fp8_cluster_split_max_n: 128 columns at bm64 / bm128): its cluster barriers, and in no
+    # single-CTA kernel.
+    for r in reports:
+        label = r["label"]
+        if "_mc" in label:  # multicast pairs have cluster barriers of their own
+            continue
+        sass = _sass(r["cubin"])
+        if sass is None:
+            continue
+        bn = int(label.split("_bn")[1].split("_")[0])
+        expected = label.endswith("_splitk") and bn <= 128
+        assert ("UCGABAR_WAIT" in sass) == expected, f"{label}: cluster barrier presence"
 
 
 @pytest.mark.nvcc
@@ -590,6 +605,10 @@ def test_every_1d1d_block_n_compiles_spill_free():
     past = [r for r in reports if r["label"].endswith("_past_limit")]
     assert all(r["spilled"] for r in past), f"a k-batch limit no longer spills: raise MAX_BLOCK_N_KBATCH_1D1D {past}"
     _check_reports([r for r in reports if not r["label"].endswith("_past_limit")])
+    for r in reports:  # recipe (1, 1, 128) split-K keeps the workspace: no split cluster built in
+        if r["label"].endswith("_c_splitk_1d1d"):
+            sass = _sass(r["cubin"])
+            assert sass is None or "UCGABAR_WAIT" not in sass, f"{r['label']}: cluster barriers"
     # Just past the bm128 limit spills (documents MAX_BLOCK_N_1D1D[128]).
     bn = MAX_BLOCK_N_1D1D_128 = block_n_candidates(128, True)[-1] + 16
     if bn <= MAX_BLOCK_N[128]:
