@@ -552,6 +552,21 @@ def test_fast_path_reuses_only_identical_validated_calls(fake_cuda, monkeypatch)
         finegemm.fp8_gemm_nt(a, b, torch.empty(32, 256, dtype=torch.float16))
     with pytest.raises(ValueError, match="sfa"):
         finegemm.fp8_gemm_nt((A, sfa[:, :0]), b, d)
+    # The same memory with another dtype (same address, shape and strides) is validated again.
+    with pytest.raises(TypeError, match=r"a\[0\]"):
+        finegemm.fp8_gemm_nt((A.view(torch.uint8), sfa), b, d)
+    # The same address and shape with other strides (a legal scale layout) is planned again.
+    sfa_strided = torch.as_strided(sfa, sfa.shape, (1, sfa.shape[0]))
+    assert sfa_strided.data_ptr() == sfa.data_ptr() and sfa_strided.shape == sfa.shape
+    finegemm.fp8_gemm_nt((A, sfa_strided), b, d)
+    assert len(prepared) == 3
+    # With and without c are different calls, each cached after its first validation.
+    d32 = torch.empty(32, 256, dtype=torch.float32)
+    c = torch.zeros(32, 256)
+    for _ in range(2):
+        finegemm.fp8_gemm_nt(a, b, d32)
+        finegemm.fp8_gemm_nt(a, b, d32, c)
+    assert len(prepared) == 5
 
 
 def test_bf16_fast_path_reuses_only_identical_validated_calls(monkeypatch):

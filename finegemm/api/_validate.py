@@ -19,7 +19,6 @@ import torch
 
 __all__ = [
     "FP8",
-    "tensor_signature",
     "RECIPE_1D2D",
     "RECIPE_1D1D",
     "on_cuda",
@@ -62,13 +61,6 @@ def on_cuda(t: torch.Tensor) -> bool:
     `is_cuda` rather than `device.type`: the latter builds a torch.device per call (~0.4 us of
     the host fast path's budget)."""
     return t.is_cuda
-
-
-def tensor_signature(t: torch.Tensor) -> tuple:
-    """What the validation rules read of a tensor, as a hashable key of the host fast paths
-    (api/dense_fp8.py, api/bf16.py). No device: with CUDA's unified virtual addressing an address
-    belongs to one device (or to host memory) for the whole process."""
-    return (t.data_ptr(), t.shape, t.stride(), t.dtype)
 
 
 def fmt_shape(shape: Iterable[int]) -> str:

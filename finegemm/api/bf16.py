@@ -38,9 +38,10 @@ def _fast_key(layout: str, a, b, d, c, compiled_dims) -> Optional[tuple]:
     try:
         if not _v.on_cuda(d):
             return None
-        sig = _v.tensor_signature
-        return (layout, sig(a), sig(b), sig(d), None if c is None else sig(c), compiled_dims,
-                runtime.get_num_sms_setting())
+        # Flat, as api/dense_fp8.py's key (address, shape, strides, dtype of each tensor); c last.
+        key = (layout, a.data_ptr(), a.shape, a.stride(), a.dtype, b.data_ptr(), b.shape, b.stride(), b.dtype,
+               d.data_ptr(), d.shape, d.stride(), d.dtype, compiled_dims, runtime.get_num_sms_setting())
+        return key if c is None else key + (c.data_ptr(), c.shape, c.stride(), c.dtype)
     except Exception:  # anything unusual takes the validating path, which raises the right error
         return None
 

@@ -223,6 +223,8 @@ def test_split_cluster_matches_workspace_path(case):
         _check(d, _reference(layout, a, b, c))
         cluster = call.cluster_size()
         assert cluster == (splits if grid == units and fits else 1), f"grid {grid} (fits {fits}): cluster {cluster}"
+        # A split cluster's call looks up no workspace (the launcher takes null buffers then).
+        assert call._split_k == (cluster == 1), "split buffers wanted exactly without the cluster"
         results[grid] = d
     assert torch.equal(results[units], results[units - 1]), "split cluster differs from the workspace path"
 

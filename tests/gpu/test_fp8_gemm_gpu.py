@@ -272,7 +272,9 @@ def test_ops_layer_directly_and_m0():
     ops.fp8_gemm_nt(a[:0], sfa[:0], b, sfb, d0)  # returns at once
 
 
-@pytest.mark.parametrize("m,n,k", [(1, 576, 7168), (4097, 2112, 7168), (64, 7168, 512)])
+# 64 / 128 x 2112 x 7168: the tables' split clusters (captured without split buffers).
+@pytest.mark.parametrize("m,n,k", [(1, 576, 7168), (4097, 2112, 7168), (64, 7168, 512), (64, 2112, 7168),
+                                   (128, 2112, 7168)])
 def test_cuda_graph(m, n, k):
     x, w, a, sfa, b, sfb = _inputs(m, n, k, seed=77)
     d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
@@ -396,7 +398,10 @@ def test_split_cluster_matches_workspace_path(case):
     for sms in (units, units - 1):
         cfg = make_config(m, n, k, sms, f32_c, f32_c, bm, bn, max_stages(bm, bn), splits, k_batch=kbat)
         d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float32 if f32_c else torch.bfloat16)
-        cluster = _run_checked(cfg, x, w, a, sfa, b, sfb, d, c).cluster_size()
+        call = _run_checked(cfg, x, w, a, sfa, b, sfb, d, c)
+        cluster = call.cluster_size()
+        # A split cluster's call looks up no workspace (the launcher takes null buffers then).
+        assert call._split_k == (cluster == 1), "split buffers wanted exactly without the cluster"
         if sms == units:
             _, fn = ops.plan(m, n, k, f32_c, f32_c, torch.cuda.current_device(), config=cfg)
             fits = max_active_clusters(fn, splits, cfg.num_threads, cfg.smem_bytes) * splits >= units
