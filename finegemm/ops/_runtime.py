@@ -237,16 +237,16 @@ class PreparedLaunch:
     def __call__(self) -> None:
         ns = self._ns
         stream = ns["_get_raw_stream"](self._dev_index)
-        if self._split_k:
-            ws_ptr, cnt_ptr = self._split_pointers(stream)
-        else:
-            ws_ptr = cnt_ptr = None
         handle = self._handle
         if handle is None:
             handle = self._make_handle()
         if handle:
+            # _split_k: False for a split cluster, which needs no buffers (_make_handle).
+            ws_ptr, cnt_ptr = self._split_pointers(stream) if self._split_k else (None, None)
             rc = ns[self._names[2]](handle, ws_ptr, cnt_ptr, stream)
         else:
+            # The one-shot launcher checks for buffers before it encodes: every split-K call has them.
+            ws_ptr, cnt_ptr = self._split_pointers(stream) if self.cfg.split_k else (None, None)
             rc = ns[self._names[0]](*self._head, ws_ptr, cnt_ptr, *self._tail, stream)
         if rc != 0:
             from finegemm import jit

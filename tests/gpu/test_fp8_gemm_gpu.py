@@ -402,6 +402,15 @@ def test_split_cluster_matches_workspace_path(case):
         cluster = call.cluster_size()
         # A split cluster's call looks up no workspace (the launcher takes null buffers then).
         assert call._split_k == (cluster == 1), "split buffers wanted exactly without the cluster"
+        if cluster > 1:  # the one-shot launcher (taken where preparing fails) is given buffers
+            expected = d.clone()
+            d.fill_(float("nan"))
+            saved, call._handle = call._handle, 0
+            try:
+                call()
+            finally:
+                call._handle = saved
+            assert torch.equal(d, expected), "the one-shot launch differs from the prepared one"
         if sms == units:
             _, fn = ops.plan(m, n, k, f32_c, f32_c, torch.cuda.current_device(), config=cfg)
             fits = max_active_clusters(fn, splits, cfg.num_threads, cfg.smem_bytes) * splits >= units
