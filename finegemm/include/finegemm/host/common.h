@@ -330,19 +330,19 @@ inline int max_active_clusters(CUfunction fn, int cluster_size, int threads, int
   return occ(out, fn, &cfg);
 }
 
-// Split-K through distributed shared memory (epilogue/split_k.cuh; both GEMM kernels, kClusterSplit):
-// the CTAs per cluster of a split-K launch: num_splits when the splits of each tile may run as one
-// cluster (rank = split), else 1. The kernels' rule, on which they trap otherwise: every CTA runs
-// exactly one (tile, split) unit (tiles x splits == grid), 2 to 8 splits, tiles at most max_block_n
-// columns wide (the kernel's limit below).
-// The host adds: every cluster resident at once (GPCs hold whole clusters only; a second wave of
-// clusters would cost more than the reduction saves). FINEGEMM_DIAG_SPLIT_CLUSTER=0 keeps the
-// workspace reduction (A/Bs).
 // The widest tile each kernel's split cluster takes (impls: kClusterSplitMaxN / kClusterSplit);
 // wider ones spilled with the reduce-scatter (ptxas 13.0).
 inline int fp8_cluster_split_max_n(int block_m) { return block_m <= 128 ? 128 : 64; }
 constexpr int kBf16ClusterSplitMaxN = 64;
 
+// Split-K through distributed shared memory (epilogue/split_k.cuh; both GEMM kernels, kClusterSplit):
+// the CTAs per cluster of a split-K launch: num_splits when the splits of each tile may run as one
+// cluster (rank = split), else 1. The kernels' rule, on which they trap otherwise: every CTA runs
+// exactly one (tile, split) unit (tiles x splits == grid), 2 to 8 splits, tiles at most max_block_n
+// columns wide (the kernel's limit above).
+// The host adds: every cluster resident at once (GPCs hold whole clusters only; a second wave of
+// clusters would cost more than the reduction saves). FINEGEMM_DIAG_SPLIT_CLUSTER=0 keeps the
+// workspace reduction (A/Bs).
 inline unsigned split_cluster_size(CUfunction fn, int m, int n, int block_m, int block_n, int max_block_n,
                                    int num_splits, int grid, int threads, int smem_bytes) {
   static const bool on = [] {
