@@ -173,7 +173,9 @@ class PreparedLaunch:
         self._keepalive = keepalive  # temporaries whose pointers are in head
         self._split_cache = None  # (stream, ws_ptr, cnt_ptr, buffers kept alive) of the last eager call
         self._handle = None  # None: not tried yet; 0: no prepared launch (one-shot launcher)
-        self._split_k = cfg.split_k  # read on every call: a plain slot, not the config's property
+        # Whether a call looks up split-K buffers; read on every call: a plain slot, not the config's
+        # property. _make_handle clears it for a split cluster, which needs none.
+        self._split_k = cfg.split_k
 
     def _describe(self) -> str:
         raise NotImplementedError
@@ -241,7 +243,6 @@ class PreparedLaunch:
         if handle is None:
             handle = self._make_handle()
         if handle:
-            # _split_k: False for a split cluster, which needs no buffers (_make_handle).
             ws_ptr, cnt_ptr = self._split_pointers(stream) if self._split_k else (None, None)
             rc = ns[self._names[2]](handle, ws_ptr, cnt_ptr, stream)
         else:

@@ -359,6 +359,13 @@ inline unsigned split_cluster_size(CUfunction fn, int m, int n, int block_m, int
   return static_cast<unsigned>(num_splits);
 }
 
+// Whether a split-K launch lacks the workspace / counters it needs: a split cluster (cluster ==
+// num_splits) sums through distributed shared memory and needs none (both GEMM launchers).
+inline bool split_buffers_missing(uint32_t num_splits, unsigned cluster, const void* workspace,
+                                  const void* counters) {
+  return num_splits > 1 && cluster != num_splits && (workspace == nullptr || counters == nullptr);
+}
+
 // Prepared launches (fg_prepare_* / fg_launch_prepared_* / fg_free_prepared_*): a family's Launch
 // struct (tensor maps, parameters) lives on the heap behind a uint64 handle that Python keeps.
 // publish_prepared takes ownership of `launch`: on an error it is freed and rc returned, else

@@ -59,9 +59,7 @@ struct Sm90Bf16Launch {
 };
 
 int launch_dense(const Sm90Bf16Launch& L, void* workspace, void* counters, uint64_t stream) {
-  // A split cluster (cluster == num_splits) sums through distributed shared memory: no buffers.
-  if (L.num_splits > 1 && L.cluster != L.num_splits && (workspace == nullptr || counters == nullptr))
-    return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (fg::split_buffers_missing(L.num_splits, L.cluster, workspace, counters)) return fg::FG_ERROR_INVALID_ARGUMENT;
   float* ws_p = static_cast<float*>(workspace);
   int* cnt_p = static_cast<int*>(counters);
   // cuLaunchKernelEx copies the values behind these pointers: L is only read.

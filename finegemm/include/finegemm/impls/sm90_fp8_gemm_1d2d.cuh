@@ -402,8 +402,8 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   // Recipe (1, 1, 128) keeps the workspace: its launcher has no split clusters (and bm128 bn128
   // spilled with the cluster code); so do three-warpgroup tiles above 64 columns (bm192 bn96 spilled).
   constexpr uint32_t kClusterSplitMaxN = BLOCK_M <= 128 ? 128 : 64;  // mirrors fg::fp8_cluster_split_max_n
-  constexpr bool kClusterSplit = kSplitK && !k1D1D && kNumMulticast == 1 && BLOCK_N <= kClusterSplitMaxN &&
-                                 !kTmaStore && !diag::kSplitNoReduce;
+  constexpr bool kClusterSplit =
+      kSplitK && !k1D1D && kNumMulticast == 1 && BLOCK_N <= kClusterSplitMaxN && !diag::kSplitNoReduce;
   static_assert(!kClusterSplit || BLOCK_M * BLOCK_N * 4 <= kNumStages * (Traits::kSmemA + Traits::kSmemB),
                 "the split partial reuses the ring");
   const bool split_cluster = kClusterSplit && ptx::cluster_nctarank() > 1;
