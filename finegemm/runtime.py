@@ -1,7 +1,8 @@
 """Process-wide runtime knobs (DeepGEMM-compatible): SM budget, tensor-core utilisation hint, PDL.
 
 They are plain module state read by the heuristics at plan time; changing them invalidates
-nothing that is already compiled, only the choice of launch configuration for later calls.
+nothing that is already compiled, only the choice of launch configuration for later calls. The
+PDL setting is also handed to the host library, which reads it at every launch.
 """
 from __future__ import annotations
 
@@ -54,11 +55,19 @@ def get_tc_util() -> int:
 
 
 def set_pdl(enable: bool) -> None:
-    """Enable programmatic dependent launch (overlap a kernel's prologue with its predecessor)."""
+    """Launch the GEMM kernels with programmatic dependent launch (PDL) from now on: a kernel may
+    be scheduled while the kernel before it in the stream is still running, so its launch and
+    prologue overlap that kernel's tail. Every finegemm GEMM kernel waits for its predecessor to
+    complete (griddepcontrol.wait) before it reads or writes global memory, so results do not
+    change; it pays where kernels run back to back (decoding, CUDA graphs). Applies to launches
+    and graph captures made after the call, process-wide."""
     if not isinstance(enable, bool):
         raise TypeError(f"enable must be a bool, got {type(enable).__name__}")
     global _pdl
     _pdl = enable
+    from finegemm.jit import runtime as jit_runtime
+
+    jit_runtime.push_pdl(enable)
 
 
 def get_pdl() -> bool:

@@ -22,6 +22,10 @@ def _declare_common(lib: ctypes.CDLL) -> None:
     lib.fg_launch_trivial_add.argtypes = [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_void_p,
                                           ctypes.c_void_p, ctypes.c_int, ctypes.c_uint64]
     lib.fg_launch_trivial_add.restype = ctypes.c_int
+    lib.fg_set_pdl.argtypes = [ctypes.c_int]
+    lib.fg_set_pdl.restype = None
+    lib.fg_get_pdl.argtypes = []
+    lib.fg_get_pdl.restype = ctypes.c_int
 
 
 def host_library() -> ctypes.CDLL:
@@ -37,8 +41,19 @@ def host_library() -> ctypes.CDLL:
             path = compiler.build_host_library()
             lib = ctypes.CDLL(str(path), mode=ctypes.RTLD_LOCAL)
             _declare_common(lib)
+            from finegemm import runtime
+
+            lib.fg_set_pdl(1 if runtime.get_pdl() else 0)
             _lib = lib
         return _lib
+
+
+def push_pdl(enable: bool) -> None:
+    """Hands finegemm.set_pdl's value to the host library when it is loaded (else host_library
+    does it on loading). Under the loading lock, so that a concurrent load cannot miss it."""
+    with _lib_lock:
+        if _lib is not None:
+            _lib.fg_set_pdl(1 if enable else 0)
 
 
 def error_string(code: int) -> str:

@@ -38,6 +38,11 @@ int fg_max_active_clusters(uint64_t fn, int cluster_size, int threads, int smem_
   return fg::max_active_clusters(fg::as_function(fn), cluster_size, threads, smem_bytes, out);
 }
 
+// finegemm.set_pdl / get_pdl: GEMM launches from now on carry (or not) the programmatic
+// stream-serialization attribute (fg::pdl_enabled). The trivial test kernel never does.
+void fg_set_pdl(int enable) { fg::pdl_setting().store(enable != 0, std::memory_order_relaxed); }
+int fg_get_pdl() { return fg::pdl_enabled() ? 1 : 0; }
+
 // Writes a NUL-terminated description of `code` into buf (at most len bytes, len > 0).
 void fg_error_string(int code, char* buf, int len) {
   if (buf == nullptr || len <= 0) return;

@@ -8,6 +8,7 @@
 #include <cuda.h>
 #include <dlfcn.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -245,6 +246,14 @@ struct Dim3 {
   template <typename T, typename = decltype(T::x), typename = decltype(T::y), typename = decltype(T::z)>
   Dim3(const T& v) : x(v.x), y(v.y), z(v.z) {}
 };
+
+// finegemm.set_pdl (fg_set_pdl): whether the GEMM launchers pass pdl=true to fg::launch. Only
+// kernels that call ptx::griddep_wait before touching global memory may be launched so.
+inline std::atomic<bool>& pdl_setting() {
+  static std::atomic<bool> enabled{false};
+  return enabled;
+}
+inline bool pdl_enabled() { return pdl_setting().load(std::memory_order_relaxed); }
 
 // Launch through cuLaunchKernelEx. A cluster of (cluster_dim, 1, 1) is requested only when
 // cluster_dim > 1 (grid.x must then be a multiple of cluster_dim). pdl=true allows programmatic

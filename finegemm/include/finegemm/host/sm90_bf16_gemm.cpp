@@ -68,7 +68,8 @@ int launch_dense(const Sm90Bf16Launch& L, void* workspace, void* counters, uint6
                     const_cast<const float**>(&L.c_p), &ws_p, &cnt_p, const_cast<uint32_t*>(&L.m),
                     const_cast<uint32_t*>(&L.n), const_cast<uint32_t*>(&L.k), const_cast<uint32_t*>(&L.ldd),
                     const_cast<uint32_t*>(&L.flags), const_cast<uint32_t*>(&L.num_splits)};
-  return fg::launch(L.fn, L.grid, 1, 1, L.threads, 1, 1, L.smem_bytes, L.cluster, fg::as_stream(stream), params);
+  return fg::launch(L.fn, L.grid, 1, 1, L.threads, 1, 1, L.smem_bytes, L.cluster, fg::as_stream(stream), params,
+                    fg::pdl_enabled());
 }
 
 // Validates the arguments of fg_launch_sm90_bf16_gemm (documented there) and encodes L.
@@ -300,7 +301,7 @@ int fg_launch_sm90_bf16_grouped(uint64_t fn, void* a, void* b, void* d, void* gr
                     &grouped_p, &ugroups};
   const unsigned threads = static_cast<unsigned>((block_m / 64 + 1) * 128);
   return fg::launch(fg::as_function(fn), static_cast<unsigned>(grid), 1, 1, threads, 1, 1,
-                    static_cast<unsigned>(smem_bytes), 1, fg::as_stream(stream), params);
+                    static_cast<unsigned>(smem_bytes), 1, fg::as_stream(stream), params, fg::pdl_enabled());
 }
 
 // K-grouped launch (kind 3, MoE weight gradient) of the kernel built with kGemmKind = 3: tn layout,
@@ -376,7 +377,7 @@ int fg_launch_sm90_bf16_k_grouped(uint64_t fn, void* a, void* b, void* d, void* 
     const int64_t units = tiles * table.num_slots;
     const unsigned ctas = static_cast<unsigned>(std::min<int64_t>(grid, units));
     r = fg::launch(fg::as_function(fn), ctas, 1, 1, threads, 1, 1, static_cast<unsigned>(smem_bytes), 1,
-                   fg::as_stream(stream), params);
+                   fg::as_stream(stream), params, fg::pdl_enabled());
     if (r != CUDA_SUCCESS) return r;
     if (launches != nullptr) ++*launches;
   }

@@ -52,7 +52,8 @@ int launch(const Sm90Fp8Launch& L, void* workspace, void* counters, uint64_t str
                     const_cast<uint32_t*>(&L.num_groups), const_cast<CUtensorMap*>(&L.tmap_sfb)};
   // The 1D2D entry point has 17 parameters, the 1D1D one an 18th (tmap_sfb): the driver reads as
   // many entries as the kernel declares.
-  return fg::launch(L.fn, L.grid, 1, 1, L.threads, 1, 1, L.smem_bytes, L.cluster, fg::as_stream(stream), params);
+  return fg::launch(L.fn, L.grid, 1, 1, L.threads, 1, 1, L.smem_bytes, L.cluster, fg::as_stream(stream), params,
+                    fg::pdl_enabled());
 }
 
 // Validates the arguments of fg_launch_sm90_fp8_gemm (documented there) and encodes L.

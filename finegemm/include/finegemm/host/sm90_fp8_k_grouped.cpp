@@ -193,7 +193,7 @@ int fg_launch_sm90_fp8_k_grouped(uint64_t fn, void* a, void* b, void* sfa, void*
     const unsigned g = static_cast<unsigned>(std::min<int64_t>(grid, units));
     void* params[] = {&tmap_sfa, &tmap_sfb, &d_p, &c_p, &um, &un, &uldd, &flags, &tables[l], &tmap_d};
     r = fg::launch(fg::as_function(fn), g, 1, 1, threads, 1, 1, static_cast<unsigned>(smem_bytes),
-                   static_cast<unsigned>(num_multicast), fg::as_stream(stream), params);
+                   static_cast<unsigned>(num_multicast), fg::as_stream(stream), params, fg::pdl_enabled());
     if (r != CUDA_SUCCESS) return r;
   }
   return CUDA_SUCCESS;

@@ -262,6 +262,9 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
     ptx::fence_proxy_async_shared();
   }
   __syncthreads();
+  // Nothing above touches global memory; everything below may (ptx::griddep_wait).
+  ptx::griddep_wait();
+  ptx::griddep_launch_dependents();
 
   if (threadIdx.x >= kNumConsumerThreads) {
     // ------------------------------------------------------------------ producer warpgroup

@@ -452,6 +452,9 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   } else {
     __syncthreads();
   }
+  // Nothing above touches global memory; everything below may (ptx::griddep_wait).
+  ptx::griddep_wait();
+  ptx::griddep_launch_dependents();
 
   if (threadIdx.x >= kNumConsumerThreads) {
     // ------------------------------------------------------------------ producer warpgroup

@@ -112,5 +112,19 @@ __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory");
 }
 
+// Programmatic dependent launch (finegemm.set_pdl): a kernel launched with the programmatic
+// stream-serialization attribute may start while the kernel before it in the stream still runs.
+// griddep_wait blocks until that grid has completed and its memory operations are visible, so
+// every global read and write of a GEMM kernel comes after it (a write too: the previous kernel
+// may still be reading the buffer). Launched without the attribute, it returns at once.
+__device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+
+// Lets the next kernel in the stream, when launched with the attribute, be scheduled before this
+// grid ends (its CTAs take SMs as this grid's leave and run their prologue); it still waits for
+// this grid's completion in its own griddep_wait, so issuing this early is always safe.
+__device__ __forceinline__ void griddep_launch_dependents() {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+
 }  // namespace ptx
 }  // namespace finegemm
