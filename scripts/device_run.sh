@@ -56,5 +56,8 @@ if [[ "$what" == all || "$what" == bench ]]; then
       | tee "$OUT/bench_$suite.log"
     status=$(( status | ${PIPESTATUS[0]} ))
   done
+  # Back-to-back GEMMs in CUDA graphs with programmatic dependent launch off / on (finegemm.set_pdl).
+  python3 scripts/probe_pdl.py --out "$OUT/pdl.json" 2>&1 | tee "$OUT/probe_pdl.log"
+  status=$(( status | ${PIPESTATUS[0]} ))
 fi
 exit $status
