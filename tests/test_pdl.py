@@ -111,3 +111,19 @@ def test_global_op_pattern():
     for op in ("LDS R4, [R2]", "STS [R3], R4", "LDC R1, c[0x0][0x28]", "SYNCS.EXCH.64 URZ, [UR4+0x10], UR6",
                "UTMACCTL.PF [UR6]", "BAR.SYNC.DEFER_BLOCKING 0x0", "ACQBULK"):
         assert not _GLOBAL_OP.match(op), op
+
+
+@pytest.mark.nvcc
+def test_no_pdl_diagnostic_build_leaves_the_instructions_out(monkeypatch):
+    """FINEGEMM_DIAG_NO_PDL (ptx/diag.cuh, for A/Bs of what the two instructions cost) removes
+    exactly them; the default build's check above is therefore not vacuous."""
+    monkeypatch.setenv("FINEGEMM_EXTRA_NVCC_FLAGS", "-DFINEGEMM_DIAG_NO_PDL")
+    kernels = [k for k in _kernels() if k[0] in ("fp8_masked", "bf16_nt")]
+    reports = jit.compile_check(kernels, raise_on_failure=False)
+    assert all(r["ok"] for r in reports), [(r["label"], r["reasons"]) for r in reports]
+    for r in reports:
+        text = sass(r["cubin"])
+        if text is None:
+            pytest.skip("no cuobjdump")
+        ops = {op for _, op in instructions(text)}
+        assert "ACQBULK" not in ops and "PREEXIT" not in ops, r["label"]

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include <finegemm/ptx/diag.cuh>
+
 namespace finegemm {
 namespace ptx {
 
@@ -117,13 +119,15 @@ __device__ __forceinline__ void cluster_sync() {
 // griddep_wait blocks until that grid has completed and its memory operations are visible, so
 // every global read and write of a GEMM kernel comes after it (a write too: the previous kernel
 // may still be reading the buffer). Launched without the attribute, it returns at once.
-__device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+__device__ __forceinline__ void griddep_wait() {
+  if constexpr (!diag::kNoPdl) asm volatile("griddepcontrol.wait;\n" ::: "memory");
+}
 
 // Lets the next kernel in the stream, when launched with the attribute, be scheduled before this
 // grid ends (its CTAs take SMs as this grid's leave and run their prologue); it still waits for
 // this grid's completion in its own griddep_wait, so issuing this early is always safe.
 __device__ __forceinline__ void griddep_launch_dependents() {
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  if constexpr (!diag::kNoPdl) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 }
 
 }  // namespace ptx

@@ -43,6 +43,9 @@
 //   FINEGEMM_DIAG_SPLIT_NO_SUM  (both kernels, wrong results) the partials are written and counted
 //                         as usual, but the last split stores its own partial instead of the sum:
 //                         the sum's share of that cost.
+//   FINEGEMM_DIAG_NO_PDL  (both kernels; racy under finegemm.set_pdl(True)) the kernels leave out
+//                         griddepcontrol.wait / launch_dependents (ptx::griddep_wait): what do the
+//                         two instructions cost a kernel launched without PDL?
 //   FINEGEMM_SFB_REG_SLACK=<n>  (correct results) the 1D1D prefetch's register slack instead of the
 //                         measured 24 (impls/sm90_fp8_gemm_1d2d.cuh; 20 / 28 / 32: benchmarks/NOTES.md
 //                         v0.37): more or fewer chunks' column scales loaded before the wgmmas.
@@ -145,6 +148,12 @@ constexpr bool kSplitNoReduce = false;
 constexpr bool kSplitNoSum = true;
 #else
 constexpr bool kSplitNoSum = false;
+#endif
+
+#ifdef FINEGEMM_DIAG_NO_PDL
+constexpr bool kNoPdl = true;
+#else
+constexpr bool kNoPdl = false;
 #endif
 
 }  // namespace diag
