@@ -7,14 +7,11 @@ divided by CHAIN (median of replays, both graphs interleaved), and beside it the
 time (kernel_time_us: L2 flushed, as the bench) so the gap between kernels shows.
 
   python scripts/probe_pdl.py [--out FILE] [--chain 16] [--replays 50]
-FINEGEMM_DIAG_PDL_NO_PREFETCH=1 in the environment: PDL launches without the FP8 kernel's L2
-prefetch of its first stages before griddepcontrol.wait (host/sm90_fp8_gemm.cpp), for the A/B.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 from pathlib import Path
@@ -106,8 +103,7 @@ def main() -> None:
                   f"{rec['saved_per_call_us']:+.2f} us", flush=True)
             torch.cuda.empty_cache()
     out = dict(run_metadata(), command=" ".join(["python", "scripts/probe_pdl.py"] + sys.argv[1:]),
-               chain=args.chain, weights=WEIGHTS, replays=args.replays,
-               pdl_l2_prefetch=os.environ.get("FINEGEMM_DIAG_PDL_NO_PREFETCH") != "1", records=records)
+               chain=args.chain, weights=WEIGHTS, replays=args.replays, records=records)
     if args.out:
         with open(args.out, "w") as f:
             json.dump(out, f, indent=1)

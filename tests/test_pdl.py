@@ -81,10 +81,6 @@ def _kernels() -> list[tuple[str, str]]:
     ]
 
 
-_PDL_PREFETCHING = {"fp8_bm128_bn128", "fp8_bm64_bn64_f32_c_splitk", "fp8_bm128_bn256_serial_halves_tmas",
-                    "fp8_1d1d_c_splitk"}
-
-
 @pytest.mark.nvcc
 def test_every_gemm_kernel_waits_for_its_predecessor_before_touching_global_memory():
     reports = jit.compile_check(_kernels(), raise_on_failure=False)
@@ -101,10 +97,6 @@ def test_every_gemm_kernel_waits_for_its_predecessor_before_touching_global_memo
         wait_at = next(i for i, op in enumerate(ops) if op == "ACQBULK")
         early = [op for op in ops[:wait_at] if _GLOBAL_OP.match(op)]
         assert not early, f"{r['label']}: global memory accessed before griddepcontrol.wait: {early}"
-        # L2 prefetches (a hint: UTMAPF) may come first: the FP8 dense kind without multicast warms
-        # the L2 with its first stages there when PDL-launched; no other kind knows its tile yet.
-        prefetches = [op for op in ops[:wait_at] if op.startswith("UTMAPF")]
-        assert bool(prefetches) == (r["label"] in _PDL_PREFETCHING), f"{r['label']}: L2 prefetch before the wait"
         checked += 1
     if checked == 0:
         pytest.skip("no cuobjdump: only the compile was checked")

@@ -16,17 +16,6 @@ namespace {
 constexpr int kBlockK = 128;
 constexpr uint32_t kFlagVectorStores = 1u;  // mirrors impls::kFlagVectorStores
 constexpr uint32_t kFlagTmaStore = 2u;      // mirrors impls::kFlagTmaStore
-constexpr uint32_t kFlagPdlPrefetch = 4u;   // mirrors impls::kFlagPdlPrefetch
-
-// Whether PDL launches ask the kernel to warm the L2 before its griddep_wait (developer switch
-// FINEGEMM_DIAG_PDL_NO_PREFETCH=1 turns it off, for A/Bs; read once).
-bool pdl_prefetch_allowed() {
-  static const bool allowed = [] {
-    const char* v = std::getenv("FINEGEMM_DIAG_PDL_NO_PREFETCH");
-    return v == nullptr || std::strcmp(v, "1") != 0;
-  }();
-  return allowed;
-}
 
 // Column-box swizzle of the TMA-store epilogue: mirrors epilogue::TmaStoreBf16<BLOCK_N>.
 int tma_store_swizzle_bytes(int block_n) {
@@ -52,20 +41,19 @@ int launch(const Sm90Fp8Launch& L, void* workspace, void* counters, uint64_t str
   if (fg::split_buffers_missing(L.num_splits, L.cluster, workspace, counters)) return fg::FG_ERROR_INVALID_ARGUMENT;
   float* ws_p = static_cast<float*>(workspace);
   int* cnt_p = static_cast<int*>(counters);
-  const bool pdl = fg::pdl_enabled();
-  uint32_t flags = L.flags | (pdl && pdl_prefetch_allowed() ? kFlagPdlPrefetch : 0u);
   // cuLaunchKernelEx copies the values behind these pointers: L is only read.
   void* params[] = {const_cast<CUtensorMap*>(&L.tmap_a), const_cast<CUtensorMap*>(&L.tmap_b),
                     const_cast<CUtensorMap*>(&L.tmap_sfa), const_cast<CUtensorMap*>(&L.tmap_d),
                     const_cast<const float**>(&L.sfb_p), const_cast<void**>(&L.d),
                     const_cast<const float**>(&L.c_p), &ws_p, &cnt_p,
                     const_cast<uint32_t*>(&L.m), const_cast<uint32_t*>(&L.n), const_cast<uint32_t*>(&L.k),
-                    const_cast<uint32_t*>(&L.ldd), &flags,
+                    const_cast<uint32_t*>(&L.ldd), const_cast<uint32_t*>(&L.flags),
                     const_cast<uint32_t*>(&L.num_splits), const_cast<const int**>(&L.grouped_p),
                     const_cast<uint32_t*>(&L.num_groups), const_cast<CUtensorMap*>(&L.tmap_sfb)};
   // The 1D2D entry point has 17 parameters, the 1D1D one an 18th (tmap_sfb): the driver reads as
   // many entries as the kernel declares.
-  return fg::launch(L.fn, L.grid, 1, 1, L.threads, 1, 1, L.smem_bytes, L.cluster, fg::as_stream(stream), params, pdl);
+  return fg::launch(L.fn, L.grid, 1, 1, L.threads, 1, 1, L.smem_bytes, L.cluster, fg::as_stream(stream), params,
+                    fg::pdl_enabled());
 }
 
 // Validates the arguments of fg_launch_sm90_fp8_gemm (documented there) and encodes L.

@@ -153,7 +153,6 @@ struct Sm90Fp8Gemm1d2dTraits {
 // Kernel parameter flags (bit set by the host launcher).
 constexpr uint32_t kFlagVectorStores = 1u;  // D (and C) pointer/stride allow 2-element vector accesses
 constexpr uint32_t kFlagTmaStore = 2u;      // tmap_d is valid: TMA-store epilogue (kernels built with kTmaStore)
-constexpr uint32_t kFlagPdlPrefetch = 4u;   // launched with PDL: warm the L2 before griddep_wait (dense kind)
 
 // Promotion of one k-block: fin += (sfa * sfb) * acc for kNumChunks 8-column chunks starting
 // at chunk kChunkBase of the tile (acc holds just those chunks). For a tile whose first column
@@ -446,23 +445,6 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
     }
     ptx::fence_mbarrier_init();
     ptx::fence_proxy_async_shared();
-  }
-  // Launched with PDL (the host sets kFlagPdlPrefetch only then), this CTA may be running while the
-  // previous kernel finishes: the producer thread starts the L2 fetch of its first unit's first
-  // stages, so the loads after griddep_wait find them there. Dense kind, one CTA per cluster
-  // (grouped kinds read their layout from global memory to know the tile, which must wait).
-  if constexpr (kGemmKind == scheduler::kGemmNormal && kNumMulticast == 1 && !diag::kNoTma) {
-    if (threadIdx.x == kNumConsumerThreads && (flags & kFlagPdlPrefetch) != 0 && cluster_id < sched.num_units) {
-      uint32_t m_block, n_block, split, kb_begin, kb_end;
-      sched.get(cluster_id, 0u, m_block, n_block, split);
-      sched.k_range(split, num_kb, kb_begin, kb_end);
-      const uint32_t kb_stop = kb_end - kb_begin > kNumStages ? kb_begin + kNumStages : kb_end;
-      for (uint32_t kb = kb_begin; kb < kb_stop; ++kb) {
-        const int32_t k0 = static_cast<int32_t>(kb * Traits::BLOCK_K);
-        ptx::tma_prefetch_l2_2d(tmap_a, k0, static_cast<int32_t>(m_block * BLOCK_M));
-        ptx::tma_prefetch_l2_2d(tmap_b, k0, static_cast<int32_t>(n_block * BLOCK_N));
-      }
-    }
   }
   // With a cluster, the peer must see initialized barriers before it multicasts into them.
   if constexpr (kNumMulticast > 1) {

@@ -16,14 +16,6 @@ __device__ __forceinline__ void tma_prefetch_desc(const void* tmap) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(tmap)) : "memory");
 }
 
-// Start fetching a box into the L2 only (no shared memory, no barrier). A hint: it cannot change
-// any value a later load returns, so it may be issued before griddep_wait (ptx/common.cuh).
-__device__ __forceinline__ void tma_prefetch_l2_2d(const void* tmap, int32_t c0, int32_t c1) {
-  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];\n" ::"l"(
-                   reinterpret_cast<uint64_t>(tmap)), "r"(c0), "r"(c1)
-               : "memory");
-}
-
 // Load a box into shared memory at `dst` (shared address, 128-byte aligned; 1024 for 128B
 // swizzle); completion adds the box bytes to mbarrier `bar`'s transaction count.
 __device__ __forceinline__ void tma_load_2d(uint32_t dst, const void* tmap, uint32_t bar, int32_t c0,
