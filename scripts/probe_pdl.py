@@ -22,6 +22,7 @@ import torch  # noqa: E402
 
 import finegemm  # noqa: E402
 from finegemm.bench._common import kernel_time_us, run_metadata  # noqa: E402
+from finegemm.testing import capture_graph  # noqa: E402
 
 WEIGHTS = 8
 FP8_SHAPES = [(64, 2112, 7168), (64, 7168, 2048), (64, 24576, 1536), (128, 4096, 7168), (128, 32768, 512),
@@ -48,16 +49,10 @@ def _bf16_calls(m, n, k):
 
 def _capture(calls, chain, pdl):
     finegemm.set_pdl(pdl)
-    graph = torch.cuda.CUDAGraph()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        with torch.cuda.graph(graph, stream=stream):
-            for i in range(chain):
-                calls[i % len(calls)]()
-    torch.cuda.current_stream().wait_stream(stream)
-    finegemm.set_pdl(False)
-    return graph
+    try:
+        return capture_graph(lambda: [calls[i % len(calls)]() for i in range(chain)])
+    finally:
+        finegemm.set_pdl(False)
 
 
 def _replay_us(graph) -> float:

@@ -20,7 +20,7 @@ torch = pytest.importorskip("torch")
 import finegemm  # noqa: E402
 from finegemm.heuristics import sm90_bf16_gemm as heur  # noqa: E402
 from finegemm.ops import sm90_bf16_gemm as ops  # noqa: E402
-from finegemm.testing import calc_diff  # noqa: E402
+from finegemm.testing import calc_diff, capture_graph  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.nvcc]
 
@@ -239,13 +239,7 @@ def test_cuda_graph(layout, m, n, k, out):
     d = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
     _gemm(layout, a, b, d, c)  # compile + plan outside the capture
     torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        with torch.cuda.graph(graph, stream=stream):
-            _gemm(layout, a, b, d, c)
-    torch.cuda.current_stream().wait_stream(stream)
+    graph = capture_graph(lambda: _gemm(layout, a, b, d, c))
     for seed in (1, 2, 3):
         a2, b2 = _operands(layout, m, n, k, seed=100 + seed)
         a.copy_(a2)

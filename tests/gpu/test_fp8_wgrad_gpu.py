@@ -30,7 +30,7 @@ torch = pytest.importorskip("torch")
 
 import finegemm  # noqa: E402
 from finegemm import quant, reference  # noqa: E402
-from finegemm.testing import calc_diff  # noqa: E402
+from finegemm.testing import calc_diff, capture_graph  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.nvcc]
 
@@ -446,13 +446,7 @@ def test_k_grouped_one_launch_cuda_graph(monkeypatch):
     d = torch.full((len(ks), m, n), float("nan"), device="cuda")
     finegemm.k_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, ks, ks_t, c=c0)  # compile + plan
     torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        with torch.cuda.graph(graph, stream=stream):
-            finegemm.k_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, ks, ks_t, c=c0)
-    torch.cuda.current_stream().wait_stream(stream)
+    graph = capture_graph(lambda: finegemm.k_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, ks, ks_t, c=c0))
     for seed in (1, 2, 3):
         a2, sfa2, b2, sfb2 = _k_grouped_problem(m, n, ks, seed=200 + seed)
         a.copy_(a2)

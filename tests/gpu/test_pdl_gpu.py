@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 import finegemm  # noqa: E402
 from finegemm import quant, reference  # noqa: E402
 from finegemm.ops import sm90_fp8_gemm as ops  # noqa: E402
-from finegemm.testing import calc_diff  # noqa: E402
+from finegemm.testing import calc_diff, capture_graph  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.nvcc]
 
@@ -52,14 +52,11 @@ def _run_three_ways(step_xy, step_yx, x0, x, y):
     for _ in range(3):
         assert torch.equal(_chain(step_xy, step_yx, x0, x, y), plain), "eager chain with PDL differs"
     torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        with torch.cuda.graph(graph, stream=stream):
-            for i in range(CHAIN):
-                (step_xy if i % 2 == 0 else step_yx)()
-    torch.cuda.current_stream().wait_stream(stream)
+    def chain_calls():
+        for i in range(CHAIN):
+            (step_xy if i % 2 == 0 else step_yx)()
+
+    graph = capture_graph(chain_calls)
     finegemm.set_pdl(False)  # the graph keeps what it was captured with
     for _ in range(3):
         x.copy_(x0)
