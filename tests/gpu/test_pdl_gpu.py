@@ -191,3 +191,88 @@ def test_masked_reads_what_a_torch_kernel_wrote_just_before():
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(d.view(torch.int16), want.view(torch.int16))
+
+
+def test_k_grouped_fp8_chain():
+    """Weight-gradient k-grouped kind (one launch for all groups, an empty one included)."""
+    m, n, ks = 256, 384, [256, 0, 384, 128]
+    gen = torch.Generator(device="cuda").manual_seed(21)
+    parts = []
+    for kg in ks:
+        if kg:
+            a_g, sfa_g = quant.per_token_cast_to_fp8(torch.randn(m, kg, device="cuda", generator=gen).to(torch.bfloat16))
+            b_g, sfb_g = quant.per_token_cast_to_fp8(torch.randn(n, kg, device="cuda", generator=gen).to(torch.bfloat16))
+            parts.append((a_g.reshape(-1), sfa_g.t(), b_g.reshape(-1), sfb_g.t()))
+    a, sfa, b, sfb = (torch.cat([p[i] for p in parts]).contiguous() for i in range(4))
+    ks_t = torch.tensor(ks, dtype=torch.int32, device="cuda")
+    x0 = torch.randn(len(ks), m, n, device="cuda")
+    x, y = torch.empty_like(x0), torch.empty_like(x0)
+
+    def step(src, dst):
+        return lambda: finegemm.k_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), dst, ks, ks_t, c=src)
+
+    step(x, y)()
+    result = _run_three_ways(step(x, y), step(y, x), x0, x, y)
+    _check_chain(result, x0, reference.k_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, ks, m, n).double())
+
+
+def test_k_grouped_bf16_chain():
+    m, n, ks = 256, 384, [128, 0, 384, 256]
+    gen = torch.Generator(device="cuda").manual_seed(22)
+    a = torch.randn(sum(ks), m, device="cuda", generator=gen).to(torch.bfloat16)
+    b = torch.randn(sum(ks), n, device="cuda", generator=gen).to(torch.bfloat16)
+    ks_t = torch.tensor(ks, dtype=torch.int32, device="cuda")
+    x0 = torch.randn(len(ks), m, n, device="cuda")
+    x, y = torch.empty_like(x0), torch.empty_like(x0)
+
+    def step(src, dst):
+        return lambda: finegemm.k_grouped_bf16_gemm_tn_contiguous(a, b, dst, ks, ks_t, c=src)
+
+    step(x, y)()
+    result = _run_three_ways(step(x, y), step(y, x), x0, x, y)
+    _check_chain(result, x0, reference.k_grouped_bf16_gemm_tn_contiguous(a, b, ks).double())
+
+
+@pytest.mark.parametrize("kind", ["fp8", "bf16"])
+def test_contiguous_reads_what_a_torch_kernel_wrote_just_before(kind):
+    """The m-grouped contiguous kind under PDL: its grouped_layout and A rewritten by PyTorch
+    copies right before each call; results bitwise those without PDL."""
+    g_, rows, n, k = 3, 3 * 256, 1024, 2048
+    gen = torch.Generator(device="cuda").manual_seed(4)
+    w = torch.randn(g_, n, k, device="cuda", generator=gen).to(torch.bfloat16)
+    if kind == "fp8":
+        bs = [quant.per_block_cast_to_fp8(w[i]) for i in range(g_)]
+        weights = (torch.stack([q for q, _ in bs]), torch.stack([s for _, s in bs]))
+    else:
+        weights = w
+    sources = []
+    for seed in range(3):
+        xs = torch.randn(rows, k, device="cuda", generator=gen).to(torch.bfloat16)
+        ids = torch.full((rows,), -1, dtype=torch.int32)
+        for gi, (start, count) in enumerate([(0, 200 - 60 * seed), (256, 256), (512, 100 + 70 * seed)]):
+            ids[start:start + count] = (gi + seed) % g_
+        operand = quant.per_token_cast_to_fp8(xs) if kind == "fp8" else (xs,)
+        sources.append((*operand, ids.cuda()))
+    bufs = [torch.empty_like(t) for t in sources[0]]
+    d = torch.empty((rows, n), device="cuda", dtype=torch.bfloat16)
+
+    def step(src):
+        for dst, s in zip(bufs, src):
+            dst.copy_(s)
+        d.fill_(float("nan"))
+        if kind == "fp8":
+            finegemm.m_grouped_fp8_gemm_nt_contiguous((bufs[0], bufs[1]), weights, d, bufs[2])
+        else:
+            finegemm.m_grouped_bf16_gemm_nt_contiguous(bufs[0], weights, d, bufs[1])
+        return d.clone()
+
+    plain = [step(s) for s in sources]
+    for got in plain:
+        assert not torch.isnan(got).any()
+    finegemm.set_pdl(True)
+    for s, want in zip(sources, plain):
+        assert torch.equal(step(s).view(torch.int16), want.view(torch.int16))
+    if kind == "fp8":
+        s = sources[0]
+        ref = reference.m_grouped_fp8_gemm_nt_contiguous(s[0], s[1], *weights, s[2], out_dtype=torch.float64)
+        assert calc_diff(plain[0], ref) <= 1e-5
