@@ -48,9 +48,13 @@ def _bf16_calls(m, n, k):
 
 
 def _capture(calls, chain, pdl):
+    def run_chain():
+        for i in range(chain):
+            calls[i % len(calls)]()
+
     finegemm.set_pdl(pdl)
     try:
-        return capture_graph(lambda: [calls[i % len(calls)]() for i in range(chain)])
+        return capture_graph(run_chain)
     finally:
         finegemm.set_pdl(False)
 

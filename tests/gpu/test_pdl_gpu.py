@@ -67,6 +67,16 @@ def _run_three_ways(step_xy, step_yx, x0, x, y):
     return plain
 
 
+def _plain_then_pdl(step, sources):
+    """step(source) for every source without PDL, then again with PDL on: bitwise the same.
+    Returns the results without PDL."""
+    plain = [step(src) for src in sources]
+    finegemm.set_pdl(True)
+    for src, want in zip(sources, plain):
+        assert torch.equal(step(src).view(torch.int16), want.view(torch.int16)), "result with PDL differs"
+    return plain
+
+
 def _fp8_operands(m, n, k, seed, per_row_b=False):
     g = torch.Generator(device="cuda").manual_seed(seed)
     xa = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
@@ -160,17 +170,13 @@ def test_masked_reads_what_a_torch_kernel_wrote_just_before():
     d = torch.empty((g_, m_max, n), device="cuda", dtype=torch.bfloat16)
 
     def step(src):
-        a.copy_(src[0])
-        sfa.copy_(src[1])
-        masked_m.copy_(src[2])
+        for dst, t in zip((a, sfa, masked_m), src):
+            dst.copy_(t)
         d.fill_(float("nan"))
         finegemm.m_grouped_fp8_gemm_nt_masked((a, sfa), (b, sfb), d, masked_m, expected_m)
         return d.clone()
 
-    plain = [step(s) for s in sources]
-    finegemm.set_pdl(True)
-    for s, want in zip(sources, plain):
-        assert torch.equal(step(s).view(torch.int16), want.view(torch.int16))
+    plain = _plain_then_pdl(step, sources)
     for s, got in zip(sources, plain):  # the plain results against the reference
         rows = s[2].tolist()
         ref = reference.m_grouped_fp8_gemm_nt_masked(s[0], s[1], b, sfb, s[2].cpu(), out_dtype=torch.float64)
@@ -180,10 +186,7 @@ def test_masked_reads_what_a_torch_kernel_wrote_just_before():
                 assert calc_diff(got[i, :r], ref[i, :r]) <= 1e-5
     # A graph with PDL: copies from a staging buffer, then the GEMM; the staging buffer changes.
     stage = [torch.empty_like(t) for t in sources[0]]
-    graph = torch.cuda.CUDAGraph()
-    torch.cuda.synchronize()
-    with torch.cuda.graph(graph):
-        step(stage)
+    graph = capture_graph(lambda: step(stage))
     finegemm.set_pdl(False)
     for s, want in zip(sources, plain):
         for dst, src in zip(stage, s):
@@ -266,12 +269,9 @@ def test_contiguous_reads_what_a_torch_kernel_wrote_just_before(kind):
             finegemm.m_grouped_bf16_gemm_nt_contiguous(bufs[0], weights, d, bufs[1])
         return d.clone()
 
-    plain = [step(s) for s in sources]
+    plain = _plain_then_pdl(step, sources)
     for got in plain:
         assert not torch.isnan(got).any()
-    finegemm.set_pdl(True)
-    for s, want in zip(sources, plain):
-        assert torch.equal(step(s).view(torch.int16), want.view(torch.int16))
     if kind == "fp8":
         s = sources[0]
         ref = reference.m_grouped_fp8_gemm_nt_contiguous(s[0], s[1], *weights, s[2], out_dtype=torch.float64)
