@@ -198,8 +198,17 @@ def main() -> int:
                    help="only the recipe (1, 1, 128) configurations (e.g. for an A/B build of that loop)")
     p.add_argument("--bench-1d1d", action="store_true",
                    help="only `bench grouped`'s wgrad / k_grouped kernels (an A/B build of the 1D1D loop)")
+    p.add_argument("--shapes", nargs="+", metavar="M,N,K",
+                   help="only the bf16-output configurations of these dense shapes (an A/B build of "
+                        "`bench dense --shapes`)")
     args = p.parse_args()
     cfgs = {}
+    if args.shapes:
+        for triple in args.shapes:
+            m, n, k = (int(v) for v in triple.split(","))
+            cfg = select_config(m, n, k, args.sms, False, False)
+            cfgs[ops._kernel_name(cfg)] = cfg
+        return build(cfgs, args.jobs)
 
     def add_1d1d(cfg) -> None:
         if cfg.has_c and not ops.ACCUMULATE_C_IN_KERNEL_1D1D:  # ops: _AccumulateAfter

@@ -316,6 +316,10 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   static_assert(kKBatch == 1 || kKBatch == 2 || kKBatch == 4, "k-block batches of 1, 2 or 4");
   static_assert(kKBatch == 1 || !kHalfPromote, "k-block batching is a whole-tile mode");
   static_assert(kKBatch <= kNumStages, "a batch waits for kKBatch full stages before releasing any");
+  // diag::kProducerBurst, capped: a burst must not wait for slots that a k-block batch holds (one
+  // slot of slack for loops that look one stage ahead).
+  static constexpr uint32_t kBurst =
+      diag::kProducerBurst + kKBatch <= kNumStages ? diag::kProducerBurst : (kNumStages > kKBatch ? kNumStages - kKBatch : 1u);
   static_assert(!kHalfPromote || (BLOCK_N / 2) % 8 == 0, "half tiles must keep whole 8-row swizzle atoms");
   using Mma = ptx::WgmmaFp8<kMmaN>;
   constexpr uint32_t kNumConsumerWG = Traits::kNumConsumerWG;
@@ -501,6 +505,20 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         const int32_t n0 = static_cast<int32_t>(t.b_row);
         FG_TRACE_TILE(trace_buf, 2, traced_tile, 0);
         for (uint32_t kb = kb_begin; kb < kb_end; ++kb) {
+          if constexpr (kBurst > 1) {
+            // Developer diagnostic (ptx/diag.cuh): wait for the next kProducerBurst slots, so that
+            // their loads leave back to back (the per-slot waits below then return at once).
+            if ((kb - kb_begin) % kBurst == 0) {
+              uint32_t s = stage, p = phase;
+              for (uint32_t j = 1; j < kBurst && kb + j < kb_end; ++j) {
+                if (++s == kNumStages) {
+                  s = 0;
+                  p ^= 1u;
+                }
+                ptx::mbar_wait(empty_bar(s), p ^ 1u);
+              }
+            }
+          }
           // Fresh barrier: waiting for parity 1 returns at once, so the first pass never blocks.
           ptx::mbar_wait(empty_bar(stage), phase ^ 1u);
           FG_TRACE_ONLY(if (kb == kb_begin) FG_TRACE_TILE(trace_buf, 2, traced_tile, 1);)

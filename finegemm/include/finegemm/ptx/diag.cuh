@@ -46,6 +46,11 @@
 //   FINEGEMM_DIAG_NO_PDL  (both kernels; racy under finegemm.set_pdl(True)) the kernels leave out
 //                         griddepcontrol.wait / launch_dependents (ptx::griddep_wait): what do the
 //                         two instructions cost a kernel launched without PDL?
+//   FINEGEMM_DIAG_PRODUCER_BURST=<n>  (FP8 kernel, correct results) the producer waits until n
+//                         ring slots are free and then loads their n k-blocks back to back, so
+//                         each row of B is read n x 128 contiguous bytes at a time (a Triton
+//                         reader was 1.3-1.7x faster at 512 B per row per step than at 128 B):
+//                         does the skinny B stream gain from DRAM locality? (n <= stages - k_batch + 1)
 //   FINEGEMM_SFB_REG_SLACK=<n>  (correct results) the 1D1D prefetch's register slack instead of the
 //                         measured 24 (impls/sm90_fp8_gemm_1d2d.cuh; 20 / 28 / 32: benchmarks/NOTES.md
 //                         v0.37): more or fewer chunks' column scales loaded before the wgmmas.
@@ -155,6 +160,13 @@ constexpr bool kNoPdl = true;
 #else
 constexpr bool kNoPdl = false;
 #endif
+
+#ifdef FINEGEMM_DIAG_PRODUCER_BURST
+constexpr unsigned kProducerBurst = FINEGEMM_DIAG_PRODUCER_BURST;
+#else
+constexpr unsigned kProducerBurst = 1;
+#endif
+static_assert(kProducerBurst >= 1 && kProducerBurst <= 8, "FINEGEMM_DIAG_PRODUCER_BURST: 1 to 8");
 
 }  // namespace diag
 }  // namespace finegemm
