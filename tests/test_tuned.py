@@ -393,3 +393,39 @@ def test_1d1d_call_without_c_uses_the_entry_tuned_with_c(monkeypatch):
     h.clear_cache()
     h.select_config(4096, 7000, 7168, 132, True, True)  # recipe (1,128,128), fp32 + C: no such entry
     assert [c[-1] for c in calls if c[0] == "fp8_1d2d"] == [True], "1D2D looks up its own C mode only"
+
+
+@pytest.mark.parametrize("m", [1, 16, 64, 128, 129, 256])
+@pytest.mark.parametrize("n,k", [(6144, 4096), (10240, 8192), (8192, 28672), (36864, 7168)])
+def test_model_skips_multicast_on_skinny_shapes_but_the_tuner_times_it(m, n, k, monkeypatch):
+    """The model picks no 2-CTA multicast for one-m-block recipe (1, 128, 128) problems (measured
+    5-16% slower there, NOTES v0.66); the tuner still proposes multicast candidates, after the
+    model's choice."""
+    monkeypatch.setenv(tuned.DISABLE_TUNED_ENV, "1")
+    model = h.select_config(m, n, k, 132)
+    cands = h.candidate_configs(m, n, k, 132)
+    assert cands[0] == model
+    assert any(c.num_multicast == 2 for c in cands)
+    if m <= h.MODEL_NO_MULTICAST_MAX_M:
+        assert model.num_multicast == 1
+    # The rule covers recipe (1, 128, 128) only: the weight-gradient model is what it was without it.
+    wgrad = h.select_config(m, n, k, 132, True, True, one_d_one_d=True)
+    monkeypatch.setattr(h, "MODEL_NO_MULTICAST_MAX_M", 0)
+    h.clear_cache()
+    try:
+        assert h.select_config(m, n, k, 132, True, True, one_d_one_d=True) == wgrad
+        if m > 128:  # and above the threshold the dense model is unchanged too
+            assert h.select_config(m, n, k, 132) == model
+    finally:
+        h.clear_cache()
+
+
+def test_the_skinny_multicast_rule_changes_the_model_choice_somewhere(monkeypatch):
+    """Guards the rule against being dead code: on these shapes the estimate alone ranks a multicast
+    tile first, the model's choice does not."""
+    monkeypatch.setenv(tuned.DISABLE_TUNED_ENV, "1")
+    changed = 0
+    for (m, n, k) in [(1, 6144, 4096), (16, 4096, 4096), (64, 8192, 8192), (16, 8192, 28672)]:
+        ranked = sorted(h._model_candidates(m, n, k, 132, False, False, True, True, False))
+        changed += ranked[0][4] == 2 and h.select_config(m, n, k, 132).num_multicast == 1
+    assert changed >= 3

@@ -135,6 +135,17 @@ def serial_halves(block_m: int, block_n: int, half_promote: bool, one_d_one_d: b
 # only measurement picks it.
 MAX_STAGES = 16
 MODEL_MAX_STAGES = 8
+# The model offers no 2-CTA multicast where M <= this (one m-block): its load-time term counts the
+# L2 bytes multicast saves but not the pair's handshake, and on 10 off-table (N, K) the same tile
+# ran slower with multicast: geomean +16% at M = 1, +10% at 16, +5% at 64 and 128, +3.6% at 256
+# (mixed there), in 2,800 timed pairs (benchmarks/NOTES.md v0.66). The tuner still times it (a few
+# large-N skinny winners use it), and tuned entries may name it.
+MODEL_NO_MULTICAST_MAX_M = 128
+
+
+def _model_skips_multicast(m: int, one_d_one_d: bool) -> bool:
+    # Measured on recipe (1, 128, 128) only; the weight-gradient model keeps its multicast.
+    return m <= MODEL_NO_MULTICAST_MAX_M and not one_d_one_d
 MIN_STAGES = 2
 MAX_SPLITS = 16
 MIN_KB_PER_SPLIT = 4
@@ -458,6 +469,10 @@ def candidate_configs(m: int, n: int, k: int, num_sms: int, out_fp32: bool = Fal
     `deep_ring` of those (k_batch 1, no half-promote) whose tile fits more stages than the model's
     ring, and of the first `deep_ring` k-batch twins. The model's own choice is first."""
     cands = sorted(_model_candidates(m, n, k, num_sms, out_fp32, has_c, True, True, one_d_one_d))
+    # The model's own choice first (select_config: no multicast on skinny M), then the rest in rank order.
+    pick = next(c for c in cands if c[4] == 1 or not _model_skips_multicast(m, one_d_one_d))
+    cands.remove(pick)
+    cands.insert(0, pick)
     # family: (block_m, split-K, multicast, multicast on A, TMA store)
     chosen = _top_and_family_bests(cands, top, lambda c: (c[1], c[3] > 1, c[4], c[5], c[6]))
     rule = _model_serial_halves(m, n, k, num_sms, out_fp32, has_c, True, one_d_one_d)
@@ -761,7 +776,8 @@ def select_config(m: int, n: int, k: int, num_sms: int, out_fp32: bool = False, 
         source = "model"
         cfg = _model_serial_halves(m, n, k, num_sms, out_fp32, has_c, allow_multicast, one_d_one_d)
     if cfg is None:
-        best = min(_model_candidates(m, n, k, num_sms, out_fp32, has_c, allow_split_k, allow_multicast, one_d_one_d))
+        best = min(_model_candidates(m, n, k, num_sms, out_fp32, has_c, allow_split_k,
+                                     allow_multicast and not _model_skips_multicast(m, one_d_one_d), one_d_one_d))
         _, bm, bn, splits, mc, mc_on_a, tma, est, tiles, units = best
         cfg = make_config(m, n, k, num_sms, out_fp32, has_c, bm, bn, max_stages(bm, bn, tma, one_d_one_d), splits,
                           mc, mc_on_a, tma, one_d_one_d=one_d_one_d, est_us=est)
