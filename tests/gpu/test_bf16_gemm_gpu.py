@@ -250,3 +250,36 @@ def test_cuda_graph(layout, m, n, k, out):
         graph.replay()
         torch.cuda.synchronize()
         _check(d, _reference(layout, a, b, c))
+
+
+def _shipped_dense_entries():
+    import json
+
+    from finegemm.heuristics import tuned
+    return [e for e in json.loads(tuned.SHIPPED_BF16_TABLE.read_text())["entries"]
+            if e["kind"] in tuple(f"bf16_{lay}" for lay in LAYOUTS)]
+
+
+@pytest.mark.parametrize("entry", _shipped_dense_entries(),
+                         ids=lambda e: f"{e['kind'][5:]}-{e['m']}x{e['n']}x{e['k']}{'-fp32' if e['out_fp32'] else ''}")
+def test_tuned_dense_entries(entry):
+    """Every shipped dense BF16 table entry through the public API, at its own M (where the planner
+    must pick it) and at an M between tuned ones (served by the nearest entry), d poisoned, against
+    the fp32 product."""
+    from finegemm import runtime
+    if entry["num_sms"] != runtime.get_num_sms():
+        pytest.skip("tuned for another SM count")
+    layout, n, k = entry["kind"][5:], entry["n"], entry["k"]
+    out_fp32, has_c = entry["out_fp32"], entry["has_c"]
+    for m in (entry["m"], entry["m"] + 17):
+        if m == entry["m"]:
+            cfg = heur.select_config(m, n, k, runtime.get_num_sms(), layout[0] == "t", layout[1] == "n",
+                                     out_fp32, has_c)
+            for f, v in entry["config"].items():
+                if hasattr(cfg, f):
+                    assert getattr(cfg, f) == (tuple(v) if isinstance(v, list) else v), f
+        a, b = _operands(layout, m, n, k, seed=m + n + k)
+        d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float32 if out_fp32 else BF16)
+        c = torch.randn(m, n, device="cuda") if has_c else None
+        _gemm(layout, a, b, d, c=c)
+        _check(d, _reference(layout, a, b, c))
