@@ -153,10 +153,10 @@ def test_tuned_entries_override_the_model(tmp_path, monkeypatch):
     # only; an entry outside the kernel space is ignored (the model decides), never fatal.
     monkeypatch.setenv(tuned.DISABLE_TUNED_ENV, "1")
     model = h.select_config(128, 4096, 7168, SMS)
-    assert (model.block_m, model.block_n, model.num_splits) != (128, 32, 1)
+    assert (model.block_m, model.block_n, model.num_splits) != (128, 64, 1)
 
     def entry(layout, **cfg):
-        c = {"block_m": 128, "block_n": 32, "num_stages": h.max_stages(128, 32, True),
+        c = {"block_m": 128, "block_n": 64, "num_stages": h.max_stages(128, 64, True),
              "num_splits": 1, "num_multicast": 1,
              "multicast_on_a": False, "tma_store": True, "half_promote": False, **cfg}
         return {"kind": f"bf16_{layout}", "num_sms": SMS, "m": 128, "n": 4096, "k": 7168, "out_fp32": False,
@@ -171,13 +171,13 @@ def test_tuned_entries_override_the_model(tmp_path, monkeypatch):
     monkeypatch.setenv(tuned.TUNED_FILE_ENV, str(path))
     tuned.clear()
     cfg = h.select_config(128, 4096, 7168, SMS)
-    assert (cfg.block_m, cfg.block_n, cfg.num_splits, cfg.est_us) == (128, 32, 1, 0.0)
-    assert cfg.num_stages == h.max_stages(128, 32, True)  # the entry's ring
-    assert cfg.kernel_key() in set(h.all_kernel_keys()) and cfg.grid == 128 and cfg.tma_store
-    assert h.select_config(100, 4096, 5000, SMS).block_n == 32  # nearest M / K within 2x
+    assert (cfg.block_m, cfg.block_n, cfg.num_splits, cfg.est_us) == (128, 64, 1, 0.0)
+    assert cfg.num_stages == h.max_stages(128, 64, True)  # the entry's ring
+    assert cfg.kernel_key() in set(h.all_kernel_keys()) and cfg.grid == 64 and cfg.tma_store
+    assert h.select_config(100, 4096, 5000, SMS).block_n == 64  # nearest M / K within 2x
     assert h.select_config(128, 4096, 7168, SMS, False, True) == h._model_config(128, 4096, 7168, SMS, False, True,
                                                                                   False, False, True)  # nn: no entry
-    assert h.select_config(128, 4096, 7168, SMS, allow_split_k=False).block_n == 32
+    assert h.select_config(128, 4096, 7168, SMS, allow_split_k=False).block_n == 64
     # tt names split-K with block_n 48: not a split kernel of the space -> the model decides
     tt = h.select_config(128, 4096, 7168, SMS, True, False)
     assert tt == h._model_config(128, 4096, 7168, SMS, True, False, False, False, True)
@@ -362,3 +362,18 @@ def test_forced_grouped_config_must_be_of_the_problem():
                  (h.GEMM_GROUPED_MASKED, 1152, 4096, 2048, 4)]:
         with pytest.raises(ValueError, match="is not one of this m-grouped problem"):
             ops.plan_grouped(*args, 1024, 0, 0, config=cfg)
+
+
+@pytest.mark.parametrize("m", [65, 100, 128])
+@pytest.mark.parametrize("n,k", [(6144, 4096), (8192, 28672), (36864, 7168), (256, 7168)])
+def test_model_takes_one_128_row_block_for_m_up_to_128(m, n, k, monkeypatch):
+    """64 < M <= 128 with N >= MODEL_BM128_MIN_N: the model's pick is one 128-row m-block (two of 64
+    read every B tile twice; NOTES v0.67); narrow N keeps the bm64 split-K tiles; the tuner times both."""
+    monkeypatch.setenv(tuned.DISABLE_TUNED_ENV, "1")
+    cfg = h.select_config(m, n, k, SMS)
+    if n >= h.MODEL_BM128_MIN_N:
+        assert cfg.block_m == 128
+    else:
+        assert cfg.block_m == 64 and cfg.num_splits > 1  # the router shape: split-K on bm64 tiles
+    cands = h.candidate_configs(m, n, k, SMS)
+    assert cands[0] == cfg and {c.block_m for c in cands} == {64, 128}

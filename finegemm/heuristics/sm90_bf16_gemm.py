@@ -94,6 +94,8 @@ SMEM_LIMIT = 232448  # 227 KB: the SM90 per-block dynamic shared memory limit
 # helps some narrow tiles and not others: only measurement picks it.
 MAX_STAGES = 16
 MODEL_MAX_STAGES = 10
+MODEL_BM128_MAX_M = 128  # the model's pick uses block_m 128 alone for 64 < M <= this (_model_block_ms)
+MODEL_BM128_MIN_N = 4096  # ... where N is at least this (the replay of v0.67: 2048 and 4096 alike, 4096 is what was measured)
 MIN_STAGES = 2
 MAX_SPLITS = 16
 MIN_KB_PER_SPLIT = 8  # 512 of K per split at least
@@ -400,12 +402,25 @@ def make_config(m: int, n: int, k: int, num_sms: int, a_mn_major: bool, b_mn_maj
     )
 
 
+def _model_block_ms(m: int, n: int, model_choice: bool) -> list[int]:
+    if m <= 64:
+        return [64]
+    # One m-block of 128 rows beats two of 64 for 64 < M <= 128 (each B tile read once, not twice):
+    # the estimate ranked bm64 first on 8 of 10 off-table (N, K) at M = 128, 1.3-1.5x slower than
+    # the tuned bm128 tile on 6 of them (benchmarks/NOTES.md v0.67). The tuner keeps both.
+    # Narrow N (the router's 256 columns) needs split-K, which only the bm64 tiles have.
+    if model_choice and m <= MODEL_BM128_MAX_M and n >= MODEL_BM128_MIN_N:
+        return [128]
+    return [64, 128]
+
+
 def _model_options(m: int, n: int, k: int, num_sms: int, b_mn_major: bool, out_fp32: bool, has_c: bool,
-                   allow_split_k: bool):
-    """(bm, bn, splits, est, tiles, units) of every configuration the model considers."""
+                   allow_split_k: bool, model_choice: bool = True):
+    """(bm, bn, splits, est, tiles, units) of every configuration the model considers (model_choice:
+    for its own pick; False: every block_m, for the tuner's ranking)."""
     out_bytes = 4 if out_fp32 else 2
     num_kb = ceil_div(k, BLOCK_K)
-    for bm in ([64] if m <= 64 else [64, 128]):
+    for bm in _model_block_ms(m, n, model_choice):
         for bn in block_n_candidates(b_mn_major):
             tiles = ceil_div(m, bm) * ceil_div(n, bn)
             split_options = [1]
@@ -432,7 +447,8 @@ def candidate_configs(m: int, n: int, k: int, num_sms: int, a_mn_major: bool = F
     the first `deep_ring` whose tile fits more stages than the model's ring (the deepest that fits,
     up to MAX_STAGES: one kernel per tile, which all_kernel_keys() lists)."""
     model = _model_config(m, n, k, num_sms, a_mn_major, b_mn_major, out_fp32, has_c, True)
-    ranked = sorted(_model_options(m, n, k, num_sms, b_mn_major, out_fp32, has_c, True), key=lambda o: o[3])
+    ranked = sorted(_model_options(m, n, k, num_sms, b_mn_major, out_fp32, has_c, True, model_choice=False),
+                    key=lambda o: o[3])
     picks = [o[:3] for o in ranked[:top]]
     num_kb = ceil_div(k, BLOCK_K)
     for bm in ([64] if m <= 64 else [64, 128]):
