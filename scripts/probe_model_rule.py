@@ -83,10 +83,10 @@ def main() -> int:
                     torch.cuda.synchronize()
                     rec[f"calc_diff_{label}"] = calc_diff(d.float(), ref)
                     rec[f"all_written_{label}"] = not bool(torch.isnan(d).any())
-                    calls[label] = call
+                    calls[label] = (call, d)  # d stays alive: a prepared call holds raw pointers
                 for _ in range(args.rounds):
                     for label in ("new", "old"):
-                        times[label].append(kernel_time_us(calls[label], args.num_tests))
+                        times[label].append(kernel_time_us(calls[label][0], args.num_tests))
                 rec["us"] = times
                 rec["best_us"] = {lb: min(v) for lb, v in times.items()}
                 try:
@@ -159,10 +159,10 @@ def probe_bf16(args) -> int:
                     torch.cuda.synchronize()
                     rec[f"calc_diff_{label}"] = calc_diff(d.float(), ref)
                     rec[f"all_written_{label}"] = not bool(torch.isnan(d).any())
-                    calls[label] = call
+                    calls[label] = (call, d)  # d stays alive: a prepared call holds raw pointers
                 for _ in range(args.rounds):
                     for label in ("new", "old"):
-                        times[label].append(kernel_time_us(calls[label], args.num_tests))
+                        times[label].append(kernel_time_us(calls[label][0], args.num_tests))
                 rec["us"] = times
                 rec["best_us"] = {lb: min(v) for lb, v in times.items()}
                 rec["torch_us"] = kernel_time_us(lambda: torch.matmul(a, b.t()), args.num_tests)
