@@ -40,6 +40,7 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--num-tests", type=int, default=20)
     p.add_argument("--family", choices=("fp8", "bf16"), default="fp8")
+    p.add_argument("--ms", type=int, nargs="+", help="M values instead of the family's default list")
     args = p.parse_args()
     if args.family == "bf16":
         return probe_bf16(args)
@@ -69,7 +70,7 @@ def main() -> int:
     gen = torch.Generator(device="cuda").manual_seed(0)
     records = []
     for n, k in SHAPES_NK:
-        for m in SHAPES_M:
+        for m in args.ms or SHAPES_M:
             new, old = choice(m, n, k, True), choice(m, n, k, False)
             rec = {"m": m, "n": n, "k": k, "new": describe(new), "old": describe(old), "changed": new != old}
             if new != old:
@@ -144,7 +145,7 @@ def probe_bf16(args) -> int:
     gen = torch.Generator(device="cuda").manual_seed(0)
     records = []
     for n, k in SHAPES_NK + BF16_EXTRA_NK:
-        for m in BF16_SHAPES_M:
+        for m in args.ms or BF16_SHAPES_M:
             new, old = choice(m, n, k, True), choice(m, n, k, False)
             rec = {"m": m, "n": n, "k": k, "new": describe_bf16(new), "old": describe_bf16(old), "changed": new != old}
             if new != old:
