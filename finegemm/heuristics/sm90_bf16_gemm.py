@@ -94,7 +94,8 @@ SMEM_LIMIT = 232448  # 227 KB: the SM90 per-block dynamic shared memory limit
 # helps some narrow tiles and not others: only measurement picks it.
 MAX_STAGES = 16
 MODEL_MAX_STAGES = 10
-MODEL_BM128_MAX_M = 128  # the model's pick uses block_m 128 alone for 64 < M <= this (_model_block_ms)
+MODEL_BM128_MIN_M = 112  # the model's pick uses block_m 128 alone for M in [MIN_M, MAX_M] (_model_block_ms)
+MODEL_BM128_MAX_M = 128
 MODEL_BM128_MIN_N = 4096  # ... where N is at least this (the replay of v0.67: 2048 and 4096 alike, 4096 is what was measured)
 MIN_STAGES = 2
 MAX_SPLITS = 16
@@ -405,11 +406,12 @@ def make_config(m: int, n: int, k: int, num_sms: int, a_mn_major: bool, b_mn_maj
 def _model_block_ms(m: int, n: int, model_choice: bool) -> list[int]:
     if m <= 64:
         return [64]
-    # One m-block of 128 rows beats two of 64 for 64 < M <= 128 (each B tile read once, not twice):
-    # the estimate ranked bm64 first on 8 of 10 off-table (N, K) at M = 128, 1.3-1.5x slower than
-    # the tuned bm128 tile on 6 of them (benchmarks/NOTES.md v0.67). The tuner keeps both.
-    # Narrow N (the router's 256 columns) needs split-K, which only the bm64 tiles have.
-    if model_choice and m <= MODEL_BM128_MAX_M and n >= MODEL_BM128_MIN_N:
+    # One m-block of 128 rows beats two of 64 for 112 <= M <= 128: the estimate ranked bm64 first on
+    # 8 of 10 off-table (N, K) at M = 128, 1.3-1.5x slower than the tuned bm128 tile on 6 of them; on
+    # other off-table shapes bm128 won 1.04-1.28x at M = 112-128 and lost up to 1.4x at M = 65-100,
+    # where most of its rows are padding (benchmarks/NOTES.md v0.67). The tuner keeps both. Narrow
+    # N (the router's 256 columns) needs split-K, which only the bm64 tiles have.
+    if model_choice and MODEL_BM128_MIN_M <= m <= MODEL_BM128_MAX_M and n >= MODEL_BM128_MIN_N:
         return [128]
     return [64, 128]
 
