@@ -92,9 +92,11 @@ int encode_1d2d(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sfa, void
   const fg::Driver& drv = fg::driver();
   if (!drv.ok) return fg::FG_ERROR_NO_DRIVER;
 
+  // A single m-block's A / sfa boxes cover only its rows (the kernel's tx count agrees).
+  const int a_box_rows = fg::fp8_fitted_a_rows(m, block_m, gemm_kind, mc_a);
   CUresult r = fg::make_tmap_2d(&L->tmap_a, CU_TENSOR_MAP_DATA_TYPE_UINT8, a, static_cast<uint64_t>(k),
                                 rows_a, static_cast<uint64_t>(lda), kBlockK,
-                                static_cast<uint32_t>(mc_a ? block_m / 2 : block_m), CU_TENSOR_MAP_SWIZZLE_128B,
+                                static_cast<uint32_t>(mc_a ? block_m / 2 : a_box_rows), CU_TENSOR_MAP_SWIZZLE_128B,
                                 promo_a);
   if (r != CUDA_SUCCESS) return r;
   r = fg::make_tmap_2d(&L->tmap_b, CU_TENSOR_MAP_DATA_TYPE_UINT8, b, static_cast<uint64_t>(k),
@@ -105,7 +107,7 @@ int encode_1d2d(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sfa, void
   r = fg::make_tmap_2d(&L->tmap_sfa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, sfa, static_cast<uint64_t>(m),
                        static_cast<uint64_t>(num_kb) * (gemm_kind == 2 ? num_groups : 1),
                        static_cast<uint64_t>(sfa_ld) * 4u,
-                       static_cast<uint32_t>(block_m), 1, CU_TENSOR_MAP_SWIZZLE_NONE);
+                       static_cast<uint32_t>(a_box_rows), 1, CU_TENSOR_MAP_SWIZZLE_NONE);
   if (r != CUDA_SUCCESS) return r;
 
   // Two-element vector stores (bf16x2 / float2) need an even N, an even row stride and base
