@@ -238,6 +238,10 @@ def main() -> int:
     for (m, n, k, bm, bn, splits, kbat, f32_c) in t.SPLIT_CLUSTER_CASES:
         cfg = make_config(m, n, k, args.sms, f32_c, f32_c, bm, bn, max_stages(bm, bn), splits, k_batch=kbat)
         cfgs[ops._kernel_name(cfg)] = cfg
+    # The fitted-A-box tiles (test_fitted_a_boxes).
+    for (bm, bn, splits, mc, mc_a, tma) in t.FITTED_A_VARIANTS:
+        cfg = make_config(1, 2112, 7296, args.sms, False, False, bm, bn, max_stages(bm, bn, tma), splits, mc, mc_a, tma)
+        cfgs[ops._kernel_name(cfg)] = cfg
     for cfg in grouped_configs(args.sms):
         cfgs[ops._kernel_name(cfg)] = cfg
     for cfg in wgrad_configs(args.sms):

@@ -540,3 +540,32 @@ def test_three_warpgroup_tiles(m, n, k, bn, stages):
         ops.prepare(a, sfa, b, sfb, d, config=make_config(m, n, k, sms, False, False, bm, bn, st))()
         out[bm] = d
     assert torch.equal(out[192], out[128]), "block_m 192 and 128 differ"
+
+
+# Fitted A boxes (NOTES v0.68): a single m-block of the dense kind without A multicast loads
+# round_up(M, 8) rows of A and sfa; the stage rows past them stay stale and must never reach D.
+# Every M class: 1 row, a multiple of 8, one past it, just under BLOCK_M; each tile family whose
+# epilogue differs (TMA store, direct, split workspace, split cluster, B multicast, 192 rows).
+FITTED_A_VARIANTS = [  # (block_m, block_n, num_splits, num_multicast, multicast_on_a, tma_store)
+    (64, 64, 1, 1, False, True), (64, 128, 1, 1, False, False), (128, 128, 1, 1, False, True),
+    (128, 64, 2, 1, False, False), (64, 96, 3, 1, False, False), (128, 128, 1, 2, False, True),
+    (128, 128, 1, 2, True, True)]
+
+
+@pytest.mark.parametrize("m", [1, 8, 9, 63, 65, 100, 127])
+@pytest.mark.parametrize("variant", FITTED_A_VARIANTS, ids=str)
+def test_fitted_a_boxes(m, variant):
+    from finegemm.heuristics.sm90_fp8_gemm import make_config, max_stages
+    bm, bn, splits, mc, mc_a, tma = variant
+    if m >= bm:
+        pytest.skip("several m-blocks: full boxes")
+    n, k = 2112, 7296  # a partial last n-block and a partial last k-block too
+    cfg = make_config(m, n, k, 132, False, False, bm, bn, max_stages(bm, bn, tma), splits, mc, mc_a, tma)
+    _check_forced(cfg, m, n, k, seed=m * 31 + bm + bn + splits)
+    # The same A with garbage in the rows past M (a view into a taller buffer): never read.
+    x, w, a, sfa, b, sfb = _inputs(m, n, k, seed=m + 7)
+    tall = torch.full((m + 64, k), float("nan"), device="cuda").to(torch.float8_e4m3fn)
+    tall[:m].copy_(a)
+    d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    ops.prepare(tall[:m], sfa, b, sfb, d, config=cfg)()
+    _check(d, a, sfa, b, sfb, x, w)
