@@ -141,11 +141,6 @@ MODEL_MAX_STAGES = 8
 # (mixed there), in 2,800 timed pairs (benchmarks/NOTES.md v0.66). The tuner still times it (a few
 # large-N skinny winners use it), and tuned entries may name it.
 MODEL_NO_MULTICAST_MAX_M = 128
-
-
-def _model_skips_multicast(m: int, one_d_one_d: bool) -> bool:
-    # Measured on recipe (1, 128, 128) only; the weight-gradient model keeps its multicast.
-    return m <= MODEL_NO_MULTICAST_MAX_M and not one_d_one_d
 MIN_STAGES = 2
 MAX_SPLITS = 16
 MIN_KB_PER_SPLIT = 4
@@ -411,6 +406,11 @@ def make_config(m: int, n: int, k: int, num_sms: int, out_fp32: bool, has_c: boo
         multicast_on_a=bool(multicast_on_a and num_multicast == 2), half_promote=bool(half_promote),
         tma_store=bool(tma_store), one_d_one_d=bool(one_d_one_d),
     )
+
+
+def _model_skips_multicast(m: int, one_d_one_d: bool) -> bool:
+    # Measured on recipe (1, 128, 128) only; the weight-gradient model keeps its multicast.
+    return m <= MODEL_NO_MULTICAST_MAX_M and not one_d_one_d
 
 
 def _model_candidates(m: int, n: int, k: int, num_sms: int, out_fp32: bool, has_c: bool, allow_split_k: bool,

@@ -50,7 +50,8 @@
 //                         ring slots are free and then loads their n k-blocks back to back, so
 //                         each row of B is read n x 128 contiguous bytes at a time (a Triton
 //                         reader was 1.3-1.7x faster at 512 B per row per step than at 128 B):
-//                         does the skinny B stream gain from DRAM locality? (n <= stages - k_batch + 1)
+//                         does the skinny B stream gain from DRAM locality? (capped at stages - k_batch;
+//                         measured slower everywhere, benchmarks/NOTES.md v0.65)
 //   FINEGEMM_SFB_REG_SLACK=<n>  (correct results) the 1D1D prefetch's register slack instead of the
 //                         measured 24 (impls/sm90_fp8_gemm_1d2d.cuh; 20 / 28 / 32: benchmarks/NOTES.md
 //                         v0.37): more or fewer chunks' column scales loaded before the wgmmas.
