@@ -339,12 +339,6 @@ inline int max_active_clusters(CUfunction fn, int cluster_size, int threads, int
   return occ(out, fn, &cfg);
 }
 
-// Rows of the FP8 1D2D kernel's A / sfa boxes (mirrors fitted_a_rows in impls/sm90_fp8_gemm_1d2d.cuh):
-// round_up(m, 8) for a single m-block of the dense kind without A multicast, else block_m.
-inline int fp8_fitted_a_rows(int m, int block_m, int gemm_kind, bool mc_a) {
-  return (gemm_kind == 0 && !mc_a && m < block_m) ? (m + 7) / 8 * 8 : block_m;
-}
-
 // The widest tile each kernel's split cluster takes (impls: kClusterSplitMaxN / kClusterSplit);
 // wider ones spilled with the reduce-scatter (ptxas 13.0).
 inline int fp8_cluster_split_max_n(int block_m) { return block_m <= 128 ? 128 : 64; }
