@@ -453,7 +453,7 @@ def candidate_configs(m: int, n: int, k: int, num_sms: int, a_mn_major: bool = F
                     key=lambda o: o[3])
     picks = [o[:3] for o in ranked[:top]]
     num_kb = ceil_div(k, BLOCK_K)
-    for bm in ([64] if m <= 64 else [64, 128]):
+    for bm in _model_block_ms(m, n, model_choice=False):
         for bn in SPLIT_BLOCK_N:
             if bn not in block_n_candidates(b_mn_major):
                 continue
