@@ -1,6 +1,6 @@
-// Rows of the FP8 1D2D kernel's A / sfa TMA boxes: plain C++ shared by the kernel
-// (impls/sm90_fp8_gemm_1d2d.cuh, the stage's transaction count) and its host launcher
-// (host/sm90_fp8_gemm.cpp, the boxes it encodes), so the two cannot disagree: a box smaller than
+// Rows of the A (and FP8 sfa) TMA boxes of the dense FP8 1D2D and BF16 kernels: plain C++ shared
+// by the kernels (the stage's transaction count) and their host launchers (the boxes they
+// encode), so the two cannot disagree: a box smaller than
 // the count would hang the stage's barrier, a larger one complete it early.
 //
 // Why fit the box at all: rows of a TMA box past the tensor's end are zero-filled, not free. A
@@ -22,15 +22,15 @@
 namespace finegemm {
 namespace impls {
 
-// dense_1d2d: the dense kind (not grouped) with recipe (1, 128, 128); mc_a: A multicast (each CTA
-// of the pair loads half the box), which keeps the full box.
-FG_BOX_ROWS_HD constexpr uint32_t fp8_fitted_a_rows(uint32_t m, uint32_t block_m, bool dense_1d2d, bool mc_a) {
-  return (dense_1d2d && !mc_a && m < block_m) ? (m + 7u) / 8u * 8u : block_m;
+// applies: FP8, the dense kind with recipe (1, 128, 128); BF16, the dense kind with K-major A.
+// mc_a: A multicast (each CTA of the pair loads half the box), which keeps the full box.
+FG_BOX_ROWS_HD constexpr uint32_t fitted_a_box_rows(uint32_t m, uint32_t block_m, bool applies, bool mc_a) {
+  return (applies && !mc_a && m < block_m) ? (m + 7u) / 8u * 8u : block_m;
 }
 
-static_assert(fp8_fitted_a_rows(1, 64, true, false) == 8 && fp8_fitted_a_rows(64, 64, true, false) == 64 &&
-                  fp8_fitted_a_rows(100, 128, true, false) == 104 && fp8_fitted_a_rows(1, 128, true, true) == 128 &&
-                  fp8_fitted_a_rows(1, 128, false, false) == 128,
+static_assert(fitted_a_box_rows(1, 64, true, false) == 8 && fitted_a_box_rows(64, 64, true, false) == 64 &&
+                  fitted_a_box_rows(100, 128, true, false) == 104 && fitted_a_box_rows(1, 128, true, true) == 128 &&
+                  fitted_a_box_rows(1, 128, false, false) == 128,
               "fitted A rows");
 
 }  // namespace impls
