@@ -276,3 +276,19 @@ def test_relative_cache_dir_is_made_absolute(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("FINEGEMM_CACHE_DIR", "rel-cache")
     assert jit.cache_dir() == tmp_path / "rel-cache"
+
+
+def test_experiment_flags_reach_the_host_library(fg_cache_dir, monkeypatch):
+    # A switch that changes a TMA box (impls/fitted_box_rows.h) must change the launcher that encodes
+    # it too, and an experiment's launcher must never be the one a normal process loads.
+    from finegemm.jit import compiler
+
+    monkeypatch.delenv("FINEGEMM_EXTRA_NVCC_FLAGS", raising=False)
+    plain = compiler.build_host_library()
+    assert "-DFINEGEMM_DIAG_FULL_A_BOX" not in compiler.host_flags()
+    monkeypatch.setenv("FINEGEMM_EXTRA_NVCC_FLAGS", "-DFINEGEMM_DIAG_FULL_A_BOX")
+    assert "-DFINEGEMM_DIAG_FULL_A_BOX" in compiler.host_flags()
+    diag = compiler.build_host_library()
+    assert diag != plain and diag.is_file() and plain.is_file()
+    monkeypatch.delenv("FINEGEMM_EXTRA_NVCC_FLAGS")
+    assert compiler.build_host_library() == plain

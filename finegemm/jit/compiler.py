@@ -402,6 +402,9 @@ def host_flags() -> list[str]:
     inc = cuda_include_dir()
     if inc:
         flags.append(f"-I{inc}")
+    # Experiment macros reach the launchers too: a switch that changes a TMA box must change it on
+    # both sides (impls/fitted_box_rows.h). Part of the host library's cache key.
+    flags += os.environ.get("FINEGEMM_EXTRA_NVCC_FLAGS", "").split()
     return flags
 
 

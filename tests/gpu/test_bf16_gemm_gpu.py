@@ -283,3 +283,33 @@ def test_tuned_dense_entries(entry):
         c = torch.randn(m, n, device="cuda") if has_c else None
         _gemm(layout, a, b, d, c=c)
         _check(d, _reference(layout, a, b, c))
+
+
+# Fitted A boxes (NOTES v0.68 / v0.69): K-major A of a single m-block loads
+# round_up(M, 8) rows; MN-major A keeps its full boxes.
+@pytest.mark.parametrize("m", [1, 8, 9, 63, 65, 100, 127])
+@pytest.mark.parametrize("layout", ["nt", "nn", "tt"])
+@pytest.mark.parametrize("bm,bn,splits", [(64, 64, 1), (64, 128, 2), (128, 32, 1), (128, 64, 3)])
+def test_fitted_a_boxes(m, layout, bm, bn, splits):
+    if m >= bm:
+        pytest.skip("several m-blocks: full boxes")
+    n, k = 2112, 4104
+    a, b = _operands(layout, m, n, k, seed=m * 13 + bm + bn)
+    try:
+        cfg = heur.make_config(m, n, k, 132, layout[0] == "t", layout[1] == "n", False, False, bm, bn, splits)
+    except ValueError:
+        pytest.skip("tile outside this layout's space")
+    d = torch.full((m, n), float("nan"), device="cuda", dtype=BF16)
+    call = ops.prepare(a, b, d, layout=layout, config=cfg)
+    call()
+    first = d.clone()
+    call()
+    _check(d, _reference(layout, a, b))
+    assert torch.equal(first, d)
+    if layout[0] == "n":
+        # The same A with NaN rows past M (a view into a taller buffer): never read.
+        tall = torch.full((m + 64, k), float("nan"), device="cuda", dtype=BF16)
+        tall[:m].copy_(a)
+        d2 = torch.full((m, n), float("nan"), device="cuda", dtype=BF16)
+        ops.prepare(tall[:m], b, d2, layout=layout, config=cfg)()
+        assert torch.equal(d2, d)

@@ -5,6 +5,7 @@
 // (finegemm/ops/sm90_bf16_gemm.py). Dense launches can also be prepared once (fg_prepare_*:
 // a heap Launch behind a handle) and launched with 4 arguments (as host/sm90_fp8_gemm.cpp).
 #include "finegemm/host/common.h"
+#include "finegemm/impls/fitted_box_rows.h"
 #include "finegemm/scheduler/k_grouped_bf16_args.h"
 
 #include <algorithm>
@@ -94,7 +95,10 @@ int encode_dense(Sm90Bf16Launch* L, uint64_t fn, void* a, void* b, void* d, void
   const fg::Driver& drv = fg::driver();
   if (!drv.ok) return fg::FG_ERROR_NO_DRIVER;
 
-  CUresult r = bf16_operand_tmap(&L->tmap_a, a, a_mn_major != 0, m, k, lda, block_m, promo_a);
+  // K-major A of a single m-block: a box of only its rows (impls/fitted_box_rows.h, as the kernel counts).
+  const int a_box_rows = static_cast<int>(finegemm::impls::fitted_a_box_rows(
+      static_cast<uint32_t>(m), static_cast<uint32_t>(block_m), a_mn_major == 0, false));
+  CUresult r = bf16_operand_tmap(&L->tmap_a, a, a_mn_major != 0, m, k, lda, a_box_rows, promo_a);
   if (r != CUDA_SUCCESS) return r;
   r = bf16_operand_tmap(&L->tmap_b, b, b_mn_major != 0, n, k, ldb, block_n, promo_b);
   if (r != CUDA_SUCCESS) return r;

@@ -7,7 +7,7 @@
 // fg_launch_prepared_sm90_fp8_gemm then only launches: the per-call cost is one 4-argument ctypes
 // call and cuLaunchKernelEx, not ~30 converted arguments and 3-4 descriptor encodes.
 #include "finegemm/host/common.h"
-#include "finegemm/impls/sm90_fp8_box_rows.h"
+#include "finegemm/impls/fitted_box_rows.h"
 
 #include <cstdint>
 #include <cstring>
@@ -93,8 +93,8 @@ int encode_1d2d(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sfa, void
   const fg::Driver& drv = fg::driver();
   if (!drv.ok) return fg::FG_ERROR_NO_DRIVER;
 
-  // A single m-block's A / sfa boxes cover only its rows (impls/sm90_fp8_box_rows.h, as the kernel counts).
-  const uint32_t a_box_rows = finegemm::impls::fp8_fitted_a_rows(static_cast<uint32_t>(m),
+  // A single m-block's A / sfa boxes cover only its rows (impls/fitted_box_rows.h, as the kernel counts).
+  const uint32_t a_box_rows = finegemm::impls::fitted_a_box_rows(static_cast<uint32_t>(m),
                                                                  static_cast<uint32_t>(block_m), gemm_kind == 0, mc_a);
   CUresult r = fg::make_tmap_2d(&L->tmap_a, CU_TENSOR_MAP_DATA_TYPE_UINT8, a, static_cast<uint64_t>(k),
                                 rows_a, static_cast<uint64_t>(lda), kBlockK,

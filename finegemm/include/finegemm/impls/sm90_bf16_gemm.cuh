@@ -78,6 +78,7 @@
 #include <finegemm/epilogue/store_direct.cuh>
 #include <finegemm/epilogue/tma_store_bf16.cuh>
 #include <finegemm/epilogue/tma_store_fp32.cuh>
+#include <finegemm/impls/fitted_box_rows.h>
 #include <finegemm/ptx/common.cuh>
 #include <finegemm/ptx/diag.cuh>
 #include <finegemm/ptx/mbarrier.cuh>
@@ -313,6 +314,9 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
       ptx::tma_prefetch_desc(tmap_b);
       uint32_t stage = 0, phase = 0;
       [[maybe_unused]] const KWalker kwalk(M, N, kgroups, kKGrouped ? kgroups->num_slots : 0u);
+      // A's box fitted to M's rows for a single m-block (impls/fitted_box_rows.h; the host's
+      // bf16_operand_tmap encodes the same box): the stage expects only the bytes it loads.
+      const uint32_t a_tx_bytes = fitted_a_box_rows(M, BLOCK_M, !kKGrouped && !kAMnMajor, false) * Traits::kRowBytes;
       for (uint32_t unit = blockIdx.x; unit < (kKGrouped ? kwalk.num_units : sched.num_units); unit += gridDim.x) {
         uint32_t m_block, n_block, split, kb_begin, kb_end;
         if constexpr (kKGrouped) {
@@ -331,7 +335,7 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
           // with both skipped: the arrive alone completes the phase).
           const bool skip_a = diag::kNoTma || (diag::kHalfATma && (kb & 1u));
           const bool skip_b = diag::kNoTma || (diag::kHalfBTma && (kb & 1u));
-          ptx::mbar_arrive_expect_tx(full_bar(stage), Traits::kTxBytes - (skip_a ? Traits::kSmemA : 0u) -
+          ptx::mbar_arrive_expect_tx(full_bar(stage), a_tx_bytes + Traits::kSmemB - (skip_a ? a_tx_bytes : 0u) -
                                                           (skip_b ? Traits::kSmemB : 0u));
           const int32_t k0 = static_cast<int32_t>(kb * BLOCK_K);
           const uint32_t dst_a = base + Traits::kOffA + stage * Traits::kSmemA;

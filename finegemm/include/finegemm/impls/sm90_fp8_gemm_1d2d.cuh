@@ -75,7 +75,7 @@
 #include <finegemm/epilogue/store_direct.cuh>
 #include <finegemm/epilogue/tma_store_bf16.cuh>
 #include <finegemm/epilogue/tma_store_fp32.cuh>
-#include <finegemm/impls/sm90_fp8_box_rows.h>
+#include <finegemm/impls/fitted_box_rows.h>
 #include <finegemm/impls/sm90_fp8_k_grouped_params.h>
 #include <finegemm/ptx/common.cuh>
 #include <finegemm/ptx/diag.cuh>
@@ -128,7 +128,7 @@ struct Sm90Fp8Gemm1d2dTraits {
   static constexpr uint32_t kUsedBytes = kOffFlag + 16;
   static constexpr uint32_t kDynamicSmemBytes = kUsedBytes + 1024;  // + slack to align the base
   // Bytes one stage's TMA loads deliver: always the FULL boxes (out-of-bounds parts are
-  // zero-filled and still counted), less what a fitted A box leaves out (sm90_fp8_box_rows.h).
+  // zero-filled and still counted), less what a fitted A box leaves out (fitted_box_rows.h).
   static constexpr uint32_t kTxBytes = kSmemA + kSmemB + kSmemSfa + kSfbBoxBytes;
 
   // Scale blocks of B: a tile [n0, n0 + BLOCK_N) with n0 a multiple of BLOCK_N starts at an
@@ -479,9 +479,9 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
       const bool l2_hints = ptx::use_skinny_l2_hints(num_m_blocks, one_wave, a_rows * K, b_rows * K);
       const uint64_t pol_a = ptx::l2_policy_evict_last();
       const uint64_t pol_b = ptx::l2_policy_evict_first();
-      // A (and sfa) boxes fitted to M's rows, as the host encoded them (impls/sm90_fp8_box_rows.h).
+      // A (and sfa) boxes fitted to M's rows, as the host encoded them (impls/fitted_box_rows.h).
       const uint32_t a_box_rows =
-          fp8_fitted_a_rows(M, BLOCK_M, kGemmKind == scheduler::kGemmNormal && !k1D1D, kMcA);
+          fitted_a_box_rows(M, BLOCK_M, kGemmKind == scheduler::kGemmNormal && !k1D1D, kMcA);
       const uint32_t tx_bytes = Traits::kTxBytes - (BLOCK_M - a_box_rows) * (Traits::BLOCK_K + 4u);
       uint32_t stage = 0, phase = 0;
       FG_TRACE_ONLY(uint32_t traced_tile = 0;)
