@@ -45,12 +45,14 @@ SKINNY_FP8_DENSE = [(m, n, k) for m in (64, 128) for n, k in _NK] + [
     (16, n, k) for n, k in ((24576, 1536), (32768, 512), (7168, 2048))]
 SKINNY_BF16_DENSE = [(lay, m, n, k) for lay in ("nt", "tn", "nn", "tt") for m in (64, 128)
                      for n, k in ((4096, 7168), (24576, 1536))] + [(lay, 128, 2112, 7168) for lay in ("tn", "nn")]
-# `--set fitted`: where the fitted A boxes act (NOTES v0.68 / v0.69: one m-block, FP8 1D2D dense,
-# BF16 K-major A), plus 64x32768x512 (moved across calls after v0.68 with no code path to it).
-FITTED_FP8_DENSE = [(m, n, k) for m in (1, 16, 32, 48) for n, k in _NK] + [(64, 32768, 512), (64, 7168, 16384)]
+# `--set fitted`: where the fitted A boxes act (NOTES v0.68 / v0.69: the last m-block of the FP8
+# 1D2D dense kind and of BF16 K-major A), plus 64x32768x512 (moved across calls after v0.68).
+FITTED_FP8_DENSE = [(m, n, k) for m in (1, 16, 32, 48) for n, k in _NK] + [(64, 32768, 512), (64, 7168, 16384)] + [
+    (m, n, k) for m in (80, 136, 200, 300) for n, k in ((4096, 7168), (7168, 2048))]
 FITTED_BF16_DENSE = [("nt", m, n, k) for m in (1, 16, 33, 65, 80, 100, 120)
                      for n, k in ((4096, 7168), (7168, 2048), (24576, 1536))] + [
-    ("nn", m, 4096, 7168) for m in (16, 80)] + [("nt", 64, 4096, 7168), ("nt", 128, 4096, 7168)]
+    ("nn", m, 4096, 7168) for m in (16, 80)] + [("nt", 64, 4096, 7168), ("nt", 128, 4096, 7168)] + [
+    ("nt", m, n, k) for m in (136, 200, 300) for n, k in ((4096, 7168), (7168, 2048))]
 SETS = {"fitted": (FITTED_FP8_DENSE, [], FITTED_BF16_DENSE, []),
         "anchor": (FP8_DENSE, FP8_MASKED, BF16_DENSE, BF16_MASKED), "mid": (MID_FP8_DENSE, [], MID_BF16_DENSE, []),
         "lmhead": ([], [], LMHEAD_BF16_DENSE, []), "skinny": (SKINNY_FP8_DENSE, [], SKINNY_BF16_DENSE, [])}

@@ -1,7 +1,7 @@
 """A dense model's choice with and without its skinny-shape rule, timed on shapes no tuned entry
 serves: an out-of-sample check of the rule. --family fp8: the FP8 model's no-multicast rule for
 M <= 128 (benchmarks/NOTES.md v0.66); --family bf16: the BF16 model's one 128-row m-block for
-112 <= M <= 128 (v0.67).
+112 <= M <= 128 (v0.67; --bf16-min-m tries another lower bound).
 
   python3 scripts/probe_model_rule.py --out $OUT/model_rule.json [--family fp8|bf16] [--rounds 3]
 
@@ -82,16 +82,16 @@ def finish(records: list, args, family: str, peer: str) -> int:
     return 0
 
 
-def with_rule_toggled(h, attr: str, off_value: int):
+def with_rule_toggled(h, attr: str, off_value: int, sms: int | None = None):
     """choice(m, n, k, with_rule) -> the model's configuration with `h.<attr>` as shipped or at
     off_value (the rule off), the table off and the plan cache cleared around it."""
-    import torch
-
     from finegemm.heuristics import tuned
 
     os.environ[tuned.DISABLE_TUNED_ENV] = "1"
     shipped = getattr(h, attr)
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    if sms is None:
+        import torch
+        sms = torch.cuda.get_device_properties(0).multi_processor_count
 
     def choice(m, n, k, with_rule):
         setattr(h, attr, shipped if with_rule else off_value)
@@ -111,8 +111,42 @@ def main() -> int:
     p.add_argument("--num-tests", type=int, default=20)
     p.add_argument("--family", choices=("fp8", "bf16"), default="fp8")
     p.add_argument("--ms", type=int, nargs="+", help="M values instead of the family's default list")
+    p.add_argument("--bf16-min-m", type=int,
+                   help="try the BF16 rule from this M instead of the shipped MODEL_BM128_MIN_M")
+    p.add_argument("--precompile", action="store_true",
+                   help="(no GPU) build both choices' kernels into FINEGEMM_CACHE_DIR for 132 SMs")
     args = p.parse_args()
+    if args.bf16_min_m is not None:
+        from finegemm.heuristics import sm90_bf16_gemm as hb
+        hb.MODEL_BM128_MIN_M = args.bf16_min_m
+    if args.precompile:
+        return precompile(args)
     return probe_bf16(args) if args.family == "bf16" else probe_fp8(args)
+
+
+def precompile(args) -> int:
+    from finegemm import jit
+    from finegemm.heuristics import sm90_bf16_gemm as hb
+    from finegemm.heuristics import sm90_fp8_gemm as h8
+    from finegemm.ops import sm90_bf16_gemm as ob
+    from finegemm.ops import sm90_fp8_gemm as o8
+
+    if args.family == "bf16":
+        choice = with_rule_toggled(hb, "MODEL_BM128_MAX_M", 64, sms=132)
+        shapes = [(m, n, k) for n, k in SHAPES_NK + BF16_EXTRA_NK for m in args.ms or BF16_SHAPES_M]
+        name, render = (lambda c: ob.kernel_name(c.kernel_key())), (lambda c: ob.render(*c.kernel_key()))
+    else:
+        choice = with_rule_toggled(h8, "MODEL_NO_MULTICAST_MAX_M", 0, sms=132)
+        shapes = [(m, n, k) for n, k in SHAPES_NK for m in args.ms or SHAPES_M]
+        name, render = o8._kernel_name, o8._render_cfg
+    src = {}
+    for m, n, k in shapes:
+        for with_rule in (True, False):
+            c = choice(m, n, k, with_rule)
+            src[name(c)] = render(c)
+    print(f"{len(src)} kernels")
+    jit.build_many(src, 2)
+    return 0
 
 
 def probe_fp8(args) -> int:

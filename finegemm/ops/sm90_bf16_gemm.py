@@ -65,9 +65,11 @@ _TEMPLATE = """\
 extern "C" __global__ void __launch_bounds__({threads}, 1) finegemm_entry(
     const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
     const __grid_constant__ CUtensorMap tmap_d, void* d, const float* c, float* workspace, int* counters,
-    uint32_t m, uint32_t n, uint32_t k, uint32_t ldd, uint32_t flags, uint32_t num_splits) {{
+    uint32_t m, uint32_t n, uint32_t k, uint32_t ldd, uint32_t flags, uint32_t num_splits,
+    const __grid_constant__ CUtensorMap tmap_a_last) {{
   finegemm::impls::sm90_bf16_gemm<{block_m}, {block_n}, {stages}, {a_mn_major}, {b_mn_major}, {split_k}, {tma_store}>(
-      &tmap_a, &tmap_b, &tmap_d, d, c, workspace, counters, m, n, k, ldd, flags, num_splits);
+      &tmap_a, &tmap_b, &tmap_d, d, c, workspace, counters, m, n, k, ldd, flags, num_splits, nullptr, 1u, nullptr,
+      &tmap_a_last);
 }}
 """
 

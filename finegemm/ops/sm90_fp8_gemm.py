@@ -50,11 +50,12 @@ extern "C" __global__ void __launch_bounds__({threads}, 1) finegemm_entry(
     const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
     const __grid_constant__ CUtensorMap tmap_sfa, const __grid_constant__ CUtensorMap tmap_d, const float* sfb, void* d, const float* c,
     float* workspace, int* counters, uint32_t m, uint32_t n, uint32_t k, uint32_t ldd,
-    uint32_t flags, uint32_t num_splits, const int* grouped, uint32_t num_groups) {{
+    uint32_t flags, uint32_t num_splits, const int* grouped, uint32_t num_groups,
+    const __grid_constant__ CUtensorMap tmap_a_last) {{
   finegemm::impls::sm90_fp8_gemm_1d2d<{block_m}, {block_n}, {stages}, {out_fp32}, {has_c}, {split_k},
                                       {num_multicast}, {multicast_on_a}, {half_promote}, {tma_store}, {gemm_kind}{k_batch}>(
       &tmap_a, &tmap_b, &tmap_sfa, &tmap_d, sfb, d, c, workspace, counters, m, n, k, ldd, flags, num_splits,
-      grouped, num_groups);
+      grouped, num_groups, nullptr, nullptr, &tmap_a_last);
 }}
 """
 

@@ -542,23 +542,23 @@ def test_three_warpgroup_tiles(m, n, k, bn, stages):
     assert torch.equal(out[192], out[128]), "block_m 192 and 128 differ"
 
 
-# Fitted A boxes (NOTES v0.68): a single m-block of the dense kind without A multicast loads
-# round_up(M, 8) rows of A and sfa; the stage rows past them stay stale and must never reach D.
-# Every M class: 1 row, a multiple of 8, one past it, just under BLOCK_M; each tile family whose
-# epilogue differs (TMA store, direct, split workspace, split cluster, B multicast, 192 rows).
+# Fitted A boxes (NOTES v0.68, v0.69): the last m-block of the dense kind without A multicast loads
+# round_up(M mod BLOCK_M, 8) rows of A (and of sfa when it is the only m-block); the stage rows past
+# them stay stale (after a full m-block: another block's rows) and must never reach D.
+# Every M class: 1 row, a multiple of 8, one past it, just under BLOCK_M, then several m-blocks with
+# a 1-row, 8-row, 72-row or full last one; each tile family whose epilogue differs (TMA store,
+# direct, split workspace, split cluster, B multicast, A multicast).
 FITTED_A_VARIANTS = [  # (block_m, block_n, num_splits, num_multicast, multicast_on_a, tma_store)
     (64, 64, 1, 1, False, True), (64, 128, 1, 1, False, False), (128, 128, 1, 1, False, True),
     (128, 64, 2, 1, False, False), (64, 96, 3, 1, False, False), (128, 128, 1, 2, False, True),
     (128, 128, 1, 2, True, True)]
 
 
-@pytest.mark.parametrize("m", [1, 8, 9, 63, 65, 100, 127])
+@pytest.mark.parametrize("m", [1, 8, 9, 63, 65, 100, 127, 136, 200, 257, 384])
 @pytest.mark.parametrize("variant", FITTED_A_VARIANTS, ids=str)
 def test_fitted_a_boxes(m, variant):
     from finegemm.heuristics.sm90_fp8_gemm import make_config, max_stages
     bm, bn, splits, mc, mc_a, tma = variant
-    if m >= bm:
-        pytest.skip("several m-blocks: full boxes")
     n, k = 2112, 7296  # a partial last n-block and a partial last k-block too
     cfg = make_config(m, n, k, 132, False, False, bm, bn, max_stages(bm, bn, tma), splits, mc, mc_a, tma)
     _check_forced(cfg, m, n, k, seed=m * 31 + bm + bn + splits)

@@ -51,6 +51,7 @@ CUresult bf16_operand_tmap(CUtensorMap* tmap, void* ptr, bool mn_major, int rows
 // passed by value, so a Launch may be freed once cuLaunchKernelEx returns).
 struct Sm90Bf16Launch {
   CUtensorMap tmap_a, tmap_b, tmap_d;
+  CUtensorMap tmap_a_last;  // the last m-block's A (impls/fitted_box_rows.h); the entry's last parameter
   void* d = nullptr;
   const float* c_p = nullptr;
   uint32_t m = 0, n = 0, k = 0, ldd = 0, flags = 0, num_splits = 1;
@@ -68,7 +69,8 @@ int launch_dense(const Sm90Bf16Launch& L, void* workspace, void* counters, uint6
                     const_cast<CUtensorMap*>(&L.tmap_d), const_cast<void**>(&L.d),
                     const_cast<const float**>(&L.c_p), &ws_p, &cnt_p, const_cast<uint32_t*>(&L.m),
                     const_cast<uint32_t*>(&L.n), const_cast<uint32_t*>(&L.k), const_cast<uint32_t*>(&L.ldd),
-                    const_cast<uint32_t*>(&L.flags), const_cast<uint32_t*>(&L.num_splits)};
+                    const_cast<uint32_t*>(&L.flags), const_cast<uint32_t*>(&L.num_splits),
+                    const_cast<CUtensorMap*>(&L.tmap_a_last)};
   return fg::launch(L.fn, L.grid, 1, 1, L.threads, 1, 1, L.smem_bytes, L.cluster, fg::as_stream(stream), params,
                     fg::pdl_enabled());
 }
@@ -95,11 +97,19 @@ int encode_dense(Sm90Bf16Launch* L, uint64_t fn, void* a, void* b, void* d, void
   const fg::Driver& drv = fg::driver();
   if (!drv.ok) return fg::FG_ERROR_NO_DRIVER;
 
-  // K-major A of a single m-block: a box of only its rows (impls/fitted_box_rows.h, as the kernel counts).
-  const int a_box_rows = static_cast<int>(finegemm::impls::fitted_a_box_rows(
-      static_cast<uint32_t>(m), static_cast<uint32_t>(block_m), a_mn_major == 0, false));
-  CUresult r = bf16_operand_tmap(&L->tmap_a, a, a_mn_major != 0, m, k, lda, a_box_rows, promo_a);
+  // K-major A: the last m-block's box holds only its rows (impls/fitted_box_rows.h, as the kernel
+  // counts); a second encode only where it differs from tmap_a's.
+  const uint32_t um = static_cast<uint32_t>(m), ubm = static_cast<uint32_t>(block_m);
+  const int first_rows = static_cast<int>(finegemm::impls::first_a_box_rows(um, ubm, a_mn_major == 0, false));
+  const int last_rows = static_cast<int>(finegemm::impls::last_a_box_rows(um, ubm, a_mn_major == 0, false));
+  CUresult r = bf16_operand_tmap(&L->tmap_a, a, a_mn_major != 0, m, k, lda, first_rows, promo_a);
   if (r != CUDA_SUCCESS) return r;
+  if (last_rows == first_rows) {
+    L->tmap_a_last = L->tmap_a;
+  } else {
+    r = bf16_operand_tmap(&L->tmap_a_last, a, false, m, k, lda, last_rows, promo_a);
+    if (r != CUDA_SUCCESS) return r;
+  }
   r = bf16_operand_tmap(&L->tmap_b, b, b_mn_major != 0, n, k, ldb, block_n, promo_b);
   if (r != CUDA_SUCCESS) return r;
 

@@ -27,7 +27,11 @@ int tma_store_swizzle_bytes(int block_n) {
 // Everything one launch needs except the stream and the split-K buffers. The tensor maps are
 // passed by value (__grid_constant__), so a Launch may be freed as soon as cuLaunchKernelEx returns.
 struct Sm90Fp8Launch {
-  CUtensorMap tmap_a, tmap_b, tmap_sfa, tmap_d, tmap_sfb;  // tmap_sfb: recipe (1,1,128) only
+  CUtensorMap tmap_a, tmap_b, tmap_sfa, tmap_d;
+  union {  // the entry points' 18th parameter
+    CUtensorMap tmap_sfb;     // recipe (1, 1, 128): the column scales
+    CUtensorMap tmap_a_last;  // recipe (1, 128, 128): the last m-block's A (impls/fitted_box_rows.h)
+  };
   const float* sfb_p = nullptr;
   void* d = nullptr;
   const float* c_p = nullptr;
@@ -51,8 +55,7 @@ int launch(const Sm90Fp8Launch& L, void* workspace, void* counters, uint64_t str
                     const_cast<uint32_t*>(&L.ldd), const_cast<uint32_t*>(&L.flags),
                     const_cast<uint32_t*>(&L.num_splits), const_cast<const int**>(&L.grouped_p),
                     const_cast<uint32_t*>(&L.num_groups), const_cast<CUtensorMap*>(&L.tmap_sfb)};
-  // The 1D2D entry point has 17 parameters, the 1D1D one an 18th (tmap_sfb): the driver reads as
-  // many entries as the kernel declares.
+  // Both entry points have 18 parameters: the 18th is tmap_a_last (1D2D) or tmap_sfb (1D1D).
   return fg::launch(L.fn, L.grid, 1, 1, L.threads, 1, 1, L.smem_bytes, L.cluster, fg::as_stream(stream), params,
                     fg::pdl_enabled());
 }
@@ -93,14 +96,24 @@ int encode_1d2d(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sfa, void
   const fg::Driver& drv = fg::driver();
   if (!drv.ok) return fg::FG_ERROR_NO_DRIVER;
 
-  // A single m-block's A / sfa boxes cover only its rows (impls/fitted_box_rows.h, as the kernel counts).
-  const uint32_t a_box_rows = finegemm::impls::fitted_a_box_rows(static_cast<uint32_t>(m),
-                                                                 static_cast<uint32_t>(block_m), gemm_kind == 0, mc_a);
+  // The last m-block's A box holds only its rows, and the sfa box too where there is one m-block
+  // (impls/fitted_box_rows.h, as the kernel counts); a second A encode only where the boxes differ.
+  const uint32_t um = static_cast<uint32_t>(m), ubm = static_cast<uint32_t>(block_m);
+  const uint32_t first_rows = finegemm::impls::first_a_box_rows(um, ubm, gemm_kind == 0, mc_a);
+  const uint32_t last_rows = finegemm::impls::last_a_box_rows(um, ubm, gemm_kind == 0, mc_a);
+  const uint32_t sfa_rows = finegemm::impls::sfa_box_rows(um, ubm, gemm_kind == 0, mc_a);
   CUresult r = fg::make_tmap_2d(&L->tmap_a, CU_TENSOR_MAP_DATA_TYPE_UINT8, a, static_cast<uint64_t>(k),
                                 rows_a, static_cast<uint64_t>(lda), kBlockK,
-                                static_cast<uint32_t>(mc_a ? block_m / 2 : a_box_rows), CU_TENSOR_MAP_SWIZZLE_128B,
+                                static_cast<uint32_t>(mc_a ? block_m / 2 : first_rows), CU_TENSOR_MAP_SWIZZLE_128B,
                                 promo_a);
   if (r != CUDA_SUCCESS) return r;
+  if (last_rows == first_rows || mc_a) {
+    L->tmap_a_last = L->tmap_a;
+  } else {
+    r = fg::make_tmap_2d(&L->tmap_a_last, CU_TENSOR_MAP_DATA_TYPE_UINT8, a, static_cast<uint64_t>(k), rows_a,
+                         static_cast<uint64_t>(lda), kBlockK, last_rows, CU_TENSOR_MAP_SWIZZLE_128B, promo_a);
+    if (r != CUDA_SUCCESS) return r;
+  }
   r = fg::make_tmap_2d(&L->tmap_b, CU_TENSOR_MAP_DATA_TYPE_UINT8, b, static_cast<uint64_t>(k),
                        rows_b, static_cast<uint64_t>(ldb), kBlockK,
                        static_cast<uint32_t>(mc_b ? block_n / 2 : block_n), CU_TENSOR_MAP_SWIZZLE_128B,
@@ -109,7 +122,7 @@ int encode_1d2d(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sfa, void
   r = fg::make_tmap_2d(&L->tmap_sfa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, sfa, static_cast<uint64_t>(m),
                        static_cast<uint64_t>(num_kb) * (gemm_kind == 2 ? num_groups : 1),
                        static_cast<uint64_t>(sfa_ld) * 4u,
-                       static_cast<uint32_t>(a_box_rows), 1, CU_TENSOR_MAP_SWIZZLE_NONE);
+                       sfa_rows, 1, CU_TENSOR_MAP_SWIZZLE_NONE);
   if (r != CUDA_SUCCESS) return r;
 
   // Two-element vector stores (bf16x2 / float2) need an even N, an even row stride and base
@@ -120,7 +133,6 @@ int encode_1d2d(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sfa, void
   uint32_t flags = vec ? kFlagVectorStores : 0u;
 
   std::memset(&L->tmap_d, 0, sizeof(L->tmap_d));
-  std::memset(&L->tmap_sfb, 0, sizeof(L->tmap_sfb));
   if (tma_store != 0) {
     const bool ok = reinterpret_cast<uintptr_t>(d) % 16 == 0 && (static_cast<int64_t>(ldd) * 2) % 16 == 0;
     if (ok) {

@@ -188,7 +188,8 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
                                                float* workspace, int* counters, uint32_t M, uint32_t N, uint32_t K,
                                                uint32_t ldd, uint32_t flags, uint32_t num_splits,
                                                const int* grouped = nullptr, uint32_t num_groups = 1,
-                                               const scheduler::Bf16KGroupedArgs* kgroups = nullptr) {
+                                               const scheduler::Bf16KGroupedArgs* kgroups = nullptr,
+                                               const CUtensorMap* tmap_a_last = nullptr) {
   constexpr bool kKGrouped = kGemmKind == scheduler::kBf16GemmKGrouped;
   using Traits = Sm90Bf16GemmTraits<BLOCK_M, BLOCK_N, kNumStages, kTmaStore, kKGrouped>;
   using EpiTma = epilogue::TmaStoreBf16<BLOCK_N>;
@@ -310,13 +311,18 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
       }
     } else if (!kGrouped && threadIdx.x == kNumConsumerThreads) {
       // Dense kind, and the k-grouped kind (its tiles' absolute k-block ranges in the same maps).
+      // Dense kind with K-major A: the last m-block loads through tmap_a_last, whose box holds only
+      // its rows (impls/fitted_box_rows.h; the host encodes the same boxes); the stage expects only
+      // the bytes it loads.
+      constexpr bool kFitA = !kKGrouped && !kAMnMajor;
+      const uint32_t first_tx_a = first_a_box_rows(M, BLOCK_M, kFitA, false) * Traits::kRowBytes;
+      const uint32_t last_tx_a = last_a_box_rows(M, BLOCK_M, kFitA, false) * Traits::kRowBytes;
+      [[maybe_unused]] const uint32_t last_m_block = (M - 1u) / BLOCK_M;
       ptx::tma_prefetch_desc(tmap_a);
+      if constexpr (kFitA) ptx::tma_prefetch_desc(tmap_a_last);
       ptx::tma_prefetch_desc(tmap_b);
       uint32_t stage = 0, phase = 0;
       [[maybe_unused]] const KWalker kwalk(M, N, kgroups, kKGrouped ? kgroups->num_slots : 0u);
-      // A's box fitted to M's rows for a single m-block (impls/fitted_box_rows.h; the host's
-      // bf16_operand_tmap encodes the same box): the stage expects only the bytes it loads.
-      const uint32_t a_tx_bytes = fitted_a_box_rows(M, BLOCK_M, !kKGrouped && !kAMnMajor, false) * Traits::kRowBytes;
       for (uint32_t unit = blockIdx.x; unit < (kKGrouped ? kwalk.num_units : sched.num_units); unit += gridDim.x) {
         uint32_t m_block, n_block, split, kb_begin, kb_end;
         if constexpr (kKGrouped) {
@@ -328,6 +334,9 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
         }
         const int32_t m0 = static_cast<int32_t>(m_block * BLOCK_M);
         const int32_t n0 = static_cast<int32_t>(n_block * BLOCK_N);
+        const bool last_a = kFitA && m_block == last_m_block;
+        const uint32_t a_tx_bytes = last_a ? last_tx_a : first_tx_a;
+        const CUtensorMap* map_a = last_a ? tmap_a_last : tmap_a;
         for (uint32_t kb = kb_begin; kb < kb_end; ++kb) {
           // Fresh barrier: waiting for parity 1 returns at once, so the first pass never blocks.
           ptx::mbar_wait(empty_bar(stage), phase ^ 1u);
@@ -347,8 +356,8 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
               for (uint32_t c = 0; c < BLOCK_M / 64; ++c)
                 load_a(dst_a + c * kChunk, full_bar(stage), m0 + static_cast<int32_t>(c * 64), k0);
             } else {
-              // [M, K] storage: one box of (64 k, BLOCK_M rows), coordinates (k, m).
-              load_a(dst_a, full_bar(stage), k0, m0);
+              // [M, K] storage: one box of (64 k, BLOCK_M or the last m-block's rows), coordinates (k, m).
+              ptx::tma_load_2d_policy(dst_a, map_a, full_bar(stage), k0, m0, l2_hints, pol_a);
             }
           }
           if (!skip_b) {

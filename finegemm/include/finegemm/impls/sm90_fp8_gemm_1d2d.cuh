@@ -280,7 +280,8 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
                                                    uint32_t flags, uint32_t num_splits,
                                                    const int* grouped = nullptr, uint32_t num_groups = 1,
                                                    const CUtensorMap* tmap_sfb = nullptr,
-                                                   const Sm90Fp8KGroupedParams* kgroups = nullptr) {
+                                                   const Sm90Fp8KGroupedParams* kgroups = nullptr,
+                                                   const CUtensorMap* tmap_a_last = nullptr) {
   using Traits = Sm90Fp8Gemm1d2dTraits<BLOCK_M, BLOCK_N, kNumStages, kTmaStore, k1D1D>;
   // k1D1D (recipe (1, 1, 128), weight gradients): sfb is one fp32 per row of B per k-block,
   // MN-major [Kb, N (aligned to 4)], TMA-loaded per stage (BLOCK_N x 1 box through tmap_sfb);
@@ -465,8 +466,13 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
     // ------------------------------------------------------------------ producer warpgroup
     if constexpr (kNumConsumerWG >= 2) ptx::setmaxnreg_dec<Traits::kProducerRegs>();
     if (threadIdx.x == kNumConsumerThreads) {
+      // The dense 1D2D kind without A multicast loads its last m-block through tmap_a_last, whose
+      // box holds only its rows, and the sfa of a lone m-block through a box of as many rows
+      // (impls/fitted_box_rows.h, as the host encoded them); each stage expects the bytes it loads.
+      constexpr bool kFitA = kGemmKind == scheduler::kGemmNormal && !k1D1D && !kMcA;
       if constexpr (!kKGrouped) {  // k-grouped: the slot's maps are prefetched per unit
         ptx::tma_prefetch_desc(tmap_a);
+        if constexpr (kFitA) ptx::tma_prefetch_desc(tmap_a_last);
         ptx::tma_prefetch_desc(tmap_b);
       }
       ptx::tma_prefetch_desc(tmap_sfa);
@@ -479,10 +485,11 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
       const bool l2_hints = ptx::use_skinny_l2_hints(num_m_blocks, one_wave, a_rows * K, b_rows * K);
       const uint64_t pol_a = ptx::l2_policy_evict_last();
       const uint64_t pol_b = ptx::l2_policy_evict_first();
-      // A (and sfa) boxes fitted to M's rows, as the host encoded them (impls/fitted_box_rows.h).
-      const uint32_t a_box_rows =
-          fitted_a_box_rows(M, BLOCK_M, kGemmKind == scheduler::kGemmNormal && !k1D1D, kMcA);
-      const uint32_t tx_bytes = Traits::kTxBytes - (BLOCK_M - a_box_rows) * (Traits::BLOCK_K + 4u);
+      const uint32_t first_a_rows = first_a_box_rows(M, BLOCK_M, kFitA, false);
+      const uint32_t last_a_rows = last_a_box_rows(M, BLOCK_M, kFitA, false);
+      const uint32_t sfa_rows = sfa_box_rows(M, BLOCK_M, kFitA, false);
+      const uint32_t last_a_row = (M - 1u) / BLOCK_M * BLOCK_M;  // first row of the last m-block
+      const uint32_t base_tx_bytes = Traits::kTxBytes - (BLOCK_M - sfa_rows) * 4u;
       uint32_t stage = 0, phase = 0;
       FG_TRACE_ONLY(uint32_t traced_tile = 0;)
       Walker walker(M, N, num_kb, kSplitK ? num_splits : 1u, grouped, num_groups);
@@ -508,6 +515,10 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         }
         const int32_t m0 = static_cast<int32_t>(t.a_row);
         const int32_t n0 = static_cast<int32_t>(t.b_row);
+        const bool last_a = kFitA && t.a_row == last_a_row;
+        const uint32_t a_box_rows = last_a ? last_a_rows : first_a_rows;
+        const uint32_t tx_bytes = base_tx_bytes - (BLOCK_M - a_box_rows) * Traits::BLOCK_K;
+        if constexpr (kFitA) map_a = last_a ? tmap_a_last : tmap_a;
         FG_TRACE_TILE(trace_buf, 2, traced_tile, 0);
         for (uint32_t kb = kb_begin; kb < kb_end; ++kb) {
           if constexpr (kBurst > 1) {
@@ -531,7 +542,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
             ptx::mbar_arrive(full_bar(stage));
           } else {  // (kept at its original indentation)
           // The full boxes' bytes, whichever CTA of the cluster issues which half.
-          ptx::mbar_arrive_expect_tx(full_bar(stage), tx_bytes - (diag::kNoSfaTma ? a_box_rows * 4u : 0u) -
+          ptx::mbar_arrive_expect_tx(full_bar(stage), tx_bytes - (diag::kNoSfaTma ? sfa_rows * 4u : 0u) -
                                                           (diag::kNoATma ? a_box_rows * Traits::BLOCK_K : 0u) -
                                                           (diag::kNoBTma ? Traits::kSmemB : 0u));
           const int32_t k0 = static_cast<int32_t>(kb * Traits::BLOCK_K);
