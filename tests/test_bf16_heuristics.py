@@ -366,17 +366,21 @@ def test_forced_grouped_config_must_be_of_the_problem():
 
 @pytest.mark.parametrize("m", [65, 100, 112, 128])
 @pytest.mark.parametrize("n,k", [(6144, 4096), (8192, 28672), (4096, 11008), (256, 7168)])
-def test_model_takes_one_128_row_block_for_m_112_to_128(m, n, k, monkeypatch):
-    """112 <= M <= 128 with N >= MODEL_BM128_MIN_N: the model's pick is one 128-row m-block (two of 64
-    read every B tile twice; NOTES v0.67); below 112 the estimate decides as before; narrow N keeps
-    the bm64 split-K tiles; the tuner times both block_m."""
+@pytest.mark.parametrize("a_mn_major", [False, True])
+def test_model_takes_one_128_row_block_for_m_65_to_128(m, n, k, a_mn_major, monkeypatch):
+    """65 <= M <= 128 (112 with MN-major A, whose boxes are not fitted) with N >= MODEL_BM128_MIN_N:
+    the model's pick is one 128-row m-block (two of 64 read every B tile twice; NOTES v0.67, v0.69);
+    below the bound the estimate decides as before; narrow N keeps the bm64 split-K tiles; the tuner
+    times both block_m."""
     monkeypatch.setenv(tuned.DISABLE_TUNED_ENV, "1")
-    cfg = h.select_config(m, n, k, SMS)
-    if n >= h.MODEL_BM128_MIN_N and m >= h.MODEL_BM128_MIN_M:
+    cfg = h.select_config(m, n, k, SMS, a_mn_major)
+    min_m = h.MODEL_BM128_MIN_M_MN_MAJOR_A if a_mn_major else h.MODEL_BM128_MIN_M
+    assert h.MODEL_BM128_MIN_M == 65 and h.MODEL_BM128_MIN_M_MN_MAJOR_A == 112
+    if n >= h.MODEL_BM128_MIN_N and m >= min_m:
         assert cfg.block_m == 128
     elif n < h.MODEL_BM128_MIN_N:
         assert cfg.block_m == 64 and cfg.num_splits > 1  # the router shape: split-K on bm64 tiles
-    elif (n, k) == (4096, 11008):  # measured: bm64 (split-K) was 1.1-1.4x faster at M = 65-100 here
+    elif (n, k) == (4096, 11008):  # MN-major A: bm64 (split-K) was 1.1-1.4x faster at M = 65-100 (v0.67)
         assert cfg.block_m == 64
-    cands = h.candidate_configs(m, n, k, SMS)
+    cands = h.candidate_configs(m, n, k, SMS, a_mn_major)
     assert cands[0] == cfg and {c.block_m for c in cands} == {64, 128}

@@ -94,7 +94,8 @@ SMEM_LIMIT = 232448  # 227 KB: the SM90 per-block dynamic shared memory limit
 # helps some narrow tiles and not others: only measurement picks it.
 MAX_STAGES = 16
 MODEL_MAX_STAGES = 10
-MODEL_BM128_MIN_M = 112  # the model's pick uses block_m 128 alone for M in [MIN_M, MAX_M] (_model_block_ms)
+MODEL_BM128_MIN_M = 65  # the model's pick uses block_m 128 alone for M in [MIN_M, MAX_M] (_model_block_ms) ...
+MODEL_BM128_MIN_M_MN_MAJOR_A = 112  # ... or [this, MAX_M] where A is MN-major (its boxes are not fitted)
 MODEL_BM128_MAX_M = 128
 MODEL_BM128_MIN_N = 4096  # ... where N is at least this (the replay of v0.67: 2048 and 4096 alike, 4096 is what was measured)
 MIN_STAGES = 2
@@ -403,26 +404,29 @@ def make_config(m: int, n: int, k: int, num_sms: int, a_mn_major: bool, b_mn_maj
     )
 
 
-def _model_block_ms(m: int, n: int, model_choice: bool) -> list[int]:
+def _model_block_ms(m: int, n: int, model_choice: bool, a_mn_major: bool = False) -> list[int]:
     if m <= 64:
         return [64]
     # One m-block of 128 rows beats two of 64 for 112 <= M <= 128: the estimate ranked bm64 first on
     # 8 of 10 off-table (N, K) at M = 128, 1.3-1.5x slower than the tuned bm128 tile on 6 of them; on
     # other off-table shapes bm128 won 1.04-1.28x at M = 112-128 and lost up to 1.4x at M = 65-100,
-    # where most of its rows are padding (benchmarks/NOTES.md v0.67). The tuner keeps both. Narrow
-    # N (the router's 256 columns) needs split-K, which only the bm64 tiles have.
-    if model_choice and MODEL_BM128_MIN_M <= m <= MODEL_BM128_MAX_M and n >= MODEL_BM128_MIN_N:
+    # where most of its rows were padding (benchmarks/NOTES.md v0.67). Since K-major A loads only
+    # the rows it has (impls/fitted_box_rows.h), bm128 won there too: 24 of 24 changed choices at
+    # M = 65-111, 1.04-1.47x (v0.69); MN-major A keeps the measured 112. The tuner keeps both.
+    # Narrow N (the router's 256 columns) needs split-K, which only the bm64 tiles have.
+    min_m = MODEL_BM128_MIN_M_MN_MAJOR_A if a_mn_major else MODEL_BM128_MIN_M
+    if model_choice and min_m <= m <= MODEL_BM128_MAX_M and n >= MODEL_BM128_MIN_N:
         return [128]
     return [64, 128]
 
 
 def _model_options(m: int, n: int, k: int, num_sms: int, b_mn_major: bool, out_fp32: bool, has_c: bool,
-                   allow_split_k: bool, model_choice: bool = True):
+                   allow_split_k: bool, model_choice: bool = True, a_mn_major: bool = False):
     """(bm, bn, splits, est, tiles, units) of every configuration the model considers (model_choice:
     for its own pick; False: every block_m, for the tuner's ranking)."""
     out_bytes = 4 if out_fp32 else 2
     num_kb = ceil_div(k, BLOCK_K)
-    for bm in _model_block_ms(m, n, model_choice):
+    for bm in _model_block_ms(m, n, model_choice, a_mn_major):
         for bn in block_n_candidates(b_mn_major):
             tiles = ceil_div(m, bm) * ceil_div(n, bn)
             split_options = [1]
@@ -436,7 +440,8 @@ def _model_options(m: int, n: int, k: int, num_sms: int, b_mn_major: bool, out_f
 
 def _model_config(m: int, n: int, k: int, num_sms: int, a_mn_major: bool, b_mn_major: bool, out_fp32: bool,
                   has_c: bool, allow_split_k: bool) -> Bf16GemmConfig:
-    bm, bn, splits, est, _, _ = _fastest(_model_options(m, n, k, num_sms, b_mn_major, out_fp32, has_c, allow_split_k))
+    bm, bn, splits, est, _, _ = _fastest(_model_options(m, n, k, num_sms, b_mn_major, out_fp32, has_c, allow_split_k,
+                                                        a_mn_major=a_mn_major))
     return make_config(m, n, k, num_sms, a_mn_major, b_mn_major, out_fp32, has_c, bm, bn, splits, est_us=est)
 
 
