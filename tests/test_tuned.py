@@ -395,18 +395,19 @@ def test_1d1d_call_without_c_uses_the_entry_tuned_with_c(monkeypatch):
     assert [c[-1] for c in calls if c[0] == "fp8_1d2d"] == [True], "1D2D looks up its own C mode only"
 
 
-@pytest.mark.parametrize("m", [1, 16, 64, 128, 129, 256])
+@pytest.mark.parametrize("m", [1, 16, 64, 128, 129, 256, 384, 512, 600])
 @pytest.mark.parametrize("n,k", [(6144, 4096), (10240, 8192), (8192, 28672), (36864, 7168)])
 def test_model_skips_multicast_on_skinny_shapes_but_the_tuner_times_it(m, n, k, monkeypatch):
-    """The model picks no 2-CTA multicast for one-m-block recipe (1, 128, 128) problems (measured
-    5-16% slower there, NOTES v0.66); the tuner still proposes multicast candidates, after the
-    model's choice."""
+    """The model picks no 2-CTA multicast for recipe (1, 128, 128) problems up to
+    MODEL_NO_MULTICAST_MAX_M rows (measured slower there, NOTES v0.66, v0.71); the tuner still
+    proposes multicast candidates, after the model's choice."""
     monkeypatch.setenv(tuned.DISABLE_TUNED_ENV, "1")
     model = h.select_config(m, n, k, 132)
     cands = h.candidate_configs(m, n, k, 132)
     assert cands[0] == model
     assert any(c.num_multicast == 2 for c in cands)
-    if m <= h.MODEL_NO_MULTICAST_MAX_M:
+    threshold = h.MODEL_NO_MULTICAST_MAX_M
+    if m <= threshold:
         assert model.num_multicast == 1
     # The rule covers recipe (1, 128, 128) only: the weight-gradient model is what it was without it.
     wgrad = h.select_config(m, n, k, 132, True, True, one_d_one_d=True)
@@ -414,7 +415,7 @@ def test_model_skips_multicast_on_skinny_shapes_but_the_tuner_times_it(m, n, k, 
     h.clear_cache()
     try:
         assert h.select_config(m, n, k, 132, True, True, one_d_one_d=True) == wgrad
-        if m > 128:  # and above the threshold the dense model is unchanged too
+        if m > threshold:  # and above the threshold the dense model is unchanged too
             assert h.select_config(m, n, k, 132) == model
     finally:
         h.clear_cache()

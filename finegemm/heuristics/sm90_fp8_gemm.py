@@ -135,12 +135,13 @@ def serial_halves(block_m: int, block_n: int, half_promote: bool, one_d_one_d: b
 # only measurement picks it.
 MAX_STAGES = 16
 MODEL_MAX_STAGES = 8
-# The model offers no 2-CTA multicast where M <= this (one m-block): its load-time term counts the
-# L2 bytes multicast saves but not the pair's handshake, and on 10 off-table (N, K) the same tile
-# ran slower with multicast: geomean +16% at M = 1, +10% at 16, +5% at 64 and 128, +3.6% at 256
-# (mixed there), in 2,800 timed pairs (benchmarks/NOTES.md v0.66). The tuner still times it (a few
-# large-N skinny winners use it), and tuned entries may name it.
-MODEL_NO_MULTICAST_MAX_M = 128
+# The model offers no 2-CTA multicast where M <= this: its load-time term counts the L2 bytes
+# multicast saves but not the pair's handshake. On 10 off-table (N, K) the same tile ran slower with
+# multicast: geomean +16% at M = 1, +10% at 16, +5% at 64 and 128, +3.6% at 256, in 2,800 timed
+# pairs (benchmarks/NOTES.md v0.66). At M = 192-384, 35 of 48 tuned winners had none (v0.70), and
+# out of sample at M = 160-512 the model's choice without multicast was faster on 37 of 49 shapes
+# (geomean 1.070x, worst 0.942x; v0.71). The tuner still times it, and tuned entries may name it.
+MODEL_NO_MULTICAST_MAX_M = 512
 MIN_STAGES = 2
 MAX_SPLITS = 16
 MIN_KB_PER_SPLIT = 4
