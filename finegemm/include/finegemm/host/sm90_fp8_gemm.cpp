@@ -96,18 +96,18 @@ int encode_1d2d(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sfa, void
   const fg::Driver& drv = fg::driver();
   if (!drv.ok) return fg::FG_ERROR_NO_DRIVER;
 
-  // The last m-block's A box holds only its rows, and the sfa box too where there is one m-block
-  // (impls/fitted_box_rows.h, as the kernel counts); a second A encode only where the boxes differ.
+  // The last m-block's A box holds only its rows, and the sfa box has tmap_a's rows (fitted where
+  // there is one m-block; impls/fitted_box_rows.h, as the kernel counts); a second A encode only
+  // where the boxes differ (never with A multicast, which keeps full boxes).
   const uint32_t um = static_cast<uint32_t>(m), ubm = static_cast<uint32_t>(block_m);
   const uint32_t first_rows = finegemm::impls::first_a_box_rows(um, ubm, gemm_kind == 0, mc_a);
   const uint32_t last_rows = finegemm::impls::last_a_box_rows(um, ubm, gemm_kind == 0, mc_a);
-  const uint32_t sfa_rows = finegemm::impls::sfa_box_rows(um, ubm, gemm_kind == 0, mc_a);
   CUresult r = fg::make_tmap_2d(&L->tmap_a, CU_TENSOR_MAP_DATA_TYPE_UINT8, a, static_cast<uint64_t>(k),
                                 rows_a, static_cast<uint64_t>(lda), kBlockK,
                                 static_cast<uint32_t>(mc_a ? block_m / 2 : first_rows), CU_TENSOR_MAP_SWIZZLE_128B,
                                 promo_a);
   if (r != CUDA_SUCCESS) return r;
-  if (last_rows == first_rows || mc_a) {
+  if (last_rows == first_rows) {
     L->tmap_a_last = L->tmap_a;
   } else {
     r = fg::make_tmap_2d(&L->tmap_a_last, CU_TENSOR_MAP_DATA_TYPE_UINT8, a, static_cast<uint64_t>(k), rows_a,
@@ -122,7 +122,7 @@ int encode_1d2d(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sfa, void
   r = fg::make_tmap_2d(&L->tmap_sfa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, sfa, static_cast<uint64_t>(m),
                        static_cast<uint64_t>(num_kb) * (gemm_kind == 2 ? num_groups : 1),
                        static_cast<uint64_t>(sfa_ld) * 4u,
-                       sfa_rows, 1, CU_TENSOR_MAP_SWIZZLE_NONE);
+                       first_rows, 1, CU_TENSOR_MAP_SWIZZLE_NONE);
   if (r != CUDA_SUCCESS) return r;
 
   // Two-element vector stores (bf16x2 / float2) need an even N, an even row stride and base

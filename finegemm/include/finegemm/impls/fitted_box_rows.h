@@ -10,8 +10,8 @@
 // one; the first when M < BLOCK_M) is loaded through a second map, tmap_a_last, whose box holds
 // round_up(M mod BLOCK_M, 8) rows: whole 8-row swizzle atoms, so the rows it loads land where a
 // full box would put them. The stage rows past them stay stale and only feed accumulator rows
-// >= M, which no epilogue stores. The FP8 sfa box (one map, 4 bytes a row) is fitted only when
-// there is one m-block.
+// >= M, which no epilogue stores. The FP8 sfa box (one map for every m-block, 4 bytes a row) has
+// tmap_a's rows: first_a_box_rows.
 #pragma once
 
 #include <cstdint>
@@ -42,14 +42,10 @@ FG_BOX_ROWS_HD constexpr uint32_t last_a_box_rows(uint32_t m, uint32_t block_m, 
   return (fitted_boxes_apply(applies, mc_a) && m % block_m != 0) ? (m % block_m + 7u) / 8u * 8u : block_m;
 }
 
-// Rows of tmap_a's box: BLOCK_M, or the fitted rows when the last m-block is the only one.
+// Rows of tmap_a's box (and the FP8 sfa box's): BLOCK_M, or the fitted rows when the last m-block
+// is the only one.
 FG_BOX_ROWS_HD constexpr uint32_t first_a_box_rows(uint32_t m, uint32_t block_m, bool applies, bool mc_a) {
   return m < block_m ? last_a_box_rows(m, block_m, applies, mc_a) : block_m;
-}
-
-// Rows of the FP8 sfa box (one map for every m-block): as tmap_a's.
-FG_BOX_ROWS_HD constexpr uint32_t sfa_box_rows(uint32_t m, uint32_t block_m, bool applies, bool mc_a) {
-  return first_a_box_rows(m, block_m, applies, mc_a);
 }
 
 #if !defined(FINEGEMM_DIAG_FULL_A_BOX)
@@ -60,7 +56,7 @@ static_assert(last_a_box_rows(1, 64, true, false) == 8 && last_a_box_rows(64, 64
                   last_a_box_rows(200, 128, true, false) == 72,
               "fitted last A rows");
 static_assert(first_a_box_rows(100, 128, true, false) == 104 && first_a_box_rows(200, 128, true, false) == 128 &&
-                  sfa_box_rows(65, 64, true, false) == 64 && sfa_box_rows(17, 64, true, false) == 24,
+                  first_a_box_rows(65, 64, true, false) == 64 && first_a_box_rows(17, 64, true, false) == 24,
               "fitted first A / sfa rows");
 #endif
 

@@ -485,11 +485,10 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
       const bool l2_hints = ptx::use_skinny_l2_hints(num_m_blocks, one_wave, a_rows * K, b_rows * K);
       const uint64_t pol_a = ptx::l2_policy_evict_last();
       const uint64_t pol_b = ptx::l2_policy_evict_first();
-      const uint32_t first_a_rows = first_a_box_rows(M, BLOCK_M, kFitA, false);
+      const uint32_t first_a_rows = first_a_box_rows(M, BLOCK_M, kFitA, false);  // and the sfa box's
       const uint32_t last_a_rows = last_a_box_rows(M, BLOCK_M, kFitA, false);
-      const uint32_t sfa_rows = sfa_box_rows(M, BLOCK_M, kFitA, false);
       const uint32_t last_a_row = (M - 1u) / BLOCK_M * BLOCK_M;  // first row of the last m-block
-      const uint32_t base_tx_bytes = Traits::kTxBytes - (BLOCK_M - sfa_rows) * 4u;
+      const uint32_t base_tx_bytes = Traits::kTxBytes - (BLOCK_M - first_a_rows) * 4u;
       uint32_t stage = 0, phase = 0;
       FG_TRACE_ONLY(uint32_t traced_tile = 0;)
       Walker walker(M, N, num_kb, kSplitK ? num_splits : 1u, grouped, num_groups);
@@ -542,7 +541,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
             ptx::mbar_arrive(full_bar(stage));
           } else {  // (kept at its original indentation)
           // The full boxes' bytes, whichever CTA of the cluster issues which half.
-          ptx::mbar_arrive_expect_tx(full_bar(stage), tx_bytes - (diag::kNoSfaTma ? sfa_rows * 4u : 0u) -
+          ptx::mbar_arrive_expect_tx(full_bar(stage), tx_bytes - (diag::kNoSfaTma ? first_a_rows * 4u : 0u) -
                                                           (diag::kNoATma ? a_box_rows * Traits::BLOCK_K : 0u) -
                                                           (diag::kNoBTma ? Traits::kSmemB : 0u));
           const int32_t k0 = static_cast<int32_t>(kb * Traits::BLOCK_K);

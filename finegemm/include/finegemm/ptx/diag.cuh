@@ -53,7 +53,7 @@
 //                         does the skinny B stream gain from DRAM locality? (capped at stages - k_batch;
 //                         measured slower everywhere, benchmarks/NOTES.md v0.65)
 //   FINEGEMM_DIAG_FULL_A_BOX  (FP8 1D2D and BF16 dense kernels and their host launchers, correct
-//                         results) A boxes of BLOCK_M rows for a single m-block too, as before
+//                         results) A boxes of BLOCK_M rows for the last m-block too, as before
 //                         v0.68 (impls/fitted_box_rows.h): the baseline of an interleaved A/B.
 //   FINEGEMM_SFB_REG_SLACK=<n>  (correct results) the 1D1D prefetch's register slack instead of the
 //                         measured 24 (impls/sm90_fp8_gemm_1d2d.cuh; 20 / 28 / 32: benchmarks/NOTES.md
