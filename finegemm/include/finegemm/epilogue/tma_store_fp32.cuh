@@ -84,6 +84,17 @@ struct TmaStoreFp32 {
     }
   }
 
+  // L2 prefetch of the boxes store() will write for the 64 rows at (col0, row0, group): with the
+  // reduce-add, the read of D (= C) at L2 then leaves during the main loop instead of in the burst of
+  // HBM reads when every CTA of a wave reaches its epilogue together (benchmarks/NOTES.md v0.72).
+  // One thread (the producer's).
+  __device__ __forceinline__ static void prefetch_l2(const void* tmap_d, int32_t col0, int32_t row0, int32_t group) {
+#pragma unroll 1
+    for (uint32_t b = 0; b < kNumBoxes; ++b) {
+      ptx::tma_prefetch_l2_3d(tmap_d, col0 + static_cast<int32_t>(b * kBoxCols), row0, group);
+    }
+  }
+
   // Before the issuing thread exits: every box has been written (its smem source must stay valid).
   __device__ __forceinline__ static void finish() {
     if (threadIdx.x % 128 == 0) ptx::tma_store_wait<0>();

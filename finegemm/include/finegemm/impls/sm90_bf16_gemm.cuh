@@ -65,7 +65,8 @@
 // Its epilogue is the FP8 recipe (1,1,128) one (epilogue/tma_store_fp32.cuh, always built in:
 // kTmaStore): when the host sets kBf16FlagTmaStore (C null or C = D, a D map TMA can address), each
 // warpgroup's fragment goes out in 32-column fp32 boxes through a 16 KB ring, a TMA store, or with
-// C = D a TMA reduce-add, overlapped with the next tile; otherwise the direct stores (+ C).
+// C = D a TMA reduce-add (whose D boxes the producer prefetches into L2 a few k-blocks before),
+// overlapped with the next tile; otherwise the direct stores (+ C).
 #pragma once
 
 #include <cuda.h>
@@ -321,12 +322,17 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
       ptx::tma_prefetch_desc(tmap_a);
       if constexpr (kFitA) ptx::tma_prefetch_desc(tmap_a_last);
       ptx::tma_prefetch_desc(tmap_b);
+      // K-grouped with C = D: each tile's D boxes go to L2 a few k-blocks before its reduce-add
+      // epilogue (TmaStoreFp32::prefetch_l2).
+      constexpr bool kPrefetchD = kKGrouped && !diag::kNoCPrefetch;
+      constexpr uint32_t kReduceAddFlags = kBf16FlagTmaStore | kBf16FlagHasC;
+      [[maybe_unused]] const bool c_prefetch = kPrefetchD && (flags & kReduceAddFlags) == kReduceAddFlags;
       uint32_t stage = 0, phase = 0;
       [[maybe_unused]] const KWalker kwalk(M, N, kgroups, kKGrouped ? kgroups->num_slots : 0u);
       for (uint32_t unit = blockIdx.x; unit < (kKGrouped ? kwalk.num_units : sched.num_units); unit += gridDim.x) {
         uint32_t m_block, n_block, split, kb_begin, kb_end;
+        [[maybe_unused]] uint32_t group = 0;
         if constexpr (kKGrouped) {
-          uint32_t group;
           kwalk.get(unit, m_block, n_block, group, kb_begin, kb_end);
         } else {
           sched.get(unit, m_block, n_block, split);
@@ -337,6 +343,9 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
         const bool last_a = kFitA && m_block == last_m_block;
         const uint32_t a_tx_bytes = last_a ? last_tx_a : first_tx_a;
         const CUtensorMap* map_a = last_a ? tmap_a_last : tmap_a;
+        [[maybe_unused]] const uint32_t c_prefetch_kb =
+            !c_prefetch ? ~0u
+                        : (kb_end - kb_begin > diag::kCPrefetchLead + 1 ? kb_end - 1 - diag::kCPrefetchLead : kb_begin);
         for (uint32_t kb = kb_begin; kb < kb_end; ++kb) {
           // Fresh barrier: waiting for parity 1 returns at once, so the first pass never blocks.
           ptx::mbar_wait(empty_bar(stage), phase ^ 1u);
@@ -367,6 +376,14 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
                 load_b(dst_b + c * kChunk, full_bar(stage), n0 + static_cast<int32_t>(c * kBBoxCols), k0);
             } else {
               load_b(dst_b, full_bar(stage), k0, n0);
+            }
+          }
+          if constexpr (kPrefetchD) {
+            if (kb == c_prefetch_kb) {  // the epilogue's box coordinates (D's map: N, rows per group, groups)
+#pragma unroll 1
+              for (uint32_t h = 0; h < BLOCK_M / 64; ++h) {
+                EpiTmaF32Add::prefetch_l2(tmap_d, n0, m0 + static_cast<int32_t>(h * 64), static_cast<int32_t>(group));
+              }
             }
           }
           if (++stage == kNumStages) {

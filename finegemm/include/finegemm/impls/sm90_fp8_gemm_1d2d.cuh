@@ -31,7 +31,8 @@
 // main loop (the buffer is only waited for before its next reuse). Recipe (1,1,128) with kTmaStore:
 // fp32 D leaves through a ring of column-box buffers and TMA stores, or TMA reduce-adds when C is D
 // (epilogue/tma_store_fp32.cuh; the host sets kFlagTmaStore only then, or without C). Otherwise:
-// direct register -> global stores.
+// direct register -> global stores. With the reduce-add, the producer prefetches each tile's boxes of
+// D into L2 a few k-blocks before the tile's last one (TmaStoreFp32::prefetch_l2).
 //
 // GEMM kinds (kGemmKind, scheduler/persistent.cuh): kGemmNormal; kGemmGroupedContiguous (MoE
 // prefill: A [M, K] rows of all groups stacked, B [G*N, K], sfb [G, ceil(N/128), Kb], `grouped`
@@ -489,6 +490,9 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
       const uint32_t last_a_rows = last_a_box_rows(M, BLOCK_M, kFitA, false);
       const uint32_t last_a_row = (M - 1u) / BLOCK_M * BLOCK_M;  // first row of the last m-block
       const uint32_t base_tx_bytes = Traits::kTxBytes - (BLOCK_M - first_a_rows) * 4u;
+      // The reduce-add epilogue's D (= C) boxes go to L2 ahead of each tile's epilogue.
+      constexpr bool kPrefetchD = kHasC && kTmaStore && k1D1D && !diag::kNoCPrefetch;
+      const bool c_prefetch = kPrefetchD && (flags & kFlagTmaStore) != 0;
       uint32_t stage = 0, phase = 0;
       FG_TRACE_ONLY(uint32_t traced_tile = 0;)
       Walker walker(M, N, num_kb, kSplitK ? num_splits : 1u, grouped, num_groups);
@@ -518,6 +522,10 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         const uint32_t a_box_rows = last_a ? last_a_rows : first_a_rows;
         const uint32_t tx_bytes = base_tx_bytes - (BLOCK_M - a_box_rows) * Traits::BLOCK_K;
         if constexpr (kFitA) map_a = last_a ? tmap_a_last : tmap_a;
+        // The k-block after whose loads the tile's C rows are prefetched (none: ~0u).
+        const uint32_t c_prefetch_kb =
+            !c_prefetch ? ~0u
+                        : (kb_end - kb_begin > diag::kCPrefetchLead + 1 ? kb_end - 1 - diag::kCPrefetchLead : kb_begin);
         FG_TRACE_TILE(trace_buf, 2, traced_tile, 0);
         for (uint32_t kb = kb_begin; kb < kb_end; ++kb) {
           if constexpr (kBurst > 1) {
@@ -571,6 +579,15 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
                              static_cast<int32_t>(kKGrouped ? t.sfa_kb0 + kb : kb));
           }
           }  // diag::kNoTma
+          if constexpr (kPrefetchD) {
+            if (kb == c_prefetch_kb) {  // the epilogue's box coordinates (D's map: N, rows per group, groups)
+              const int32_t group = kKGrouped ? static_cast<int32_t>(kgroups->slot[t.group].group) : 0;
+#pragma unroll 1
+              for (uint32_t h = 0; h < BLOCK_M / 64; ++h) {
+                EpiTmaF32::prefetch_l2(tmap_d, n0, m0 + static_cast<int32_t>(h * 64), group);
+              }
+            }
+          }
           if (++stage == kNumStages) {
             stage = 0;
             phase ^= 1u;

@@ -55,6 +55,11 @@
 //   FINEGEMM_DIAG_FULL_A_BOX  (FP8 1D2D and BF16 dense kernels and their host launchers, correct
 //                         results) A boxes of BLOCK_M rows for the last m-block too, as before
 //                         v0.68 (impls/fitted_box_rows.h): the baseline of an interleaved A/B.
+//   FINEGEMM_DIAG_NO_C_PREFETCH  (FP8 1D1D and BF16 k-grouped kernels, correct results) the
+//                         producer does not prefetch a tile's D (= C) boxes into L2 before its
+//                         reduce-add epilogue (TmaStoreFp32::prefetch_l2): the A/B baseline.
+//   FINEGEMM_C_PREFETCH_LEAD=<n>  (correct results) that prefetch leaves with the tile's k-block
+//                         kb_end - 1 - n (or its first) instead of kb_end - 3.
 //   FINEGEMM_SFB_REG_SLACK=<n>  (correct results) the 1D1D prefetch's register slack instead of the
 //                         measured 24 (impls/sm90_fp8_gemm_1d2d.cuh; 20 / 28 / 32: benchmarks/NOTES.md
 //                         v0.37): more or fewer chunks' column scales loaded before the wgmmas.
@@ -171,6 +176,18 @@ constexpr unsigned kProducerBurst = FINEGEMM_DIAG_PRODUCER_BURST;
 constexpr unsigned kProducerBurst = 1;
 #endif
 static_assert(kProducerBurst >= 1 && kProducerBurst <= 8, "FINEGEMM_DIAG_PRODUCER_BURST: 1 to 8");
+
+#ifdef FINEGEMM_DIAG_NO_C_PREFETCH
+constexpr bool kNoCPrefetch = true;
+#else
+constexpr bool kNoCPrefetch = false;
+#endif
+
+#ifdef FINEGEMM_C_PREFETCH_LEAD
+constexpr unsigned kCPrefetchLead = FINEGEMM_C_PREFETCH_LEAD;
+#else
+constexpr unsigned kCPrefetchLead = 2;
+#endif
 
 }  // namespace diag
 }  // namespace finegemm

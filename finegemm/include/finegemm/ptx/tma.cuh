@@ -120,6 +120,15 @@ __device__ __forceinline__ void tma_reduce_add_3d(const void* tmap, uint32_t src
                : "memory");
 }
 
+// Fetch a box of the tensor map into L2 without waiting (a hint: no completion, no shared memory;
+// out-of-bounds parts are ignored).
+__device__ __forceinline__ void tma_prefetch_l2_3d(const void* tmap, int32_t c0, int32_t c1, int32_t c2) {
+  asm volatile("cp.async.bulk.prefetch.tensor.3d.L2.global.tile [%0, {%1, %2, %3}];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(tmap)),
+               "r"(c0), "r"(c1), "r"(c2)
+               : "memory");
+}
+
 __device__ __forceinline__ void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 
 // Wait until at most kPending committed store groups are still reading their smem source.
