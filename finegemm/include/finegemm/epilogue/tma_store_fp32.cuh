@@ -84,16 +84,38 @@ struct TmaStoreFp32 {
     }
   }
 
-  // L2 prefetch of the boxes store() will write for the 64 rows at (col0, row0, group): with the
+  // L2 prefetch of the boxes store() will write (kRowHalves 64-row halves at (col0, row0, group)),
+  // issued by one thread (the producer's) over the tile's k-blocks [first, first + width): with the
   // reduce-add, the read of D (= C) at L2 then leaves during the main loop instead of in the burst of
-  // HBM reads when every CTA of a wave reaches its epilogue together (benchmarks/NOTES.md v0.72).
-  // One thread (the producer's).
-  __device__ __forceinline__ static void prefetch_l2(const void* tmap_d, int32_t col0, int32_t row0, int32_t group) {
-#pragma unroll 1
-    for (uint32_t b = 0; b < kNumBoxes; ++b) {
-      ptx::tma_prefetch_l2_3d(tmap_d, col0 + static_cast<int32_t>(b * kBoxCols), row0, group);
+  // HBM reads when every CTA of a wave reaches its epilogue together. Spread one or a few boxes per
+  // k-block, because all at once held the producer's next loads behind them in the TMA unit: +1.7%
+  // on the long-K tiles (benchmarks/NOTES.md v0.72).
+  template <uint32_t kRowHalves>
+  struct Prefetch {
+    static constexpr uint32_t kTotal = kRowHalves * kNumBoxes;
+    uint32_t first = ~0u, width = 1;  // none by default
+
+    // The window ends `lead` k-blocks before the tile's last one and holds up to kTotal k-blocks.
+    __device__ __forceinline__ Prefetch(bool on, uint32_t kb_begin, uint32_t kb_end, uint32_t lead, bool burst) {
+      if (!on || kb_end == kb_begin) return;
+      const uint32_t last = kb_end - kb_begin > lead ? kb_end - 1 - lead : kb_begin;
+      first = burst ? last : (last - kb_begin + 1 > kTotal ? last + 1 - kTotal : kb_begin);
+      width = last + 1 - first;
     }
-  }
+
+    // Called with each k-block the producer loads: the boxes that fall to it.
+    __device__ __forceinline__ void issue(uint32_t kb, const void* tmap_d, int32_t col0, int32_t row0,
+                                          int32_t group) const {
+      const uint32_t i = kb - first;
+      if (kb < first || i >= width) return;
+      const uint32_t b_end = (i + 1) * kTotal / width;
+#pragma unroll 1
+      for (uint32_t b = i * kTotal / width; b < b_end; ++b) {
+        ptx::tma_prefetch_l2_3d(tmap_d, col0 + static_cast<int32_t>(b % kNumBoxes * kBoxCols),
+                                row0 + static_cast<int32_t>(b / kNumBoxes * 64), group);
+      }
+    }
+  };
 
   // Before the issuing thread exits: every box has been written (its smem source must stay valid).
   __device__ __forceinline__ static void finish() {

@@ -32,7 +32,7 @@
 // fp32 D leaves through a ring of column-box buffers and TMA stores, or TMA reduce-adds when C is D
 // (epilogue/tma_store_fp32.cuh; the host sets kFlagTmaStore only then, or without C). Otherwise:
 // direct register -> global stores. With the reduce-add, the producer prefetches each tile's boxes of
-// D into L2 a few k-blocks before the tile's last one (TmaStoreFp32::prefetch_l2).
+// D into L2 over the k-blocks before the tile's last few (TmaStoreFp32::Prefetch).
 //
 // GEMM kinds (kGemmKind, scheduler/persistent.cuh): kGemmNormal; kGemmGroupedContiguous (MoE
 // prefill: A [M, K] rows of all groups stacked, B [G*N, K], sfb [G, ceil(N/128), Kb], `grouped`
@@ -522,10 +522,9 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         const uint32_t a_box_rows = last_a ? last_a_rows : first_a_rows;
         const uint32_t tx_bytes = base_tx_bytes - (BLOCK_M - a_box_rows) * Traits::BLOCK_K;
         if constexpr (kFitA) map_a = last_a ? tmap_a_last : tmap_a;
-        // The k-block after whose loads the tile's C rows are prefetched (none: ~0u).
-        const uint32_t c_prefetch_kb =
-            !c_prefetch ? ~0u
-                        : (kb_end - kb_begin > diag::kCPrefetchLead + 1 ? kb_end - 1 - diag::kCPrefetchLead : kb_begin);
+        // Which k-blocks carry the prefetch of the tile's D boxes (none without it).
+        [[maybe_unused]] const typename EpiTmaF32::template Prefetch<BLOCK_M / 64> c_prefetch_plan(
+            c_prefetch, kb_begin, kb_end, diag::kCPrefetchLead, diag::kCPrefetchBurst);
         FG_TRACE_TILE(trace_buf, 2, traced_tile, 0);
         for (uint32_t kb = kb_begin; kb < kb_end; ++kb) {
           if constexpr (kBurst > 1) {
@@ -579,14 +578,9 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
                              static_cast<int32_t>(kKGrouped ? t.sfa_kb0 + kb : kb));
           }
           }  // diag::kNoTma
-          if constexpr (kPrefetchD) {
-            if (kb == c_prefetch_kb) {  // the epilogue's box coordinates (D's map: N, rows per group, groups)
-              const int32_t group = kKGrouped ? static_cast<int32_t>(kgroups->slot[t.group].group) : 0;
-#pragma unroll 1
-              for (uint32_t h = 0; h < BLOCK_M / 64; ++h) {
-                EpiTmaF32::prefetch_l2(tmap_d, n0, m0 + static_cast<int32_t>(h * 64), group);
-              }
-            }
+          if constexpr (kPrefetchD) {  // the epilogue's box coordinates (D's map: N, rows per group, groups)
+            c_prefetch_plan.issue(kb, tmap_d, n0, m0,
+                                  kKGrouped ? static_cast<int32_t>(kgroups->slot[t.group].group) : 0);
           }
           if (++stage == kNumStages) {
             stage = 0;

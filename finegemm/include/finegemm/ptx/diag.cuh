@@ -57,9 +57,11 @@
 //                         v0.68 (impls/fitted_box_rows.h): the baseline of an interleaved A/B.
 //   FINEGEMM_DIAG_NO_C_PREFETCH  (FP8 1D1D and BF16 k-grouped kernels, correct results) the
 //                         producer does not prefetch a tile's D (= C) boxes into L2 before its
-//                         reduce-add epilogue (TmaStoreFp32::prefetch_l2): the A/B baseline.
-//   FINEGEMM_C_PREFETCH_LEAD=<n>  (correct results) that prefetch leaves with the tile's k-block
-//                         kb_end - 1 - n (or its first) instead of kb_end - 3.
+//                         reduce-add epilogue (TmaStoreFp32::Prefetch): the A/B baseline.
+//   FINEGEMM_C_PREFETCH_LEAD=<n>  (correct results) that prefetch's last boxes leave with the tile's
+//                         k-block kb_end - 1 - n (or its first) instead of kb_end - 3.
+//   FINEGEMM_DIAG_C_PREFETCH_BURST  (correct results) all of them leave with that k-block (as first
+//                         built) instead of one or a few per k-block before it.
 //   FINEGEMM_SFB_REG_SLACK=<n>  (correct results) the 1D1D prefetch's register slack instead of the
 //                         measured 24 (impls/sm90_fp8_gemm_1d2d.cuh; 20 / 28 / 32: benchmarks/NOTES.md
 //                         v0.37): more or fewer chunks' column scales loaded before the wgmmas.
@@ -187,6 +189,12 @@ constexpr bool kNoCPrefetch = false;
 constexpr unsigned kCPrefetchLead = FINEGEMM_C_PREFETCH_LEAD;
 #else
 constexpr unsigned kCPrefetchLead = 2;
+#endif
+
+#ifdef FINEGEMM_DIAG_C_PREFETCH_BURST
+constexpr bool kCPrefetchBurst = true;
+#else
+constexpr bool kCPrefetchBurst = false;
 #endif
 
 }  // namespace diag
