@@ -96,8 +96,11 @@ struct TmaStoreFp32 {
     uint32_t first = ~0u, width = 1;  // none by default
 
     // The window ends `lead` k-blocks before the tile's last one and holds up to kTotal k-blocks.
-    __device__ __forceinline__ Prefetch(bool on, uint32_t kb_begin, uint32_t kb_end, uint32_t lead, bool burst) {
-      if (!on || kb_end == kb_begin) return;
+    // Tiles of more than max_kb k-blocks go without: C is a small part of their traffic, and the
+    // prefetch measured neutral to +2.5% there (benchmarks/NOTES.md v0.72).
+    __device__ __forceinline__ Prefetch(bool on, uint32_t kb_begin, uint32_t kb_end, uint32_t lead, bool burst,
+                                        uint32_t max_kb) {
+      if (!on || kb_end == kb_begin || kb_end - kb_begin > max_kb) return;
       const uint32_t last = kb_end - kb_begin > lead ? kb_end - 1 - lead : kb_begin;
       first = burst ? last : (last - kb_begin + 1 > kTotal ? last + 1 - kTotal : kb_begin);
       width = last + 1 - first;

@@ -344,7 +344,8 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
         const uint32_t a_tx_bytes = last_a ? last_tx_a : first_tx_a;
         const CUtensorMap* map_a = last_a ? tmap_a_last : tmap_a;
         [[maybe_unused]] const typename EpiTmaF32Add::template Prefetch<BLOCK_M / 64> c_prefetch_plan(
-            c_prefetch, kb_begin, kb_end, diag::kCPrefetchLead, diag::kCPrefetchBurst);
+            c_prefetch, kb_begin, kb_end, diag::kCPrefetchLead, diag::kCPrefetchBurst,
+            diag::kCPrefetchMaxKBlocks);
         for (uint32_t kb = kb_begin; kb < kb_end; ++kb) {
           // Fresh barrier: waiting for parity 1 returns at once, so the first pass never blocks.
           ptx::mbar_wait(empty_bar(stage), phase ^ 1u);

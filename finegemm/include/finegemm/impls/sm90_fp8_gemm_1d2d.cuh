@@ -524,7 +524,8 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         if constexpr (kFitA) map_a = last_a ? tmap_a_last : tmap_a;
         // Which k-blocks carry the prefetch of the tile's D boxes (none without it).
         [[maybe_unused]] const typename EpiTmaF32::template Prefetch<BLOCK_M / 64> c_prefetch_plan(
-            c_prefetch, kb_begin, kb_end, diag::kCPrefetchLead, diag::kCPrefetchBurst);
+            c_prefetch, kb_begin, kb_end, diag::kCPrefetchLead, diag::kCPrefetchBurst,
+            diag::kCPrefetchMaxKBlocks);
         FG_TRACE_TILE(trace_buf, 2, traced_tile, 0);
         for (uint32_t kb = kb_begin; kb < kb_end; ++kb) {
           if constexpr (kBurst > 1) {

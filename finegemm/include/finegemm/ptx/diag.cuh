@@ -60,6 +60,8 @@
 //                         reduce-add epilogue (TmaStoreFp32::Prefetch): the A/B baseline.
 //   FINEGEMM_C_PREFETCH_LEAD=<n>  (correct results) that prefetch's last boxes leave with the tile's
 //                         k-block kb_end - 1 - n (or its first) instead of kb_end - 3.
+//   FINEGEMM_C_PREFETCH_MAX_KB=<n>  (correct results) tiles of up to n k-blocks get that prefetch
+//                         (default 64).
 //   FINEGEMM_DIAG_C_PREFETCH_BURST  (correct results) all of them leave with that k-block (as first
 //                         built) instead of one or a few per k-block before it.
 //   FINEGEMM_SFB_REG_SLACK=<n>  (correct results) the 1D1D prefetch's register slack instead of the
@@ -195,6 +197,12 @@ constexpr unsigned kCPrefetchLead = 2;
 constexpr bool kCPrefetchBurst = true;
 #else
 constexpr bool kCPrefetchBurst = false;
+#endif
+
+#ifdef FINEGEMM_C_PREFETCH_MAX_KB
+constexpr unsigned kCPrefetchMaxKBlocks = FINEGEMM_C_PREFETCH_MAX_KB;
+#else
+constexpr unsigned kCPrefetchMaxKBlocks = 64;
 #endif
 
 }  // namespace diag
