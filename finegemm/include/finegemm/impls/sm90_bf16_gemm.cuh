@@ -65,8 +65,8 @@
 // Its epilogue is the FP8 recipe (1,1,128) one (epilogue/tma_store_fp32.cuh, always built in:
 // kTmaStore): when the host sets kBf16FlagTmaStore (C null or C = D, a D map TMA can address), each
 // warpgroup's fragment goes out in 32-column fp32 boxes through a 16 KB ring, a TMA store, or with
-// C = D a TMA reduce-add (whose D boxes the producer prefetches into L2 a few k-blocks before),
-// overlapped with the next tile; otherwise the direct stores (+ C).
+// C = D a TMA reduce-add (whose D boxes the producer prefetches into L2 over the tile's last
+// k-blocks), overlapped with the next tile; otherwise the direct stores (+ C).
 #pragma once
 
 #include <cuda.h>
