@@ -504,8 +504,11 @@ def test_dense_1d1d_tma_epilogue(m, n, k, bm, bn, mc, mc_a):
                                             quant.get_mn_major_tma_aligned_tensor(sfb), d, c, cfg)
             call()
             torch.cuda.synchronize()
-            used = bool(_prepared_flags(call) & 2)
+            flags = _prepared_flags(call)
+            used = bool(flags & 2)
             assert used == (tma and mode != "sep"), f"TMA epilogue in use: {used} (tma_store={tma}, c {mode})"
+            # The direct epilogue with C gets a map over C for the producer's L2 prefetch (flag 4).
+            assert bool(flags & 4) == (has_c and not used), f"C prefetch map: flags {flags} (tma_store={tma}, c {mode})"
             out[tma] = d
         _check(out[True], a, sfa, b, sfb, x, w, None if mode == "none" else c0)
         assert torch.equal(out[True].view(torch.int32), out[False].view(torch.int32)), \
@@ -532,7 +535,9 @@ def test_dense_1d1d_tma_epilogue_strided_d(pad):
                                     quant.get_mn_major_tma_aligned_tensor(sfb), d, d, cfg)
     call()
     torch.cuda.synchronize()
-    assert bool(_prepared_flags(call) & 2) == (pad % 4 == 0)
+    flags = _prepared_flags(call)
+    assert bool(flags & 2) == (pad % 4 == 0)
+    assert not flags & 4, "a C prefetch map with the TMA epilogue, or over a pitch TMA cannot address"
     _check(d, a, sfa, b, sfb, x, w, c0)
     assert (big[:, n:] == 7.0).all(), "padding of d written"
 

@@ -17,6 +17,7 @@ namespace {
 constexpr int kBlockK = 128;
 constexpr uint32_t kFlagVectorStores = 1u;  // mirrors impls::kFlagVectorStores
 constexpr uint32_t kFlagTmaStore = 2u;      // mirrors impls::kFlagTmaStore
+constexpr uint32_t kFlagCPrefetchMap = 4u;  // mirrors impls::kFlagCPrefetchMap
 
 // Column-box swizzle of the TMA-store epilogue: mirrors epilogue::TmaStoreBf16<BLOCK_N>.
 int tma_store_swizzle_bytes(int block_n) {
@@ -216,6 +217,14 @@ int encode_1d1d(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sfa, void
   std::memset(&L->tmap_d, 0, sizeof(L->tmap_d));
   if (tma_store != 0 && (c == nullptr || c == d)) {
     if (fg::make_fp32_epilogue_tmap(&L->tmap_d, d, m, n, ldd, 1, block_n, &r)) flags |= kFlagTmaStore;
+    if (r != CUDA_SUCCESS) return r;
+  }
+  // Direct stores with C: the same map over C (row pitch ldd) serves only the producer's L2
+  // prefetch of each tile's C boxes.
+  if ((flags & kFlagTmaStore) == 0 && c != nullptr) {
+    if (fg::make_fp32_epilogue_tmap(&L->tmap_d, const_cast<void*>(c), m, n, ldd, 1, block_n, &r)) {
+      flags |= kFlagCPrefetchMap;
+    }
     if (r != CUDA_SUCCESS) return r;
   }
 

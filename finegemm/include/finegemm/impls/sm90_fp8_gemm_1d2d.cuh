@@ -31,8 +31,9 @@
 // main loop (the buffer is only waited for before its next reuse). Recipe (1,1,128) with kTmaStore:
 // fp32 D leaves through a ring of column-box buffers and TMA stores, or TMA reduce-adds when C is D
 // (epilogue/tma_store_fp32.cuh; the host sets kFlagTmaStore only then, or without C). Otherwise:
-// direct register -> global stores. With the reduce-add, the producer prefetches each tile's boxes of
-// D into L2 over the k-blocks before the tile's last few (TmaStoreFp32::Prefetch).
+// direct register -> global stores. With C (recipe (1,1,128)) the producer prefetches each tile's C
+// boxes into L2 over the k-blocks before the tile's last few (TmaStoreFp32::Prefetch): through D's
+// map for the reduce-add, through a map over C (kFlagCPrefetchMap) for the direct epilogue.
 //
 // GEMM kinds (kGemmKind, scheduler/persistent.cuh): kGemmNormal; kGemmGroupedContiguous (MoE
 // prefill: A [M, K] rows of all groups stacked, B [G*N, K], sfb [G, ceil(N/128), Kb], `grouped`
@@ -155,6 +156,7 @@ struct Sm90Fp8Gemm1d2dTraits {
 // Kernel parameter flags (bit set by the host launcher).
 constexpr uint32_t kFlagVectorStores = 1u;  // D (and C) pointer/stride allow 2-element vector accesses
 constexpr uint32_t kFlagTmaStore = 2u;      // tmap_d is valid: TMA-store epilogue (kernels built with kTmaStore)
+constexpr uint32_t kFlagCPrefetchMap = 4u;  // 1D1D, direct epilogue with C: tmap_d maps C, for the L2 prefetch only
 
 // Promotion of one k-block: fin += (sfa * sfb) * acc for kNumChunks 8-column chunks starting
 // at chunk kChunkBase of the tile (acc holds just those chunks). For a tile whose first column
@@ -490,9 +492,10 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
       const uint32_t last_a_rows = last_a_box_rows(M, BLOCK_M, kFitA, false);
       const uint32_t last_a_row = (M - 1u) / BLOCK_M * BLOCK_M;  // first row of the last m-block
       const uint32_t base_tx_bytes = Traits::kTxBytes - (BLOCK_M - first_a_rows) * 4u;
-      // The reduce-add epilogue's D (= C) boxes go to L2 ahead of each tile's epilogue.
-      constexpr bool kPrefetchD = kHasC && kTmaStore && k1D1D && !diag::kNoCPrefetch;
-      const bool c_prefetch = kPrefetchD && (flags & kFlagTmaStore) != 0;
+      // C's boxes go to L2 ahead of each tile's epilogue: through D's map for the reduce-add (C is
+      // D), through the host's map over C for the direct epilogue.
+      constexpr bool kPrefetchD = kHasC && k1D1D && !kSplitK && !diag::kNoCPrefetch;
+      const bool c_prefetch = kPrefetchD && (flags & (kFlagTmaStore | kFlagCPrefetchMap)) != 0;
       uint32_t stage = 0, phase = 0;
       FG_TRACE_ONLY(uint32_t traced_tile = 0;)
       Walker walker(M, N, num_kb, kSplitK ? num_splits : 1u, grouped, num_groups);
