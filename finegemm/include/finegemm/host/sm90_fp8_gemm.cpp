@@ -220,12 +220,14 @@ int encode_1d1d(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sfa, void
     if (r != CUDA_SUCCESS) return r;
   }
   // Direct stores with C: the same map over C (row pitch ldd) serves only the producer's L2
-  // prefetch of each tile's C boxes.
+  // prefetch of each tile's C boxes. A hint: a C the map cannot describe just goes without it.
   if ((flags & kFlagTmaStore) == 0 && c != nullptr) {
-    if (fg::make_fp32_epilogue_tmap(&L->tmap_d, const_cast<void*>(c), m, n, ldd, 1, block_n, &r)) {
+    CUresult map_r = CUDA_SUCCESS;
+    if (fg::make_fp32_epilogue_tmap(&L->tmap_d, const_cast<void*>(c), m, n, ldd, 1, block_n, &map_r)) {
       flags |= kFlagCPrefetchMap;
+    } else {
+      std::memset(&L->tmap_d, 0, sizeof(L->tmap_d));
     }
-    if (r != CUDA_SUCCESS) return r;
   }
 
   L->sfb_p = nullptr;  // the kernel reads sfb through tmap_sfb
