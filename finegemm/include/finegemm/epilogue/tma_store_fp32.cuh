@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include <finegemm/epilogue/swizzle.cuh>
+#include <finegemm/ptx/diag.cuh>
 #include <finegemm/ptx/common.cuh>
 #include <finegemm/ptx/tma.cuh>
 
@@ -84,10 +85,11 @@ struct TmaStoreFp32 {
     }
   }
 
-  // L2 prefetch of the boxes store() will write (kRowHalves 64-row halves at (col0, row0, group)),
-  // issued by one thread (the producer's) over the tile's k-blocks [first, first + width): with the
-  // reduce-add, the read of D (= C) at L2 then leaves during the main loop instead of in the burst of
-  // HBM reads when every CTA of a wave reaches its epilogue together. Spread one or a few boxes per
+  // L2 prefetch of C's boxes at the places store() writes (kRowHalves 64-row halves at (col0, row0,
+  // group)) through an fp32 map of this layout (D's for the reduce-add, where C is D, or one over C),
+  // issued by one thread (the producer's) over the tile's k-blocks [first, first + width): the read
+  // of C then leaves during the main loop instead of in the burst of HBM reads when every CTA of a
+  // wave reaches its epilogue together. Spread one or a few boxes per
   // k-block, because all at once held the producer's next loads behind them in the TMA unit: +1.7%
   // on the long-K tiles (benchmarks/NOTES.md v0.72).
   template <uint32_t kRowHalves>
@@ -95,14 +97,15 @@ struct TmaStoreFp32 {
     static constexpr uint32_t kTotal = kRowHalves * kNumBoxes;
     uint32_t first = ~0u, width = 1;  // none by default
 
-    // The window ends `lead` k-blocks before the tile's last one and holds up to kTotal k-blocks.
-    // Tiles of more than max_kb k-blocks go without: C is a small part of their traffic, and the
-    // prefetch measured neutral to +2.5% there (benchmarks/NOTES.md v0.72).
-    __device__ __forceinline__ Prefetch(bool on, uint32_t kb_begin, uint32_t kb_end, uint32_t lead, bool burst,
-                                        uint32_t max_kb) {
-      if (!on || kb_end == kb_begin || kb_end - kb_begin > max_kb) return;
-      const uint32_t last = kb_end - kb_begin > lead ? kb_end - 1 - lead : kb_begin;
-      first = burst ? last : (last - kb_begin + 1 > kTotal ? last + 1 - kTotal : kb_begin);
+    // The window ends diag::kCPrefetchLead k-blocks before the tile's last one and holds up to
+    // kTotal k-blocks. Tiles of more than diag::kCPrefetchMaxKBlocks k-blocks go without: C is a
+    // small part of their traffic, and the prefetch measured neutral to +2.5% there
+    // (benchmarks/NOTES.md v0.72).
+    __device__ __forceinline__ Prefetch(bool on, uint32_t kb_begin, uint32_t kb_end) {
+      constexpr uint32_t kLead = diag::kCPrefetchLead;
+      if (!on || kb_end == kb_begin || kb_end - kb_begin > diag::kCPrefetchMaxKBlocks) return;
+      const uint32_t last = kb_end - kb_begin > kLead ? kb_end - 1 - kLead : kb_begin;
+      first = diag::kCPrefetchBurst ? last : (last - kb_begin + 1 > kTotal ? last + 1 - kTotal : kb_begin);
       width = last + 1 - first;
     }
 

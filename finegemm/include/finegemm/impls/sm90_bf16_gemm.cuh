@@ -324,9 +324,9 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
       ptx::tma_prefetch_desc(tmap_b);
       // K-grouped with C = D: each tile's D boxes go to L2 ahead of its reduce-add epilogue
       // (TmaStoreFp32::Prefetch).
-      constexpr bool kPrefetchD = kKGrouped && !diag::kNoCPrefetch;
+      constexpr bool kPrefetchC = kKGrouped && !diag::kNoCPrefetch;
       constexpr uint32_t kReduceAddFlags = kBf16FlagTmaStore | kBf16FlagHasC;
-      [[maybe_unused]] const bool c_prefetch = kPrefetchD && (flags & kReduceAddFlags) == kReduceAddFlags;
+      [[maybe_unused]] const bool c_prefetch = kPrefetchC && (flags & kReduceAddFlags) == kReduceAddFlags;
       uint32_t stage = 0, phase = 0;
       [[maybe_unused]] const KWalker kwalk(M, N, kgroups, kKGrouped ? kgroups->num_slots : 0u);
       for (uint32_t unit = blockIdx.x; unit < (kKGrouped ? kwalk.num_units : sched.num_units); unit += gridDim.x) {
@@ -343,9 +343,8 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
         const bool last_a = kFitA && m_block == last_m_block;
         const uint32_t a_tx_bytes = last_a ? last_tx_a : first_tx_a;
         const CUtensorMap* map_a = last_a ? tmap_a_last : tmap_a;
-        [[maybe_unused]] const typename EpiTmaF32Add::template Prefetch<BLOCK_M / 64> c_prefetch_plan(
-            c_prefetch, kb_begin, kb_end, diag::kCPrefetchLead, diag::kCPrefetchBurst,
-            diag::kCPrefetchMaxKBlocks);
+        [[maybe_unused]] const typename EpiTmaF32Add::template Prefetch<BLOCK_M / 64> c_prefetch_plan(c_prefetch,
+                                                                                                    kb_begin, kb_end);
         for (uint32_t kb = kb_begin; kb < kb_end; ++kb) {
           // Fresh barrier: waiting for parity 1 returns at once, so the first pass never blocks.
           ptx::mbar_wait(empty_bar(stage), phase ^ 1u);
@@ -378,7 +377,7 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
               load_b(dst_b, full_bar(stage), k0, n0);
             }
           }
-          if constexpr (kPrefetchD) {  // the epilogue's box coordinates (D's map: N, rows per group, groups)
+          if constexpr (kPrefetchC) {  // the epilogue's box coordinates (D's map: N, rows per group, groups)
             c_prefetch_plan.issue(kb, tmap_d, n0, m0, static_cast<int32_t>(group));
           }
           if (++stage == kNumStages) {

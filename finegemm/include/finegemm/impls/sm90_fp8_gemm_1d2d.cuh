@@ -494,8 +494,8 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
       const uint32_t base_tx_bytes = Traits::kTxBytes - (BLOCK_M - first_a_rows) * 4u;
       // C's boxes go to L2 ahead of each tile's epilogue: through D's map for the reduce-add (C is
       // D), through the host's map over C for the direct epilogue.
-      constexpr bool kPrefetchD = kHasC && k1D1D && !kSplitK && !diag::kNoCPrefetch;
-      const bool c_prefetch = kPrefetchD && (flags & (kFlagTmaStore | kFlagCPrefetchMap)) != 0;
+      constexpr bool kPrefetchC = kHasC && k1D1D && !kSplitK && !diag::kNoCPrefetch;
+      const bool c_prefetch = kPrefetchC && (flags & (kFlagTmaStore | kFlagCPrefetchMap)) != 0;
       uint32_t stage = 0, phase = 0;
       FG_TRACE_ONLY(uint32_t traced_tile = 0;)
       Walker walker(M, N, num_kb, kSplitK ? num_splits : 1u, grouped, num_groups);
@@ -525,10 +525,9 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         const uint32_t a_box_rows = last_a ? last_a_rows : first_a_rows;
         const uint32_t tx_bytes = base_tx_bytes - (BLOCK_M - a_box_rows) * Traits::BLOCK_K;
         if constexpr (kFitA) map_a = last_a ? tmap_a_last : tmap_a;
-        // Which k-blocks carry the prefetch of the tile's D boxes (none without it).
-        [[maybe_unused]] const typename EpiTmaF32::template Prefetch<BLOCK_M / 64> c_prefetch_plan(
-            c_prefetch, kb_begin, kb_end, diag::kCPrefetchLead, diag::kCPrefetchBurst,
-            diag::kCPrefetchMaxKBlocks);
+        // Which k-blocks carry the prefetch of the tile's C boxes (none without it).
+        [[maybe_unused]] const typename EpiTmaF32::template Prefetch<BLOCK_M / 64> c_prefetch_plan(c_prefetch, kb_begin,
+                                                                                                 kb_end);
         FG_TRACE_TILE(trace_buf, 2, traced_tile, 0);
         for (uint32_t kb = kb_begin; kb < kb_end; ++kb) {
           if constexpr (kBurst > 1) {
@@ -582,7 +581,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
                              static_cast<int32_t>(kKGrouped ? t.sfa_kb0 + kb : kb));
           }
           }  // diag::kNoTma
-          if constexpr (kPrefetchD) {  // the epilogue's box coordinates (D's map: N, rows per group, groups)
+          if constexpr (kPrefetchC) {  // the epilogue's box coordinates (the map: N, rows per group, groups)
             c_prefetch_plan.issue(kb, tmap_d, n0, m0,
                                   kKGrouped ? static_cast<int32_t>(kgroups->slot[t.group].group) : 0);
           }
