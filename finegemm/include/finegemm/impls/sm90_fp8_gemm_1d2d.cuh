@@ -392,9 +392,9 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   const uint32_t num_kb = (K + Traits::BLOCK_K - 1) / Traits::BLOCK_K;
   const uint32_t num_m_blocks = (M + BLOCK_M - 1) / BLOCK_M;
   const uint32_t num_n_blocks = (N + BLOCK_N - 1) / BLOCK_N;
-  const scheduler::PersistentScheduler<kMcB ? 2 : 1, kMcA ? 2 : 1, 16> sched(num_m_blocks, num_n_blocks,
+  const scheduler::PersistentScheduler<kMcB ? 2 : 1, kMcA ? 2 : 1, diag::kSchedGroupN> sched(num_m_blocks, num_n_blocks,
                                                                               kSplitK ? num_splits : 1u);
-  using Walker = scheduler::TileWalker<kGemmKind, BLOCK_M, BLOCK_N, kMcB ? 2 : 1, kMcA ? 2 : 1, 16>;
+  using Walker = scheduler::TileWalker<kGemmKind, BLOCK_M, BLOCK_N, kMcB ? 2 : 1, kMcA ? 2 : 1, diag::kSchedGroupN>;
   const uint32_t rank = kNumMulticast > 1 ? ptx::cluster_ctarank() : 0u;
   const uint32_t cluster_id = blockIdx.x / kNumMulticast;
   // FINEGEMM_TRACE_TILES (ptx/trace.cuh): the trace follows the split-K partial slabs in the

@@ -58,6 +58,11 @@
 //   FINEGEMM_DIAG_NO_C_PREFETCH  (FP8 1D1D and BF16 k-grouped kernels, correct results) the
 //                         producer does not prefetch a tile's D (= C) boxes into L2 before its
 //                         reduce-add epilogue (TmaStoreFp32::Prefetch): the A/B baseline.
+//   FINEGEMM_SCHED_GROUP_N=<n>  (FP8 kernel, correct results) the tile order's column-group width
+//                         in super-tile columns (default 16, scheduler/persistent.cuh): a wider
+//                         group puts a wave's tiles side by side along N, so D's rows are written
+//                         (and C's read) in longer contiguous runs. Does an epilogue-bound shape
+//                         (K = 512 wgrad) gain from that DRAM locality?
 //   FINEGEMM_C_PREFETCH_LEAD=<n>  (correct results) that prefetch's last boxes leave with the tile's
 //                         k-block kb_end - 1 - n (or its first) instead of kb_end - 3.
 //   FINEGEMM_C_PREFETCH_MAX_KB=<n>  (correct results) tiles of up to n k-blocks get that prefetch
@@ -204,6 +209,13 @@ constexpr unsigned kCPrefetchMaxKBlocks = FINEGEMM_C_PREFETCH_MAX_KB;
 #else
 constexpr unsigned kCPrefetchMaxKBlocks = 64;
 #endif
+
+#ifdef FINEGEMM_SCHED_GROUP_N
+constexpr unsigned kSchedGroupN = FINEGEMM_SCHED_GROUP_N;
+#else
+constexpr unsigned kSchedGroupN = 16;
+#endif
+static_assert(kSchedGroupN >= 1, "FINEGEMM_SCHED_GROUP_N: at least 1");
 
 }  // namespace diag
 }  // namespace finegemm
