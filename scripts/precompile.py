@@ -112,6 +112,10 @@ def wgrad_configs(sms: int) -> list:
             for bm, bn, mc, mc_a, tma, kbat in t.KBATCH_CFGS:
                 for kb in (kbat, 1):
                     out.append(t.tma_epilogue_config(plan, bm, bn, mc, mc_a, tma, sms, k_batch=kb))
+    # C staged in shared memory against C from global memory and the TMA reduce-add (test_dense_1d1d_c_stage*).
+    for (m, n, k) in t.C_STAGE_SHAPES + [(257, 1000, 640)]:
+        for bm, bn, mc, mc_a, kbat in t.C_STAGE_CFGS:
+            out += list(t.c_stage_configs(m, n, k, bm, bn, mc, mc_a, kbat, sms))
     # block_m 192 against block_m 128 (test_dense_1d1d_three_warpgroups).
     for (m, n, k) in t.TMA_EPI_SHAPES:
         for has_c in (False, True):

@@ -4,10 +4,12 @@
 Times, kernel-only with the bench's L2 flush (kernel_time_us), on the same D:
   rmw_add   d.add_(1.0)          reads and writes D in place (the floor of any C = D accumulation)
   copy      d2.copy_(d)          reads D, writes another buffer (the anchors' "copy" ceiling)
-  write     d.fill_(1.0)         writes D only (the floor of a GEMM without C)
+  write     d.copy_(one)         writes D only (the floor of a GEMM without C; a broadcast copy, not
+                                 fill_: the timer drops FillFunctor kernels as the L2 flush)
   read      torch.sum(d, dim=0)  reads D only
   gemm_c / gemm_no_c / gemm_c_tma / gemm_no_c_tma: the planned 1D1D + C configuration, the same
             without C, and the same tile with the TMA epilogue (reduce-add / store).
+  gemm_c_stage: the planned tile with C TMA-loaded into shared memory (c_stage).
 
   python3 scripts/probe_rmw_floor.py [--shapes 4096,32768,512 ...] [--json out.json]
   python3 scripts/probe_rmw_floor.py --once   # one call of each, for ncu (no timing harness)
@@ -27,16 +29,29 @@ DEFAULT_SHAPES = [(4096, 32768, 512), (4096, 7168, 2048)]
 
 
 def _configs(m: int, n: int, k: int, sms: int):
+    """probe_wgrad's four (planned + C, no C, TMA epilogue + C / no C) and the planned tile with C
+    staged in shared memory (where the tile allows it)."""
+    import dataclasses
+
+    from finegemm.heuristics.sm90_fp8_gemm import make_config, max_stages
     from probe_wgrad import anchor_configs
 
-    return anchor_configs(m, n, k, sms)
+    cfgs = anchor_configs(m, n, k, sms)
+    p = dataclasses.replace(cfgs[0], c_stage=False)
+    try:
+        st = min(p.num_stages, max_stages(p.block_m, p.block_n, False, True, cap=16, c_stage=True))
+        cst = make_config(m, n, k, sms, True, True, p.block_m, p.block_n, st, 1, p.num_multicast, p.multicast_on_a,
+                          False, one_d_one_d=True, k_batch=min(p.k_batch, st), c_stage=True)
+    except ValueError:
+        cst = None
+    return (*cfgs, cst)
 
 
 def precompile(shapes, jobs: int) -> int:
     from finegemm import jit
     from finegemm.ops import sm90_fp8_gemm as ops
 
-    cfgs = {ops._kernel_name(c): c for (m, n, k) in shapes for c in _configs(m, n, k, 132)}
+    cfgs = {ops._kernel_name(c): c for (m, n, k) in shapes for c in _configs(m, n, k, 132) if c is not None}
     print(f"{len(cfgs)} kernel configurations")
     jit.build_many({name: ops._render_cfg(cfg) for name, cfg in cfgs.items()}, jobs)
     return 0
@@ -53,17 +68,21 @@ def _calls(m: int, n: int, k: int):
     d = torch.zeros(m, n, device="cuda", dtype=torch.float32)
     d2 = torch.empty_like(d)
     col = torch.empty(n, device="cuda", dtype=torch.float32)
-    cfg_c, cfg_noc, cfg_tc, cfg_tnoc = _configs(m, n, k, torch.cuda.get_device_properties(0).multi_processor_count)
+    one = torch.ones((), device="cuda", dtype=torch.float32).expand(m, n)
+    cfg_c, cfg_noc, cfg_tc, cfg_tnoc, cfg_cst = _configs(m, n, k,
+                                                         torch.cuda.get_device_properties(0).multi_processor_count)
     calls = {
         "rmw_add": lambda: d.add_(1.0),
         "copy": lambda: d2.copy_(d),
-        "write": lambda: d.fill_(1.0),
+        "write": lambda: d.copy_(one),
         "read": lambda: torch.sum(d, dim=0, out=col),
         "gemm_c": ops._prepare_1d1d_kernel(a, sfa, b, sfb, d, d, cfg_c),
         "gemm_no_c": ops._prepare_1d1d_kernel(a, sfa, b, sfb, d, None, cfg_noc),
         "gemm_c_tma": ops._prepare_1d1d_kernel(a, sfa, b, sfb, d, d, cfg_tc),
         "gemm_no_c_tma": ops._prepare_1d1d_kernel(a, sfa, b, sfb, d, None, cfg_tnoc),
     }
+    if cfg_cst is not None:
+        calls["gemm_c_stage"] = ops._prepare_1d1d_kernel(a, sfa, b, sfb, d, d, cfg_cst)
     desc = (f"bm{cfg_c.block_m} bn{cfg_c.block_n} s{cfg_c.num_stages} mc{cfg_c.num_multicast}"
             f"{'A' if cfg_c.multicast_on_a else 'B'} epilogue={'tma' if cfg_c.tma_store else 'direct'}; "
             f"tma variant s{cfg_tc.num_stages}")
@@ -97,7 +116,7 @@ def main() -> int:
         us = {name: kernel_time_us(fn, args.num_tests) for name, fn in calls.items()}
         # bytes each call moves at HBM at least (GEMM operands are < 4% of D here)
         moved = {"rmw_add": 2, "copy": 2, "write": 1, "read": 1, "gemm_c": 2, "gemm_no_c": 1, "gemm_c_tma": 2,
-                 "gemm_no_c_tma": 1}
+                 "gemm_no_c_tma": 1, "gemm_c_stage": 2}
         tbs = {name: moved[name] * d_bytes / us[name] / 1e6 for name in us}
         rec = {"m": m, "n": n, "k": k, "config": desc, "d_bytes": d_bytes, "us": us, "tb_per_s": tbs}
         records.append(rec)

@@ -531,6 +531,18 @@ def test_render_1d1d_source():
             render(**args)
     with pytest.raises(ValueError):
         render(128, 128, 4, True, False, True, 2, False, one_d_one_d=True)  # split-K + multicast
+    # The C stage (the 14th): k_batch rendered with it; only the dense direct epilogue with C.
+    src = render(128, 128, 4, True, True, False, 2, True, one_d_one_d=True, c_stage=True)
+    assert "2, true, false, false, 0, true, 1, true>(" in src
+    assert "0, true, 2, true>(" in render(128, 128, 4, True, True, False, 2, True, one_d_one_d=True, k_batch=2,
+                                          c_stage=True)
+    for kw in [dict(has_c=False), dict(tma_store=True), dict(split_k=True), dict(block_n=112), dict(gemm_kind=3),
+               dict(one_d_one_d=False)]:
+        args = dict(block_m=128, block_n=128, num_stages=4, out_fp32=True, has_c=True, split_k=False,
+                    one_d_one_d=True, c_stage=True)
+        args.update(kw)
+        with pytest.raises(ValueError):
+            render(**args)
     # The 1D2D sources are unchanged by the new parameter's default.
     assert render(128, 160, 6, False, False, False) == render(128, 160, 6, False, False, False, one_d_one_d=False)
     assert "tmap_sfb" not in render(128, 160, 6, False, False, False)
@@ -616,6 +628,31 @@ def test_every_1d1d_block_n_compiles_spill_free():
         rep = jit.compile_check([("bm128_bn%d_1d1d" % bn, render(128, bn, st, True, True, False, 2, False,
                                                                  one_d_one_d=True))], raise_on_failure=False)
         assert rep[0]["spilled"], f"bm128 block_n {MAX_BLOCK_N_1D1D_128} 1D1D no longer spills: raise the limit"
+
+
+@pytest.mark.nvcc
+def test_c_stage_tiles_compile_spill_free():
+    """Every block_n % 32 tile of each block_m with the C stage (the tuner's c_stage twins), with
+    and without multicast and k-block batches where the tile allows them."""
+    from finegemm import jit
+    from finegemm.heuristics.sm90_fp8_gemm import MAX_BLOCK_N_KBATCH_1D1D, block_n_candidates, max_stages
+    from finegemm.ops.sm90_fp8_gemm import render
+
+    jobs = []
+    for bm in (64, 128, 192):
+        for bn in [b for b in block_n_candidates(bm, True) if b % 32 == 0]:
+            st = max_stages(bm, bn, False, True, c_stage=True)
+            mcs = [(1, False)] if bm == 192 else [(1, False), (2, True), (2, False)]
+            for mc, mc_a in mcs:
+                jobs.append((f"bm{bm}_bn{bn}_s{st}_mc{mc}{'a' if mc_a else 'b'}_cst",
+                             render(bm, bn, st, True, True, False, mc, mc_a, one_d_one_d=True, c_stage=True)))
+            for kbat, top in MAX_BLOCK_N_KBATCH_1D1D.items():
+                if bm != 192 and bn <= top and st >= kbat:
+                    jobs.append((f"bm{bm}_bn{bn}_s{st}_kb{kbat}_cst",
+                                 render(bm, bn, st, True, True, False, 2, True, one_d_one_d=True, k_batch=kbat,
+                                        c_stage=True)))
+    assert len(jobs) > 20
+    _check_reports(jit.compile_check(jobs, raise_on_failure=False))
 
 
 @pytest.mark.nvcc
@@ -876,16 +913,19 @@ def _releases_with_loads_in_flight(sass: str) -> int:
 
 
 @pytest.mark.nvcc
-@pytest.mark.parametrize("bm, bn, has_c, mc", [(128, 208, True, 1), (128, 144, True, 2), (64, 112, False, 1)])
-def test_1d1d_stage_release_is_fenced_after_scale_loads(bm, bn, has_c, mc):
-    """Regression guard of the 1D1D race: in SASS, no consumer release of a stage may follow the
-    promotion's shared-memory scale loads without a proxy fence in between."""
+@pytest.mark.parametrize("bm, bn, has_c, mc, c_stage", [(128, 208, True, 1, False), (128, 144, True, 2, False),
+                                                        (64, 112, False, 1, False), (128, 128, True, 2, True),
+                                                        (192, 96, True, 1, True)])
+def test_1d1d_stage_release_is_fenced_after_scale_loads(bm, bn, has_c, mc, c_stage):
+    """Regression guard of the 1D1D race: in SASS, no consumer release of a stage (or, c_stage,
+    of the C buffer after its shared-memory loads) may follow the shared-memory loads without a
+    proxy fence in between."""
     from finegemm import jit
     from finegemm.heuristics.sm90_fp8_gemm import make_config, max_stages
     from finegemm.ops import sm90_fp8_gemm as ops
 
-    cfg = make_config(4096, 7168, 4096, 132, True, has_c, bm, bn, max_stages(bm, bn, False, True), 1, mc, False,
-                      False, one_d_one_d=True)
+    cfg = make_config(4096, 7168, 4096, 132, True, has_c, bm, bn, max_stages(bm, bn, False, True, c_stage=c_stage), 1,
+                      mc, False, False, one_d_one_d=True, c_stage=c_stage)
     sass = _sass(str(jit.build_cubin(ops._kernel_name(cfg), ops._render_cfg(cfg))))
     if sass is None:
         pytest.skip("no cuobjdump")
@@ -1004,8 +1044,11 @@ def test_smem_formula_matches_the_kernel_traits(tmp_path):
              (64, 112, 8, False, True), (64, 32, 16, False, False), (64, 64, 13, True, False),
              (128, 176, 4, True, True), (128, 208, 4, True, True), (192, 128, 4, True, True),
              (64, 96, 8, True, True)]
+    cases = [(*c, False) for c in cases] + [(128, 128, 4, False, True, True), (64, 96, 6, False, True, True),
+                                            (192, 64, 5, False, True, True), (128, 192, 3, False, True, True)]
     lines = [f"  std::printf(\"%u\\n\", finegemm::impls::Sm90Fp8Gemm1d2dTraits<{bm}, {bn}, {st}, "
-             f"{str(tma).lower()}, {str(d1).lower()}>::kDynamicSmemBytes);" for bm, bn, st, tma, d1 in cases]
+             f"{str(tma).lower()}, {str(d1).lower()}, {str(cs).lower()}>::kDynamicSmemBytes);"
+             for bm, bn, st, tma, d1, cs in cases]
     src = tmp_path / "traits.cu"
     src.write_text("#include <cstdio>\n#include <finegemm/impls/sm90_fp8_gemm_1d2d.cuh>\nint main() {\n"
                    + "\n".join(lines) + "\n  return 0;\n}\n")
@@ -1016,7 +1059,7 @@ def test_smem_formula_matches_the_kernel_traits(tmp_path):
     run = subprocess.run([str(exe)], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     got = [int(x) for x in run.stdout.split()]
-    assert got == [smem_bytes(bm, bn, st, tma, d1) for bm, bn, st, tma, d1 in cases]
+    assert got == [smem_bytes(bm, bn, st, tma, d1, cs) for bm, bn, st, tma, d1, cs in cases]
 
 
 @pytest.mark.nvcc

@@ -378,8 +378,8 @@ def test_1d1d_call_without_c_uses_the_entry_tuned_with_c(monkeypatch):
         no_c = h.select_config(e["m"], e["n"], e["k"], e["num_sms"], True, False, one_d_one_d=True)
         assert _cfg_fields(with_c) == {**tuned.OPTIONAL_FIELDS, **e["config"]}
         assert not no_c.has_c and with_c.has_c
-        if e["k"] >= h.NO_C_FALLBACK_MIN_K:
-            assert _cfg_fields(no_c) == _cfg_fields(with_c)
+        if e["k"] >= h.NO_C_FALLBACK_MIN_K:  # the same tile (without C there is no C stage)
+            assert _cfg_fields(no_c) == {**_cfg_fields(with_c), "c_stage": False}
         else:  # short K: the epilogue dominates, the model decides without C
             monkeypatch.setenv(tuned.DISABLE_TUNED_ENV, "1")
             h.clear_cache()
@@ -430,3 +430,44 @@ def test_the_skinny_multicast_rule_changes_the_model_choice_somewhere(monkeypatc
         ranked = sorted(h._model_candidates(m, n, k, 132, False, False, True, True, False))
         changed += ranked[0][4] == 2 and h.select_config(m, n, k, 132).num_multicast == 1
     assert changed >= 3
+
+
+def test_c_stage_candidates_entries_and_rules(tmp_path, monkeypatch):
+    """The C stage (recipe (1, 1, 128), direct epilogue with C): the tuner times a twin of every
+    direct candidate with C (none without C); make_config rejects it elsewhere; its smem holds the
+    C tile; a table entry that names it serves calls with C only (the no-C fallback drops it); the
+    tuner writes the field only when it chose the stage."""
+    from finegemm.bench import tune
+
+    with_c = h.candidate_configs(4096, 32768, 512, 132, True, True, one_d_one_d=True)
+    staged = [c for c in with_c if c.c_stage]
+    assert staged and all(c.has_c and not c.tma_store and c.num_splits == 1 and c.block_n % 32 == 0 for c in staged)
+    assert len({c.kernel_key() for c in with_c}) == len(with_c)
+    assert not any(c.c_stage for c in h.candidate_configs(4096, 32768, 512, 132, True, False, one_d_one_d=True))
+    ok = dict(m=4096, n=32768, k=512, num_sms=132, out_fp32=True, has_c=True, block_m=128, block_n=128, num_stages=4,
+              one_d_one_d=True, c_stage=True)
+    cfg = h.make_config(**ok)
+    assert cfg.c_stage and ops._kernel_name(cfg).endswith("_cst")
+    assert cfg.smem_bytes == h.smem_bytes(128, 128, 4, False, True) + 128 * 128 * 4 + 2 * 16
+    assert h.max_stages(128, 128, False, True, cap=16, c_stage=True) < h.max_stages(128, 128, False, True, cap=16)
+    for bad in [dict(has_c=False), dict(tma_store=True), dict(num_splits=2), dict(block_n=112), dict(one_d_one_d=False),
+                dict(block_m=64, ctas_per_sm=2), dict(num_stages=6)]:
+        with pytest.raises(ValueError):
+            h.make_config(**{**ok, **bad})
+    # Table entries: K = 512 (no no-C fallback) and K = 4096 (the fallback takes the tile, not the stage).
+    cfg_fields = dict(block_m=128, block_n=128, num_stages=4, num_splits=1, num_multicast=2, multicast_on_a=True,
+                      tma_store=False, half_promote=False, c_stage=True)
+    path = tmp_path / "t.json"
+    tuned.merge_entries(path, [{"kind": "fp8_1d1d", "num_sms": 132, "m": 4096, "n": n, "k": k, "out_fp32": True,
+                                "has_c": True, "config": cfg_fields, "us": 1.0} for n, k in ((32768, 512), (7168, 4096))])
+    monkeypatch.setenv(tuned.TUNED_FILE_ENV, str(path))
+    h.clear_cache()
+    for n, k in ((32768, 512), (7168, 4096)):
+        assert h.select_config(4096, n, k, 132, True, True, one_d_one_d=True).c_stage
+        assert not h.select_config(4096, n, k, 132, True, False, one_d_one_d=True).c_stage
+    assert h.select_config(4096, 7168, 4096, 132, True, False, one_d_one_d=True).block_n == 128  # the fallback
+    rec = {"family": "wgrad", "m": 4096, "n": 32768, "k": 512, "model_us": 300.0,
+           "best": {**cfg_fields, "ctas_per_sm": 1, "k_batch": 2, "us": 250.0}}
+    assert tune.table_entry(rec, 132, {})["config"]["c_stage"] is True
+    rec["best"]["c_stage"] = False
+    assert "c_stage" not in tune.table_entry(rec, 132, {})["config"]

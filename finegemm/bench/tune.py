@@ -105,7 +105,8 @@ def tune_shape(m: int, n: int, k: int, num_sms: int, top: int, num_tests: int, g
         return {"block_m": cfg.block_m, "block_n": cfg.block_n, "num_stages": cfg.num_stages,
                 "num_splits": cfg.num_splits, "num_multicast": cfg.num_multicast,
                 "multicast_on_a": cfg.multicast_on_a, "tma_store": cfg.tma_store, "half_promote": cfg.half_promote,
-                "ctas_per_sm": cfg.ctas_per_sm, "k_batch": cfg.k_batch, "l2_promotion": list(cfg.l2_promotion)}
+                "ctas_per_sm": cfg.ctas_per_sm, "k_batch": cfg.k_batch, "l2_promotion": list(cfg.l2_promotion),
+                "c_stage": cfg.c_stage}
 
     def check(cfg):
         if wgrad:  # accumulates in place: each run starts from C
@@ -130,7 +131,8 @@ def tune_shape(m: int, n: int, k: int, num_sms: int, top: int, num_tests: int, g
     detail = (f"bm{best['block_m']} bn{best['block_n']} s{best['num_stages']} split{best['num_splits']} "
               f"mc{best['num_multicast']}{'A' if best['multicast_on_a'] else ''}{' hp' if best['half_promote'] else ''}"
               f"{' tma' if best['tma_store'] else ''}{' 2cta' if best['ctas_per_sm'] == 2 else ''}"
-              f"{' kb%d' % best['k_batch'] if best['k_batch'] > 1 else ''}") if best else ""
+              f"{' kb%d' % best['k_batch'] if best['k_batch'] > 1 else ''}{' cst' if best['c_stage'] else ''}") \
+        if best else ""
     _log_result(log, f"{m:>5}x{n:>6}x{k:>6}", rows, best, detail)
     return rec
 
@@ -530,6 +532,8 @@ def table_entry(rec: dict, num_sms: int, meta: dict) -> dict | None:
         del config["l2_promotion"]  # the default: entries name it only where a measurement chose another
     else:
         config["l2_promotion"] = list(config["l2_promotion"])
+    if not config["c_stage"]:
+        del config["c_stage"]  # likewise: only the entries that chose the C stage name it
     return {"kind": kind, "num_sms": num_sms, "m": rec["m"], "n": rec["n"],
             "k": rec["k"], "out_fp32": out_fp32, "has_c": wgrad, "config": config,
             "us": round(best["us"], 3), "model_us": round(rec["model_us"], 3) if rec.get("model_us") else None,

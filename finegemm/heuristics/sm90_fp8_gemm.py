@@ -207,6 +207,7 @@ class Fp8GemmConfig:
     ctas_per_sm: int = 1  # 2: a grid of up to 2 x SMs with smem for two co-resident CTAs (block_m 64)
     k_batch: int = 1  # k-blocks whose wgmmas share one wait (narrow tiles: shorter serial chain)
     l2_promotion: tuple = DEFAULT_L2_PROMOTION  # A / B tensor maps' L2 promotion bytes (host-side; 1D2D launches)
+    c_stage: bool = False  # recipe (1, 1, 128) direct epilogue with C: C TMA-loaded into shared memory per tile
 
     @property
     def split_k(self) -> bool:
@@ -226,7 +227,7 @@ class Fp8GemmConfig:
         """What selects the compiled kernel (everything else is a runtime argument)."""
         return (self.block_m, self.block_n, self.num_stages, self.out_fp32, self.has_c, self.split_k,
                 self.num_multicast, self.multicast_on_a, self.half_promote, self.tma_store, self.gemm_kind,
-                self.one_d_one_d, self.k_batch)
+                self.one_d_one_d, self.k_batch, self.c_stage)
 
 
 def num_threads(block_m: int) -> int:
@@ -255,26 +256,33 @@ def _sfb_stage_bytes(block_n: int, one_d_one_d: bool) -> int:
     return ceil_div(block_n * 4, 128) * 128 if one_d_one_d else 16
 
 
+def c_stage_bytes(block_m: int, block_n: int, c_stage: bool) -> int:
+    """The C tile in shared memory (c_stage: block_m x block_n fp32) and its full / empty barrier
+    per consumer warpgroup; mirrors Sm90Fp8Gemm1d2dTraits::kSmemC and its barriers."""
+    return block_m * block_n * 4 + 16 * (block_m // 64) if c_stage else 0
+
+
 def smem_bytes(block_m: int, block_n: int, num_stages: int, tma_store: bool = False,
-               one_d_one_d: bool = False) -> int:
+               one_d_one_d: bool = False, c_stage: bool = False) -> int:
     """Dynamic shared memory of a launch; mirrors Sm90Fp8Gemm1d2dTraits::kDynamicSmemBytes:
     the TMA-store staging buffer (block_m x block_n bf16 when tma_store; with recipe (1, 1, 128) a
     16 KB fp32 box ring per consumer warpgroup: fp32_epilogue_ring_bytes), per stage A
     (block_m x 128 B) + B (block_n x 128 B) + sfa (block_m fp32) + sfb (16 B; block_n fp32, padded
-    to 128 B, with recipe (1, 1, 128)) + 2 barriers (16 B), a 16-byte flag, and 1024 bytes of slack to
-    align the base to the 128B-swizzle atom."""
-    return (1024 + _staging_bytes(block_m, block_n, tma_store, one_d_one_d) +
+    to 128 B, with recipe (1, 1, 128)) + 2 barriers (16 B), a 16-byte flag, the C stage (c_stage_bytes)
+    and 1024 bytes of slack to align the base to the 128B-swizzle atom."""
+    return (1024 + _staging_bytes(block_m, block_n, tma_store, one_d_one_d) + c_stage_bytes(block_m, block_n, c_stage) +
             num_stages * (block_m * BLOCK_K + block_n * BLOCK_K + block_m * 4 + _sfb_stage_bytes(block_n, one_d_one_d))
             + num_stages * 16 + 16)
 
 
 def max_stages(block_m: int, block_n: int, tma_store: bool = False, one_d_one_d: bool = False,
-               ctas_per_sm: int = 1, cap: int = MODEL_MAX_STAGES) -> int:
+               ctas_per_sm: int = 1, cap: int = MODEL_MAX_STAGES, c_stage: bool = False) -> int:
     """The most stages that fit in shared memory, at most `cap` (the model's ring by default;
     MAX_STAGES for what the kernel builds)."""
     per_stage = block_m * BLOCK_K + block_n * BLOCK_K + block_m * 4 + 16 + _sfb_stage_bytes(block_n, one_d_one_d)
     limit = SMEM_LIMIT if ctas_per_sm == 1 else SMEM_LIMIT_2CTA
-    return min(cap, (limit - 1024 - 16 - _staging_bytes(block_m, block_n, tma_store, one_d_one_d)) // per_stage)
+    return min(cap, (limit - 1024 - 16 - _staging_bytes(block_m, block_n, tma_store, one_d_one_d) -
+                     c_stage_bytes(block_m, block_n, c_stage)) // per_stage)
 
 
 def block_n_candidates(block_m: int, one_d_one_d: bool = False) -> list[int]:
@@ -356,7 +364,8 @@ def clear_cache() -> None:
 def make_config(m: int, n: int, k: int, num_sms: int, out_fp32: bool, has_c: bool, block_m: int, block_n: int,
                 num_stages: int, num_splits: int = 1, num_multicast: int = 1, multicast_on_a: bool = False,
                 tma_store: bool = False, half_promote: bool = False, one_d_one_d: bool = False,
-                est_us: float | None = None, ctas_per_sm: int = 1, k_batch: int = 1) -> Fp8GemmConfig:
+                est_us: float | None = None, ctas_per_sm: int = 1, k_batch: int = 1,
+                c_stage: bool = False) -> Fp8GemmConfig:
     """A dense-kind config with the given kernel choices, grid and tile counts derived for (m, n, k).
 
     Raises ValueError for a combination the kernel does not build (the tuner and the tuned tables
@@ -379,7 +388,11 @@ def make_config(m: int, n: int, k: int, num_sms: int, out_fp32: bool, has_c: boo
         raise ValueError(f"k_batch {k_batch} > num_stages {num_stages}")
     if ctas_per_sm not in (1, 2) or (ctas_per_sm == 2 and bm != 64):
         raise ValueError(f"ctas_per_sm {ctas_per_sm}: 1, or 2 with block_m 64")
-    top_stages = max_stages(bm, bn, tma_store, one_d_one_d, ctas_per_sm, cap=MAX_STAGES)
+    if c_stage and not (one_d_one_d and has_c and not tma_store and num_splits == 1 and bn % 32 == 0 and
+                        ctas_per_sm == 1):
+        raise ValueError("c_stage: recipe (1, 1, 128) with C, the direct epilogue (no tma_store), no split-K, "
+                         "block_n a multiple of 32, one CTA per SM")
+    top_stages = max_stages(bm, bn, tma_store, one_d_one_d, ctas_per_sm, cap=MAX_STAGES, c_stage=c_stage)
     if not MIN_STAGES <= num_stages <= top_stages:
         raise ValueError(f"num_stages {num_stages} outside [{MIN_STAGES}, {top_stages}] for block {bm}x{bn}"
                          f"{' with 2 CTAs per SM' if ctas_per_sm == 2 else ''}")
@@ -401,7 +414,8 @@ def make_config(m: int, n: int, k: int, num_sms: int, out_fp32: bool, has_c: boo
     return Fp8GemmConfig(
         m=m, n=n, k=k, block_m=bm, block_n=bn, num_stages=num_stages, num_splits=num_splits,
         grid=_grid(units, num_sms, num_multicast, ctas_per_sm),
-        smem_bytes=smem_bytes(bm, bn, num_stages, tma_store, one_d_one_d), ctas_per_sm=ctas_per_sm, k_batch=k_batch,
+        smem_bytes=smem_bytes(bm, bn, num_stages, tma_store, one_d_one_d, c_stage), ctas_per_sm=ctas_per_sm,
+        k_batch=k_batch, c_stage=bool(c_stage),
         num_threads=num_threads(bm), num_tiles=tiles, num_units=units, out_fp32=bool(out_fp32), has_c=bool(has_c),
         est_us=est if est_us is None else est_us, num_multicast=num_multicast,
         multicast_on_a=bool(multicast_on_a and num_multicast == 2), half_promote=bool(half_promote),
@@ -501,6 +515,7 @@ def candidate_configs(m: int, n: int, k: int, num_sms: int, out_fp32: bool = Fal
                 if c.block_m != THREE_WG_BLOCK_M and c.block_n <= MAX_BLOCK_N_KBATCH_1D1D[kbat] and c.num_stages >= kbat
                 and ceil_div(ceil_div(k, BLOCK_K), c.num_splits) >= kbat]
         out += _kbatch_1d1d_candidates(m, n, k, num_sms, has_c, {c.kernel_key() for c in out})
+        out += _c_stage_twins(out, m, n, k, num_sms, has_c)
     if not one_d_one_d:
         narrow = [c for c in out if not c.half_promote and c.block_m != THREE_WG_BLOCK_M
                   and c.block_n <= MAX_BLOCK_N_KBATCH[2]][:k_batch]
@@ -608,6 +623,29 @@ def _fp32_tma_epilogue_twins(cands: list[Fp8GemmConfig], m: int, n: int, k: int,
     return out
 
 
+def _c_stage_twins(cands: list[Fp8GemmConfig], m: int, n: int, k: int, num_sms: int,
+                   has_c: bool) -> list[Fp8GemmConfig]:
+    """Recipe (1, 1, 128) with C: every direct-epilogue candidate (no split-K, one CTA per SM,
+    block_n % 32 == 0) again with C staged in shared memory (c_stage) and the stages it leaves.
+    Only measurement picks it (benchmarks/NOTES.md v0.75)."""
+    out, seen = [], set()
+    if not has_c:
+        return out
+    for c in cands:
+        if c.tma_store or c.num_splits > 1 or c.ctas_per_sm != 1 or c.block_n % 32 or c.c_stage:
+            continue
+        stages = min(c.num_stages, max_stages(c.block_m, c.block_n, False, True, cap=MAX_STAGES, c_stage=True))
+        if stages < max(3, c.k_batch):
+            continue
+        cfg = make_config(m, n, k, num_sms, True, True, c.block_m, c.block_n, stages, 1, c.num_multicast,
+                          c.multicast_on_a, False, c.half_promote, one_d_one_d=True, est_us=c.est_us,
+                          k_batch=c.k_batch, c_stage=True)
+        if cfg.kernel_key() not in seen:
+            seen.add(cfg.kernel_key())
+            out.append(cfg)
+    return out
+
+
 def _deep_ring_twins(cands: list[Fp8GemmConfig], limit: int, m: int, n: int, k: int, num_sms: int,
                      out_fp32: bool, has_c: bool, one_d_one_d: bool) -> list[Fp8GemmConfig]:
     """The first `limit` candidates again with the deepest ring the kernel builds, where that is
@@ -700,7 +738,9 @@ def config_from_fields(f: dict, m: int, n: int, k: int, num_sms: int, out_fp32: 
     """make_config() from a tuned entry's config fields (tuned.CONFIG_FIELDS + OPTIONAL_FIELDS)."""
     cfg = make_config(m, n, k, num_sms, out_fp32, has_c, f["block_m"], f["block_n"], f["num_stages"],
                       f["num_splits"], f["num_multicast"], f["multicast_on_a"], f["tma_store"], f["half_promote"],
-                      one_d_one_d, ctas_per_sm=f.get("ctas_per_sm", 1), k_batch=f.get("k_batch", 1))
+                      one_d_one_d, ctas_per_sm=f.get("ctas_per_sm", 1), k_batch=f.get("k_batch", 1),
+                      # an entry of the other C mode (the no-C fallback) runs without the C stage
+                      c_stage=bool(f.get("c_stage", False)) and has_c)
     return with_entry_promotion(cfg, f)  # used by 1D2D launches only
 
 
@@ -792,7 +832,7 @@ def select_config(m: int, n: int, k: int, num_sms: int, out_fp32: bool = False, 
             f"multicast={cfg.num_multicast}{'(A)' if cfg.multicast_on_a else '(B)' if cfg.num_multicast == 2 else ''}"
             f"{' half-promote' if cfg.half_promote else ''}{' 2-CTA/SM' if cfg.ctas_per_sm == 2 else ''}"
             f"{f' k-batch {cfg.k_batch}' if cfg.k_batch > 1 else ''}{l2_promotion_note(cfg.l2_promotion)} "
-            f"epilogue={'tma' if cfg.tma_store else 'direct'} "
+            f"epilogue={'tma' if cfg.tma_store else 'direct+C stage' if cfg.c_stage else 'direct'} "
             f"tiles={cfg.num_tiles} grid={cfg.grid} smem={cfg.smem_bytes} est={cfg.est_us:.1f}us",
             file=sys.stderr, flush=True,
         )

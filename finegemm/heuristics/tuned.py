@@ -47,7 +47,7 @@ DISABLE_TUNED_ENV = "FINEGEMM_DISABLE_TUNED"
 CONFIG_FIELDS = ("block_m", "block_n", "num_stages", "num_splits", "num_multicast", "multicast_on_a",
                  "tma_store", "half_promote")
 # absent in a table = the default
-OPTIONAL_FIELDS = {"ctas_per_sm": 1, "k_batch": 1, "l2_promotion": list(DEFAULT_L2_PROMOTION)}
+OPTIONAL_FIELDS = {"ctas_per_sm": 1, "k_batch": 1, "l2_promotion": list(DEFAULT_L2_PROMOTION), "c_stage": False}
 _VERSION = 1
 
 _lock = threading.Lock()

@@ -105,14 +105,19 @@ def _b(x: bool) -> str:
 def render(block_m: int, block_n: int, num_stages: int, out_fp32: bool, has_c: bool, split_k: bool,
            num_multicast: int = 1, multicast_on_a: bool = False, half_promote: bool = False,
            tma_store: bool = False, gemm_kind: int = GEMM_NORMAL, one_d_one_d: bool = False,
-           k_batch: int = 1) -> str:
+           k_batch: int = 1, c_stage: bool = False) -> str:
     """The instantiation source of one kernel configuration (tma_store: the shared-memory + TMA
     store epilogue; bf16 out, no C, no split-K; gemm_kind: GEMM_NORMAL or an m-grouped kind,
     which has bf16 out, no C, no split-K, no half-promote and clusters sharing A only;
     one_d_one_d: recipe (1, 1, 128), dense or k-grouped kind, fp32 out; tma_store
-    there: the fp32 box-ring TMA epilogue (a reduce-add when has_c: C must be D), not with split-K)."""
+    there: the fp32 box-ring TMA epilogue (a reduce-add when has_c: C must be D), not with split-K;
+    c_stage: that kind's direct epilogue with C, C TMA-loaded into shared memory per tile)."""
     if k_batch not in (1, 2, 4) or (k_batch > 1 and half_promote):
         raise ValueError(f"k_batch must be 1, 2 or 4 (and 1 with half-promote), got {k_batch}")
+    if c_stage and not (one_d_one_d and gemm_kind == GEMM_NORMAL and has_c and not tma_store and not split_k and
+                        block_n % 32 == 0):
+        raise ValueError("c_stage: recipe (1, 1, 128), dense kind, with C, the direct epilogue, no split-K, "
+                         "block_n a multiple of 32")
     if gemm_kind == GEMM_K_GROUPED and (not one_d_one_d or split_k):
         raise ValueError("the k-grouped kind is recipe (1, 1, 128) without split-K")
     if one_d_one_d:
@@ -129,7 +134,8 @@ def render(block_m: int, block_n: int, num_stages: int, out_fp32: bool, has_c: b
         return template.format(threads=(block_m // 64 + 1) * 128, block_m=block_m, block_n=block_n,
                                stages=num_stages, has_c=_b(has_c), split_k=_b(split_k), num_multicast=num_multicast,
                                multicast_on_a=_b(num_multicast == 2 and multicast_on_a), tma_store=_b(tma_store),
-                               half_promote=_b(half_promote), k_batch=f", {k_batch}" if k_batch > 1 else "")
+                               half_promote=_b(half_promote),
+                               k_batch=f", {k_batch}, true" if c_stage else f", {k_batch}" if k_batch > 1 else "")
     if gemm_kind not in (GEMM_NORMAL, GEMM_GROUPED_CONTIGUOUS, GEMM_GROUPED_MASKED):
         raise ValueError(f"gemm_kind must be 0, 1 or 2, got {gemm_kind}")
     if gemm_kind != GEMM_NORMAL and (out_fp32 or has_c or split_k or
@@ -157,7 +163,7 @@ def render(block_m: int, block_n: int, num_stages: int, out_fp32: bool, has_c: b
 def _render_cfg(cfg: Fp8GemmConfig) -> str:
     return render(cfg.block_m, cfg.block_n, cfg.num_stages, cfg.out_fp32, cfg.has_c, cfg.split_k,
                   cfg.num_multicast, cfg.multicast_on_a, cfg.half_promote, cfg.tma_store, cfg.gemm_kind,
-                  cfg.one_d_one_d, cfg.k_batch)
+                  cfg.one_d_one_d, cfg.k_batch, cfg.c_stage)
 
 
 def _kernel_name(cfg: Fp8GemmConfig) -> str:
@@ -166,7 +172,7 @@ def _kernel_name(cfg: Fp8GemmConfig) -> str:
             f"{('_mca' if cfg.multicast_on_a else '_mcb') if cfg.num_multicast == 2 else ''}"
             f"{'_hp' if cfg.half_promote else ''}{'_tmas' if cfg.tma_store else ''}"
             f"{_KIND_SUFFIX[cfg.gemm_kind]}{'_1d1d' if cfg.one_d_one_d else ''}"
-            f"{f'_kb{cfg.k_batch}' if cfg.k_batch > 1 else ''}")
+            f"{f'_kb{cfg.k_batch}' if cfg.k_batch > 1 else ''}{'_cst' if cfg.c_stage else ''}")
 
 
 _KIND_SUFFIX = {GEMM_NORMAL: "", GEMM_GROUPED_CONTIGUOUS: "_gcont", GEMM_GROUPED_MASKED: "_gmask",

@@ -65,6 +65,13 @@ HALF_PROMOTE_CFGS = [(128, 176, 1, False, True), (128, 208, 2, False, True), (64
 KBATCH_CFGS = [(128, 128, 1, False, True, 2), (128, 96, 2, True, False, 2), (128, 64, 2, False, True, 4),
                (64, 112, 1, False, True, 2)]
 
+# C staged in shared memory (c_stage, direct epilogue with C): forced (block_m, block_n,
+# num_multicast, multicast_on_a, k_batch) on C_STAGE_SHAPES, against the same tile reading C from
+# global memory and against the TMA reduce-add.
+C_STAGE_CFGS = [(128, 128, 2, True, 2), (128, 128, 1, False, 1), (64, 96, 2, False, 1), (192, 64, 1, False, 1),
+                (128, 192, 1, False, 1)]
+C_STAGE_SHAPES = [(257, 1000, 1152), (4097, 576, 512), (1, 200, 384), (130, 4096, 128)]
+
 # k-grouped: (id, M, N, ks, c mode in {"none", "sep", "in_place"})
 K_GROUPED_CASES = [
     ("g1", 128, 576, [4096], "none"),
@@ -471,13 +478,82 @@ def _prepared_flags(call) -> int:
     return f(call._handle)
 
 
-def tma_epilogue_config(cfg, bm, bn, mc, mc_a, tma, num_sms, half_promote=False, k_batch=1):
-    """cfg (a 1D1D plan) with (bm, bn, multicast), the TMA epilogue on or off, half-promote and
-    k-block batches (also used by scripts/precompile.py)."""
+def tma_epilogue_config(cfg, bm, bn, mc, mc_a, tma, num_sms, half_promote=False, k_batch=1, c_stage=False):
+    """cfg (a 1D1D plan) with (bm, bn, multicast), the TMA epilogue on or off, half-promote,
+    k-block batches and the C stage (also used by scripts/precompile.py)."""
     from finegemm.heuristics import sm90_fp8_gemm as h
 
-    return h.make_config(cfg.m, cfg.n, cfg.k, num_sms, True, cfg.has_c, bm, bn, h.max_stages(bm, bn, tma, True), 1,
-                         mc, mc_a, tma, half_promote, one_d_one_d=True, k_batch=k_batch)
+    stages = h.max_stages(bm, bn, tma, True, c_stage=c_stage)
+    return h.make_config(cfg.m, cfg.n, cfg.k, num_sms, True, cfg.has_c, bm, bn, stages, 1, mc, mc_a, tma, half_promote,
+                         one_d_one_d=True, k_batch=k_batch, c_stage=c_stage)
+
+
+def c_stage_configs(m, n, k, bm, bn, mc, mc_a, kbat, num_sms):
+    """(c_stage, direct from global memory, TMA epilogue) configs of one C_STAGE_CFGS case, with C
+    (also used by scripts/precompile.py)."""
+    from finegemm.heuristics import sm90_fp8_gemm as h
+
+    plan = h.select_config(m, n, k, num_sms, True, True, one_d_one_d=True)
+    return (tma_epilogue_config(plan, bm, bn, mc, mc_a, False, num_sms, k_batch=kbat, c_stage=True),
+            tma_epilogue_config(plan, bm, bn, mc, mc_a, False, num_sms, k_batch=kbat),
+            tma_epilogue_config(plan, bm, bn, mc, mc_a, True, num_sms, k_batch=kbat))
+
+
+@pytest.mark.parametrize("bm,bn,mc,mc_a,kbat", C_STAGE_CFGS)
+@pytest.mark.parametrize("m,n,k", C_STAGE_SHAPES)
+def test_dense_1d1d_c_stage(m, n, k, bm, bn, mc, mc_a, kbat):
+    """C through shared memory (the producer's TMA loads) against the reference and bitwise equal
+    to the same tile's C from global memory and (c = d) to the TMA reduce-add: the same fp32 add of
+    C to the tile. c = d and a separate c (poisoned d); partial tiles at every edge (N = 200 and
+    1000: a tile's last boxes are partly or wholly past N; M = 1, 257, 4097: past M)."""
+    from finegemm import runtime
+    from finegemm.ops import sm90_fp8_gemm as ops
+
+    x, w, a, sfa, b, sfb = _inputs(m, n, k, seed=m + n + k + bm + bn + kbat)
+    sfa_t, sfb_t = quant.get_mn_major_tma_aligned_tensor(sfa), quant.get_mn_major_tma_aligned_tensor(sfb)
+    c0 = torch.randn(m, n, device="cuda") * 4
+    cst, direct, tma = c_stage_configs(m, n, k, bm, bn, mc, mc_a, kbat, runtime.get_num_sms())
+    assert cst.c_stage and not direct.c_stage and tma.tma_store
+    for mode in ("in_place", "sep"):
+        out = {}
+        for name, cfg in (("c_stage", cst), ("direct", direct), ("tma", tma)):
+            if name == "tma" and mode == "sep":
+                continue  # a separate c keeps the direct epilogue
+            d = c0.clone() if mode == "in_place" else torch.full((m, n), float("nan"), device="cuda")
+            call = ops._prepare_1d1d_kernel(a, sfa_t, b, sfb_t, d, d if mode == "in_place" else c0, cfg)
+            call()
+            torch.cuda.synchronize()
+            if name != "tma":
+                assert _prepared_flags(call) & 4, f"{name}: no map over C (c {mode})"
+            out[name] = d
+        _check(out["c_stage"], a, sfa, b, sfb, x, w, c0)
+        for name in out:
+            assert torch.equal(out["c_stage"].view(torch.int32), out[name].view(torch.int32)), \
+                f"C stage and {name} epilogues differ (c {mode})"
+
+
+@pytest.mark.parametrize("pad", [4, 2])
+def test_dense_1d1d_c_stage_strided_c(pad):
+    """A separate c with a row pitch of n + pad (d's pitch alike): a pitch of 16 bytes' multiple is
+    staged through TMA, another is read from global memory by the same kernel (no map over C); the
+    padding columns of d stay untouched either way."""
+    from finegemm import runtime
+    from finegemm.ops import sm90_fp8_gemm as ops
+
+    m, n, k = 257, 1000, 640
+    x, w, a, sfa, b, sfb = _inputs(m, n, k, seed=100 + pad)
+    big_d = torch.full((m, n + pad), 7.0, device="cuda")
+    d = big_d[:, :n]
+    big_c = torch.randn(m, n + pad, device="cuda")
+    c = big_c[:, :n]
+    cst = c_stage_configs(m, n, k, 128, 128, 1, False, 1, runtime.get_num_sms())[0]
+    call = ops._prepare_1d1d_kernel(a, quant.get_mn_major_tma_aligned_tensor(sfa), b,
+                                    quant.get_mn_major_tma_aligned_tensor(sfb), d, c, cst)
+    call()
+    torch.cuda.synchronize()
+    assert bool(_prepared_flags(call) & 4) == (pad % 4 == 0)
+    _check(d, a, sfa, b, sfb, x, w, c.clone())
+    assert (big_d[:, n:] == 7.0).all(), "padding of d written"
 
 
 @pytest.mark.parametrize("bm,bn,mc,mc_a", TMA_EPI_CFGS)

@@ -14,6 +14,9 @@
 #include <cstddef>
 #include <cstdint>
 
+#include <finegemm/epilogue/swizzle.cuh>
+#include <finegemm/ptx/common.cuh>
+
 namespace finegemm {
 namespace epilogue {
 
@@ -54,6 +57,34 @@ __device__ __forceinline__ void add_c_fp32(float (&acc)[kNumAcc], const float* c
         acc[4 * j + 2 * h + 0] += __ldcs(c_ptr + off);
         if (col + 1 < N) acc[4 * j + 2 * h + 1] += __ldcs(c_ptr + off + 1);
       }
+    }
+  }
+}
+
+// The same addition with C already in shared memory (the kernel's kCStage): one consumer
+// warpgroup's 64 rows as the producer TMA-loaded them through the fp32 epilogue map, BLOCK_N / 32
+// boxes of 64 rows x 32 columns (128-byte rows, 128B swizzle: swizzle.cuh) at c_buf, box b holding
+// columns [32 b, 32 b + 32) of the tile. The same acc += c per element as add_c_fp32, so D is
+// bitwise the same; the zeros TMA put outside the tensor land only in elements never stored.
+// lane_row: the thread's first fragment row inside the 64 (16 warp + lane / 4).
+template <uint32_t BLOCK_N, uint32_t kNumAcc>
+__device__ __forceinline__ void add_c_fp32_staged(float (&acc)[kNumAcc], uint32_t c_buf, uint32_t lane_row,
+                                                  uint32_t lane) {
+  static_assert(BLOCK_N % 32 == 0 && kNumAcc == BLOCK_N / 2, "32-column boxes of a BLOCK_N fragment");
+  const uint32_t half = (lane % 2) * 8;  // the thread's float2 is half a 16-byte chunk
+#pragma unroll
+  for (uint32_t b = 0; b < BLOCK_N / 32; ++b) {
+    const uint32_t box = c_buf + b * (64 * 128);
+#pragma unroll
+    for (uint32_t jj = 0; jj < 4; ++jj) {
+      const uint32_t j = 4 * b + jj;
+      const uint32_t q = 2 * jj + (lane % 4) / 2;  // chunk of columns 8 jj + 2 (lane % 4) + {0, 1}
+      const float2 v0 = ptx::ld_shared_v2_f32(box + swizzled_chunk_offset<128>(lane_row, q) + half);
+      const float2 v1 = ptx::ld_shared_v2_f32(box + swizzled_chunk_offset<128>(lane_row + 8, q) + half);
+      acc[4 * j + 0] += v0.x;
+      acc[4 * j + 1] += v0.y;
+      acc[4 * j + 2] += v1.x;
+      acc[4 * j + 3] += v1.y;
     }
   }
 }

@@ -93,7 +93,8 @@ namespace impls {
 
 // Compile-time facts of one configuration; the host mirrors kDynamicSmemBytes and kNumThreads
 // (finegemm/heuristics/sm90_fp8_gemm.py: smem_bytes(), num_threads()).
-template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages, bool kTmaStore = false, bool k1D1D = false>
+template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages, bool kTmaStore = false, bool k1D1D = false,
+          bool kCStage = false>
 struct Sm90Fp8Gemm1d2dTraits {
   static constexpr uint32_t BLOCK_K = 128;  // one scale block; 128 fp8 = 128 bytes = the swizzle span
   static constexpr uint32_t kNumConsumerWG = BLOCK_M / 64;
@@ -106,8 +107,9 @@ struct Sm90Fp8Gemm1d2dTraits {
   // Shared memory layout (offsets from a 1024-byte aligned base):
   //   [D staging (kTmaStore: BLOCK_M x BLOCK_N bf16, one 64-row buffer per consumer WG; with
   //    k1D1D one 16 KB fp32 box ring per consumer WG)]
+  //   [C tile (kCStage: BLOCK_M x BLOCK_N fp32 as 64-row x 32-column TMA boxes, 128B swizzle)]
   //   [A stage 0..S-1][B stage 0..S-1][sfa stage 0..S-1][sfb stage 0..S-1]
-  //   [full bar x S][empty bar x S][flag]
+  //   [full bar x S][empty bar x S][flag][kCStage: C full bar x WG][C empty bar x WG]
   static constexpr uint32_t kSmemA = BLOCK_M * BLOCK_K;    // multiple of 1024 (swizzle atom)
   static constexpr uint32_t kSmemB = BLOCK_N * BLOCK_K;    // multiple of 1024 as BLOCK_N % 8 == 0
   static constexpr uint32_t kSmemSfa = BLOCK_M * 4;        // 256 or 512: keeps 128-byte alignment
@@ -119,15 +121,18 @@ struct Sm90Fp8Gemm1d2dTraits {
       !kTmaStore ? 0
                  : (k1D1D ? (BLOCK_M / 64) * epilogue::TmaStoreFp32<BLOCK_N, false>::kBytes  // multiple of 4096
                           : BLOCK_M * BLOCK_N * 2);                                           // multiple of 2048
+  static constexpr uint32_t kSmemC = kCStage ? BLOCK_M * BLOCK_N * 4 : 0;  // multiple of 8192 (BLOCK_N % 32 == 0)
   static constexpr uint32_t kOffD = 0;
-  static constexpr uint32_t kOffA = kOffD + kSmemD;
+  static constexpr uint32_t kOffC = kOffD + kSmemD;
+  static constexpr uint32_t kOffA = kOffC + kSmemC;
   static constexpr uint32_t kOffB = kOffA + kNumStages * kSmemA;
   static constexpr uint32_t kOffSfa = kOffB + kNumStages * kSmemB;
   static constexpr uint32_t kOffSfb = kOffSfa + kNumStages * kSmemSfa;
   static constexpr uint32_t kOffFull = kOffSfb + kNumStages * kSmemSfb;
   static constexpr uint32_t kOffEmpty = kOffFull + kNumStages * 8;
   static constexpr uint32_t kOffFlag = kOffEmpty + kNumStages * 8;
-  static constexpr uint32_t kUsedBytes = kOffFlag + 16;
+  static constexpr uint32_t kOffCBar = kOffFlag + 16;
+  static constexpr uint32_t kUsedBytes = kOffCBar + (kCStage ? 2 * kNumConsumerWG * 8 : 0);
   static constexpr uint32_t kDynamicSmemBytes = kUsedBytes + 1024;  // + slack to align the base
   // Bytes one stage's TMA loads deliver: always the FULL boxes (out-of-bounds parts are
   // zero-filled and still counted), less what a fitted A box leaves out (fitted_box_rows.h).
@@ -151,12 +156,13 @@ struct Sm90Fp8Gemm1d2dTraits {
   static_assert(kNumStages >= 1 && kNumStages <= 16, "kNumStages out of range");
   static_assert(kSfbSpan >= 1 && kSfbSpan <= 3, "a tile spans at most 3 scale blocks");
   static_assert(kDynamicSmemBytes <= 232448, "shared memory above the SM90 227 KB limit");
+  static_assert(!kCStage || (k1D1D && !kTmaStore && BLOCK_N % 32 == 0), "C stage: 1D1D direct epilogue, 32-column boxes");
 };
 
 // Kernel parameter flags (bit set by the host launcher).
 constexpr uint32_t kFlagVectorStores = 1u;  // D (and C) pointer/stride allow 2-element vector accesses
 constexpr uint32_t kFlagTmaStore = 2u;      // tmap_d is valid: TMA-store epilogue (kernels built with kTmaStore)
-constexpr uint32_t kFlagCPrefetchMap = 4u;  // 1D1D, direct epilogue with C: tmap_d maps C, for the L2 prefetch only
+constexpr uint32_t kFlagCPrefetchMap = 4u;  // 1D1D, direct epilogue with C: tmap_d maps C (L2 prefetch; kCStage: C loads)
 
 // Promotion of one k-block: fin += (sfa * sfb) * acc for kNumChunks 8-column chunks starting
 // at chunk kChunkBase of the tile (acc holds just those chunks). For a tile whose first column
@@ -274,7 +280,7 @@ __device__ __forceinline__ void with_static_offset(uint32_t off, F&& f) {
 
 template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages, bool kOutFp32, bool kHasC, bool kSplitK,
           uint32_t kNumMulticast = 1, bool kMulticastOnA = false, bool kHalfPromote = false, bool kTmaStore = false,
-          uint32_t kGemmKind = scheduler::kGemmNormal, bool k1D1D = false, uint32_t kKBatch = 1>
+          uint32_t kGemmKind = scheduler::kGemmNormal, bool k1D1D = false, uint32_t kKBatch = 1, bool kCStage = false>
 __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, const CUtensorMap* tmap_b,
                                                    const CUtensorMap* tmap_sfa, const CUtensorMap* tmap_d,
                                                    const float* sfb, void* d_ptr,
@@ -285,7 +291,13 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
                                                    const CUtensorMap* tmap_sfb = nullptr,
                                                    const Sm90Fp8KGroupedParams* kgroups = nullptr,
                                                    const CUtensorMap* tmap_a_last = nullptr) {
-  using Traits = Sm90Fp8Gemm1d2dTraits<BLOCK_M, BLOCK_N, kNumStages, kTmaStore, k1D1D>;
+  using Traits = Sm90Fp8Gemm1d2dTraits<BLOCK_M, BLOCK_N, kNumStages, kTmaStore, k1D1D, kCStage>;
+  // kCStage (recipe (1, 1, 128), direct epilogue with C, dense kind): the producer TMA-loads each
+  // tile's C into shared memory (through the host's map over C, kFlagCPrefetchMap) while the
+  // consumers run the tile's main loop, so the epilogue adds C from shared memory instead of
+  // waiting for a round trip to L2 / HBM per tile (4096x32768x512 + C: benchmarks/NOTES.md v0.75).
+  static_assert(!kCStage || (kHasC && !kSplitK && kGemmKind == scheduler::kGemmNormal),
+                "C stage: 1D1D dense kind with C, no split-K");
   // k1D1D (recipe (1, 1, 128), weight gradients): sfb is one fp32 per row of B per k-block,
   // MN-major [Kb, N (aligned to 4)], TMA-loaded per stage (BLOCK_N x 1 box through tmap_sfb);
   // the `sfb` pointer is unused. Dense or k-grouped kind, fp32 D.
@@ -386,6 +398,11 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
 
   auto full_bar = [&](uint32_t s) { return base + Traits::kOffFull + s * 8; };
   auto empty_bar = [&](uint32_t s) { return base + Traits::kOffEmpty + s * 8; };
+  // kCStage: consumer warpgroup w's C half is full / has been read.
+  [[maybe_unused]] auto c_full_bar = [&](uint32_t w) { return base + Traits::kOffCBar + w * 8; };
+  [[maybe_unused]] auto c_empty_bar = [&](uint32_t w) { return base + Traits::kOffCBar + (kNumConsumerWG + w) * 8; };
+  // The host encoded the map over C (a C TMA can address): otherwise C is read from global memory.
+  [[maybe_unused]] const bool c_stage = kCStage && (flags & kFlagCPrefetchMap) != 0;
   const float* sfa_smem = reinterpret_cast<const float*>(smem + Traits::kOffSfa);
   volatile int* flag_smem = reinterpret_cast<volatile int*>(smem + Traits::kOffFlag);
 
@@ -452,6 +469,12 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
       // multicast writes into this CTA's stage too).
       ptx::mbar_init(empty_bar(s), kNumConsumerWG * 4 * kNumMulticast);
     }
+    if constexpr (kCStage) {
+      for (uint32_t w = 0; w < kNumConsumerWG; ++w) {
+        ptx::mbar_init(c_full_bar(w), 1);
+        ptx::mbar_init(c_empty_bar(w), 4);  // the warpgroup's 4 warps
+      }
+    }
     ptx::fence_mbarrier_init();
     ptx::fence_proxy_async_shared();
   }
@@ -497,6 +520,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
       constexpr bool kPrefetchC = kHasC && k1D1D && !kSplitK && !diag::kNoCPrefetch;
       const bool c_prefetch = kPrefetchC && (flags & (kFlagTmaStore | kFlagCPrefetchMap)) != 0;
       uint32_t stage = 0, phase = 0;
+      [[maybe_unused]] uint32_t c_phase = 0;  // kCStage: parity of the C buffers' current use
       FG_TRACE_ONLY(uint32_t traced_tile = 0;)
       Walker walker(M, N, num_kb, kSplitK ? num_splits : 1u, grouped, num_groups);
       scheduler::TileCoords t;
@@ -592,6 +616,24 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         }
         FG_TRACE_TILE(trace_buf, 2, traced_tile, 2);
         FG_TRACE_ONLY(++traced_tile;)
+        if constexpr (kCStage) {
+          // The tile's C, each consumer warpgroup's 64 rows once it has read its previous tile's.
+          // Issued after the tile's k-blocks: by then the consumers are in the previous tile's
+          // epilogue (every stage holds this tile's k-blocks), so the wait costs the producer
+          // nothing and the load has this tile's whole main loop to land.
+          if (c_stage) {
+            for (uint32_t w = 0; w < kNumConsumerWG; ++w) {
+              ptx::mbar_wait(c_empty_bar(w), c_phase ^ 1u);
+              ptx::mbar_arrive_expect_tx(c_full_bar(w), 64 * BLOCK_N * 4);
+#pragma unroll
+              for (uint32_t b = 0; b < BLOCK_N / 32; ++b) {
+                ptx::tma_load_3d(base + Traits::kOffC + (w * (BLOCK_N / 32) + b) * 8192, tmap_d, c_full_bar(w),
+                                 n0 + static_cast<int32_t>(b * 32), m0 + static_cast<int32_t>(w * 64), 0);
+              }
+            }
+            c_phase ^= 1u;
+          }
+        }
       }
     } else if (kScaleWarp && threadIdx.x / 32 == kNumConsumerThreads / 32 + 1) {
       // The scale warp (1D2D): walks the producer's sequence of (unit, k-block) and writes each
@@ -694,6 +736,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
     };
 
     uint32_t stage = 0, phase = 0;
+    [[maybe_unused]] uint32_t c_phase = 0;  // kCStage: parity of this warpgroup's C buffer
     // Diagnostic loops (diag::kNoMma): release the current stage and move to the next.
     auto release_and_advance = [&]() {
       release(stage);
@@ -1163,8 +1206,25 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
       // Direct register -> global stores.
       const bool vec = (flags & kFlagVectorStores) != 0;
       if constexpr (kHasC) {
-        epilogue::add_c_fp32<BLOCK_N, kNumChunks>(fin, c_ptr, m0, r0, m0 + wg * 64 + 64, n0, col_in_chunk, ldd, N,
-                                                 row_limit, vec);
+        bool c_added = false;
+        if constexpr (kCStage) {
+          if (c_stage) {
+            // C from the stage the producer loaded (add_c_fp32_staged); the buffer goes back to
+            // the producer once every warp has read its part (the fence as for the ring's stages).
+            ptx::mbar_wait(c_full_bar(wg), c_phase);
+            epilogue::add_c_fp32_staged<BLOCK_N>(fin, base + Traits::kOffC + wg * (64 * BLOCK_N * 4),
+                                                 warp * 16 + lane / 4, lane);
+            ptx::fence_proxy_async_shared();
+            __syncwarp();
+            if (lane == 0) ptx::mbar_arrive(c_empty_bar(wg));
+            c_phase ^= 1u;
+            c_added = true;
+          }
+        }
+        if (!c_added) {
+          epilogue::add_c_fp32<BLOCK_N, kNumChunks>(fin, c_ptr, m0, r0, m0 + wg * 64 + 64, n0, col_in_chunk, ldd, N,
+                                                   row_limit, vec);
+        }
       }
       epilogue::store_direct<kNumChunks>(fin, d_ptr, m0, r0, n0, col_in_chunk, ldd, N, row_limit, vec, kOutFp32);
       FG_TRACE_TILE(wg_trace, wg, traced, 3);

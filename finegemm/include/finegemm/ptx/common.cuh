@@ -25,6 +25,13 @@ __device__ __forceinline__ void st_shared_v2_f32(uint32_t addr, float x, float y
   asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(x), "f"(y) : "memory");
 }
 
+// One 8-byte shared-memory load of two floats (`addr`: shared address, 8-byte aligned).
+__device__ __forceinline__ float2 ld_shared_v2_f32(uint32_t addr) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr) : "memory");
+  return v;
+}
+
 // Makes mbarrier.init visible to the async proxy / other CTAs of the cluster.
 __device__ __forceinline__ void fence_mbarrier_init() {
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
