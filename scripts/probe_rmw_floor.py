@@ -4,12 +4,13 @@
 Times, kernel-only with the bench's L2 flush (kernel_time_us), on the same D:
   rmw_add   d.add_(1.0)          reads and writes D in place (the floor of any C = D accumulation)
   copy      d2.copy_(d)          reads D, writes another buffer (the anchors' "copy" ceiling)
-  write     d.copy_(one)         writes D only (the floor of a GEMM without C; a broadcast copy, not
-                                 fill_: the timer drops FillFunctor kernels as the L2 flush)
+  write     d.copy_(row)         writes D only (the floor of a GEMM without C): one row broadcast (a
+                                 copy kernel; the timer drops fill kernels as the L2 flush's)
   read      torch.sum(d, dim=0)  reads D only
   gemm_c / gemm_no_c / gemm_c_tma / gemm_no_c_tma: the planned 1D1D + C configuration, the same
             without C, and the same tile with the TMA epilogue (reduce-add / store).
-  gemm_c_stage: the planned tile with C TMA-loaded into shared memory (c_stage).
+  gemm_c_other: the planned tile with the other C path of the direct epilogue (C staged in shared
+            memory, c_stage, or read from global memory).
 
   python3 scripts/probe_rmw_floor.py [--shapes 4096,32768,512 ...] [--json out.json]
   python3 scripts/probe_rmw_floor.py --once   # one call of each, for ncu (no timing harness)
@@ -29,22 +30,21 @@ DEFAULT_SHAPES = [(4096, 32768, 512), (4096, 7168, 2048)]
 
 
 def _configs(m: int, n: int, k: int, sms: int):
-    """probe_wgrad's four (planned + C, no C, TMA epilogue + C / no C) and the planned tile with C
-    staged in shared memory (where the tile allows it)."""
-    import dataclasses
-
+    """probe_wgrad's four (planned + C, no C, TMA epilogue + C / no C) and the planned tile with the
+    other C path of the direct epilogue (staged in shared memory / read from global memory), where
+    the tile allows it."""
     from finegemm.heuristics.sm90_fp8_gemm import make_config, max_stages
     from probe_wgrad import anchor_configs
 
     cfgs = anchor_configs(m, n, k, sms)
-    p = dataclasses.replace(cfgs[0], c_stage=False)
+    p = cfgs[0]
     try:
-        st = min(p.num_stages, max_stages(p.block_m, p.block_n, False, True, cap=16, c_stage=True))
-        cst = make_config(m, n, k, sms, True, True, p.block_m, p.block_n, st, 1, p.num_multicast, p.multicast_on_a,
-                          False, one_d_one_d=True, k_batch=min(p.k_batch, st), c_stage=True)
+        st = min(p.num_stages, max_stages(p.block_m, p.block_n, False, True, cap=16, c_stage=not p.c_stage))
+        other = make_config(m, n, k, sms, True, True, p.block_m, p.block_n, st, 1, p.num_multicast, p.multicast_on_a,
+                            False, one_d_one_d=True, k_batch=min(p.k_batch, st), c_stage=not p.c_stage)
     except ValueError:
-        cst = None
-    return (*cfgs, cst)
+        other = None
+    return (*cfgs, other)
 
 
 def precompile(shapes, jobs: int) -> int:
@@ -68,8 +68,8 @@ def _calls(m: int, n: int, k: int):
     d = torch.zeros(m, n, device="cuda", dtype=torch.float32)
     d2 = torch.empty_like(d)
     col = torch.empty(n, device="cuda", dtype=torch.float32)
-    one = torch.ones((), device="cuda", dtype=torch.float32).expand(m, n)
-    cfg_c, cfg_noc, cfg_tc, cfg_tnoc, cfg_cst = _configs(m, n, k,
+    one = torch.ones(n, device="cuda", dtype=torch.float32).expand(m, n)  # a real copy kernel, not a fill
+    cfg_c, cfg_noc, cfg_tc, cfg_tnoc, cfg_other = _configs(m, n, k,
                                                          torch.cuda.get_device_properties(0).multi_processor_count)
     calls = {
         "rmw_add": lambda: d.add_(1.0),
@@ -81,10 +81,11 @@ def _calls(m: int, n: int, k: int):
         "gemm_c_tma": ops._prepare_1d1d_kernel(a, sfa, b, sfb, d, d, cfg_tc),
         "gemm_no_c_tma": ops._prepare_1d1d_kernel(a, sfa, b, sfb, d, None, cfg_tnoc),
     }
-    if cfg_cst is not None:
-        calls["gemm_c_stage"] = ops._prepare_1d1d_kernel(a, sfa, b, sfb, d, d, cfg_cst)
+    if cfg_other is not None:
+        calls["gemm_c_other"] = ops._prepare_1d1d_kernel(a, sfa, b, sfb, d, d, cfg_other)
     desc = (f"bm{cfg_c.block_m} bn{cfg_c.block_n} s{cfg_c.num_stages} mc{cfg_c.num_multicast}"
-            f"{'A' if cfg_c.multicast_on_a else 'B'} epilogue={'tma' if cfg_c.tma_store else 'direct'}; "
+            f"{'A' if cfg_c.multicast_on_a else 'B'} epilogue={'tma' if cfg_c.tma_store else 'direct'}"
+            f"{' c_stage' if cfg_c.c_stage else ''}; "
             f"tma variant s{cfg_tc.num_stages}")
     return calls, desc, d.numel() * 4
 
@@ -116,7 +117,7 @@ def main() -> int:
         us = {name: kernel_time_us(fn, args.num_tests) for name, fn in calls.items()}
         # bytes each call moves at HBM at least (GEMM operands are < 4% of D here)
         moved = {"rmw_add": 2, "copy": 2, "write": 1, "read": 1, "gemm_c": 2, "gemm_no_c": 1, "gemm_c_tma": 2,
-                 "gemm_no_c_tma": 1, "gemm_c_stage": 2}
+                 "gemm_no_c_tma": 1, "gemm_c_other": 2}
         tbs = {name: moved[name] * d_bytes / us[name] / 1e6 for name in us}
         rec = {"m": m, "n": n, "k": k, "config": desc, "d_bytes": d_bytes, "us": us, "tb_per_s": tbs}
         records.append(rec)

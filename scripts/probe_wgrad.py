@@ -31,7 +31,7 @@ def anchor_configs(m: int, n: int, k: int, sms: int):
     bm, bn = with_c.block_m, with_c.block_n
     tma_c = make_config(m, n, k, sms, True, True, bm, bn, min(with_c.num_stages, max_stages(bm, bn, True, True)), 1,
                         with_c.num_multicast, with_c.multicast_on_a, True, one_d_one_d=True)
-    return (with_c, dataclasses.replace(with_c, has_c=False), tma_c, dataclasses.replace(tma_c, has_c=False))
+    return (with_c, dataclasses.replace(with_c, has_c=False, c_stage=False), tma_c, dataclasses.replace(tma_c, has_c=False))
 
 
 def precompile(jobs: int) -> int:
