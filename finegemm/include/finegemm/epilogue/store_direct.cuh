@@ -5,6 +5,10 @@
 // n0 + 8 j + col_in_chunk + {0, 1}. Rows >= row_limit and columns >= N are not written. vec: D
 // allows two-element vector stores (even N and ldd, aligned base; the host checks it).
 // out_fp32 may be a run-time value (BF16 kernel) or a constant (FP8 kernel: folded when inlined).
+// kStreaming: fp32 vector stores with the streaming hint (st.global.cs, evict-first at L2), for a D
+// that is written once and not re-read by this kernel, so its lines do not push the operands out
+// of L2 (the 1D1D epilogue with C: D is 1 GB of traffic against 19 MB of operands at
+// 4096x32768x512, benchmarks/NOTES.md v0.75).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -15,7 +19,7 @@
 namespace finegemm {
 namespace epilogue {
 
-template <uint32_t kNumChunks, uint32_t kNumAcc>
+template <uint32_t kNumChunks, bool kStreaming = false, uint32_t kNumAcc>
 __device__ __forceinline__ void store_direct(const float (&acc)[kNumAcc], void* d_ptr, uint32_t m0, uint32_t r0,
                                              uint32_t n0, uint32_t col_in_chunk, uint32_t ldd, uint32_t N,
                                              uint32_t row_limit, bool vec, bool out_fp32) {
@@ -35,7 +39,12 @@ __device__ __forceinline__ void store_direct(const float (&acc)[kNumAcc], void* 
       if (vec) {
         // col is even, N is even and ldd is even: both columns are in range and aligned.
         if (out_fp32) {
-          *reinterpret_cast<float2*>(static_cast<float*>(d_ptr) + off) = make_float2(v0, v1);
+          float2* p = reinterpret_cast<float2*>(static_cast<float*>(d_ptr) + off);
+          if constexpr (kStreaming) {
+            __stcs(p, make_float2(v0, v1));
+          } else {
+            *p = make_float2(v0, v1);
+          }
         } else {
           *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(d_ptr) + off) = __floats2bfloat162_rn(v0, v1);
         }

@@ -622,13 +622,19 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           // epilogue (every stage holds this tile's k-blocks), so the wait costs the producer
           // nothing and the load has this tile's whole main loop to land.
           if (c_stage) {
+            const uint64_t pol_c = ptx::l2_policy_evict_first();  // C is read once
             for (uint32_t w = 0; w < kNumConsumerWG; ++w) {
               ptx::mbar_wait(c_empty_bar(w), c_phase ^ 1u);
               ptx::mbar_arrive_expect_tx(c_full_bar(w), 64 * BLOCK_N * 4);
 #pragma unroll
               for (uint32_t b = 0; b < BLOCK_N / 32; ++b) {
-                ptx::tma_load_3d(base + Traits::kOffC + (w * (BLOCK_N / 32) + b) * 8192, tmap_d, c_full_bar(w),
-                                 n0 + static_cast<int32_t>(b * 32), m0 + static_cast<int32_t>(w * 64), 0);
+                const uint32_t dst = base + Traits::kOffC + (w * (BLOCK_N / 32) + b) * 8192;
+                const int32_t c0 = n0 + static_cast<int32_t>(b * 32), c1 = m0 + static_cast<int32_t>(w * 64);
+                if constexpr (diag::kNoCStreamHints) {
+                  ptx::tma_load_3d(dst, tmap_d, c_full_bar(w), c0, c1, 0);
+                } else {
+                  ptx::tma_load_3d_hint(dst, tmap_d, c_full_bar(w), c0, c1, 0, pol_c);
+                }
               }
             }
             c_phase ^= 1u;
@@ -1226,7 +1232,11 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
                                                    row_limit, vec);
         }
       }
-      epilogue::store_direct<kNumChunks>(fin, d_ptr, m0, r0, n0, col_in_chunk, ldd, N, row_limit, vec, kOutFp32);
+      // 1D1D with C: D is written once here and C was read once: evict-first, so that neither
+      // pushes the operands out of L2 (store_direct.cuh).
+      constexpr bool kStreamD = k1D1D && kHasC && !diag::kNoCStreamHints;
+      epilogue::store_direct<kNumChunks, kStreamD>(fin, d_ptr, m0, r0, n0, col_in_chunk, ldd, N, row_limit, vec,
+                                                   kOutFp32);
       FG_TRACE_TILE(wg_trace, wg, traced, 3);
     }
     if constexpr (kTmaStore) EpiTma::finish();  // the last tile's stores complete before exit (same for fp32)
