@@ -6,9 +6,8 @@
 // allows two-element vector stores (even N and ldd, aligned base; the host checks it).
 // out_fp32 may be a run-time value (BF16 kernel) or a constant (FP8 kernel: folded when inlined).
 // kStreaming: fp32 vector stores with the streaming hint (st.global.cs, evict-first at L2), for a D
-// that is written once and not re-read by this kernel, so its lines do not push the operands out
-// of L2 (the 1D1D epilogue with C: D is 1 GB of traffic against 19 MB of operands at
-// 4096x32768x512, benchmarks/NOTES.md v0.75).
+// written once. Tried on the 1D1D epilogue with C (the developer switch FINEGEMM_DIAG_C_STREAM_HINTS):
+// +8% at 4096x32768x512, so no kernel uses it by default (benchmarks/NOTES.md v0.75).
 #pragma once
 
 #include <cuda_bf16.h>

@@ -622,7 +622,8 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           // epilogue (every stage holds this tile's k-blocks), so the wait costs the producer
           // nothing and the load has this tile's whole main loop to land.
           if (c_stage) {
-            const uint64_t pol_c = ptx::l2_policy_evict_first();  // C is read once
+            // diag::kNoCStreamHints off (FINEGEMM_DIAG_C_STREAM_HINTS): C loaded evict-first.
+            [[maybe_unused]] const uint64_t pol_c = diag::kNoCStreamHints ? 0 : ptx::l2_policy_evict_first();
             for (uint32_t w = 0; w < kNumConsumerWG; ++w) {
               ptx::mbar_wait(c_empty_bar(w), c_phase ^ 1u);
               ptx::mbar_arrive_expect_tx(c_full_bar(w), 64 * BLOCK_N * 4);
@@ -1232,8 +1233,8 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
                                                    row_limit, vec);
         }
       }
-      // 1D1D with C: D is written once here and C was read once: evict-first, so that neither
-      // pushes the operands out of L2 (store_direct.cuh).
+      // Developer switch (ptx/diag.cuh FINEGEMM_DIAG_C_STREAM_HINTS): D stored evict-first in the
+      // 1D1D epilogue with C. It measured slower (NOTES v0.75), so it is off.
       constexpr bool kStreamD = k1D1D && kHasC && !diag::kNoCStreamHints;
       epilogue::store_direct<kNumChunks, kStreamD>(fin, d_ptr, m0, r0, n0, col_in_chunk, ldd, N, row_limit, vec,
                                                    kOutFp32);
