@@ -622,8 +622,8 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           // epilogue (every stage holds this tile's k-blocks), so the wait costs the producer
           // nothing and the load has this tile's whole main loop to land.
           if (c_stage) {
-            // diag::kNoCStreamHints off (FINEGEMM_DIAG_C_STREAM_HINTS): C loaded evict-first.
-            [[maybe_unused]] const uint64_t pol_c = diag::kNoCStreamHints ? 0 : ptx::l2_policy_evict_first();
+            // diag::kCStreamHints (FINEGEMM_DIAG_C_STREAM_HINTS): C loaded evict-first.
+            [[maybe_unused]] const uint64_t pol_c = diag::kCStreamHints ? ptx::l2_policy_evict_first() : 0;
             for (uint32_t w = 0; w < kNumConsumerWG; ++w) {
               ptx::mbar_wait(c_empty_bar(w), c_phase ^ 1u);
               ptx::mbar_arrive_expect_tx(c_full_bar(w), 64 * BLOCK_N * 4);
@@ -631,10 +631,10 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
               for (uint32_t b = 0; b < BLOCK_N / 32; ++b) {
                 const uint32_t dst = base + Traits::kOffC + (w * (BLOCK_N / 32) + b) * 8192;
                 const int32_t c0 = n0 + static_cast<int32_t>(b * 32), c1 = m0 + static_cast<int32_t>(w * 64);
-                if constexpr (diag::kNoCStreamHints) {
-                  ptx::tma_load_3d(dst, tmap_d, c_full_bar(w), c0, c1, 0);
-                } else {
+                if constexpr (diag::kCStreamHints) {
                   ptx::tma_load_3d_hint(dst, tmap_d, c_full_bar(w), c0, c1, 0, pol_c);
+                } else {
+                  ptx::tma_load_3d(dst, tmap_d, c_full_bar(w), c0, c1, 0);
                 }
               }
             }
@@ -1235,7 +1235,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
       }
       // Developer switch (ptx/diag.cuh FINEGEMM_DIAG_C_STREAM_HINTS): D stored evict-first in the
       // 1D1D epilogue with C. It measured slower (NOTES v0.75), so it is off.
-      constexpr bool kStreamD = k1D1D && kHasC && !diag::kNoCStreamHints;
+      constexpr bool kStreamD = k1D1D && kHasC && diag::kCStreamHints;
       epilogue::store_direct<kNumChunks, kStreamD>(fin, d_ptr, m0, r0, n0, col_in_chunk, ldd, N, row_limit, vec,
                                                    kOutFp32);
       FG_TRACE_TILE(wg_trace, wg, traced, 3);

@@ -215,9 +215,9 @@ constexpr unsigned kCPrefetchMaxKBlocks = 64;
 #endif
 
 #ifdef FINEGEMM_DIAG_C_STREAM_HINTS
-constexpr bool kNoCStreamHints = false;
+constexpr bool kCStreamHints = true;
 #else
-constexpr bool kNoCStreamHints = true;
+constexpr bool kCStreamHints = false;
 #endif
 
 #ifdef FINEGEMM_SCHED_GROUP_N
