@@ -116,6 +116,11 @@ def wgrad_configs(sms: int) -> list:
     for (m, n, k) in t.C_STAGE_SHAPES + [(257, 1000, 640)]:
         for bm, bn, mc, mc_a, kbat in t.C_STAGE_CFGS:
             out += list(t.c_stage_configs(m, n, k, bm, bn, mc, mc_a, kbat, sms))
+    # Two CTAs per SM against one (test_dense_1d1d_two_cta).
+    for (m, n, k) in t.TWO_CTA_SHAPES:
+        for bn, mc, cst in t.TWO_CTA_CFGS:
+            for has_c in (False, True):
+                out += list(t.two_cta_configs(m, n, k, bn, mc, cst, has_c, sms))
     # block_m 192 against block_m 128 (test_dense_1d1d_three_warpgroups).
     for (m, n, k) in t.TMA_EPI_SHAPES:
         for has_c in (False, True):

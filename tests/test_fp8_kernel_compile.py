@@ -562,8 +562,9 @@ def test_1d1d_configs():
             assert 2 <= cfg.num_stages <= max_stages(cfg.block_m, cfg.block_n, cfg.tma_store, True, cap=16)
             assert cfg.smem_bytes == smem_bytes(cfg.block_m, cfg.block_n, cfg.num_stages, cfg.tma_store,
                                                 True) <= SMEM_LIMIT
-            assert cfg.kernel_key()[-3] is True  # (..., one_d_one_d, k_batch, c_stage)
-            assert cfg.kernel_key()[-1] is cfg.c_stage is False  # the model never stages C (tables do)
+            assert cfg.kernel_key()[-4] is True  # (..., one_d_one_d, k_batch, c_stage, two-CTA build)
+            assert cfg.kernel_key()[-2] is cfg.c_stage is False  # the model never stages C (tables do)
+            assert cfg.kernel_key()[-1] is False and cfg.ctas_per_sm == 1  # nor runs two CTAs per SM
             assert not (cfg.split_k and cfg.num_multicast == 2)
     # Per stage: block_n fp32 padded to 128 bytes in place of 1D2D's 16-byte B-scale slot.
     assert smem_bytes(128, 144, 4, False, True) - smem_bytes(128, 144, 4) == 4 * (640 - 16)
@@ -683,6 +684,32 @@ def test_three_warpgroup_tiles_compile_clean():
         sass = _sass(r["cubin"])
         if sass is not None:
             assert "USETMAXREG" in sass and "LDL" not in sass and "STL" not in sass, r["label"]
+
+
+@pytest.mark.nvcc
+def test_two_cta_1d1d_tiles_compile_clean():
+    """Recipe (1, 1, 128) block_m 64 for two CTAs per SM (launch bound 2: 128 registers at entry,
+    setmaxnreg 216 / 40): every candidate the tuner proposes (each block_n, multicast, with and
+    without the C stage; 4096x32768x512 + C) builds with 0 spills, at most 128 registers per
+    thread at entry (else two do not fit an SM), the register split in its SASS (ptxas ignores
+    setmaxnreg when it cannot tell the entry count: C7508) and unserialized wgmmas."""
+    from finegemm import jit
+    from finegemm.heuristics import sm90_fp8_gemm as h
+    from finegemm.ops import sm90_fp8_gemm as ops
+
+    cands = [c for c in h._two_cta_1d1d_candidates(4096, 32768, 512, 132, True)]
+    assert {c.block_n for c in cands} == set(h.TWO_CTA_1D1D_BLOCK_N) and any(c.c_stage for c in cands)
+    jobs = {ops._kernel_name(c): ops._render_cfg(c) for c in cands}
+    assert all(name.endswith("_2cta") for name in jobs)
+    reports = jit.compile_check(list(jobs.items()), raise_on_failure=False)
+    assert len(reports) == len(jobs)
+    _check_reports(reports)
+    for r in reports:
+        assert r["registers"] <= 128, f"{r['label']}: {r['registers']} registers, two CTAs need <= 128"
+        assert not any("C7508" in w for w in r["warnings"]), r["label"]
+        sass = _sass(r["cubin"])
+        if sass is not None:
+            assert sass.count("USETMAXREG") == 2 and "LDL" not in sass and "STL" not in sass, r["label"]
 
 
 @pytest.mark.nvcc

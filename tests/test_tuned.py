@@ -451,9 +451,13 @@ def test_c_stage_candidates_entries_and_rules(tmp_path, monkeypatch):
     assert cfg.smem_bytes == h.smem_bytes(128, 128, 4, False, True) + 128 * 128 * 4 + 2 * 16
     assert h.max_stages(128, 128, False, True, cap=16, c_stage=True) < h.max_stages(128, 128, False, True, cap=16)
     for bad in [dict(has_c=False), dict(tma_store=True), dict(num_splits=2), dict(block_n=112), dict(one_d_one_d=False),
-                dict(block_m=64, ctas_per_sm=2), dict(num_stages=6)]:
+                dict(ctas_per_sm=2), dict(block_m=64, ctas_per_sm=2, num_stages=4), dict(num_stages=6)]:
         with pytest.raises(ValueError):
             h.make_config(**{**ok, **bad})
+    # Two CTAs per SM stage C too (block_m 64: a 64 x block_n C tile each, within half an SM).
+    two = h.make_config(**{**ok, "block_m": 64, "ctas_per_sm": 2, "num_stages": 3})
+    assert two.c_stage and two.smem_bytes <= h.SMEM_LIMIT_2CTA and ops._kernel_name(two).endswith("_cst_2cta")
+    assert any(c.c_stage and c.ctas_per_sm == 2 for c in with_c)
     # Table entries: K = 512 (no no-C fallback) and K = 4096 (the fallback takes the tile, not the stage).
     cfg_fields = dict(block_m=128, block_n=128, num_stages=4, num_splits=1, num_multicast=2, multicast_on_a=True,
                       tma_store=False, half_promote=False, c_stage=True)

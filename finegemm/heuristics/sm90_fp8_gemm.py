@@ -227,7 +227,9 @@ class Fp8GemmConfig:
         """What selects the compiled kernel (everything else is a runtime argument)."""
         return (self.block_m, self.block_n, self.num_stages, self.out_fp32, self.has_c, self.split_k,
                 self.num_multicast, self.multicast_on_a, self.half_promote, self.tma_store, self.gemm_kind,
-                self.one_d_one_d, self.k_batch, self.c_stage)
+                self.one_d_one_d, self.k_batch, self.c_stage,
+                # recipe (1, 1, 128) builds two-CTA tiles with their own register split (kCtasPerSm)
+                self.one_d_one_d and self.ctas_per_sm == 2)
 
 
 def num_threads(block_m: int) -> int:
@@ -388,10 +390,9 @@ def make_config(m: int, n: int, k: int, num_sms: int, out_fp32: bool, has_c: boo
         raise ValueError(f"k_batch {k_batch} > num_stages {num_stages}")
     if ctas_per_sm not in (1, 2) or (ctas_per_sm == 2 and bm != 64):
         raise ValueError(f"ctas_per_sm {ctas_per_sm}: 1, or 2 with block_m 64")
-    if c_stage and not (one_d_one_d and has_c and not tma_store and num_splits == 1 and bn % 32 == 0 and
-                        ctas_per_sm == 1):
+    if c_stage and not (one_d_one_d and has_c and not tma_store and num_splits == 1 and bn % 32 == 0):
         raise ValueError("c_stage: recipe (1, 1, 128) with C, the direct epilogue (no tma_store), no split-K, "
-                         "block_n a multiple of 32, one CTA per SM")
+                         "block_n a multiple of 32")
     top_stages = max_stages(bm, bn, tma_store, one_d_one_d, ctas_per_sm, cap=MAX_STAGES, c_stage=c_stage)
     if not MIN_STAGES <= num_stages <= top_stages:
         raise ValueError(f"num_stages {num_stages} outside [{MIN_STAGES}, {top_stages}] for block {bm}x{bn}"
@@ -516,6 +517,7 @@ def candidate_configs(m: int, n: int, k: int, num_sms: int, out_fp32: bool = Fal
                 and ceil_div(ceil_div(k, BLOCK_K), c.num_splits) >= kbat]
         out += _kbatch_1d1d_candidates(m, n, k, num_sms, has_c, {c.kernel_key() for c in out})
         out += _c_stage_twins(out, m, n, k, num_sms, has_c)
+        out += _two_cta_1d1d_candidates(m, n, k, num_sms, has_c)
     if not one_d_one_d:
         narrow = [c for c in out if not c.half_promote and c.block_m != THREE_WG_BLOCK_M
                   and c.block_n <= MAX_BLOCK_N_KBATCH[2]][:k_batch]
@@ -643,6 +645,33 @@ def _c_stage_twins(cands: list[Fp8GemmConfig], m: int, n: int, k: int, num_sms: 
         if cfg.kernel_key() not in seen:
             seen.add(cfg.kernel_key())
             out.append(cfg)
+    return out
+
+
+# Recipe (1, 1, 128) tiles run two CTAs per SM (block_m 64, kCtasPerSm: the producer's registers
+# go to the consumer warpgroup) where the epilogue's memory traffic dominates: one CTA's C read and
+# D write overlap the other's main loop (benchmarks/NOTES.md v0.76). Widths the register split
+# builds spill-free (tests/test_fp8_kernel_compile.py).
+TWO_CTA_1D1D_BLOCK_N = (96, 128, 160, 192)
+
+
+def _two_cta_1d1d_candidates(m: int, n: int, k: int, num_sms: int, has_c: bool) -> list[Fp8GemmConfig]:
+    """Recipe (1, 1, 128): block_m 64 tiles for two CTAs per SM, each multicast choice, the direct
+    epilogue with and without the C stage, the deepest ring that fits half an SM; where the grid
+    has at least four such tiles per CTA (fewer: the skinny two-CTA candidates cover it)."""
+    out = []
+    for bn in TWO_CTA_1D1D_BLOCK_N:
+        if ceil_div(m, 64) * ceil_div(n, bn) < 8 * num_sms:
+            continue
+        for mc, mc_a in ((1, False), (2, False), (2, True)):
+            if mc == 2 and num_sms < 2:
+                continue
+            for cst in ((False, True) if has_c and bn % 32 == 0 else (False,)):
+                stages = max_stages(64, bn, False, True, 2, cap=MAX_STAGES, c_stage=cst)
+                if stages < MIN_STAGES:
+                    continue
+                out.append(make_config(m, n, k, num_sms, True, has_c, 64, bn, stages, 1, mc, mc_a, False,
+                                       one_d_one_d=True, ctas_per_sm=2, c_stage=cst))
     return out
 
 

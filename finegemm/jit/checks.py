@@ -86,12 +86,13 @@ def compile_check(configs: Iterable | None = None, *, raise_on_failure: bool = T
     def run(job):
         family, label, source = job
         rep = {"family": family, "label": label, "cubin": None, "registers": 0, "spill_stores": 0,
-               "spill_loads": 0, "stack_frame": 0, "smem": 0, "lmem": 0, "wgmma_serialized": False, "error": None}
+               "spill_loads": 0, "stack_frame": 0, "smem": 0, "lmem": 0, "wgmma_serialized": False, "warnings": [],
+               "error": None}
         try:
             cubin = compiler.build_cubin(family, source)
             parsed = compiler.ptxas_report(cubin)
             rep.update({k: parsed[k] for k in ("registers", "spill_stores", "spill_loads",
-                                               "stack_frame", "smem", "lmem", "spilled", "wgmma_serialized")})
+                                               "stack_frame", "smem", "lmem", "spilled", "wgmma_serialized", "warnings")})
             rep["cubin"] = str(cubin)
         except Exception as exc:  # reported per kernel, raised below
             rep["error"] = str(exc)

@@ -477,7 +477,10 @@ def parse_ptxas_log(text: str) -> dict:
             lm = _RE_LMEM.search(line)
             if lm:
                 f["lmem"] = int(lm.group(1))
-    warnings = [ln.strip() for ln in text.splitlines() if "warning" in ln.lower()]
+    # ptxas reports some losses as info lines, e.g. "(C7508) Potential Performance Loss: 'setmaxnreg'
+    # ignored" (the entry's register count unknown): kept with the warnings.
+    warnings = [ln.strip() for ln in text.splitlines()
+                if "warning" in ln.lower() or "potential performance loss" in ln.lower()]
     spill_warned = bool(_RE_SPILL_WARN.search(text))
     report = {
         key: max((f[key] for f in funcs.values()), default=0)

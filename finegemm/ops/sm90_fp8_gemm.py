@@ -64,7 +64,7 @@ extern "C" __global__ void __launch_bounds__({threads}, 1) finegemm_entry(
 _TEMPLATE_1D1D = """\
 #include <finegemm/impls/sm90_fp8_gemm_1d2d.cuh>
 
-extern "C" __global__ void __launch_bounds__({threads}, 1) finegemm_entry(
+extern "C" __global__ void __launch_bounds__({threads}, {min_ctas}) finegemm_entry(
     const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
     const __grid_constant__ CUtensorMap tmap_sfa, const __grid_constant__ CUtensorMap tmap_d, const float* sfb, void* d, const float* c,
     float* workspace, int* counters, uint32_t m, uint32_t n, uint32_t k, uint32_t ldd,
@@ -85,7 +85,7 @@ extern "C" __global__ void __launch_bounds__({threads}, 1) finegemm_entry(
 _TEMPLATE_K_GROUPED = """\
 #include <finegemm/impls/sm90_fp8_gemm_1d2d.cuh>
 
-extern "C" __global__ void __launch_bounds__({threads}, 1) finegemm_entry(
+extern "C" __global__ void __launch_bounds__({threads}, {min_ctas}) finegemm_entry(
     const __grid_constant__ CUtensorMap tmap_sfa, const __grid_constant__ CUtensorMap tmap_sfb, float* d,
     const float* c, uint32_t m, uint32_t n, uint32_t ldd, uint32_t flags,
     const __grid_constant__ finegemm::impls::Sm90Fp8KGroupedParams groups,
@@ -105,13 +105,16 @@ def _b(x: bool) -> str:
 def render(block_m: int, block_n: int, num_stages: int, out_fp32: bool, has_c: bool, split_k: bool,
            num_multicast: int = 1, multicast_on_a: bool = False, half_promote: bool = False,
            tma_store: bool = False, gemm_kind: int = GEMM_NORMAL, one_d_one_d: bool = False,
-           k_batch: int = 1, c_stage: bool = False) -> str:
+           k_batch: int = 1, c_stage: bool = False, ctas_per_sm: int = 1) -> str:
     """The instantiation source of one kernel configuration (tma_store: the shared-memory + TMA
     store epilogue; bf16 out, no C, no split-K; gemm_kind: GEMM_NORMAL or an m-grouped kind,
     which has bf16 out, no C, no split-K, no half-promote and clusters sharing A only;
     one_d_one_d: recipe (1, 1, 128), dense or k-grouped kind, fp32 out; tma_store
     there: the fp32 box-ring TMA epilogue (a reduce-add when has_c: C must be D), not with split-K;
-    c_stage: that kind's direct epilogue with C, C TMA-loaded into shared memory per tile)."""
+    c_stage: that kind's direct epilogue with C, C TMA-loaded into shared memory per tile;
+    ctas_per_sm 2 with recipe (1, 1, 128): block_m 64 built for two CTAs per SM, the producer's
+    registers handed to the consumers (kCtasPerSm); the 1D2D kernels ignore it, their two-CTA
+    tiles run on the registers they compile to)."""
     if k_batch not in (1, 2, 4) or (k_batch > 1 and half_promote):
         raise ValueError(f"k_batch must be 1, 2 or 4 (and 1 with half-promote), got {k_batch}")
     if c_stage and not (one_d_one_d and gemm_kind == GEMM_NORMAL and has_c and not tma_store and not split_k and
@@ -121,6 +124,8 @@ def render(block_m: int, block_n: int, num_stages: int, out_fp32: bool, has_c: b
     if gemm_kind == GEMM_K_GROUPED and (not one_d_one_d or split_k):
         raise ValueError("the k-grouped kind is recipe (1, 1, 128) without split-K")
     if one_d_one_d:
+        if ctas_per_sm not in (1, 2) or (ctas_per_sm == 2 and block_m != 64):
+            raise ValueError(f"ctas_per_sm {ctas_per_sm}: 1, or 2 with block_m 64")
         if gemm_kind not in (GEMM_NORMAL, GEMM_K_GROUPED) or not out_fp32:
             raise ValueError("recipe (1, 1, 128): dense or k-grouped kind, fp32 out")
         if tma_store and split_k:
@@ -131,11 +136,16 @@ def render(block_m: int, block_n: int, num_stages: int, out_fp32: bool, has_c: b
             raise ValueError("split-K and multicast are not combined")
         check_tile(block_m, block_n, block_ms=FP8_BLOCK_MS)
         template = _TEMPLATE_K_GROUPED if gemm_kind == GEMM_K_GROUPED else _TEMPLATE_1D1D
-        return template.format(threads=(block_m // 64 + 1) * 128, block_m=block_m, block_n=block_n,
-                               stages=num_stages, has_c=_b(has_c), split_k=_b(split_k), num_multicast=num_multicast,
-                               multicast_on_a=_b(num_multicast == 2 and multicast_on_a), tma_store=_b(tma_store),
-                               half_promote=_b(half_promote),
-                               k_batch=f", {k_batch}, true" if c_stage else f", {k_batch}" if k_batch > 1 else "")
+        # The trailing template arguments only as far as they differ from the defaults: the
+        # sources (cache keys, cubins) of the configurations that existed before each one stay.
+        if ctas_per_sm == 2:
+            tail = f", {k_batch}, {_b(c_stage)}, 2"
+        else:
+            tail = f", {k_batch}, true" if c_stage else f", {k_batch}" if k_batch > 1 else ""
+        return template.format(threads=(block_m // 64 + 1) * 128, min_ctas=ctas_per_sm, block_m=block_m,
+                               block_n=block_n, stages=num_stages, has_c=_b(has_c), split_k=_b(split_k),
+                               num_multicast=num_multicast, multicast_on_a=_b(num_multicast == 2 and multicast_on_a),
+                               tma_store=_b(tma_store), half_promote=_b(half_promote), k_batch=tail)
     if gemm_kind not in (GEMM_NORMAL, GEMM_GROUPED_CONTIGUOUS, GEMM_GROUPED_MASKED):
         raise ValueError(f"gemm_kind must be 0, 1 or 2, got {gemm_kind}")
     if gemm_kind != GEMM_NORMAL and (out_fp32 or has_c or split_k or
@@ -163,7 +173,7 @@ def render(block_m: int, block_n: int, num_stages: int, out_fp32: bool, has_c: b
 def _render_cfg(cfg: Fp8GemmConfig) -> str:
     return render(cfg.block_m, cfg.block_n, cfg.num_stages, cfg.out_fp32, cfg.has_c, cfg.split_k,
                   cfg.num_multicast, cfg.multicast_on_a, cfg.half_promote, cfg.tma_store, cfg.gemm_kind,
-                  cfg.one_d_one_d, cfg.k_batch, cfg.c_stage)
+                  cfg.one_d_one_d, cfg.k_batch, cfg.c_stage, cfg.ctas_per_sm)
 
 
 def _kernel_name(cfg: Fp8GemmConfig) -> str:
@@ -172,7 +182,8 @@ def _kernel_name(cfg: Fp8GemmConfig) -> str:
             f"{('_mca' if cfg.multicast_on_a else '_mcb') if cfg.num_multicast == 2 else ''}"
             f"{'_hp' if cfg.half_promote else ''}{'_tmas' if cfg.tma_store else ''}"
             f"{_KIND_SUFFIX[cfg.gemm_kind]}{'_1d1d' if cfg.one_d_one_d else ''}"
-            f"{f'_kb{cfg.k_batch}' if cfg.k_batch > 1 else ''}{'_cst' if cfg.c_stage else ''}")
+            f"{f'_kb{cfg.k_batch}' if cfg.k_batch > 1 else ''}{'_cst' if cfg.c_stage else ''}"
+            f"{'_2cta' if cfg.one_d_one_d and cfg.ctas_per_sm == 2 else ''}")
 
 
 _KIND_SUFFIX = {GEMM_NORMAL: "", GEMM_GROUPED_CONTIGUOUS: "_gcont", GEMM_GROUPED_MASKED: "_gmask",

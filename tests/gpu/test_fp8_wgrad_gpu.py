@@ -556,6 +556,57 @@ def test_dense_1d1d_c_stage_strided_c(pad):
     assert (big_d[:, n:] == 7.0).all(), "padding of d written"
 
 
+# Two CTAs per SM with the register split (kCtasPerSm): (block_n, multicast, c_stage).
+TWO_CTA_CFGS = [(128, 1, False), (128, 2, True), (96, 1, True), (160, 2, False), (64, 1, False)]
+TWO_CTA_SHAPES = [(257, 1000, 1152), (4097, 576, 512), (1, 200, 384), (130, 4096, 128)]
+
+
+def two_cta_configs(m, n, k, bn, mc, c_stage, has_c, num_sms):
+    """(two CTAs per SM, the same tile with one CTA per SM) recipe (1, 1, 128) configs, block_m 64,
+    the direct epilogue (also used by scripts/precompile.py)."""
+    from finegemm.heuristics import sm90_fp8_gemm as h
+
+    c_stage = c_stage and has_c
+    stages = min(h.max_stages(64, bn, False, True, 2, c_stage=c_stage), 4)
+    two = h.make_config(m, n, k, num_sms, True, has_c, 64, bn, stages, 1, mc, False, False, one_d_one_d=True,
+                        ctas_per_sm=2, c_stage=c_stage)
+    return two, dataclasses.replace(two, ctas_per_sm=1, grid=min(two.grid, num_sms))
+
+
+@pytest.mark.parametrize("bn,mc,cst", TWO_CTA_CFGS)
+@pytest.mark.parametrize("m,n,k", TWO_CTA_SHAPES)
+def test_dense_1d1d_two_cta(m, n, k, bn, mc, cst):
+    """block_m 64 built for two CTAs per SM (the producer's registers handed to the consumer
+    warpgroup): the driver fits two per SM (a grid of 2 x SMs survives the occupancy check, so
+    both CTAs really share SMs), and the result is the reference's and bitwise the one-CTA build's
+    (the same tile and promotion order): without C, c = d and a separate c (poisoned d)."""
+    from finegemm import runtime
+    from finegemm.ops import sm90_fp8_gemm as ops
+
+    num_sms = runtime.get_num_sms()
+    x, w, a, sfa, b, sfb = _inputs(m, n, k, seed=m + n + k + bn + mc)
+    sfa_t, sfb_t = quant.get_mn_major_tma_aligned_tensor(sfa), quant.get_mn_major_tma_aligned_tensor(sfb)
+    c0 = torch.randn(m, n, device="cuda") * 4
+    for mode in ("no_c", "in_place", "sep"):
+        two, one = two_cta_configs(m, n, k, bn, mc, cst, mode != "no_c", num_sms)
+        if two.num_units >= 2 * num_sms:
+            fitted, _ = ops.plan(m, n, k, True, two.has_c, torch.cuda.current_device(), True, config=two)
+            assert fitted.grid == two.grid == 2 * num_sms, f"two CTAs per SM did not fit: grid {fitted.grid}"
+        out = {}
+        for name, cfg in (("two", two), ("one", one)):
+            if mode == "in_place":
+                d = c0.clone()
+            else:
+                d = torch.full((m, n), float("nan"), device="cuda")
+            c = None if mode == "no_c" else (d if mode == "in_place" else c0)
+            ops._prepare_1d1d_kernel(a, sfa_t, b, sfb_t, d, c, cfg)()
+            torch.cuda.synchronize()
+            out[name] = d
+        _check(out["two"], a, sfa, b, sfb, x, w, None if mode == "no_c" else c0)
+        assert torch.equal(out["two"].view(torch.int32), out["one"].view(torch.int32)), \
+            f"two-CTA and one-CTA builds differ ({mode})"
+
+
 @pytest.mark.parametrize("bm,bn,mc,mc_a", TMA_EPI_CFGS)
 @pytest.mark.parametrize("m,n,k", TMA_EPI_SHAPES)
 def test_dense_1d1d_tma_epilogue(m, n, k, bm, bn, mc, mc_a):

@@ -94,15 +94,18 @@ namespace impls {
 // Compile-time facts of one configuration; the host mirrors kDynamicSmemBytes and kNumThreads
 // (finegemm/heuristics/sm90_fp8_gemm.py: smem_bytes(), num_threads()).
 template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages, bool kTmaStore = false, bool k1D1D = false,
-          bool kCStage = false>
+          bool kCStage = false, uint32_t kCtasPerSm = 1>
 struct Sm90Fp8Gemm1d2dTraits {
   static constexpr uint32_t BLOCK_K = 128;  // one scale block; 128 fp8 = 128 bytes = the swizzle span
   static constexpr uint32_t kNumConsumerWG = BLOCK_M / 64;
   static constexpr uint32_t kNumConsumerThreads = kNumConsumerWG * 128;
   static constexpr uint32_t kNumThreads = kNumConsumerThreads + 128;
-  // setmaxnreg split (ptx::consumer_regs; BLOCK_M 64 keeps what it was compiled with).
-  static constexpr uint32_t kConsumerRegs = ptx::consumer_regs(kNumConsumerWG);
-  static constexpr uint32_t kProducerRegs = ptx::producer_regs(kNumConsumerWG);
+  // setmaxnreg split (ptx::consumer_regs; BLOCK_M 64 keeps what it was compiled with, unless two
+  // CTAs share the SM: kCtasPerSm 2, built with a launch bound of 2 CTAs).
+  static constexpr uint32_t kConsumerRegs = ptx::consumer_regs(kNumConsumerWG, kCtasPerSm);
+  static constexpr uint32_t kProducerRegs = ptx::producer_regs(kNumConsumerWG, kCtasPerSm);
+  // The consumers get more registers than the launch bound's 128 only through that split.
+  static constexpr bool kSetMaxNReg = kNumConsumerWG >= 2 || kCtasPerSm == 2;
 
   // Shared memory layout (offsets from a 1024-byte aligned base):
   //   [D staging (kTmaStore: BLOCK_M x BLOCK_N bf16, one 64-row buffer per consumer WG; with
@@ -157,6 +160,10 @@ struct Sm90Fp8Gemm1d2dTraits {
   static_assert(kSfbSpan >= 1 && kSfbSpan <= 3, "a tile spans at most 3 scale blocks");
   static_assert(kDynamicSmemBytes <= 232448, "shared memory above the SM90 227 KB limit");
   static_assert(!kCStage || (k1D1D && !kTmaStore && BLOCK_N % 32 == 0), "C stage: 1D1D direct epilogue, 32-column boxes");
+  // Two CTAs per SM with the register split: one consumer warpgroup, half the SM's shared memory
+  // each (228 KB less the driver's 1 KB per CTA).
+  static_assert(kCtasPerSm == 1 || (kCtasPerSm == 2 && BLOCK_M == 64 && kDynamicSmemBytes <= 233472 / 2 - 1024),
+                "kCtasPerSm 2: block_m 64 and at most 113 KB of shared memory");
 };
 
 // Kernel parameter flags (bit set by the host launcher).
@@ -280,7 +287,8 @@ __device__ __forceinline__ void with_static_offset(uint32_t off, F&& f) {
 
 template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages, bool kOutFp32, bool kHasC, bool kSplitK,
           uint32_t kNumMulticast = 1, bool kMulticastOnA = false, bool kHalfPromote = false, bool kTmaStore = false,
-          uint32_t kGemmKind = scheduler::kGemmNormal, bool k1D1D = false, uint32_t kKBatch = 1, bool kCStage = false>
+          uint32_t kGemmKind = scheduler::kGemmNormal, bool k1D1D = false, uint32_t kKBatch = 1, bool kCStage = false,
+          uint32_t kCtasPerSm = 1>
 __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, const CUtensorMap* tmap_b,
                                                    const CUtensorMap* tmap_sfa, const CUtensorMap* tmap_d,
                                                    const float* sfb, void* d_ptr,
@@ -291,7 +299,13 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
                                                    const CUtensorMap* tmap_sfb = nullptr,
                                                    const Sm90Fp8KGroupedParams* kgroups = nullptr,
                                                    const CUtensorMap* tmap_a_last = nullptr) {
-  using Traits = Sm90Fp8Gemm1d2dTraits<BLOCK_M, BLOCK_N, kNumStages, kTmaStore, k1D1D, kCStage>;
+  using Traits = Sm90Fp8Gemm1d2dTraits<BLOCK_M, BLOCK_N, kNumStages, kTmaStore, k1D1D, kCStage, kCtasPerSm>;
+  // kCtasPerSm 2 (recipe (1, 1, 128) only): the entry is built with a launch bound of 2 CTAs per
+  // SM (128 registers per thread) and the producer hands its registers to the one consumer
+  // warpgroup, so tiles wider than 128 registers of accumulators run two CTAs per SM: one's
+  // epilogue (C read, D write) overlaps the other's main loop (benchmarks/NOTES.md v0.76). The
+  // 1D2D two-CTA tiles keep their compiled registers (their entries were measured that way).
+  static_assert(kCtasPerSm == 1 || k1D1D, "kCtasPerSm 2: recipe (1, 1, 128) kernels only");
   // kCStage (recipe (1, 1, 128), direct epilogue with C, dense kind): the producer TMA-loads each
   // tile's C into shared memory (through the host's map over C, kFlagCPrefetchMap) while the
   // consumers run the tile's main loop, so the epilogue adds C from shared memory instead of
@@ -490,7 +504,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
 
   if (threadIdx.x >= kNumConsumerThreads) {
     // ------------------------------------------------------------------ producer warpgroup
-    if constexpr (kNumConsumerWG >= 2) ptx::setmaxnreg_dec<Traits::kProducerRegs>();
+    if constexpr (Traits::kSetMaxNReg) ptx::setmaxnreg_dec<Traits::kProducerRegs>();
     if (threadIdx.x == kNumConsumerThreads) {
       // The dense 1D2D kind without A multicast loads its last m-block through tmap_a_last, whose
       // box holds only its rows, and the sfa of a lone m-block through a box of as many rows
@@ -692,7 +706,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
     if (split_cluster) ptx::cluster_sync();
   } else {
     // ------------------------------------------------------------------ consumer warpgroups
-    if constexpr (kNumConsumerWG >= 2) ptx::setmaxnreg_inc<Traits::kConsumerRegs>();
+    if constexpr (Traits::kSetMaxNReg) ptx::setmaxnreg_inc<Traits::kConsumerRegs>();
     // Masked kind: the shared-memory base again, through a shuffle. ptxas otherwise re-derives it
     // inside the k-loop (S2UR of the CTA's cluster id + dependent uniform ops in front of every
     // k-block's full-barrier wait); a shuffle's result is not rematerialized. -2 to -5% on every
