@@ -265,6 +265,8 @@ def main() -> int:
     spec.loader.exec_module(sc)
     for _, tile in sc.WGRAD_TILES:
         add_1d1d(sc.wgrad_tile_config(*tile, sms=args.sms))
+    for _, case in sc.WGRAD_TWO_CTA:
+        add_1d1d(sc.wgrad_two_cta_config(*case, sms=args.sms))
     if args.only_1d1d:
         cfgs = {name: cfg for name, cfg in cfgs.items() if cfg.one_d_one_d}
     return build(cfgs, args.jobs)

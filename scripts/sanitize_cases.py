@@ -168,6 +168,38 @@ def _fp8_wgrad_tile(m, n, k, bm, bn, mc, on_a, c_mode, half_promote=False, k_bat
     return calc_diff(d, ref)
 
 
+def wgrad_two_cta_config(m, n, k, bn, c_stage, sms=132):
+    """block_m 64 for two CTAs per SM (the register split), c = d, direct epilogue, C staged or not
+    (scripts/precompile.py builds these too)."""
+    from finegemm.heuristics.sm90_fp8_gemm import make_config, max_stages
+
+    st = min(4, max_stages(64, bn, False, True, 2, c_stage=c_stage))
+    return make_config(m, n, k, sms, True, True, 64, bn, st, 1, 1, False, False, one_d_one_d=True, ctas_per_sm=2,
+                       c_stage=c_stage)
+
+
+def _fp8_wgrad_two_cta(m, n, k, bn, c_stage):
+    """Two co-resident CTAs per SM accumulating in place (c = d): both CTAs' C stages, rings and
+    epilogues share the SM; a grid of 2 x SMs with several tiles per CTA."""
+    from finegemm.ops import sm90_fp8_gemm as ops
+
+    a, sfa = finegemm.per_token_cast_to_fp8(torch.randn(m, k, device="cuda"))
+    b, sfb = finegemm.per_token_cast_to_fp8(torch.randn(n, k, device="cuda"))
+    c0 = torch.randn(m, n, device="cuda")
+    d = c0.clone()
+    cfg = wgrad_two_cta_config(m, n, k, bn, c_stage, torch.cuda.get_device_properties(0).multi_processor_count)
+    ops.prepare(a, sfa, b, sfb, d, d, (1, 1, 128), config=cfg)()
+    ref = reference.fp8_gemm_nt(a, sfa, b, sfb, c=c0, out_dtype=torch.float32, recipe=(1, 1, 128))
+    return calc_diff(d, ref)
+
+
+# Two-CTA recipe (1, 1, 128) cases: (name, _fp8_wgrad_two_cta arguments); precompile.py builds them.
+WGRAD_TWO_CTA = [
+    ("fp8 wgrad two CTAs/SM bm64 bn128, C staged, c is d", (1000, 4000, 256, 128, True)),
+    ("fp8 wgrad two CTAs/SM bm64 bn160, c is d (direct)", (1000, 4000, 256, 160, False)),
+]
+
+
 def _bf16_grouped_contiguous(ms, n, k):
     g = len(ms)
     a = torch.randn(sum(ms), k, device="cuda", dtype=torch.bfloat16)
@@ -238,6 +270,7 @@ CASES = [
     ("fp8 k-grouped one launch, no c", lambda: _fp8_k_grouped([0, 128, 256], 65, 200, False)),
     ("fp8 wgrad 1d1d, c is d", lambda: _fp8_wgrad(129, 576, 640)),
     *[(name, lambda a=args: _fp8_wgrad_tile(*a)) for name, args in WGRAD_TILES],
+    *[(name, lambda a=args: _fp8_wgrad_two_cta(*a)) for name, args in WGRAD_TWO_CTA],
     ("fp8 bm192 bn128 (three consumer WGs), scale warp", lambda: _fp8_tile(385, 1000, 1664, 192, 128)),
     ("fp8 two CTAs/SM + split-K", lambda: _fp8_forced(17, 2112, 1664, bn=32, splits=4, tma=False, cps=2, kbat=1)),
     ("fp8 k-batch 4, TMA store", lambda: _fp8_forced(65, 576, 1664, bn=32, splits=1, tma=True, cps=1, kbat=4)),
