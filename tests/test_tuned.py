@@ -458,6 +458,9 @@ def test_c_stage_candidates_entries_and_rules(tmp_path, monkeypatch):
     two = h.make_config(**{**ok, "block_m": 64, "ctas_per_sm": 2, "num_stages": 3})
     assert two.c_stage and two.smem_bytes <= h.SMEM_LIMIT_2CTA and ops._kernel_name(two).endswith("_cst_2cta")
     assert any(c.c_stage and c.ctas_per_sm == 2 for c in with_c)
+    # ... only at short K (NOTES v0.76: 18-27% slower than one CTA per SM at K = 1536 / 2048).
+    assert not any(c.ctas_per_sm == 2 for c in h.candidate_configs(4096, 7168, 2048, 132, True, True,
+                                                                   one_d_one_d=True))
     # Table entries: K = 512 (no no-C fallback) and K = 4096 (the fallback takes the tile, not the stage).
     cfg_fields = dict(block_m=128, block_n=128, num_stages=4, num_splits=1, num_multicast=2, multicast_on_a=True,
                       tma_store=False, half_promote=False, c_stage=True)

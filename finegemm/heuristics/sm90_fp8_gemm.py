@@ -649,17 +649,22 @@ def _c_stage_twins(cands: list[Fp8GemmConfig], m: int, n: int, k: int, num_sms: 
 
 
 # Recipe (1, 1, 128) tiles run two CTAs per SM (block_m 64, kCtasPerSm: the producer's registers
-# go to the consumer warpgroup) where the epilogue's memory traffic dominates: one CTA's C read and
-# D write overlap the other's main loop (benchmarks/NOTES.md v0.76). Widths the register split
-# builds spill-free (tests/test_fp8_kernel_compile.py).
+# go to the consumer warpgroup), so one CTA's C read and D write can overlap the other's main loop.
+# Measured (benchmarks/NOTES.md v0.76): within 1.5% of the best one-CTA tile at K = 512 (a tile's
+# time mostly its epilogue), 18-27% slower at K = 1536 / 2048; so only short-K shapes get them.
+# Widths the register split builds spill-free (tests/test_fp8_kernel_compile.py).
 TWO_CTA_1D1D_BLOCK_N = (96, 128, 160, 192)
+TWO_CTA_1D1D_MAX_K = 1024
 
 
 def _two_cta_1d1d_candidates(m: int, n: int, k: int, num_sms: int, has_c: bool) -> list[Fp8GemmConfig]:
     """Recipe (1, 1, 128): block_m 64 tiles for two CTAs per SM, each multicast choice, the direct
     epilogue with and without the C stage, the deepest ring that fits half an SM; where the grid
-    has at least four such tiles per CTA (fewer: the skinny two-CTA candidates cover it)."""
+    has at least four such tiles per CTA (fewer: the skinny two-CTA candidates cover it), for
+    K <= TWO_CTA_1D1D_MAX_K."""
     out = []
+    if k > TWO_CTA_1D1D_MAX_K:
+        return out
     for bn in TWO_CTA_1D1D_BLOCK_N:
         if ceil_div(m, 64) * ceil_div(n, bn) < 8 * num_sms:
             continue
