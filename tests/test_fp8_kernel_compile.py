@@ -117,6 +117,27 @@ def test_render_source():
         render(128, 128, 4, False, False, False, 4, False)
 
 
+def test_render_two_cta_1d1d():
+    """Recipe (1, 1, 128) with two CTAs per SM: a launch bound of 2 and kCtasPerSm 2 as the last
+    template argument (after k_batch and c_stage); one CTA per SM renders the source it always had;
+    anything but block_m 64 is an error that names ctas_per_sm (render and make_config alike)."""
+    from finegemm.heuristics import sm90_fp8_gemm as h
+    from finegemm.ops.sm90_fp8_gemm import render
+
+    src = render(64, 128, 3, True, True, False, one_d_one_d=True, c_stage=True, ctas_per_sm=2)
+    assert "__launch_bounds__(256, 2)" in src and "0, true, 1, true, 2>(" in src
+    src = render(64, 160, 3, True, False, False, one_d_one_d=True, ctas_per_sm=2)
+    assert "0, true, 1, false, 2>(" in src
+    assert render(64, 128, 4, True, True, False, one_d_one_d=True) == \
+        render(64, 128, 4, True, True, False, one_d_one_d=True, ctas_per_sm=1)
+    assert "__launch_bounds__(256, 1)" in render(64, 128, 4, True, True, False, one_d_one_d=True)
+    for bm, cps in ((128, 2), (64, 3)):
+        with pytest.raises(ValueError, match="ctas_per_sm"):
+            render(bm, 128, 3, True, True, False, one_d_one_d=True, ctas_per_sm=cps)
+    with pytest.raises(ValueError, match="ctas_per_sm"):
+        h.make_config(4096, 32768, 512, 132, True, True, 128, 128, 3, one_d_one_d=True, ctas_per_sm=2)
+
+
 def test_compile_check_registered():
     from finegemm import jit
 
