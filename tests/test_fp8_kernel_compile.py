@@ -718,7 +718,7 @@ def test_two_cta_1d1d_tiles_compile_clean():
     from finegemm.heuristics import sm90_fp8_gemm as h
     from finegemm.ops import sm90_fp8_gemm as ops
 
-    cands = [c for c in h._two_cta_1d1d_candidates(4096, 32768, 512, 132, True)]
+    cands = h._two_cta_1d1d_candidates(4096, 32768, 512, 132, True)
     assert {c.block_n for c in cands} == set(h.TWO_CTA_1D1D_BLOCK_N) and any(c.c_stage for c in cands)
     jobs = {ops._kernel_name(c): ops._render_cfg(c) for c in cands}
     assert all(name.endswith("_2cta") for name in jobs)

@@ -103,7 +103,7 @@ struct Sm90Fp8Gemm1d2dTraits {
   // setmaxnreg split (ptx::consumer_regs; BLOCK_M 64 keeps what it was compiled with, unless two
   // CTAs share the SM: kCtasPerSm 2, built with a launch bound of 2 CTAs).
   static constexpr uint32_t kConsumerRegs = ptx::consumer_regs(kNumConsumerWG, kCtasPerSm);
-  static constexpr uint32_t kProducerRegs = ptx::producer_regs(kNumConsumerWG, kCtasPerSm);
+  static constexpr uint32_t kProducerRegs = ptx::producer_regs(kNumConsumerWG);
   // The consumers get more registers than the launch bound's 128 only through that split.
   static constexpr bool kSetMaxNReg = kNumConsumerWG >= 2 || kCtasPerSm == 2;
 
