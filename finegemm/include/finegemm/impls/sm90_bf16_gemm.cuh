@@ -389,7 +389,7 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
     }
     // Split cluster: the producer warpgroup's part in the barrier after which split 0 reads the
     // peers' partials (every thread of the cluster takes part in a cluster barrier).
-    if (split_cluster) ptx::cluster_sync();
+    if (split_cluster && !diag::kSplitClusterNoSync) ptx::cluster_sync();
   } else {
     // ------------------------------------------------------------------ consumer warpgroups
     if constexpr (kNumConsumerWG >= 2) ptx::setmaxnreg_inc<Traits::kConsumerRegs>();
@@ -546,13 +546,14 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
         ptx::named_barrier_sync(1, kNumConsumerThreads);
         float2* part = reinterpret_cast<float2*>(smem + Traits::kOffA);
         epilogue::write_split_partial_smem<kNumChunks, kNumConsumerThreads>(acc, part);
-        ptx::cluster_sync();  // the partials are there (release / acquire at cluster scope)
+        if constexpr (!diag::kSplitClusterNoSync) ptx::cluster_sync();  // the partials are there (release / acquire at cluster scope)
         // Reduce-scatter: consumer warp w's 16 rows are summed and stored by split w % S (the
         // direct-store epilogue has no barrier, so the other warps may leave). The CTA's only
         // unit; it stays until its peers have read its partial (kernel end).
         if ((threadIdx.x / 32) % num_splits != split) continue;
-        epilogue::gather_cluster_split_partials<kNumChunks, kNumConsumerThreads>(acc, base + Traits::kOffA, num_splits,
-                                                                                split);
+        if constexpr (!diag::kSplitClusterNoPeers)
+          epilogue::gather_cluster_split_partials<kNumChunks, kNumConsumerThreads>(acc, base + Traits::kOffA,
+                                                                                  num_splits, split);
       } else if constexpr (kSplitK && !diag::kSplitNoReduce) {
         // Partials and their in-order sum: epilogue/split_k.cuh.
         const uint32_t tile = sched.tile_index(m_block, n_block);
