@@ -318,6 +318,7 @@ CASES = [
     ("bf16 split cluster tt bm128 bn64 x3, partial M and N", lambda: _bf16_tile("tt", 136, 200, 2056, 128, 64, 3,
                                                                                  False)),
     ("bf16 split cluster nn bm128 bn32 x2", lambda: _bf16_tile("nn", 128, 2112, 7168, 128, 32, 2, False)),
+    ("bf16 split cluster nt bm64 bn64 x5, partial M and N", lambda: _bf16_tile("nt", 40, 300, 4104, 64, 64, 5, True)),
 ]
 
 

@@ -152,5 +152,103 @@ __device__ __forceinline__ void gather_cluster_split_partials(float (&acc)[kNumA
   }
 }
 
+// Split-K through distributed shared memory, push form (the BF16 kernel's split clusters: the
+// splits of a tile are one cluster, split s = CTA rank s, one unit per CTA). The tile's rows are
+// dealt out in slices of 8: slice q = 2 w + h is row r0 + 8 h of every lane of consumer warp w
+// (the fragment half acc[4 j + 2 h + {0, 1}]), and split q % S owns it: sums and stores it. As
+// soon as its last wgmma is done, a split pushes every slice it does not own into the owner's
+// receive buffer (st.async, whose bytes complete on the owner's receive barrier); an owner waits
+// on its own barrier for its slices from every other split and adds the partials in split order
+// 0 .. S-1, its own from registers: the workspace path's float adds in its order, bitwise its sum.
+// The slowest split's partial thus reaches its owners in one one-way trip, without the cluster
+// barrier and the remote-load round trip of the pull form above (benchmarks/NOTES.md v0.77).
+//
+// Receive buffer: every split reserves recv_bytes(S) (what split 0, which owns the most, needs;
+// the host mirrors it: heuristics/sm90_bf16_gemm.py split_recv_bytes); slot (i, from) holds
+// sender `from`'s copy of the owner's i-th slice (slice q = owner + i S), 32 lanes x kLaneBytes.
+template <uint32_t kNumChunks, uint32_t kNumWarps>
+struct ClusterSplitPush {
+  static_assert(kNumChunks % 2 == 0, "two 8-column chunks per 16-byte st.async");
+  static constexpr uint32_t kNumSlices = 2 * kNumWarps;
+  static constexpr uint32_t kLaneBytes = kNumChunks * 2 * 4;  // one row's two columns per chunk
+  static constexpr uint32_t kSliceBytes = 32 * kLaneBytes;
+
+  __host__ __device__ static constexpr uint32_t num_owned(uint32_t owner, uint32_t num_splits) {
+    return owner < kNumSlices ? (kNumSlices - 1 - owner) / num_splits + 1 : 0;
+  }
+  __host__ __device__ static constexpr uint32_t recv_bytes(uint32_t num_splits) {
+    return num_owned(0, num_splits) * (num_splits - 1) * kSliceBytes;
+  }
+  // Transaction bytes split `self` receives (its receive barrier's count).
+  __device__ __forceinline__ static uint32_t expected_bytes(uint32_t self, uint32_t num_splits) {
+    return num_owned(self, num_splits) * (num_splits - 1) * kSliceBytes;
+  }
+  __device__ __forceinline__ static uint32_t slot(uint32_t q, uint32_t from, uint32_t owner, uint32_t num_splits) {
+    return ((q / num_splits) * (num_splits - 1) + (from < owner ? from : from - 1)) * kSliceBytes;
+  }
+
+  // Pushes the halves of warp `warp`'s fragment that split `self` does not own; returns the
+  // halves it owns (bit h). recv_buf / recv_bar: this CTA's shared addresses of the buffer and
+  // barrier (every split has them at the same offsets).
+  template <uint32_t kNumAcc>
+  __device__ __forceinline__ static uint32_t push(const float (&acc)[kNumAcc], uint32_t warp, uint32_t lane,
+                                                  uint32_t self, uint32_t num_splits, uint32_t recv_buf,
+                                                  uint32_t recv_bar) {
+    static_assert(kNumAcc == 4 * kNumChunks, "wgmma D fragment");
+    uint32_t owned = 0;
+#pragma unroll
+    for (uint32_t h = 0; h < 2; ++h) {
+      const uint32_t q = 2 * warp + h;
+      const uint32_t owner = q % num_splits;
+      if (owner == self) {
+        owned |= 1u << h;
+        continue;
+      }
+      const uint32_t dst = ptx::map_shared_rank(recv_buf + slot(q, self, owner, num_splits) + lane * kLaneBytes, owner);
+      const uint32_t bar = ptx::map_shared_rank(recv_bar, owner);
+#pragma unroll
+      for (uint32_t j = 0; j < kNumChunks; j += 2) {
+        ptx::st_async_v4(dst + j * 8, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1], acc[4 * j + 4 + 2 * h],
+                         acc[4 * j + 4 + 2 * h + 1], bar);
+      }
+    }
+    return owned;
+  }
+
+  // The owned halves of warp `warp`'s fragment become the tile's sums (after the receive
+  // barrier's wait); the other half is left as it is (not stored). Two chunks at a time, every
+  // split's 16 bytes in split order: few registers beside the accumulators.
+  template <uint32_t kNumAcc>
+  __device__ __forceinline__ static void gather(float (&acc)[kNumAcc], uint32_t owned, uint32_t warp, uint32_t lane,
+                                                uint32_t self, uint32_t num_splits, uint32_t recv_buf) {
+#pragma unroll
+    for (uint32_t h = 0; h < 2; ++h) {
+      if ((owned >> h & 1u) == 0) continue;
+      const uint32_t q = 2 * warp + h;
+      const uint32_t lane_addr = recv_buf + lane * kLaneBytes;
+#pragma unroll
+      for (uint32_t j = 0; j < kNumChunks; j += 2) {
+        float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        for (uint32_t s = 0; s < num_splits; ++s) {
+          float4 v;
+          if (s == self) {
+            v = make_float4(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1], acc[4 * j + 4 + 2 * h], acc[4 * j + 4 + 2 * h + 1]);
+          } else {
+            v = ptx::ld_shared_v4(lane_addr + slot(q, s, self, num_splits) + j * 8);
+          }
+          sum.x += v.x;
+          sum.y += v.y;
+          sum.z += v.z;
+          sum.w += v.w;
+        }
+        acc[4 * j + 2 * h] = sum.x;
+        acc[4 * j + 2 * h + 1] = sum.y;
+        acc[4 * j + 4 + 2 * h] = sum.z;
+        acc[4 * j + 4 + 2 * h + 1] = sum.w;
+      }
+    }
+  }
+};
+
 }  // namespace epilogue
 }  // namespace finegemm
