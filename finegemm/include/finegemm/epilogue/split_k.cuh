@@ -156,22 +156,24 @@ __device__ __forceinline__ void gather_cluster_split_partials(float (&acc)[kNumA
 // splits of a tile are one cluster, split s = CTA rank s, one unit per CTA). The tile's rows are
 // dealt out in slices of 8: slice q = 2 w + h is row r0 + 8 h of every lane of consumer warp w
 // (the fragment half acc[4 j + 2 h + {0, 1}]), and split q % S owns it: sums and stores it. As
-// soon as its last wgmma is done, a split pushes every slice it does not own into the owner's
-// receive buffer (st.async, whose bytes complete on the owner's receive barrier); an owner waits
-// on its own barrier for its slices from every other split and adds the partials in split order
-// 0 .. S-1, its own from registers: the workspace path's float adds in its order, bitwise its sum.
-// The slowest split's partial thus reaches its owners in one one-way trip, without the cluster
-// barrier and the remote-load round trip of the pull form above (benchmarks/NOTES.md v0.77).
+// soon as its last wgmma is done, a split copies every slice it does not own into its own idle
+// ring and sends it whole to the owner's receive buffer (one bulk copy per slice, its bytes
+// completing on the owner's receive barrier); an owner waits on its own barrier for its slices
+// from every other split and adds the partials in split order 0 .. S-1, its own from registers:
+// the workspace path's float adds in its order, bitwise its sum. No cluster barrier and no
+// remote load on the way (benchmarks/NOTES.md v0.77; 16-byte st.async messages instead, each
+// completing on the owner's barrier, measured 18-28% slower than the pull form above).
 //
 // Receive buffer: every split reserves recv_bytes(S) (what split 0, which owns the most, needs;
 // the host mirrors it: heuristics/sm90_bf16_gemm.py split_recv_bytes); slot (i, from) holds
 // sender `from`'s copy of the owner's i-th slice (slice q = owner + i S), 32 lanes x kLaneBytes.
 template <uint32_t kNumChunks, uint32_t kNumWarps>
 struct ClusterSplitPush {
-  static_assert(kNumChunks % 2 == 0, "two 8-column chunks per 16-byte st.async");
+  static_assert(kNumChunks % 2 == 0, "two 8-column chunks per 16-byte store");
   static constexpr uint32_t kNumSlices = 2 * kNumWarps;
   static constexpr uint32_t kLaneBytes = kNumChunks * 2 * 4;  // one row's two columns per chunk
   static constexpr uint32_t kSliceBytes = 32 * kLaneBytes;
+  static constexpr uint32_t kStagingBytes = kNumSlices * kSliceBytes;  // the sender's copies, in its ring
 
   __host__ __device__ static constexpr uint32_t num_owned(uint32_t owner, uint32_t num_splits) {
     return owner < kNumSlices ? (kNumSlices - 1 - owner) / num_splits + 1 : 0;
@@ -187,29 +189,41 @@ struct ClusterSplitPush {
     return ((q / num_splits) * (num_splits - 1) + (from < owner ? from : from - 1)) * kSliceBytes;
   }
 
-  // Pushes the halves of warp `warp`'s fragment that split `self` does not own; returns the
+  // Sends the halves of warp `warp`'s fragment that split `self` does not own (called by every
+  // lane of the warp, after a barrier that makes `staging` idle: kStagingBytes there); returns the
   // halves it owns (bit h). recv_buf / recv_bar: this CTA's shared addresses of the buffer and
   // barrier (every split has them at the same offsets).
   template <uint32_t kNumAcc>
   __device__ __forceinline__ static uint32_t push(const float (&acc)[kNumAcc], uint32_t warp, uint32_t lane,
                                                   uint32_t self, uint32_t num_splits, uint32_t recv_buf,
-                                                  uint32_t recv_bar) {
+                                                  uint32_t recv_bar, uint32_t staging) {
     static_assert(kNumAcc == 4 * kNumChunks, "wgmma D fragment");
     uint32_t owned = 0;
 #pragma unroll
     for (uint32_t h = 0; h < 2; ++h) {
       const uint32_t q = 2 * warp + h;
-      const uint32_t owner = q % num_splits;
-      if (owner == self) {
+      if (q % num_splits == self) {
         owned |= 1u << h;
         continue;
       }
-      const uint32_t dst = ptx::map_shared_rank(recv_buf + slot(q, self, owner, num_splits) + lane * kLaneBytes, owner);
-      const uint32_t bar = ptx::map_shared_rank(recv_bar, owner);
+      const uint32_t src = staging + q * kSliceBytes + lane * kLaneBytes;
 #pragma unroll
       for (uint32_t j = 0; j < kNumChunks; j += 2) {
-        ptx::st_async_v4(dst + j * 8, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1], acc[4 * j + 4 + 2 * h],
-                         acc[4 * j + 4 + 2 * h + 1], bar);
+        ptx::st_shared_v4(src + j * 8, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1], acc[4 * j + 4 + 2 * h],
+                          acc[4 * j + 4 + 2 * h + 1]);
+      }
+    }
+    if (owned == 3u) return owned;
+    ptx::fence_proxy_async_shared();  // the copies are read by the bulk-copy engine (async proxy)
+    __syncwarp();
+    if (lane == 0) {
+#pragma unroll
+      for (uint32_t h = 0; h < 2; ++h) {
+        if ((owned >> h & 1u) != 0) continue;
+        const uint32_t q = 2 * warp + h;
+        const uint32_t owner = q % num_splits;
+        ptx::bulk_copy_to_peer(ptx::map_shared_rank(recv_buf + slot(q, self, owner, num_splits), owner),
+                               staging + q * kSliceBytes, kSliceBytes, ptx::map_shared_rank(recv_bar, owner));
       }
     }
     return owned;

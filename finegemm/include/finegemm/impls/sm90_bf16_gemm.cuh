@@ -249,9 +249,12 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
   // Split-K through distributed shared memory (epilogue/split_k.cuh ClusterSplitPush): the host
   // launches the splits of each tile as one cluster (rank = split) when every CTA runs exactly one
   // unit and the tile is at most 64 columns wide (fg::split_cluster_size); the partials then never
-  // go through L2. Each split pushes the rows it does not own into their owners' receive buffers.
+  // go through L2. Each split sends the rows it does not own to their owners' receive buffers,
+  // staged in its ring, which is idle by then (one unit per CTA).
   constexpr bool kClusterSplit = kSplitK && BLOCK_N <= 64 && !diag::kSplitNoReduce;  // 64: fg::kBf16ClusterSplitMaxN
   using SplitPush = epilogue::ClusterSplitPush<kNumChunks, kNumConsumerThreads / 32>;
+  static_assert(!kClusterSplit || SplitPush::kStagingBytes <= kNumStages * (Traits::kSmemA + Traits::kSmemB),
+                "the split's outgoing slices are staged in the ring");
   const bool split_cluster = kClusterSplit && ptx::cluster_nctarank() > 1;
   auto recv_bar = [&] { return base + Traits::kOffRecvBar; };
 
@@ -557,13 +560,15 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
       // ---------------------------------------------------------------- split-K reduction
       uint32_t row_begin = 0;  // rows < row_begin are not stored (a split cluster's pushed half)
       if (kClusterSplit && split_cluster) {
-        // The peers' receive barriers are initialized; push the rows this split does not own,
+        // Every local wgmma has finished reading the ring before it stages the outgoing rows, and
+        // the peers' receive barriers are initialized; send the rows this split does not own,
         // then sum the owned ones (epilogue::ClusterSplitPush). The CTA's only unit; it stays
-        // until the kernel's final cluster barrier.
+        // until the kernel's final cluster barrier (its staged rows too, until every owner has them).
+        ptx::named_barrier_sync(1, kNumConsumerThreads);
         ptx::cluster_wait();
         const uint32_t gwarp = threadIdx.x / 32;
-        const uint32_t owned =
-            SplitPush::push(acc, gwarp, lane, split, num_splits, base + Traits::kOffRecv, recv_bar());
+        const uint32_t owned = SplitPush::push(acc, gwarp, lane, split, num_splits, base + Traits::kOffRecv,
+                                               recv_bar(), base + Traits::kOffA);
         if (owned == 0) continue;
         ptx::mbar_wait_cluster(recv_bar(), 0);  // acquire at cluster scope: the peers' st.async bytes
         SplitPush::gather(acc, owned, gwarp, lane, split, num_splits, base + Traits::kOffRecv);

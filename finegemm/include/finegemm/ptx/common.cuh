@@ -143,12 +143,19 @@ __device__ __forceinline__ float4 ld_shared_v4(uint32_t addr) {
   return v;
 }
 
-// 16 bytes into another CTA's shared memory (`addr` from map_shared_rank), completing 16
-// transaction bytes on that CTA's mbarrier `bar` (also mapped) when they have landed: the
-// receiver learns of the data by waiting on its own barrier, no round trip.
-__device__ __forceinline__ void st_async_v4(uint32_t addr, float a, float b, float c, float d, uint32_t bar) {
-  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];\n" ::"r"(addr),
-               "f"(a), "f"(b), "f"(c), "f"(d), "r"(bar)
+__device__ __forceinline__ void st_shared_v4(uint32_t addr, float a, float b, float c, float d) {
+  asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
+}
+
+// `bytes` (a multiple of 16) of this CTA's shared memory at `src` into another CTA's at `dst`
+// (from map_shared_rank) by the bulk-copy engine, completing them on that CTA's mbarrier `bar`
+// (also mapped): one transaction for the whole block, and the receiver learns of the data by
+// waiting on its own barrier. The source is read by the async proxy: the writing threads'
+// fence_proxy_async_shared() and a barrier come first, and it must not change until the receiver has the
+// bytes.
+__device__ __forceinline__ void bulk_copy_to_peer(uint32_t dst, uint32_t src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+               "r"(src), "r"(bytes), "r"(bar)
                : "memory");
 }
 
