@@ -278,10 +278,6 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
     if (split_cluster) ptx::mbar_arrive_expect_tx(recv_bar(), SplitPush::expected_bytes(ptx::cluster_ctarank(), num_splits));
   }
   __syncthreads();
-  // Split cluster: the first phase of the cluster barrier is "every receive barrier is
-  // initialized"; each thread waits on it just before it first needs it (the producer at its
-  // end, the consumers before they push), so it costs nothing on the way.
-  if (split_cluster) ptx::cluster_arrive_relaxed();
   // Nothing above touches global memory; everything below may (ptx::griddep_wait).
   ptx::griddep_wait();
   ptx::griddep_launch_dependents();
@@ -404,9 +400,9 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
         }
       }
     }
-    // Split cluster: the producer warpgroup's wait in the cluster barrier's first phase (every
-    // thread of the cluster takes part in each phase).
-    if (split_cluster) ptx::cluster_wait();
+    // Split cluster: the producer warpgroup's part in the barrier after which the splits send
+    // their rows (every thread of the cluster takes part in a cluster barrier).
+    if (split_cluster) ptx::cluster_sync();
   } else {
     // ------------------------------------------------------------------ consumer warpgroups
     if constexpr (kNumConsumerWG >= 2) ptx::setmaxnreg_inc<Traits::kConsumerRegs>();
@@ -565,7 +561,7 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
         // then sum the owned ones (epilogue::ClusterSplitPush). The CTA's only unit; it stays
         // until the kernel's final cluster barrier (its staged rows too, until every owner has them).
         ptx::named_barrier_sync(1, kNumConsumerThreads);
-        ptx::cluster_wait();
+        ptx::cluster_sync();
         const uint32_t gwarp = threadIdx.x / 32;
         const uint32_t owned = SplitPush::push(acc, gwarp, lane, split, num_splits, base + Traits::kOffRecv,
                                                recv_bar(), base + Traits::kOffA);
