@@ -21,18 +21,6 @@ def test_smem_mirrors_kernel_layout():
     # Sm90Bf16GemmTraits: staging + stages * (A + B tiles) + 2 barriers per stage + flag + 1 KB slack.
     assert h.smem_bytes(128, 128, 4, False) == 1024 + 4 * (128 * 128 + 128 * 128) + 4 * 16 + 16
     assert h.smem_bytes(64, 256, 3, True) == 1024 + 64 * 256 * 2 + 3 * (64 * 128 + 256 * 128) + 3 * 16 + 16
-    # A split that may run as a cluster: the receive buffer after the layout, at the next 128 bytes
-    # (Traits::kOffRecv), sized as epilogue::ClusterSplitPush::recv_bytes: the 8-row slices split 0
-    # owns (slice q goes to split q % S; bm64: 8 slices, bm128: 16) x the other splits x 32 lanes x
-    # block_n bytes.
-    assert h.split_recv_bytes(64, 32, 8) == 1 * 7 * 32 * 32
-    assert h.split_recv_bytes(64, 64, 3) == 3 * 2 * 32 * 64
-    assert h.split_recv_bytes(128, 64, 2) == 8 * 1 * 32 * 64
-    assert h.split_recv_bytes(128, 32, 7) == 3 * 6 * 32 * 32
-    assert h.split_recv_bytes(64, 32, 1) == h.split_recv_bytes(64, 32, 9) == h.split_recv_bytes(64, 128, 2) == 0
-    used = 10 * (64 * 128 + 32 * 128) + 10 * 16 + 16
-    assert h.smem_bytes(64, 32, 10, False, 8) == 1024 + (used + 127) // 128 * 128 + 7 * 32 * 32
-    assert h.smem_bytes(64, 32, 10, False, 9) == h.smem_bytes(64, 32, 10, False) == 1024 + used
 
 
 @pytest.mark.parametrize("tma", [False, True])
@@ -41,12 +29,11 @@ def test_max_stages_fit(tma):
         for b_mn in (False, True):
             for bn in h.block_n_candidates(b_mn):
                 for cap in (h.MODEL_MAX_STAGES, h.MAX_STAGES):
-                    for splits in (1, 2, 3, 7, 8):
-                        st = h.max_stages(bm, bn, tma, cap=cap, num_splits=splits)
-                        assert h.MIN_STAGES <= st <= cap
-                        assert h.smem_bytes(bm, bn, st, tma, splits) <= h.SMEM_LIMIT
-                        if st < cap:
-                            assert h.smem_bytes(bm, bn, st + 1, tma, splits) > h.SMEM_LIMIT
+                    st = h.max_stages(bm, bn, tma, cap=cap)
+                    assert h.MIN_STAGES <= st <= cap
+                    assert h.smem_bytes(bm, bn, st, tma) <= h.SMEM_LIMIT
+                    if st < cap:
+                        assert h.smem_bytes(bm, bn, st + 1, tma) > h.SMEM_LIMIT
                 assert h.max_stages(bm, bn, tma) == h.max_stages(bm, bn, tma, cap=h.MODEL_MAX_STAGES)
 
 
@@ -72,8 +59,7 @@ def test_select_config_valid_and_in_kernel_space(layout, out_fp32, has_c, monkey
         assert cfg.num_units == cfg.num_tiles * cfg.num_splits
         assert 1 <= cfg.grid <= SMS and cfg.grid <= cfg.num_units
         assert 1 <= cfg.num_splits <= ceil_div(k, h.BLOCK_K)
-        assert cfg.smem_bytes == h.smem_bytes(cfg.block_m, cfg.block_n, cfg.num_stages, cfg.tma_store,
-                                              cfg.num_splits)
+        assert cfg.smem_bytes == h.smem_bytes(cfg.block_m, cfg.block_n, cfg.num_stages, cfg.tma_store)
         assert cfg.smem_bytes <= h.SMEM_LIMIT
         assert cfg.num_threads == (cfg.block_m // 64 + 1) * 128
         if cfg.split_k:
@@ -111,16 +97,12 @@ def test_all_kernel_keys():
     n_mn = len(h.BLOCK_N_MN_MAJOR)
     n_split = sum(len(h.SPLIT_BLOCK_M) * len([bn for bn in h.SPLIT_BLOCK_N if bn in h.block_n_candidates(b_mn)])
                   for _, b_mn in h.LAYOUTS.values())
-    # A split kernel's ring depends on the split count too (the cluster's receive buffer).
-    splits_of = {False: (1,), True: range(2, h.MAX_SPLITS + 1)}
-    model = [k for k in keys if any(k[2] == h.max_stages(k[0], k[1], k[6], num_splits=s) for s in splits_of[k[5]])]
-    assert len({k[:2] + k[3:] for k in model}) == 2 * 2 * (n_k + n_mn) + n_split
+    model = [k for k in keys if k[2] == h.max_stages(k[0], k[1], k[6])]
+    assert len(model) == 2 * 2 * (n_k + n_mn) + n_split
     for bm, bn, st, a_mn, b_mn, split, tma in keys:
         assert tma == (not split)
         # The model's ring, or the deepest that fits (a tuned entry's deep-ring twin).
-        assert any(st in (h.max_stages(bm, bn, tma, num_splits=s), h.max_stages(bm, bn, tma, cap=h.MAX_STAGES,
-                                                                                 num_splits=s))
-                   for s in splits_of[split])
+        assert st in (h.max_stages(bm, bn, tma), h.max_stages(bm, bn, tma, cap=h.MAX_STAGES))
     deep = [k for k in keys if k not in model]
     assert deep and all(k[2] > h.MODEL_MAX_STAGES for k in deep)
     assert (64, 32, 16, False, False, False, True) in deep  # 12 KB per stage: 16 fit
@@ -142,10 +124,9 @@ def test_tuned_entries_keep_their_ring_and_are_checked():
     assert deep
     keys = set(h.all_kernel_keys())
     for c in deep:
-        assert c.kernel_key() in keys and c.smem_bytes == h.smem_bytes(c.block_m, c.block_n, c.num_stages, c.tma_store,
-                                                                       c.num_splits)
+        assert c.kernel_key() in keys and c.smem_bytes == h.smem_bytes(c.block_m, c.block_n, c.num_stages, c.tma_store)
         twin = [b for b in cands if (b.block_m, b.block_n, b.num_splits) == (c.block_m, c.block_n, c.num_splits)
-                and b.num_stages == h.max_stages(b.block_m, b.block_n, b.tma_store, num_splits=b.num_splits)]
+                and b.num_stages == h.max_stages(b.block_m, b.block_n, b.tma_store)]
         assert twin, c
 
 

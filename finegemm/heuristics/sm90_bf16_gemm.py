@@ -222,49 +222,25 @@ def _staging_bytes(block_m: int, block_n: int, tma_store: bool) -> int:
     return block_m * block_n * 2 if tma_store else 0
 
 
-# The widest tile a split cluster takes (host/common.h kBf16ClusterSplitMaxN) and its most splits
-# (host/common.h split_cluster_size: a portable cluster).
-CLUSTER_SPLIT_MAX_N = 64
-CLUSTER_SPLIT_MAX_SPLITS = 8
+def _smem(block_m: int, block_n: int, num_stages: int, staging: int) -> int:
+    return 1024 + staging + num_stages * (block_m * 2 * BLOCK_K + block_n * 2 * BLOCK_K) + num_stages * 16 + 16
 
 
-def split_recv_bytes(block_m: int, block_n: int, num_splits: int) -> int:
-    """A split cluster's receive buffer (epilogue::ClusterSplitPush::recv_bytes): the 8-row
-    slices (two per consumer warp) split 0 owns, one 32-lane copy of block_n fp32 bytes per lane
-    from each other split. 0 where the launch cannot be a split cluster."""
-    if not 2 <= num_splits <= CLUSTER_SPLIT_MAX_SPLITS or block_n > CLUSTER_SPLIT_MAX_N:
-        return 0
-    slices = 2 * (block_m // 16)
-    return ((slices - 1) // num_splits + 1) * (num_splits - 1) * 32 * block_n
-
-
-def _smem(block_m: int, block_n: int, num_stages: int, staging: int, recv: int = 0) -> int:
-    used = staging + num_stages * (block_m * 2 * BLOCK_K + block_n * 2 * BLOCK_K) + num_stages * 16 + 16
-    # The receive buffer starts at the next 128 bytes (Traits::kOffRecv).
-    return 1024 + (used if recv == 0 else ceil_div(used, 128) * 128 + recv)
-
-
-def _max_stages(block_m: int, block_n: int, staging: int, cap: int, recv: int = 0) -> int:
+def _max_stages(block_m: int, block_n: int, staging: int, cap: int) -> int:
     per_stage = (block_m + block_n) * 2 * BLOCK_K + 16
-    stages = min(cap, (SMEM_LIMIT - 1024 - 16 - staging - recv) // per_stage)
-    while stages > 0 and _smem(block_m, block_n, stages, staging, recv) > SMEM_LIMIT:  # the 128-byte alignment
-        stages -= 1
-    return stages
+    return min(cap, (SMEM_LIMIT - 1024 - 16 - staging) // per_stage)
 
 
-def smem_bytes(block_m: int, block_n: int, num_stages: int, tma_store: bool, num_splits: int = 1) -> int:
+def smem_bytes(block_m: int, block_n: int, num_stages: int, tma_store: bool) -> int:
     """Dynamic shared memory of a launch; mirrors Sm90Bf16GemmTraits::kDynamicSmemBytes: the
     staging buffer (tma_store), per stage A (block_m x 128 B) + B (block_n x 128 B) + 2 barriers,
-    a 16-byte flag and 1024 bytes of slack to align the base to the 128B-swizzle atom; for a
-    split that may run as a cluster, the receive buffer after it (split_recv_bytes)."""
-    return _smem(block_m, block_n, num_stages, _staging_bytes(block_m, block_n, tma_store),
-                 split_recv_bytes(block_m, block_n, num_splits))
+    a 16-byte flag and 1024 bytes of slack to align the base to the 128B-swizzle atom."""
+    return _smem(block_m, block_n, num_stages, _staging_bytes(block_m, block_n, tma_store))
 
 
-def max_stages(block_m: int, block_n: int, tma_store: bool, cap: int = MODEL_MAX_STAGES, num_splits: int = 1) -> int:
+def max_stages(block_m: int, block_n: int, tma_store: bool, cap: int = MODEL_MAX_STAGES) -> int:
     """The most stages that fit in shared memory, at most `cap` (the model's ring by default)."""
-    return _max_stages(block_m, block_n, _staging_bytes(block_m, block_n, tma_store), cap,
-                       split_recv_bytes(block_m, block_n, num_splits))
+    return _max_stages(block_m, block_n, _staging_bytes(block_m, block_n, tma_store), cap)
 
 
 def k_grouped_smem_bytes(block_m: int, block_n: int, num_stages: int) -> int:
@@ -291,11 +267,7 @@ def all_kernel_keys() -> list[tuple]:
             for bn in block_n_candidates(b_mn):
                 for split in ((False, True) if bm in SPLIT_BLOCK_M and bn in SPLIT_BLOCK_N else (False,)):
                     tma = not split
-                    stages = set()
-                    for splits in (range(2, MAX_SPLITS + 1) if split else (1,)):  # the receive buffer's size
-                        stages |= {max_stages(bm, bn, tma, num_splits=splits),
-                                   max_stages(bm, bn, tma, cap=MAX_STAGES, num_splits=splits)}
-                    for st in sorted(stages):
+                    for st in sorted({max_stages(bm, bn, tma), max_stages(bm, bn, tma, cap=MAX_STAGES)}):
                         keys.append((bm, bn, st, a_mn, b_mn, split, tma))
     return keys
 
@@ -314,7 +286,7 @@ def _estimate(m: int, n: int, k: int, bm: int, bn: int, splits: int, num_sms: in
     waves = ceil_div(units, grid)
     kb_unit = ceil_div(num_kb, splits)
     tma = splits == 1
-    stage_eff = _STAGE_EFFICIENCY.get(max_stages(bm, bn, tma, num_splits=splits), 1.0)
+    stage_eff = _STAGE_EFFICIENCY.get(max_stages(bm, bn, tma), 1.0)
     flops = 2.0 * bm * bn * BLOCK_K * kb_unit
     t_mma = flops / (_PEAK_FLOPS_PER_SM_US * _mma_efficiency(bn) * _WG_EFFICIENCY[bm] * stage_eff)
     t_load = kb_unit * 2 * BLOCK_K * (bm + bn) / _L2_BYTES_PER_SM_US
@@ -420,15 +392,15 @@ def make_config(m: int, n: int, k: int, num_sms: int, a_mn_major: bool, b_mn_maj
     tiles = ceil_div(m, block_m) * ceil_div(n, block_n)
     units = tiles * num_splits
     tma = num_splits == 1
-    stages = max_stages(block_m, block_n, tma, num_splits=num_splits) if num_stages is None else num_stages
-    top = max_stages(block_m, block_n, tma, cap=MAX_STAGES, num_splits=num_splits)
+    stages = max_stages(block_m, block_n, tma) if num_stages is None else num_stages
+    top = max_stages(block_m, block_n, tma, cap=MAX_STAGES)
     if not MIN_STAGES <= stages <= top:
         raise ValueError(f"num_stages {stages} outside [{MIN_STAGES}, {top}] for block {block_m}x{block_n}")
     return Bf16GemmConfig(
         m=m, n=n, k=k, a_mn_major=bool(a_mn_major), b_mn_major=bool(b_mn_major), block_m=block_m, block_n=block_n,
         num_stages=stages, num_splits=num_splits, grid=min(num_sms, units),
-        smem_bytes=smem_bytes(block_m, block_n, stages, tma, num_splits), num_threads=num_threads(block_m),
-        num_tiles=tiles, num_units=units, out_fp32=bool(out_fp32), has_c=bool(has_c), est_us=est_us,
+        smem_bytes=smem_bytes(block_m, block_n, stages, tma), num_threads=num_threads(block_m), num_tiles=tiles,
+        num_units=units, out_fp32=bool(out_fp32), has_c=bool(has_c), est_us=est_us,
     )
 
 
@@ -505,10 +477,10 @@ def candidate_configs(m: int, n: int, k: int, num_sms: int, a_mn_major: bool = F
             continue
     twins = []
     for c in out[:deep_ring]:
-        deep = max_stages(c.block_m, c.block_n, c.num_splits == 1, cap=MAX_STAGES, num_splits=c.num_splits)
+        deep = max_stages(c.block_m, c.block_n, c.num_splits == 1, cap=MAX_STAGES)
         if deep > c.num_stages:
-            twins.append(dataclasses.replace(c, num_stages=deep, smem_bytes=smem_bytes(
-                c.block_m, c.block_n, deep, c.num_splits == 1, c.num_splits)))
+            twins.append(dataclasses.replace(c, num_stages=deep,
+                                             smem_bytes=smem_bytes(c.block_m, c.block_n, deep, c.num_splits == 1)))
     return out + twins
 
 

@@ -187,13 +187,13 @@ def test_split_k_used_and_counters_reset():
 # K, 2 to 8 splits, the router shapes' tile (bm64 bn32 split 8, fp32 d) among them. Where the
 # clusters do not all fit at once (the 128x256 case's sixteen 8-CTA clusters on the H200), the host
 # must keep the workspace path.
-# Every split count 2 .. 8 (how the rows' slices fall to their owners: epilogue::ClusterSplitPush).
+# Every split count 2 .. 8 (how the warps' rows fall to the splits in the reduce-scatter).
 SPLIT_CLUSTER_CASES = [("nt", 64, 256, 7168, 64, 32, 16, 8, "fp32"), ("tn", 128, 256, 7168, 64, 32, 10, 8, "fp32"),
-                       ("nn", 128, 256, 7168, 64, 64, 13, 8, "fp32+c"),
-                       ("nn", 128, 2112, 7168, 128, 32, 10, 2, "bf16"), ("tt", 17, 1000, 4104, 64, 64, 13, 3, "bf16"),
-                       ("nt", 130, 200, 7000, 128, 64, 8, 4, "fp32+c"), ("tn", 1, 576, 7168, 64, 32, 16, 5, "bf16"),
-                       ("nn", 33, 100, 520, 64, 32, 10, 2, "fp32+c"), ("tt", 200, 130, 2056, 128, 32, 10, 6, "fp32"),
-                       ("nt", 64, 300, 7168, 64, 32, 16, 7, "fp32"), ("tt", 128, 4096, 7168, 128, 64, 8, 2, "bf16"),
+                       ("nn", 128, 256, 7168, 64, 64, 14, 8, "fp32+c"),
+                       ("nn", 128, 2112, 7168, 128, 32, 10, 2, "bf16"), ("tt", 17, 1000, 4104, 64, 64, 14, 3, "bf16"),
+                       ("nt", 130, 200, 7000, 128, 64, 9, 4, "fp32+c"), ("tn", 1, 576, 7168, 64, 32, 16, 5, "bf16"),
+                       ("nn", 33, 100, 520, 64, 32, 10, 2, "fp32+c"), ("tt", 200, 130, 2056, 128, 32, 11, 6, "fp32"),
+                       ("nt", 64, 300, 7168, 64, 32, 16, 7, "fp32"), ("tt", 128, 4096, 7168, 128, 64, 9, 2, "bf16"),
                        ("nt", 100, 330, 3000, 128, 32, 10, 7, "fp32+c")]
 
 

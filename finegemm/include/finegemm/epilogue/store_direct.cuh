@@ -2,7 +2,7 @@
 // the TMA store does not apply: fp32 D, C, split-K, edge rows of a masked group).
 //
 // Fragment layout as in add_c_fp32.cuh: acc[4 j + 2 h + {0, 1}] is row r0 + 8 h, columns
-// n0 + 8 j + col_in_chunk + {0, 1}. Rows >= row_limit or < row_begin and columns >= N are not written. vec: D
+// n0 + 8 j + col_in_chunk + {0, 1}. Rows >= row_limit and columns >= N are not written. vec: D
 // allows two-element vector stores (even N and ldd, aligned base; the host checks it).
 // out_fp32 may be a run-time value (BF16 kernel) or a constant (FP8 kernel: folded when inlined).
 // kStreaming: fp32 vector stores with the streaming hint (st.global.cs, evict-first at L2), for a D
@@ -21,12 +21,12 @@ namespace epilogue {
 template <uint32_t kNumChunks, bool kStreaming = false, uint32_t kNumAcc>
 __device__ __forceinline__ void store_direct(const float (&acc)[kNumAcc], void* d_ptr, uint32_t m0, uint32_t r0,
                                              uint32_t n0, uint32_t col_in_chunk, uint32_t ldd, uint32_t N,
-                                             uint32_t row_limit, bool vec, bool out_fp32, uint32_t row_begin = 0) {
+                                             uint32_t row_limit, bool vec, bool out_fp32) {
   static_assert(kNumAcc == 4 * kNumChunks, "wgmma D fragment");
 #pragma unroll
   for (uint32_t h = 0; h < 2; ++h) {
     const uint32_t row = m0 + r0 + 8 * h;
-    if (row >= row_limit || row < row_begin) continue;
+    if (row >= row_limit) continue;
     const size_t row_off = static_cast<size_t>(row) * ldd;
 #pragma unroll
     for (uint32_t j = 0; j < kNumChunks; ++j) {

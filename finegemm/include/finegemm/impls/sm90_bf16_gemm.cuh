@@ -109,7 +109,7 @@ struct Sm90Bf16GemmTraits {
   // Shared memory layout (offsets from a 1024-byte aligned base):
   //   [D staging (kTmaStore: BLOCK_M x BLOCK_N bf16, or with kFp32Staging (k-grouped) one fp32
   //   box ring per consumer warpgroup)][A stage 0..S-1][B stage 0..S-1]
-  //   [full bar x S][empty bar x S][flag, receive bar][split cluster: receive buffer]
+  //   [full bar x S][empty bar x S][flag]
   static constexpr uint32_t kSmemA = BLOCK_M * kRowBytes;  // multiple of 8 KB
   static constexpr uint32_t kSmemB = BLOCK_N * kRowBytes;  // multiple of 1 KB (BLOCK_N % 8 == 0)
   static constexpr uint32_t kSmemD =
@@ -122,12 +122,8 @@ struct Sm90Bf16GemmTraits {
   static constexpr uint32_t kOffFull = kOffB + kNumStages * kSmemB;
   static constexpr uint32_t kOffEmpty = kOffFull + kNumStages * 8;
   static constexpr uint32_t kOffFlag = kOffEmpty + kNumStages * 8;
-  static constexpr uint32_t kOffRecvBar = kOffFlag + 8;  // a split cluster's receive barrier
   static constexpr uint32_t kUsedBytes = kOffFlag + 16;
   static constexpr uint32_t kDynamicSmemBytes = kUsedBytes + 1024;  // + slack to align the base
-  // A split cluster's receive buffer (epilogue::ClusterSplitPush) follows, sized at launch for
-  // the split count: the host adds it to the dynamic shared memory (split_recv_bytes).
-  static constexpr uint32_t kOffRecv = (kUsedBytes + 127) / 128 * 128;
   // Bytes one stage's TMA loads deliver: the FULL boxes (out-of-bounds parts are zero-filled
   // and still counted).
   static constexpr uint32_t kTxBytes = kSmemA + kSmemB;
@@ -246,36 +242,27 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
   const uint32_t num_m_blocks = (M + BLOCK_M - 1) / BLOCK_M;
   const uint32_t num_n_blocks = (N + BLOCK_N - 1) / BLOCK_N;
   const Bf16TileScheduler<8> sched(num_m_blocks, num_n_blocks, kSplitK ? num_splits : 1u);
-  // Split-K through distributed shared memory (epilogue/split_k.cuh ClusterSplitPush): the host
+  // Split-K through distributed shared memory (epilogue/split_k.cuh, as the FP8 kernel): the host
   // launches the splits of each tile as one cluster (rank = split) when every CTA runs exactly one
   // unit and the tile is at most 64 columns wide (fg::split_cluster_size); the partials then never
-  // go through L2. Each split sends the rows it does not own to their owners' receive buffers,
-  // staged in its ring, which is idle by then (one unit per CTA).
+  // go through L2. The fragment fits the ring, which is idle by then (one unit per CTA).
   constexpr bool kClusterSplit = kSplitK && BLOCK_N <= 64 && !diag::kSplitNoReduce;  // 64: fg::kBf16ClusterSplitMaxN
-  using SplitPush = epilogue::ClusterSplitPush<kNumChunks, kNumConsumerThreads / 32>;
-  static_assert(!kClusterSplit || SplitPush::kStagingBytes <= kNumStages * (Traits::kSmemA + Traits::kSmemB),
-                "the split's outgoing slices are staged in the ring");
+  static_assert(!kClusterSplit || BLOCK_M * BLOCK_N * 4 <= kNumStages * (Traits::kSmemA + Traits::kSmemB),
+                "the split partial reuses the ring");
   const bool split_cluster = kClusterSplit && ptx::cluster_nctarank() > 1;
-  auto recv_bar = [&] { return base + Traits::kOffRecvBar; };
 
   if (threadIdx.x == 0) {
     // A launch with less dynamic shared memory than this layout needs would corrupt memory.
     if (ptx::dynamic_smem_size() < Traits::kDynamicSmemBytes) __trap();
-    // A split cluster must be exactly one tile's splits, one unit per CTA (the host's rule), with
-    // the receive buffer in the launch's shared memory.
-    if (split_cluster && (ptx::cluster_nctarank() != num_splits || sched.num_units != gridDim.x ||
-                          ptx::dynamic_smem_size() < Traits::kOffRecv + SplitPush::recv_bytes(num_splits) + 1024))
-      __trap();
+    // A split cluster must be exactly one tile's splits, one unit per CTA (the host's rule).
+    if (split_cluster && (ptx::cluster_nctarank() != num_splits || sched.num_units != gridDim.x)) __trap();
 #pragma unroll
     for (uint32_t s = 0; s < kNumStages; ++s) {
       ptx::mbar_init(full_bar(s), 1);
       ptx::mbar_init(empty_bar(s), kNumConsumerWG * 4);  // lane 0 of every consumer warp
     }
-    if (split_cluster) ptx::mbar_init(recv_bar(), 1);
     ptx::fence_mbarrier_init();
     ptx::fence_proxy_async_shared();
-    // The receive barrier's one phase: this arrival and the peers' pushed bytes.
-    if (split_cluster) ptx::mbar_arrive_expect_tx(recv_bar(), SplitPush::expected_bytes(ptx::cluster_ctarank(), num_splits));
   }
   __syncthreads();
   // Nothing above touches global memory; everything below may (ptx::griddep_wait).
@@ -400,9 +387,9 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
         }
       }
     }
-    // Split cluster: the producer warpgroup's part in the barrier after which the splits send
-    // their rows (every thread of the cluster takes part in a cluster barrier).
-    if (split_cluster) ptx::cluster_sync();
+    // Split cluster: the producer warpgroup's part in the barrier after which split 0 reads the
+    // peers' partials (every thread of the cluster takes part in a cluster barrier).
+    if (split_cluster && !diag::kSplitClusterNoSync) ptx::cluster_sync();
   } else {
     // ------------------------------------------------------------------ consumer warpgroups
     if constexpr (kNumConsumerWG >= 2) ptx::setmaxnreg_inc<Traits::kConsumerRegs>();
@@ -554,22 +541,19 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
       }
 
       // ---------------------------------------------------------------- split-K reduction
-      uint32_t row_begin = 0;  // rows < row_begin are not stored (a split cluster's pushed half)
       if (kClusterSplit && split_cluster) {
-        // Every local wgmma has finished reading the ring before it stages the outgoing rows, and
-        // the peers' receive barriers are initialized; send the rows this split does not own,
-        // then sum the owned ones (epilogue::ClusterSplitPush). The CTA's only unit; it stays
-        // until the kernel's final cluster barrier (its staged rows too, until every owner has them).
+        // Every local wgmma has finished reading the ring before it holds the partial.
         ptx::named_barrier_sync(1, kNumConsumerThreads);
-        ptx::cluster_sync();
-        const uint32_t gwarp = threadIdx.x / 32;
-        const uint32_t owned = SplitPush::push(acc, gwarp, lane, split, num_splits, base + Traits::kOffRecv,
-                                               recv_bar(), base + Traits::kOffA);
-        if (owned == 0) continue;
-        ptx::mbar_wait_cluster(recv_bar(), 0);  // acquire at cluster scope: the peers' st.async bytes
-        SplitPush::gather(acc, owned, gwarp, lane, split, num_splits, base + Traits::kOffRecv);
-        if (owned == 1u) row_limit = min(row_limit, m0 + r0 + 8);  // row r0 only
-        if (owned == 2u) row_begin = m0 + r0 + 8;                   // row r0 + 8 only
+        float2* part = reinterpret_cast<float2*>(smem + Traits::kOffA);
+        epilogue::write_split_partial_smem<kNumChunks, kNumConsumerThreads>(acc, part);
+        if constexpr (!diag::kSplitClusterNoSync) ptx::cluster_sync();  // the partials are there (release / acquire at cluster scope)
+        // Reduce-scatter: consumer warp w's 16 rows are summed and stored by split w % S (the
+        // direct-store epilogue has no barrier, so the other warps may leave). The CTA's only
+        // unit; it stays until its peers have read its partial (kernel end).
+        if ((threadIdx.x / 32) % num_splits != split) continue;
+        if constexpr (!diag::kSplitClusterNoPeers)
+          epilogue::gather_cluster_split_partials<kNumChunks, kNumConsumerThreads>(acc, base + Traits::kOffA,
+                                                                                  num_splits, split);
       } else if constexpr (kSplitK && !diag::kSplitNoReduce) {
         // Partials and their in-order sum: epilogue/split_k.cuh.
         const uint32_t tile = sched.tile_index(m_block, n_block);
@@ -668,13 +652,12 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
         epilogue::add_c_fp32<BLOCK_N, kNumChunks>(acc, c_ptr, m0, r0, m0 + wg * 64 + 64, n0, col_in_chunk, ldd, N,
                                                  row_limit, vec);
       }
-      epilogue::store_direct<kNumChunks>(acc, d_ptr, m0, r0, n0, col_in_chunk, ldd, N, row_limit, vec, out_fp32,
-                                         row_begin);
+      epilogue::store_direct<kNumChunks>(acc, d_ptr, m0, r0, n0, col_in_chunk, ldd, N, row_limit, vec, out_fp32);
     }
     if constexpr (kTmaStore) EpiTma::finish();  // the last tile's stores complete before exit (fp32 ring too)
   }
-  // Split cluster: the barrier's second phase; no CTA exits while a peer may still be pushing
-  // into the cluster (every thread, the producer warpgroup included, meets here).
+  // Split cluster: no CTA may exit while split 0 can still read its partial (every thread, the
+  // producer warpgroup included, meets here).
   if (split_cluster) ptx::cluster_sync();
 }
 

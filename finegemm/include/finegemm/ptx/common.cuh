@@ -125,40 +125,6 @@ __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory");
 }
 
-// The two halves of cluster_sync, for a barrier whose arrival and wait are far apart: every
-// thread of the cluster arrives once, then waits once, per phase. The relaxed arrival orders
-// nothing by itself: what it publishes is released by a fence before it (e.g.
-// fence_mbarrier_init for barriers that other CTAs will signal).
-__device__ __forceinline__ void cluster_arrive_relaxed() {
-  asm volatile("barrier.cluster.arrive.relaxed;\n" ::: "memory");
-}
-__device__ __forceinline__ void cluster_wait() {
-  asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory");
-}
-
-// 16 bytes of this CTA's shared memory (a shared::cta address).
-__device__ __forceinline__ float4 ld_shared_v4(uint32_t addr) {
-  float4 v;
-  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr) : "memory");
-  return v;
-}
-
-__device__ __forceinline__ void st_shared_v4(uint32_t addr, float a, float b, float c, float d) {
-  asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
-}
-
-// `bytes` (a multiple of 16) of this CTA's shared memory at `src` into another CTA's at `dst`
-// (from map_shared_rank) by the bulk-copy engine, completing them on that CTA's mbarrier `bar`
-// (also mapped): one transaction for the whole block, and the receiver learns of the data by
-// waiting on its own barrier. The source is read by the async proxy: the writing threads'
-// fence_proxy_async_shared() and a barrier come first, and it must not change until the receiver has the
-// bytes.
-__device__ __forceinline__ void bulk_copy_to_peer(uint32_t dst, uint32_t src, uint32_t bytes, uint32_t bar) {
-  asm volatile("cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-               "r"(src), "r"(bytes), "r"(bar)
-               : "memory");
-}
-
 // Programmatic dependent launch (finegemm.set_pdl): a kernel launched with the programmatic
 // stream-serialization attribute may start while the kernel before it in the stream still runs.
 // griddep_wait blocks until that grid has completed and its memory operations are visible, so

@@ -43,6 +43,11 @@
 //   FINEGEMM_DIAG_SPLIT_NO_SUM  (both kernels, wrong results) the partials are written and counted
 //                         as usual, but the last split stores its own partial instead of the sum:
 //                         the sum's share of that cost.
+//   FINEGEMM_DIAG_SPLIT_CLUSTER_NO_PEERS  (BF16 kernel, wrong results) a split cluster's reducing
+//                         warps sum only their own partial (the cluster barrier stays): the share
+//                         of the peers' distributed-shared-memory loads in the reduction.
+//   FINEGEMM_DIAG_SPLIT_CLUSTER_NO_SYNC  (BF16 kernel, racy by design) a split cluster skips the
+//                         barrier between writing the partials and reading the peers': its share.
 //   FINEGEMM_DIAG_NO_PDL  (both kernels; racy under finegemm.set_pdl(True)) the kernels leave out
 //                         griddepcontrol.wait / launch_dependents (ptx::griddep_wait): what do the
 //                         two instructions cost a kernel launched without PDL?
@@ -175,6 +180,18 @@ constexpr bool kSplitNoReduce = false;
 constexpr bool kSplitNoSum = true;
 #else
 constexpr bool kSplitNoSum = false;
+#endif
+
+#ifdef FINEGEMM_DIAG_SPLIT_CLUSTER_NO_PEERS
+constexpr bool kSplitClusterNoPeers = true;
+#else
+constexpr bool kSplitClusterNoPeers = false;
+#endif
+
+#ifdef FINEGEMM_DIAG_SPLIT_CLUSTER_NO_SYNC
+constexpr bool kSplitClusterNoSync = true;
+#else
+constexpr bool kSplitClusterNoSync = false;
 #endif
 
 #ifdef FINEGEMM_DIAG_NO_PDL
