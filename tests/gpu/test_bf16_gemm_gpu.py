@@ -187,7 +187,6 @@ def test_split_k_used_and_counters_reset():
 # K, 2 to 8 splits, the router shapes' tile (bm64 bn32 split 8, fp32 d) among them. Where the
 # clusters do not all fit at once (the 128x256 case's sixteen 8-CTA clusters on the H200), the host
 # must keep the workspace path.
-# Every split count 2 .. 8 (how the warps' rows fall to the splits in the reduce-scatter).
 SPLIT_CLUSTER_CASES = [("nt", 64, 256, 7168, 64, 32, 16, 8, "fp32"), ("tn", 128, 256, 7168, 64, 32, 10, 8, "fp32"),
                        ("nn", 128, 256, 7168, 64, 64, 14, 8, "fp32+c"),
                        ("nn", 128, 2112, 7168, 128, 32, 10, 2, "bf16"), ("tt", 17, 1000, 4104, 64, 64, 14, 3, "bf16"),

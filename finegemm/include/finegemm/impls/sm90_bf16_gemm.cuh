@@ -546,7 +546,8 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
         ptx::named_barrier_sync(1, kNumConsumerThreads);
         float2* part = reinterpret_cast<float2*>(smem + Traits::kOffA);
         epilogue::write_split_partial_smem<kNumChunks, kNumConsumerThreads>(acc, part);
-        if constexpr (!diag::kSplitClusterNoSync) ptx::cluster_sync();  // the partials are there (release / acquire at cluster scope)
+        // The partials are there (release / acquire at cluster scope).
+        if constexpr (!diag::kSplitClusterNoSync) ptx::cluster_sync();
         // Reduce-scatter: consumer warp w's 16 rows are summed and stored by split w % S (the
         // direct-store epilogue has no barrier, so the other warps may leave). The CTA's only
         // unit; it stays until its peers have read its partial (kernel end).
