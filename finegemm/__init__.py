@@ -42,7 +42,8 @@ from finegemm.quant import (
     set_mk_alignment_for_contiguous_layout,
     transform_sf_into_required_layout,
 )
-from finegemm.runtime import get_num_sms, get_pdl, get_tc_util, set_num_sms, set_pdl, set_tc_util
+from finegemm.runtime import (get_deterministic_algorithms, get_ignore_compile_dims, get_num_sms, get_pdl, get_tc_util,
+                               set_ignore_compile_dims, set_num_sms, set_pdl, set_tc_util, use_deterministic_algorithms)
 from finegemm.utils import align, ceil_div
 
 __all__ = [
@@ -77,6 +78,10 @@ __all__ = [
     "get_tc_util",
     "set_pdl",
     "get_pdl",
+    "set_ignore_compile_dims",
+    "get_ignore_compile_dims",
+    "use_deterministic_algorithms",
+    "get_deterministic_algorithms",
     # utils
     "ceil_div",
     "align",

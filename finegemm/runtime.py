@@ -1,4 +1,5 @@
-"""Process-wide runtime knobs (DeepGEMM-compatible): SM budget, tensor-core utilisation hint, PDL.
+"""Process-wide runtime knobs (DeepGEMM-compatible): SM budget, tensor-core utilisation hint, PDL,
+and DeepGEMM's compile-dims and determinism switches (kept for callers; see why they change nothing).
 
 They are plain module state read by the heuristics at plan time; changing them invalidates
 nothing that is already compiled, only the choice of launch configuration for later calls. The
@@ -9,6 +10,8 @@ from __future__ import annotations
 _num_sms: int | None = None  # None: use every SM of the current device
 _tc_util: int = 100
 _pdl: bool = False
+_ignore_compile_dims: bool = False
+_deterministic: bool = False
 
 
 def _device_sm_count() -> int:
@@ -72,3 +75,36 @@ def set_pdl(enable: bool) -> None:
 
 def get_pdl() -> bool:
     return _pdl
+
+
+def set_ignore_compile_dims(value: bool) -> None:
+    """DeepGEMM's switch to stop baking a call's `compiled_dims` (M, N or K) into its kernel.
+    finegemm compiles a kernel per tile configuration and never per shape: M, N and K are always
+    run-time arguments, so every call already runs as DeepGEMM's do with this set. The value is
+    checked and kept (get_ignore_compile_dims); it changes no kernel and no launch."""
+    if not isinstance(value, bool):
+        raise TypeError(f"value must be a bool, got {type(value).__name__}")
+    global _ignore_compile_dims
+    _ignore_compile_dims = value
+
+
+def get_ignore_compile_dims() -> bool:
+    return _ignore_compile_dims
+
+
+def use_deterministic_algorithms(enabled: bool = True) -> None:
+    """DeepGEMM's request for results that do not change from run to run. finegemm's kernels give
+    them without it: split-K partials are summed in split order (through the workspace or between
+    the splits of a cluster), no kernel accumulates with atomics, and a call's plan depends only on
+    its shapes, the tuned tables and these knobs, so repeated calls are bitwise equal (the GPU tests
+    repeat calls and compare bits). The value is checked and kept (get_deterministic_algorithms);
+    it changes nothing. Note that set_num_sms may change a plan (e.g. its split count), and with it
+    the order of the sums."""
+    if not isinstance(enabled, bool):
+        raise TypeError(f"enabled must be a bool, got {type(enabled).__name__}")
+    global _deterministic
+    _deterministic = enabled
+
+
+def get_deterministic_algorithms() -> bool:
+    return _deterministic

@@ -505,6 +505,8 @@ def test_public_surface():
         "bf16_gemm_nt", "bf16_gemm_nn", "bf16_gemm_tn", "bf16_gemm_tt",
         "m_grouped_bf16_gemm_nt_contiguous", "m_grouped_bf16_gemm_nt_masked", "k_grouped_bf16_gemm_tn_contiguous",
         "set_num_sms", "get_num_sms", "set_tc_util", "get_tc_util", "set_pdl", "get_pdl",
+        "set_ignore_compile_dims", "get_ignore_compile_dims", "use_deterministic_algorithms",
+        "get_deterministic_algorithms",
         "ceil_div", "align",
         "per_token_cast_to_fp8", "per_block_cast_to_fp8", "per_channel_cast_to_fp8", "get_tma_aligned_size",
         "get_mn_major_tma_aligned_tensor", "transform_sf_into_required_layout",
@@ -518,6 +520,29 @@ def test_public_surface():
     for name in names[:14]:
         doc = getattr(finegemm, name).__doc__
         assert doc and "[" in doc and ("bfloat16" in doc or "float32" in doc) and "Devices" in doc, name
+
+
+def test_deepgemm_switches_checked_kept_and_inert(monkeypatch):
+    """set_ignore_compile_dims / use_deterministic_algorithms (DeepGEMM names): bools only, kept,
+    and without effect on planning (kernels are never shape-specialized and always deterministic)."""
+    from finegemm import runtime
+    from finegemm.heuristics import sm90_bf16_gemm as bh, sm90_fp8_gemm as fh
+
+    monkeypatch.setattr(runtime, "_ignore_compile_dims", False)
+    monkeypatch.setattr(runtime, "_deterministic", False)
+    before = (fh.select_config(64, 2112, 7168, 132, False, False), bh.select_config(64, 256, 7168, 132, False, False, True))
+    finegemm.set_ignore_compile_dims(True)
+    finegemm.use_deterministic_algorithms()
+    assert finegemm.get_ignore_compile_dims() is True and finegemm.get_deterministic_algorithms() is True
+    assert (fh.select_config(64, 2112, 7168, 132, False, False),
+            bh.select_config(64, 256, 7168, 132, False, False, True)) == before
+    finegemm.use_deterministic_algorithms(False)
+    assert finegemm.get_deterministic_algorithms() is False
+    with pytest.raises(TypeError, match="value must be a bool, got int"):
+        finegemm.set_ignore_compile_dims(1)
+    with pytest.raises(TypeError, match="enabled must be a bool, got str"):
+        finegemm.use_deterministic_algorithms("yes")
+    assert finegemm.get_ignore_compile_dims() is True and finegemm.get_deterministic_algorithms() is False
 
 
 def test_fast_path_reuses_only_identical_validated_calls(fake_cuda, monkeypatch):
