@@ -57,6 +57,11 @@ def get_tc_util() -> int:
     return _tc_util
 
 
+def _require_bool(name: str, value: object) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+
+
 def set_pdl(enable: bool) -> None:
     """Launch the GEMM kernels with programmatic dependent launch (PDL) from now on: a kernel may
     be scheduled while the kernel before it in the stream is still running, so its launch and
@@ -64,8 +69,7 @@ def set_pdl(enable: bool) -> None:
     complete (griddepcontrol.wait) before it reads or writes global memory, so results do not
     change; it pays where kernels run back to back (decoding, CUDA graphs). Applies to launches
     and graph captures made after the call, process-wide."""
-    if not isinstance(enable, bool):
-        raise TypeError(f"enable must be a bool, got {type(enable).__name__}")
+    _require_bool("enable", enable)
     global _pdl
     _pdl = enable
     from finegemm.jit import runtime as jit_runtime
@@ -82,8 +86,7 @@ def set_ignore_compile_dims(value: bool) -> None:
     finegemm compiles a kernel per tile configuration and never per shape: M, N and K are always
     run-time arguments, so every call already runs as DeepGEMM's do with this set. The value is
     checked and kept (get_ignore_compile_dims); it changes no kernel and no launch."""
-    if not isinstance(value, bool):
-        raise TypeError(f"value must be a bool, got {type(value).__name__}")
+    _require_bool("value", value)
     global _ignore_compile_dims
     _ignore_compile_dims = value
 
@@ -100,8 +103,7 @@ def use_deterministic_algorithms(enabled: bool = True) -> None:
     repeat calls and compare bits). The value is checked and kept (get_deterministic_algorithms);
     it changes nothing. Note that set_num_sms may change a plan (e.g. its split count), and with it
     the order of the sums."""
-    if not isinstance(enabled, bool):
-        raise TypeError(f"enabled must be a bool, got {type(enabled).__name__}")
+    _require_bool("enabled", enabled)
     global _deterministic
     _deterministic = enabled
 

@@ -344,12 +344,15 @@ class _FakeOps(types.ModuleType):
 
 
 def _install_fake_ops(monkeypatch, fake):
-    monkeypatch.setitem(sys.modules, "finegemm.ops.sm90_fp8_gemm", fake)
+    # The real package first: imported while the fake sits in sys.modules, it would keep the fake
+    # as its attribute after the test (later tests would then render kernels with the fake).
     try:
         import finegemm.ops as ops_pkg
     except Exception:  # pragma: no cover - ops package broken/missing: sys.modules entry suffices
-        return
-    monkeypatch.setattr(ops_pkg, "sm90_fp8_gemm", fake, raising=False)
+        ops_pkg = None
+    monkeypatch.setitem(sys.modules, "finegemm.ops.sm90_fp8_gemm", fake)
+    if ops_pkg is not None:
+        monkeypatch.setattr(ops_pkg, "sm90_fp8_gemm", fake, raising=False)
 
 
 def test_cpu_tensors_never_take_the_cuda_path(monkeypatch):
@@ -614,8 +617,8 @@ def test_bf16_fast_path_reuses_only_identical_validated_calls(monkeypatch):
             return _Call()
 
     fake = _FakeBf16Ops("finegemm.ops.sm90_bf16_gemm")
+    import finegemm.ops as ops_pkg  # before the fake enters sys.modules (see _install_fake_ops)
     monkeypatch.setitem(sys.modules, "finegemm.ops.sm90_bf16_gemm", fake)
-    import finegemm.ops as ops_pkg
     monkeypatch.setattr(ops_pkg, "sm90_bf16_gemm", fake, raising=False)
     monkeypatch.setattr(_validate, "on_cuda", lambda t: True)
     monkeypatch.setattr(api_bf16, "_validated_calls", {})
