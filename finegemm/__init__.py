@@ -18,8 +18,10 @@ from finegemm.api import (
     fp8_gemm_tt,
     k_grouped_bf16_gemm_tn_contiguous,
     k_grouped_fp8_gemm_nt_contiguous,
+    m_grouped_bf16_gemm_nn_contiguous,
     m_grouped_bf16_gemm_nt_contiguous,
     m_grouped_bf16_gemm_nt_masked,
+    m_grouped_fp8_gemm_nn_contiguous,
     m_grouped_fp8_gemm_nt_contiguous,
     m_grouped_fp8_gemm_nt_masked,
 )
@@ -54,6 +56,7 @@ __all__ = [
     "fp8_gemm_tn",
     "fp8_gemm_tt",
     "m_grouped_fp8_gemm_nt_contiguous",
+    "m_grouped_fp8_gemm_nn_contiguous",
     "m_grouped_fp8_gemm_nt_masked",
     "k_grouped_fp8_gemm_nt_contiguous",
     "bf16_gemm_nt",
@@ -61,6 +64,7 @@ __all__ = [
     "bf16_gemm_tn",
     "bf16_gemm_tt",
     "m_grouped_bf16_gemm_nt_contiguous",
+    "m_grouped_bf16_gemm_nn_contiguous",
     "m_grouped_bf16_gemm_nt_masked",
     "k_grouped_bf16_gemm_tn_contiguous",
     # DeepGEMM v1 names (finegemm.api.legacy)

@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from finegemm import jit  # noqa: E402
-from finegemm.bench.bf16 import bench_shapes, grouped_plan  # noqa: E402
+from finegemm.bench.bf16 import GROUPED_EXTRA_LAYOUTS, GROUPED_LAYOUTS, bench_shapes, grouped_plan  # noqa: E402
 from finegemm.heuristics.sm90_bf16_gemm import (  # noqa: E402
     GEMM_GROUPED_CONTIGUOUS,
     GEMM_GROUPED_MASKED,
@@ -71,10 +71,11 @@ def bench_grouped_configs(sms: int) -> list:
 
     al = get_mk_alignment_for_contiguous_layout()
     out = []
-    for r in grouped_plan():
-        if r["layout"] == "grouped_contiguous":
+    for r in grouped_plan(GROUPED_LAYOUTS + GROUPED_EXTRA_LAYOUTS):
+        if r["layout"] in ("grouped_contiguous", "grouped_contiguous_nn"):
             m_total = sum(align(x, al) for x in r["ms"])
-            out.append(select_grouped_config(GEMM_GROUPED_CONTIGUOUS, m_total, r["n"], r["k"], r["groups"], sms, 0, al))
+            out.append(select_grouped_config(GEMM_GROUPED_CONTIGUOUS, m_total, r["n"], r["k"], r["groups"], sms, 0, al,
+                                             r["layout"] == "grouped_contiguous_nn"))
         elif r["layout"] == "grouped_masked":
             out.append(select_grouped_config(GEMM_GROUPED_MASKED, align(r["m"], 128), r["n"], r["k"], r["groups"], sms,
                                              r["m"], 0))

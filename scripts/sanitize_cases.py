@@ -200,13 +200,20 @@ WGRAD_TWO_CTA = [
 ]
 
 
-def _bf16_grouped_contiguous(ms, n, k):
+def _bf16_grouped_contiguous(ms, n, k, b_kn=False):
+    """nt, or with b_kn nn (B stored [G, K, N] in a strided buffer: padded rows and groups)."""
     g = len(ms)
     a = torch.randn(sum(ms), k, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(g, n, k, device="cuda", dtype=torch.bfloat16)
     layout = torch.cat([torch.full((m,), i, dtype=torch.int32) for i, m in enumerate(ms)]).cuda()
     d = torch.empty(sum(ms), n, device="cuda", dtype=torch.bfloat16)
-    finegemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, layout)
+    if b_kn:
+        ld, gap = n + 8, 64
+        kn = torch.zeros(g * (k * ld + gap), device="cuda", dtype=torch.bfloat16).as_strided((g, k, n), (k * ld + gap, ld, 1))
+        kn.copy_(b.transpose(1, 2))
+        finegemm.m_grouped_bf16_gemm_nn_contiguous(a, kn, d, layout)
+    else:
+        finegemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, layout)
     ref = torch.cat([a[sum(ms[:i]):sum(ms[:i + 1])].float() @ b[i].float().t() for i in range(g)])
     return calc_diff(d.float(), ref)
 
@@ -276,6 +283,8 @@ CASES = [
     ("fp8 k-batch 4, TMA store", lambda: _fp8_forced(65, 576, 1664, bn=32, splits=1, tma=True, cps=1, kbat=4)),
     ("fp8 k-batch 2, odd k-blocks", lambda: _fp8_forced(130, 1000, 1664, bn=96, splits=1, tma=False, cps=1, kbat=2)),
     ("bf16 grouped contiguous", lambda: _bf16_grouped_contiguous([128, 256, 128], 576, 512)),
+    ("bf16 grouped contiguous nn, K % 64 != 0, strided B", lambda: _bf16_grouped_contiguous([128, 256, 128], 200, 200,
+                                                                                          True)),
     ("fp8 dense split-K", lambda: _fp8_dense(17, 576, 7296)),
     ("fp8 dense partial tiles", lambda: _fp8_dense(129, 2112, 512)),
     ("fp8 dense fp32 out", lambda: _fp8_dense(65, 576, 1024, torch.float32)),

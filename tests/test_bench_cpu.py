@@ -73,7 +73,7 @@ def test_bf16_parser():
     p = bench_bf16.build_parser()
     args = p.parse_args([])
     assert args.grouped is True
-    assert args.grouped_layouts == ["grouped_contiguous", "grouped_masked", "k_grouped"]
+    assert args.grouped_layouts == ["grouped_contiguous", "grouped_masked", "k_grouped", "grouped_contiguous_nn"]
     assert p.parse_args(["--no-grouped"]).grouped is False
     assert p.parse_args(["--layouts"]).layouts == []  # grouped records only
     with pytest.raises(SystemExit):
@@ -144,6 +144,12 @@ def test_plans_share_sets():
         assert a == b and a
     only_k = bench_bf16.grouped_plan(["k_grouped"])
     assert [r["layout"] for r in only_k] == ["k_grouped"] * 3
+    # The nn records: the contiguous set's shapes and segment sizes, each right after its nt twin.
+    both = bench_bf16.grouped_plan(["grouped_contiguous", "grouped_contiguous_nn"])
+    nt = [strip(r, "layout") for r in both if r["layout"] == "grouped_contiguous"]
+    nn = [strip(r, "layout") for r in both if r["layout"] == "grouped_contiguous_nn"]
+    assert nt == nn == [strip(r, "layout") for r in gplan if r["layout"] == "grouped_contiguous"]
+    assert [r["layout"] for r in both[:2]] == ["grouped_contiguous", "grouped_contiguous_nn"]
 
 
 def test_sample_rows():
@@ -301,7 +307,8 @@ def test_precompile_bf16_includes_grouped_bench_configs():
     assert len(probs) == sum(len(ks) for _, _, _, ks, _ in bench_grouped.k_grouped_problems())
     assert all(has_c for *_, has_c in probs) and (4096, 7168, 9984, True) in probs
     cfgs = pc.bench_grouped_configs(132)
-    assert len(cfgs) == 8 + 24
+    assert len(cfgs) == 8 + 8 + 24  # contiguous nt, contiguous nn, masked
+    assert sum(c.b_mn_major for c in cfgs) == 8
     names = set(pc.kernel_sources(132, shapes_only=True))
     for c in cfgs:  # the m-grouped kernels the contiguous / masked records launch
         assert ops.grouped_kernel_name(c.grouped_kernel_key()) in names

@@ -159,10 +159,12 @@ def test_every_grouped_kernel_compiles_spill_free():
         sass = sass_of(r["cubin"])
         if sass is None:
             continue
-        bm, bn, _, _ = keys[r["label"]]
+        bm, bn, _, _, b_mn_major = keys[r["label"]]
         hgmma = [line for line in sass.splitlines() if "HGMMA" in line]
         assert hgmma and all(f"HGMMA.64x{bn}x16.F32.BF16" in line for line in hgmma), r["label"]
-        assert not any(".tnsp" in line for line in hgmma), f"{r['label']}: grouped kernels are nt (K-major)"
+        # An N-major B (nn) is the only transposed operand; A is always K-major.
+        assert all((".tnspB" in line) == b_mn_major for line in hgmma), r["label"]
+        assert not any(".tnspA" in line for line in hgmma), r["label"]
         assert "UTMALDG" in sass and "UTMASTG" in sass and "STSM" in sass, r["label"]
         assert not re.search(r"\b(LDL|STL)\b", sass), r["label"]
         assert_k_loops_keep_smem_base(sass, r["label"])
@@ -172,13 +174,13 @@ def test_every_grouped_kernel_compiles_spill_free():
 def test_grouped_host_launcher_rejects_bad_input():
     launch = ops._get_grouped_launcher()
     args = dict(fn=1, a=16, b=16, d=16, grouped=16, m=128, n=64, k=256, lda=256, ldb=256, ldd=64, block_m=64,
-                block_n=64, grid=1, smem=100000, kind=1, groups=2, l2=0x33, stream=0)
+                block_n=64, grid=1, smem=100000, kind=1, groups=2, l2=0x33, b_mn=0, ldb_group=0, stream=0)
 
     def call(**kw):
         x = dict(args, **kw)
         return launch(x["fn"], x["a"], x["b"], x["d"], x["grouped"], x["m"], x["n"], x["k"], x["lda"], x["ldb"],
                       x["ldd"], x["block_m"], x["block_n"], x["grid"], x["smem"], x["kind"], x["groups"], x["l2"],
-                      x["stream"])
+                      x["b_mn"], x["ldb_group"], x["stream"])
 
     invalid = 100001  # fg::FG_ERROR_INVALID_ARGUMENT
     assert call(fn=0) == invalid
@@ -192,6 +194,14 @@ def test_grouped_host_launcher_rejects_bad_input():
     assert call(grid=0) == invalid
     for bad_l2 in (-1, 0x34, 0x43, 0x100):  # each 4-bit field is a CUtensorMapL2promotion (0..3)
         assert call(l2=bad_l2) == invalid, hex(bad_l2)
+    # N-major B ([G, K, N], nn): contiguous kind, whole 64-column boxes, disjoint rows and groups.
+    nn = dict(b_mn=1, ldb=64, ldb_group=256 * 64)
+    assert call(b_mn=2) == invalid
+    assert call(**dict(nn, kind=2)) == invalid
+    assert call(**dict(nn, block_n=32)) == invalid
+    assert call(**dict(nn, ldb=56)) == invalid  # rows overlap (ldb < n)
+    assert call(**dict(nn, ldb_group=255 * 64)) == invalid  # groups overlap (< k * ldb)
+    assert call(**dict(nn, ldb_group=256 * 64 + 4)) == invalid  # not a 16-byte multiple
     try:
         has_gpu = torch.cuda.is_available()
     except Exception:
@@ -200,3 +210,4 @@ def test_grouped_host_launcher_rejects_bad_input():
         assert call() == 100000  # fg::FG_ERROR_NO_DRIVER
         for ok_l2 in (0x00, 0x21, 0x32):  # every valid promotion pair passes validation
             assert call(l2=ok_l2) == 100000, hex(ok_l2)
+        assert call(**nn) == 100000  # a valid N-major B passes validation

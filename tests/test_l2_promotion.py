@@ -148,8 +148,18 @@ def test_bf16_grouped_launch_passes_the_packed_promotion(monkeypatch):
     ob.m_grouped_bf16_gemm_nt_contiguous(torch.zeros(g * m, k, dtype=bf16), torch.zeros(g, n, k, dtype=bf16),
                                          torch.empty(g * m, n, dtype=bf16),
                                          torch.arange(g * m, dtype=torch.int32) // m, config=cont_cfg)
-    assert [len(a) for a in seen] == [19, 19]
-    assert seen[0][-2] == 0x21 and seen[1][-2] == 0x30
+    # nn: B [G, K, N] in a padded buffer (row pitch n + 8, group pitch k * (n + 8) + 64).
+    buf = torch.zeros(g * (k * (n + 8) + 64), dtype=bf16)
+    b_kn = buf.as_strided((g, k, n), (k * (n + 8) + 64, n + 8, 1))
+    nn_cfg = dataclasses.replace(hb.select_grouped_config(hb.GEMM_GROUPED_CONTIGUOUS, g * m, n, k, g, SMS, 0, 128,
+                                                          True), l2_promotion=(128, 64))
+    ob.m_grouped_bf16_gemm_nn_contiguous(torch.zeros(g * m, k, dtype=bf16), b_kn, torch.empty(g * m, n, dtype=bf16),
+                                         torch.arange(g * m, dtype=torch.int32) // m, config=nn_cfg)
+    # (..., l2_promotion, b_mn_major, ldb_group, stream): the packed value, then the B layout.
+    assert [len(a) for a in seen] == [21, 21, 21]
+    assert seen[0][-4] == 0x21 and seen[1][-4] == 0x30 and seen[2][-4] == 0x12
+    assert [a[-3:-1] for a in seen] == [(0, 0), (0, 0), (1, k * (n + 8) + 64)]
+    assert seen[2][9] == n + 8  # ldb: the N-major B's row pitch
 
 
 @pytest.mark.parametrize("bad", [[256, 96], [128], "128"])

@@ -7,12 +7,14 @@ from finegemm.api.bf16 import (
     bf16_gemm_tn,
     bf16_gemm_tt,
     k_grouped_bf16_gemm_tn_contiguous,
+    m_grouped_bf16_gemm_nn_contiguous,
     m_grouped_bf16_gemm_nt_contiguous,
     m_grouped_bf16_gemm_nt_masked,
 )
 from finegemm.api.dense_fp8 import fp8_gemm_nn, fp8_gemm_nt, fp8_gemm_tn, fp8_gemm_tt
 from finegemm.api.grouped_fp8 import (
     k_grouped_fp8_gemm_nt_contiguous,
+    m_grouped_fp8_gemm_nn_contiguous,
     m_grouped_fp8_gemm_nt_contiguous,
     m_grouped_fp8_gemm_nt_masked,
 )
@@ -24,6 +26,7 @@ __all__ = [
     "fp8_gemm_tn",
     "fp8_gemm_tt",
     "m_grouped_fp8_gemm_nt_contiguous",
+    "m_grouped_fp8_gemm_nn_contiguous",
     "m_grouped_fp8_gemm_nt_masked",
     "k_grouped_fp8_gemm_nt_contiguous",
     "bf16_gemm_nt",
@@ -31,6 +34,7 @@ __all__ = [
     "bf16_gemm_tn",
     "bf16_gemm_tt",
     "m_grouped_bf16_gemm_nt_contiguous",
+    "m_grouped_bf16_gemm_nn_contiguous",
     "m_grouped_bf16_gemm_nt_masked",
     "k_grouped_bf16_gemm_tn_contiguous",
 ]

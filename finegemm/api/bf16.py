@@ -20,6 +20,7 @@ __all__ = [
     "bf16_gemm_tn",
     "bf16_gemm_tt",
     "m_grouped_bf16_gemm_nt_contiguous",
+    "m_grouped_bf16_gemm_nn_contiguous",
     "m_grouped_bf16_gemm_nt_masked",
     "k_grouped_bf16_gemm_tn_contiguous",
 ]
@@ -158,59 +159,51 @@ bf16_gemm_tt.__doc__ = "BF16 GEMM D = C + A.T @ B.T (A [K, M], B [N, K]).\n" + _
     a_shape="[K, M]", b_shape="[N, K]")
 
 
-def _check_grouped_b(fn: str, b: torch.Tensor, k_a: int) -> tuple[int, int]:
+def _check_grouped_b(fn: str, b: torch.Tensor, k_a: int, b_kn: bool = False) -> tuple[int, int]:
+    """(G, N) of an m-grouped B: [G, N, K] (nt), or [G, K, N] with b_kn (nn)."""
+    layout = "[G, K, N]" if b_kn else "[G, N, K]"
     _v.check_dtype(fn, "b", b, (_BF16,))
-    _v.check_rank(fn, "b", b, 3, "[G, N, K]")
-    G, N, K = b.shape
+    _v.check_rank(fn, "b", b, 3, layout)
+    G, N, K = (b.shape[0], b.shape[2], b.shape[1]) if b_kn else tuple(b.shape)
     if K != k_a:
-        raise ValueError(f"{fn}: K of a (K={k_a}) and b ([G, N, K] = {_v.fmt_shape(b.shape)}) must agree, got K={k_a} "
+        raise ValueError(f"{fn}: K of a (K={k_a}) and b ({layout} = {_v.fmt_shape(b.shape)}) must agree, got K={k_a} "
                          f"and K={K}")
     return G, N
 
 
-def m_grouped_bf16_gemm_nt_contiguous(
-    a: torch.Tensor,
-    b: torch.Tensor,
-    d: torch.Tensor,
-    grouped_layout: torch.Tensor,
-    compiled_dims: str = "nk",
-    use_psum_layout: bool = False,
-) -> None:
-    """M-grouped BF16 GEMM, contiguous layout: D[r] = A[r] @ B[g(r)].T.
+def _check_psum_hints(fn: str, use_psum_layout: object, ensure_zero_padding: object,
+                      expected_m_for_psum_layout: object) -> None:
+    """DeepGEMM's contiguous-layout flags: checked; finegemm always writes padding rows as zeros,
+    and plans a psum call from its real row count (the expected m is a hint it does not need)."""
+    _v.check_bool(fn, "use_psum_layout", use_psum_layout)
+    _v.check_bool(fn, "ensure_zero_padding", ensure_zero_padding)
+    if expected_m_for_psum_layout is not None:
+        _v.check_int(fn, "expected_m_for_psum_layout", expected_m_for_psum_layout, 0)
+        if not use_psum_layout:
+            raise ValueError(f"{fn}: expected_m_for_psum_layout is only meaningful with use_psum_layout=True")
 
-    Args:
-        a: ``bfloat16`` [M, K]; b: ``bfloat16`` [G, N, K]; d: ``bfloat16`` [M, N] (written in full;
-            rows of no group are zeros).
-        grouped_layout: ``int32`` [M] group per row (-1 = padding; each group one run starting at
-            a multiple of ``get_mk_alignment_for_contiguous_layout()``), or with
-            ``use_psum_layout`` ``int32`` [G] cumulative row ends (non-negative, non-decreasing,
-            last <= M). Validated by reading the values (synchronizes on CUDA tensors).
-        compiled_dims: kernel specialization hint; use_psum_layout: bool.
 
-    Constraints: K % 8 == 0; TMA layout rules for a, b, d; one device; d must not overlap the
-    inputs; M == 0 returns at once after validation. On CUDA the mk alignment must be 64 or 128
-    (a kernel tile never spans two groups; smaller alignments raise NotImplementedError).
-    Devices: CPU runs ``finegemm.reference``; CUDA runs the SM90 BF16 kernel's m-grouped contiguous
-    kind (finegemm.ops.sm90_bf16_gemm; psum layouts are turned into per-row group ids on the GPU).
-    """
-    fn = "m_grouped_bf16_gemm_nt_contiguous"
+def _m_grouped_contiguous(fn: str, b_kn: bool, a: object, b: object, d: object, grouped_layout: object,
+                          compiled_dims: object, use_psum_layout: object, ensure_zero_padding: object,
+                          expected_m_for_psum_layout: object) -> None:
+    b_layout = "[G, K, N]" if b_kn else "[G, N, K]"
     a = _v.check_tensor(fn, "a", a)
     b = _v.check_tensor(fn, "b", b)
     d = _v.check_tensor(fn, "d", d)
     grouped_layout = _v.check_tensor(fn, "grouped_layout", grouped_layout)
     _v.check_compiled_dims(fn, compiled_dims)
-    _v.check_bool(fn, "use_psum_layout", use_psum_layout)
+    _check_psum_hints(fn, use_psum_layout, ensure_zero_padding, expected_m_for_psum_layout)
     _v.check_dtype(fn, "a", a, (_BF16,))
     _v.check_dtype(fn, "d", d, (_BF16,))
     _v.check_rank(fn, "a", a, 2, "[M, K]")
     M, K = a.shape
-    G, N = _check_grouped_b(fn, b, K)
+    G, N = _check_grouped_b(fn, b, K, b_kn)
     _v.check_rank(fn, "d", d, 2, "[M, N]")
     _v.check_shape(fn, "d", d, (M, N), "[M, N]")
     _v.check_same_device(fn, {"d": d, "a": a, "b": b, "grouped_layout": grouped_layout})
     _v.check_k_alignment(fn, K, 2, "BF16")
     _v.check_tma_layout(fn, "a", a, "[M, K]")
-    _v.check_tma_layout(fn, "b", b, "[G, N, K]")
+    _v.check_tma_layout(fn, "b", b, b_layout)
     _v.check_tma_layout(fn, "d", d, "[M, N]")
     _v.check_no_overlap(fn, "d", d, {"a": a, "b": b, "grouped_layout": grouped_layout})
     _v.check_grouped_layout(fn, grouped_layout, M, G, use_psum_layout, quant.get_mk_alignment_for_contiguous_layout())
@@ -224,10 +217,68 @@ def m_grouped_bf16_gemm_nt_contiguous(
         _v.require_gpu_validated(fn, "m_grouped_bf16")
         from finegemm.ops import sm90_bf16_gemm
 
-        sm90_bf16_gemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, grouped_layout, use_psum_layout)
+        run = sm90_bf16_gemm.m_grouped_bf16_gemm_nn_contiguous if b_kn else sm90_bf16_gemm.m_grouped_bf16_gemm_nt_contiguous
+        run(a, b, d, grouped_layout, use_psum_layout)
         return
-    d.copy_(reference.m_grouped_bf16_gemm_nt_contiguous(a, b, grouped_layout, use_psum_layout=use_psum_layout,
-                                                        out_dtype=d.dtype))
+    d.copy_(reference.m_grouped_bf16_gemm_nt_contiguous(a, b.transpose(1, 2) if b_kn else b, grouped_layout,
+                                                        use_psum_layout=use_psum_layout, out_dtype=d.dtype))
+
+
+_CONTIGUOUS_DOC = """M-grouped BF16 GEMM, contiguous layout: {formula}.
+
+    Args:
+        a: ``bfloat16`` [M, K]; b: ``bfloat16`` {b_shape}; d: ``bfloat16`` [M, N] (written in full;
+            rows of no group are zeros).
+        grouped_layout: ``int32`` [M] group per row (-1 = padding; each group one run starting at
+            a multiple of ``get_mk_alignment_for_contiguous_layout()``), or with
+            ``use_psum_layout`` ``int32`` [G] cumulative row ends (non-negative, non-decreasing,
+            last <= M). Validated by reading the values (synchronizes on CUDA tensors).
+        compiled_dims: kernel specialization hint; use_psum_layout: bool.
+        ensure_zero_padding: bool (DeepGEMM's flag; padding rows are always written as zeros here).
+        expected_m_for_psum_layout: None or an int >= 0, only with ``use_psum_layout`` (DeepGEMM's
+            planning hint; finegemm plans from the rows it is given and does not need it).
+
+    Constraints: K % 8 == 0; TMA layout rules for a, b, d; one device; d must not overlap the
+    inputs; M == 0 returns at once after validation. On CUDA the mk alignment must be 64 or 128
+    (a kernel tile never spans two groups; smaller alignments raise NotImplementedError).
+    Devices: CPU runs ``finegemm.reference``; CUDA runs the SM90 BF16 kernel's m-grouped contiguous
+    kind (finegemm.ops.sm90_bf16_gemm; psum layouts are turned into per-row group ids on the GPU){device_note}.
+    """
+
+
+def m_grouped_bf16_gemm_nt_contiguous(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    d: torch.Tensor,
+    grouped_layout: torch.Tensor,
+    compiled_dims: str = "nk",
+    use_psum_layout: bool = False,
+    ensure_zero_padding: bool = True,
+    expected_m_for_psum_layout: Optional[int] = None,
+) -> None:
+    _m_grouped_contiguous("m_grouped_bf16_gemm_nt_contiguous", False, a, b, d, grouped_layout, compiled_dims,
+                          use_psum_layout, ensure_zero_padding, expected_m_for_psum_layout)
+
+
+def m_grouped_bf16_gemm_nn_contiguous(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    d: torch.Tensor,
+    grouped_layout: torch.Tensor,
+    compiled_dims: str = "nk",
+    use_psum_layout: bool = False,
+    ensure_zero_padding: bool = True,
+) -> None:
+    _m_grouped_contiguous("m_grouped_bf16_gemm_nn_contiguous", True, a, b, d, grouped_layout, compiled_dims,
+                          use_psum_layout, ensure_zero_padding, None)
+
+
+m_grouped_bf16_gemm_nt_contiguous.__doc__ = _CONTIGUOUS_DOC.format(
+    formula="D[r] = A[r] @ B[g(r)].T", b_shape="[G, N, K]", device_note="")
+m_grouped_bf16_gemm_nn_contiguous.__doc__ = _CONTIGUOUS_DOC.format(
+    formula="D[r] = A[r] @ B[g(r)] (B stored [G, K, N]: the MoE backward pass's data gradient)",
+    b_shape="[G, K, N] (N contiguous; any row / group pitch TMA accepts)",
+    device_note=" with B read N-major in place (no transposing copy; a 3-D tensor map per call)")
 
 
 def m_grouped_bf16_gemm_nt_masked(

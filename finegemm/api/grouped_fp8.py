@@ -2,6 +2,7 @@
 
 * ``m_grouped_fp8_gemm_nt_contiguous``: MoE forward/prefill. The tokens of all experts are
   stacked row-wise in one A [M, K]; ``grouped_layout`` says which expert (group) each row uses.
+  ``m_grouped_fp8_gemm_nn_contiguous``: the same with B stored [G, K, N] (backward pass).
 * ``m_grouped_fp8_gemm_nt_masked``: MoE decode. A [G, Mmax, K] with only the first
   ``masked_m[g]`` rows of group g valid (masked_m stays on the GPU: CUDA-graph friendly).
 * ``k_grouped_fp8_gemm_nt_contiguous``: MoE weight gradient. Groups differ in K; each group's
@@ -19,6 +20,7 @@ from finegemm.utils import ceil_div, write_empty_product
 
 __all__ = [
     "m_grouped_fp8_gemm_nt_contiguous",
+    "m_grouped_fp8_gemm_nn_contiguous",
     "m_grouped_fp8_gemm_nt_masked",
     "k_grouped_fp8_gemm_nt_contiguous",
 ]
@@ -46,66 +48,39 @@ def _check_common_args(fn: str, a: object, b: object, d: object, recipe: object,
     return A, sfa, B, sfb, d
 
 
-def _check_b(fn: str, B: torch.Tensor, sfb: torch.Tensor, K_a: int) -> tuple[int, int]:
-    _v.check_rank(fn, "b[0] (B)", B, 3, "[G, N, K]")
-    _v.check_rank(fn, "b[1] (sfb)", sfb, 3, "[G, ceil(N/128), ceil(K/128)]")
-    G, N, K = B.shape
+def _check_b(fn: str, B: torch.Tensor, sfb: torch.Tensor, K_a: int, b_kn: bool = False) -> tuple[int, int]:
+    """(G, N) of an m-grouped B and its scales: B [G, N, K] with sfb [G, ceil(N/128), ceil(K/128)]
+    (nt), or with b_kn B [G, K, N] with sfb [G, ceil(K/128), ceil(N/128)] (nn)."""
+    b_layout = "[G, K, N]" if b_kn else "[G, N, K]"
+    sfb_layout = "[G, ceil(K/128), ceil(N/128)]" if b_kn else "[G, ceil(N/128), ceil(K/128)]"
+    _v.check_rank(fn, "b[0] (B)", B, 3, b_layout)
+    _v.check_rank(fn, "b[1] (sfb)", sfb, 3, sfb_layout)
+    G, N, K = (B.shape[0], B.shape[2], B.shape[1]) if b_kn else tuple(B.shape)
     if K != K_a:
         raise ValueError(
-            f"{fn}: K of a[0] (A, K={K_a}) and b[0] (B [G, N, K] = {_v.fmt_shape(B.shape)}) must agree, got K={K_a} "
+            f"{fn}: K of a[0] (A, K={K_a}) and b[0] (B {b_layout} = {_v.fmt_shape(B.shape)}) must agree, got K={K_a} "
             f"and K={K}"
         )
-    _v.check_shape(fn, "b[1] (sfb)", sfb, (G, ceil_div(N, 128), ceil_div(K, 128)), "[G, ceil(N/128), ceil(K/128)]")
+    nb, kb = ceil_div(N, 128), ceil_div(K, 128)
+    _v.check_shape(fn, "b[1] (sfb)", sfb, (G, kb, nb) if b_kn else (G, nb, kb), sfb_layout)
     return G, N
 
 
-def m_grouped_fp8_gemm_nt_contiguous(
-    a: tuple[torch.Tensor, torch.Tensor],
-    b: tuple[torch.Tensor, torch.Tensor],
-    d: torch.Tensor,
-    grouped_layout: torch.Tensor,
-    recipe: Optional[Sequence[int]] = None,
-    compiled_dims: str = "nk",
-    disable_ue8m0_cast: bool = False,
-    use_psum_layout: bool = False,
-) -> None:
-    """M-grouped FP8 GEMM, contiguous layout: D[r] = A[r] @ B[g(r)].T for each row r.
-
-    Args:
-        a: ``(A, sfa)``: A ``float8_e4m3fn`` [M, K] (the rows of all groups stacked);
-            sfa ``float32`` [M, ceil(K/128)].
-        b: ``(B, sfb)``: B ``float8_e4m3fn`` [G, N, K] (one weight per group, K-major);
-            sfb ``float32`` [G, ceil(N/128), ceil(K/128)].
-        d: ``bfloat16`` [M, N], written in place (rows of no group: zeros, on CPU and GPU).
-        grouped_layout: ``int32``, contiguous. Plain layout ([M]): group id of each row in
-            [0, G), or -1 for a padding row; the rows of one group form one run that starts at a
-            multiple of ``get_mk_alignment_for_contiguous_layout()`` (pad with -1 rows). With
-            ``use_psum_layout`` ([G]): cumulative row ends, non-negative, non-decreasing, last
-            <= M; group g owns rows [align(end_{g-1}, alignment), end_g).
-            The values are read to validate them (min/max and runs): on CUDA tensors this
-            synchronizes the stream.
-        recipe: None or (1, 128, 128) (the only m-grouped recipe on SM90).
-        compiled_dims: kernel specialization hint (distinct letters of "mnk").
-        disable_ue8m0_cast: accepted for compatibility (bool); no effect on SM90 (fp32 scales).
-        use_psum_layout: bool, selects the grouped_layout encoding above.
-
-    Constraints: K % 16 == 0; A, B, d with a contiguous last dimension, 16-byte multiple
-    strides and 16-byte aligned base (TMA); all tensors on one device; d must not overlap the
-    inputs. M == 0 returns at once after validation.
-
-    Devices: CPU runs ``finegemm.reference``; CUDA: the SM90 kernel (finegemm.ops.sm90_fp8_gemm,
-    GEMM kind "grouped contiguous"; needs the mk alignment to be a multiple of 64; validated on
-    the H200, tests/gpu/test_grouped_fp8_gpu.py). With ``use_psum_layout`` the ends are turned into per-row
-    group ids on the GPU by a few small torch kernels (no extra host sync).
-    """
-    fn = "m_grouped_fp8_gemm_nt_contiguous"
+def _m_grouped_contiguous(fn: str, b_kn: bool, a: object, b: object, d: object, grouped_layout: object,
+                          recipe: object, compiled_dims: object, disable_ue8m0_cast: object, use_psum_layout: object,
+                          ensure_zero_padding: object, expected_m_for_psum_layout: object) -> None:
     A, sfa, B, sfb, d = _check_common_args(fn, a, b, d, recipe, compiled_dims, disable_ue8m0_cast)
     _v.check_bool(fn, "use_psum_layout", use_psum_layout)
+    _v.check_bool(fn, "ensure_zero_padding", ensure_zero_padding)
+    if expected_m_for_psum_layout is not None:
+        _v.check_int(fn, "expected_m_for_psum_layout", expected_m_for_psum_layout, 0)
+        if not use_psum_layout:
+            raise ValueError(f"{fn}: expected_m_for_psum_layout is only meaningful with use_psum_layout=True")
     grouped_layout = _v.check_tensor(fn, "grouped_layout", grouped_layout)
     _v.check_rank(fn, "a[0] (A)", A, 2, "[M, K]")
     _v.check_rank(fn, "a[1] (sfa)", sfa, 2, "[M, ceil(K/128)]")
     M, K = A.shape
-    G, N = _check_b(fn, B, sfb, K)
+    G, N = _check_b(fn, B, sfb, K, b_kn)
     _v.check_shape(fn, "a[1] (sfa)", sfa, (M, ceil_div(K, 128)), "[M, ceil(K/128)]")
     _v.check_rank(fn, "d", d, 2, "[M, N]")
     _v.check_shape(fn, "d", d, (M, N), "[M, N]")
@@ -113,7 +88,8 @@ def m_grouped_fp8_gemm_nt_contiguous(
                               "grouped_layout": grouped_layout})
     _v.check_k_alignment(fn, K, 1, "FP8")
     _v.check_tma_layout(fn, "a[0] (A)", A, "[M, K]")
-    _v.check_tma_layout(fn, "b[0] (B)", B, "[G, N, K]")
+    if not b_kn:  # an nn B is read once by the K-major copy (any strides), never through TMA
+        _v.check_tma_layout(fn, "b[0] (B)", B, "[G, N, K]")
     _v.check_tma_layout(fn, "d", d, "[M, N]")
     _v.check_no_overlap(fn, "d", d, {"a[0] (A)": A, "b[0] (B)": B, "a[1] (sfa)": sfa, "b[1] (sfb)": sfb,
                                      "grouped_layout": grouped_layout})
@@ -125,13 +101,96 @@ def m_grouped_fp8_gemm_nt_contiguous(
     if K == 0 or G == 0:
         d.zero_()
         return
+    # The K-major (nt) views of an nn B and its scales: views here, a copy of B on CUDA below.
+    B_nk = B.transpose(1, 2) if b_kn else B
+    sfb_nk = sfb.transpose(1, 2) if b_kn else sfb
     if _v.on_cuda(d):
         from finegemm.ops import sm90_fp8_gemm  # lazy: the CUDA stack is only needed for CUDA tensors
 
-        sm90_fp8_gemm.m_grouped_fp8_gemm_nt_contiguous(A, sfa, B, sfb, d, grouped_layout, use_psum_layout)
+        if b_kn:
+            B_nk = B_nk.contiguous()  # SM90 FP8 wgmma reads K-major operands only
+        sm90_fp8_gemm.m_grouped_fp8_gemm_nt_contiguous(A, sfa, B_nk, sfb_nk, d, grouped_layout, use_psum_layout)
         return
     d.copy_(reference.m_grouped_fp8_gemm_nt_contiguous(
-        A, sfa, B, sfb, grouped_layout, use_psum_layout=use_psum_layout, out_dtype=d.dtype))
+        A, sfa, B_nk, sfb_nk, grouped_layout, use_psum_layout=use_psum_layout, out_dtype=d.dtype))
+
+
+_CONTIGUOUS_DOC = """M-grouped FP8 GEMM, contiguous layout: {formula} for each row r.
+
+    Args:
+        a: ``(A, sfa)``: A ``float8_e4m3fn`` [M, K] (the rows of all groups stacked);
+            sfa ``float32`` [M, ceil(K/128)].
+        b: ``(B, sfb)``: B ``float8_e4m3fn`` {b_shape};
+            sfb ``float32`` {sfb_shape}.
+        d: ``bfloat16`` [M, N], written in place (rows of no group: zeros, on CPU and GPU).
+        grouped_layout: ``int32``, contiguous. Plain layout ([M]): group id of each row in
+            [0, G), or -1 for a padding row; the rows of one group form one run that starts at a
+            multiple of ``get_mk_alignment_for_contiguous_layout()`` (pad with -1 rows). With
+            ``use_psum_layout`` ([G]): cumulative row ends, non-negative, non-decreasing, last
+            <= M; group g owns rows [align(end_{{g-1}}, alignment), end_g).
+            The values are read to validate them (min/max and runs): on CUDA tensors this
+            synchronizes the stream.
+        recipe: None or (1, 128, 128) (the only m-grouped recipe on SM90).
+        compiled_dims: kernel specialization hint (distinct letters of "mnk").
+        disable_ue8m0_cast: accepted for compatibility (bool); no effect on SM90 (fp32 scales).
+        use_psum_layout: bool, selects the grouped_layout encoding above.
+        ensure_zero_padding: bool (DeepGEMM's flag; padding rows are always written as zeros here).
+        expected_m_for_psum_layout: None or an int >= 0, only with ``use_psum_layout`` (DeepGEMM's
+            planning hint; finegemm plans from the rows it is given and does not need it).
+
+    Constraints: K % 16 == 0; A, B, d with a contiguous last dimension, 16-byte multiple
+    strides and 16-byte aligned base (TMA); all tensors on one device; d must not overlap the
+    inputs. M == 0 returns at once after validation.
+
+    Devices: CPU runs ``finegemm.reference``; CUDA: the SM90 kernel (finegemm.ops.sm90_fp8_gemm,
+    GEMM kind "grouped contiguous"; needs the mk alignment to be a multiple of 64; validated on
+    the H200, tests/gpu/test_grouped_fp8_gpu.py). With ``use_psum_layout`` the ends are turned into per-row
+    group ids on the GPU by a few small torch kernels (no extra host sync).{device_note}
+    """
+
+
+def m_grouped_fp8_gemm_nt_contiguous(
+    a: tuple[torch.Tensor, torch.Tensor],
+    b: tuple[torch.Tensor, torch.Tensor],
+    d: torch.Tensor,
+    grouped_layout: torch.Tensor,
+    recipe: Optional[Sequence[int]] = None,
+    compiled_dims: str = "nk",
+    disable_ue8m0_cast: bool = False,
+    use_psum_layout: bool = False,
+    ensure_zero_padding: bool = True,
+    expected_m_for_psum_layout: Optional[int] = None,
+) -> None:
+    _m_grouped_contiguous("m_grouped_fp8_gemm_nt_contiguous", False, a, b, d, grouped_layout, recipe, compiled_dims,
+                          disable_ue8m0_cast, use_psum_layout, ensure_zero_padding, expected_m_for_psum_layout)
+
+
+def m_grouped_fp8_gemm_nn_contiguous(
+    a: tuple[torch.Tensor, torch.Tensor],
+    b: tuple[torch.Tensor, torch.Tensor],
+    d: torch.Tensor,
+    grouped_layout: torch.Tensor,
+    recipe: Optional[Sequence[int]] = None,
+    compiled_dims: str = "nk",
+    disable_ue8m0_cast: bool = False,
+    use_psum_layout: bool = False,
+    ensure_zero_padding: bool = True,
+) -> None:
+    _m_grouped_contiguous("m_grouped_fp8_gemm_nn_contiguous", True, a, b, d, grouped_layout, recipe, compiled_dims,
+                          disable_ue8m0_cast, use_psum_layout, ensure_zero_padding, None)
+
+
+m_grouped_fp8_gemm_nt_contiguous.__doc__ = _CONTIGUOUS_DOC.format(
+    formula="D[r] = A[r] @ B[g(r)].T", b_shape="[G, N, K] (one weight per group, K-major)",
+    sfb_shape="[G, ceil(N/128), ceil(K/128)]", device_note="")
+m_grouped_fp8_gemm_nn_contiguous.__doc__ = _CONTIGUOUS_DOC.format(
+    formula="D[r] = A[r] @ B[g(r)] (B stored [G, K, N]: the MoE backward pass's data gradient)",
+    b_shape="[G, K, N] (N contiguous)", sfb_shape="[G, ceil(K/128), ceil(N/128)] (any strides)",
+    device_note="\n\n    Cost on CUDA: SM90's FP8 wgmma reads K-major operands only, so every call first copies B into a\n"
+                "    K-major [G, N, K] buffer (one read and one write of B, ~2 x G*K*N bytes of memory traffic and a\n"
+                "    temporary of B's size); the scales are read through transposed views. Keep a K-major copy of the\n"
+                "    weights and call m_grouped_fp8_gemm_nt_contiguous where the same B serves many calls. (DeepGEMM\n"
+                "    rejects this layout on SM90.)")
 
 
 def m_grouped_fp8_gemm_nt_masked(

@@ -106,7 +106,10 @@ def _fmt(v, spec):
 
 
 # ----------------------------------------------------------------------------- grouped (MoE)
-GROUPED_LAYOUTS = ("grouped_contiguous", "grouped_masked", "k_grouped")
+GROUPED_LAYOUTS = ("grouped_contiguous", "grouped_masked", "k_grouped")  # the issue target's set
+# Also benched (own geomean, outside the target's): the contiguous set with B stored [G, K, N]
+# (m_grouped_bf16_gemm_nn_contiguous, the MoE backward data gradient; torch._grouped_mm's own layout).
+GROUPED_EXTRA_LAYOUTS = ("grouped_contiguous_nn",)
 GROUPED_TARGET = 1.3  # issue target: geomean speedup over torch._grouped_mm (bf16)
 
 
@@ -120,8 +123,9 @@ def grouped_plan(layouts=GROUPED_LAYOUTS) -> list[dict]:
     for (g, m) in CONTIGUOUS_GM:
         for (n, k) in GROUPED_NK:
             ms = draw_ms(g, m, rng)
-            if "grouped_contiguous" in layouts:
-                plan.append({"layout": "grouped_contiguous", "groups": g, "m": m, "n": n, "k": k, "ms": ms})
+            for lay in ("grouped_contiguous", "grouped_contiguous_nn"):
+                if lay in layouts:
+                    plan.append({"layout": lay, "groups": g, "m": m, "n": n, "k": k, "ms": ms})
     if "grouped_masked" in layouts:
         for (g, m) in MASKED_GM:
             for (n, k) in GROUPED_NK:
@@ -140,8 +144,10 @@ def _finish_grouped(rec, flops):
     return rec
 
 
-def bench_grouped_contiguous(g, ms, n, k, gen, num_tests, *, device="cuda", timer=None, ref_flops=REF_FLOPS):
-    """m_grouped_bf16_gemm_nt_contiguous vs torch._grouped_mm (2-D x 3-D, offs = padded segment ends)."""
+def bench_grouped_contiguous(g, ms, n, k, gen, num_tests, *, device="cuda", timer=None, ref_flops=REF_FLOPS,
+                             b_kn=False):
+    """m_grouped_bf16_gemm_nt_contiguous vs torch._grouped_mm (2-D x 3-D, offs = padded segment ends);
+    with b_kn the nn form (B stored [G, K, N], for both contenders)."""
     import finegemm
     from finegemm import reference
 
@@ -158,12 +164,16 @@ def bench_grouped_contiguous(g, ms, n, k, gen, num_tests, *, device="cuda", time
     layout = torch.tensor(contiguous_group_ids(ms, align_m), dtype=torch.int32, device=device)
     a = torch.randn(m_total, k, device=device, dtype=torch.bfloat16, generator=gen)
     b = torch.randn(g, n, k, device=device, dtype=torch.bfloat16, generator=gen)
+    b_kn = b.transpose(1, 2).contiguous() if b_kn else None  # the nn storage, made outside the timed calls
     d = torch.empty(m_total, n, device=device, dtype=torch.bfloat16)
-    rec = {"layout": "grouped_contiguous", "groups": g, "m": sum(ms), "m_padded": m_total, "n": n, "k": k, "us": {},
-           "calc_diff": None}
+    rec = {"layout": "grouped_contiguous" if b_kn is None else "grouped_contiguous_nn", "groups": g, "m": sum(ms),
+           "m_padded": m_total, "n": n, "k": k, "us": {}, "calc_diff": None}
 
     def ours():
-        finegemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, layout)
+        if b_kn is None:
+            finegemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, layout)
+        else:
+            finegemm.m_grouped_bf16_gemm_nn_contiguous(a, b_kn, d, layout)
 
     rows = [valid[i] for i in sample_rows(len(valid), 2.0 * n * k, ref_flops)]
     rec["calc_diff_rows"] = len(rows)
@@ -180,12 +190,13 @@ def bench_grouped_contiguous(g, ms, n, k, gen, num_tests, *, device="cuda", time
         rec.setdefault("errors", {})["finegemm_check"] = error_text(exc)
     time_into(rec, "finegemm", ours, num_tests, timer)
     offs = torch.tensor([sum(padded[:i + 1]) for i in range(g)], dtype=torch.int32, device=device)
-    bt = b.transpose(1, 2)
+    bt = b.transpose(1, 2) if b_kn is None else b_kn
 
     def theirs():
         return torch._grouped_mm(a, bt, offs=offs)
 
-    rec["torch_op"] = "torch._grouped_mm(A [M, K], B^T [G, K, N], offs=padded segment ends)"
+    rec["torch_op"] = (f"torch._grouped_mm(A [M, K], {'B^T' if b_kn is None else 'B row-major'} [G, K, N], "
+                       f"offs=padded segment ends)")
     if time_into(rec, "torch_grouped_mm", theirs, num_tests, timer) and ref is not None:
         try:
             rec["calc_diff_torch_grouped_mm"] = calc_diff(theirs()[idx], ref)
@@ -320,10 +331,11 @@ def _warmup_grouped(plan) -> None:
     align_m = finegemm.get_mk_alignment_for_contiguous_layout()
     jobs = []
     for r in plan:
-        if r["layout"] == "grouped_contiguous":
+        if r["layout"] in ("grouped_contiguous", "grouped_contiguous_nn"):
             m_total = sum(finegemm.align(x, align_m) for x in r["ms"])
-            jobs.append(lambda r=r, mt=m_total: sm90_bf16_gemm.plan_grouped(
-                GEMM_GROUPED_CONTIGUOUS, mt, r["n"], r["k"], r["groups"], 0, align_m, device))
+            nn = r["layout"] == "grouped_contiguous_nn"
+            jobs.append(lambda r=r, mt=m_total, nn=nn: sm90_bf16_gemm.plan_grouped(
+                GEMM_GROUPED_CONTIGUOUS, mt, r["n"], r["k"], r["groups"], 0, align_m, device, b_mn_major=nn))
         elif r["layout"] == "grouped_masked":
             jobs.append(lambda r=r: sm90_bf16_gemm.plan_grouped(
                 GEMM_GROUPED_MASKED, finegemm.align(r["m"], 128), r["n"], r["k"], r["groups"], r["m"], 0, device))
@@ -350,8 +362,8 @@ def run_grouped(plan, gen, num_tests, *, device="cuda", timer=None, ref_flops=RE
         lay, g, m, n, k = spec["layout"], spec["groups"], spec["m"], spec["n"], spec["k"]
         kw = dict(device=device, timer=timer, ref_flops=ref_flops)
         try:
-            if lay == "grouped_contiguous":
-                rec = bench_grouped_contiguous(g, spec["ms"], n, k, gen, num_tests, **kw)
+            if lay in ("grouped_contiguous", "grouped_contiguous_nn"):
+                rec = bench_grouped_contiguous(g, spec["ms"], n, k, gen, num_tests, b_kn=lay.endswith("_nn"), **kw)
             elif lay == "grouped_masked":
                 rec = bench_grouped_masked(g, m, n, k, gen, num_tests, **kw)
             else:
@@ -363,7 +375,10 @@ def run_grouped(plan, gen, num_tests, *, device="cuda", timer=None, ref_flops=RE
 
 
 def grouped_summary(records) -> dict:
+    """The issue target's geomean over GROUPED_LAYOUTS; the extra layouts' geomeans beside it;
+    correctness lists over every grouped record."""
     recs = [r for r in records if r.get("layout") in GROUPED_LAYOUTS]
+    every = [r for r in records if r.get("layout") in GROUPED_LAYOUTS + GROUPED_EXTRA_LAYOUTS]
     overall = geomean(r.get("speedup_vs_torch_grouped_mm") for r in recs)
     return {
         "geomean_speedup_vs_torch_grouped_mm": overall,
@@ -372,12 +387,15 @@ def grouped_summary(records) -> dict:
             for lay in GROUPED_LAYOUTS if any(r["layout"] == lay for r in recs)},
         "target": GROUPED_TARGET,
         "meets_target": None if overall is None else overall >= GROUPED_TARGET,
-        "max_calc_diff": max((r["calc_diff"] for r in recs if r.get("calc_diff") is not None), default=None),
-        "not_fully_written": [(r["layout"], r["groups"], r["m"], r["n"], r["k"]) for r in recs
+        "geomean_speedup_vs_torch_grouped_mm_extra": {
+            lay: geomean(r.get("speedup_vs_torch_grouped_mm") for r in records if r.get("layout") == lay)
+            for lay in GROUPED_EXTRA_LAYOUTS if any(r.get("layout") == lay for r in records)},
+        "max_calc_diff": max((r["calc_diff"] for r in every if r.get("calc_diff") is not None), default=None),
+        "not_fully_written": [(r["layout"], r["groups"], r["m"], r["n"], r["k"]) for r in every
                               if r.get("all_written") is False],
         "errors": [(r["layout"], r["groups"], r["m"], r["n"], r["k"], sorted(r.get("errors", {})) or r.get("error"))
-                   for r in recs if r.get("errors") or r.get("error")],
-        "slower_than_torch_grouped_mm": [(r["layout"], r["groups"], r["m"], r["n"], r["k"]) for r in recs
+                   for r in every if r.get("errors") or r.get("error")],
+        "slower_than_torch_grouped_mm": [(r["layout"], r["groups"], r["m"], r["n"], r["k"]) for r in every
                                          if (r.get("speedup_vs_torch_grouped_mm") or 0) < 1.0],
     }
 
@@ -402,7 +420,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shapes", nargs="*", help="explicit M,N,K[,fp32] instead of the suite")
     p.add_argument("--grouped", action=argparse.BooleanOptionalAction, default=True,
                    help="grouped records (m-grouped contiguous/masked, k-grouped) vs torch._grouped_mm")
-    p.add_argument("--grouped-layouts", nargs="*", default=list(GROUPED_LAYOUTS), choices=GROUPED_LAYOUTS)
+    p.add_argument("--grouped-layouts", nargs="*", default=list(GROUPED_LAYOUTS + GROUPED_EXTRA_LAYOUTS),
+                   choices=GROUPED_LAYOUTS + GROUPED_EXTRA_LAYOUTS)
     p.add_argument("--ref-flops", type=float, default=REF_FLOPS,
                    help="fp64 reference budget (flops) per grouped record; larger records are checked exactly on "
                         "a seeded sample of output rows (calc_diff_rows says how many)")

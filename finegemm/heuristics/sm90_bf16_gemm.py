@@ -205,8 +205,8 @@ class Bf16GemmConfig:
                 self.tma_store)
 
     def grouped_kernel_key(self) -> tuple:
-        """(block_m, block_n, num_stages, gemm_kind) of an m-grouped config."""
-        return (self.block_m, self.block_n, self.num_stages, self.gemm_kind)
+        """(block_m, block_n, num_stages, gemm_kind, b_mn_major) of an m-grouped config."""
+        return (self.block_m, self.block_n, self.num_stages, self.gemm_kind, self.b_mn_major)
 
     def k_grouped_kernel_key(self) -> tuple:
         """(block_m, block_n, num_stages) of a k-grouped config."""
@@ -485,11 +485,13 @@ def candidate_configs(m: int, n: int, k: int, num_sms: int, a_mn_major: bool = F
 
 
 def grouped_kernel_keys() -> list[tuple]:
-    """Every grouped_kernel_key() select_grouped_config can return: (block_m, block_n, stages, kind)."""
+    """Every grouped_kernel_key() select_grouped_config can return: (block_m, block_n, stages, kind,
+    b_mn_major); the N-major B (nn layout) in the contiguous kind only."""
     block_ms = {GEMM_GROUPED_CONTIGUOUS: (64, 128), GEMM_GROUPED_MASKED: (64, 128, THREE_WG_BLOCK_M)}
-    return [(bm, bn, max_stages(bm, bn, True), kind)
+    return [(bm, bn, max_stages(bm, bn, True), kind, b_mn)
             for kind in (GEMM_GROUPED_CONTIGUOUS, GEMM_GROUPED_MASKED) for bm in block_ms[kind]
-            for bn in grouped_block_ns(kind, bm)]
+            for bn in grouped_block_ns(kind, bm)
+            for b_mn in ((False, True) if kind == GEMM_GROUPED_CONTIGUOUS else (False,))]
 
 
 def grouped_block_ns(kind: int, block_m: int) -> tuple:
@@ -512,11 +514,14 @@ def _check_grouped_problem(kind: int, m: int, n: int, k: int, num_groups: int, n
 
 
 def make_grouped_config(kind: int, m: int, n: int, k: int, num_groups: int, num_sms: int, expected_m: int,
-                        alignment: int, block_m: int, block_n: int) -> Bf16GemmConfig:
+                        alignment: int, block_m: int, block_n: int, b_mn_major: bool = False) -> Bf16GemmConfig:
     """An m-grouped configuration with the given tile (ValueError for one the kernel or the
     layout does not allow: block_m must suit the alignment / expected m, block_n one of
-    GROUPED_BLOCK_N[kind]); stages as many as fit, grid as select_grouped_config plans it."""
+    GROUPED_BLOCK_N[kind]); stages as many as fit, grid as select_grouped_config plans it.
+    b_mn_major: B stored [G, K, N] (the nn layout; the contiguous kind only)."""
     _check_grouped_problem(kind, m, n, k, num_groups, num_sms)
+    if b_mn_major and kind != GEMM_GROUPED_CONTIGUOUS:
+        raise ValueError("an N-major B ([G, K, N]) is built for the contiguous kind only")
     contiguous = kind == GEMM_GROUPED_CONTIGUOUS
     bms, em = grouped_block_m_options(contiguous, m, expected_m, alignment, "BF16")
     if block_m not in bms or block_n not in grouped_block_ns(kind, block_m):
@@ -526,7 +531,7 @@ def make_grouped_config(kind: int, m: int, n: int, k: int, num_groups: int, num_
                                   1, num_sms, 2, False, b_groups=num_groups)
     stages = max_stages(block_m, block_n, True)
     return Bf16GemmConfig(
-        m=m, n=n, k=k, a_mn_major=False, b_mn_major=False, block_m=block_m, block_n=block_n, num_stages=stages,
+        m=m, n=n, k=k, a_mn_major=False, b_mn_major=b_mn_major, block_m=block_m, block_n=block_n, num_stages=stages,
         num_splits=1, grid=num_sms if kind == GEMM_GROUPED_MASKED else min(num_sms, units),
         smem_bytes=smem_bytes(block_m, block_n, stages, True), num_threads=num_threads(block_m), num_tiles=tiles,
         num_units=units, out_fp32=False, has_c=False, est_us=est, gemm_kind=kind, num_groups=num_groups,
@@ -545,18 +550,19 @@ def _grouped_model_tile(kind: int, m: int, n: int, k: int, num_groups: int, num_
 
 
 def grouped_candidate_configs(kind: int, m: int, n: int, k: int, num_groups: int, num_sms: int, expected_m: int = 0,
-                              alignment: int = 128) -> list[Bf16GemmConfig]:
+                              alignment: int = 128, b_mn_major: bool = False) -> list[Bf16GemmConfig]:
     """What `python -m finegemm tune bf16_masked|bf16_contiguous` times: every tile of the space
     (at most 2 x 4), the model's choice first."""
     _check_grouped_problem(kind, m, n, k, num_groups, num_sms)
     first = _grouped_model_tile(kind, m, n, k, num_groups, num_sms, expected_m, alignment)
     bms, _ = grouped_block_m_options(kind == GEMM_GROUPED_CONTIGUOUS, m, expected_m, alignment, "BF16")
     tiles = [first] + [(bm, bn) for bm in bms for bn in grouped_block_ns(kind, bm) if (bm, bn) != first]
-    return [make_grouped_config(kind, m, n, k, num_groups, num_sms, expected_m, alignment, bm, bn) for bm, bn in tiles]
+    return [make_grouped_config(kind, m, n, k, num_groups, num_sms, expected_m, alignment, bm, bn, b_mn_major)
+            for bm, bn in tiles]
 
 
 def select_grouped_config(kind: int, m: int, n: int, k: int, num_groups: int, num_sms: int, expected_m: int = 0,
-                          alignment: int = 128) -> Bf16GemmConfig:
+                          alignment: int = 128, b_mn_major: bool = False) -> Bf16GemmConfig:
     """Launch configuration of the m-grouped BF16 kernels (nt, bf16 D, no C, no split-K; cached):
     a tuned entry (kinds MASKED_KIND_PREFIX / CONTIGUOUS_KIND_PREFIX + G) where the table has one,
     else the model.
@@ -568,8 +574,10 @@ def select_grouped_config(kind: int, m: int, n: int, k: int, num_groups: int, nu
     kind GEMM_GROUPED_MASKED: m = Mmax; the model's tiles are G x ceil(expected_m / block_m) m-blocks
     (expected_m: the planning hint, 0 = Mmax), block_m 64 when expected_m <= 64. The grid is every SM
     (the real tile count depends on masked_m, which stays on the GPU); idle CTAs exit at once.
+    b_mn_major (contiguous kind, B stored [G, K, N]): the same tile as the K-major B would get
+    (the tuned entries were measured on K-major B; the tile space is the same).
     """
-    key = ("grouped", kind, m, n, k, num_groups, num_sms, expected_m, alignment, tuned.state())
+    key = ("grouped", kind, m, n, k, num_groups, num_sms, expected_m, alignment, b_mn_major, tuned.state())
     cfg = _cache.get(key)
     if cfg is not None:
         return cfg
@@ -581,18 +589,19 @@ def select_grouped_config(kind: int, m: int, n: int, k: int, num_groups: int, nu
     if hit is not None:
         try:
             cfg = with_entry_promotion(make_grouped_config(kind, m, n, k, num_groups, num_sms, expected_m, alignment,
-                                                           hit["block_m"], hit["block_n"]), hit)
+                                                           hit["block_m"], hit["block_n"], b_mn_major), hit)
             source = "tuned"
         except ValueError as e:  # an entry that does not fit this problem: the model decides
             print(f"finegemm: tuned {tuned_kind} entry not usable for m={m} n={n} k={k}: {e}", file=sys.stderr)
     if cfg is None:
         bm, bn = _grouped_model_tile(kind, m, n, k, num_groups, num_sms, expected_m, alignment)
-        cfg = make_grouped_config(kind, m, n, k, num_groups, num_sms, expected_m, alignment, bm, bn)
+        cfg = make_grouped_config(kind, m, n, k, num_groups, num_sms, expected_m, alignment, bm, bn, b_mn_major)
     with _cache_lock:
         _cache[key] = cfg
     if print_configs_enabled():
         print(
-            f"finegemm: sm90_bf16_gemm {'contiguous' if kind == GEMM_GROUPED_CONTIGUOUS else 'masked'} "
+            f"finegemm: sm90_bf16_gemm {'contiguous' if kind == GEMM_GROUPED_CONTIGUOUS else 'masked'}"
+            f"{' nn' if b_mn_major else ''} "
             f"G={num_groups} m={m} n={n} k={k} expected_m={expected_m} sms={num_sms} -> block_m={cfg.block_m} "
             f"block_n={cfg.block_n} stages={cfg.num_stages}{l2_promotion_note(cfg.l2_promotion)} "
             f"tiles~{cfg.num_tiles} grid={cfg.grid} smem={cfg.smem_bytes} est={cfg.est_us:.1f}us ({source})",

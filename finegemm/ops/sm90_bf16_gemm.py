@@ -12,9 +12,10 @@ grown on demand; the counters are zeroed once when allocated and the kernel leav
 Calls captured into a CUDA graph get buffers of their own, allocated during capture and kept
 alive for the process, so graph replays never share buffers with eager calls.
 
-M-grouped (MoE) GEMMs, nt layout: m_grouped_bf16_gemm_nt_contiguous / _masked run the same kernel
-with a GEMM-kind template parameter (scheduler/grouped_bf16.cuh) through their own entry point and
-host launcher (fg_launch_sm90_bf16_grouped).
+M-grouped (MoE) GEMMs: m_grouped_bf16_gemm_nt_contiguous / _masked run the same kernel with a
+GEMM-kind template parameter (scheduler/grouped_bf16.cuh) through their own entry point and host
+launcher (fg_launch_sm90_bf16_grouped); m_grouped_bf16_gemm_nn_contiguous (B [G, K, N], the MoE
+backward pass) is the contiguous kind with an N-major B, read in place through a 3-D map.
 
 K-grouped (MoE weight gradient), tn layout: k_grouped_bf16_gemm_tn_contiguous runs the kernel's
 k-grouped kind in ONE launch for up to 256 groups (fg_launch_sm90_bf16_k_grouped; larger G is
@@ -302,7 +303,7 @@ extern "C" __global__ void __launch_bounds__({threads}, 1) finegemm_entry(
     const __grid_constant__ CUtensorMap tmap_d, void* d, const float* c, float* workspace, int* counters,
     uint32_t m, uint32_t n, uint32_t k, uint32_t ldd, uint32_t flags, uint32_t num_splits,
     const int* grouped, uint32_t num_groups) {{
-  finegemm::impls::sm90_bf16_gemm<{block_m}, {block_n}, {stages}, false, false, false, true, {gemm_kind}>(
+  finegemm::impls::sm90_bf16_gemm<{block_m}, {block_n}, {stages}, false, {b_mn_major}, false, true, {gemm_kind}>(
       &tmap_a, &tmap_b, &tmap_d, d, c, workspace, counters, m, n, k, ldd, flags, num_splits, grouped, num_groups);
 }}
 """
@@ -310,20 +311,25 @@ extern "C" __global__ void __launch_bounds__({threads}, 1) finegemm_entry(
 _KIND_SUFFIX = {GEMM_GROUPED_CONTIGUOUS: "gcont", GEMM_GROUPED_MASKED: "gmask"}
 
 
-def render_grouped(block_m: int, block_n: int, num_stages: int, gemm_kind: int) -> str:
-    """The instantiation source of one m-grouped kernel (nt layout, bf16 D, TMA-store epilogue)."""
+def render_grouped(block_m: int, block_n: int, num_stages: int, gemm_kind: int, b_mn_major: bool = False) -> str:
+    """The instantiation source of one m-grouped kernel (K-major A, bf16 D, TMA-store epilogue;
+    B K-major, or with b_mn_major N-major [G, K, N] in the contiguous kind)."""
     if gemm_kind not in _KIND_SUFFIX:
         raise ValueError(f"gemm_kind must be {GEMM_GROUPED_CONTIGUOUS} or {GEMM_GROUPED_MASKED}, got {gemm_kind}")
     # block_m 192 (three consumer warpgroups): the masked kind only.
     check_tile(block_m, block_n, num_stages,
                (64, 128, THREE_WG_BLOCK_M) if gemm_kind == GEMM_GROUPED_MASKED else (64, 128))
+    if b_mn_major and (gemm_kind != GEMM_GROUPED_CONTIGUOUS or block_n % 64):
+        raise ValueError(f"an N-major B is built for the contiguous kind with block_n % 64 == 0 (whole 64-column "
+                         f"boxes), got kind {gemm_kind}, block_n {block_n}")
     return _GROUPED_TEMPLATE.format(threads=(block_m // 64 + 1) * 128, block_m=block_m, block_n=block_n,
-                                    stages=num_stages, gemm_kind=gemm_kind)
+                                    stages=num_stages, gemm_kind=gemm_kind, b_mn_major=str(bool(b_mn_major)).lower())
 
 
 def grouped_kernel_name(key: tuple) -> str:
-    bm, bn, st, kind = key
-    return f"sm90_bf16_gemm_{_KIND_SUFFIX[kind]}_bm{bm}_bn{bn}_s{st}_tmas"
+    bm, bn, st, kind, *rest = key
+    nn = "_nn" if rest and rest[0] else ""
+    return f"sm90_bf16_gemm_{_KIND_SUFFIX[kind]}{nn}_bm{bm}_bn{bn}_s{st}_tmas"
 
 
 _grouped_launcher = None
@@ -339,7 +345,7 @@ def _get_grouped_launcher():
                                [u64, vp, vp, vp, vp,  # fn, a, b, d, grouped
                                 i, i, i, i, i, i,  # m, n, k, lda, ldb, ldd
                                 i, i, i, i, i, i,  # block_m, block_n, grid, smem, gemm_kind, num_groups
-                                i, u64])  # l2_promotion (packed), stream
+                                i, i, ctypes.c_int64, u64])  # l2_promotion (packed), b_mn_major, ldb_group, stream
                 _grouped_launcher = f
     return _grouped_launcher
 
@@ -352,20 +358,22 @@ def load_grouped(cfg: Bf16GemmConfig, device: int) -> int:
 
 
 def plan_grouped(kind: int, m: int, n: int, k: int, num_groups: int, expected_m: int, alignment: int,
-                 device: int, config: Optional[Bf16GemmConfig] = None) -> tuple[Bf16GemmConfig, int]:
+                 device: int, config: Optional[Bf16GemmConfig] = None,
+                 b_mn_major: bool = False) -> tuple[Bf16GemmConfig, int]:
     """(config, CUfunction) of an m-grouped problem (cached; compiles on first use). `config`: a
     forced configuration of this problem (heuristics make_grouped_config / grouped_candidate_configs;
     the tuner), checked to be one."""
     if config is not None:
-        if (config.gemm_kind, config.m, config.n, config.k, config.num_groups) != (kind, m, n, k, num_groups):
+        if (config.gemm_kind, config.m, config.n, config.k, config.num_groups, config.b_mn_major) != (
+                kind, m, n, k, num_groups, b_mn_major):
             raise ValueError(f"sm90_bf16_gemm: config {config} is not one of this m-grouped problem "
-                             f"(kind {kind}, m={m}, n={n}, k={k}, G={num_groups})")
+                             f"(kind {kind}, m={m}, n={n}, k={k}, G={num_groups}, b_mn_major={b_mn_major})")
         return config, load_grouped(config, device)
     num_sms = runtime.get_num_sms()
-    key = ("grouped", kind, m, n, k, num_groups, expected_m, alignment, num_sms, device)
+    key = ("grouped", kind, m, n, k, num_groups, expected_m, alignment, b_mn_major, num_sms, device)
     p = _plans.get(key)
     if p is None:
-        cfg = select_grouped_config(kind, m, n, k, num_groups, num_sms, expected_m, alignment)
+        cfg = select_grouped_config(kind, m, n, k, num_groups, num_sms, expected_m, alignment, b_mn_major)
         p = (cfg, load_grouped(cfg, device))
         with _plans_lock:
             _plans[key] = p
@@ -396,17 +404,29 @@ def _psum_to_group_ids(psum: torch.Tensor, m: int, alignment: int) -> torch.Tens
     return torch.where(inside, g, torch.full_like(g, -1)).to(torch.int32)
 
 
-def _launch_grouped(cfg: Bf16GemmConfig, fn: int, a2: torch.Tensor, b2: torch.Tensor, d2: torch.Tensor, m: int,
+def _b_pitches(cfg: Bf16GemmConfig, b: torch.Tensor, n: int, k: int) -> tuple[int, int]:
+    """(ldb, ldb_group) of the grouped launcher: the [G*N, K] view's row pitch (K-major), or an
+    N-major [G, K, N] B's row and group pitches (a group or row of size 1 gets the natural one)."""
+    if not cfg.b_mn_major:
+        return _row_pitch(b, k), 0
+    ldb = b.stride(1) if k > 1 else align(n, 8)
+    ldb_group = b.stride(0) if b.shape[0] > 1 else k * ldb
+    return ldb, ldb_group
+
+
+def _launch_grouped(cfg: Bf16GemmConfig, fn: int, a2: torch.Tensor, b: torch.Tensor, d2: torch.Tensor, m: int,
                     n: int, k: int, grouped: torch.Tensor, num_groups: int) -> None:
     launch = _get_grouped_launcher()
-    rc = launch(fn, a2.data_ptr(), b2.data_ptr(), d2.data_ptr(), grouped.data_ptr(), m, n, k,
-                _row_pitch(a2, k), _row_pitch(b2, k), _row_pitch(d2, n), cfg.block_m, cfg.block_n, cfg.grid,
+    ldb, ldb_group = _b_pitches(cfg, b, n, k)
+    rc = launch(fn, a2.data_ptr(), b.data_ptr(), d2.data_ptr(), grouped.data_ptr(), m, n, k,
+                _row_pitch(a2, k), ldb, _row_pitch(d2, n), cfg.block_m, cfg.block_n, cfg.grid,
                 cfg.smem_bytes, cfg.gemm_kind, num_groups, l2_promotion_arg(cfg.l2_promotion),
-                _get_raw_stream(d2.device.index))
+                1 if cfg.b_mn_major else 0, ldb_group, _get_raw_stream(d2.device.index))
     if rc != 0:
         raise RuntimeError(
             f"finegemm: sm90_bf16_gemm grouped launch failed (kind={cfg.gemm_kind}, G={num_groups}, m={m}, n={n}, "
-            f"k={k}, block_m={cfg.block_m}, block_n={cfg.block_n}): {jit.error_string(rc)}"
+            f"k={k}, block_m={cfg.block_m}, block_n={cfg.block_n}, b_mn_major={cfg.b_mn_major}): "
+            f"{jit.error_string(rc)}"
         )
 
 
@@ -437,6 +457,28 @@ def m_grouped_bf16_gemm_nt_contiguous(a: torch.Tensor, b: torch.Tensor, d: torch
     b2 = _rows_2d(b)
     cfg, fn = plan_grouped(GEMM_GROUPED_CONTIGUOUS, m, n, k, num_groups, 0, alignment, d.device.index, config)
     _launch_grouped(cfg, fn, a, b2, d, m, n, k, ids, num_groups)
+
+
+def m_grouped_bf16_gemm_nn_contiguous(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor,
+                                      grouped_layout: torch.Tensor, use_psum_layout: bool = False,
+                                      config: Optional[Bf16GemmConfig] = None) -> None:
+    """d[r] = A[r] @ B[g(r)] for every row r (zeros for rows of no group), on the current stream:
+    as m_grouped_bf16_gemm_nt_contiguous with b bf16 [G, K, N] (N-major, any row / group pitch
+    that TMA accepts), read in place (no transposing copy)."""
+    m, k = a.shape
+    num_groups, n = b.shape[0], b.shape[2]
+    if m == 0 or n == 0 or num_groups == 0:
+        return
+    _check_k(k)
+    alignment = quant.get_mk_alignment_for_contiguous_layout()
+    ids = _psum_to_group_ids(grouped_layout, m, alignment) if use_psum_layout else grouped_layout
+    if ids.dtype != torch.int32 or not ids.is_contiguous():
+        ids = ids.to(torch.int32).contiguous()
+    if (num_groups > 1 and b.stride(0) < k * b.stride(1)) or b.stride(1) < n:
+        b = b.contiguous()  # groups or rows overlap (e.g. an expanded B): the 3-D map needs disjoint ones
+    cfg, fn = plan_grouped(GEMM_GROUPED_CONTIGUOUS, m, n, k, num_groups, 0, alignment, d.device.index, config,
+                           b_mn_major=True)
+    _launch_grouped(cfg, fn, a, b, d, m, n, k, ids, num_groups)
 
 
 def m_grouped_bf16_gemm_nt_masked(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, masked_m: torch.Tensor,

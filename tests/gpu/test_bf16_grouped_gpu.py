@@ -127,9 +127,25 @@ def _contiguous_problem(ms, n, k, pad_after, use_psum, seed, alignment=128):
     return a, b, layout, ids
 
 
-def _run_contiguous(a, b, layout, use_psum):
+def _kn_view(b, pad_n=0, pad_group=0):
+    """B [G, N, K] stored N-major ([G, K, N], the nn layout), optionally inside a larger buffer
+    (row pitch N + pad_n, group pitch K * (N + pad_n) + pad_group elements: a strided view)."""
+    g, n, k = b.shape
+    ld = n + pad_n
+    flat = torch.full((g * (k * ld + pad_group),), float("nan"), device=b.device, dtype=b.dtype)
+    view = flat.as_strided((g, k, n), (k * ld + pad_group, ld, 1))
+    view.copy_(b.transpose(1, 2))
+    return view
+
+
+def _run_contiguous(a, b, layout, use_psum, b_layout="nt", pad_n=0, pad_group=0):
+    """d of the contiguous GEMM, NaN-poisoned first; b is [G, N, K] (its nn form is made here)."""
     d = torch.full((a.shape[0], b.shape[1]), float("nan"), device="cuda", dtype=BF16)
-    finegemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, layout, use_psum_layout=use_psum)
+    if b_layout == "nn":
+        finegemm.m_grouped_bf16_gemm_nn_contiguous(a, _kn_view(b, pad_n, pad_group), d, layout,
+                                                   use_psum_layout=use_psum)
+    else:
+        finegemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, layout, use_psum_layout=use_psum)
     return d
 
 
@@ -154,6 +170,27 @@ def test_contiguous(case):
     a, b, layout, ids = _contiguous_problem(ms, n, k, pad_after, use_psum, seed=sum(ms) + n + k)
     d = _run_contiguous(a, b, layout, use_psum)
     _check_contiguous(d, a, b, ids)
+
+
+# nn (B stored [G, K, N]): K not a multiple of the 64-wide k-block (a group's last box must be
+# zero-filled, not read from the next group), N not a multiple of 64, strided B views.
+NN_CASES = CONTIGUOUS_CASES + [
+    ("g3_k200_n200", [100, 300, 129], 200, 200, None, False),
+    ("g5_k72_psum", [64, 0, 7, 256, 130], 1000, 72, None, True),
+]
+
+
+@pytest.mark.parametrize("pads", [(0, 0), (8, 64)], ids=["dense", "strided"])
+@pytest.mark.parametrize("case", NN_CASES, ids=[c[0] for c in NN_CASES])
+def test_contiguous_nn(case, pads):
+    """The nn kernel (N-major B read in place) against the fp32 product, and bitwise against the nt
+    kernel on the same values (the same wgmmas in the same order, only B's shared-memory layout
+    differs)."""
+    _, ms, n, k, pad_after, use_psum = case
+    a, b, layout, ids = _contiguous_problem(ms, n, k, pad_after, use_psum, seed=sum(ms) + n + k + 1)
+    d = _run_contiguous(a, b, layout, use_psum, "nn", *pads)
+    _check_contiguous(d, a, b, ids)
+    assert torch.equal(d.view(torch.int16), _run_contiguous(a, b, layout, use_psum).view(torch.int16))
 
 
 def test_contiguous_alignment_64():
@@ -207,11 +244,11 @@ def test_masked(case):
 
 
 def _force(monkeypatch, key):
-    bm, bn, st, kind = key
+    bm, bn, st, kind, _ = key
     real = heur.select_grouped_config
 
-    def forced(kind_, m, n, k, num_groups, num_sms, expected_m=0, alignment=128):
-        cfg = real(kind_, m, n, k, num_groups, num_sms, expected_m, alignment)
+    def forced(kind_, m, n, k, num_groups, num_sms, expected_m=0, alignment=128, b_mn_major=False):
+        cfg = real(kind_, m, n, k, num_groups, num_sms, expected_m, alignment, b_mn_major)
         tiles = -(-m // bm) * -(-n // bn)
         grid = num_sms if kind_ == heur.GEMM_GROUPED_MASKED else min(num_sms, tiles)
         return dataclasses.replace(cfg, block_m=bm, block_n=bn, num_stages=st, grid=grid, num_tiles=tiles,
@@ -231,7 +268,7 @@ def test_forced_kernels_contiguous(key, monkeypatch):
     _force(monkeypatch, key)
     ms, n, k = FORCED_CONTIGUOUS
     a, b, layout, ids = _contiguous_problem(ms, n, k, 1, False, seed=key[1])
-    _check_contiguous(_run_contiguous(a, b, layout, False), a, b, ids)
+    _check_contiguous(_run_contiguous(a, b, layout, False, "nn" if key[4] else "nt"), a, b, ids)
 
 
 @pytest.mark.parametrize("key", _MASK_KEYS, ids=[ops.grouped_kernel_name(k) for k in _MASK_KEYS])
@@ -261,12 +298,13 @@ def test_three_warpgroup_masked_edges(m_max, masked, block_n):
     _check_masked(d, a, b, masked)
 
 
-def test_deterministic_contiguous():
+@pytest.mark.parametrize("b_layout", ["nt", "nn"])
+def test_deterministic_contiguous(b_layout):
     _, ms, n, k, pad_after, use_psum = CONTIGUOUS_CASES[2]
     a, b, layout, ids = _contiguous_problem(ms, n, k, pad_after, use_psum, seed=5)
-    first = _run_contiguous(a, b, layout, use_psum)
+    first = _run_contiguous(a, b, layout, use_psum, b_layout)
     for _ in range(3):
-        assert torch.equal(_run_contiguous(a, b, layout, use_psum).view(torch.int16), first.view(torch.int16))
+        assert torch.equal(_run_contiguous(a, b, layout, use_psum, b_layout).view(torch.int16), first.view(torch.int16))
 
 
 def test_deterministic_masked():

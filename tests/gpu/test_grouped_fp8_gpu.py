@@ -129,6 +129,21 @@ def test_contiguous(case):
     _check_contiguous(d, a, sfa, b, sfb, layout, ids, use_psum)
 
 
+@pytest.mark.parametrize("case", CONTIGUOUS_CASES[:3] + CONTIGUOUS_CASES[5:6], ids=lambda c: c[0])
+def test_contiguous_nn(case):
+    """B stored [G, K, N] (sfb [G, ceil(K/128), ceil(N/128)]): the K-major copy then the nt kernel,
+    so d must equal the nt call's bit for bit; B itself must come back unchanged."""
+    _, ms, n, k, pad_after, use_psum = case
+    a, sfa, b, sfb, layout, ids = _contiguous_problem(ms, n, k, pad_after, use_psum, seed=sum(ms) + n + k + 7)
+    b_kn, sfb_kn = b.transpose(1, 2).contiguous(), sfb.transpose(1, 2).contiguous()
+    b_before = b_kn.clone()
+    d = torch.full((a.shape[0], n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    finegemm.m_grouped_fp8_gemm_nn_contiguous((a, sfa), (b_kn, sfb_kn), d, layout, use_psum_layout=use_psum)
+    _check_contiguous(d, a, sfa, b, sfb, layout, ids, use_psum)
+    assert torch.equal(d.view(torch.int16), _run_contiguous(a, sfa, b, sfb, layout, use_psum).view(torch.int16))
+    assert torch.equal(b_kn.view(torch.uint8), b_before.view(torch.uint8))
+
+
 def test_contiguous_alignment_64_and_below():
     ms, n, k = [64, 10, 100, 0, 64], 2112, 1024
     old = finegemm.get_mk_alignment_for_contiguous_layout()

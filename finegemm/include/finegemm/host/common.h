@@ -210,7 +210,8 @@ inline CUresult make_tmap_2d(CUtensorMap* tmap, CUtensorMapDataType dtype, void*
 // box_mid, 1): a box never crosses an outer slice (e.g. one group of a [G, M, N] view).
 inline CUresult make_tmap_3d(CUtensorMap* tmap, CUtensorMapDataType dtype, void* base, uint64_t inner,
                              uint64_t mid, uint64_t outer, uint64_t mid_stride_bytes, uint64_t outer_stride_bytes,
-                             uint32_t box_inner, uint32_t box_mid, CUtensorMapSwizzle swizzle) {
+                             uint32_t box_inner, uint32_t box_mid, CUtensorMapSwizzle swizzle,
+                             CUtensorMapL2promotion promotion = tmap_l2_promotion()) {
   const Driver& d = driver();
   if (!d.ok) return static_cast<CUresult>(FG_ERROR_NO_DRIVER);
   if (tmap == nullptr) return static_cast<CUresult>(FG_ERROR_INVALID_ARGUMENT);
@@ -220,7 +221,7 @@ inline CUresult make_tmap_3d(CUtensorMap* tmap, CUtensorMapDataType dtype, void*
   const cuuint32_t elem_strides[3] = {1, 1, 1};
   return d.cuTensorMapEncodeTiled(tmap, dtype, 3, base, dims, strides, box, elem_strides,
                                   CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
-                                  tmap_l2_promotion(), CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                                  promotion, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
 
 // The fp32 D map of the recipe (1,1,128) TMA epilogue (mirrors epilogue::TmaStoreFp32<block_n>):

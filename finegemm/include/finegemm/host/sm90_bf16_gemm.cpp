@@ -250,22 +250,31 @@ void fg_free_prepared_sm90_bf16_gemm(uint64_t handle) {
   delete fg::prepared_from_handle<Sm90Bf16Launch>(handle);
 }
 
-// M-grouped (MoE) launches of the same kernel family, nt layout, bf16 d, no c, no split-K
-// (the kernel built with kGemmKind = gemm_kind and the TMA-store epilogue).
+// M-grouped (MoE) launches of the same kernel family, K-major a, bf16 d, no c, no split-K
+// (the kernel built with kGemmKind = gemm_kind, kBMnMajor = b_mn_major and the TMA-store epilogue).
 // gemm_kind: 1 contiguous (a [m, k] all groups' rows stacked, b [num_groups * n, k], d [m, n],
 //            grouped = int32 group id per row, -1 = padding row);
 //            2 masked (m = Mmax: a [num_groups * m, k], b [num_groups * n, k], d [num_groups * m, n],
 //            grouped = int32 masked_m [num_groups], read on the GPU). Mirrors scheduler::Bf16GemmKind.
+// b_mn_major (contiguous only): b is [num_groups, k, n] instead, row pitch ldb (>= n) and group
+// pitch ldb_group (>= k * ldb) in elements, both multiples of 8: a 3-D map (n, k, groups) whose
+// box never crosses into the next group. ldb_group is ignored for a K-major b.
 // Pitches in elements (lda, ldb multiples of 8). l2_promotion: the A and B maps' L2 promotion,
 // packed as for fg_launch_sm90_bf16_gemm. Returns a CUresult (0 = success) or fg::FG_ERROR_*.
 int fg_launch_sm90_bf16_grouped(uint64_t fn, void* a, void* b, void* d, void* grouped, int m, int n, int k,
                                 int lda, int ldb, int ldd, int block_m, int block_n, int grid, int smem_bytes,
-                                int gemm_kind, int num_groups, int l2_promotion, uint64_t stream) {
+                                int gemm_kind, int num_groups, int l2_promotion, int b_mn_major,
+                                int64_t ldb_group, uint64_t stream) {
   if (fn == 0 || a == nullptr || b == nullptr || d == nullptr || grouped == nullptr)
     return fg::FG_ERROR_INVALID_ARGUMENT;
   if (gemm_kind != 1 && gemm_kind != 2) return fg::FG_ERROR_INVALID_ARGUMENT;
   if (num_groups < 1 || m <= 0 || n <= 0 || k <= 0 || k % 8 != 0) return fg::FG_ERROR_INVALID_ARGUMENT;
-  if (lda % 8 != 0 || ldb % 8 != 0 || lda < k || ldb < k || ldd < n) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (b_mn_major != 0 && b_mn_major != 1) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (b_mn_major && (gemm_kind != 1 || block_n % 64 != 0 || ldb < n || ldb_group % 8 != 0 ||
+                     ldb_group < static_cast<int64_t>(k) * ldb))
+    return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (lda % 8 != 0 || ldb % 8 != 0 || lda < k || (!b_mn_major && ldb < k) || ldd < n)
+    return fg::FG_ERROR_INVALID_ARGUMENT;
   // block_m 192 (three consumer warpgroups) is built for the masked kind only.
   if ((block_m != 64 && block_m != 128 && !(block_m == 192 && gemm_kind == 2)) || block_n < 16 || block_n > 256 ||
       block_n % 16 != 0)
@@ -284,7 +293,14 @@ int fg_launch_sm90_bf16_grouped(uint64_t fn, void* a, void* b, void* d, void* gr
   CUtensorMap tmap_a, tmap_b;
   CUresult r = bf16_operand_tmap(&tmap_a, a, false, static_cast<int>(rows_a), k, lda, block_m, promo_a);
   if (r != CUDA_SUCCESS) return r;
-  r = bf16_operand_tmap(&tmap_b, b, false, static_cast<int>(rows_b), k, ldb, block_n, promo_b);
+  if (b_mn_major) {
+    // Box (64 n, 64 k, 1 group) with the 128-byte swizzle: the dense N-major B box (kBBoxCols).
+    r = fg::make_tmap_3d(&tmap_b, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, b, static_cast<uint64_t>(n),
+                         static_cast<uint64_t>(k), static_cast<uint64_t>(num_groups), static_cast<uint64_t>(ldb) * 2u,
+                         static_cast<uint64_t>(ldb_group) * 2u, 64u, kBf16BlockK, CU_TENSOR_MAP_SWIZZLE_128B, promo_b);
+  } else {
+    r = bf16_operand_tmap(&tmap_b, b, false, static_cast<int>(rows_b), k, ldb, block_n, promo_b);
+  }
   if (r != CUDA_SUCCESS) return r;
 
   const bool vec = (n % 2 == 0) && (ldd % 2 == 0) && (reinterpret_cast<uintptr_t>(d) % 4u == 0);

@@ -44,7 +44,7 @@
 // the partials from each other's shared memory instead, each for its share of the tile's warps,
 // in the same order (bitwise the same D).
 //
-// M-grouped kinds (kGemmKind, scheduler/grouped_bf16.cuh; nt layout only, no split-K, bf16 D
+// M-grouped kinds (kGemmKind, scheduler/grouped_bf16.cuh; K-major A, no split-K, bf16 D
 // without C): kBf16GemmGroupedContiguous (MoE prefill: A [M, K] rows of all groups stacked,
 // B [G*N, K], `grouped` = int32 group id per row, -1 = padding row, written as zeros; a tile
 // whose first row is padding skips the main loop and stores zeros) and kBf16GemmGroupedMasked
@@ -52,7 +52,10 @@
 // and clamped to [0, Mmax] on the GPU; only rows < masked_m[g] are written: the TMA store for a
 // warpgroup whose 64 rows are all valid, predicated direct stores otherwise). Tiles of group g
 // read B rows g*N + n0 ..: rows past N (the next group's, or zero-filled) only feed columns >= N,
-// which are never stored. The dense kind (kBf16GemmNormal) keeps its own loop head.
+// which are never stored. The contiguous kind also takes an N-major B (kBMnMajor: [G, K, N], the
+// nn layout of the MoE backward pass) through a 3-D map (N, K, G), so a group's k-blocks past K
+// are zero-filled by TMA rather than read from the next group. The dense kind (kBf16GemmNormal)
+// keeps its own loop head.
 //
 // K-grouped kind kBf16GemmKGrouped (MoE weight gradient; tn layout, fp32 D [G, M, N], optional fp32
 // C like D, no split-K): A [sum(k_g), M] and B [sum(k_g), N] have K as the OUTER
@@ -208,7 +211,8 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
   constexpr bool kContiguous = kGemmKind == scheduler::kBf16GemmGroupedContiguous;
   constexpr bool kMasked = kGemmKind == scheduler::kBf16GemmGroupedMasked;
   constexpr bool kGrouped = kContiguous || kMasked;  // the m-grouped kinds
-  static_assert(!kGrouped || (!kAMnMajor && !kBMnMajor && !kSplitK), "grouped kinds: nt layout, no split-K");
+  static_assert(!kGrouped || (!kAMnMajor && !kSplitK && (!kBMnMajor || kContiguous)),
+                "m-grouped kinds: K-major A, no split-K; an N-major B in the contiguous kind only");
   static_assert(!kKGrouped || (kAMnMajor && kBMnMajor && !kSplitK && kTmaStore),
                 "k-grouped kind: tn layout, no split-K, the fp32 TMA epilogue built in");
   using Walker = scheduler::Bf16GroupedWalker<kGrouped ? kGemmKind : scheduler::kBf16GemmGroupedContiguous, BLOCK_M,
@@ -297,13 +301,24 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
         if (!walker.next(unit, t)) break;
         if (t.skip) continue;
         const int32_t m0 = static_cast<int32_t>(t.a_row);
-        const int32_t n0 = static_cast<int32_t>(t.b_row);
+        [[maybe_unused]] const int32_t n0 = static_cast<int32_t>(t.b_row);
         for (uint32_t kb = 0; kb < num_kb; ++kb) {
           ptx::mbar_wait(empty_bar(stage), phase ^ 1u);
           ptx::mbar_arrive_expect_tx(full_bar(stage), Traits::kTxBytes);
           const int32_t k0 = static_cast<int32_t>(kb * BLOCK_K);
           load_a(base + Traits::kOffA + stage * Traits::kSmemA, full_bar(stage), k0, m0);
-          load_b(base + Traits::kOffB + stage * Traits::kSmemB, full_bar(stage), k0, n0);
+          const uint32_t dst_b = base + Traits::kOffB + stage * Traits::kSmemB;
+          if constexpr (kBMnMajor) {
+            // [G, K, N] storage, map (N, K, G): boxes of (64 n, 64 k) of the tile's group.
+            const int32_t nb0 = static_cast<int32_t>(t.n_block * BLOCK_N);
+#pragma unroll
+            for (uint32_t c = 0; c < BLOCK_N / kBBoxCols; ++c)
+              ptx::tma_load_3d_policy(dst_b + c * kChunk, tmap_b, full_bar(stage),
+                                      nb0 + static_cast<int32_t>(c * kBBoxCols), k0,
+                                      static_cast<int32_t>(t.group), l2_hints, pol_b);
+          } else {
+            load_b(dst_b, full_bar(stage), k0, n0);
+          }
           if (++stage == kNumStages) {
             stage = 0;
             phase ^= 1u;

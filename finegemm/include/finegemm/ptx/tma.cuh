@@ -100,6 +100,16 @@ __device__ __forceinline__ void tma_load_2d_policy(uint32_t dst, const void* tma
   }
 }
 
+// tma_load_3d with `policy` when `hinted`, else with the default L2 policy.
+__device__ __forceinline__ void tma_load_3d_policy(uint32_t dst, const void* tmap, uint32_t bar, int32_t c0,
+                                                   int32_t c1, int32_t c2, bool hinted, uint64_t policy) {
+  if (hinted) {
+    tma_load_3d_hint(dst, tmap, bar, c0, c1, c2, policy);
+  } else {
+    tma_load_3d(dst, tmap, bar, c0, c1, c2);
+  }
+}
+
 // Multicast load: the box lands at the same smem offset in every CTA of `cta_mask` (cluster),
 // and each destination CTA's barrier at offset `bar` receives the box bytes.
 __device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const void* tmap, uint32_t bar,

@@ -2,7 +2,8 @@
 // kGemmKind): Bf16GroupedWalker (m-grouped kinds) and Bf16KGroupedWalker (k-grouped kind). Self-contained (the FP8 family's scheduler/persistent.cuh is not shared, so the
 // two kernel families can change independently); the same rules as its TileWalker:
 //
-//   GroupedContiguous: A [M, K] rows of all groups stacked, B viewed as [G*N, K], D [M, N];
+//   GroupedContiguous: A [M, K] rows of all groups stacked, B viewed as [G*N, K] (or, N-major,
+//     [G, K, N] through a 3-D map: the tile's `group` is its coordinate), D [M, N];
 //     `grouped` = int32 group id per row (-1 = padding row, written as zeros). Units are the
 //     ceil(M/BLOCK_M) x ceil(N/BLOCK_N) tiles in the dense column-grouped order. A tile's group
 //     is the id of its first row: group segments start at multiples of the mk alignment, which
@@ -45,6 +46,7 @@ struct Bf16GroupedTile {
   uint32_t m_block, n_block;  // in the group's tile grid (contiguous: the whole problem's)
   uint32_t a_row;             // first row of the tile in the 2-D A / D view
   uint32_t b_row;             // first row of the tile in the [G*N, K] B view: group * N + n0
+  uint32_t group;             // the tile's group (0 for a padding tile); an N-major B's map coordinate
   bool skip;                  // contiguous padding tile: no main loop, zeros are stored
 };
 
@@ -102,6 +104,7 @@ struct Bf16GroupedWalker {
       order(unit - base, m_blocks, t.m_block, t.n_block);
       t.a_row = g * M + t.m_block * BLOCK_M;
       t.b_row = g * N + t.n_block * BLOCK_N;
+      t.group = g;
       t.skip = false;
     } else {
       const uint32_t m_blocks = (M + BLOCK_M - 1) / BLOCK_M;
@@ -111,7 +114,8 @@ struct Bf16GroupedWalker {
       const int gid = __ldg(grouped + m0);  // m0 < M: m_block < m_blocks
       t.skip = gid < 0;
       t.a_row = m0;
-      t.b_row = (t.skip ? 0u : static_cast<uint32_t>(gid)) * N + t.n_block * BLOCK_N;
+      t.group = t.skip ? 0u : static_cast<uint32_t>(gid);
+      t.b_row = t.group * N + t.n_block * BLOCK_N;
     }
     return true;
   }
