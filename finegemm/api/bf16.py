@@ -214,7 +214,7 @@ def _m_grouped_contiguous(fn: str, b_kn: bool, a: object, b: object, d: object, 
         d.zero_()
         return
     if _v.on_cuda(d):
-        _v.require_gpu_validated(fn, "m_grouped_bf16")
+        _v.require_gpu_validated(fn, "m_grouped_bf16_nn" if b_kn else "m_grouped_bf16")
         from finegemm.ops import sm90_bf16_gemm
 
         run = sm90_bf16_gemm.m_grouped_bf16_gemm_nn_contiguous if b_kn else sm90_bf16_gemm.m_grouped_bf16_gemm_nt_contiguous
