@@ -22,6 +22,7 @@ import torch
 from finegemm import reference
 from finegemm.heuristics import sm90_bf16_gemm as heur
 from finegemm.ops import sm90_bf16_gemm as ops
+from finegemm.ops._runtime import psum_to_group_ids
 
 BF16 = torch.bfloat16
 
@@ -93,7 +94,7 @@ def test_psum_to_group_ids_matches_reference(alignment):
         if not ok:
             continue
         psum = torch.tensor(ends, dtype=torch.int32)
-        got = ops._psum_to_group_ids(psum, m, alignment)
+        got = psum_to_group_ids(psum, m, alignment)
         want = group_ids_from_layout(psum, m, len(ends), True) if alignment == 128 else None
         assert got.dtype == torch.int32 and got.shape == (m,)
         if want is not None:

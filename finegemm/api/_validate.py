@@ -38,6 +38,7 @@ __all__ = [
     "normalize_recipe",
     "check_compiled_dims",
     "check_bool",
+    "check_contiguous_flags",
     "check_int",
     "check_grouped_layout",
     "check_masked_m",
@@ -301,6 +302,18 @@ def check_compiled_dims(fn: str, compiled_dims: object) -> None:
 def check_bool(fn: str, name: str, v: object) -> None:
     if not isinstance(v, bool):
         raise TypeError(f"{fn}: {name} must be a bool, got {_type_name(v)}")
+
+
+def check_contiguous_flags(fn: str, use_psum_layout: object, ensure_zero_padding: object,
+                           expected_m_for_psum_layout: object) -> None:
+    """DeepGEMM's contiguous-layout flags: checked; finegemm always writes padding rows as zeros,
+    and plans a psum call from its real row count (the expected m is a hint it does not need)."""
+    check_bool(fn, "use_psum_layout", use_psum_layout)
+    check_bool(fn, "ensure_zero_padding", ensure_zero_padding)
+    if expected_m_for_psum_layout is not None:
+        check_int(fn, "expected_m_for_psum_layout", expected_m_for_psum_layout, 0)
+        if not use_psum_layout:
+            raise ValueError(f"{fn}: expected_m_for_psum_layout is only meaningful with use_psum_layout=True")
 
 
 def check_int(fn: str, name: str, v: object, minimum: int) -> int:

@@ -171,18 +171,6 @@ def _check_grouped_b(fn: str, b: torch.Tensor, k_a: int, b_kn: bool = False) -> 
     return G, N
 
 
-def _check_psum_hints(fn: str, use_psum_layout: object, ensure_zero_padding: object,
-                      expected_m_for_psum_layout: object) -> None:
-    """DeepGEMM's contiguous-layout flags: checked; finegemm always writes padding rows as zeros,
-    and plans a psum call from its real row count (the expected m is a hint it does not need)."""
-    _v.check_bool(fn, "use_psum_layout", use_psum_layout)
-    _v.check_bool(fn, "ensure_zero_padding", ensure_zero_padding)
-    if expected_m_for_psum_layout is not None:
-        _v.check_int(fn, "expected_m_for_psum_layout", expected_m_for_psum_layout, 0)
-        if not use_psum_layout:
-            raise ValueError(f"{fn}: expected_m_for_psum_layout is only meaningful with use_psum_layout=True")
-
-
 def _m_grouped_contiguous(fn: str, b_kn: bool, a: object, b: object, d: object, grouped_layout: object,
                           compiled_dims: object, use_psum_layout: object, ensure_zero_padding: object,
                           expected_m_for_psum_layout: object) -> None:
@@ -192,7 +180,7 @@ def _m_grouped_contiguous(fn: str, b_kn: bool, a: object, b: object, d: object, 
     d = _v.check_tensor(fn, "d", d)
     grouped_layout = _v.check_tensor(fn, "grouped_layout", grouped_layout)
     _v.check_compiled_dims(fn, compiled_dims)
-    _check_psum_hints(fn, use_psum_layout, ensure_zero_padding, expected_m_for_psum_layout)
+    _v.check_contiguous_flags(fn, use_psum_layout, ensure_zero_padding, expected_m_for_psum_layout)
     _v.check_dtype(fn, "a", a, (_BF16,))
     _v.check_dtype(fn, "d", d, (_BF16,))
     _v.check_rank(fn, "a", a, 2, "[M, K]")

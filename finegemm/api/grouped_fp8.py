@@ -70,12 +70,7 @@ def _m_grouped_contiguous(fn: str, b_kn: bool, a: object, b: object, d: object, 
                           recipe: object, compiled_dims: object, disable_ue8m0_cast: object, use_psum_layout: object,
                           ensure_zero_padding: object, expected_m_for_psum_layout: object) -> None:
     A, sfa, B, sfb, d = _check_common_args(fn, a, b, d, recipe, compiled_dims, disable_ue8m0_cast)
-    _v.check_bool(fn, "use_psum_layout", use_psum_layout)
-    _v.check_bool(fn, "ensure_zero_padding", ensure_zero_padding)
-    if expected_m_for_psum_layout is not None:
-        _v.check_int(fn, "expected_m_for_psum_layout", expected_m_for_psum_layout, 0)
-        if not use_psum_layout:
-            raise ValueError(f"{fn}: expected_m_for_psum_layout is only meaningful with use_psum_layout=True")
+    _v.check_contiguous_flags(fn, use_psum_layout, ensure_zero_padding, expected_m_for_psum_layout)
     grouped_layout = _v.check_tensor(fn, "grouped_layout", grouped_layout)
     _v.check_rank(fn, "a[0] (A)", A, 2, "[M, K]")
     _v.check_rank(fn, "a[1] (sfa)", sfa, 2, "[M, ceil(K/128)]")

@@ -25,7 +25,8 @@ import torch
 from finegemm.heuristics._common import L2_PROMOTIONS, check_l2_promotion
 
 __all__ = ["raw_stream", "is_capturing", "SplitKWorkspace", "PreparedLaunch", "c_function", "prepare_function",
-           "prepared_handle_functions", "check_tile", "l2_promotion_arg", "max_active_clusters"]
+           "prepared_handle_functions", "check_tile", "l2_promotion_arg", "max_active_clusters", "psum_to_group_ids",
+           "contiguous_group_ids"]
 
 try:
     raw_stream = torch._C._cuda_getCurrentRawStream
@@ -53,6 +54,30 @@ def l2_promotion_arg(promotion: tuple) -> int:
     except (KeyError, TypeError, ValueError):
         check_l2_promotion(promotion)  # raises, naming the rule
         raise
+
+
+def psum_to_group_ids(psum: torch.Tensor, m: int, alignment: int) -> torch.Tensor:
+    """psum layout (int32 [G] cumulative row ends; group g owns [align(end_{g-1}, alignment), end_g))
+    -> int32 group id per row (-1 = no group), with a few tiny torch kernels on the GPU: no host
+    sync, so the call stays CUDA-graph capturable. v1 cost: ~5 small launches + an [M] int32
+    buffer per call; reading the ends in the kernel's tile walker would remove them."""
+    ends = psum.to(torch.int64)
+    g_count = ends.numel()
+    starts = torch.zeros_like(ends)
+    if g_count > 1:
+        starts[1:] = (ends[:-1] + (alignment - 1)) // alignment * alignment
+    rows = torch.arange(m, dtype=torch.int64, device=psum.device)
+    g = torch.searchsorted(ends, rows, right=True)
+    inside = (g < g_count) & (rows >= starts[g.clamp(max=g_count - 1)])
+    return torch.where(inside, g, torch.full_like(g, -1)).to(torch.int32)
+
+
+def contiguous_group_ids(grouped_layout: torch.Tensor, m: int, use_psum_layout: bool, alignment: int) -> torch.Tensor:
+    """The kernels' per-row group ids (int32, contiguous) of either contiguous-layout encoding."""
+    ids = psum_to_group_ids(grouped_layout, m, alignment) if use_psum_layout else grouped_layout
+    if ids.dtype != torch.int32 or not ids.is_contiguous():
+        ids = ids.to(torch.int32).contiguous()
+    return ids
 
 
 def check_tile(block_m: int, block_n: int, num_stages: int | None = None, block_ms: tuple = (64, 128)) -> None:

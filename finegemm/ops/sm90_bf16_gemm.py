@@ -34,8 +34,9 @@ from typing import Optional
 import torch
 
 from finegemm import jit, quant, runtime
-from finegemm.ops._runtime import (PreparedLaunch, SplitKWorkspace, c_function, check_tile, is_capturing,
-                                   l2_promotion_arg, prepare_function, prepared_handle_functions, raw_stream)
+from finegemm.ops._runtime import (PreparedLaunch, SplitKWorkspace, c_function, check_tile, contiguous_group_ids,
+                                   is_capturing, l2_promotion_arg, prepare_function, prepared_handle_functions,
+                                   raw_stream)
 from finegemm.heuristics.sm90_bf16_gemm import (
     GEMM_GROUPED_CONTIGUOUS,
     GEMM_GROUPED_MASKED,
@@ -389,21 +390,6 @@ def _rows_2d(t: torch.Tensor) -> torch.Tensor:
         return t.contiguous().view(-1, t.shape[-1])
 
 
-def _psum_to_group_ids(psum: torch.Tensor, m: int, alignment: int) -> torch.Tensor:
-    """psum layout (int32 [G] cumulative row ends; group g owns [align(end_{g-1}, alignment), end_g))
-    -> int32 group id per row (-1 = no group), with a few small torch kernels on the GPU (no host
-    sync: CUDA-graph capturable). v1 cost: ~5 small launches and an [M] int32 buffer per call."""
-    ends = psum.to(torch.int64)
-    g_count = ends.numel()
-    starts = torch.zeros_like(ends)
-    if g_count > 1:
-        starts[1:] = (ends[:-1] + (alignment - 1)) // alignment * alignment
-    rows = torch.arange(m, dtype=torch.int64, device=psum.device)
-    g = torch.searchsorted(ends, rows, right=True)
-    inside = (g < g_count) & (rows >= starts[g.clamp(max=g_count - 1)])
-    return torch.where(inside, g, torch.full_like(g, -1)).to(torch.int32)
-
-
 def _b_pitches(cfg: Bf16GemmConfig, b: torch.Tensor, n: int, k: int) -> tuple[int, int]:
     """(ldb, ldb_group) of the grouped launcher: the [G*N, K] view's row pitch (K-major), or an
     N-major [G, K, N] B's row and group pitches (a group or row of size 1 gets the natural one)."""
@@ -435,6 +421,24 @@ def _check_k(k: int) -> None:
         raise ValueError(f"sm90_bf16_gemm: K must be a positive multiple of 8, got {k}")
 
 
+def _m_grouped_contiguous(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, grouped_layout: torch.Tensor,
+                          use_psum_layout: bool, config: Optional[Bf16GemmConfig], b_kn: bool) -> None:
+    m, k = a.shape
+    num_groups, n = b.shape[0], b.shape[2 if b_kn else 1]
+    if m == 0 or n == 0 or num_groups == 0:
+        return
+    _check_k(k)
+    alignment = quant.get_mk_alignment_for_contiguous_layout()
+    ids = contiguous_group_ids(grouped_layout, m, use_psum_layout, alignment)
+    if not b_kn:
+        b = _rows_2d(b)
+    elif (num_groups > 1 and b.stride(0) < k * b.stride(1)) or b.stride(1) < n:
+        b = b.contiguous()  # groups or rows overlap (e.g. an expanded B): the 3-D map needs disjoint ones
+    cfg, fn = plan_grouped(GEMM_GROUPED_CONTIGUOUS, m, n, k, num_groups, 0, alignment, d.device.index, config,
+                           b_mn_major=b_kn)
+    _launch_grouped(cfg, fn, a, b, d, m, n, k, ids, num_groups)
+
+
 def m_grouped_bf16_gemm_nt_contiguous(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor,
                                       grouped_layout: torch.Tensor, use_psum_layout: bool = False,
                                       config: Optional[Bf16GemmConfig] = None) -> None:
@@ -445,18 +449,7 @@ def m_grouped_bf16_gemm_nt_contiguous(a: torch.Tensor, b: torch.Tensor, d: torch
     multiples of get_mk_alignment_for_contiguous_layout(), or with use_psum_layout int32 [G]
     cumulative row ends (converted to per-row ids on the GPU).
     """
-    m, k = a.shape
-    num_groups, n = b.shape[0], b.shape[1]
-    if m == 0 or n == 0 or num_groups == 0:
-        return
-    _check_k(k)
-    alignment = quant.get_mk_alignment_for_contiguous_layout()
-    ids = _psum_to_group_ids(grouped_layout, m, alignment) if use_psum_layout else grouped_layout
-    if ids.dtype != torch.int32 or not ids.is_contiguous():
-        ids = ids.to(torch.int32).contiguous()
-    b2 = _rows_2d(b)
-    cfg, fn = plan_grouped(GEMM_GROUPED_CONTIGUOUS, m, n, k, num_groups, 0, alignment, d.device.index, config)
-    _launch_grouped(cfg, fn, a, b2, d, m, n, k, ids, num_groups)
+    _m_grouped_contiguous(a, b, d, grouped_layout, use_psum_layout, config, False)
 
 
 def m_grouped_bf16_gemm_nn_contiguous(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor,
@@ -465,20 +458,7 @@ def m_grouped_bf16_gemm_nn_contiguous(a: torch.Tensor, b: torch.Tensor, d: torch
     """d[r] = A[r] @ B[g(r)] for every row r (zeros for rows of no group), on the current stream:
     as m_grouped_bf16_gemm_nt_contiguous with b bf16 [G, K, N] (N-major, any row / group pitch
     that TMA accepts), read in place (no transposing copy)."""
-    m, k = a.shape
-    num_groups, n = b.shape[0], b.shape[2]
-    if m == 0 or n == 0 or num_groups == 0:
-        return
-    _check_k(k)
-    alignment = quant.get_mk_alignment_for_contiguous_layout()
-    ids = _psum_to_group_ids(grouped_layout, m, alignment) if use_psum_layout else grouped_layout
-    if ids.dtype != torch.int32 or not ids.is_contiguous():
-        ids = ids.to(torch.int32).contiguous()
-    if (num_groups > 1 and b.stride(0) < k * b.stride(1)) or b.stride(1) < n:
-        b = b.contiguous()  # groups or rows overlap (e.g. an expanded B): the 3-D map needs disjoint ones
-    cfg, fn = plan_grouped(GEMM_GROUPED_CONTIGUOUS, m, n, k, num_groups, 0, alignment, d.device.index, config,
-                           b_mn_major=True)
-    _launch_grouped(cfg, fn, a, b, d, m, n, k, ids, num_groups)
+    _m_grouped_contiguous(a, b, d, grouped_layout, use_psum_layout, config, True)
 
 
 def m_grouped_bf16_gemm_nt_masked(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, masked_m: torch.Tensor,

@@ -33,8 +33,8 @@ from finegemm.heuristics.sm90_fp8_gemm import (
     select_grouped_config,
     serial_halves,
 )
-from finegemm.ops._runtime import (PreparedLaunch, SplitKWorkspace, c_function, check_tile, is_capturing,
-                                   l2_promotion_arg, max_active_clusters, prepare_function,
+from finegemm.ops._runtime import (PreparedLaunch, SplitKWorkspace, c_function, check_tile, contiguous_group_ids,
+                                   is_capturing, l2_promotion_arg, max_active_clusters, prepare_function,
                                    prepared_handle_functions, raw_stream)
 from finegemm.quant import get_mn_major_tma_aligned_tensor
 from finegemm.utils import align, write_empty_product
@@ -585,22 +585,6 @@ def _row_pitch(t2: torch.Tensor, inner: int, elems_16b: int) -> int:
     return t2.stride(0) if t2.shape[0] > 1 else align(inner, elems_16b)
 
 
-def _psum_to_group_ids(psum: torch.Tensor, m: int, alignment: int) -> torch.Tensor:
-    """psum layout (int32 [G] cumulative row ends; group g owns [align(end_{g-1}, alignment), end_g))
-    -> int32 group id per row (-1 = no group), with a few tiny torch kernels on the GPU: no host
-    sync, so the call stays CUDA-graph capturable. v1 cost: ~5 small launches + an [M] int32
-    buffer per call; reading the ends in the kernel's tile walker would remove them."""
-    ends = psum.to(torch.int64)
-    g_count = ends.numel()
-    starts = torch.zeros_like(ends)
-    if g_count > 1:
-        starts[1:] = (ends[:-1] + (alignment - 1)) // alignment * alignment
-    rows = torch.arange(m, dtype=torch.int64, device=psum.device)
-    g = torch.searchsorted(ends, rows, right=True)
-    inside = (g < g_count) & (rows >= starts[g.clamp(max=g_count - 1)])
-    return torch.where(inside, g, torch.full_like(g, -1)).to(torch.int32)
-
-
 def _launch_grouped(cfg: Fp8GemmConfig, fn: int, a2, sfa, sfa_ld, b2, sfb, d2, m, n, k, grouped, num_groups):
     _get_launcher()
     rc = _launcher(fn, a2.data_ptr(), b2.data_ptr(), sfa.data_ptr(), sfb.data_ptr(), d2.data_ptr(), None, None, None,
@@ -636,9 +620,7 @@ def m_grouped_fp8_gemm_nt_contiguous(a: torch.Tensor, sfa: torch.Tensor, b: torc
         return
     _check_k(k)
     alignment = quant.get_mk_alignment_for_contiguous_layout()
-    ids = _psum_to_group_ids(grouped_layout, m, alignment) if use_psum_layout else grouped_layout
-    if ids.dtype != torch.int32 or not ids.is_contiguous():
-        ids = ids.to(torch.int32).contiguous()
+    ids = contiguous_group_ids(grouped_layout, m, use_psum_layout, alignment)
     sfa, sfa_ld = _sfa_for_tma(sfa, m)
     b2 = _rows_2d(b)
     if sfb.dtype != torch.float32 or not sfb.is_contiguous():
