@@ -123,6 +123,8 @@ def _contiguous_problem(ms, n, k, pad_after, use_psum, seed, alignment=128):
     else:
         layout = ids
     a = torch.randn(m_total, k, device="cuda", generator=gen).to(BF16)
+    # Padding rows of A hold NaN: their products must never reach d (zeros are stored instead).
+    a[ids < 0] = float("nan")
     b = torch.randn(g, n, k, device="cuda", generator=gen).to(BF16)
     return a, b, layout, ids
 

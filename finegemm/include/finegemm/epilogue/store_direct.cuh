@@ -5,6 +5,8 @@
 // n0 + 8 j + col_in_chunk + {0, 1}. Rows >= row_limit and columns >= N are not written. vec: D
 // allows two-element vector stores (even N and ldd, aligned base; the host checks it).
 // out_fp32 may be a run-time value (BF16 kernel) or a constant (FP8 kernel: folded when inlined).
+// zero_rows: bit h set = row r0 + 8 h is written as zeros whatever acc holds (an m-grouped padding
+// row; acc is not rewritten, as in TmaStoreBf16::store).
 // kStreaming: fp32 vector stores with the streaming hint (st.global.cs, evict-first at L2), for a D
 // written once. Tried on the 1D1D epilogue with C (the developer switch FINEGEMM_DIAG_C_STREAM_HINTS):
 // +8% at 4096x32768x512, so no kernel uses it by default (benchmarks/NOTES.md v0.75).
@@ -21,7 +23,7 @@ namespace epilogue {
 template <uint32_t kNumChunks, bool kStreaming = false, uint32_t kNumAcc>
 __device__ __forceinline__ void store_direct(const float (&acc)[kNumAcc], void* d_ptr, uint32_t m0, uint32_t r0,
                                              uint32_t n0, uint32_t col_in_chunk, uint32_t ldd, uint32_t N,
-                                             uint32_t row_limit, bool vec, bool out_fp32) {
+                                             uint32_t row_limit, bool vec, bool out_fp32, uint32_t zero_rows = 0) {
   static_assert(kNumAcc == 4 * kNumChunks, "wgmma D fragment");
 #pragma unroll
   for (uint32_t h = 0; h < 2; ++h) {
@@ -32,8 +34,9 @@ __device__ __forceinline__ void store_direct(const float (&acc)[kNumAcc], void* 
     for (uint32_t j = 0; j < kNumChunks; ++j) {
       const uint32_t col = n0 + 8 * j + col_in_chunk;
       if (col >= N) continue;
-      const float v0 = acc[4 * j + 2 * h + 0];
-      const float v1 = acc[4 * j + 2 * h + 1];
+      const bool zero = (zero_rows >> h) & 1u;
+      const float v0 = zero ? 0.0f : acc[4 * j + 2 * h + 0];
+      const float v1 = zero ? 0.0f : acc[4 * j + 2 * h + 1];
       const size_t off = row_off + col;
       if (vec) {
         // col is even, N is even and ldd is even: both columns are in range and aligned.

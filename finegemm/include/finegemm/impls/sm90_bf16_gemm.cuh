@@ -545,11 +545,10 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
         }
         if constexpr (!diag::kNoMma) release(prev_stage);
       } else if constexpr (kGrouped) {
-        if (skip) {
-#pragma unroll
-          for (uint32_t i = 0; i < kNumAcc; ++i) acc[i] = 0.0f;  // no k-block ran: the tile is zeros
-        } else if constexpr (!diag::kNoMma) {
-          release(prev_stage);
+        // A padding tile ran no k-block: its accumulators are stale and the epilogue stores zeros
+        // (zero_rows below).
+        if constexpr (!diag::kNoMma) {
+          if (!skip) release(prev_stage);
         }
       } else if constexpr (!diag::kNoMma) {
         release(prev_stage);  // every unit has at least one k-block (no-MMA builds released it)
@@ -620,17 +619,18 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
       }
 
       // ---------------------------------------------------------------- epilogue
+      // Rows stored as zeros (bit h: this thread's row r0 + 8 h): every row of a padding tile, and
+      // the padding rows (group id -1) of a mixed one. The stores mask them (garbage must not leak,
+      // not even as NaN); the accumulators are left as they are (rewriting them spilled bn256).
+      uint32_t zero_rows = 0;
       if constexpr (kContiguous) {
-        // Padding rows (group id -1) of a mixed tile are written as zeros (select, not a
-        // multiply: garbage must not leak as NaN).
+        if (skip) {
+          zero_rows = 3u;
+        } else {
 #pragma unroll
-        for (uint32_t h = 0; h < 2; ++h) {
-          const uint32_t row = m0 + r0 + 8 * h;
-          const bool pad = row < M && __ldg(grouped + row) < 0;
-#pragma unroll
-          for (uint32_t j = 0; j < kNumChunks; ++j) {
-            acc[4 * j + 2 * h + 0] = pad ? 0.0f : acc[4 * j + 2 * h + 0];
-            acc[4 * j + 2 * h + 1] = pad ? 0.0f : acc[4 * j + 2 * h + 1];
+          for (uint32_t h = 0; h < 2; ++h) {
+            const uint32_t row = m0 + r0 + 8 * h;
+            if (row < M && __ldg(grouped + row) < 0) zero_rows |= 1u << h;
           }
         }
       }
@@ -656,7 +656,7 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
         if constexpr (kMasked) tma_rows_ok = m0 + wg * 64 + 64 <= row_limit;
         if ((flags & kBf16FlagTmaStore) != 0 && tma_rows_ok) {
           EpiTma::store(acc, base + Traits::kOffD + wg * EpiTma::kBytes, tmap_d, 2 + wg, static_cast<int32_t>(n0),
-                        static_cast<int32_t>(m0 + wg * 64));
+                        static_cast<int32_t>(m0 + wg * 64), zero_rows);
           continue;
         }
       }
@@ -668,7 +668,8 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
         epilogue::add_c_fp32<BLOCK_N, kNumChunks>(acc, c_ptr, m0, r0, m0 + wg * 64 + 64, n0, col_in_chunk, ldd, N,
                                                  row_limit, vec);
       }
-      epilogue::store_direct<kNumChunks>(acc, d_ptr, m0, r0, n0, col_in_chunk, ldd, N, row_limit, vec, out_fp32);
+      epilogue::store_direct<kNumChunks>(acc, d_ptr, m0, r0, n0, col_in_chunk, ldd, N, row_limit, vec, out_fp32,
+                                         zero_rows);
     }
     if constexpr (kTmaStore) EpiTma::finish();  // the last tile's stores complete before exit (fp32 ring too)
   }
