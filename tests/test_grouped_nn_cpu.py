@@ -117,6 +117,10 @@ def test_contiguous_flags_are_checked(fn):
     f = getattr(finegemm, fn)
     with pytest.raises(TypeError, match="ensure_zero_padding must be a bool"):
         f(a, b, d, layout, ensure_zero_padding=1)
+    with pytest.raises(TypeError, match="use_psum_layout must be a bool"):
+        f(a, b, d, layout, use_psum_layout="no")
+    with pytest.raises(ValueError, match="compiled_dims"):
+        f(a, b, d, layout, compiled_dims="nx")
     f(a, b, d, layout, ensure_zero_padding=False)  # padding rows are zeros either way
     if "_nt_" in fn:  # DeepGEMM's nt functions take the psum planning hint; its nn ones do not
         with pytest.raises(ValueError, match="only meaningful with use_psum_layout=True"):

@@ -110,6 +110,7 @@ GROUPED_LAYOUTS = ("grouped_contiguous", "grouped_masked", "k_grouped")  # the i
 # Also benched (own geomean, outside the target's): the contiguous set with B stored [G, K, N]
 # (m_grouped_bf16_gemm_nn_contiguous, the MoE backward data gradient; torch._grouped_mm's own layout).
 GROUPED_EXTRA_LAYOUTS = ("grouped_contiguous_nn",)
+CONTIGUOUS_LAYOUTS = ("grouped_contiguous", "grouped_contiguous_nn")  # one record builder, B [G, N, K] / [G, K, N]
 GROUPED_TARGET = 1.3  # issue target: geomean speedup over torch._grouped_mm (bf16)
 
 
@@ -123,7 +124,7 @@ def grouped_plan(layouts=GROUPED_LAYOUTS) -> list[dict]:
     for (g, m) in CONTIGUOUS_GM:
         for (n, k) in GROUPED_NK:
             ms = draw_ms(g, m, rng)
-            for lay in ("grouped_contiguous", "grouped_contiguous_nn"):
+            for lay in CONTIGUOUS_LAYOUTS:
                 if lay in layouts:
                     plan.append({"layout": lay, "groups": g, "m": m, "n": n, "k": k, "ms": ms})
     if "grouped_masked" in layouts:
@@ -331,7 +332,7 @@ def _warmup_grouped(plan) -> None:
     align_m = finegemm.get_mk_alignment_for_contiguous_layout()
     jobs = []
     for r in plan:
-        if r["layout"] in ("grouped_contiguous", "grouped_contiguous_nn"):
+        if r["layout"] in CONTIGUOUS_LAYOUTS:
             m_total = sum(finegemm.align(x, align_m) for x in r["ms"])
             nn = r["layout"] == "grouped_contiguous_nn"
             jobs.append(lambda r=r, mt=m_total, nn=nn: sm90_bf16_gemm.plan_grouped(
@@ -362,7 +363,7 @@ def run_grouped(plan, gen, num_tests, *, device="cuda", timer=None, ref_flops=RE
         lay, g, m, n, k = spec["layout"], spec["groups"], spec["m"], spec["n"], spec["k"]
         kw = dict(device=device, timer=timer, ref_flops=ref_flops)
         try:
-            if lay in ("grouped_contiguous", "grouped_contiguous_nn"):
+            if lay in CONTIGUOUS_LAYOUTS:
                 rec = bench_grouped_contiguous(g, spec["ms"], n, k, gen, num_tests, b_kn=lay.endswith("_nn"), **kw)
             elif lay == "grouped_masked":
                 rec = bench_grouped_masked(g, m, n, k, gen, num_tests, **kw)
