@@ -267,9 +267,37 @@ def main() -> int:
         add_1d1d(sc.wgrad_tile_config(*tile, sms=args.sms))
     for _, case in sc.WGRAD_TWO_CTA:
         add_1d1d(sc.wgrad_two_cta_config(*case, sms=args.sms))
+    for cfg in fuzz_configs(args.sms):
+        if cfg.one_d_one_d:
+            add_1d1d(cfg)
+        else:
+            cfgs[ops._kernel_name(cfg)] = cfg
     if args.only_1d1d:
         cfgs = {name: cfg for name, cfg in cfgs.items() if cfg.one_d_one_d}
     return build(cfgs, args.jobs)
+
+
+def fuzz_configs(sms: int) -> list:
+    """The FP8 kernels of tests/gpu/test_fuzz_gpu.py's valid cases (their plan arguments, as the
+    ops' plan functions pass them to the heuristics)."""
+    from finegemm.heuristics.sm90_fp8_gemm import select_k_grouped_config
+
+    spec = importlib.util.spec_from_file_location("_fuzz_gpu_cases", Path(__file__).resolve().parents[1] / "tests"
+                                                  / "gpu" / "test_fuzz_gpu.py")
+    t = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(t)
+    out = []
+    for p in sorted(t.planned_kernels(), key=repr):
+        kind, args = p[0], p[1:]
+        if kind == "fp8":
+            m, n, k, out_fp32, has_c, one_d_one_d = args
+            out.append(select_config(m, n, k, sms, out_fp32, has_c, one_d_one_d=one_d_one_d))
+        elif kind == "fp8_grouped":
+            out.append(select_grouped_config(*args[:5], sms, *args[5:]))
+        elif kind == "fp8_k_grouped":
+            m, n, ks, has_c = args
+            out.append(select_k_grouped_config(m, n, list(ks), sms, has_c))
+    return out
 
 
 def build(cfgs: dict, jobs: int) -> int:

@@ -212,8 +212,27 @@ def _byte_span(t: torch.Tensor) -> Optional[tuple[int, int]]:
     return start, start + extent * t.element_size()
 
 
+def _has_self_overlap(t: torch.Tensor) -> bool:
+    """Two elements of t at one address: in stride order, some dimension's stride does not step
+    past everything the smaller-stride dimensions reach (e.g. an expanded, stride-0 dimension)."""
+    dims = sorted((st, s) for s, st in zip(t.shape, t.stride()) if s > 1)
+    reach = 0  # elements spanned by the dimensions seen so far, minus one
+    for st, s in dims:
+        if st <= reach:
+            return True
+        reach += st * (s - 1)
+    return False
+
+
 def check_no_overlap(fn: str, out_name: str, out: torch.Tensor, inputs: dict[str, Optional[torch.Tensor]]) -> None:
-    """The output must not share memory with any input (checked on the byte spans, conservatively)."""
+    """The output must not share memory with any input (checked on the byte spans, conservatively),
+    nor with itself (each element written once: a stride-0 or overlapping view would race)."""
+    if out.numel() > 1 and _has_self_overlap(out):
+        raise ValueError(
+            f"{fn}: {out_name} must not have elements that share memory (each output element is written once), "
+            f"got shape {fmt_shape(out.shape)} with strides {tuple(out.stride())} (e.g. an expanded view: pass a "
+            f"tensor of its own)"
+        )
     so = _byte_span(out)
     if so is None:
         return

@@ -1,0 +1,850 @@
+"""Randomized checks of the public GEMM API: odd layouts that must work, broken inputs that must fail.
+
+A case is one call of a public function with random shapes and a random memory placement of every
+tensor: each lives inside a larger buffer (padded row / group pitches, a storage offset, a guard
+tail), scales K- or MN-major, c separate or d itself. A *bad* case applies one mutation that breaks
+a documented rule (dtype, rank, shape, stride, alignment, overlap, group layout, argument type).
+
+The properties (tests/test_fuzz_cpu.py on CPU tensors, tests/gpu/test_fuzz_gpu.py on CUDA):
+- a call returns, or raises TypeError / ValueError / NotImplementedError whose message starts
+  with "<function>:"; a bad case raises;
+- an accepted call writes only its outputs' elements: every other cell of every buffer (inputs
+  included) keeps its bits;
+- on CUDA, a case gets the verdict it gets on CPU (masked_m / ks_tensor values are read on the
+  host for CPU tensors only, so those mutations may pass on CUDA, where the kernels clamp or do not
+  read them), and an accepted call writes what the exact reference writes.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+from typing import Any, Callable, Optional
+
+import torch
+
+import finegemm
+from finegemm.utils import align, ceil_div
+
+__all__ = ["Placement", "Buf", "Case", "FUNCTIONS", "valid_case", "bad_case", "materialize", "run_case",
+           "Outcome", "kernel_plans", "CLEAN_ERRORS"]
+
+FP8 = torch.float8_e4m3fn
+BF16 = torch.bfloat16
+F32 = torch.float32
+I32 = torch.int32
+
+CLEAN_ERRORS = (TypeError, ValueError, NotImplementedError)
+
+# Bit pattern of the cells around (and, for outputs, inside) every tensor: NaN for floats.
+_POISON_BITS = {FP8: (torch.uint8, 0x7F), BF16: (torch.int16, 0x7FC0), torch.float16: (torch.int16, 0x7E00),
+                F32: (torch.int32, 0x7FC00000), I32: (torch.int32, 0x5A5A5A5A),
+                torch.float8_e5m2: (torch.uint8, 0x7F), torch.int64: (torch.int64, 0x5A5A5A5A5A5A5A5A),
+                torch.uint8: (torch.uint8, 0x5A), torch.int16: (torch.int16, 0x5A5A)}
+
+
+# ----------------------------------------------------------------------------- placements
+@dataclasses.dataclass
+class Placement:
+    """Where a logical tensor lives in its buffer: storage dims in the order `perm` (outermost
+    first; identity = row-major), each storage dim but the outermost padded by `pad` elements,
+    `offset` elements before the first one and `tail` after the block."""
+
+    perm: tuple
+    pad: tuple
+    offset: int = 0
+    tail: int = 0
+
+
+def row_major(rank: int) -> Placement:
+    return Placement(tuple(range(rank)), (0,) * rank)
+
+
+@dataclasses.dataclass
+class Buf:
+    """A tensor argument: its logical values (CPU), dtype, placement and role."""
+
+    values: torch.Tensor  # logical shape; for outputs the initial values (poison, or c when c is d)
+    dtype: torch.dtype
+    place: Placement
+    output: bool = False
+    expand_dim: Optional[int] = None  # a stride-0 view along this dim (mutation "self_overlap")
+
+
+@dataclasses.dataclass
+class Case:
+    fn: str
+    args: dict  # name -> Buf | (Buf, Buf) | scalar | list; "c" may be the string "d" (c is d)
+    outputs: tuple = ("d",)
+    mutation: Optional[str] = None
+    host_value_rule: bool = False  # mutation of values that only CPU calls check (masked_m, ks_tensor)
+    note: str = ""
+
+    def describe(self) -> str:
+        return f"{self.fn} [{self.mutation or 'valid'}] {self.note}"
+
+
+def _tma_pad(rng: random.Random, n: int, esize: int, odd: bool) -> int:
+    """Extra elements for a storage dim of n elements so that the pitch is a 16-byte multiple
+    (0 or one more 16-byte step) - or, with odd, so that it is not."""
+    unit = 16 // esize
+    base = align(n, unit) - n
+    if odd:
+        if unit == 1:
+            return -1  # no odd pitch exists for 1-byte-aligned... caller skips
+        return base + rng.randrange(1, unit)
+    return base + unit * rng.choice((0, 0, 1, 2))
+
+
+def tma_placement(rng: random.Random, shape: tuple, dtype: torch.dtype, *, strange: bool = True) -> Placement:
+    """Row-major with the TMA rule kept: 16-byte row / group pitches and base. strange=False: the
+    smallest such placement (the row padded to 16 bytes only when it must be)."""
+    esize = torch.empty((), dtype=dtype).element_size()
+    rank = len(shape)
+    pads = [0] * rank
+    if rank > 1:
+        pads[-1] = _tma_pad(rng, shape[-1], esize, False) if strange else align(shape[-1], 16 // esize) - shape[-1]
+    if not strange:
+        return Placement(tuple(range(rank)), tuple(pads))
+    for i in range(1, rank - 1):  # gaps between groups: whole rows, so 16-byte multiples too
+        pads[i] = rng.choice((0, 0, 1, 3))
+    offset = (16 // esize) * rng.choice((0, 0, 1, 5))
+    return Placement(tuple(range(rank)), tuple(pads), offset, rng.choice((0, 16)))
+
+
+def any_placement(rng: random.Random, shape: tuple) -> Placement:
+    """Any strides (scales): row- or column-major storage of the last two dims, any pads / offset."""
+    rank = len(shape)
+    perm = list(range(rank))
+    if rank >= 2 and rng.random() < 0.5:
+        perm[-1], perm[-2] = perm[-2], perm[-1]
+    pads = tuple(0 if i == 0 else rng.choice((0, 0, 1, 3)) for i in range(rank))
+    return Placement(tuple(perm), pads, rng.choice((0, 1, 3)), rng.choice((0, 5)))
+
+
+def _storage(shape: tuple, place: Placement) -> list:
+    st = [shape[p] for p in place.perm]
+    return [s + (place.pad[i] if i > 0 else 0) for i, s in enumerate(st)]
+
+
+def _view_of(buf: torch.Tensor, shape: tuple, place: Placement, expand_dim: Optional[int] = None) -> torch.Tensor:
+    st = _storage(shape, place)
+    n = math.prod(st)
+    block = buf[place.offset: place.offset + n].view(st)
+    view = block[tuple(slice(0, shape[p]) for p in place.perm)]
+    inv = [0] * len(shape)
+    for i, p in enumerate(place.perm):
+        inv[p] = i
+    view = view.permute(inv)
+    if expand_dim is not None:  # every index along expand_dim aliases index 0
+        idx = [slice(None)] * len(shape)
+        idx[expand_dim] = slice(0, 1)
+        view = view[tuple(idx)].expand(shape)
+    return view
+
+
+def _buffer_numel(shape: tuple, place: Placement) -> int:
+    return place.offset + math.prod(_storage(shape, place)) + place.tail
+
+
+def materialize_buf(b: Buf, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(view, buffer, bool mask of the view's cells in the buffer) on `device`."""
+    shape = tuple(b.values.shape)
+    int_dtype, bits = _POISON_BITS[b.dtype]
+    numel = _buffer_numel(shape, b.place)
+    raw = torch.full((numel,), bits, dtype=int_dtype, device=device)
+    buf = raw.view(b.dtype)
+    view = _view_of(buf, shape, b.place, b.expand_dim)
+    if view.numel():
+        if b.expand_dim is None:
+            view.copy_(b.values.to(device=device))
+        else:
+            idx = [slice(None)] * len(shape)
+            idx[b.expand_dim] = slice(0, 1)
+            view[tuple(idx)].copy_(b.values[tuple(idx)].to(device=device))
+    pos = _view_of(torch.arange(numel, dtype=torch.int64), shape, b.place, b.expand_dim)
+    mask = torch.zeros(numel, dtype=torch.bool)
+    mask[pos.reshape(-1)] = True
+    return view, buf, mask
+
+
+@dataclasses.dataclass
+class Materialized:
+    kwargs: dict
+    bufs: dict  # name -> (buffer, mask, Buf)
+
+
+def materialize(case: Case, device) -> Materialized:
+    kwargs, bufs = {}, {}
+    for name, v in case.args.items():
+        if isinstance(v, Buf):
+            view, buf, mask = materialize_buf(v, device)
+            kwargs[name] = view
+            bufs[name] = (buf, mask, v)
+        elif isinstance(v, tuple) and len(v) == 2 and all(isinstance(x, Buf) for x in v):
+            out = []
+            for j, x in enumerate(v):
+                view, buf, mask = materialize_buf(x, device)
+                out.append(view)
+                bufs[f"{name}[{j}]"] = (buf, mask, x)
+            kwargs[name] = tuple(out)
+        elif isinstance(v, _Alias):
+            kwargs[name] = None  # filled below
+        else:
+            kwargs[name] = v
+    for name, v in case.args.items():
+        if isinstance(v, _Alias):
+            kwargs[name] = v.resolve(kwargs)
+    return Materialized(kwargs, bufs)
+
+
+@dataclasses.dataclass
+class _Alias:
+    """An argument that is (a view of) another one's memory: c = d, or a partial overlap."""
+
+    target: str
+    rows_shift: int = 0
+
+    def resolve(self, kwargs: dict):
+        t = kwargs[self.target]
+        if self.rows_shift == 0:
+            return t
+        # the same shape, moved rows_shift rows down inside the target's buffer: partial overlap
+        return t.as_strided(t.shape, t.stride(), t.storage_offset() + self.rows_shift * t.stride(-2))
+
+
+# ----------------------------------------------------------------------------- values
+def _fp8_values(g: torch.Generator, shape) -> torch.Tensor:
+    return (torch.randn(shape, generator=g) * 2).to(FP8)
+
+
+def _scales(g: torch.Generator, shape) -> torch.Tensor:
+    return torch.exp2(torch.randint(-3, 4, shape, generator=g).float())
+
+
+def _bf16_values(g: torch.Generator, shape) -> torch.Tensor:
+    return torch.randn(shape, generator=g).to(BF16)
+
+
+def _poison_values(shape, dtype) -> torch.Tensor:
+    int_dtype, bits = _POISON_BITS[dtype]
+    return torch.full(shape, bits, dtype=int_dtype).view(dtype)
+
+
+def _out(shape, dtype, rng, strange=True) -> Buf:
+    return Buf(_poison_values(shape, dtype), dtype, tma_placement(rng, shape, dtype, strange=strange), output=True)
+
+
+def _tma_in(values: torch.Tensor, rng, strange=True) -> Buf:
+    return Buf(values, values.dtype, tma_placement(rng, tuple(values.shape), values.dtype, strange=strange))
+
+
+def _any_in(values: torch.Tensor, rng) -> Buf:
+    return Buf(values, values.dtype, any_placement(rng, tuple(values.shape)))
+
+
+def _int_in(values: torch.Tensor) -> Buf:
+    return Buf(values.to(I32), I32, row_major(values.dim()))
+
+
+def _c_arg(rng, g, shape, d: Buf) -> object:
+    """None, a separate fp32 c, or c = d (then d starts with c's values)."""
+    r = rng.random()
+    if r < 0.35:
+        return None
+    values = torch.randn(shape, generator=g)
+    if r < 0.7:
+        return _tma_in(values, rng)
+    d.values = values.clone()
+    return _Alias("d")
+
+
+# ----------------------------------------------------------------------------- valid cases
+M_CHOICES = (0, 1, 17, 64, 65, 128, 130, 257)
+N_CHOICES = (1, 8, 16, 24, 100, 136, 200, 256, 264, 576)
+
+
+def _dense_fp8(rng, g, layout: str) -> Case:
+    m = rng.choice(M_CHOICES)
+    n = rng.choice(N_CHOICES)
+    k = rng.choice((0, 16, 48, 128, 144, 256, 400, 512)) if rng.random() < 0.9 else 16 * rng.randrange(1, 40)
+    recipe = rng.choice((None, (1, 128, 128), (1, 1, 128)))
+    one_d_one_d = recipe == (1, 1, 128)
+    d_dtype = F32 if one_d_one_d else rng.choice((BF16, F32))
+    kb = ceil_div(k, 128)
+    a_mk, b_nk = layout[0] == "n", layout[1] == "t"
+    A = _fp8_values(g, (m, k) if a_mk else (k, m))
+    sfa = _scales(g, (m, kb) if a_mk else (kb, m))
+    nb = n if one_d_one_d else ceil_div(n, 128)
+    B = _fp8_values(g, (n, k) if b_nk else (k, n))
+    sfb = _scales(g, (nb, kb) if b_nk else (kb, nb))
+    d = _out((m, n), d_dtype, rng)
+    args = {"a": (_tma_in(A, rng), _any_in(sfa, rng)), "b": (_tma_in(B, rng), _any_in(sfb, rng)), "d": d}
+    if d_dtype == F32:
+        c = _c_arg(rng, g, (m, n), d)
+        if c is not None:
+            args["c"] = c
+    if recipe is not None:
+        args["recipe"] = recipe
+    return Case(f"fp8_gemm_{layout}", args, note=f"M={m} N={n} K={k} recipe={recipe} d={d_dtype}")
+
+
+def _dense_bf16(rng, g, layout: str) -> Case:
+    m = rng.choice(M_CHOICES)
+    n = rng.choice(N_CHOICES)
+    k = rng.choice((0, 8, 24, 64, 72, 200, 256, 512))
+    a_mk, b_nk = layout[0] == "n", layout[1] == "t"
+    a = _bf16_values(g, (m, k) if a_mk else (k, m))
+    b = _bf16_values(g, (n, k) if b_nk else (k, n))
+    d_dtype = rng.choice((BF16, F32))
+    d = _out((m, n), d_dtype, rng)
+    args = {"a": _tma_in(a, rng), "b": _tma_in(b, rng), "d": d}
+    if d_dtype == F32:
+        c = _c_arg(rng, g, (m, n), d)
+        if c is not None:
+            args["c"] = c
+    return Case(f"bf16_gemm_{layout}", args, note=f"M={m} N={n} K={k} d={d_dtype}")
+
+
+def _segments(rng, num_groups: int, alignment: int, psum: bool) -> tuple[int, torch.Tensor]:
+    """(M, grouped_layout) with random group sizes (some empty) and -1 padding rows."""
+    sizes = [rng.choice((0, 1, 17, 64, 128, 130, 200)) for _ in range(num_groups)]
+    ends, ids = [], []
+    cur = 0
+    for gi, s in enumerate(sizes):
+        start = align(cur, alignment)
+        if s == 0:
+            ends.append(cur)
+            continue
+        ids += [-1] * (start - cur) + [gi] * s
+        cur = start + s
+        ends.append(cur)
+    m = cur + rng.choice((0, 0, 3, alignment))
+    ids += [-1] * (m - cur)
+    if psum:
+        return m, torch.tensor(ends, dtype=I32)
+    return m, torch.tensor(ids, dtype=I32).reshape(m)
+
+
+def _m_grouped_contiguous(rng, g, fp8: bool, b_kn: bool) -> Case:
+    num_groups = rng.choice((1, 2, 3, 5))
+    psum = rng.random() < 0.3
+    alignment = finegemm.get_mk_alignment_for_contiguous_layout()
+    m, gl = _segments(rng, num_groups, alignment, psum)
+    n = rng.choice((16, 64, 136, 256, 264))
+    k = rng.choice((16, 128, 144, 256, 400)) if fp8 else rng.choice((8, 64, 72, 200, 256))
+    b_shape = (num_groups, k, n) if b_kn else (num_groups, n, k)
+    args: dict[str, Any] = {}
+    if fp8:
+        kb, nb = ceil_div(k, 128), ceil_div(n, 128)
+        A = _fp8_values(g, (m, k))
+        B = _fp8_values(g, b_shape)
+        sfb = _scales(g, (num_groups, kb, nb) if b_kn else (num_groups, nb, kb))
+        args["a"] = (_tma_in(A, rng), _any_in(_scales(g, (m, kb)), rng))
+        args["b"] = (_any_in(B, rng) if b_kn else _tma_in(B, rng), _any_in(sfb, rng))
+        fn = "m_grouped_fp8_gemm_nn_contiguous" if b_kn else "m_grouped_fp8_gemm_nt_contiguous"
+    else:
+        args["a"] = _tma_in(_bf16_values(g, (m, k)), rng)
+        args["b"] = _tma_in(_bf16_values(g, b_shape), rng)
+        fn = "m_grouped_bf16_gemm_nn_contiguous" if b_kn else "m_grouped_bf16_gemm_nt_contiguous"
+    args["d"] = _out((m, n), BF16, rng)
+    args["grouped_layout"] = _int_in(gl)
+    if psum:
+        args["use_psum_layout"] = True
+    return Case(fn, args, note=f"G={num_groups} M={m} N={n} K={k} psum={psum}")
+
+
+def _masked(rng, g, fp8: bool) -> Case:
+    num_groups = rng.choice((1, 2, 4))
+    m_max = rng.choice((1, 17, 64, 130))
+    n = rng.choice((16, 64, 136, 256))
+    k = rng.choice((16, 128, 144, 256)) if fp8 else rng.choice((8, 64, 72, 200))
+    masked = torch.tensor([rng.choice((0, 1, m_max // 2, m_max, rng.randrange(0, m_max + 1)))
+                           for _ in range(num_groups)], dtype=I32)
+    args: dict[str, Any] = {}
+    if fp8:
+        kb, nb = ceil_div(k, 128), ceil_div(n, 128)
+        args["a"] = (_tma_in(_fp8_values(g, (num_groups, m_max, k)), rng),
+                     _any_in(_scales(g, (num_groups, m_max, kb)), rng))
+        args["b"] = (_tma_in(_fp8_values(g, (num_groups, n, k)), rng), _any_in(_scales(g, (num_groups, nb, kb)), rng))
+        fn = "m_grouped_fp8_gemm_nt_masked"
+    else:
+        args["a"] = _tma_in(_bf16_values(g, (num_groups, m_max, k)), rng)
+        args["b"] = _tma_in(_bf16_values(g, (num_groups, n, k)), rng)
+        fn = "m_grouped_bf16_gemm_nt_masked"
+    args["d"] = _out((num_groups, m_max, n), BF16, rng)
+    args["masked_m"] = _int_in(masked)
+    args["expected_m"] = rng.choice((0, 1, m_max, 4 * m_max))
+    return Case(fn, args, note=f"G={num_groups} Mmax={m_max} N={n} K={k} masked_m={masked.tolist()}")
+
+
+def _k_grouped(rng, g, fp8: bool) -> Case:
+    num_groups = rng.choice((1, 2, 3))
+    ks = [rng.choice((0, 128, 256, 384)) for _ in range(num_groups)]
+    sum_k = sum(ks)
+    m = rng.choice((8, 16, 40, 128, 136)) if not fp8 else rng.choice((1, 17, 64, 128, 136))
+    n = rng.choice((8, 16, 48, 128, 264)) if not fp8 else rng.choice((1, 16, 100, 128, 264))
+    d = _out((num_groups, m, n), F32, rng)
+    args: dict[str, Any] = {}
+    if fp8:
+        A = _fp8_values(g, (m * sum_k,))
+        B = _fp8_values(g, (n * sum_k,))
+        flat = lambda v: Buf(v, FP8, Placement((0,), (0,), 16 * rng.choice((0, 1, 3)), rng.choice((0, 16))))  # noqa: E731
+        args["a"] = (flat(A), _any_in(_scales(g, (sum_k // 128, m)), rng))
+        args["b"] = (flat(B), _any_in(_scales(g, (sum_k // 128, n)), rng))
+        fn = "k_grouped_fp8_gemm_nt_contiguous"
+    else:
+        args["a"] = _tma_in(_bf16_values(g, (sum_k, m)), rng)
+        args["b"] = _tma_in(_bf16_values(g, (sum_k, n)), rng)
+        fn = "k_grouped_bf16_gemm_tn_contiguous"
+    args["d"] = d
+    args["ks"] = list(ks)
+    args["ks_tensor"] = _int_in(torch.tensor(ks, dtype=I32))
+    c = _c_arg(rng, g, (num_groups, m, n), d)
+    if c is not None:
+        args["c"] = c
+    return Case(fn, args, note=f"G={num_groups} M={m} N={n} ks={ks}")
+
+
+FUNCTIONS: dict[str, Callable[[random.Random, torch.Generator], Case]] = {
+    **{f"fp8_gemm_{L}": (lambda rng, g, L=L: _dense_fp8(rng, g, L)) for L in ("nt", "nn", "tn", "tt")},
+    **{f"bf16_gemm_{L}": (lambda rng, g, L=L: _dense_bf16(rng, g, L)) for L in ("nt", "nn", "tn", "tt")},
+    "m_grouped_fp8_gemm_nt_contiguous": lambda rng, g: _m_grouped_contiguous(rng, g, True, False),
+    "m_grouped_fp8_gemm_nn_contiguous": lambda rng, g: _m_grouped_contiguous(rng, g, True, True),
+    "m_grouped_bf16_gemm_nt_contiguous": lambda rng, g: _m_grouped_contiguous(rng, g, False, False),
+    "m_grouped_bf16_gemm_nn_contiguous": lambda rng, g: _m_grouped_contiguous(rng, g, False, True),
+    "m_grouped_fp8_gemm_nt_masked": lambda rng, g: _masked(rng, g, True),
+    "m_grouped_bf16_gemm_nt_masked": lambda rng, g: _masked(rng, g, False),
+    "k_grouped_fp8_gemm_nt_contiguous": lambda rng, g: _k_grouped(rng, g, True),
+    "k_grouped_bf16_gemm_tn_contiguous": lambda rng, g: _k_grouped(rng, g, False),
+}
+
+
+def valid_case(seed: int, fn: Optional[str] = None) -> Case:
+    rng = random.Random(seed)
+    g = torch.Generator().manual_seed(seed)
+    name = fn or rng.choice(sorted(FUNCTIONS))
+    return FUNCTIONS[name](rng, g)
+
+
+# ----------------------------------------------------------------------------- mutations
+_TMA_ROLES = ("a[0]", "b[0]", "a", "b", "d", "c")  # tensors under the TMA layout rule (when placed so)
+
+
+def _tensor_args(case: Case) -> list[tuple[str, Optional[int]]]:
+    """(name, index in a pair or None) of every tensor argument (aliases excluded)."""
+    out = []
+    for name, v in case.args.items():
+        if isinstance(v, Buf):
+            out.append((name, None))
+        elif isinstance(v, tuple) and len(v) == 2 and all(isinstance(x, Buf) for x in v):
+            out += [(name, 0), (name, 1)]
+    return out
+
+
+def _get(case: Case, name: str, idx: Optional[int]) -> Buf:
+    v = case.args[name]
+    return v if idx is None else v[idx]
+
+
+def _set(case: Case, name: str, idx: Optional[int], buf: Any) -> None:
+    if idx is None:
+        case.args[name] = buf
+    else:
+        pair = list(case.args[name])
+        pair[idx] = buf
+        case.args[name] = tuple(pair)
+
+
+def _label(name: str, idx: Optional[int]) -> str:
+    return name if idx is None else f"{name}[{idx}]"
+
+
+def _allowed_dtypes(case: Case, label: str) -> tuple:
+    fn = case.fn
+    if label in ("grouped_layout", "masked_m", "ks_tensor"):
+        return (I32,)
+    if label.endswith("[1]"):
+        return (F32,)
+    if label.endswith("[0]"):
+        return (FP8,)
+    if label == "c":
+        return (F32,)
+    if label == "d":
+        if fn.startswith("k_grouped") or "c" in case.args or case.args.get("recipe") == (1, 1, 128):
+            return (F32,)
+        if fn.startswith("m_grouped"):
+            return (BF16,)
+        return (BF16, F32)
+    return (BF16,)  # bf16 a / b
+
+
+def _tma_ruled(case: Case, label: str) -> bool:
+    if label.endswith("[1]") or label in ("grouped_layout", "masked_m", "ks_tensor"):
+        return False
+    if case.fn == "m_grouped_fp8_gemm_nn_contiguous" and label == "b[0]":
+        return False  # read once by a K-major copy (any strides)
+    if case.fn == "k_grouped_fp8_gemm_nt_contiguous" and label in ("a[0]", "b[0]"):
+        return False  # 1-D: contiguity rules of their own
+    return True
+
+
+MUTATIONS = ("dtype", "rank", "shape", "inner_stride", "odd_pitch", "misalign", "not_a_tensor", "self_overlap",
+             "c_partial_overlap", "scalar", "group_values", "masked_values", "ks_values", "pair")
+
+
+def bad_case(seed: int, fn: Optional[str] = None) -> Optional[Case]:
+    """A valid case with one rule broken, or None when the drawn mutation does not apply to it."""
+    case = valid_case(seed, fn)
+    rng = random.Random(seed * 7919 + 1)
+    kind = rng.choice(MUTATIONS)
+    case.mutation = kind
+    tensors = _tensor_args(case)
+    name, idx = rng.choice(tensors)
+    buf = _get(case, name, idx)
+    label = _label(name, idx)
+    shape = tuple(buf.values.shape)
+    if kind == "dtype":
+        choices = [t for t in (FP8, torch.float8_e5m2, BF16, torch.float16, F32, I32, torch.int64)
+                   if t not in _allowed_dtypes(case, label)]
+        new = rng.choice(choices)
+        vals = buf.values.float().to(new) if new not in (I32, torch.int64) else buf.values.float().to(torch.int64).to(new)
+        _set(case, name, idx, Buf(vals, new, row_major(len(shape)) if new != FP8 or len(shape) != 2 else buf.place,
+                                  buf.output))
+        case.note += f" {label}: {buf.dtype} -> {new}"
+        return case
+    if kind == "rank":
+        vals = buf.values.unsqueeze(0) if rng.random() < 0.5 or buf.values.dim() == 1 else buf.values.flatten()
+        _set(case, name, idx, Buf(vals.contiguous(), buf.dtype, row_major(vals.dim()), buf.output))
+        case.note += f" {label}: rank {len(shape)} -> {vals.dim()}"
+        return case
+    if kind == "shape":
+        if label in ("ks_tensor",) or any(isinstance(v, _Alias) for v in case.args.values()) and label in ("c", "d"):
+            return None
+        dim = rng.randrange(len(shape))
+        new_shape = list(shape)
+        new_shape[dim] += rng.choice((1, -1)) if shape[dim] > 1 else 1
+        if label.endswith("[0]") and case.fn.startswith("k_grouped_fp8"):
+            new_shape[dim] = shape[dim] + 1  # 1-D: any other element count
+        vals = torch.zeros(new_shape).to(buf.dtype) if buf.dtype != I32 else torch.zeros(new_shape, dtype=I32)
+        _set(case, name, idx, Buf(vals, buf.dtype, row_major(len(new_shape)), buf.output))
+        case.note += f" {label}: shape {shape} -> {tuple(new_shape)}"
+        return case
+    if kind in ("inner_stride", "odd_pitch", "misalign"):
+        if not _tma_ruled(case, label) or len(shape) < 2 or min(shape) < 2 or isinstance(case.args.get("c"), _Alias):
+            return None
+        esize = buf.values.element_size()
+        if kind == "inner_stride":
+            perm = list(range(len(shape)))
+            perm[-1], perm[-2] = perm[-2], perm[-1]
+            place = Placement(tuple(perm), (0,) * len(shape))
+        elif kind == "odd_pitch":
+            if esize >= 16 // 1 or 16 // esize == 1:
+                return None
+            pads = [0] * len(shape)
+            pads[-1] = _tma_pad(rng, shape[-1], esize, True)
+            place = Placement(tuple(range(len(shape))), tuple(pads))
+        else:
+            if esize >= 16:
+                return None
+            place = Placement(tuple(range(len(shape))), tma_placement(rng, shape, buf.dtype, strange=False).pad,
+                              rng.randrange(1, 16 // esize))
+        _set(case, name, idx, Buf(buf.values, buf.dtype, place, buf.output))
+        case.note += f" {label}: {kind}"
+        return case
+    if kind == "not_a_tensor":
+        _set(case, name, idx, rng.choice((None, 1.5, [1, 2], "x")))
+        case.note += f" {label}: not a tensor"
+        return case
+    if kind == "self_overlap":
+        out = case.args["d"]
+        if not isinstance(out, Buf) or out.values.shape[0] < 2 or isinstance(case.args.get("c"), _Alias):
+            return None
+        if case.fn.endswith("masked") or case.fn.startswith("k_grouped"):
+            return None  # [G, ...] outputs: the outer dim may alias only if every group ... keep it simple
+        out.expand_dim = 0
+        case.note += " d: rows alias (stride 0)"
+        return case
+    if kind == "c_partial_overlap":
+        d = case.args["d"]
+        if "c" not in case.args or not isinstance(d, Buf) or d.values.shape[-2] < 2:
+            return None
+        case.args["c"] = _Alias("d", rows_shift=1)
+        d.place = dataclasses.replace(d.place, tail=d.place.tail + 4 * d.values.shape[-1] + 64)
+        case.note += " c: d moved one row"
+        return case
+    if kind == "scalar":
+        choices = []
+        if "expected_m" in case.args or case.fn.endswith("masked"):
+            choices += [("expected_m", -1), ("expected_m", 2.5), ("expected_m", True)]
+        if "fp8" in case.fn:
+            choices += [("recipe", (1, 2, 3)), ("recipe", "x")]
+            if not case.fn.startswith("k_grouped"):  # DeepGEMM's k-grouped function has no such flag
+                choices.append(("disable_ue8m0_cast", 1))
+        if "contiguous" in case.fn and case.fn.startswith("m_grouped"):
+            choices += [("use_psum_layout", 1), ("ensure_zero_padding", "yes")]
+        choices += [("compiled_dims", "xyz"), ("compiled_dims", 3)]
+        key, value = rng.choice(choices)
+        case.args[key] = value
+        case.note += f" {key}={value!r}"
+        return case
+    if kind == "group_values":
+        if "grouped_layout" not in case.args:
+            return None
+        gl = case.args["grouped_layout"].values.clone()
+        if gl.numel() == 0:
+            return None
+        G = case.args["b"][0].values.shape[0] if isinstance(case.args["b"], tuple) else case.args["b"].values.shape[0]
+        if case.args.get("use_psum_layout"):
+            what = rng.choice(("neg", "over_m", "decreasing"))
+            m = case.args["d"].values.shape[0]
+            if what == "neg":
+                gl[0] = -1
+            elif what == "over_m":
+                gl[-1] = m + 1
+            else:
+                if gl.numel() < 2 or int(gl[-1]) == 0:
+                    return None
+                gl[0] = int(gl[-1]) + 1
+        else:
+            what = rng.choice(("id_too_big", "id_below", "split_run", "misaligned"))
+            if what == "id_too_big":
+                gl[rng.randrange(gl.numel())] = G
+            elif what == "id_below":
+                gl[rng.randrange(gl.numel())] = -2
+            elif what == "split_run":
+                real = (gl >= 0).nonzero().flatten()
+                if real.numel() == 0 or gl.numel() < 3:
+                    return None
+                gid = int(gl[real[0]])
+                gl[-1] = gid
+                if int(gl[-2]) == gid:  # already one run up to the end: break it
+                    gl[-2] = -1
+                    if gl.numel() < 3 or int(gl[-3]) != gid:
+                        return None
+            else:
+                real = (gl >= 0).nonzero().flatten()
+                if real.numel() == 0:
+                    return None
+                start = int(real[0])
+                gid = int(gl[start])
+                if start == 0:
+                    return None
+                gl[start - 1] = gid  # the run now starts one row early
+        case.args["grouped_layout"] = _int_in(gl)
+        case.note += f" grouped_layout: {what}"
+        return case
+    if kind == "masked_values":
+        if "masked_m" not in case.args:
+            return None
+        mm = case.args["masked_m"].values.clone()
+        m_max = case.args["d"].values.shape[1]
+        mm[rng.randrange(mm.numel())] = rng.choice((-1, m_max + 1, 1 << 30))
+        case.args["masked_m"] = _int_in(mm)
+        case.host_value_rule = True
+        case.note += f" masked_m={mm.tolist()}"
+        return case
+    if kind == "ks_values":
+        if "ks" not in case.args:
+            return None
+        ks = list(case.args["ks"])
+        what = rng.choice(("not_128", "negative", "length", "tensor_differs", "float"))
+        if what == "not_128":
+            ks[0] += 64
+        elif what == "negative":
+            ks[0] = -128
+        elif what == "length":
+            ks = ks + [0]
+        elif what == "float":
+            ks[0] = float(ks[0])
+        else:
+            t = case.args["ks_tensor"].values.clone()
+            t[0] += 128
+            case.args["ks_tensor"] = _int_in(t)
+            case.host_value_rule = True
+            case.note += " ks_tensor differs from ks"
+            return case
+        case.args["ks"] = ks
+        case.note += f" ks: {what} {ks}"
+        return case
+    if kind == "pair":
+        pairs = [n for n, v in case.args.items() if isinstance(v, tuple) and len(v) == 2]
+        if not pairs:
+            return None
+        p = rng.choice(pairs)
+        v = case.args[p]
+        case.args[p] = rng.choice((v[0], (v[0],), (v[0], v[1], v[1]), [v[0], v[1]]))
+        case.note += f" {p}: not a 2-tuple"
+        return case
+    return None
+
+
+# ----------------------------------------------------------------------------- running
+@dataclasses.dataclass
+class Outcome:
+    error: Optional[BaseException]
+    mat: Materialized
+
+    @property
+    def accepted(self) -> bool:
+        return self.error is None
+
+
+def run_case(case: Case, device) -> Outcome:
+    mat = materialize(case, device)
+    fn = getattr(finegemm, case.fn)
+    try:
+        fn(**mat.kwargs)
+    except Exception as exc:  # noqa: BLE001 - classified by the caller
+        return Outcome(exc, mat)
+    return Outcome(None, mat)
+
+
+def clean_error(case: Case, exc: BaseException) -> bool:
+    return isinstance(exc, CLEAN_ERRORS) and str(exc).startswith(f"{case.fn}:")
+
+
+def untouched_cells(out: Outcome, case: Case) -> list[str]:
+    """Names of buffers whose bits changed where they must not: any cell of an input's buffer, or a
+    cell of an output's buffer outside the output's elements."""
+    bad = []
+    for name, (buf, mask, spec) in out.mat.bufs.items():
+        int_dtype, bits = _POISON_BITS[spec.dtype]
+        now = buf.view(int_dtype).cpu()
+        if spec.output and name in case.outputs:
+            if not bool((now[~mask] == bits).all()):
+                bad.append(name)
+            continue
+        before = materialize_buf(spec, "cpu")[1].view(int_dtype)
+        if not torch.equal(now, before):
+            bad.append(name)
+    return bad
+
+
+def output_values(out: Outcome, case: Case) -> dict[str, torch.Tensor]:
+    """The outputs' elements (CPU), whatever the device."""
+    return {name: out.mat.kwargs[name].detach().cpu() for name in case.outputs}
+
+
+# ----------------------------------------------------------------------------- kernels a case plans
+def kernel_plans(case: Case) -> list[tuple]:
+    """The plan arguments of the kernels a valid case launches on CUDA (for precompiling and a
+    parallel warm-up): ("fp8", m, n, k, out_fp32, has_c, one_d_one_d), ("fp8_grouped", kind, m, n,
+    k, G, expected_m, alignment), ("fp8_k_grouped", m, n, ks, has_c), ("bf16", m, n, k, layout,
+    out_fp32, has_c), ("bf16_grouped", kind, m, n, k, G, expected_m, alignment, b_mn_major),
+    ("bf16_k_grouped", m, n, sum_k, G, has_c)."""
+    from finegemm.heuristics.sm90_fp8_gemm import GEMM_GROUPED_CONTIGUOUS, GEMM_GROUPED_MASKED
+
+    a = case.args
+    fn = case.fn
+    has_c = "c" in a
+    if fn.startswith("fp8_gemm_"):
+        A = a["a"][0].values
+        B = a["b"][0].values
+        m, k = A.shape if fn[9] == "n" else (A.shape[1], A.shape[0])
+        n = B.shape[0] if fn[10] == "t" else B.shape[1]
+        if 0 in (m, n, k):
+            return []
+        out_fp32 = a["d"].dtype == F32
+        return [("fp8", m, n, k, out_fp32, has_c, a.get("recipe") == (1, 1, 128))]
+    if fn.startswith("bf16_gemm_"):
+        layout = fn[-2:]
+        A, B = a["a"].values, a["b"].values
+        m, k = A.shape if layout[0] == "n" else (A.shape[1], A.shape[0])
+        n = B.shape[0] if layout[1] == "t" else B.shape[1]
+        if 0 in (m, n, k):
+            return []
+        return [("bf16", m, n, k, layout, a["d"].dtype == F32, has_c)]
+    alignment = finegemm.get_mk_alignment_for_contiguous_layout()
+    if fn.startswith("m_grouped") and fn.endswith("contiguous"):
+        fp8 = "fp8" in fn
+        b_kn = "_nn_" in fn
+        A = a["a"][0].values if fp8 else a["a"].values
+        B = a["b"][0].values if fp8 else a["b"].values
+        m, k = A.shape
+        G, n = B.shape[0], B.shape[2] if b_kn else B.shape[1]
+        if 0 in (m, n, k, G):
+            return []
+        if fp8:
+            return [("fp8_grouped", GEMM_GROUPED_CONTIGUOUS, m, n, k, G, 0, alignment)]
+        return [("bf16_grouped", GEMM_GROUPED_CONTIGUOUS, m, n, k, G, 0, alignment, b_kn)]
+    if fn.endswith("masked"):
+        fp8 = "fp8" in fn
+        A = a["a"][0].values if fp8 else a["a"].values
+        G, m_max, k = A.shape
+        n = (a["b"][0].values if fp8 else a["b"].values).shape[1]
+        if 0 in (G, m_max, n, k):
+            return []
+        if fp8:
+            return [("fp8_grouped", GEMM_GROUPED_MASKED, m_max, n, k, G, int(a["expected_m"]), 0)]
+        return [("bf16_grouped", GEMM_GROUPED_MASKED, m_max, n, k, G, int(a["expected_m"]), 0, False)]
+    G, m, n = a["d"].values.shape
+    ks = list(a["ks"])
+    if 0 in (G, m, n) or sum(ks) == 0:
+        return []
+    if fn.startswith("k_grouped_fp8"):
+        return [("fp8_k_grouped", m, n, ks, has_c)]
+    return [("bf16_k_grouped", m, n, sum(ks), G, has_c)]
+
+
+def warm_plan(p: tuple, device: int) -> None:
+    """Plan (compiling on first use) one entry of kernel_plans() on a CUDA device: what the call
+    itself would do, so that a pool of threads can build a case list's kernels in parallel."""
+    kind, args = p[0], p[1:]
+    if kind == "fp8":
+        from finegemm.ops import sm90_fp8_gemm
+
+        m, n, k, out_fp32, has_c, one_d_one_d = args
+        sm90_fp8_gemm.plan(m, n, k, out_fp32, has_c, device, one_d_one_d=one_d_one_d)
+    elif kind == "fp8_grouped":
+        from finegemm.ops import sm90_fp8_gemm
+
+        sm90_fp8_gemm.plan_grouped(*args, device)
+    elif kind == "fp8_k_grouped":
+        from finegemm.ops import sm90_fp8_k_grouped
+
+        m, n, ks, has_c = args
+        sm90_fp8_k_grouped.plan(m, n, ks, has_c, device)
+    elif kind == "bf16":
+        from finegemm.ops import sm90_bf16_gemm
+
+        sm90_bf16_gemm.plan(*args, device)
+    elif kind == "bf16_grouped":
+        from finegemm.ops import sm90_bf16_gemm
+
+        *head, b_mn_major = args
+        sm90_bf16_gemm.plan_grouped(*head, device, b_mn_major=b_mn_major)
+    elif kind == "bf16_k_grouped":
+        from finegemm.ops import sm90_bf16_gemm
+
+        sm90_bf16_gemm.plan_k_grouped(*args, device)
+    else:
+        raise ValueError(f"unknown plan kind {kind!r}")
+
+
+def compare_outputs(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor], max_diff: float = 1e-5) -> list[str]:
+    """Mismatches between two runs' outputs: the same cells left at the poison (NaN), and the
+    others within calc_diff <= max_diff (exactly equal where the expected values are all zero)."""
+    from finegemm.testing.numeric import calc_diff
+
+    problems = []
+    for name, w in want.items():
+        x = got[name]
+        wn, xn = torch.isnan(w.float()), torch.isnan(x.float())
+        if not torch.equal(wn, xn):
+            problems.append(f"{name}: NaN cells differ ({int((wn != xn).sum())} of {w.numel()})")
+            continue
+        keep = ~wn
+        w64, x64 = w.double()[keep], x.double()[keep]
+        if w64.numel() == 0:
+            continue
+        if not bool(torch.isfinite(x64).all()):
+            problems.append(f"{name}: non-finite values where the reference is finite")
+        elif float((w64 * w64).sum()) == 0.0:
+            if not torch.equal(w64, x64):
+                problems.append(f"{name}: expected all zeros, max |value| {float(x64.abs().max())}")
+        else:
+            diff = calc_diff(x64, w64)
+            if diff > max_diff:
+                problems.append(f"{name}: calc_diff {diff:.3g} > {max_diff}")
+    return problems

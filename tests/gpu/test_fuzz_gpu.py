@@ -1,0 +1,105 @@
+"""The API fuzz (finegemm/testing/fuzz.py) on CUDA tensors, against the same cases on CPU.
+
+Valid cases (random shapes, padded pitches, storage offsets, MN-major scales, c = d): the CUDA call
+is accepted, writes what the CPU path (the exact fp64 reference) writes (calc_diff <= 1e-5, the
+same cells left untouched), and changes no other cell of any buffer: not the guard cells around
+d, not one bit of an input. Bad cases (one broken rule each): the CUDA call raises what the CPU
+call raises (same type, same message start), except masked_m / ks_tensor values, which only CPU
+calls read on the host (CUDA clamps / ignores them): those must not write outside d. After every
+case the CUDA context is healthy (a synchronize raises nothing).
+
+The kernels of the valid cases are planned first in a pool of threads (nvcc in parallel); the
+seeds are fixed, so scripts/precompile*.py can build the same kernels ahead of time.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from finegemm.testing import fuzz  # noqa: E402
+
+pytestmark = [pytest.mark.gpu, pytest.mark.nvcc]
+
+NUM_VALID = int(os.environ.get("FINEGEMM_FUZZ_GPU_CASES", "320"))
+VALID_SEEDS = range(100_000, 100_000 + NUM_VALID)
+BAD_SEEDS = range(200_000, 200_000 + 2 * NUM_VALID)
+
+
+def planned_kernels() -> set:
+    """Every kernel plan of the valid GPU cases (read by scripts/precompile*.py)."""
+    out = set()
+    for seed in VALID_SEEDS:
+        for p in fuzz.kernel_plans(fuzz.valid_case(seed)):
+            out.add(tuple(tuple(x) if isinstance(x, list) else x for x in p))
+    return out
+
+
+@pytest.fixture(scope="module")
+def warm():
+    device = torch.cuda.current_device()
+    plans = sorted(planned_kernels(), key=repr)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 4)) as pool:
+        list(pool.map(lambda p: fuzz.warm_plan(tuple(list(x) if isinstance(x, tuple) else x for x in p), device),
+                      plans))
+    return len(plans)
+
+
+def _healthy() -> str:
+    try:
+        torch.cuda.synchronize()
+    except Exception as exc:  # noqa: BLE001
+        return f"CUDA error after the call: {exc}"
+    return ""
+
+
+@pytest.mark.parametrize("chunk", range(8))
+def test_valid_cases_match_cpu(chunk, warm):
+    problems = []
+    for seed in VALID_SEEDS[chunk::8]:
+        case = fuzz.valid_case(seed)
+        got = fuzz.run_case(case, "cuda")
+        err = _healthy()
+        if err:
+            pytest.fail(f"seed {seed}: {case.describe()}: {err}")  # the context is gone: stop here
+        if got.error is not None:
+            problems.append(f"seed {seed}: {case.describe()}: rejected on CUDA: {type(got.error).__name__}: {got.error}")
+            continue
+        want = fuzz.run_case(case, "cpu")
+        assert want.error is None, f"seed {seed}: the CPU path rejected a valid case: {want.error}"
+        touched = fuzz.untouched_cells(got, case)
+        if touched:
+            problems.append(f"seed {seed}: {case.describe()}: cells changed outside the outputs in {touched}")
+        for p in fuzz.compare_outputs(fuzz.output_values(got, case), fuzz.output_values(want, case)):
+            problems.append(f"seed {seed}: {case.describe()}: {p}")
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("chunk", range(4))
+def test_bad_cases_same_verdict_as_cpu(chunk, warm):
+    problems, ran = [], 0
+    for seed in BAD_SEEDS[chunk::4]:
+        case = fuzz.bad_case(seed)
+        if case is None:
+            continue
+        ran += 1
+        cpu = fuzz.run_case(case, "cpu")
+        assert cpu.error is not None and fuzz.clean_error(case, cpu.error), f"seed {seed}: {case.describe()}: CPU"
+        got = fuzz.run_case(case, "cuda")
+        err = _healthy()
+        if err:
+            pytest.fail(f"seed {seed}: {case.describe()}: {err}")
+        if got.error is None:
+            if not case.host_value_rule:
+                problems.append(f"seed {seed}: {case.describe()}: accepted on CUDA, CPU raised {cpu.error}")
+            elif fuzz.untouched_cells(got, case):
+                problems.append(f"seed {seed}: {case.describe()}: wrote outside the outputs")
+            continue
+        if type(got.error) is not type(cpu.error) or not fuzz.clean_error(case, got.error):
+            problems.append(f"seed {seed}: {case.describe()}: CUDA {type(got.error).__name__}: {got.error} / "
+                            f"CPU {type(cpu.error).__name__}: {cpu.error}")
+    assert ran > 0
+    assert not problems, "\n".join(problems)

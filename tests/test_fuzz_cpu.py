@@ -1,0 +1,97 @@
+"""The API fuzz on CPU tensors (finegemm/testing/fuzz.py): random shapes and memory placements
+that must be accepted and must write only the outputs' elements; one broken rule per bad case,
+which must raise TypeError / ValueError / NotImplementedError naming the function.
+
+Seeds are fixed (the same cases every run); FINEGEMM_FUZZ_CASES scales the count.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from finegemm.testing import fuzz  # noqa: E402
+
+NUM = int(os.environ.get("FINEGEMM_FUZZ_CASES", "240"))
+
+
+@pytest.mark.parametrize("chunk", range(4))
+def test_valid_cases_are_accepted_and_write_only_outputs(chunk):
+    problems = []
+    for seed in range(chunk, NUM, 4):
+        case = fuzz.valid_case(seed)
+        out = fuzz.run_case(case, "cpu")
+        if out.error is not None:
+            problems.append(f"seed {seed}: {case.describe()}: rejected: {type(out.error).__name__}: {out.error}")
+            continue
+        touched = fuzz.untouched_cells(out, case)
+        if touched:
+            problems.append(f"seed {seed}: {case.describe()}: cells changed outside the outputs in {touched}")
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("chunk", range(4))
+def test_bad_cases_raise_a_clean_error(chunk):
+    problems, ran = [], 0
+    for seed in range(chunk, 2 * NUM, 4):
+        case = fuzz.bad_case(seed)
+        if case is None:
+            continue
+        ran += 1
+        out = fuzz.run_case(case, "cpu")
+        if out.error is None:
+            problems.append(f"seed {seed}: {case.describe()}: accepted")
+        elif not fuzz.clean_error(case, out.error):
+            problems.append(f"seed {seed}: {case.describe()}: {type(out.error).__name__}: {out.error}")
+    assert ran >= NUM // 4, f"only {ran} bad cases applied"
+    assert not problems, "\n".join(problems)
+
+
+def test_every_function_and_mutation_is_drawn():
+    """The generators reach every public function and every mutation kind (so a new rule or
+    function is not silently left out of the fuzz)."""
+    fns, kinds = set(), set()
+    for seed in range(2 * NUM):
+        case = fuzz.bad_case(seed)
+        if case is not None:
+            fns.add(case.fn)
+            kinds.add(case.mutation)
+    assert fns == set(fuzz.FUNCTIONS)
+    assert kinds == set(fuzz.MUTATIONS)
+
+
+def test_self_overlapping_output_is_rejected():
+    """The rule the fuzz found missing: an output whose elements share memory (an expanded view)
+    was accepted; CPU then failed inside torch and CUDA would race."""
+    import finegemm
+
+    a = torch.randn(4, 64).to(torch.bfloat16)
+    b = torch.randn(8, 64).to(torch.bfloat16)
+    d = torch.empty(8, dtype=torch.bfloat16).expand(4, 8)
+    with pytest.raises(ValueError, match=r"^bf16_gemm_nt: d must not have elements that share memory"):
+        finegemm.bf16_gemm_nt(a, b, d)
+    rows = torch.empty(4 * 16, dtype=torch.bfloat16).as_strided((4, 16), (8, 1))  # rows overlap by half
+    with pytest.raises(ValueError, match=r"d must not have elements that share memory"):
+        finegemm.bf16_gemm_nt(a, torch.randn(16, 64).to(torch.bfloat16), rows)
+
+
+def test_placements_are_what_they_claim():
+    """materialize(): the view holds the values, the mask marks exactly its cells, the rest of the
+    buffer is poison (a fuzz helper whose own bug would hide kernel bugs)."""
+    import random
+
+    rng = random.Random(3)
+    vals = torch.randn(3, 5, 7)
+    for _ in range(20):
+        place = fuzz.tma_placement(rng, tuple(vals.shape), torch.float32)
+        view, buf, mask = fuzz.materialize_buf(fuzz.Buf(vals, torch.float32, place), "cpu")
+        assert torch.equal(view, vals)
+        assert int(mask.sum()) == vals.numel()
+        assert bool(torch.isnan(buf[~mask]).all())
+        assert view.stride(-1) == 1 and all(s * 4 % 16 == 0 for s in view.stride()[:-1])
+        assert view.data_ptr() % 16 == 0
+        place = fuzz.any_placement(rng, tuple(vals.shape))
+        view, buf, mask = fuzz.materialize_buf(fuzz.Buf(vals, torch.float32, place), "cpu")
+        assert torch.equal(view, vals) and int(mask.sum()) == vals.numel()
