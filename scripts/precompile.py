@@ -278,16 +278,20 @@ def main() -> int:
 
 
 def fuzz_configs(sms: int) -> list:
-    """The FP8 kernels of tests/gpu/test_fuzz_gpu.py's valid cases (their plan arguments, as the
-    ops' plan functions pass them to the heuristics)."""
+    """The FP8 kernels of tests/gpu/test_fuzz_gpu.py's valid cases and of
+    tests/gpu/test_output_bounds_gpu.py (their plan arguments, finegemm.testing.fuzz.kernel_plans'
+    tuples, as the ops' plan functions pass them to the heuristics)."""
     from finegemm.heuristics.sm90_fp8_gemm import select_k_grouped_config
 
-    spec = importlib.util.spec_from_file_location("_fuzz_gpu_cases", Path(__file__).resolve().parents[1] / "tests"
-                                                  / "gpu" / "test_fuzz_gpu.py")
-    t = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(t)
+    plans = set()
+    for name in ("test_fuzz_gpu", "test_output_bounds_gpu"):
+        spec = importlib.util.spec_from_file_location(f"_{name}", Path(__file__).resolve().parents[1] / "tests"
+                                                      / "gpu" / f"{name}.py")
+        t = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(t)
+        plans |= t.planned_kernels()
     out = []
-    for p in sorted(t.planned_kernels(), key=repr):
+    for p in sorted(plans, key=repr):
         kind, args = p[0], p[1:]
         if kind == "fp8":
             m, n, k, out_fp32, has_c, one_d_one_d = args

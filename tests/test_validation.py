@@ -804,3 +804,16 @@ def test_nan_inf_are_not_errors():
     kw["b"][1][0, 0] = float("inf")
     call_fp8(**kw)
     assert torch.isnan(kw["d"][0]).any()
+
+
+def test_self_overlapping_output_is_rejected():
+    """Found missing by the API fuzz (tests/test_fuzz_cpu.py): an output whose elements share memory
+    (an expanded view) was accepted; CPU then failed inside torch and CUDA would race."""
+    a = torch.randn(4, 64).to(torch.bfloat16)
+    b = torch.randn(8, 64).to(torch.bfloat16)
+    d = torch.empty(8, dtype=torch.bfloat16).expand(4, 8)
+    with pytest.raises(ValueError, match=r"^bf16_gemm_nt: d must not have elements that share memory"):
+        finegemm.bf16_gemm_nt(a, b, d)
+    rows = torch.empty(4 * 16, dtype=torch.bfloat16).as_strided((4, 16), (8, 1))  # rows overlap by half
+    with pytest.raises(ValueError, match=r"d must not have elements that share memory"):
+        finegemm.bf16_gemm_nt(a, torch.randn(16, 64).to(torch.bfloat16), rows)

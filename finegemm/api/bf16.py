@@ -120,7 +120,8 @@ _DENSE_DOC = """
         * a, b, d (and c): contiguous last dimension, other strides multiples of 16 bytes (TMA
           needs a 16-byte row pitch, e.g. N % 8 == 0 for a contiguous bf16 d) and a 16-byte
           aligned base address.
-        * All tensors on one device; d must not overlap a or b.
+        * All tensors on one device; d must not overlap a or b, nor itself (no two elements at one
+          address, e.g. an expanded view).
         * M == 0 or N == 0 returns at once after validation; K == 0 writes d = c (or zeros).
 
     Devices: CPU runs ``finegemm.reference.bf16_gemm_nt`` (exact, fp64 accumulation) on
@@ -227,7 +228,7 @@ _CONTIGUOUS_DOC = """M-grouped BF16 GEMM, contiguous layout: {formula}.
             planning hint; finegemm plans from the rows it is given and does not need it).
 
     Constraints: K % 8 == 0; TMA layout rules for a, b, d; one device; d must not overlap the
-    inputs; M == 0 returns at once after validation. On CUDA the mk alignment must be 64 or 128
+    inputs nor itself; M == 0 returns at once after validation. On CUDA the mk alignment must be 64 or 128
     (a kernel tile never spans two groups; smaller alignments raise NotImplementedError).
     Devices: CPU runs ``finegemm.reference``; CUDA runs the SM90 BF16 kernel's m-grouped contiguous
     kind (finegemm.ops.sm90_bf16_gemm; psum layouts are turned into per-row group ids on the GPU){device_note}.
@@ -288,7 +289,7 @@ def m_grouped_bf16_gemm_nt_masked(
         compiled_dims: kernel specialization hint.
 
     Constraints: K % 8 == 0; TMA layout rules for a, b, d; one device; d must not overlap the
-    inputs. Devices: CPU runs ``finegemm.reference``; CUDA runs the SM90 BF16 kernel's m-grouped
+    inputs nor itself. Devices: CPU runs ``finegemm.reference``; CUDA runs the SM90 BF16 kernel's m-grouped
     masked kind (finegemm.ops.sm90_bf16_gemm): masked_m is read and clamped to [0, Mmax] on the
     GPU, never by the host (no sync; a captured CUDA graph replays with new masked_m values).
     """
@@ -352,7 +353,7 @@ def k_grouped_bf16_gemm_tn_contiguous(
         compiled_dims: kernel specialization hint.
 
     Constraints: TMA layout rules for a, b (so M % 8 == 0 and N % 8 == 0 for contiguous
-    operands), d and c; one device; d must not overlap the inputs. M == 0, N == 0 or G == 0
+    operands), d and c; one device; d must not overlap the inputs nor itself. M == 0, N == 0 or G == 0
     returns at once after validation.
     Devices: CPU runs ``finegemm.reference``; CUDA runs the SM90 BF16 kernel's k-grouped kind in ONE
     persistent launch for G <= 256 (ceil(G / 256) launches above): all groups' tiles, empty groups

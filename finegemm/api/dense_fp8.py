@@ -204,7 +204,8 @@ _COMMON_DOC = """
           16 bytes (TMA needs a 16-byte row pitch: e.g. a contiguous bf16 d needs N % 8 == 0; pad
           and pass a view otherwise) and a 16-byte aligned base address. For a stored [K, M] or
           [K, N] operand this means M (resp. N) rows padded to 16 bytes.
-        * All tensors on the same device; d must not overlap A, B or the scales.
+        * All tensors on the same device; d must not overlap A, B or the scales, nor itself
+          (no two elements at one address, e.g. an expanded view).
         * M == 0 or N == 0 returns at once (after validation); K == 0 writes d = c (or zeros).
 
     Devices: CPU tensors run ``finegemm.reference.fp8_gemm_nt`` (exact, fp64 accumulation) on

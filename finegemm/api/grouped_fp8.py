@@ -103,7 +103,12 @@ def _m_grouped_contiguous(fn: str, b_kn: bool, a: object, b: object, d: object, 
         from finegemm.ops import sm90_fp8_gemm  # lazy: the CUDA stack is only needed for CUDA tensors
 
         if b_kn:
-            B_nk = B_nk.contiguous()  # SM90 FP8 wgmma reads K-major operands only
+            # SM90 FP8 wgmma reads K-major operands only. B's strides are free here, so a view that
+            # is K-major already (no copy by .contiguous()) may still start off a 16-byte boundary,
+            # which TMA cannot address: copy that one too.
+            B_nk = B_nk.contiguous()
+            if B_nk.data_ptr() % 16 != 0:
+                B_nk = B_nk.clone()
         sm90_fp8_gemm.m_grouped_fp8_gemm_nt_contiguous(A, sfa, B_nk, sfb_nk, d, grouped_layout, use_psum_layout)
         return
     d.copy_(reference.m_grouped_fp8_gemm_nt_contiguous(
@@ -135,7 +140,7 @@ _CONTIGUOUS_DOC = """M-grouped FP8 GEMM, contiguous layout: {formula} for each r
 
     Constraints: K % 16 == 0; A, B, d with a contiguous last dimension, 16-byte multiple
     strides and 16-byte aligned base (TMA); all tensors on one device; d must not overlap the
-    inputs. M == 0 returns at once after validation.
+    inputs nor itself. M == 0 returns at once after validation.
 
     Devices: CPU runs ``finegemm.reference``; CUDA: the SM90 kernel (finegemm.ops.sm90_fp8_gemm,
     GEMM kind "grouped contiguous"; needs the mk alignment to be a multiple of 64; validated on
@@ -213,7 +218,7 @@ def m_grouped_fp8_gemm_nt_masked(
         compiled_dims, disable_ue8m0_cast: compatibility arguments (validated; no effect on SM90).
 
     Constraints: K % 16 == 0; TMA layout rules for A, B, d (contiguous last dim, 16-byte
-    strides and base); one device; d must not overlap the inputs. G == 0 or Mmax == 0 returns at
+    strides and base); one device; d must not overlap the inputs nor itself. G == 0 or Mmax == 0 returns at
     once after validation.
 
     Devices: CPU runs ``finegemm.reference``; CUDA runs the SM90 kernel (GEMM kind "grouped
@@ -291,7 +296,7 @@ def k_grouped_fp8_gemm_nt_contiguous(
         compiled_dims: kernel specialization hint (distinct letters of "mnk").
 
     Constraints: A and B contiguous with 16-byte aligned base; d (and c) with contiguous last
-    dim, 16-byte strides and base (TMA); one device; d must not overlap the inputs. M == 0,
+    dim, 16-byte strides and base (TMA); one device; d must not overlap the inputs nor itself. M == 0,
     N == 0 or G == 0 returns at once after validation.
 
     Devices: CPU runs ``finegemm.reference``; CUDA runs the SM90 FP8 kernel with recipe

@@ -224,14 +224,25 @@ inline CUresult make_tmap_3d(CUtensorMap* tmap, CUtensorMapDataType dtype, void*
                                   promotion, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
 
+// Whether a TMA store may write a row-major [rows, n] output of elem_bytes elements with a row
+// pitch of ld elements: TMA's own rule (16-byte aligned base and pitch) and rows that end on a
+// 16-byte boundary (n * elem_bytes % 16 == 0). TMA stores clip the inner dimension at 16-byte
+// granularity of the global address, not per element: a box over the end of a row of n = 100
+// bf16 also writes columns 100..103 (measured on the H200 by tests/gpu/test_fuzz_gpu.py; with d a
+// column slice of a wider tensor, that is another tensor's data). Callers keep direct stores
+// otherwise.
+inline bool tma_store_fits(const void* base, int64_t n, int64_t ld, int elem_bytes) {
+  return reinterpret_cast<uintptr_t>(base) % 16 == 0 && (ld * elem_bytes) % 16 == 0 && (n * elem_bytes) % 16 == 0;
+}
+
 // The fp32 D map of the recipe (1,1,128) TMA epilogue (mirrors epilogue::TmaStoreFp32<block_n>):
 // [groups, m, n] fp32 with row pitch ldd elements (group g's rows start at g * m), box (32 or 16
-// columns, 64 rows, 1). Returns false (nothing encoded) where TMA cannot address d: a base not
-// 16-byte aligned or a pitch not a multiple of 16 bytes; the caller then keeps direct stores.
+// columns, 64 rows, 1). Returns false (nothing encoded) where a TMA store may not write d
+// (tma_store_fits: a base or pitch off 16 bytes, or N % 4 != 0); the caller then keeps direct stores.
 inline bool make_fp32_epilogue_tmap(CUtensorMap* tmap, void* d, int m, int n, int ldd, int groups, int block_n,
                                     CUresult* err) {
   *err = CUDA_SUCCESS;
-  if (reinterpret_cast<uintptr_t>(d) % 16 != 0 || ldd % 4 != 0) return false;
+  if (!tma_store_fits(d, n, ldd, 4)) return false;
   const bool wide = block_n % 32 == 0;
   const uint64_t pitch = static_cast<uint64_t>(ldd) * 4u;
   *err = make_tmap_3d(tmap, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, d, static_cast<uint64_t>(n), static_cast<uint64_t>(m),

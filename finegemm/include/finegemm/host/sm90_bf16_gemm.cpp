@@ -124,7 +124,7 @@ int encode_dense(Sm90Bf16Launch* L, uint64_t fn, void* a, void* b, void* d, void
 
   std::memset(&L->tmap_d, 0, sizeof(L->tmap_d));
   if (tma_store != 0 && out_fp32 == 0 && c == nullptr) {
-    const bool ok = reinterpret_cast<uintptr_t>(d) % 16 == 0 && (static_cast<int64_t>(ldd) * 2) % 16 == 0;
+    const bool ok = fg::tma_store_fits(d, n, ldd, 2);  // else direct stores
     if (ok) {
       const int sw = bf16_tma_store_swizzle_bytes(block_n);
       r = fg::make_tmap_2d(&L->tmap_d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, d, static_cast<uint64_t>(n),
@@ -308,7 +308,7 @@ int fg_launch_sm90_bf16_grouped(uint64_t fn, void* a, void* b, void* d, void* gr
 
   CUtensorMap tmap_d;
   std::memset(&tmap_d, 0, sizeof(tmap_d));
-  const bool ok = reinterpret_cast<uintptr_t>(d) % 16 == 0 && (static_cast<int64_t>(ldd) * 2) % 16 == 0;
+  const bool ok = fg::tma_store_fits(d, n, ldd, 2);  // else direct stores
   if (ok) {
     const int sw = bf16_tma_store_swizzle_bytes(block_n);
     r = fg::make_tmap_2d(&tmap_d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, d, static_cast<uint64_t>(n),

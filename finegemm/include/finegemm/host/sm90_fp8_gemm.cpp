@@ -135,7 +135,7 @@ int encode_1d2d(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sfa, void
 
   std::memset(&L->tmap_d, 0, sizeof(L->tmap_d));
   if (tma_store != 0) {
-    const bool ok = reinterpret_cast<uintptr_t>(d) % 16 == 0 && (static_cast<int64_t>(ldd) * 2) % 16 == 0;
+    const bool ok = fg::tma_store_fits(d, n, ldd, 2);  // else direct stores
     if (ok) {
       const int sw = tma_store_swizzle_bytes(block_n);
       r = fg::make_tmap_2d(&L->tmap_d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, d, static_cast<uint64_t>(n),
