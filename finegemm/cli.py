@@ -107,34 +107,76 @@ def _parse_shape(text: str) -> tuple[int, int, int]:
     return m, n, k
 
 
+# `warmup --kinds`: which kernel of a shape to build. FP8: D bf16 / fp32 / fp32 + C (recipe
+# (1, 128, 128)), wgrad = recipe (1, 1, 128) with fp32 D accumulated into C (_no_c: without C).
+# BF16: bf16_<layout> with bf16 D, bf16_<layout>_fp32 with fp32 D.
+WARMUP_KINDS = ("fp8", "fp8_fp32", "fp8_fp32_c", "wgrad", "wgrad_no_c") + tuple(
+    f"bf16_{layout}{out}" for layout in ("nt", "nn", "tn", "tt") for out in ("", "_fp32"))
+
+
+def warmup_sources(shapes, kinds, num_sms: int) -> dict:
+    """name -> rendered source of the kernel each (shape, kind) plans on num_sms SMs: what the
+    calls would compile on first use (the heuristics and tuned tables are the ones the ops' plan
+    functions consult; the cache key holds no GPU property, so this runs without a GPU)."""
+    from finegemm.heuristics import sm90_bf16_gemm as bf16_heur
+    from finegemm.heuristics import sm90_fp8_gemm as fp8_heur
+    from finegemm.ops import sm90_bf16_gemm as bf16_ops
+    from finegemm.ops import sm90_fp8_gemm as fp8_ops
+
+    sources = {}
+    for (m, n, k) in shapes:
+        for kind in kinds:
+            if kind.startswith("bf16_"):
+                if k % 8:
+                    raise ValueError(f"warmup: BF16 needs K % 8 == 0, got M,N,K={m},{n},{k}")
+                layout = kind[5:7]
+                a_mn, b_mn = bf16_heur.LAYOUTS[layout]
+                cfg = bf16_heur.select_config(m, n, k, num_sms, a_mn, b_mn, kind.endswith("_fp32"), False)
+                key = cfg.kernel_key()
+                sources[bf16_ops.kernel_name(key)] = bf16_ops.render(*key)
+                continue
+            if k % 16:
+                raise ValueError(f"warmup: FP8 needs K % 16 == 0, got M,N,K={m},{n},{k}")
+            wgrad = kind.startswith("wgrad")
+            out_fp32 = kind != "fp8"
+            has_c = kind in ("fp8_fp32_c", "wgrad")
+            if wgrad and has_c and not fp8_ops.ACCUMULATE_C_IN_KERNEL_1D1D:
+                has_c = False  # the ops' A/B switch: C added after a kernel without it
+            cfg = fp8_heur.select_config(m, n, k, num_sms, out_fp32, has_c, one_d_one_d=wgrad)
+            sources[fp8_ops._kernel_name(cfg)] = fp8_ops._render_cfg(cfg)
+    return sources
+
+
 def cmd_warmup(args) -> int:
+    num_sms = args.sms
+    if num_sms is None:
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                num_sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+        except Exception:
+            num_sms = None
+    if num_sms is None:
+        num_sms = 132
+        print("warmup: no GPU here; planning for 132 SMs (H100 / H200 SXM; --sms to change)")
     try:
-        mod = importlib.import_module("finegemm.ops.sm90_fp8_gemm")
-    except ModuleNotFoundError as exc:
-        if exc.name not in ("finegemm.ops", "finegemm.ops.sm90_fp8_gemm"):
-            raise
-        mod = None
-    warm = getattr(mod, "warmup_shape", None) if mod is not None else None
-    if warm is None:
-        print("nothing to warm up (finegemm.ops.sm90_fp8_gemm.warmup_shape is not available)")
-        return 0
-    shapes = args.shapes
-    done = 0
-    failures = []
+        sources = warmup_sources(args.shapes, args.kinds, num_sms)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    from finegemm import jit
+
+    jobs = args.jobs or min(8, os.cpu_count() or 1)
     t0 = time.time()
-    with ThreadPoolExecutor(max_workers=args.jobs or min(8, os.cpu_count() or 1)) as pool:
-        futures = {pool.submit(warm, m, n, k): (m, n, k) for (m, n, k) in shapes}
-        for fut in as_completed(futures):
-            done += 1
-            try:
-                fut.result()
-            except Exception as exc:
-                failures.append((futures[fut], exc))
-            print(f"\rwarmup: {done}/{len(shapes)} shapes ({time.time() - t0:.1f} s)", end="", flush=True)
-    print()
-    for shape, exc in failures:
-        print(f"warmup failed for M,N,K={','.join(map(str, shape))}: {exc}", file=sys.stderr)
-    return 1 if failures else 0
+    try:
+        jit.build_many(sources, jobs)
+    except Exception as exc:  # a compile error: its nvcc output is in the message
+        print(f"warmup failed: {exc}", file=sys.stderr)
+        return 1
+    print(f"warmup: {len(sources)} kernels for {len(args.shapes)} shapes x {len(args.kinds)} kinds "
+          f"({num_sms} SMs) in the cache ({time.time() - t0:.1f} s)")
+    return 0
 
 
 def _dispatch(module: str, what: str, argv: list[str]) -> int:
@@ -178,8 +220,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="restrict to a registered kernel family (repeatable)")
     s.set_defaults(func=cmd_compile_check)
 
-    s = sub.add_parser("warmup", help="compile the kernels that dense FP8 GEMM shapes use")
+    s = sub.add_parser("warmup", help="compile ahead of time the kernels GEMM shapes use (no GPU needed)")
     s.add_argument("--shapes", nargs="+", type=_parse_shape, required=True, metavar="M,N,K")
+    s.add_argument("--kinds", nargs="+", choices=WARMUP_KINDS, default=["fp8"], metavar="KIND",
+                   help="which GEMMs of each shape: fp8 (bf16 D, the default), fp8_fp32, fp8_fp32_c, wgrad (recipe "
+                        "(1, 1, 128), fp32 D + C), wgrad_no_c, bf16_<nt|nn|tn|tt> (bf16 D), bf16_<layout>_fp32")
+    s.add_argument("--sms", type=int, default=None,
+                   help="plan for this many SMs (default: this GPU's count, else 132)")
     s.add_argument("--jobs", type=int, default=0, help="parallel compiles (default min(8, cpus))")
     s.set_defaults(func=cmd_warmup)
 

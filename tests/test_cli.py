@@ -32,11 +32,34 @@ def test_compile_check(tmp_path):
     assert "trivial_add/block256" in r.stdout and "ok" in r.stdout
 
 
-def test_warmup_and_missing_suites(tmp_path):
-    r = _run(["warmup", "--shapes", "128,256,512"], tmp_path / "c")
-    assert r.returncode in (0, 1), r.stderr
+def test_missing_suites(tmp_path):
     r = _run(["bench", "no_such_suite_xyz"], tmp_path / "c")
     assert r.returncode == 2 and "not available" in r.stderr
+
+
+@pytest.mark.nvcc
+def test_warmup_compiles_what_the_plans_pick(tmp_path):
+    """`warmup` builds, without a GPU, the kernels the heuristics pick for each (shape, kind): the
+    cache then holds exactly those names (what a first call on a 132-SM GPU would look up)."""
+    from finegemm import cli
+
+    shapes, kinds = [(128, 256, 512)], ["fp8", "wgrad", "bf16_tn_fp32"]
+    want = set(cli.warmup_sources(shapes, kinds, 132))
+    assert len(want) == 3
+    r = _run(["warmup", "--shapes", "128,256,512", "--kinds", *kinds, "--sms", "132", "--jobs", "2"], tmp_path / "c")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "3 kernels" in r.stdout
+    cached = {p.name for p in (tmp_path / "c").rglob("*") if p.is_dir()}
+    assert all(any(name in c for c in cached) for name in want), (want, sorted(cached)[:20])
+
+
+def test_warmup_rejects_k_the_kernels_cannot_take():
+    from finegemm import cli
+
+    with pytest.raises(ValueError, match="K % 16"):
+        cli.warmup_sources([(128, 256, 520)], ["fp8"], 132)
+    with pytest.raises(ValueError, match="K % 8"):
+        cli.warmup_sources([(128, 256, 4)], ["bf16_nt"], 132)
 
 
 def test_bad_shape(tmp_path):

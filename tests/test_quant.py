@@ -106,8 +106,10 @@ def test_ceil_to_ue8m0_exact():
 def test_casts_reject_bad_input():
     with pytest.raises(ValueError, match="2-D"):
         quant.per_token_cast_to_fp8(torch.zeros(4))
-    with pytest.raises(ValueError, match="bf16"):
+    with pytest.raises(TypeError, match="bf16"):
         quant.per_block_cast_to_fp8(torch.zeros((4, 4), dtype=torch.int32))
+    with pytest.raises(TypeError, match=r"^per_channel_cast_to_fp8: x must be a torch.Tensor, got list"):
+        quant.per_channel_cast_to_fp8([1.0, 2.0])
 
 
 def test_reexports():
@@ -123,6 +125,8 @@ def test_get_tma_aligned_size():
     assert quant.get_tma_aligned_size(0, 4) == 0
     with pytest.raises(ValueError, match="element_size"):
         quant.get_tma_aligned_size(5, 3)
+    with pytest.raises(ValueError, match=r"x must be >= 0, got -3"):
+        quant.get_tma_aligned_size(-3, 4)
 
 
 @pytest.mark.parametrize("mn,kb", [(5, 2), (8, 3), (129, 2), (1, 1)])

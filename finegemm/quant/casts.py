@@ -55,10 +55,13 @@ def _quantize(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
 
 
 def _check_2d(x: torch.Tensor, name: str) -> None:
+    # TypeError for types / dtypes, ValueError for shapes: the API's convention (api/_validate.py).
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name}: x must be a torch.Tensor, got {type(x).__name__}")
     if x.dim() != 2:
         raise ValueError(f"{name}: x must be 2-D [rows, K], got shape {tuple(x.shape)}")
     if not x.dtype.is_floating_point or x.dtype == FP8_DTYPE:
-        raise ValueError(f"{name}: x must be bf16/fp16/fp32, got {x.dtype}")
+        raise TypeError(f"{name}: x must be bf16/fp16/fp32, got {x.dtype}")
 
 
 def per_token_cast_to_fp8(x: torch.Tensor, use_ue8m0: bool = False) -> tuple[torch.Tensor, torch.Tensor]:

@@ -53,6 +53,8 @@ def get_tma_aligned_size(x: int, element_size: int) -> int:
     """Round x (elements) up so that x * element_size is a multiple of 16 bytes."""
     if element_size <= 0 or 16 % element_size != 0:
         raise ValueError(f"get_tma_aligned_size: element_size must divide 16, got {element_size}")
+    if x < 0:
+        raise ValueError(f"get_tma_aligned_size: x must be >= 0, got {x}")
     return align(x, 16 // element_size)
 
 
