@@ -331,7 +331,7 @@ def _m_grouped_contiguous(rng, g, fp8: bool, b_kn: bool) -> Case:
     psum = rng.random() < 0.3
     alignment = finegemm.get_mk_alignment_for_contiguous_layout()
     m, gl = _segments(rng, num_groups, alignment, psum)
-    n = rng.choice((16, 64, 136, 256, 264))
+    n = rng.choice((16, 64, 100, 136, 256, 264))
     k = rng.choice((16, 128, 144, 256, 400)) if fp8 else rng.choice((8, 64, 72, 200, 256))
     b_shape = (num_groups, k, n) if b_kn else (num_groups, n, k)
     args: dict[str, Any] = {}
@@ -357,7 +357,7 @@ def _m_grouped_contiguous(rng, g, fp8: bool, b_kn: bool) -> Case:
 def _masked(rng, g, fp8: bool) -> Case:
     num_groups = rng.choice((1, 2, 4))
     m_max = rng.choice((1, 17, 64, 130))
-    n = rng.choice((16, 64, 136, 256))
+    n = rng.choice((1, 16, 64, 100, 136, 256))
     k = rng.choice((16, 128, 144, 256)) if fp8 else rng.choice((8, 64, 72, 200))
     masked = torch.tensor([rng.choice((0, 1, m_max // 2, m_max, rng.randrange(0, m_max + 1)))
                            for _ in range(num_groups)], dtype=I32)
