@@ -83,6 +83,10 @@ class Case:
     def describe(self) -> str:
         return f"{self.fn} [{self.mutation or 'valid'}] {self.note}"
 
+    def accumulates_into_d(self) -> bool:
+        """c is d: a second call would add again (not a repeat of the first)."""
+        return isinstance(self.args.get("c"), _Alias)
+
 
 def _tma_pad(rng: random.Random, n: int, esize: int, odd: bool) -> int:
     """Extra elements for a storage dim of n elements so that the pitch is a 16-byte multiple

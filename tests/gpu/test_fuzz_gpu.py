@@ -2,8 +2,9 @@
 
 Valid cases (random shapes, padded pitches, storage offsets, MN-major scales, c = d): the CUDA call
 is accepted, writes what the CPU path (the exact fp64 reference) writes (calc_diff <= 1e-5, the
-same cells left untouched), and changes no other cell of any buffer: not the guard cells around
-d, not one bit of an input. Bad cases (one broken rule each): the CUDA call raises what the CPU
+same cells left untouched), changes no other cell of any buffer (not the guard cells around
+d, not one bit of an input), and a repeat on fresh buffers gives bitwise the same outputs (cases
+without c = d). Bad cases (one broken rule each): the CUDA call raises what the CPU
 call raises (same type, same message start), except masked_m / ks_tensor values, which only CPU
 calls read on the host (CUDA clamps / ignores them): those must not write outside d. After every
 case the CUDA context is healthy (a synchronize raises nothing).
@@ -48,6 +49,11 @@ def warm():
     return len(plans)
 
 
+def _bitwise_equal(x: torch.Tensor, y: torch.Tensor) -> bool:
+    int_dtype = {1: torch.uint8, 2: torch.int16, 4: torch.int32}[x.element_size()]
+    return torch.equal(x.contiguous().view(int_dtype), y.contiguous().view(int_dtype))
+
+
 def _healthy() -> str:
     try:
         torch.cuda.synchronize()
@@ -73,8 +79,14 @@ def test_valid_cases_match_cpu(chunk, warm):
         touched = fuzz.untouched_cells(got, case)
         if touched:
             problems.append(f"seed {seed}: {case.describe()}: cells changed outside the outputs in {touched}")
-        for p in fuzz.compare_outputs(fuzz.output_values(got, case), fuzz.output_values(want, case)):
+        got_values = fuzz.output_values(got, case)
+        for p in fuzz.compare_outputs(got_values, fuzz.output_values(want, case)):
             problems.append(f"seed {seed}: {case.describe()}: {p}")
+        if not case.accumulates_into_d():  # a repeat on fresh buffers: bitwise the same outputs
+            again = fuzz.output_values(fuzz.run_case(case, "cuda"), case)
+            for name, v in got_values.items():
+                if not _bitwise_equal(v, again[name]):
+                    problems.append(f"seed {seed}: {case.describe()}: {name} not bitwise repeatable")
     assert not problems, "\n".join(problems)
 
 
