@@ -4,7 +4,8 @@ Valid cases (random shapes, padded pitches, storage offsets, MN-major scales, c 
 is accepted, writes what the CPU path (the exact fp64 reference) writes (calc_diff <= 1e-5, the
 same cells left untouched), changes no other cell of any buffer (not the guard cells around
 d, not one bit of an input), and a repeat on fresh buffers gives bitwise the same outputs (cases
-without c = d). Bad cases (one broken rule each): the CUDA call raises what the CPU
+without c = d). The capturable ones (no host read of a device value) are also captured in a CUDA
+graph and replayed on re-poisoned outputs: bitwise the eager result, nothing else written. Bad cases (one broken rule each): the CUDA call raises what the CPU
 call raises (same type, same message start), except masked_m / ks_tensor values, which only CPU
 calls read on the host (CUDA clamps / ignores them): those must not write outside d. After every
 case the CUDA context is healthy (a synchronize raises nothing).
@@ -21,6 +22,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+import finegemm  # noqa: E402
 from finegemm.testing import fuzz  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.nvcc]
@@ -113,5 +115,46 @@ def test_bad_cases_same_verdict_as_cpu(chunk, warm):
         if type(got.error) is not type(cpu.error) or not fuzz.clean_error(case, got.error):
             problems.append(f"seed {seed}: {case.describe()}: CUDA {type(got.error).__name__}: {got.error} / "
                             f"CPU {type(cpu.error).__name__}: {cpu.error}")
+    assert ran > 0
+    assert not problems, "\n".join(problems)
+
+
+# Functions whose calls read no device value on the host (the m-grouped contiguous ones read
+# grouped_layout to validate it, so they cannot be captured).
+_CAPTURABLE = ("fp8_gemm_", "bf16_gemm_", "m_grouped_fp8_gemm_nt_masked", "m_grouped_bf16_gemm_nt_masked",
+               "k_grouped_")
+
+
+@pytest.mark.parametrize("chunk", range(2))
+def test_graph_replay_matches_eager(chunk, warm):
+    """A valid case captured in a CUDA graph (after one eager call) and replayed on re-poisoned
+    outputs writes bitwise what the eager call wrote, and nothing else."""
+    from finegemm.testing import capture_graph
+
+    problems, ran = [], 0
+    for seed in VALID_SEEDS[chunk::6]:
+        case = fuzz.valid_case(seed)
+        if not case.fn.startswith(_CAPTURABLE) or case.accumulates_into_d():
+            continue
+        ran += 1
+        mat = fuzz.materialize(case, "cuda")
+        fn = getattr(finegemm, case.fn)
+        fn(**mat.kwargs)
+        eager = {name: mat.kwargs[name].detach().clone() for name in case.outputs}
+        graph = capture_graph(lambda: fn(**mat.kwargs))
+        for name in case.outputs:  # the poison again, in every cell of the output's buffer
+            buf, _mask, spec = mat.bufs[name]
+            int_dtype, bits = fuzz._POISON_BITS[spec.dtype]
+            buf.view(int_dtype).fill_(bits)
+        graph.replay()
+        err = _healthy()
+        if err:
+            pytest.fail(f"seed {seed}: {case.describe()}: {err}")
+        for name in case.outputs:
+            if not _bitwise_equal(mat.kwargs[name], eager[name]):
+                problems.append(f"seed {seed}: {case.describe()}: replay of {name} differs from the eager call")
+        touched = fuzz.untouched_cells(fuzz.Outcome(None, mat), case)
+        if touched:
+            problems.append(f"seed {seed}: {case.describe()}: replay changed cells outside the outputs in {touched}")
     assert ran > 0
     assert not problems, "\n".join(problems)
