@@ -70,9 +70,15 @@ def _bf16(*shape, g):
 
 
 def _cpu(x):
+    """A CPU copy with the same strides (x.cpu() of a padded view is contiguous, and its row pitch
+    may then break the TMA rule the CPU path checks too)."""
     if isinstance(x, tuple):
         return tuple(_cpu(v) for v in x)
-    return x.cpu() if isinstance(x, torch.Tensor) else x
+    if not isinstance(x, torch.Tensor):
+        return x
+    y = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="cpu")
+    y.copy_(x.cpu())
+    return y
 
 
 def _run(fn_name, d, wide, n, **kw):
