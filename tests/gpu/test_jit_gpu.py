@@ -74,6 +74,24 @@ def test_launch_from_fresh_thread():
     assert torch.equal(result["out"], x + y)
 
 
+def test_occupancy_query_from_fresh_thread():
+    """The cluster-occupancy query the plans use (_fit_clusters, split clusters) answers the same in
+    a thread that never ran a CUDA runtime call: it failed there with CUDA_ERROR_INVALID_CONTEXT
+    (found by compute-sanitizer under the fuzz's warm-up pool), and the plan silently kept an
+    unfitted grid."""
+    from finegemm.ops import _runtime
+    from finegemm.ops import sm90_fp8_gemm as ops
+
+    cfg, fn = ops.plan(128, 576, 512, False, False, torch.cuda.current_device())  # a precompiled shape
+    main = _runtime.max_active_clusters(fn, 2, cfg.num_threads, cfg.smem_bytes)
+    out = []
+    t = threading.Thread(target=lambda: out.append(_runtime.max_active_clusters(fn, 2, cfg.num_threads,
+                                                                                   cfg.smem_bytes)))
+    t.start()
+    t.join()
+    assert main > 0 and out == [main]
+
+
 _CHILD = r"""
 import json, torch
 from finegemm import jit

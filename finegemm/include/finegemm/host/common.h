@@ -145,6 +145,16 @@ inline CUresult ensure_context(int device) {
   return CUDA_SUCCESS;
 }
 
+// A thread without a current context (a fresh thread: PyTorch makes its context current lazily)
+// takes the primary context retained when the first kernel was loaded, so that driver calls on
+// loaded functions (launches, occupancy queries) do not fail with CUDA_ERROR_INVALID_CONTEXT.
+inline void adopt_fallback_context() {
+  const Driver& d = driver();
+  CUcontext cur = nullptr;
+  if (d.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur == nullptr && detail::fallback_context() != nullptr)
+    d.cuCtxSetCurrent(detail::fallback_context());
+}
+
 // Which operand a tensor map serves (the developer overrides below can set A's and B's apart).
 enum class TmapOperand : int { kA = 0, kB = 1, kOther = 2 };
 
@@ -277,11 +287,7 @@ inline CUresult launch(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, uns
   const Driver& d = driver();
   if (!d.ok) return static_cast<CUresult>(FG_ERROR_NO_DRIVER);
   if (fn == nullptr) return static_cast<CUresult>(FG_ERROR_INVALID_ARGUMENT);
-  // A thread without a current context (fresh thread) launches in the retained primary context.
-  CUcontext cur = nullptr;
-  if (d.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur == nullptr &&
-      detail::fallback_context() != nullptr)
-    d.cuCtxSetCurrent(detail::fallback_context());
+  adopt_fallback_context();
 
   CUlaunchAttribute attrs[2];
   unsigned num_attrs = 0;
@@ -331,6 +337,9 @@ inline int max_active_clusters(CUfunction fn, int cluster_size, int threads, int
   using Fn = CUresult (*)(int*, CUfunction, const CUlaunchConfig*);
   static Fn occ = reinterpret_cast<Fn>(dlsym(drv.handle, "cuOccupancyMaxActiveClusters"));
   if (occ == nullptr) return FG_ERROR_NO_DRIVER;
+  // A planning thread that never ran a CUDA runtime call (e.g. a warm-up pool) has no context:
+  // the query failed there and the plan silently kept an unfitted grid / no split cluster.
+  adopt_fallback_context();
   CUlaunchAttribute attr;
   std::memset(&attr, 0, sizeof(attr));
   attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
