@@ -7,7 +7,6 @@ import os
 import platform
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from .bench import TUNE_FAMILIES

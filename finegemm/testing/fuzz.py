@@ -28,7 +28,7 @@ from finegemm.utils import align, ceil_div
 
 __all__ = ["Placement", "Buf", "Case", "Outcome", "FUNCTIONS", "MUTATIONS", "CLEAN_ERRORS", "tma_placement",
            "any_placement", "materialize_buf", "materialize", "valid_case", "bad_case", "run_case", "clean_error",
-           "untouched_cells", "output_values", "compare_outputs", "kernel_plans", "warm_plan"]
+           "untouched_cells", "output_values", "compare_outputs", "kernel_plans", "warm_plan", "warm_plans"]
 
 FP8 = torch.float8_e4m3fn
 BF16 = torch.bfloat16
@@ -775,7 +775,7 @@ def kernel_plans(case: Case) -> list[tuple]:
             return [("fp8_grouped", GEMM_GROUPED_MASKED, m_max, n, k, G, int(a["expected_m"]), 0)]
         return [("bf16_grouped", GEMM_GROUPED_MASKED, m_max, n, k, G, int(a["expected_m"]), 0, False)]
     G, m, n = a["d"].values.shape
-    ks = list(a["ks"])
+    ks = tuple(a["ks"])  # hashable: plans are collected in sets
     if 0 in (G, m, n) or sum(ks) == 0:
         return []
     if fn.startswith("k_grouped_fp8"):
@@ -800,7 +800,7 @@ def warm_plan(p: tuple, device: int) -> None:
         from finegemm.ops import sm90_fp8_k_grouped
 
         m, n, ks, has_c = args
-        sm90_fp8_k_grouped.plan(m, n, ks, has_c, device)
+        sm90_fp8_k_grouped.plan(m, n, list(ks), has_c, device)
     elif kind == "bf16":
         from finegemm.ops import sm90_bf16_gemm
 
@@ -816,6 +816,14 @@ def warm_plan(p: tuple, device: int) -> None:
         sm90_bf16_gemm.plan_k_grouped(*args, device)
     else:
         raise ValueError(f"unknown plan kind {kind!r}")
+
+
+def warm_plans(plans, device: int, workers: int = 16) -> None:
+    """warm_plan() for every plan, in a pool of threads (nvcc runs in parallel)."""
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+        list(pool.map(lambda p: warm_plan(p, device), plans))
 
 
 def compare_outputs(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor], max_diff: float = 1e-5) -> list[str]:

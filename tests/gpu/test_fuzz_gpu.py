@@ -15,7 +15,6 @@ seeds are fixed, so scripts/precompile*.py can build the same kernels ahead of t
 """
 from __future__ import annotations
 
-import concurrent.futures
 import os
 
 import pytest
@@ -34,20 +33,13 @@ BAD_SEEDS = range(200_000, 200_000 + 2 * NUM_VALID)
 
 def planned_kernels() -> set:
     """Every kernel plan of the valid GPU cases (read by scripts/precompile*.py)."""
-    out = set()
-    for seed in VALID_SEEDS:
-        for p in fuzz.kernel_plans(fuzz.valid_case(seed)):
-            out.add(tuple(tuple(x) if isinstance(x, list) else x for x in p))
-    return out
+    return {p for seed in VALID_SEEDS for p in fuzz.kernel_plans(fuzz.valid_case(seed))}
 
 
 @pytest.fixture(scope="module")
 def warm():
-    device = torch.cuda.current_device()
     plans = sorted(planned_kernels(), key=repr)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 4)) as pool:
-        list(pool.map(lambda p: fuzz.warm_plan(tuple(list(x) if isinstance(x, tuple) else x for x in p), device),
-                      plans))
+    fuzz.warm_plans(plans, torch.cuda.current_device(), min(16, os.cpu_count() or 4))
     return len(plans)
 
 

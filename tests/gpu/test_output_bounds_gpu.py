@@ -39,12 +39,7 @@ def planned_kernels() -> set:
 
 @pytest.fixture(scope="module", autouse=True)
 def warm():
-    import concurrent.futures
-
-    device = torch.cuda.current_device()
-    with concurrent.futures.ThreadPoolExecutor(max_workers=16) as pool:
-        list(pool.map(lambda p: fuzz.warm_plan(tuple(list(x) if isinstance(x, tuple) else x for x in p), device),
-                      PLANS))
+    fuzz.warm_plans(PLANS, torch.cuda.current_device())
 
 FP8, BF16, F32 = torch.float8_e4m3fn, torch.bfloat16, torch.float32
 
