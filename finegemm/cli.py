@@ -146,6 +146,16 @@ def warmup_sources(shapes, kinds, num_sms: int) -> dict:
     return sources
 
 
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--sms must be an integer, got {text!r}")
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"--sms must be >= 1, got {v}")
+    return v
+
+
 def cmd_warmup(args) -> int:
     num_sms = args.sms
     if num_sms is None:
@@ -224,7 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--kinds", nargs="+", choices=WARMUP_KINDS, default=["fp8"], metavar="KIND",
                    help="which GEMMs of each shape: fp8 (bf16 D, the default), fp8_fp32, fp8_fp32_c, wgrad (recipe "
                         "(1, 1, 128), fp32 D + C), wgrad_no_c, bf16_<nt|nn|tn|tt> (bf16 D), bf16_<layout>_fp32")
-    s.add_argument("--sms", type=int, default=None,
+    s.add_argument("--sms", type=_positive_int, default=None,
                    help="plan for this many SMs (default: this GPU's count, else 132)")
     s.add_argument("--jobs", type=int, default=0, help="parallel compiles (default min(8, cpus))")
     s.set_defaults(func=cmd_warmup)

@@ -53,6 +53,12 @@ def test_warmup_compiles_what_the_plans_pick(tmp_path):
     assert all(any(name in c for c in cached) for name in want), (want, sorted(cached)[:20])
 
 
+def test_warmup_rejects_a_bad_sm_count(tmp_path):
+    for bad in ("0", "-3", "x"):
+        r = _run(["warmup", "--shapes", "128,256,512", "--sms", bad], tmp_path / "c")
+        assert r.returncode == 2 and "--sms must be" in r.stderr, r.stderr
+
+
 def test_warmup_rejects_k_the_kernels_cannot_take():
     from finegemm import cli
 
