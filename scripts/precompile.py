@@ -278,9 +278,10 @@ def main() -> int:
 
 
 def fuzz_configs(sms: int) -> list:
-    """The FP8 kernels of tests/gpu/test_fuzz_gpu.py's valid cases and of
+    """The FP8 kernels of tests/gpu/test_fuzz_gpu.py's valid and settings cases and of
     tests/gpu/test_output_bounds_gpu.py (their plan arguments, finegemm.testing.fuzz.kernel_plans'
-    tuples, as the ops' plan functions pass them to the heuristics)."""
+    tuples, as the ops' plan functions pass them to the heuristics; a settings case's SM budget in
+    place of `sms`, and no two-CTA tiles under a budget, as ops.sm90_fp8_gemm.plan decides)."""
     from finegemm.heuristics.sm90_fp8_gemm import select_k_grouped_config
 
     plans = set()
@@ -289,18 +290,22 @@ def fuzz_configs(sms: int) -> list:
                                                       / "gpu" / f"{name}.py")
         t = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(t)
-        plans |= t.planned_kernels()
+        plans |= {(None, p) for p in t.planned_kernels()}
+        if hasattr(t, "planned_settings_kernels"):
+            plans |= t.planned_settings_kernels()
     out = []
-    for p in sorted(plans, key=repr):
+    for budget, p in sorted(plans, key=repr):
         kind, args = p[0], p[1:]
+        n_sms = sms if budget is None else budget
         if kind == "fp8":
             m, n, k, out_fp32, has_c, one_d_one_d = args
-            out.append(select_config(m, n, k, sms, out_fp32, has_c, one_d_one_d=one_d_one_d))
+            out.append(select_config(m, n, k, n_sms, out_fp32, has_c, one_d_one_d=one_d_one_d,
+                                     allow_two_cta=n_sms >= sms))
         elif kind == "fp8_grouped":
-            out.append(select_grouped_config(*args[:5], sms, *args[5:]))
+            out.append(select_grouped_config(*args[:5], n_sms, *args[5:]))
         elif kind == "fp8_k_grouped":
             m, n, ks, has_c = args
-            out.append(select_k_grouped_config(m, n, list(ks), sms, has_c))
+            out.append(select_k_grouped_config(m, n, list(ks), n_sms, has_c))
     return out
 
 

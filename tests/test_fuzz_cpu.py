@@ -80,3 +80,54 @@ def test_placements_are_what_they_claim():
         place = fuzz.any_placement(rng, tuple(vals.shape))
         view, buf, mask = fuzz.materialize_buf(fuzz.Buf(vals, torch.float32, place), "cpu")
         assert torch.equal(view, vals) and int(mask.sum()) == vals.numel()
+
+
+@pytest.mark.parametrize("chunk", range(2))
+def test_settings_cases_are_accepted_and_restore_the_knobs(chunk):
+    """Valid cases drawn and run under random knobs (SM budget, PDL, mk alignment): accepted on
+    CPU, writing only their outputs, and every knob is back at its value afterwards."""
+    import finegemm
+
+    before = (finegemm.runtime.get_num_sms_setting(), finegemm.get_pdl(),
+              finegemm.get_mk_alignment_for_contiguous_layout())
+    problems, drawn = [], set()
+    for seed in range(300_000 + chunk, 300_000 + NUM // 2, 2):
+        case = fuzz.settings_case(seed)
+        drawn.add(case.settings.mk_alignment)
+        out = fuzz.run_case(case, "cpu")
+        if out.error is not None:
+            problems.append(f"seed {seed}: {case.describe()}: rejected: {type(out.error).__name__}: {out.error}")
+        elif fuzz.untouched_cells(out, case):
+            problems.append(f"seed {seed}: {case.describe()}: cells changed outside the outputs")
+        now = (finegemm.runtime.get_num_sms_setting(), finegemm.get_pdl(),
+               finegemm.get_mk_alignment_for_contiguous_layout())
+        assert now == before, f"seed {seed}: knobs not restored: {now} != {before}"
+    assert drawn == {32, 64, 128}
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("fn", ["m_grouped_fp8_gemm_nt_contiguous", "m_grouped_fp8_gemm_nn_contiguous",
+                                "m_grouped_bf16_gemm_nt_contiguous", "m_grouped_bf16_gemm_nn_contiguous"])
+def test_cuda_refuses_mk_alignment_below_a_tile(fn, monkeypatch):
+    """With an mk alignment of 16 / 32 the CUDA path raises NotImplementedError naming the function
+    (whatever M and K: empty problems too) and writes nothing; the CPU path runs the same call."""
+    import finegemm
+    from finegemm.api import _validate
+
+    seen = 0
+    for seed in range(400_000, 400_400):
+        case = fuzz.settings_case(seed, fn)
+        if not case.unsupported_on_cuda():
+            continue
+        seen += 1
+        assert fuzz.run_case(case, "cpu").error is None
+        with monkeypatch.context() as mp:
+            mp.setattr(_validate, "on_cuda", lambda t: True)
+            out = fuzz.run_case(case, "cpu")
+        assert isinstance(out.error, NotImplementedError) and fuzz.clean_error(case, out.error), out.error
+        assert "mk alignment" in str(out.error)
+        assert not fuzz.untouched_cells(out, case)
+        for v in fuzz.output_values(out, case).values():
+            assert bool(torch.isnan(v.float()).all())  # still the poison
+        assert finegemm.get_mk_alignment_for_contiguous_layout() == 128
+    assert seen >= 5

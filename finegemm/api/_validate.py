@@ -41,6 +41,7 @@ __all__ = [
     "check_contiguous_flags",
     "check_int",
     "check_grouped_layout",
+    "check_cuda_mk_alignment",
     "check_masked_m",
     "check_ks",
     "fmt_shape",
@@ -344,6 +345,16 @@ def check_int(fn: str, name: str, v: object, minimum: int) -> int:
 
 
 # ----------------------------------------------------------------------------- grouped layouts
+def check_cuda_mk_alignment(fn: str, d: torch.Tensor, alignment: int) -> None:
+    """The SM90 kernels read one group id per tile of 64 or 128 rows, so a layout whose segments
+    start at multiples of 16 or 32 rows could put two groups in one tile: refused on CUDA (the
+    CPU reference runs it), whatever the shapes, so that the rule does not depend on M or K."""
+    if on_cuda(d) and alignment % 64:
+        raise NotImplementedError(
+            f"{fn}: on CUDA the contiguous layout's mk alignment must be 64 or 128 (a kernel tile of 64 / 128 "
+            f"rows never spans two groups), got {alignment}; set_mk_alignment_for_contiguous_layout(64 or 128)")
+
+
 def check_grouped_layout(
     fn: str, gl: torch.Tensor, m: int, num_groups: int, use_psum_layout: bool, alignment: int
 ) -> None:

@@ -195,7 +195,9 @@ def _m_grouped_contiguous(fn: str, b_kn: bool, a: object, b: object, d: object, 
     _v.check_tma_layout(fn, "b", b, b_layout)
     _v.check_tma_layout(fn, "d", d, "[M, N]")
     _v.check_no_overlap(fn, "d", d, {"a": a, "b": b, "grouped_layout": grouped_layout})
-    _v.check_grouped_layout(fn, grouped_layout, M, G, use_psum_layout, quant.get_mk_alignment_for_contiguous_layout())
+    alignment = quant.get_mk_alignment_for_contiguous_layout()
+    _v.check_grouped_layout(fn, grouped_layout, M, G, use_psum_layout, alignment)
+    _v.check_cuda_mk_alignment(fn, d, alignment)
 
     if M == 0 or N == 0:
         return

@@ -16,6 +16,7 @@ The properties (tests/test_fuzz_cpu.py on CPU tensors, tests/gpu/test_fuzz_gpu.p
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import random
@@ -26,9 +27,10 @@ import torch
 import finegemm
 from finegemm.utils import align, ceil_div
 
-__all__ = ["Placement", "Buf", "Case", "Outcome", "FUNCTIONS", "MUTATIONS", "CLEAN_ERRORS", "tma_placement",
-           "any_placement", "materialize_buf", "materialize", "valid_case", "bad_case", "run_case", "clean_error",
-           "untouched_cells", "output_values", "compare_outputs", "kernel_plans", "warm_plan", "warm_plans"]
+__all__ = ["Placement", "Buf", "Case", "Outcome", "Settings", "FUNCTIONS", "MUTATIONS", "CLEAN_ERRORS",
+           "NUM_SMS_CHOICES", "tma_placement", "any_placement", "materialize_buf", "materialize", "valid_case",
+           "settings_case", "bad_case", "applied", "run_case", "call_case", "clean_error", "untouched_cells", "output_values",
+           "compare_outputs", "kernel_plans", "warm_plan", "warm_plans"]
 
 FP8 = torch.float8_e4m3fn
 BF16 = torch.bfloat16
@@ -72,6 +74,19 @@ class Buf:
     expand_dim: Optional[int] = None  # a stride-0 view along this dim (mutation "self_overlap")
 
 
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """The process-wide knobs a case runs under (set_num_sms, set_pdl,
+    set_mk_alignment_for_contiguous_layout); the defaults are the library's."""
+
+    num_sms: Optional[int] = None  # None: every SM of the device
+    pdl: bool = False
+    mk_alignment: int = 128
+
+    def describe(self) -> str:
+        return f"num_sms={self.num_sms} pdl={self.pdl} mk_alignment={self.mk_alignment}"
+
+
 @dataclasses.dataclass
 class Case:
     fn: str
@@ -80,6 +95,7 @@ class Case:
     mutation: Optional[str] = None
     host_value_rule: bool = False  # mutation of values that only CPU calls check (masked_m, ks_tensor)
     note: str = ""
+    settings: Settings = Settings()
 
     def describe(self) -> str:
         return f"{self.fn} [{self.mutation or 'valid'}] {self.note}"
@@ -87,6 +103,11 @@ class Case:
     def accumulates_into_d(self) -> bool:
         """c is d: a second call would add again (not a repeat of the first)."""
         return isinstance(self.args.get("c"), _Alias)
+
+    def unsupported_on_cuda(self) -> bool:
+        """A documented limit of the kernels (the CPU path runs it): m-grouped contiguous layouts
+        aligned to fewer rows than a tile (mk alignment 16 / 32) raise NotImplementedError on CUDA."""
+        return self.fn.startswith("m_grouped") and self.fn.endswith("contiguous") and self.settings.mk_alignment < 64
 
 
 def _tma_pad(rng: random.Random, n: int, esize: int, odd: bool) -> int:
@@ -430,6 +451,24 @@ def valid_case(seed: int, fn: Optional[str] = None) -> Case:
     return FUNCTIONS[name](rng, g)
 
 
+# SM budgets of settings_case: 1-4 SMs hold fewer CTAs than a cluster of splits or a multicast
+# pair may want; 131 is "all but one" (no two-CTA tiles); None is the whole device.
+NUM_SMS_CHOICES = (1, 2, 3, 4, 7, 8, 16, 33, 66, 100, 131)
+
+
+def settings_case(seed: int, fn: Optional[str] = None) -> Case:
+    """valid_case(seed, fn) drawn and run under random knobs: an SM budget, PDL on or off, and the
+    contiguous layouts' mk alignment (64 / 128, now and then 32, which CUDA rejects)."""
+    rng = random.Random(seed * 104729 + 17)
+    settings = Settings(num_sms=rng.choice(NUM_SMS_CHOICES) if rng.random() < 0.75 else None,
+                        pdl=rng.random() < 0.5, mk_alignment=rng.choice((64, 64, 128, 32)))
+    with applied(settings):  # the contiguous layouts' segments follow the alignment
+        case = valid_case(seed, fn)
+    case.settings = settings
+    case.note += f" [{settings.describe()}]"
+    return case
+
+
 # ----------------------------------------------------------------------------- mutations
 def _tensor_args(case: Case) -> list[tuple[str, Optional[int]]]:
     """(name, index in a pair or None) of every tensor argument (aliases excluded)."""
@@ -686,11 +725,42 @@ class Outcome:
         return self.error is None
 
 
-def run_case(case: Case, device) -> Outcome:
+def _set_knobs(num_sms: Optional[int], pdl: bool, mk_alignment: int) -> None:
+    from finegemm import quant, runtime
+
+    if num_sms is None:
+        runtime._num_sms = None  # no public "whole device again": DeepGEMM's API has none either
+    else:
+        runtime.set_num_sms(num_sms)
+    runtime.set_pdl(pdl)
+    quant.set_mk_alignment_for_contiguous_layout(mk_alignment)
+
+
+@contextlib.contextmanager
+def applied(settings: Settings):
+    """Run a block under `settings`, restoring the knobs' previous values afterwards."""
+    from finegemm import quant, runtime
+
+    saved = (runtime.get_num_sms_setting(), runtime.get_pdl(), quant.get_mk_alignment_for_contiguous_layout())
+    try:
+        _set_knobs(settings.num_sms, settings.pdl, settings.mk_alignment)
+        yield
+    finally:
+        _set_knobs(*saved)
+
+
+def run_case(case: Case, device, settings: Optional[Settings] = None) -> Outcome:
+    """Materialize the case on `device` and call its function under the case's settings (or
+    `settings`, to rerun it under other knobs)."""
     mat = materialize(case, device)
+    return call_case(case, mat, settings)
+
+
+def call_case(case: Case, mat: "Materialized", settings: Optional[Settings] = None) -> Outcome:
     fn = getattr(finegemm, case.fn)
     try:
-        fn(**mat.kwargs)
+        with applied(case.settings if settings is None else settings):
+            fn(**mat.kwargs)
     except Exception as exc:  # noqa: BLE001 - classified by the caller
         return Outcome(exc, mat)
     return Outcome(None, mat)
@@ -751,7 +821,9 @@ def kernel_plans(case: Case) -> list[tuple]:
         if 0 in (m, n, k):
             return []
         return [("bf16", m, n, k, layout, a["d"].dtype == F32, has_c)]
-    alignment = finegemm.get_mk_alignment_for_contiguous_layout()
+    alignment = case.settings.mk_alignment
+    if case.unsupported_on_cuda():
+        return []
     if fn.startswith("m_grouped") and fn.endswith("contiguous"):
         fp8 = "fp8" in fn
         b_kn = "_nn_" in fn
@@ -818,11 +890,12 @@ def warm_plan(p: tuple, device: int) -> None:
         raise ValueError(f"unknown plan kind {kind!r}")
 
 
-def warm_plans(plans, device: int, workers: int = 16) -> None:
-    """warm_plan() for every plan, in a pool of threads (nvcc runs in parallel)."""
+def warm_plans(plans, device: int, workers: int = 16, num_sms: Optional[int] = None) -> None:
+    """warm_plan() for every plan, in a pool of threads (nvcc runs in parallel), under an SM
+    budget (plans are cached per budget)."""
     import concurrent.futures
 
-    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+    with applied(Settings(num_sms=num_sms)), concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
         list(pool.map(lambda p: warm_plan(p, device), plans))
 
 

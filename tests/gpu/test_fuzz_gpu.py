@@ -5,7 +5,9 @@ is accepted, writes what the CPU path (the exact fp64 reference) writes (calc_di
 same cells left untouched), changes no other cell of any buffer (not the guard cells around
 d, not one bit of an input), and a repeat on fresh buffers gives bitwise the same outputs (cases
 without c = d). The capturable ones (no host read of a device value) are also captured in a CUDA
-graph and replayed on re-poisoned outputs: bitwise the eager result, nothing else written. Bad cases (one broken rule each): the CUDA call raises what the CPU
+graph and replayed on re-poisoned outputs: bitwise the eager result, nothing else written. The
+settings cases run valid cases under random knobs (set_num_sms down to one SM, set_pdl, the mk
+alignment), then the same tensors again under the default knobs. Bad cases (one broken rule each): the CUDA call raises what the CPU
 call raises (same type, same message start), except masked_m / ks_tensor values, which only CPU
 calls read on the host (CUDA clamps / ignores them): those must not write outside d. After every
 case the CUDA context is healthy (a synchronize raises nothing).
@@ -29,6 +31,8 @@ pytestmark = [pytest.mark.gpu, pytest.mark.nvcc]
 NUM_VALID = int(os.environ.get("FINEGEMM_FUZZ_GPU_CASES", "320"))
 VALID_SEEDS = range(100_000, 100_000 + NUM_VALID)
 BAD_SEEDS = range(200_000, 200_000 + 2 * NUM_VALID)
+NUM_SETTINGS = int(os.environ.get("FINEGEMM_FUZZ_GPU_SETTINGS_CASES", "200"))
+SETTINGS_SEEDS = range(300_000, 300_000 + NUM_SETTINGS)
 
 
 def planned_kernels() -> set:
@@ -36,11 +40,32 @@ def planned_kernels() -> set:
     return {p for seed in VALID_SEEDS for p in fuzz.kernel_plans(fuzz.valid_case(seed))}
 
 
+def planned_settings_kernels() -> set:
+    """(SM budget or None, plan) of every kernel of the settings cases, under their own budget and
+    again under the whole device (their rerun with the default knobs)."""
+    out = set()
+    for seed in SETTINGS_SEEDS:
+        case = fuzz.settings_case(seed)
+        for p in fuzz.kernel_plans(case):
+            out |= {(case.settings.num_sms, p), (None, p)}
+    return out
+
+
 @pytest.fixture(scope="module")
 def warm():
     plans = sorted(planned_kernels(), key=repr)
     fuzz.warm_plans(plans, torch.cuda.current_device(), min(16, os.cpu_count() or 4))
     return len(plans)
+
+
+@pytest.fixture(scope="module")
+def warm_settings():
+    by_budget: dict = {}
+    for sms, p in planned_settings_kernels():
+        by_budget.setdefault(sms, set()).add(p)
+    for sms, plans in sorted(by_budget.items(), key=lambda kv: kv[0] or 0):
+        fuzz.warm_plans(sorted(plans, key=repr), torch.cuda.current_device(), min(16, os.cpu_count() or 4), sms)
+    return sum(len(v) for v in by_budget.values())
 
 
 def _bitwise_equal(x: torch.Tensor, y: torch.Tensor) -> bool:
@@ -56,31 +81,77 @@ def _healthy() -> str:
     return ""
 
 
+def _check_valid(seed: int, case) -> list:
+    """Problems of one valid case on CUDA against the CPU path (empty: none)."""
+    problems = []
+    got = fuzz.run_case(case, "cuda")
+    err = _healthy()
+    if err:
+        pytest.fail(f"seed {seed}: {case.describe()}: {err}")  # the context is gone: stop here
+    if case.unsupported_on_cuda():
+        if not (isinstance(got.error, NotImplementedError) and fuzz.clean_error(case, got.error)):
+            problems.append(f"seed {seed}: {case.describe()}: expected NotImplementedError naming the function, "
+                            f"got {got.error!r}")
+        elif fuzz.untouched_cells(got, case) or any(
+                not bool(torch.isnan(v.float()).all()) for v in fuzz.output_values(got, case).values()
+                if v.numel() and v.dtype != torch.int32):
+            problems.append(f"seed {seed}: {case.describe()}: rejected, but wrote")
+        return problems
+    if got.error is not None:
+        return [f"seed {seed}: {case.describe()}: rejected on CUDA: {type(got.error).__name__}: {got.error}"]
+    want = fuzz.run_case(case, "cpu")
+    assert want.error is None, f"seed {seed}: the CPU path rejected a valid case: {want.error}"
+    touched = fuzz.untouched_cells(got, case)
+    if touched:
+        problems.append(f"seed {seed}: {case.describe()}: cells changed outside the outputs in {touched}")
+    got_values = fuzz.output_values(got, case)
+    for p in fuzz.compare_outputs(got_values, fuzz.output_values(want, case)):
+        problems.append(f"seed {seed}: {case.describe()}: {p}")
+    if not case.accumulates_into_d():  # a repeat on fresh buffers: bitwise the same outputs
+        again = fuzz.output_values(fuzz.run_case(case, "cuda"), case)
+        for name, v in got_values.items():
+            if not _bitwise_equal(v, again[name]):
+                problems.append(f"seed {seed}: {case.describe()}: {name} not bitwise repeatable")
+    if case.settings != fuzz.Settings() and not case.accumulates_into_d():
+        # The same tensors again under the default knobs (a cached call must not keep the old
+        # plan's grid or split), on re-poisoned outputs: the reference's result again.
+        _repoison(got.mat, case)
+        other = fuzz.call_case(case, got.mat, fuzz.Settings(mk_alignment=case.settings.mk_alignment))
+        err = _healthy()
+        if err:
+            pytest.fail(f"seed {seed}: {case.describe()}: default knobs: {err}")
+        if other.error is not None:
+            problems.append(f"seed {seed}: {case.describe()}: default knobs: {other.error!r}")
+        else:
+            for p in fuzz.compare_outputs(fuzz.output_values(other, case), fuzz.output_values(want, case)):
+                problems.append(f"seed {seed}: {case.describe()}: default knobs: {p}")
+    return problems
+
+
+def _repoison(mat, case) -> None:
+    """The poison again in every cell of the outputs' buffers."""
+    for name in case.outputs:
+        buf, _mask, spec = mat.bufs[name]
+        int_dtype, bits = fuzz._POISON_BITS[spec.dtype]
+        buf.view(int_dtype).fill_(bits)
+
+
 @pytest.mark.parametrize("chunk", range(8))
 def test_valid_cases_match_cpu(chunk, warm):
     problems = []
     for seed in VALID_SEEDS[chunk::8]:
-        case = fuzz.valid_case(seed)
-        got = fuzz.run_case(case, "cuda")
-        err = _healthy()
-        if err:
-            pytest.fail(f"seed {seed}: {case.describe()}: {err}")  # the context is gone: stop here
-        if got.error is not None:
-            problems.append(f"seed {seed}: {case.describe()}: rejected on CUDA: {type(got.error).__name__}: {got.error}")
-            continue
-        want = fuzz.run_case(case, "cpu")
-        assert want.error is None, f"seed {seed}: the CPU path rejected a valid case: {want.error}"
-        touched = fuzz.untouched_cells(got, case)
-        if touched:
-            problems.append(f"seed {seed}: {case.describe()}: cells changed outside the outputs in {touched}")
-        got_values = fuzz.output_values(got, case)
-        for p in fuzz.compare_outputs(got_values, fuzz.output_values(want, case)):
-            problems.append(f"seed {seed}: {case.describe()}: {p}")
-        if not case.accumulates_into_d():  # a repeat on fresh buffers: bitwise the same outputs
-            again = fuzz.output_values(fuzz.run_case(case, "cuda"), case)
-            for name, v in got_values.items():
-                if not _bitwise_equal(v, again[name]):
-                    problems.append(f"seed {seed}: {case.describe()}: {name} not bitwise repeatable")
+        problems += _check_valid(seed, fuzz.valid_case(seed))
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("chunk", range(4))
+def test_settings_cases_match_cpu(chunk, warm_settings):
+    """Valid cases under random knobs (set_num_sms down to 1 SM, PDL, mk alignment 64 / 128; 32
+    must raise NotImplementedError on the contiguous kinds): the same checks, plus the same
+    tensors again under the default knobs."""
+    problems = []
+    for seed in SETTINGS_SEEDS[chunk::4]:
+        problems += _check_valid(seed, fuzz.settings_case(seed))
     assert not problems, "\n".join(problems)
 
 
@@ -117,36 +188,55 @@ _CAPTURABLE = ("fp8_gemm_", "bf16_gemm_", "m_grouped_fp8_gemm_nt_masked", "m_gro
                "k_grouped_")
 
 
-@pytest.mark.parametrize("chunk", range(2))
-def test_graph_replay_matches_eager(chunk, warm):
+def _check_replay(seed: int, case) -> list:
     """A valid case captured in a CUDA graph (after one eager call) and replayed on re-poisoned
     outputs writes bitwise what the eager call wrote, and nothing else."""
     from finegemm.testing import capture_graph
 
-    problems, ran = [], 0
-    for seed in VALID_SEEDS[chunk::6]:
-        case = fuzz.valid_case(seed)
-        if not case.fn.startswith(_CAPTURABLE) or case.accumulates_into_d():
-            continue
-        ran += 1
-        mat = fuzz.materialize(case, "cuda")
-        fn = getattr(finegemm, case.fn)
+    problems = []
+    mat = fuzz.materialize(case, "cuda")
+    fn = getattr(finegemm, case.fn)
+    with fuzz.applied(case.settings):
         fn(**mat.kwargs)
         eager = {name: mat.kwargs[name].detach().clone() for name in case.outputs}
         graph = capture_graph(lambda: fn(**mat.kwargs))
-        for name in case.outputs:  # the poison again, in every cell of the output's buffer
-            buf, _mask, spec = mat.bufs[name]
-            int_dtype, bits = fuzz._POISON_BITS[spec.dtype]
-            buf.view(int_dtype).fill_(bits)
-        graph.replay()
-        err = _healthy()
-        if err:
-            pytest.fail(f"seed {seed}: {case.describe()}: {err}")
-        for name in case.outputs:
-            if not _bitwise_equal(mat.kwargs[name], eager[name]):
-                problems.append(f"seed {seed}: {case.describe()}: replay of {name} differs from the eager call")
-        touched = fuzz.untouched_cells(fuzz.Outcome(None, mat), case)
-        if touched:
-            problems.append(f"seed {seed}: {case.describe()}: replay changed cells outside the outputs in {touched}")
+    _repoison(mat, case)
+    graph.replay()
+    err = _healthy()
+    if err:
+        pytest.fail(f"seed {seed}: {case.describe()}: {err}")
+    for name in case.outputs:
+        if not _bitwise_equal(mat.kwargs[name], eager[name]):
+            problems.append(f"seed {seed}: {case.describe()}: replay of {name} differs from the eager call")
+    touched = fuzz.untouched_cells(fuzz.Outcome(None, mat), case)
+    if touched:
+        problems.append(f"seed {seed}: {case.describe()}: replay changed cells outside the outputs in {touched}")
+    return problems
+
+
+def _capturable(case) -> bool:
+    return case.fn.startswith(_CAPTURABLE) and not case.accumulates_into_d() and not case.unsupported_on_cuda()
+
+
+@pytest.mark.parametrize("chunk", range(2))
+def test_graph_replay_matches_eager(chunk, warm):
+    problems, ran = [], 0
+    for seed in VALID_SEEDS[chunk::6]:
+        case = fuzz.valid_case(seed)
+        if _capturable(case):
+            ran += 1
+            problems += _check_replay(seed, case)
+    assert ran > 0
+    assert not problems, "\n".join(problems)
+
+
+def test_graph_replay_under_settings_matches_eager(warm_settings):
+    """The same under the settings cases' knobs (PDL edges in the graph, small SM budgets)."""
+    problems, ran = [], 0
+    for seed in SETTINGS_SEEDS[::3]:
+        case = fuzz.settings_case(seed)
+        if _capturable(case):
+            ran += 1
+            problems += _check_replay(seed, case)
     assert ran > 0
     assert not problems, "\n".join(problems)
