@@ -278,7 +278,7 @@ def main() -> int:
 
 
 def fuzz_configs(sms: int) -> list:
-    """The FP8 kernels of tests/gpu/test_fuzz_gpu.py's valid and settings cases and of
+    """The FP8 kernels of tests/gpu/test_fuzz_gpu.py's valid, large and settings cases and of
     tests/gpu/test_output_bounds_gpu.py (their plan arguments, finegemm.testing.fuzz.kernel_plans'
     tuples, as the ops' plan functions pass them to the heuristics; a settings case's SM budget in
     place of `sms`, and no two-CTA tiles under a budget, as ops.sm90_fp8_gemm.plan decides)."""
@@ -291,6 +291,8 @@ def fuzz_configs(sms: int) -> list:
         t = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(t)
         plans |= {(None, p) for p in t.planned_kernels()}
+        if hasattr(t, "planned_large_kernels"):
+            plans |= {(None, p) for p in t.planned_large_kernels()}
         if hasattr(t, "planned_settings_kernels"):
             plans |= t.planned_settings_kernels()
     out = []

@@ -29,7 +29,7 @@ from finegemm.utils import align, ceil_div
 
 __all__ = ["Placement", "Buf", "Case", "Outcome", "Settings", "FUNCTIONS", "MUTATIONS", "CLEAN_ERRORS",
            "NUM_SMS_CHOICES", "tma_placement", "any_placement", "materialize_buf", "materialize", "valid_case",
-           "settings_case", "bad_case", "applied", "run_case", "call_case", "clean_error", "untouched_cells", "output_values",
+           "settings_case", "large_case", "multiply_adds", "Sizes", "SMALL", "LARGE", "bad_case", "applied", "run_case", "call_case", "clean_error", "untouched_cells", "output_values",
            "compare_outputs", "kernel_plans", "warm_plan", "warm_plans"]
 
 FP8 = torch.float8_e4m3fn
@@ -288,10 +288,47 @@ M_CHOICES = (0, 1, 17, 64, 65, 128, 130, 257)
 N_CHOICES = (1, 8, 16, 24, 100, 136, 200, 256, 264, 576)
 
 
+@dataclasses.dataclass(frozen=True)
+class Sizes:
+    """The shape choices of the generators. SMALL (valid_case) reaches every edge of a tile at
+    little cost; LARGE (large_case) reaches what only many tiles do: persistent loops over several
+    tiles per CTA, multicast pairs, the tuned tables' big tiles, full waves with a ragged last one."""
+
+    m: tuple = M_CHOICES
+    n: tuple = N_CHOICES
+    fp8_k: tuple = (0, 16, 48, 128, 144, 256, 400, 512)
+    fp8_k_steps: tuple = (1, 40)  # the other 10%: 16 * randrange(*fp8_k_steps)
+    bf16_k: tuple = (0, 8, 24, 64, 72, 200, 256, 512)
+    segment_rows: tuple = (0, 1, 17, 64, 128, 130, 200)
+    grouped_n: tuple = (16, 64, 100, 136, 256, 264)
+    grouped_fp8_k: tuple = (16, 128, 144, 256, 400)
+    grouped_bf16_k: tuple = (8, 64, 72, 200, 256)
+    masked_m_max: tuple = (1, 17, 64, 130)
+    masked_n: tuple = (1, 16, 64, 100, 136, 256)
+    masked_fp8_k: tuple = (16, 128, 144, 256)
+    masked_bf16_k: tuple = (8, 64, 72, 200)
+    k_grouped_ks: tuple = (0, 128, 256, 384)
+    k_grouped_fp8_m: tuple = (1, 17, 64, 128, 136)
+    k_grouped_fp8_n: tuple = (1, 16, 100, 128, 264)
+    k_grouped_bf16_m: tuple = (8, 16, 40, 128, 136)
+    k_grouped_bf16_n: tuple = (8, 16, 48, 128, 264)
+
+
+SMALL = Sizes()
+LARGE = Sizes(m=(1000, 2049, 4097), n=(1000, 2112, 4096, 4100, 7168), fp8_k=(512, 1024, 1040, 2048),
+              fp8_k_steps=(32, 160), bf16_k=(512, 1000, 1024, 2048), segment_rows=(0, 1, 17, 300, 1000, 1500),
+              grouped_n=(1000, 2112, 4096, 4104), grouped_fp8_k=(512, 1024, 2048),
+              grouped_bf16_k=(512, 1000, 1024), masked_m_max=(300, 1000, 2049), masked_n=(1000, 2112, 4096),
+              masked_fp8_k=(512, 1024, 2048), masked_bf16_k=(512, 1000, 1024), k_grouped_ks=(0, 512, 1024, 2048),
+              k_grouped_fp8_m=(257, 1000, 2112), k_grouped_fp8_n=(136, 1000, 2112),
+              k_grouped_bf16_m=(256, 1000, 2112), k_grouped_bf16_n=(136, 1000, 2112))
+_sizes = SMALL
+
+
 def _dense_fp8(rng, g, layout: str) -> Case:
-    m = rng.choice(M_CHOICES)
-    n = rng.choice(N_CHOICES)
-    k = rng.choice((0, 16, 48, 128, 144, 256, 400, 512)) if rng.random() < 0.9 else 16 * rng.randrange(1, 40)
+    m = rng.choice(_sizes.m)
+    n = rng.choice(_sizes.n)
+    k = rng.choice(_sizes.fp8_k) if rng.random() < 0.9 else 16 * rng.randrange(*_sizes.fp8_k_steps)
     recipe = rng.choice((None, (1, 128, 128), (1, 1, 128)))
     one_d_one_d = recipe == (1, 1, 128)
     d_dtype = F32 if one_d_one_d else rng.choice((BF16, F32))
@@ -314,9 +351,9 @@ def _dense_fp8(rng, g, layout: str) -> Case:
 
 
 def _dense_bf16(rng, g, layout: str) -> Case:
-    m = rng.choice(M_CHOICES)
-    n = rng.choice(N_CHOICES)
-    k = rng.choice((0, 8, 24, 64, 72, 200, 256, 512))
+    m = rng.choice(_sizes.m)
+    n = rng.choice(_sizes.n)
+    k = rng.choice(_sizes.bf16_k)
     a_mk, b_nk = layout[0] == "n", layout[1] == "t"
     a = _bf16_values(g, (m, k) if a_mk else (k, m))
     b = _bf16_values(g, (n, k) if b_nk else (k, n))
@@ -332,7 +369,7 @@ def _dense_bf16(rng, g, layout: str) -> Case:
 
 def _segments(rng, num_groups: int, alignment: int, psum: bool) -> tuple[int, torch.Tensor]:
     """(M, grouped_layout) with random group sizes (some empty) and -1 padding rows."""
-    sizes = [rng.choice((0, 1, 17, 64, 128, 130, 200)) for _ in range(num_groups)]
+    sizes = [rng.choice(_sizes.segment_rows) for _ in range(num_groups)]
     ends, ids = [], []
     cur = 0
     for gi, s in enumerate(sizes):
@@ -355,8 +392,8 @@ def _m_grouped_contiguous(rng, g, fp8: bool, b_kn: bool) -> Case:
     psum = rng.random() < 0.3
     alignment = finegemm.get_mk_alignment_for_contiguous_layout()
     m, gl = _segments(rng, num_groups, alignment, psum)
-    n = rng.choice((16, 64, 100, 136, 256, 264))
-    k = rng.choice((16, 128, 144, 256, 400)) if fp8 else rng.choice((8, 64, 72, 200, 256))
+    n = rng.choice(_sizes.grouped_n)
+    k = rng.choice(_sizes.grouped_fp8_k) if fp8 else rng.choice(_sizes.grouped_bf16_k)
     b_shape = (num_groups, k, n) if b_kn else (num_groups, n, k)
     args: dict[str, Any] = {}
     if fp8:
@@ -380,9 +417,9 @@ def _m_grouped_contiguous(rng, g, fp8: bool, b_kn: bool) -> Case:
 
 def _masked(rng, g, fp8: bool) -> Case:
     num_groups = rng.choice((1, 2, 4))
-    m_max = rng.choice((1, 17, 64, 130))
-    n = rng.choice((1, 16, 64, 100, 136, 256))
-    k = rng.choice((16, 128, 144, 256)) if fp8 else rng.choice((8, 64, 72, 200))
+    m_max = rng.choice(_sizes.masked_m_max)
+    n = rng.choice(_sizes.masked_n)
+    k = rng.choice(_sizes.masked_fp8_k) if fp8 else rng.choice(_sizes.masked_bf16_k)
     masked = torch.tensor([rng.choice((0, 1, m_max // 2, m_max, rng.randrange(0, m_max + 1)))
                            for _ in range(num_groups)], dtype=I32)
     args: dict[str, Any] = {}
@@ -404,10 +441,10 @@ def _masked(rng, g, fp8: bool) -> Case:
 
 def _k_grouped(rng, g, fp8: bool) -> Case:
     num_groups = rng.choice((1, 2, 3))
-    ks = [rng.choice((0, 128, 256, 384)) for _ in range(num_groups)]
+    ks = [rng.choice(_sizes.k_grouped_ks) for _ in range(num_groups)]
     sum_k = sum(ks)
-    m = rng.choice((8, 16, 40, 128, 136)) if not fp8 else rng.choice((1, 17, 64, 128, 136))
-    n = rng.choice((8, 16, 48, 128, 264)) if not fp8 else rng.choice((1, 16, 100, 128, 264))
+    m = rng.choice(_sizes.k_grouped_bf16_m) if not fp8 else rng.choice(_sizes.k_grouped_fp8_m)
+    n = rng.choice(_sizes.k_grouped_bf16_n) if not fp8 else rng.choice(_sizes.k_grouped_fp8_n)
     d = _out((num_groups, m, n), F32, rng)
     args: dict[str, Any] = {}
     if fp8:
@@ -467,6 +504,42 @@ def settings_case(seed: int, fn: Optional[str] = None) -> Case:
     case.settings = settings
     case.note += f" [{settings.describe()}]"
     return case
+
+
+@contextlib.contextmanager
+def _sized(sizes: Sizes):
+    global _sizes
+    saved, _sizes = _sizes, sizes
+    try:
+        yield
+    finally:
+        _sizes = saved
+
+
+def multiply_adds(case: Case) -> int:
+    """The case's multiply-adds (what its CPU reference costs)."""
+    a = case.args
+    d = a["d"].values
+    if case.fn.startswith("k_grouped"):
+        return d.numel() * sum(a["ks"])
+    A = a["a"][0].values if isinstance(a["a"], tuple) else a["a"].values
+    k = A.shape[-1] if case.fn.startswith(("m_grouped", "fp8_gemm_n", "bf16_gemm_n")) else A.shape[0]
+    return d.numel() * k
+
+
+LARGE_MAX_MULTIPLY_ADDS = 6 * 10 ** 9  # a CPU fp64 reference in about a second on the device's host
+
+
+def large_case(seed: int, fn: Optional[str] = None) -> Case:
+    """A valid case with LARGE shapes (M, N up to ~4-7k, K up to 2-4k; at most
+    LARGE_MAX_MULTIPLY_ADDS, redrawn until so), placed like valid_case's."""
+    for attempt in range(64):
+        with _sized(LARGE):
+            case = valid_case(seed * 64 + attempt, fn)
+        if multiply_adds(case) <= LARGE_MAX_MULTIPLY_ADDS:
+            case.note += f" (large, seed {seed} draw {attempt})"
+            return case
+    raise AssertionError(f"large_case({seed}): no draw under {LARGE_MAX_MULTIPLY_ADDS} multiply-adds")
 
 
 # ----------------------------------------------------------------------------- mutations

@@ -6,6 +6,7 @@ same cells left untouched), changes no other cell of any buffer (not the guard c
 d, not one bit of an input), and a repeat on fresh buffers gives bitwise the same outputs (cases
 without c = d). The capturable ones (no host read of a device value) are also captured in a CUDA
 graph and replayed on re-poisoned outputs: bitwise the eager result, nothing else written. The
+large cases have thousands of rows and columns; the
 settings cases run valid cases under random knobs (set_num_sms down to one SM, set_pdl, the mk
 alignment), then the same tensors again under the default knobs. Bad cases (one broken rule each): the CUDA call raises what the CPU
 call raises (same type, same message start), except masked_m / ks_tensor values, which only CPU
@@ -33,11 +34,17 @@ VALID_SEEDS = range(100_000, 100_000 + NUM_VALID)
 BAD_SEEDS = range(200_000, 200_000 + 2 * NUM_VALID)
 NUM_SETTINGS = int(os.environ.get("FINEGEMM_FUZZ_GPU_SETTINGS_CASES", "200"))
 SETTINGS_SEEDS = range(300_000, 300_000 + NUM_SETTINGS)
+NUM_LARGE = int(os.environ.get("FINEGEMM_FUZZ_GPU_LARGE_CASES", "48"))
+LARGE_SEEDS = range(500_000, 500_000 + NUM_LARGE)
 
 
 def planned_kernels() -> set:
     """Every kernel plan of the valid GPU cases (read by scripts/precompile*.py)."""
     return {p for seed in VALID_SEEDS for p in fuzz.kernel_plans(fuzz.valid_case(seed))}
+
+
+def planned_large_kernels() -> set:
+    return {p for seed in LARGE_SEEDS for p in fuzz.kernel_plans(fuzz.large_case(seed))}
 
 
 def planned_settings_kernels() -> set:
@@ -54,6 +61,13 @@ def planned_settings_kernels() -> set:
 @pytest.fixture(scope="module")
 def warm():
     plans = sorted(planned_kernels(), key=repr)
+    fuzz.warm_plans(plans, torch.cuda.current_device(), min(16, os.cpu_count() or 4))
+    return len(plans)
+
+
+@pytest.fixture(scope="module")
+def warm_large():
+    plans = sorted(planned_large_kernels(), key=repr)
     fuzz.warm_plans(plans, torch.cuda.current_device(), min(16, os.cpu_count() or 4))
     return len(plans)
 
@@ -141,6 +155,16 @@ def test_valid_cases_match_cpu(chunk, warm):
     problems = []
     for seed in VALID_SEEDS[chunk::8]:
         problems += _check_valid(seed, fuzz.valid_case(seed))
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("chunk", range(4))
+def test_large_cases_match_cpu(chunk, warm_large):
+    """Valid cases with thousands of rows and columns (several tiles per CTA, multicast pairs,
+    the tuned tables' tiles, ragged last waves), placed and checked like the small ones."""
+    problems = []
+    for seed in LARGE_SEEDS[chunk::4]:
+        problems += _check_valid(seed, fuzz.large_case(seed))
     assert not problems, "\n".join(problems)
 
 
