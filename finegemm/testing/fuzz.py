@@ -29,7 +29,7 @@ from finegemm.utils import align, ceil_div
 
 __all__ = ["Placement", "Buf", "Case", "Outcome", "Settings", "FUNCTIONS", "MUTATIONS", "CLEAN_ERRORS",
            "NUM_SMS_CHOICES", "tma_placement", "any_placement", "materialize_buf", "materialize", "valid_case",
-           "settings_case", "large_case", "multiply_adds", "Sizes", "SMALL", "LARGE", "bad_case", "applied", "run_case", "call_case", "clean_error", "untouched_cells", "output_values",
+           "settings_case", "large_case", "skinny_case", "SKINNY", "DENSE_FUNCTIONS", "multiply_adds", "Sizes", "SMALL", "LARGE", "bad_case", "applied", "run_case", "call_case", "clean_error", "untouched_cells", "output_values",
            "compare_outputs", "kernel_plans", "warm_plan", "warm_plans"]
 
 FP8 = torch.float8_e4m3fn
@@ -322,6 +322,10 @@ LARGE = Sizes(m=(1000, 2049, 4097), n=(1000, 2112, 4096, 4100, 7168), fp8_k=(512
               masked_fp8_k=(512, 1024, 2048), masked_bf16_k=(512, 1000, 1024), k_grouped_ks=(0, 512, 1024, 2048),
               k_grouped_fp8_m=(257, 1000, 2112), k_grouped_fp8_n=(136, 1000, 2112),
               k_grouped_bf16_m=(256, 1000, 2112), k_grouped_bf16_n=(136, 1000, 2112))
+# Decode-sized dense problems: few rows, the anchors' long K (split-K, split clusters, k-batches).
+SKINNY = Sizes(m=(1, 17, 64, 128), n=(256, 2112, 4096, 7168), fp8_k=(2048, 7168), fp8_k_steps=(448, 449),
+               bf16_k=(2048, 7168))
+DENSE_FUNCTIONS = tuple(f"{p}_gemm_{layout}" for p in ("fp8", "bf16") for layout in ("nt", "nn", "tn", "tt"))
 _sizes = SMALL
 
 
@@ -528,6 +532,15 @@ def multiply_adds(case: Case) -> int:
 
 
 LARGE_MAX_MULTIPLY_ADDS = 6 * 10 ** 9  # a CPU fp64 reference in about a second on the device's host
+
+
+def skinny_case(seed: int) -> Case:
+    """A valid dense case (any of the eight dense functions) with SKINNY shapes."""
+    fn = random.Random(seed * 31 + 5).choice(DENSE_FUNCTIONS)
+    with _sized(SKINNY):
+        case = valid_case(seed, fn)
+    case.note += " (skinny)"
+    return case
 
 
 def large_case(seed: int, fn: Optional[str] = None) -> Case:
