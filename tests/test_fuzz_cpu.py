@@ -29,6 +29,24 @@ def test_valid_cases_are_accepted_and_write_only_outputs(chunk):
         touched = fuzz.untouched_cells(out, case)
         if touched:
             problems.append(f"seed {seed}: {case.describe()}: cells changed outside the outputs in {touched}")
+        # refill(): the same tensors with new values give what a fresh materialization of them gives
+        case2 = fuzz.refill(case, out.mat, seed + 7)
+        second = fuzz.call_case(case2, out.mat)
+        fresh = fuzz.run_case(case2, "cpu")
+        assert second.error is None and fresh.error is None
+        if fuzz.untouched_cells(second, case2):
+            problems.append(f"seed {seed}: {case.describe()}: refill wrote outside the tensors")
+        for name, v in fuzz.output_values(second, case2).items():
+            w = fuzz.output_values(fresh, case2)[name]
+            if not torch.equal(v.view(torch.uint8) if v.element_size() == 1 else v.float().nan_to_num(7.0),
+                               w.view(torch.uint8) if w.element_size() == 1 else w.float().nan_to_num(7.0)):
+                problems.append(f"seed {seed}: {case.describe()}: refilled call differs from a fresh one")
+        if case.fn.startswith(("fp8_gemm", "bf16_gemm")) and "c" not in case.args:
+            changed = fuzz.output_values(out, case)["d"]  # out.mat holds the second call's d now
+            first = fuzz.output_values(fuzz.run_case(case, "cpu"), case)["d"]
+            if changed.numel() and float(first.float().nan_to_num(0).abs().sum()) > 0 and torch.equal(
+                    changed.float().nan_to_num(7.0), first.float().nan_to_num(7.0)):
+                problems.append(f"seed {seed}: {case.describe()}: refill left the inputs' values as they were")
     assert not problems, "\n".join(problems)
 
 

@@ -29,8 +29,9 @@ from finegemm.utils import align, ceil_div
 
 __all__ = ["Placement", "Buf", "Case", "Outcome", "Settings", "FUNCTIONS", "MUTATIONS", "CLEAN_ERRORS",
            "NUM_SMS_CHOICES", "tma_placement", "any_placement", "materialize_buf", "materialize", "valid_case",
-           "settings_case", "large_case", "skinny_case", "SKINNY", "DENSE_FUNCTIONS", "multiply_adds", "Sizes", "SMALL", "LARGE", "bad_case", "applied", "run_case", "call_case", "clean_error", "untouched_cells", "output_values",
-           "compare_outputs", "kernel_plans", "warm_plan", "warm_plans"]
+           "settings_case", "large_case", "skinny_case", "SKINNY", "DENSE_FUNCTIONS", "multiply_adds", "Sizes",
+           "SMALL", "LARGE", "bad_case", "applied", "run_case", "call_case", "clean_error", "untouched_cells",
+           "output_values", "refill", "compare_outputs", "kernel_plans", "warm_plan", "warm_plans"]
 
 FP8 = torch.float8_e4m3fn
 BF16 = torch.bfloat16
@@ -876,6 +877,52 @@ def untouched_cells(out: Outcome, case: Case) -> list[str]:
 def output_values(out: Outcome, case: Case) -> dict[str, torch.Tensor]:
     """The outputs' elements (CPU), whatever the device."""
     return {name: out.mat.kwargs[name].detach().cpu() for name in case.outputs}
+
+
+def refill(case: Case, mat: Materialized, seed: int) -> Case:
+    """New values, in place, in every float input of an already materialized (and called) case:
+    the same tensors (addresses, shapes, strides) holding other numbers, and the outputs poisoned
+    again (d holds the new c where c is d). Returns the case with those values, for the reference.
+    A second call on `mat` must compute with the new values: nothing the first call cached (a
+    prepared launch, a scale copy, a transposed operand) may stand in for an input."""
+    g = torch.Generator().manual_seed(seed)
+    new = dataclasses.replace(case, args=dict(case.args))
+
+    def fresh(b: Buf, is_scale: bool) -> Buf:
+        shape = tuple(b.values.shape)
+        if b.output or b.dtype in (I32, torch.int64):
+            return b
+        if b.dtype == FP8:
+            vals = _fp8_values(g, shape)
+        elif b.dtype == BF16:
+            vals = _bf16_values(g, shape)
+        else:
+            vals = _scales(g, shape) if is_scale else torch.randn(shape, generator=g)
+        return dataclasses.replace(b, values=vals)
+
+    for name, v in case.args.items():
+        if isinstance(v, Buf):
+            new.args[name] = fresh(v, False)
+        elif isinstance(v, tuple) and len(v) == 2 and all(isinstance(x, Buf) for x in v):
+            new.args[name] = (fresh(v[0], False), fresh(v[1], True))
+    c = new.args.get("c")
+    if isinstance(c, _Alias):  # c is d: d starts with the new c values
+        d = case.args["d"]
+        new.args["d"] = dataclasses.replace(d, values=torch.randn(tuple(d.values.shape), generator=g))
+    for name, v in new.args.items():
+        bufs = [(name, v)] if isinstance(v, Buf) else (
+            [(f"{name}[{j}]", x) for j, x in enumerate(v)] if isinstance(v, tuple) and len(v) == 2
+            and all(isinstance(x, Buf) for x in v) else [])
+        for label, b in bufs:
+            buf, mask, _spec = mat.bufs[label]
+            if b.output and not isinstance(c, _Alias):
+                int_dtype, bits = _POISON_BITS[b.dtype]
+                buf.view(int_dtype).fill_(bits)
+            elif b.values.numel():
+                view = mat.kwargs[name] if isinstance(v, Buf) else mat.kwargs[name][int(label[-2])]
+                view.copy_(b.values.to(view.device))
+            mat.bufs[label] = (buf, mask, b)
+    return new
 
 
 # ----------------------------------------------------------------------------- kernels a case plans

@@ -2,16 +2,20 @@
 
 Valid cases (random shapes, padded pitches, storage offsets, MN-major scales, c = d): the CUDA call
 is accepted, writes what the CPU path (the exact fp64 reference) writes (calc_diff <= 1e-5, the
-same cells left untouched), changes no other cell of any buffer (not the guard cells around
-d, not one bit of an input), and a repeat on fresh buffers gives bitwise the same outputs (cases
-without c = d). The capturable ones (no host read of a device value) are also captured in a CUDA
-graph and replayed on re-poisoned outputs: bitwise the eager result, nothing else written. The
-large cases have thousands of rows and columns; the
-settings cases run valid cases under random knobs (set_num_sms down to one SM, set_pdl, the mk
-alignment), then the same tensors again under the default knobs. Bad cases (one broken rule each): the CUDA call raises what the CPU
-call raises (same type, same message start), except masked_m / ks_tensor values, which only CPU
-calls read on the host (CUDA clamps / ignores them): those must not write outside d. After every
-case the CUDA context is healthy (a synchronize raises nothing).
+same cells left untouched), changes no other cell of any buffer (not the guard cells around d,
+not one bit of an input), a repeat on fresh buffers gives bitwise the same outputs (cases without
+c = d), and a call on the same tensors refilled in place with new values computes with the new
+values (nothing a first call cached may stand in for an input).
+- Large cases: M and N in the thousands (several tiles per CTA, multicast pairs, the tuned
+  tables' tiles); settings cases: valid cases under random knobs (set_num_sms down to one SM,
+  set_pdl, the mk alignment), then the same tensors again under the default knobs.
+- Graph replay (capturable functions, no host read of a device value): captured after one eager
+  call, replayed on re-poisoned outputs (bitwise the eager result, nothing else written), then
+  replayed on inputs refilled in place (the reference's result for the new values).
+- Bad cases (one broken rule each): the CUDA call raises what the CPU call raises (same type, same
+  message start), except masked_m / ks_tensor values, which only CPU calls read on the host (CUDA
+  clamps / ignores them): those must not write outside d.
+After every case the CUDA context is healthy (a synchronize raises nothing).
 
 The kernels of the valid cases are planned first in a pool of threads (nvcc in parallel); the
 seeds are fixed, so scripts/precompile*.py can build the same kernels ahead of time.
@@ -126,18 +130,34 @@ def _check_valid(seed: int, case) -> list:
         for name, v in got_values.items():
             if not _bitwise_equal(v, again[name]):
                 problems.append(f"seed {seed}: {case.describe()}: {name} not bitwise repeatable")
+    # The same tensors holding new values: the call must read them (a cached prepared launch, a
+    # scale copy or a transposed operand of the first call must not stand in for them).
+    case2 = fuzz.refill(case, got.mat, seed + 7)
+    want2 = fuzz.output_values(fuzz.run_case(case2, "cpu"), case2)
+    second = fuzz.call_case(case2, got.mat)
+    err = _healthy()
+    if err:
+        pytest.fail(f"seed {seed}: {case.describe()}: new values: {err}")
+    if second.error is not None:
+        return problems + [f"seed {seed}: {case.describe()}: new values: {second.error!r}"]
+    for p in fuzz.compare_outputs(fuzz.output_values(second, case2), want2):
+        problems.append(f"seed {seed}: {case.describe()}: new values in the same tensors: {p}")
+    touched = fuzz.untouched_cells(second, case2)
+    if touched:
+        problems.append(f"seed {seed}: {case.describe()}: new values: cells changed outside the outputs "
+                        f"in {touched}")
     if case.settings != fuzz.Settings() and not case.accumulates_into_d():
         # The same tensors again under the default knobs (a cached call must not keep the old
         # plan's grid or split), on re-poisoned outputs: the reference's result again.
-        _repoison(got.mat, case)
-        other = fuzz.call_case(case, got.mat, fuzz.Settings(mk_alignment=case.settings.mk_alignment))
+        _repoison(got.mat, case2)
+        other = fuzz.call_case(case2, got.mat, fuzz.Settings(mk_alignment=case.settings.mk_alignment))
         err = _healthy()
         if err:
             pytest.fail(f"seed {seed}: {case.describe()}: default knobs: {err}")
         if other.error is not None:
             problems.append(f"seed {seed}: {case.describe()}: default knobs: {other.error!r}")
         else:
-            for p in fuzz.compare_outputs(fuzz.output_values(other, case), fuzz.output_values(want, case)):
+            for p in fuzz.compare_outputs(fuzz.output_values(other, case2), want2):
                 problems.append(f"seed {seed}: {case.describe()}: default knobs: {p}")
     return problems
 
@@ -235,6 +255,16 @@ def _check_replay(seed: int, case) -> list:
     touched = fuzz.untouched_cells(fuzz.Outcome(None, mat), case)
     if touched:
         problems.append(f"seed {seed}: {case.describe()}: replay changed cells outside the outputs in {touched}")
+    # Serving engines replay one graph over static buffers refilled in place: the replay must
+    # compute with the new values.
+    case2 = fuzz.refill(case, mat, seed + 11)
+    graph.replay()
+    err = _healthy()
+    if err:
+        pytest.fail(f"seed {seed}: {case.describe()}: replay on new values: {err}")
+    want2 = fuzz.output_values(fuzz.run_case(case2, "cpu"), case2)
+    for p in fuzz.compare_outputs(fuzz.output_values(fuzz.Outcome(None, mat), case2), want2):
+        problems.append(f"seed {seed}: {case.describe()}: replay on new values in the same buffers: {p}")
     return problems
 
 
