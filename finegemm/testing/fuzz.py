@@ -887,41 +887,32 @@ def refill(case: Case, mat: Materialized, seed: int) -> Case:
     prepared launch, a scale copy, a transposed operand) may stand in for an input."""
     g = torch.Generator().manual_seed(seed)
     new = dataclasses.replace(case, args=dict(case.args))
-
-    def fresh(b: Buf, is_scale: bool) -> Buf:
+    c_is_d = isinstance(case.args.get("c"), _Alias)
+    for name, idx in _tensor_args(case):
+        b = _get(case, name, idx)
         shape = tuple(b.values.shape)
-        if b.output or b.dtype in (I32, torch.int64):
-            return b
-        if b.dtype == FP8:
+        if b.output:  # d: poisoned, or the new c when c is d
+            vals = torch.randn(shape, generator=g) if c_is_d else None
+        elif b.dtype == FP8:
             vals = _fp8_values(g, shape)
         elif b.dtype == BF16:
             vals = _bf16_values(g, shape)
-        else:
-            vals = _scales(g, shape) if is_scale else torch.randn(shape, generator=g)
-        return dataclasses.replace(b, values=vals)
-
-    for name, v in case.args.items():
-        if isinstance(v, Buf):
-            new.args[name] = fresh(v, False)
-        elif isinstance(v, tuple) and len(v) == 2 and all(isinstance(x, Buf) for x in v):
-            new.args[name] = (fresh(v[0], False), fresh(v[1], True))
-    c = new.args.get("c")
-    if isinstance(c, _Alias):  # c is d: d starts with the new c values
-        d = case.args["d"]
-        new.args["d"] = dataclasses.replace(d, values=torch.randn(tuple(d.values.shape), generator=g))
-    for name, v in new.args.items():
-        bufs = [(name, v)] if isinstance(v, Buf) else (
-            [(f"{name}[{j}]", x) for j, x in enumerate(v)] if isinstance(v, tuple) and len(v) == 2
-            and all(isinstance(x, Buf) for x in v) else [])
-        for label, b in bufs:
-            buf, mask, _spec = mat.bufs[label]
-            if b.output and not isinstance(c, _Alias):
-                int_dtype, bits = _POISON_BITS[b.dtype]
-                buf.view(int_dtype).fill_(bits)
-            elif b.values.numel():
-                view = mat.kwargs[name] if isinstance(v, Buf) else mat.kwargs[name][int(label[-2])]
-                view.copy_(b.values.to(view.device))
-            mat.bufs[label] = (buf, mask, b)
+        elif b.dtype == F32:
+            vals = _scales(g, shape) if idx == 1 else torch.randn(shape, generator=g)
+        else:  # group layouts, masked_m, ks_tensor: the same values
+            continue
+        label = _label(name, idx)
+        buf, mask, _spec = mat.bufs[label]
+        if vals is None:
+            int_dtype, bits = _POISON_BITS[b.dtype]
+            buf.view(int_dtype).fill_(bits)
+            continue
+        b = dataclasses.replace(b, values=vals)
+        view = mat.kwargs[name] if idx is None else mat.kwargs[name][idx]
+        if vals.numel():
+            view.copy_(vals.to(view.device))
+        _set(new, name, idx, b)
+        mat.bufs[label] = (buf, mask, b)
     return new
 
 

@@ -170,22 +170,21 @@ def _repoison(mat, case) -> None:
         buf.view(int_dtype).fill_(bits)
 
 
+def _check_all(draw, seeds) -> None:
+    problems = [p for seed in seeds for p in _check_valid(seed, draw(seed))]
+    assert not problems, "\n".join(problems)
+
+
 @pytest.mark.parametrize("chunk", range(8))
 def test_valid_cases_match_cpu(chunk, warm):
-    problems = []
-    for seed in VALID_SEEDS[chunk::8]:
-        problems += _check_valid(seed, fuzz.valid_case(seed))
-    assert not problems, "\n".join(problems)
+    _check_all(fuzz.valid_case, VALID_SEEDS[chunk::8])
 
 
 @pytest.mark.parametrize("chunk", range(4))
 def test_large_cases_match_cpu(chunk, warm_large):
     """Valid cases with thousands of rows and columns (several tiles per CTA, multicast pairs,
     the tuned tables' tiles, ragged last waves), placed and checked like the small ones."""
-    problems = []
-    for seed in LARGE_SEEDS[chunk::4]:
-        problems += _check_valid(seed, fuzz.large_case(seed))
-    assert not problems, "\n".join(problems)
+    _check_all(fuzz.large_case, LARGE_SEEDS[chunk::4])
 
 
 @pytest.mark.parametrize("chunk", range(4))
@@ -193,10 +192,7 @@ def test_settings_cases_match_cpu(chunk, warm_settings):
     """Valid cases under random knobs (set_num_sms down to 1 SM, PDL, mk alignment 64 / 128; 32
     must raise NotImplementedError on the contiguous kinds): the same checks, plus the same
     tensors again under the default knobs."""
-    problems = []
-    for seed in SETTINGS_SEEDS[chunk::4]:
-        problems += _check_valid(seed, fuzz.settings_case(seed))
-    assert not problems, "\n".join(problems)
+    _check_all(fuzz.settings_case, SETTINGS_SEEDS[chunk::4])
 
 
 @pytest.mark.parametrize("chunk", range(4))
