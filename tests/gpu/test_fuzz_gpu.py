@@ -268,25 +268,19 @@ def _capturable(case) -> bool:
     return case.fn.startswith(_CAPTURABLE) and not case.accumulates_into_d() and not case.unsupported_on_cuda()
 
 
+def _check_all_replays(draw, seeds) -> None:
+    cases = [(seed, draw(seed)) for seed in seeds]
+    cases = [(seed, case) for seed, case in cases if _capturable(case)]
+    assert cases
+    problems = [p for seed, case in cases for p in _check_replay(seed, case)]
+    assert not problems, "\n".join(problems)
+
+
 @pytest.mark.parametrize("chunk", range(2))
 def test_graph_replay_matches_eager(chunk, warm):
-    problems, ran = [], 0
-    for seed in VALID_SEEDS[chunk::6]:
-        case = fuzz.valid_case(seed)
-        if _capturable(case):
-            ran += 1
-            problems += _check_replay(seed, case)
-    assert ran > 0
-    assert not problems, "\n".join(problems)
+    _check_all_replays(fuzz.valid_case, VALID_SEEDS[chunk::6])
 
 
 def test_graph_replay_under_settings_matches_eager(warm_settings):
     """The same under the settings cases' knobs (PDL edges in the graph, small SM budgets)."""
-    problems, ran = [], 0
-    for seed in SETTINGS_SEEDS[::3]:
-        case = fuzz.settings_case(seed)
-        if _capturable(case):
-            ran += 1
-            problems += _check_replay(seed, case)
-    assert ran > 0
-    assert not problems, "\n".join(problems)
+    _check_all_replays(fuzz.settings_case, SETTINGS_SEEDS[::3])
