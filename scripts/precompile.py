@@ -279,14 +279,14 @@ def main() -> int:
 
 def fuzz_configs(sms: int) -> list:
     """The FP8 kernels of tests/gpu/test_fuzz_gpu.py's valid, large and settings cases, of
-    tests/gpu/test_concurrency_gpu.py and of
+    tests/gpu/test_concurrency_gpu.py, tests/gpu/test_huge_outputs_gpu.py and of
     tests/gpu/test_output_bounds_gpu.py (their plan arguments, finegemm.testing.fuzz.kernel_plans'
     tuples, as the ops' plan functions pass them to the heuristics; a settings case's SM budget in
     place of `sms`, and no two-CTA tiles under a budget, as ops.sm90_fp8_gemm.plan decides)."""
     from finegemm.heuristics.sm90_fp8_gemm import select_k_grouped_config
 
     plans = set()
-    for name in ("test_fuzz_gpu", "test_output_bounds_gpu", "test_concurrency_gpu"):
+    for name in ("test_fuzz_gpu", "test_output_bounds_gpu", "test_concurrency_gpu", "test_huge_outputs_gpu"):
         spec = importlib.util.spec_from_file_location(f"_{name}", Path(__file__).resolve().parents[1] / "tests"
                                                       / "gpu" / f"{name}.py")
         t = importlib.util.module_from_spec(spec)
