@@ -149,3 +149,38 @@ def test_cuda_refuses_mk_alignment_below_a_tile(fn, monkeypatch):
             assert bool(torch.isnan(v.float()).all())  # still the poison
         assert finegemm.get_mk_alignment_for_contiguous_layout() == 128
     assert seen >= 5
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32}[t.element_size()])
+
+
+def test_deepgemm_v1_names_match_their_functions():
+    """Every valid case that a DeepGEMM v1 name can express gives, through that name, bitwise the
+    outputs of the finegemm function; every bad one raises the function's error type, named after
+    the v1 name (its ks_tensor is built by the name itself, so a broken ks_tensor does not reach it)."""
+    problems, valid, bad = [], 0, 0
+    for seed in range(2 * NUM):
+        case = fuzz.valid_case(seed)
+        legacy = fuzz.as_legacy(case)
+        if legacy is not None:
+            valid += 1
+            got, want = fuzz.run_case(legacy, "cpu"), fuzz.run_case(case, "cpu")
+            if got.error is not None:
+                problems.append(f"seed {seed}: {legacy.describe()}: {got.error!r}")
+            else:
+                x, y = fuzz.output_values(got, legacy)["out"], fuzz.output_values(want, case)["d"]
+                if not torch.equal(_bits(x), _bits(y)):
+                    problems.append(f"seed {seed}: {legacy.describe()}: differs from {case.fn}")
+        broken = fuzz.bad_case(seed)
+        legacy = None if broken is None else fuzz.as_legacy(broken)
+        if legacy is None or "ks_tensor" in broken.note:
+            continue
+        bad += 1
+        got, want = fuzz.run_case(legacy, "cpu"), fuzz.run_case(broken, "cpu")
+        if got.error is None:
+            problems.append(f"seed {seed}: {legacy.describe()}: accepted ({broken.fn} raised {want.error!r})")
+        elif type(got.error) is not type(want.error) or not fuzz.clean_error(legacy, got.error):
+            problems.append(f"seed {seed}: {legacy.describe()}: {got.error!r} / {broken.fn}: {want.error!r}")
+    assert valid >= 20 and bad >= 10, (valid, bad)
+    assert not problems, "\n".join(problems)

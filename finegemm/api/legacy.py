@@ -59,7 +59,7 @@ def _legacy(target: str):
         def call(*args, **kwargs):
             try:
                 return fn(*args, **kwargs)
-            except (ValueError, TypeError) as exc:
+            except (ValueError, TypeError, NotImplementedError) as exc:
                 raise type(exc)(f"{fn.__name__} (DeepGEMM v1 name of {target}; {_ARG_MAP}): {exc}") from exc
         return call
     return wrap

@@ -31,7 +31,7 @@ __all__ = ["Placement", "Buf", "Case", "Outcome", "Settings", "FUNCTIONS", "MUTA
            "NUM_SMS_CHOICES", "tma_placement", "any_placement", "materialize_buf", "materialize", "valid_case",
            "settings_case", "large_case", "skinny_case", "SKINNY", "DENSE_FUNCTIONS", "multiply_adds", "Sizes",
            "SMALL", "LARGE", "bad_case", "applied", "run_case", "call_case", "clean_error", "untouched_cells",
-           "output_values", "refill", "compare_outputs", "kernel_plans", "warm_plan", "warm_plans"]
+           "output_values", "refill", "LEGACY", "as_legacy", "compare_outputs", "kernel_plans", "warm_plan", "warm_plans"]
 
 FP8 = torch.float8_e4m3fn
 BF16 = torch.bfloat16
@@ -854,7 +854,52 @@ def call_case(case: Case, mat: "Materialized", settings: Optional[Settings] = No
 
 
 def clean_error(case: Case, exc: BaseException) -> bool:
-    return isinstance(exc, CLEAN_ERRORS) and str(exc).startswith(f"{case.fn}:")
+    """A TypeError / ValueError / NotImplementedError whose message starts with the function's name
+    (a DeepGEMM v1 name's errors: "<name> (DeepGEMM v1 name of <target>; ...): ...")."""
+    msg = str(exc)
+    return isinstance(exc, CLEAN_ERRORS) and (msg.startswith(f"{case.fn}:") or msg.startswith(f"{case.fn} ("))
+
+
+# ----------------------------------------------------------------------------- DeepGEMM v1 names
+# v1 name -> (finegemm function, the recipe it implies, d's dtype, c is d, argument renames).
+LEGACY = {
+    "gemm_fp8_fp8_bf16_nt": ("fp8_gemm_nt", (1, 128, 128), BF16, False, {}),
+    "wgrad_gemm_fp8_fp8_fp32_nt": ("fp8_gemm_nt", (1, 1, 128), F32, True, {}),
+    "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous": ("m_grouped_fp8_gemm_nt_contiguous", None, BF16, False,
+                                                  {"grouped_layout": "m_indices"}),
+    "m_grouped_gemm_fp8_fp8_bf16_nt_masked": ("m_grouped_fp8_gemm_nt_masked", None, BF16, False, {}),
+    "k_grouped_wgrad_gemm_fp8_fp8_fp32_nt": ("k_grouped_fp8_gemm_nt_contiguous", None, F32, True,
+                                             {"ks": "batch_sizes"}),
+}
+_LEGACY_NAMES = {"a": "lhs", "b": "rhs", "d": "out"}
+
+
+def as_legacy(case: Case) -> Optional[Case]:
+    """The same call through a DeepGEMM v1 name (finegemm.api.legacy), or None when the case uses
+    something the v1 signature cannot express (another recipe or output dtype, a separate c, psum
+    layouts, compiled_dims, ...). Bad cases map too: their broken argument under its v1 name."""
+    for legacy, (target, recipe, d_dtype, c_is_d, renames) in LEGACY.items():
+        if case.fn != target:
+            continue
+        args = dict(case.args)
+        got_recipe = args.pop("recipe", None)
+        if got_recipe is not None and got_recipe != recipe:
+            continue
+        if recipe == (1, 1, 128) and got_recipe is None:
+            continue
+        d = args.get("d")
+        if not isinstance(d, Buf) or d.dtype != d_dtype:
+            continue
+        c = args.pop("c", None)
+        if c_is_d != (isinstance(c, _Alias) and c.rows_shift == 0) or (c is not None and not c_is_d):
+            continue
+        args.pop("ks_tensor", None)  # the v1 k-grouped name builds it from batch_sizes
+        allowed = {"a", "b", "d", "grouped_layout", "masked_m", "expected_m", "ks"}
+        if set(args) - allowed:
+            continue
+        out = {renames.get(k, _LEGACY_NAMES.get(k, k)): v for k, v in args.items()}
+        return dataclasses.replace(case, fn=legacy, args=out, outputs=("out",), note=case.note + f" (as {legacy})")
+    return None
 
 
 def untouched_cells(out: Outcome, case: Case) -> list[str]:

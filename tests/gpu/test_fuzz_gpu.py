@@ -284,3 +284,35 @@ def test_graph_replay_matches_eager(chunk, warm):
 def test_graph_replay_under_settings_matches_eager(warm_settings):
     """The same under the settings cases' knobs (PDL edges in the graph, small SM budgets)."""
     _check_all_replays(fuzz.settings_case, SETTINGS_SEEDS[::3])
+
+
+def test_deepgemm_v1_names_and_torch_op_on_cuda(warm):
+    """The valid cases a DeepGEMM v1 name can express, through that name, and the fp8_gemm_nt cases
+    through the registered torch op (finegemm.torch_ops): bitwise the finegemm function's outputs."""
+    import finegemm.torch_ops  # noqa: F401 - registers torch.ops.finegemm.fp8_gemm_nt
+
+    problems, ran = [], 0
+    for seed in VALID_SEEDS:
+        case = fuzz.valid_case(seed)
+        want = None
+        legacy = fuzz.as_legacy(case)
+        if legacy is not None:
+            ran += 1
+            want = fuzz.output_values(fuzz.run_case(case, "cuda"), case)["d"]
+            got = fuzz.run_case(legacy, "cuda")
+            if got.error is not None:
+                problems.append(f"seed {seed}: {legacy.describe()}: {got.error!r}")
+            elif not _bitwise_equal(fuzz.output_values(got, legacy)["out"], want):
+                problems.append(f"seed {seed}: {legacy.describe()}: differs from {case.fn}")
+        if case.fn == "fp8_gemm_nt" and "c" not in case.args and case.args.get("recipe") in (None, (1, 128, 128)):
+            ran += 1
+            if want is None:
+                want = fuzz.output_values(fuzz.run_case(case, "cuda"), case)["d"]
+            mat = fuzz.materialize(case, "cuda")
+            (a, sfa), (b, sfb), d = mat.kwargs["a"], mat.kwargs["b"], mat.kwargs["d"]
+            torch.ops.finegemm.fp8_gemm_nt(a, sfa, b, sfb, d)
+            if not _bitwise_equal(d.cpu(), want):
+                problems.append(f"seed {seed}: {case.describe()}: torch.ops.finegemm.fp8_gemm_nt differs")
+    assert _healthy() == ""
+    assert ran >= 20
+    assert not problems, "\n".join(problems)
