@@ -31,7 +31,8 @@ __all__ = ["Placement", "Buf", "Case", "Outcome", "Settings", "FUNCTIONS", "MUTA
            "NUM_SMS_CHOICES", "tma_placement", "any_placement", "materialize_buf", "materialize", "valid_case",
            "settings_case", "large_case", "skinny_case", "SKINNY", "DENSE_FUNCTIONS", "multiply_adds", "Sizes",
            "SMALL", "LARGE", "bad_case", "applied", "run_case", "call_case", "clean_error", "untouched_cells",
-           "output_values", "refill", "LEGACY", "as_legacy", "compare_outputs", "kernel_plans", "warm_plan", "warm_plans"]
+           "output_values", "refill", "LEGACY", "as_legacy", "compare_outputs", "kernel_plans", "warm_plan",
+           "warm_plans"]
 
 FP8 = torch.float8_e4m3fn
 BF16 = torch.bfloat16
@@ -891,8 +892,8 @@ def as_legacy(case: Case) -> Optional[Case]:
         if not isinstance(d, Buf) or d.dtype != d_dtype:
             continue
         c = args.pop("c", None)
-        if c_is_d != (isinstance(c, _Alias) and c.rows_shift == 0) or (c is not None and not c_is_d):
-            continue
+        if not ((isinstance(c, _Alias) and c.rows_shift == 0) if c_is_d else c is None):
+            continue  # the v1 weight-gradient names accumulate into out (c is d); the others take no c
         args.pop("ks_tensor", None)  # the v1 k-grouped name builds it from batch_sizes
         allowed = {"a", "b", "d", "grouped_layout", "masked_m", "expected_m", "ks"}
         if set(args) - allowed:
