@@ -16,7 +16,7 @@ if [[ "$what" == all || "$what" == tests ]]; then
   # FINEGEMM_GPU_TESTS narrows the run (default: every GPU test); a hung kernel cannot eat the
   # whole call: the suite is stopped after FINEGEMM_GPU_TEST_TIMEOUT seconds.
   # shellcheck disable=SC2086
-  timeout "${FINEGEMM_GPU_TEST_TIMEOUT:-270}" python3 -m pytest -q -rs -m gpu \
+  timeout "${FINEGEMM_GPU_TEST_TIMEOUT:-420}" python3 -m pytest -q -rs -m gpu \
     ${FINEGEMM_GPU_TESTS:-tests/gpu} \
     -p no:cacheprovider --timeout 120 --timeout_method thread -s 2>&1 | tee "$OUT/gpu_tests.log"
   status=$(( status | ${PIPESTATUS[0]} ))
