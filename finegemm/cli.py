@@ -159,16 +159,13 @@ def _positive_int(text: str) -> int:
 def cmd_warmup(args) -> int:
     num_sms = args.sms
     if num_sms is None:
-        try:
-            import torch
+        import torch
 
-            if torch.cuda.is_available():
-                num_sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
-        except Exception:
-            num_sms = None
-    if num_sms is None:
-        num_sms = 132
-        print("warmup: no GPU here; planning for 132 SMs (H100 / H200 SXM; --sms to change)")
+        from finegemm import runtime
+
+        num_sms = runtime._device_sm_count()  # this GPU's, else 132 (H100 / H200 SXM)
+        if not torch.cuda.is_available():
+            print(f"warmup: no GPU here; planning for {num_sms} SMs (H100 / H200 SXM; --sms to change)")
     try:
         sources = warmup_sources(args.shapes, args.kinds, num_sms)
     except ValueError as exc:

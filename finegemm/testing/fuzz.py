@@ -31,7 +31,7 @@ __all__ = ["Placement", "Buf", "Case", "Outcome", "Settings", "FUNCTIONS", "MUTA
            "NUM_SMS_CHOICES", "tma_placement", "any_placement", "materialize_buf", "materialize", "valid_case",
            "settings_case", "large_case", "skinny_case", "SKINNY", "DENSE_FUNCTIONS", "multiply_adds", "Sizes",
            "SMALL", "LARGE", "bad_case", "applied", "run_case", "call_case", "clean_error", "untouched_cells",
-           "output_values", "refill", "LEGACY", "as_legacy", "compare_outputs", "kernel_plans", "warm_plan",
+           "bitwise_equal", "output_values", "refill", "LEGACY", "as_legacy", "compare_outputs", "kernel_plans", "warm_plan",
            "warm_plans"]
 
 FP8 = torch.float8_e4m3fn
@@ -918,6 +918,12 @@ def untouched_cells(out: Outcome, case: Case) -> list[str]:
         if not torch.equal(now, before):
             bad.append(name)
     return bad
+
+
+def bitwise_equal(x: torch.Tensor, y: torch.Tensor) -> bool:
+    """Same shape and the same bits in every element (NaN payloads and -0.0 included)."""
+    int_dtype = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[x.element_size()]
+    return x.dtype == y.dtype and torch.equal(x.contiguous().view(int_dtype), y.contiguous().view(int_dtype))
 
 
 def output_values(out: Outcome, case: Case) -> dict[str, torch.Tensor]:

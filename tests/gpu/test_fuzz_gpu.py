@@ -86,11 +86,6 @@ def warm_settings():
     return sum(len(v) for v in by_budget.values())
 
 
-def _bitwise_equal(x: torch.Tensor, y: torch.Tensor) -> bool:
-    int_dtype = {1: torch.uint8, 2: torch.int16, 4: torch.int32}[x.element_size()]
-    return torch.equal(x.contiguous().view(int_dtype), y.contiguous().view(int_dtype))
-
-
 def _healthy() -> str:
     try:
         torch.cuda.synchronize()
@@ -128,7 +123,7 @@ def _check_valid(seed: int, case) -> list:
     if not case.accumulates_into_d():  # a repeat on fresh buffers: bitwise the same outputs
         again = fuzz.output_values(fuzz.run_case(case, "cuda"), case)
         for name, v in got_values.items():
-            if not _bitwise_equal(v, again[name]):
+            if not fuzz.bitwise_equal(v, again[name]):
                 problems.append(f"seed {seed}: {case.describe()}: {name} not bitwise repeatable")
     # The same tensors holding new values: the call must read them (a cached prepared launch, a
     # scale copy or a transposed operand of the first call must not stand in for them).
@@ -246,7 +241,7 @@ def _check_replay(seed: int, case) -> list:
     if err:
         pytest.fail(f"seed {seed}: {case.describe()}: {err}")
     for name in case.outputs:
-        if not _bitwise_equal(mat.kwargs[name], eager[name]):
+        if not fuzz.bitwise_equal(mat.kwargs[name], eager[name]):
             problems.append(f"seed {seed}: {case.describe()}: replay of {name} differs from the eager call")
     touched = fuzz.untouched_cells(fuzz.Outcome(None, mat), case)
     if touched:
@@ -302,7 +297,7 @@ def test_deepgemm_v1_names_and_torch_op_on_cuda(warm):
             got = fuzz.run_case(legacy, "cuda")
             if got.error is not None:
                 problems.append(f"seed {seed}: {legacy.describe()}: {got.error!r}")
-            elif not _bitwise_equal(fuzz.output_values(got, legacy)["out"], want):
+            elif not fuzz.bitwise_equal(fuzz.output_values(got, legacy)["out"], want):
                 problems.append(f"seed {seed}: {legacy.describe()}: differs from {case.fn}")
         if case.fn == "fp8_gemm_nt" and "c" not in case.args and case.args.get("recipe") in (None, (1, 128, 128)):
             ran += 1
@@ -311,7 +306,7 @@ def test_deepgemm_v1_names_and_torch_op_on_cuda(warm):
             mat = fuzz.materialize(case, "cuda")
             (a, sfa), (b, sfb), d = mat.kwargs["a"], mat.kwargs["b"], mat.kwargs["d"]
             torch.ops.finegemm.fp8_gemm_nt(a, sfa, b, sfb, d)
-            if not _bitwise_equal(d.cpu(), want):
+            if not fuzz.bitwise_equal(d.cpu(), want):
                 problems.append(f"seed {seed}: {case.describe()}: torch.ops.finegemm.fp8_gemm_nt differs")
     assert _healthy() == ""
     assert ran >= 20
