@@ -35,6 +35,8 @@ from finegemm.api.legacy import (
     wgrad_gemm_fp8_fp8_fp32_nt,
 )
 from finegemm.quant import (
+    ceil_to_ue8m0,
+    get_k_alignment_for_contiguous_layout,
     get_mk_alignment_for_contiguous_layout,
     get_mn_major_tma_aligned_tensor,
     get_tma_aligned_size,
@@ -93,11 +95,13 @@ __all__ = [
     "per_token_cast_to_fp8",
     "per_block_cast_to_fp8",
     "per_channel_cast_to_fp8",
+    "ceil_to_ue8m0",
     "get_tma_aligned_size",
     "get_mn_major_tma_aligned_tensor",
     "transform_sf_into_required_layout",
     "get_mk_alignment_for_contiguous_layout",
     "set_mk_alignment_for_contiguous_layout",
+    "get_k_alignment_for_contiguous_layout",
     # submodules
     "quant",
     "reference",

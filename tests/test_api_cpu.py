@@ -514,12 +514,25 @@ def test_public_surface():
         "per_token_cast_to_fp8", "per_block_cast_to_fp8", "per_channel_cast_to_fp8", "get_tma_aligned_size",
         "get_mn_major_tma_aligned_tensor", "transform_sf_into_required_layout",
         "get_mk_alignment_for_contiguous_layout", "set_mk_alignment_for_contiguous_layout",
+        "get_k_alignment_for_contiguous_layout", "ceil_to_ue8m0",
         "testing", "reference",
     ]
     for name in names:
         assert hasattr(finegemm, name), name
         assert name in finegemm.__all__, name
     assert finegemm.__version__ == "0.1.0"
+    # DeepGEMM's utils paths (deep_gemm.utils, .utils.math, .utils.layout) resolve to the same functions.
+    import importlib
+
+    utils_math, utils_layout = (importlib.import_module(f"finegemm.utils.{m}") for m in ("math", "layout"))
+    for name in ("per_token_cast_to_fp8", "per_block_cast_to_fp8", "per_channel_cast_to_fp8", "ceil_to_ue8m0"):
+        assert getattr(finegemm.utils, name) is getattr(utils_math, name) is getattr(finegemm, name)
+    for name in ("get_tma_aligned_size", "get_mn_major_tma_aligned_tensor", "get_mk_alignment_for_contiguous_layout",
+                 "get_k_alignment_for_contiguous_layout"):
+        assert getattr(finegemm.utils, name) is getattr(utils_layout, name) is getattr(finegemm, name)
+    assert utils_layout.transform_sf_into_required_layout is finegemm.transform_sf_into_required_layout
+    with pytest.raises(AttributeError, match="no attribute 'per_tensor_cast'"):
+        finegemm.utils.per_tensor_cast
     for name in names[:14]:
         doc = getattr(finegemm, name).__doc__
         assert doc and "[" in doc and ("bfloat16" in doc or "float32" in doc) and "Devices" in doc, name

@@ -77,15 +77,75 @@ def test_per_block_cast(n, k, ue8m0):
                 assert sf[nb, kb] == exact
 
 
+@pytest.mark.parametrize("k,mn", [(256, 9), (300, 12), (1, 5), (128, 0)])
 @pytest.mark.parametrize("ue8m0", [False, True])
-def test_per_channel_cast(ue8m0):
-    gen = _gen(11)
-    x = torch.randn((9, 300), generator=gen) * torch.arange(1, 10)[:, None]
+def test_per_channel_cast(k, mn, ue8m0):
+    """DeepGEMM's per-channel cast: one scale per column per 128 rows of x [K, MN] (a partial last
+    row block allowed), sf [ceil(K/128), MN] with its rows padded to 16 bytes."""
+    gen = _gen(11 + k)
+    x = torch.randn((k, mn), generator=gen) * torch.arange(1, mn + 1)[None, :]
     q, sf = quant.per_channel_cast_to_fp8(x, use_ue8m0=ue8m0)
-    assert sf.shape == (9,) and q.shape == x.shape
-    _check_roundtrip(x, q, sf[:, None].expand_as(x))
-    exact = x.abs().amax(dim=1) / 448
-    assert (sf >= exact).all() if ue8m0 else torch.equal(sf, exact)
+    kb = -(-k // 128)
+    assert sf.shape == (kb, mn) and q.shape == x.shape and q.is_contiguous()
+    if kb > 1 and mn > 1:
+        assert sf.stride() == (-(-mn // 4) * 4, 1)
+    _check_roundtrip(x, q, sf.repeat_interleave(128, 0)[:k])
+    padded = torch.nn.functional.pad(x, (0, 0, 0, kb * 128 - k))
+    exact = padded.view(kb, 128, mn).abs().amax(dim=1).clamp(min=1e-4) / 448
+    if ue8m0:
+        assert _is_pow2(sf) and (sf >= exact).all() and (sf < 2 * exact).all()
+    else:
+        assert torch.equal(sf, exact)
+
+
+def test_per_channel_cast_feeds_the_tn_gemm():
+    """The casts give each layout's scales as the GEMMs take them: per_channel for operands stored
+    [K, MN] (fp8_gemm_tn with recipe (1, 1, 128)), per_token for [MN, K]."""
+    import finegemm
+
+    gen = _gen(5)
+    m, n, k = 48, 32, 304  # [K, MN] operands: MN rows of 16 bytes (TMA), K % 16 == 0, a partial K block
+    a_km, b_kn = torch.randn((k, m), generator=gen), torch.randn((k, n), generator=gen)
+    a, sfa = quant.per_channel_cast_to_fp8(a_km)
+    b, sfb = quant.per_channel_cast_to_fp8(b_kn)
+    d = torch.full((m, n), float("nan"))
+    finegemm.fp8_gemm_tn((a, sfa), (b, sfb), d, recipe=(1, 1, 128))
+    want = a_km.t().double() @ b_kn.double()
+    assert finegemm.testing.calc_diff(d, want) < 1e-3
+    b_nk = torch.randn((n, k), generator=gen)
+    b2, sfb2 = quant.per_token_cast_to_fp8(b_nk)
+    finegemm.fp8_gemm_tt((a, sfa), (b2, sfb2), d, recipe=(1, 1, 128))
+    assert finegemm.testing.calc_diff(d, a_km.t().double() @ b_nk.t().double()) < 1e-3
+
+
+@pytest.mark.parametrize("fn", ["per_token_cast_to_fp8", "per_block_cast_to_fp8", "per_channel_cast_to_fp8"])
+@pytest.mark.parametrize("gran_k", [32, 64, 200])
+def test_cast_granularity(fn, gran_k):
+    """gran_k (DeepGEMM's argument): blocks of gran_k; 128 is the default."""
+    x = torch.randn((300, 260), generator=_gen(gran_k))
+    q, sf = getattr(quant, fn)(x, use_ue8m0=False, gran_k=gran_k)
+    kb = -(-300 // gran_k), -(-260 // gran_k)
+    shapes = {"per_token_cast_to_fp8": (300, kb[1]), "per_block_cast_to_fp8": kb, "per_channel_cast_to_fp8": (kb[0], 260)}
+    assert sf.shape == shapes[fn]
+    q128, sf128 = getattr(quant, fn)(x)
+    assert sf128.shape != sf.shape
+    rows = gran_k if fn != "per_token_cast_to_fp8" else 1
+    cols = gran_k if fn != "per_channel_cast_to_fp8" else 1
+    full = sf.repeat_interleave(rows, 0)[:300].repeat_interleave(cols, 1)[:, :260]
+    _check_roundtrip(x, q, full)
+
+
+@pytest.mark.parametrize("ue8m0", [False, True])
+def test_non_finite_blocks_dequantize_to_nan(ue8m0):
+    """A block holding inf / NaN gets an inf / NaN scale: all of it dequantizes to NaN, its
+    neighbours are untouched (before, UE8M0 rounded an inf scale to 1 and the inf became 448)."""
+    x = torch.randn((2, 384))
+    x[0, 3], x[1, 200] = float("inf"), float("nan")
+    q, sf = quant.per_token_cast_to_fp8(x, use_ue8m0=ue8m0)
+    assert sf[0, 0] == float("inf") and sf[1, 1].isnan()
+    deq = q.float() * sf.repeat_interleave(128, 1)
+    assert deq[0, :128].isnan().all() and deq[1, 128:256].isnan().all()
+    assert deq[0, 128:].isfinite().all() and deq[1, :128].isfinite().all() and deq[1, 256:].isfinite().all()
 
 
 def test_zero_blocks_get_floor_scale():
@@ -98,9 +158,10 @@ def test_zero_blocks_get_floor_scale():
 
 
 def test_ceil_to_ue8m0_exact():
-    x = torch.tensor([1.0, 1.5, 0.3, 2.0**-20, 3 * 2.0**100, 1.0 + 2**-23, 0.0])
-    expected = torch.tensor([1.0, 2.0, 0.5, 2.0**-20, 2.0**102, 2.0, 0.0])
+    x = torch.tensor([1.0, 1.5, 0.3, 2.0**-20, 3 * 2.0**100, 1.0 + 2**-23, 0.0, -1.5, 2.0**-140, float("inf")])
+    expected = torch.tensor([1.0, 2.0, 0.5, 2.0**-20, 2.0**102, 2.0, 0.0, 2.0, 2.0**-140, float("inf")])
     assert torch.equal(quant.ceil_to_ue8m0(x), expected)
+    assert quant.ceil_to_ue8m0(torch.tensor([float("nan")])).isnan().all()
 
 
 def test_casts_reject_bad_input():
@@ -110,6 +171,12 @@ def test_casts_reject_bad_input():
         quant.per_block_cast_to_fp8(torch.zeros((4, 4), dtype=torch.int32))
     with pytest.raises(TypeError, match=r"^per_channel_cast_to_fp8: x must be a torch.Tensor, got list"):
         quant.per_channel_cast_to_fp8([1.0, 2.0])
+    with pytest.raises(TypeError, match=r"^per_token_cast_to_fp8: use_ue8m0 must be a bool, got int"):
+        quant.per_token_cast_to_fp8(torch.zeros((4, 4)), 1)
+    with pytest.raises(ValueError, match=r"^per_block_cast_to_fp8: gran_k must be >= 1, got 0"):
+        quant.per_block_cast_to_fp8(torch.zeros((4, 4)), gran_k=0)
+    with pytest.raises(NotImplementedError, match=r"^per_token_cast_to_fp8: use_packed_ue8m0=True"):
+        quant.per_token_cast_to_fp8(torch.zeros((4, 512)), True, 128, True)
 
 
 def test_reexports():
@@ -172,19 +239,27 @@ def test_transform_sf_layouts():
     assert out.stride() == (1, 132) and torch.equal(out, sfb_rows)
 
     grouped = torch.rand((4, mn, 3))
-    out = quant.transform_sf_into_required_layout(grouped, mn, k, (1, 128, 128), num_groups=4)
+    out = quant.transform_sf_into_required_layout(grouped, mn, k, (1, 128, 128), num_groups=4, is_sfa=True)
     assert out.stride() == (3 * 132, 1, 132) and torch.equal(out, grouped)
+
+    # DeepGEMM's defaults and its newer per-operand recipe_ab form.
+    sfb = torch.rand((2, 3))
+    assert quant.transform_sf_into_required_layout(sfb, mn, k, (1, 128, 128)) is not None  # is_sfa=False: sfb
+    out = quant.transform_sf_into_required_layout(sfa, mn, k, recipe_ab=(1, 128))
+    assert out.stride() == (1, 132) and torch.equal(out, sfa)
 
 
 def test_transform_sf_errors():
     with pytest.raises(ValueError, match=r"ceil\(mn/1\), ceil\(k/128\)"):
-        quant.transform_sf_into_required_layout(torch.rand((10, 2)), 10, 300, (1, 128, 128))
+        quant.transform_sf_into_required_layout(torch.rand((10, 2)), 10, 300, (1, 128, 128), is_sfa=True)
     with pytest.raises(ValueError, match="num_groups"):
-        quant.transform_sf_into_required_layout(torch.rand((10, 3)), 10, 300, (1, 128, 128), num_groups=2)
+        quant.transform_sf_into_required_layout(torch.rand((10, 3)), 10, 300, (1, 128, 128), num_groups=2, is_sfa=True)
     with pytest.raises(ValueError, match="granularity"):
         quant.transform_sf_into_required_layout(torch.rand((10, 3)), 10, 300, (1, 64, 128), is_sfa=False)
-    with pytest.raises(ValueError, match="fp32"):
+    with pytest.raises(TypeError, match="fp32"):
         quant.transform_sf_into_required_layout(torch.zeros((10, 3), dtype=torch.int32), 10, 300, (1, 128, 128))
+    with pytest.raises(ValueError, match="exactly one of recipe"):
+        quant.transform_sf_into_required_layout(torch.rand((1, 3)), 10, 300, (1, 128, 128), recipe_ab=(128, 128))
 
 
 def test_mk_alignment_setter():

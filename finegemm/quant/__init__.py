@@ -10,6 +10,7 @@ from finegemm.quant.casts import (
     per_token_cast_to_fp8,
 )
 from finegemm.quant.layout import (
+    get_k_alignment_for_contiguous_layout,
     get_m_alignment_for_contiguous_layout,
     get_mk_alignment_for_contiguous_layout,
     get_mn_major_tma_aligned_tensor,
@@ -31,6 +32,7 @@ __all__ = [
     "get_mk_alignment_for_contiguous_layout",
     "set_mk_alignment_for_contiguous_layout",
     "get_m_alignment_for_contiguous_layout",
+    "get_k_alignment_for_contiguous_layout",
     "get_tma_aligned_size",
     "get_mn_major_tma_aligned_tensor",
     "transform_sf_into_required_layout",

@@ -18,6 +18,7 @@ __all__ = [
     "get_mk_alignment_for_contiguous_layout",
     "set_mk_alignment_for_contiguous_layout",
     "get_m_alignment_for_contiguous_layout",
+    "get_k_alignment_for_contiguous_layout",
     "get_tma_aligned_size",
     "get_mn_major_tma_aligned_tensor",
     "transform_sf_into_required_layout",
@@ -45,16 +46,26 @@ def set_mk_alignment_for_contiguous_layout(value: int) -> None:
     _mk_alignment = value
 
 
-# DeepGEMM's older name for the same getter.
+# DeepGEMM's older names for the same getter (M-grouped and K-grouped layouts share the alignment).
 get_m_alignment_for_contiguous_layout = get_mk_alignment_for_contiguous_layout
+get_k_alignment_for_contiguous_layout = get_mk_alignment_for_contiguous_layout
+
+
+def _check_int(fn: str, name: str, v: object, minimum: int) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TypeError(f"{fn}: {name} must be an int, got {type(v).__name__}")
+    if v < minimum:
+        raise ValueError(f"{fn}: {name} must be >= {minimum}, got {v}")
+    return v
 
 
 def get_tma_aligned_size(x: int, element_size: int) -> int:
     """Round x (elements) up so that x * element_size is a multiple of 16 bytes."""
-    if element_size <= 0 or 16 % element_size != 0:
-        raise ValueError(f"get_tma_aligned_size: element_size must divide 16, got {element_size}")
-    if x < 0:
-        raise ValueError(f"get_tma_aligned_size: x must be >= 0, got {x}")
+    fn = "get_tma_aligned_size"
+    _check_int(fn, "x", x, 0)
+    _check_int(fn, "element_size", element_size, 1)
+    if 16 % element_size != 0:
+        raise ValueError(f"{fn}: element_size must divide 16, got {element_size}")
     return align(x, 16 // element_size)
 
 
@@ -67,12 +78,18 @@ def _mn_major_strides(shape: Sequence[int], aligned_mn: int) -> tuple[int, ...]:
 def get_mn_major_tma_aligned_tensor(sf: torch.Tensor) -> torch.Tensor:
     """Same logical tensor, stored MN-major with the MN stride padded for TMA.
 
-    sf: [MN, Kb] or [G, MN, Kb] (fp32 on SM90). Returns a tensor with equal shape and values whose
-    strides are (1, aligned_mn) or (Kb * aligned_mn, 1, aligned_mn), aligned_mn =
-    get_tma_aligned_size(MN, element_size). Returns ``sf`` itself when it already has that layout.
+    sf: [MN, Kb] or [G, MN, Kb] (fp32 on SM90; any dtype whose size divides 16 bytes). Returns a
+    tensor with equal shape and values whose strides are (1, aligned_mn) or
+    (Kb * aligned_mn, 1, aligned_mn), aligned_mn = get_tma_aligned_size(MN, element_size). Returns
+    ``sf`` itself when it already has that layout.
     """
+    fn = "get_mn_major_tma_aligned_tensor"
+    if not isinstance(sf, torch.Tensor):
+        raise TypeError(f"{fn}: sf must be a torch.Tensor, got {type(sf).__name__}")
     if sf.dim() not in (2, 3):
-        raise ValueError(f"get_mn_major_tma_aligned_tensor: sf must be 2-D or 3-D, got shape {tuple(sf.shape)}")
+        raise ValueError(f"{fn}: sf must be 2-D or 3-D, got shape {tuple(sf.shape)}")
+    if 16 % sf.element_size() != 0:
+        raise TypeError(f"{fn}: sf's element size must divide 16 bytes, got {sf.dtype}")
     mn, kb = sf.shape[-2], sf.shape[-1]
     aligned_mn = get_tma_aligned_size(mn, sf.element_size())
     strides = _mn_major_strides(sf.shape, aligned_mn)
@@ -86,42 +103,68 @@ def get_mn_major_tma_aligned_tensor(sf: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def _granularity(fn: str, recipe: object, recipe_ab: object, is_sfa: bool) -> tuple[int, int]:
+    """(MN granularity, K granularity) of one operand's scales from DeepGEMM's recipe (sfa MN,
+    sfb MN, K) or recipe_ab (this operand's (MN, K)); exactly one of them is given."""
+    if (recipe is None) == (recipe_ab is None):
+        raise ValueError(f"{fn}: pass exactly one of recipe (3 ints) and recipe_ab (2 ints), "
+                         f"got recipe={recipe!r}, recipe_ab={recipe_ab!r}")
+    name, value, size = ("recipe", recipe, 3) if recipe is not None else ("recipe_ab", recipe_ab, 2)
+    if not isinstance(value, (tuple, list)) or len(value) != size or any(
+            isinstance(v, bool) or not isinstance(v, int) for v in value):
+        raise TypeError(f"{fn}: {name} must be a tuple of {size} ints, got {value!r}")
+    if size == 2:
+        return value[0], value[1]
+    return (value[0] if is_sfa else value[1]), value[2]
+
+
 def transform_sf_into_required_layout(
     sf: torch.Tensor,
     mn: int,
     k: int,
-    recipe: Sequence[int],
+    recipe: Optional[Sequence[int]] = None,
     num_groups: Optional[int] = None,
-    is_sfa: bool = True,
+    is_sfa: bool = False,
     disable_ue8m0_cast: bool = False,
+    recipe_ab: Optional[Sequence[int]] = None,
 ) -> torch.Tensor:
-    """Put a scale tensor into the layout the SM90 kernels expect.
+    """Put a scale tensor into the layout the SM90 kernels expect (DeepGEMM's name, arguments and
+    defaults: ``is_sfa`` False means sfb).
 
     recipe = (sfa MN granularity, sfb MN granularity, K granularity), e.g. (1, 128, 128) or
-    (1, 1, 128). The MN granularity used is recipe[0] for sfa and recipe[1] for sfb.
+    (1, 1, 128); the MN granularity used is recipe[0] for sfa and recipe[1] for sfb. Or
+    recipe_ab = (MN granularity, K granularity) of this operand (DeepGEMM's newer form); pass
+    exactly one. SM90 takes MN granularity 1 or 128 and K granularity 128.
     sf: fp32 [ceil(mn/gran_mn), ceil(k/128)], or [num_groups, ...] when num_groups is given.
     Per-row (gran 1) scales come back MN-major and TMA-aligned (get_mn_major_tma_aligned_tensor);
     128x128 scales come back contiguous fp32. ``disable_ue8m0_cast`` is accepted for API
     compatibility; SM90 keeps fp32 scales so there is no UE8M0 packing to disable.
     """
+    fn = "transform_sf_into_required_layout"
+    if not isinstance(sf, torch.Tensor):
+        raise TypeError(f"{fn}: sf must be a torch.Tensor, got {type(sf).__name__}")
+    _check_int(fn, "mn", mn, 0)
+    _check_int(fn, "k", k, 0)
+    if num_groups is not None:
+        _check_int(fn, "num_groups", num_groups, 0)
+    for flag_name, flag in (("is_sfa", is_sfa), ("disable_ue8m0_cast", disable_ue8m0_cast)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{fn}: {flag_name} must be a bool, got {type(flag).__name__}")
     name = "sfa" if is_sfa else "sfb"
-    if len(recipe) != 3:
-        raise ValueError(f"transform_sf_into_required_layout: recipe must have 3 entries, got {tuple(recipe)}")
-    gran_mn = recipe[0] if is_sfa else recipe[1]
-    gran_k = recipe[2]
+    gran_mn, gran_k = _granularity(fn, recipe, recipe_ab, is_sfa)
     if gran_k != 128 or gran_mn not in (1, 128):
         raise ValueError(
-            f"transform_sf_into_required_layout: SM90 supports {name} granularity (1 or 128, 128), "
-            f"got ({gran_mn}, {gran_k}) from recipe {tuple(recipe)}"
+            f"{fn}: SM90 supports {name} granularity (1 or 128, 128), got ({gran_mn}, {gran_k}) from "
+            f"{'recipe' if recipe is not None else 'recipe_ab'} {tuple(recipe if recipe is not None else recipe_ab)}"
         )
     if sf.dtype != torch.float32:
-        raise ValueError(f"transform_sf_into_required_layout: SM90 needs fp32 {name}, got {sf.dtype}")
+        raise TypeError(f"{fn}: SM90 needs fp32 {name}, got {sf.dtype}")
     expected = (ceil_div(mn, gran_mn), ceil_div(k, gran_k))
     if num_groups is not None:
         expected = (num_groups,) + expected
     if tuple(sf.shape) != expected:
         raise ValueError(
-            f"transform_sf_into_required_layout: {name} must have shape "
+            f"{fn}: {name} must have shape "
             f"{'[num_groups, ' if num_groups is not None else '['}ceil(mn/{gran_mn}), ceil(k/{gran_k})] = "
             f"{list(expected)} for mn={mn}, k={k}, got {list(sf.shape)}"
         )

@@ -1,0 +1,45 @@
+"""Small helpers shared by every layer, and DeepGEMM's `deep_gemm.utils` surface.
+
+ceil_div, align and write_empty_product live here (every layer imports them). DeepGEMM also keeps
+its casts and scale-layout helpers under `utils` (`deep_gemm.utils`, `.utils.math`,
+`.utils.layout`), so code written against it finds them here too: the submodules `math` and
+`layout` re-export finegemm.quant, and this module resolves those names lazily (finegemm.quant
+imports this module, so importing it back at load time would be circular).
+"""
+
+
+def ceil_div(x: int, y: int) -> int:
+    """Smallest integer >= x / y for non-negative x and positive y."""
+    return (x + y - 1) // y
+
+
+def align(x: int, y: int) -> int:
+    """Round x up to a multiple of y."""
+    return ceil_div(x, y) * y
+
+
+def write_empty_product(d, c) -> None:
+    """D = C + (a product over an empty K): d gets c, or zeros without c (c may be d itself)."""
+    if c is None:
+        d.zero_()
+    elif c is not d:
+        d.copy_(c)
+
+
+# DeepGEMM's utils names served by finegemm.quant (resolved on first use, PEP 562).
+_QUANT_NAMES = (
+    "ceil_to_ue8m0", "per_token_cast_to_fp8", "per_block_cast_to_fp8", "per_channel_cast_to_fp8",
+    "get_tma_aligned_size", "get_mn_major_tma_aligned_tensor", "get_mk_alignment_for_contiguous_layout",
+    "get_m_alignment_for_contiguous_layout", "get_k_alignment_for_contiguous_layout",
+    "set_mk_alignment_for_contiguous_layout",
+)
+
+__all__ = ["ceil_div", "align", *_QUANT_NAMES]
+
+
+def __getattr__(name: str):
+    if name in _QUANT_NAMES:
+        from finegemm import quant
+
+        return getattr(quant, name)
+    raise AttributeError(f"module 'finegemm.utils' has no attribute {name!r}")
