@@ -4,7 +4,10 @@ Every figure is host time only: the GPU is first given a long sleep kernel so th
 queue behind it (finegemm.bench._common.host_time_us). Parts:
   full_call         fp8_gemm_nt on tensors seen before (the fast path a serving loop takes)
   fast_key          building + hashing the call signature (validation cache key)
-  prepared_launch   the cached PreparedCall alone (prepared handle: 4-argument ctypes + launch)
+  prepared_launch   the cached PreparedCall alone (prepared handle: the Python launch shim, or
+                    4-argument ctypes where the shim is unavailable, + cuLaunchKernelEx)
+  prepared_launch_ctypes
+                    the same through ctypes (the shim switched off on the call object)
   oneshot_launch    the same call through the one-shot launcher (~30 ctypes arguments, tensor
                     maps encoded per call: what every call paid before prepared launches)
   raw_stream / capture_check / split_pointers
@@ -61,10 +64,20 @@ def main() -> None:
             finally:
                 call._handle = saved
 
+        def through_ctypes():
+            saved = call._fast_call
+            call._fast_call = None
+            try:
+                return host_time_us(call)
+            finally:
+                call._fast_call = saved
+
         rec = {
+            "fastcall": call._fast_call is not None,
             "full_call": host_time_us(full),
             "fast_key": host_time_us(lambda: dense_fp8._fast_key((a, sfa), (b, sfb), d, None, None, "nk", False)),
             "prepared_launch": host_time_us(call),
+            "prepared_launch_ctypes": through_ctypes(),
             "oneshot_launch": host_time_us(oneshot),
             "split_k": call.cfg.split_k,
         }
@@ -82,6 +95,7 @@ def main() -> None:
         except Exception as exc:  # older torch without blockwise scaling
             rec["torch_scaled_mm"] = f"{type(exc).__name__}: {exc}"[:200]
         results[f"{m}x{n}x{k}"] = rec
+        rec["full_call_again"] = host_time_us(full)  # the spread within this process
         print(f"{m}x{n}x{k}: " + ", ".join(f"{k_}={v:.2f}" if isinstance(v, float) else f"{k_}={v}"
                                           for k_, v in rec.items()), flush=True)
     # Dense BF16 (its own fast path and prepared launch) against torch.matmul's host cost.

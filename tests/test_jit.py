@@ -292,3 +292,48 @@ def test_experiment_flags_reach_the_host_library(fg_cache_dir, monkeypatch):
     assert diag != plain and diag.is_file() and plain.is_file()
     monkeypatch.delenv("FINEGEMM_EXTRA_NVCC_FLAGS")
     assert compiler.build_host_library() == plain
+
+
+# ----------------------------------------------------------------------------- Python launch shim
+def test_fastcall_shim_calls_the_prepared_launcher():
+    """jit.fastcall(): the shim built for this interpreter calls a host-library function at its
+    address with the prepared-launch arguments (a null handle answers the launcher's own
+    invalid-argument code, as through ctypes) and rejects malformed calls cleanly."""
+    fast = jit.fastcall()
+    assert fast is not None, "the Python launch shim did not build"
+    lib = jit.host_library()
+    fn = lib.fg_launch_prepared_sm90_fp8_gemm
+    fn.argtypes, fn.restype = [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64], ctypes.c_int
+    address = ctypes.cast(fn, ctypes.c_void_p).value
+    through_ctypes = fn(0, None, None, 0)
+    assert through_ctypes != 0 and fast(address, 0, None, None, 0) == through_ctypes
+    with pytest.raises(TypeError, match="expected 5 arguments"):
+        fast(address, 0, None, None)
+    with pytest.raises(ValueError, match="null function address"):
+        fast(0, 0, None, None, 0)
+    with pytest.raises(OverflowError):
+        fast(address, -1, None, None, 0)
+    assert jit.fastcall() is fast  # built and loaded once per process
+
+
+def test_fastcall_can_be_switched_off(monkeypatch):
+    from finegemm.jit import runtime
+
+    monkeypatch.setattr(runtime, "_fastcall", None)
+    monkeypatch.setenv("FINEGEMM_DISABLE_FASTCALL", "1")
+    assert jit.fastcall() is None
+
+
+def test_fastcall_missing_headers_keeps_ctypes(monkeypatch):
+    """Without Python.h the shim is not built: a warning, and fastcall() answers None (callers keep
+    ctypes), never an exception."""
+    import sysconfig
+
+    from finegemm.jit import runtime
+
+    monkeypatch.setattr(runtime, "_fastcall", None)
+    monkeypatch.delenv("FINEGEMM_DISABLE_FASTCALL", raising=False)
+    real = sysconfig.get_paths
+    monkeypatch.setattr(sysconfig, "get_paths", lambda *a, **k: {**real(*a, **k), "include": "/nonexistent"})
+    with pytest.warns(RuntimeWarning, match="no Python.h"):
+        assert jit.fastcall() is None

@@ -408,6 +408,32 @@ def host_flags() -> list[str]:
     return flags
 
 
+def _build_shared_object(prefix: str, key: str, artifact: str, cmd: list[str], what: str) -> Path:
+    """Compile one shared object into the cache's host/ folder (entry <prefix>_<key>), or return
+    the cached one. `cmd` is the compiler command without its output (-o <artifact> is added)."""
+    root = cache_dir()
+    entry = root / "host" / f"{prefix}_{key[:16]}"
+    if not _env_flag("FINEGEMM_DISABLE_CACHE") and _entry_valid(entry, artifact):
+        return entry / artifact
+    tmp = _make_tmp_dir(root, f"{prefix}_{key[:16]}.")
+    out = tmp / artifact
+    cmd = [*cmd, "-o", str(out)]
+    _bump("host_compiles")
+    proc = _run_compiler(cmd, cwd=tmp)
+    if proc.returncode != 0 or not out.is_file():
+        _fail(tmp, root, what, cmd, proc)
+    (tmp / "build.log").write_text(proc.stdout + proc.stderr)
+    (tmp / "ok").write_text(_sha256_file(out) + "\n")
+    if _env_flag("FINEGEMM_DISABLE_CACHE") and entry.exists():
+        aside = entry.parent / f".{entry.name}.old.{os.getpid()}.{threading.get_ident()}"
+        try:
+            os.replace(entry, aside)
+        except OSError:
+            pass
+        shutil.rmtree(aside, ignore_errors=True)
+    return _publish(tmp, entry, artifact) / artifact
+
+
 def build_host_library() -> Path:
     """Compile every include/finegemm/host/*.cpp into one host.so (cached); returns its path."""
     sources = host_sources()
@@ -418,27 +444,28 @@ def build_host_library() -> Path:
     for p in sources:
         parts += [p.name, p.read_bytes()]
     key = _digest(*parts, header_digest(), "\0".join(_key_flags(flags)), _nvcc_version_text(nvcc_path()))
-    root = cache_dir()
-    entry = root / "host" / f"host_{key[:16]}"
-    if not _env_flag("FINEGEMM_DISABLE_CACHE") and _entry_valid(entry, "host.so"):
-        return entry / "host.so"
-    tmp = _make_tmp_dir(root, f"host_{key[:16]}.")
-    out = tmp / "host.so"
-    cmd = [nvcc_path(), *flags, "-o", str(out), *[str(p) for p in sources], "-ldl"]
-    _bump("host_compiles")
-    proc = _run_compiler(cmd, cwd=tmp)
-    if proc.returncode != 0 or not out.is_file():
-        _fail(tmp, root, "the host library", cmd, proc)
-    (tmp / "build.log").write_text(proc.stdout + proc.stderr)
-    (tmp / "ok").write_text(_sha256_file(out) + "\n")
-    if _env_flag("FINEGEMM_DISABLE_CACHE") and entry.exists():
-        aside = entry.parent / f".{entry.name}.old.{os.getpid()}.{threading.get_ident()}"
-        try:
-            os.replace(entry, aside)
-        except OSError:
-            pass
-        shutil.rmtree(aside, ignore_errors=True)
-    return _publish(tmp, entry, "host.so") / "host.so"
+    cmd = [nvcc_path(), *flags, *[str(p) for p in sources], "-ldl"]
+    return _build_shared_object("host", key, "host.so", cmd, "the host library")
+
+
+FASTCALL_SOURCE = PACKAGE_DIR / "jit" / "fastcall.cpp"
+
+
+def build_python_shim() -> Path:
+    """Compile jit/fastcall.cpp into a CPython extension for the running interpreter (cached by
+    source, interpreter ABI and compiler); returns its path. Raises RuntimeError when it cannot be
+    built (e.g. no Python.h): the callers then keep calling the host library through ctypes."""
+    import sysconfig
+
+    include = sysconfig.get_paths().get("include") or ""
+    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+    if not (Path(include) / "Python.h").is_file():
+        raise RuntimeError(f"finegemm: no Python.h under {include!r}: the prepared launches stay on ctypes")
+    flags = ["-O2", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", "-cudart", "none", f"-I{include}"]
+    key = _digest(FASTCALL_SOURCE.read_bytes(), sys.version, suffix, "\0".join(_key_flags(flags)),
+                  _nvcc_version_text(nvcc_path()))
+    cmd = [nvcc_path(), *flags, str(FASTCALL_SOURCE)]
+    return _build_shared_object("fastcall", key, "_finegemm_fastcall" + suffix, cmd, "the Python launch shim")
 
 
 # ----------------------------------------------------------------------------- ptxas report

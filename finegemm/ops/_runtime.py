@@ -10,7 +10,8 @@
   replays never share buffers with eager calls. Replaced buffers are kept alive too: kernels
   queued on other streams may still use them.
 - PreparedLaunch: a planned launch whose tensor maps and parameters the host library encodes
-  once; a call then costs one short ctypes call and cuLaunchKernelEx.
+  once; a call then costs one call of the Python launch shim (jit.fastcall; ctypes where it
+  cannot be built) and cuLaunchKernelEx.
 - c_function, prepare_function, prepared_handle_functions: ctypes declarations of the host
   library's entry points (one-time, when a family's launcher is first needed).
 - check_tile: the block / stage rules every kernel template shares (render-time checks).
@@ -183,7 +184,7 @@ class PreparedLaunch:
     """
 
     __slots__ = ("cfg", "cacheable", "_head", "_tail", "_device", "_dev_index", "_keepalive", "_split_cache",
-                 "_handle", "_split_k")
+                 "_handle", "_split_k", "_fast_call", "_launch_address")
     _prepare_lock = threading.Lock()
     _ns: dict = {}
     _names: tuple = ()  # (one-shot launcher, preparer, prepared launcher, free) in _ns
@@ -198,6 +199,10 @@ class PreparedLaunch:
         self._keepalive = keepalive  # temporaries whose pointers are in head
         self._split_cache = None  # (stream, ws_ptr, cnt_ptr, buffers kept alive) of the last eager call
         self._handle = None  # None: not tried yet; 0: no prepared launch (one-shot launcher)
+        # The prepared launcher called through the Python launch shim (jit.fastcall) at its address,
+        # without ctypes' per-call argument conversion; None: through ctypes.
+        self._fast_call = None
+        self._launch_address = 0
         # Whether a call looks up split-K buffers; read on every call: a plain slot, not the config's
         # property. _make_handle clears it for a split cluster, which needs none.
         self._split_k = cfg.split_k
@@ -258,7 +263,15 @@ class PreparedLaunch:
             # per-call lookup and the stream-capture test (~0.8 us of host time).
             if handle and self._split_k and self._query_cluster(handle) == self.cfg.num_splits:
                 self._split_k = False
-            self._handle = handle
+            launch_prepared = self._ns[self._names[2]]
+            if handle and isinstance(launch_prepared, ctypes._CFuncPtr):
+                from finegemm import jit
+
+                fast = jit.fastcall()
+                if fast is not None:
+                    self._launch_address = ctypes.cast(launch_prepared, ctypes.c_void_p).value
+                    self._fast_call = fast
+            self._handle = handle  # published last: a call that sees it sees the fields above
             return handle
 
     def __call__(self) -> None:
@@ -269,7 +282,11 @@ class PreparedLaunch:
             handle = self._make_handle()
         if handle:
             ws_ptr, cnt_ptr = self._split_pointers(stream) if self._split_k else (None, None)
-            rc = ns[self._names[2]](handle, ws_ptr, cnt_ptr, stream)
+            fast = self._fast_call
+            if fast is not None:
+                rc = fast(self._launch_address, handle, ws_ptr, cnt_ptr, stream)
+            else:
+                rc = ns[self._names[2]](handle, ws_ptr, cnt_ptr, stream)
         else:
             # The one-shot launcher checks for buffers before it encodes: every split-K call has them.
             ws_ptr, cnt_ptr = self._split_pointers(stream) if self.cfg.split_k else (None, None)
