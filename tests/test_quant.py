@@ -8,6 +8,9 @@ import torch
 from finegemm import quant
 
 FP8 = torch.float8_e4m3fn
+# Scales are amax / 448 computed as amax * fp32(1/448): what DeepGEMM's `x_amax / 448.0` computes on
+# CUDA (a multiplication by the divisor's fp32 reciprocal), on every device.
+INV_448 = torch.tensor(1 / 448, dtype=torch.float32)
 
 
 def _gen(seed: int) -> torch.Generator:
@@ -46,10 +49,10 @@ def test_per_token_cast(m, k, dtype, ue8m0):
     assert sf.dtype == torch.float32 and sf.shape == (m, -(-k // 128))
     full = _expand(sf, 1, (m, k))
     _check_roundtrip(x, q, full)
-    # Scale is (at least, for ue8m0) amax / 448 of each 1x128 block.
+    # Scale is (at least, for ue8m0) amax / 448 of each 1x128 block (times fp32(1/448)).
     padded = torch.nn.functional.pad(x.float(), (0, sf.shape[1] * 128 - k))
     amax = padded.view(m, sf.shape[1], 128).abs().amax(dim=2).clamp(min=1e-4)
-    exact = amax / 448
+    exact = amax * INV_448
     if ue8m0:
         assert _is_pow2(sf) and (sf >= exact).all() and (sf < 2 * exact).all()
     else:
@@ -70,7 +73,7 @@ def test_per_block_cast(n, k, ue8m0):
     for nb in range(sf.shape[0]):
         for kb in range(sf.shape[1]):
             block = x[nb * 128 : nb * 128 + 128, kb * 128 : kb * 128 + 128].float()
-            exact = block.abs().max().clamp(min=1e-4) / 448
+            exact = block.abs().max().clamp(min=1e-4) * INV_448
             if ue8m0:
                 assert _is_pow2(sf[nb, kb]) and exact <= sf[nb, kb] < 2 * exact
             else:
@@ -91,7 +94,7 @@ def test_per_channel_cast(k, mn, ue8m0):
         assert sf.stride() == (-(-mn // 4) * 4, 1)
     _check_roundtrip(x, q, sf.repeat_interleave(128, 0)[:k])
     padded = torch.nn.functional.pad(x, (0, 0, 0, kb * 128 - k))
-    exact = padded.view(kb, 128, mn).abs().amax(dim=1).clamp(min=1e-4) / 448
+    exact = padded.view(kb, 128, mn).abs().amax(dim=1).clamp(min=1e-4) * INV_448
     if ue8m0:
         assert _is_pow2(sf) and (sf >= exact).all() and (sf < 2 * exact).all()
     else:

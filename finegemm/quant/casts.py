@@ -2,7 +2,9 @@
 and arguments: x, use_ue8m0, gran_k).
 
 Every cast returns ``(q, sf)`` such that ``q.float() * sf`` (``sf`` broadcast over its block)
-approximates ``x``. Scales are ``amax / 448`` per block (448 = largest finite e4m3fn value),
+approximates ``x``. Scales are ``amax / 448`` per block (448 = largest finite e4m3fn value;
+computed as amax * fp32(1/448), and q as x * (1 / sf): DeepGEMM's arithmetic, the same bits on
+CPU and CUDA),
 with amax clamped to >= 1e-4 so that all-zero blocks get a finite, non-zero scale. With
 ``use_ue8m0=True`` the scale is rounded *up* to a power of two (the UE8M0 format), which keeps
 ``|x / sf| <= 448`` so nothing saturates. A block holding inf or NaN gets an inf / NaN scale, so it
@@ -11,6 +13,8 @@ itself, the argument and the rule for bad input.
 """
 
 from __future__ import annotations
+
+import struct
 
 import torch
 
@@ -55,15 +59,21 @@ def ceil_to_ue8m0(x: torch.Tensor) -> torch.Tensor:
     return torch.where((x == 0) | ~torch.isfinite(x), x, out)
 
 
+# fp32(1 / 448), exactly representable as a Python float. The arithmetic is DeepGEMM's as PyTorch runs
+# it on CUDA (a division by a Python scalar becomes a multiplication by its fp32 reciprocal there,
+# not on CPU): written out, the casts give bitwise the same q and sf on CPU and CUDA, and DeepGEMM's.
+INV_FP8_MAX = struct.unpack("f", struct.pack("f", 1.0 / FP8_MAX))[0]
+
+
 def _scale_from_amax(amax: torch.Tensor, use_ue8m0: bool) -> torch.Tensor:
-    """fp32 amax -> fp32 scale (amax clamped, divided by 448, optionally rounded up to 2**e)."""
-    scale = amax.float().clamp(min=AMAX_EPS) / FP8_MAX
+    """fp32 amax -> fp32 scale: max(amax, 1e-4) * fp32(1/448), optionally rounded up to 2**e."""
+    scale = amax.float().clamp(min=AMAX_EPS) * INV_FP8_MAX
     return ceil_to_ue8m0(scale) if use_ue8m0 else scale
 
 
 def _quantize(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """x / scale -> e4m3fn; the clamp guards against 1-ulp overshoot past 448 (would become NaN)."""
-    return (x / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
+    """x * (1 / scale) -> e4m3fn; the clamp guards against an overshoot past 448 by rounding."""
+    return (x * (1.0 / scale)).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
 
 
 def _check_cast_args(fn: str, x: object, use_ue8m0: object, gran_k: object) -> torch.Tensor:

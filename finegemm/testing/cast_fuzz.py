@@ -10,11 +10,13 @@ Properties (tests/test_quant_fuzz.py on CPU, tests/gpu/test_quant_gpu.py on CUDA
 results must also equal the CPU's bit for bit):
 - q is e4m3fn, x's shape, contiguous, |q| <= 448 wherever finite; sf is fp32 of the documented
   shape and strides;
-- a finite block's scale is max(amax, 1e-4) / 448 exactly, or with UE8M0 the power of two in
+- a finite block's scale is max(amax, 1e-4) * fp32(1/448) (DeepGEMM's amax / 448 as CUDA computes
+  it), or with UE8M0 the power of two in
   [that, 2 x that); a block holding inf gets an inf scale, one holding NaN a NaN scale, so it
   dequantizes to NaN everywhere (never to finite values);
 - q * sf is within FP8's rounding of x on finite blocks (3 mantissa bits, half a subnormal step);
 - the result does not depend on x's strides (bitwise equal to the cast of x.contiguous());
+  `same_bits` compares two results (NaNs equal whatever their payload or sign);
 - a bad call raises TypeError / ValueError / NotImplementedError whose message starts with
   "<function>:" and names the argument.
 """
@@ -30,7 +32,7 @@ from finegemm import quant
 from finegemm.utils import align, ceil_div
 
 __all__ = ["CAST_FUNCTIONS", "CastCase", "cast_case", "make_input", "run_cast", "check_cast", "block_geometry",
-           "BadCall", "bad_call", "BAD_CALL_KINDS", "raises_clean"]
+           "BadCall", "bad_call", "BAD_CALL_KINDS", "raises_clean", "same_bits"]
 
 CAST_FUNCTIONS = ("per_token_cast_to_fp8", "per_block_cast_to_fp8", "per_channel_cast_to_fp8")
 _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -160,8 +162,8 @@ def check_cast(case: CastCase, x: torch.Tensor, q: torch.Tensor, sf: torch.Tenso
         if not ((mant == 0.5).all() and (s[finite] >= exact[finite] * (1 - 2**-23)).all()
                 and (s[finite] < 2 * exact[finite] * (1 + 2**-23)).all()):
             bad.append("UE8M0 scale is not the power of two in [amax/448, 2 amax/448)")
-    elif not torch.equal(sf.cpu()[finite], (amax[finite].clamp(min=1e-4).float() / 448)):
-        bad.append("scale != max(amax, 1e-4) / 448 (fp32)")
+    elif not torch.equal(sf.cpu()[finite], amax[finite].clamp(min=1e-4).float() * torch.tensor(1 / 448).float()):
+        bad.append("scale != max(amax, 1e-4) * fp32(1/448) (fp32)")
     if not (s[amax.isinf()].isinf().all() and s[amax.isnan()].isnan().all()):
         bad.append("a non-finite block's scale is finite")
     full = expand(s)
@@ -257,6 +259,17 @@ def bad_call(seed: int, device="cpu") -> BadCall:
         return BadCall(tf, arg, lambda: transform(**{arg: rng.choice((1, None, "no"))}), kind)
     value = rng.choice((-1, True, 2.0, 3))  # transform_groups: bad type / value, or a count sf lacks
     return BadCall(tf, "num_groups" if value != 3 else "shape", lambda: transform(num_groups=value), kind)
+
+
+def same_bits(x: torch.Tensor, y: torch.Tensor) -> bool:
+    """Bitwise equality of two results, on any devices; NaNs count as equal to NaNs (CPU and CUDA
+    produce different NaN payloads and signs)."""
+    x, y = x.cpu(), y.cpu()
+    if x.shape != y.shape or x.dtype != y.dtype:
+        return False
+    nan_x, nan_y = x.float().isnan(), y.float().isnan()
+    bits = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[x.element_size()]
+    return torch.equal(nan_x, nan_y) and torch.equal(x.view(bits)[~nan_x], y.view(bits)[~nan_y])
 
 
 def raises_clean(bad: BadCall) -> Optional[str]:
