@@ -17,6 +17,8 @@ from typing import Iterable, Optional, Sequence
 
 import torch
 
+from finegemm.utils import check_bool, check_int  # noqa: F401  (the API's shared argument checks)
+
 __all__ = [
     "FP8",
     "RECIPE_1D2D",
@@ -319,11 +321,6 @@ def check_compiled_dims(fn: str, compiled_dims: object) -> None:
         )
 
 
-def check_bool(fn: str, name: str, v: object) -> None:
-    if not isinstance(v, bool):
-        raise TypeError(f"{fn}: {name} must be a bool, got {_type_name(v)}")
-
-
 def check_contiguous_flags(fn: str, use_psum_layout: object, ensure_zero_padding: object,
                            expected_m_for_psum_layout: object) -> None:
     """DeepGEMM's contiguous-layout flags: checked; finegemm always writes padding rows as zeros,
@@ -334,14 +331,6 @@ def check_contiguous_flags(fn: str, use_psum_layout: object, ensure_zero_padding
         check_int(fn, "expected_m_for_psum_layout", expected_m_for_psum_layout, 0)
         if not use_psum_layout:
             raise ValueError(f"{fn}: expected_m_for_psum_layout is only meaningful with use_psum_layout=True")
-
-
-def check_int(fn: str, name: str, v: object, minimum: int) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise TypeError(f"{fn}: {name} must be an int, got {_type_name(v)}")
-    if v < minimum:
-        raise ValueError(f"{fn}: {name} must be >= {minimum}, got {v}")
-    return v
 
 
 # ----------------------------------------------------------------------------- grouped layouts

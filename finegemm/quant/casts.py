@@ -19,7 +19,7 @@ import struct
 import torch
 
 from finegemm.quant.layout import get_mn_major_tma_aligned_tensor
-from finegemm.utils import ceil_div
+from finegemm.utils import ceil_div, check_bool, check_int
 
 FP8_DTYPE = torch.float8_e4m3fn
 FP8_MAX = 448.0
@@ -84,12 +84,8 @@ def _check_cast_args(fn: str, x: object, use_ue8m0: object, gran_k: object) -> t
         raise ValueError(f"{fn}: x must be 2-D, got shape {tuple(x.shape)}")
     if not x.dtype.is_floating_point or x.dtype in (FP8_DTYPE, torch.float8_e5m2):
         raise TypeError(f"{fn}: x must be bf16 / fp16 / fp32 / fp64, got {x.dtype}")
-    if not isinstance(use_ue8m0, bool):
-        raise TypeError(f"{fn}: use_ue8m0 must be a bool, got {type(use_ue8m0).__name__}")
-    if isinstance(gran_k, bool) or not isinstance(gran_k, int):
-        raise TypeError(f"{fn}: gran_k must be an int, got {type(gran_k).__name__}")
-    if gran_k < 1:
-        raise ValueError(f"{fn}: gran_k must be >= 1, got {gran_k}")
+    check_bool(fn, "use_ue8m0", use_ue8m0)
+    check_int(fn, "gran_k", gran_k, 1)
     return x
 
 
@@ -108,8 +104,7 @@ def per_token_cast_to_fp8(x: torch.Tensor, use_ue8m0: bool = False, gran_k: int 
     """
     fn = "per_token_cast_to_fp8"
     x = _check_cast_args(fn, x, use_ue8m0, gran_k)
-    if not isinstance(use_packed_ue8m0, bool):
-        raise TypeError(f"{fn}: use_packed_ue8m0 must be a bool, got {type(use_packed_ue8m0).__name__}")
+    check_bool(fn, "use_packed_ue8m0", use_packed_ue8m0)
     if use_packed_ue8m0:
         raise NotImplementedError(
             f"{fn}: use_packed_ue8m0=True (int32-packed UE8M0 scales) is an SM100 layout that finegemm's SM90 "

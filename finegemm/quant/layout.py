@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from finegemm.utils import align, ceil_div
+from finegemm.utils import align, ceil_div, check_bool, check_int
 
 __all__ = [
     "get_mk_alignment_for_contiguous_layout",
@@ -51,19 +51,11 @@ get_m_alignment_for_contiguous_layout = get_mk_alignment_for_contiguous_layout
 get_k_alignment_for_contiguous_layout = get_mk_alignment_for_contiguous_layout
 
 
-def _check_int(fn: str, name: str, v: object, minimum: int) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise TypeError(f"{fn}: {name} must be an int, got {type(v).__name__}")
-    if v < minimum:
-        raise ValueError(f"{fn}: {name} must be >= {minimum}, got {v}")
-    return v
-
-
 def get_tma_aligned_size(x: int, element_size: int) -> int:
     """Round x (elements) up so that x * element_size is a multiple of 16 bytes."""
     fn = "get_tma_aligned_size"
-    _check_int(fn, "x", x, 0)
-    _check_int(fn, "element_size", element_size, 1)
+    check_int(fn, "x", x, 0)
+    check_int(fn, "element_size", element_size, 1)
     if 16 % element_size != 0:
         raise ValueError(f"{fn}: element_size must divide 16, got {element_size}")
     return align(x, 16 // element_size)
@@ -143,13 +135,12 @@ def transform_sf_into_required_layout(
     fn = "transform_sf_into_required_layout"
     if not isinstance(sf, torch.Tensor):
         raise TypeError(f"{fn}: sf must be a torch.Tensor, got {type(sf).__name__}")
-    _check_int(fn, "mn", mn, 0)
-    _check_int(fn, "k", k, 0)
+    check_int(fn, "mn", mn, 0)
+    check_int(fn, "k", k, 0)
     if num_groups is not None:
-        _check_int(fn, "num_groups", num_groups, 0)
-    for flag_name, flag in (("is_sfa", is_sfa), ("disable_ue8m0_cast", disable_ue8m0_cast)):
-        if not isinstance(flag, bool):
-            raise TypeError(f"{fn}: {flag_name} must be a bool, got {type(flag).__name__}")
+        check_int(fn, "num_groups", num_groups, 0)
+    check_bool(fn, "is_sfa", is_sfa)
+    check_bool(fn, "disable_ue8m0_cast", disable_ue8m0_cast)
     name = "sfa" if is_sfa else "sfb"
     gran_mn, gran_k = _granularity(fn, recipe, recipe_ab, is_sfa)
     if gran_k != 128 or gran_mn not in (1, 128):

@@ -1,6 +1,7 @@
 """Small helpers shared by every layer, and DeepGEMM's `deep_gemm.utils` surface.
 
-ceil_div, align and write_empty_product live here (every layer imports them). DeepGEMM also keeps
+ceil_div, align, write_empty_product and the argument checks check_bool / check_int live here
+(every layer imports them). DeepGEMM also keeps
 its casts and scale-layout helpers under `utils` (`deep_gemm.utils`, `.utils.math`,
 `.utils.layout`), so code written against it finds them here too: the submodules `math` and
 `layout` re-export finegemm.quant, and this module resolves those names lazily (finegemm.quant
@@ -16,6 +17,21 @@ def ceil_div(x: int, y: int) -> int:
 def align(x: int, y: int) -> int:
     """Round x up to a multiple of y."""
     return ceil_div(x, y) * y
+
+
+def check_bool(fn: str, name: str, v: object) -> None:
+    """TypeError naming the function and argument unless v is a bool (the API's convention)."""
+    if not isinstance(v, bool):
+        raise TypeError(f"{fn}: {name} must be a bool, got {type(v).__name__}")
+
+
+def check_int(fn: str, name: str, v: object, minimum: int) -> int:
+    """TypeError unless v is an int (bools excluded), ValueError below `minimum`."""
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TypeError(f"{fn}: {name} must be an int, got {type(v).__name__}")
+    if v < minimum:
+        raise ValueError(f"{fn}: {name} must be >= {minimum}, got {v}")
+    return v
 
 
 def write_empty_product(d, c) -> None:
