@@ -65,6 +65,13 @@ def cmd_info(args) -> int:
         print(f"nvcc           {jit.nvcc_path()}  (version {ver}, CUDA_HOME {jit.cuda_home()})")
     except RuntimeError as exc:
         print(f"nvcc           not found: {exc}")
+    if jit.have_nvcc():  # the prepared launches' call path (jit/fastcall.cpp, else ctypes)
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            shim = jit.fastcall()
+        print(f"launch shim    {'built' if shim else 'unavailable: prepared launches through ctypes'}")
     cache = jit.cache_dir()
     size = _dir_size(cache) if cache.exists() else 0
     nk = len(list((cache / "kernels").iterdir())) if (cache / "kernels").is_dir() else 0

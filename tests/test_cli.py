@@ -23,6 +23,10 @@ def test_info(tmp_path):
     for word in ("finegemm", "torch", "python", "cuda available", "nvcc", "cache dir"):
         assert word in r.stdout
     assert str(tmp_path / "c") in r.stdout
+    from finegemm import jit
+
+    if jit.have_nvcc():  # the prepared launches' shim is built into the cache (tests/test_jit.py calls it)
+        assert "launch shim    built" in r.stdout
 
 
 @pytest.mark.nvcc
