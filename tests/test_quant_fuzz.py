@@ -76,3 +76,20 @@ def test_bad_calls_raise_clean_errors():
             problems.append(f"seed {seed}: {problem}")
     assert not problems, "\n".join(problems[:20])
     assert kinds == set(cast_fuzz.BAD_CALL_KINDS)
+
+
+def test_scale_layout_transforms_hold_their_properties():
+    from finegemm import quant
+
+    problems, seen = [], set()
+    for seed in range(NUM):
+        kwargs, values = cast_fuzz.transform_case(seed)
+        out = quant.transform_sf_into_required_layout(**kwargs)
+        problems += [f"seed {seed}: {p}" for p in cast_fuzz.check_transform(kwargs, values, out)]
+        seen.add(("rows" if out.stride()[-2] == 1 else "blocks", out.data_ptr() == kwargs["sf"].data_ptr(),
+                  kwargs["num_groups"] is not None))
+        if seed == 0:  # the check is not vacuous: a copy with other strides is reported
+            assert cast_fuzz.check_transform(kwargs, values, out.clone(memory_format=torch.contiguous_format)
+                                             if out.stride()[-2] == 1 else out.t().contiguous().t())
+    assert not problems, "\n".join(problems[:20])
+    assert len(seen) == 8  # per-row and 128 x 128 scales, copied and not, grouped and not

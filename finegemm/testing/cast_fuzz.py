@@ -32,7 +32,7 @@ from finegemm import quant
 from finegemm.utils import align, ceil_div
 
 __all__ = ["CAST_FUNCTIONS", "CastCase", "cast_case", "make_input", "run_cast", "check_cast", "block_geometry",
-           "BadCall", "bad_call", "BAD_CALL_KINDS", "raises_clean", "same_bits"]
+           "BadCall", "bad_call", "BAD_CALL_KINDS", "raises_clean", "same_bits", "transform_case", "check_transform"]
 
 CAST_FUNCTIONS = ("per_token_cast_to_fp8", "per_block_cast_to_fp8", "per_channel_cast_to_fp8")
 _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -176,6 +176,55 @@ def check_cast(case: CastCase, x: torch.Tensor, q: torch.Tensor, sf: torch.Tenso
         bad.append(f"roundtrip error beyond FP8 rounding (max excess {(err - bound).max().item():.3g})")
     if not deq[~fin].isnan().all():
         bad.append("a block holding inf / NaN dequantizes to finite values")
+    return bad
+
+
+# ----------------------------------------------------------------------------- scale layouts
+def transform_case(seed: int, device="cpu") -> tuple[dict, torch.Tensor]:
+    """Random valid transform_sf_into_required_layout arguments (sfa / sfb, both recipes or
+    recipe_ab, grouped or not) with sf in a random memory placement; returns (kwargs, sf values)."""
+    rng = random.Random(seed)
+    g = torch.Generator().manual_seed(seed)
+    mn, k = rng.choice((1, 4, 5, 127, 128, 129, 300)), rng.choice((16, 128, 300, 1024))
+    is_sfa = rng.random() < 0.5
+    gran_mn = 1 if is_sfa else rng.choice((1, 128))
+    groups = rng.choice((None, 1, 3))
+    shape = ((groups,) if groups is not None else ()) + (ceil_div(mn, gran_mn), ceil_div(k, 128))
+    values = torch.rand(shape, generator=g) + 0.5
+    sf = values.to(device)
+    placement = rng.choice(("contiguous", "mn_major", "padded"))
+    if placement == "mn_major":  # already transposed storage (maybe TMA-aligned already)
+        sf = sf.transpose(-1, -2).contiguous().transpose(-1, -2)
+    elif placement == "padded":
+        buf = torch.full(shape[:-1] + (shape[-1] + 2,), float("nan"), device=device)
+        buf[..., :shape[-1]] = sf
+        sf = buf[..., :shape[-1]]
+    kwargs = {"sf": sf, "mn": mn, "k": k, "is_sfa": is_sfa, "num_groups": groups}
+    if rng.random() < 0.5:
+        kwargs["recipe"] = (1, gran_mn, 128) if not is_sfa else (1, rng.choice((1, 128)), 128)
+    else:
+        kwargs.update(recipe=None, recipe_ab=(gran_mn, 128))
+    return kwargs, values
+
+
+def check_transform(kwargs: dict, values: torch.Tensor, out: torch.Tensor) -> list[str]:
+    """The layout transform's result: the same values; per-row scales MN-major with a 16-byte
+    aligned MN stride, 128 x 128 scales contiguous; no copy when sf already has that layout."""
+    bad = []
+    if out.dtype != torch.float32 or out.shape != values.shape or not torch.equal(out.cpu(), values):
+        bad.append(f"values / shape changed: {tuple(out.shape)} {out.dtype}")
+    mn_rows, kb = values.shape[-2], values.shape[-1]
+    recipe = kwargs.get("recipe")
+    gran_mn = kwargs["recipe_ab"][0] if recipe is None else recipe[0 if kwargs["is_sfa"] else 1]
+    if gran_mn == 1:
+        aligned = align(mn_rows, 4)
+        want = (1, aligned) if values.dim() == 2 else (kb * aligned, 1, aligned)
+    else:
+        want = out.contiguous().stride()
+    if out.numel() and out.stride() != want:
+        bad.append(f"strides {out.stride()}, want {want}")
+    if kwargs["sf"].stride() == want and out.data_ptr() != kwargs["sf"].data_ptr():
+        bad.append("copied a tensor that already had the layout")
     return bad
 
 

@@ -46,6 +46,16 @@ def test_layout_helpers_on_cuda_equal_cpu():
         assert t.stride() == want[0].stride() and torch.equal(t.cpu(), sf[0])
 
 
+def test_scale_layout_transforms_on_cuda():
+    problems = []
+    for seed in range(NUM):
+        kwargs, values = cast_fuzz.transform_case(seed, device="cuda")
+        out = quant.transform_sf_into_required_layout(**kwargs)
+        assert out.is_cuda
+        problems += [f"seed {seed}: {p}" for p in cast_fuzz.check_transform(kwargs, values, out)]
+    assert not problems, "\n".join(problems[:20])
+
+
 def test_bad_calls_on_cuda_raise_clean_errors():
     problems = []
     for seed in range(NUM):
