@@ -76,7 +76,10 @@ def test_every_function_and_mutation_is_drawn():
         if case is not None:
             fns.add(case.fn)
             kinds.add(case.mutation)
-    assert fns == set(fuzz.FUNCTIONS)
+    assert fns == set(fuzz.FUNCTIONS) | set(fuzz.VARIANTS)
+    import finegemm.api
+
+    assert fns == set(finegemm.api.__all__)  # every public GEMM function
     assert kinds == set(fuzz.MUTATIONS)
 
 

@@ -14,6 +14,7 @@ from finegemm.api.bf16 import (
 from finegemm.api.dense_fp8 import fp8_gemm_nn, fp8_gemm_nt, fp8_gemm_tn, fp8_gemm_tt
 from finegemm.api.grouped_fp8 import (
     k_grouped_fp8_gemm_nt_contiguous,
+    k_grouped_fp8_gemm_tn_contiguous,
     m_grouped_fp8_gemm_nn_contiguous,
     m_grouped_fp8_gemm_nt_contiguous,
     m_grouped_fp8_gemm_nt_masked,
@@ -29,6 +30,7 @@ __all__ = [
     "m_grouped_fp8_gemm_nn_contiguous",
     "m_grouped_fp8_gemm_nt_masked",
     "k_grouped_fp8_gemm_nt_contiguous",
+    "k_grouped_fp8_gemm_tn_contiguous",
     "bf16_gemm_nt",
     "bf16_gemm_nn",
     "bf16_gemm_tn",

@@ -23,6 +23,7 @@ __all__ = [
     "m_grouped_fp8_gemm_nn_contiguous",
     "m_grouped_fp8_gemm_nt_masked",
     "k_grouped_fp8_gemm_nt_contiguous",
+    "k_grouped_fp8_gemm_tn_contiguous",
 ]
 
 
@@ -308,7 +309,11 @@ def k_grouped_fp8_gemm_nt_contiguous(
     launch per non-empty group). Scales whose row length M (resp. N) is not a multiple of 4 (or
     whose rows are not contiguous) are copied once into the TMA-aligned layout.
     """
-    fn = "k_grouped_fp8_gemm_nt_contiguous"
+    _k_grouped_nt("k_grouped_fp8_gemm_nt_contiguous", a, b, d, ks, ks_tensor, c, recipe, compiled_dims)
+
+
+def _k_grouped_nt(fn: str, a: object, b: object, d: object, ks: object, ks_tensor: object, c: object,
+                  recipe: object, compiled_dims: object) -> None:
     A, sfa = _v.check_pair(fn, "a", a, ("A", "sfa"))
     B, sfb = _v.check_pair(fn, "b", b, ("B", "sfb"))
     d = _v.check_tensor(fn, "d", d)
@@ -363,3 +368,56 @@ def k_grouped_fp8_gemm_nt_contiguous(
         sm90_fp8_gemm.k_grouped_fp8_gemm_nt_contiguous(A, sfa, B, sfb, d, ks_list, c)
         return
     d.copy_(reference.k_grouped_fp8_gemm_nt_contiguous(A, sfa, B, sfb, ks_list, M, N, c=c))
+
+
+def k_grouped_fp8_gemm_tn_contiguous(
+    a: tuple[torch.Tensor, torch.Tensor],
+    b: tuple[torch.Tensor, torch.Tensor],
+    d: torch.Tensor,
+    ks: Sequence[int],
+    ks_tensor: torch.Tensor,
+    c: Optional[torch.Tensor] = None,
+    recipe: Optional[Sequence[int]] = (1, 1, 128),
+    compiled_dims: str = "mn",
+) -> None:
+    """K-grouped FP8 GEMM, DeepGEMM's SM90 layout: D_g = C_g + A_g.T @ B_g, A_g / B_g the k_g rows of
+    group g (the tokens of expert g, as activations and output gradients are stored).
+
+    Args:
+        a: ``(A, sfa)``: A ``float8_e4m3fn`` [sum(ks), M] (any strides); sfa ``float32``
+            [sum(ks)/128, M]: one scale per 128 rows per column (``per_channel_cast_to_fp8`` of A).
+        b: ``(B, sfb)``: B ``float8_e4m3fn`` [sum(ks), N]; sfb ``float32`` [sum(ks)/128, N].
+        d, ks, ks_tensor, c, recipe, compiled_dims: as in ``k_grouped_fp8_gemm_nt_contiguous``.
+
+    FP8 wgmma reads K-major operands only, so each group's A_g and B_g are first copied transposed
+    into the nt function's layout (A_g [M, k_g] one after another): one read and one write of A and
+    B per call, ~(M + N) * sum(ks) * 2 bytes of traffic (about 0.2 ms at the first k-grouped bench
+    shape, whose GEMM takes ~2 ms). The copies are stream-ordered: the call stays graph-capturable.
+    Then exactly ``k_grouped_fp8_gemm_nt_contiguous`` (its errors name this function).
+    """
+    fn = "k_grouped_fp8_gemm_tn_contiguous"
+    A, sfa = _v.check_pair(fn, "a", a, ("A", "sfa"))
+    B, sfb = _v.check_pair(fn, "b", b, ("B", "sfb"))
+    d = _v.check_tensor(fn, "d", d)
+    _v.check_dtype(fn, "a[0] (A)", A, (_v.FP8,))
+    _v.check_dtype(fn, "b[0] (B)", B, (_v.FP8,))
+    _v.check_rank(fn, "d", d, 3, "[G, M, N]")
+    _v.check_rank(fn, "a[0] (A)", A, 2, "[sum(ks), M]")
+    _v.check_rank(fn, "b[0] (B)", B, 2, "[sum(ks), N]")
+    G, M, N = d.shape
+    ks_list = _v.check_ks(fn, ks, _v.check_tensor(fn, "ks_tensor", ks_tensor), G, check_values=False)
+    sum_k = sum(ks_list)
+    _v.check_shape(fn, "a[0] (A)", A, (sum_k, M), "[sum(ks), M]")
+    _v.check_shape(fn, "b[0] (B)", B, (sum_k, N), "[sum(ks), N]")
+    _v.check_same_device(fn, {"d": d, "a[0] (A)": A, "b[0] (B)": B})
+
+    def k_major(x: torch.Tensor, cols: int) -> torch.Tensor:
+        out = torch.empty(cols * sum_k, dtype=x.dtype, device=x.device)
+        start = 0
+        for k in ks_list:  # group g: rows [start, start + k) of x, stored transposed at cols * start
+            if k and cols:
+                out[cols * start:cols * (start + k)].view(cols, k).copy_(x[start:start + k].t())
+            start += k
+        return out
+
+    _k_grouped_nt(fn, (k_major(A, M), sfa), (k_major(B, N), sfb), d, ks, ks_tensor, c, recipe, compiled_dims)

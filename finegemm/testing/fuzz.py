@@ -27,7 +27,7 @@ import torch
 import finegemm
 from finegemm.utils import align, ceil_div
 
-__all__ = ["Placement", "Buf", "Case", "Outcome", "Settings", "FUNCTIONS", "MUTATIONS", "CLEAN_ERRORS",
+__all__ = ["Placement", "Buf", "Case", "Outcome", "Settings", "FUNCTIONS", "VARIANTS", "MUTATIONS", "CLEAN_ERRORS",
            "NUM_SMS_CHOICES", "tma_placement", "any_placement", "materialize_buf", "materialize", "valid_case",
            "settings_case", "large_case", "skinny_case", "SKINNY", "DENSE_FUNCTIONS", "multiply_adds", "Sizes",
            "SMALL", "LARGE", "bad_case", "applied", "run_case", "call_case", "clean_error", "untouched_cells",
@@ -445,7 +445,7 @@ def _masked(rng, g, fp8: bool) -> Case:
     return Case(fn, args, note=f"G={num_groups} Mmax={m_max} N={n} K={k} masked_m={masked.tolist()}")
 
 
-def _k_grouped(rng, g, fp8: bool) -> Case:
+def _k_grouped(rng, g, fp8: bool, tn: Optional[bool] = None) -> Case:
     num_groups = rng.choice((1, 2, 3))
     ks = [rng.choice(_sizes.k_grouped_ks) for _ in range(num_groups)]
     sum_k = sum(ks)
@@ -470,6 +470,15 @@ def _k_grouped(rng, g, fp8: bool) -> Case:
     c = _c_arg(rng, g, (num_groups, m, n), d)
     if c is not None:
         args["c"] = c
+    if fp8 and (rng.random() < 0.5 if tn is None else tn):
+        # DeepGEMM's tn form of the same problem (A_g / B_g stored [k_g, M] / [k_g, N], any strides).
+        # Drawn last, so the case's shapes, kernels and every other function's cases stay as before.
+        fn = "k_grouped_fp8_gemm_tn_contiguous"
+        for name, cols in (("a", m), ("b", n)):
+            flat, sf = args[name]
+            starts = [sum(ks[:i]) for i in range(num_groups)]
+            rows = [flat.values[cols * s:cols * (s + k)].view(cols, k).t() for s, k in zip(starts, ks)]
+            args[name] = (_any_in(torch.cat(rows) if rows else flat.values.view(0, cols), rng), sf)
     return Case(fn, args, note=f"G={num_groups} M={m} N={n} ks={ks}")
 
 
@@ -487,11 +496,18 @@ FUNCTIONS: dict[str, Callable[[random.Random, torch.Generator], Case]] = {
 }
 
 
+# Functions drawn inside another one's generator (same shapes, another layout of the inputs), so
+# that adding them left every earlier seed's case and kernels as they were.
+VARIANTS: dict[str, Callable[[random.Random, torch.Generator], Case]] = {
+    "k_grouped_fp8_gemm_tn_contiguous": lambda rng, g: _k_grouped(rng, g, True, tn=True),
+}
+
+
 def valid_case(seed: int, fn: Optional[str] = None) -> Case:
     rng = random.Random(seed)
     g = torch.Generator().manual_seed(seed)
     name = fn or rng.choice(sorted(FUNCTIONS))
-    return FUNCTIONS[name](rng, g)
+    return (VARIANTS.get(name) or FUNCTIONS[name])(rng, g)
 
 
 # SM budgets of settings_case: 1-4 SMs hold fewer CTAs than a cluster of splits or a multicast
@@ -611,8 +627,8 @@ def _tma_ruled(case: Case, label: str) -> bool:
         return False
     if case.fn == "m_grouped_fp8_gemm_nn_contiguous" and label == "b[0]":
         return False  # read once by a K-major copy (any strides)
-    if case.fn == "k_grouped_fp8_gemm_nt_contiguous" and label in ("a[0]", "b[0]"):
-        return False  # 1-D: contiguity rules of their own
+    if case.fn.startswith("k_grouped_fp8") and label in ("a[0]", "b[0]"):
+        return False  # nt: 1-D, contiguity rules of their own; tn: copied (any strides)
     return True
 
 

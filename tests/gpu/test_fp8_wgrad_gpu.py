@@ -1,5 +1,6 @@
 """GPU tests of the SM90 FP8 weight-gradient GEMMs, recipe (1, 1, 128) ("1D1D"): dense
-fp8_gemm_nt/nn/tn/tt(..., recipe=(1, 1, 128)) and k_grouped_fp8_gemm_nt_contiguous on CUDA tensors.
+fp8_gemm_nt/nn/tn/tt(..., recipe=(1, 1, 128)) and k_grouped_fp8_gemm_nt_contiguous / _tn_contiguous on
+CUDA tensors.
 
 Every case draws fresh random data, quantizes A and B per row and 128-wide K block
 (quant.per_token_cast_to_fp8: sfa [M, Kb], sfb [N, Kb]), poisons d with NaN, runs the kernel and
@@ -296,6 +297,38 @@ def test_k_grouped(case):
         else:
             diff = calc_diff(d[g], ref[g])
             assert diff <= 1e-5, f"group {g} (k_g = {kg}): calc_diff {diff:.3e}"
+
+
+def _as_tn(flat, m, ks):
+    """The nt layout's groups (A_g [m, k_g] flattened one after another) as DeepGEMM's tn operand
+    [sum(ks), m] (group g's k_g rows), built with a padded row pitch (the tn function copies it)."""
+    rows, start = [], 0
+    for kg in ks:
+        rows.append(flat[m * start:m * (start + kg)].view(m, kg).t())
+        start += kg
+    tn = torch.cat(rows) if rows else flat.view(0, m)
+    padded = torch.empty(tn.shape[0], m + 16, dtype=tn.dtype, device=tn.device)
+    padded[:, :m] = tn
+    return padded[:, :m]
+
+
+@pytest.mark.parametrize("case", K_GROUPED_CASES, ids=[c[0] for c in K_GROUPED_CASES])
+def test_k_grouped_tn_matches_nt(case):
+    """k_grouped_fp8_gemm_tn_contiguous (DeepGEMM's SM90 layout) on the same problem: bitwise the nt
+    call's result (it copies each group K-major and runs the same kernel), empty groups included."""
+    _, m, n, ks, mode = case
+    a, sfa, b, sfb = _k_grouped_problem(m, n, ks, seed=m + n + sum(ks) + 1)
+    c0 = None if mode == "none" else torch.randn(len(ks), m, n, device="cuda")
+    want = _run_k_grouped(a, sfa, b, sfb, m, n, ks, mode, c0)
+    ks_t = torch.tensor(ks, dtype=torch.int32, device="cuda")
+    at, bt = _as_tn(a, m, ks), _as_tn(b, n, ks)
+    if mode == "in_place":
+        d = c0.clone()
+        finegemm.k_grouped_fp8_gemm_tn_contiguous((at, sfa), (bt, sfb), d, ks, ks_t, c=d)
+    else:
+        d = torch.full((len(ks), m, n), float("nan"), device="cuda")
+        finegemm.k_grouped_fp8_gemm_tn_contiguous((at, sfa), (bt, sfb), d, ks, ks_t, c=c0 if mode == "sep" else None)
+    assert torch.equal(d.view(torch.int32), want.view(torch.int32))
 
 
 def _k_grouped_repeats(case, seed, times):
