@@ -295,6 +295,16 @@ def k_grouped_inputs(m, n, ks, gen, device="cuda"):
     return a, sfa, b, sfb, a_bf16, b_bf16
 
 
+def k_grouped_tn_operand(flat: torch.Tensor, cols: int, ks) -> torch.Tensor:
+    """The nt layout's groups (X_g [cols, k_g] flattened one after another) as DeepGEMM's tn operand
+    [sum(ks), cols], group g's k_g rows after group g-1's."""
+    rows, start = [], 0
+    for k in ks:
+        rows.append(flat[cols * start:cols * (start + k)].view(cols, k).t())
+        start += k
+    return torch.cat(rows) if rows else flat.view(0, cols)
+
+
 def _k_grouped_group_views(a, sfa, b, sfb, m, n, ks):
     """Per non-empty group: (g, A_g [M, k_g], sfa_g [M, k_g/128] MN-major, B_g, sfb_g)."""
     out = []
@@ -368,6 +378,13 @@ def bench_k_grouped(g, m, n, ks, gen, num_tests, *, expected_k=None, device="cud
     _time(rec, "finegemm", ours, num_tests, timer)
     _time_without_c(rec, lambda out: finegemm.k_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), out, ks, ks_t),
                     d, num_tests, timer)
+    # DeepGEMM's SM90 layout of the same problem (A [sum(ks), M], B [sum(ks), N]): the function's
+    # per-group K-major copies are timed with its GEMM (what a caller holding that layout pays).
+    a_tn, b_tn = k_grouped_tn_operand(a, m, ks), k_grouped_tn_operand(b, n, ks)
+    rec["contender_ops"]["finegemm_tn"] = "k_grouped_fp8_gemm_tn_contiguous, c = d (K-major copies + the same GEMM)"
+    _time(rec, "finegemm_tn", lambda: finegemm.k_grouped_fp8_gemm_tn_contiguous((a_tn, sfa), (b_tn, sfb), d, ks, ks_t,
+                                                                                 c=d), num_tests, timer)
+    del a_tn, b_tn
 
     # cuBLAS blockwise, one call per non-empty group (no C: it cannot accumulate into fp32 D).
     views = _k_grouped_group_views(a, sfa, b, sfb, m, n, ks)

@@ -300,13 +300,11 @@ def test_k_grouped(case):
 
 
 def _as_tn(flat, m, ks):
-    """The nt layout's groups (A_g [m, k_g] flattened one after another) as DeepGEMM's tn operand
-    [sum(ks), m] (group g's k_g rows), built with a padded row pitch (the tn function copies it)."""
-    rows, start = [], 0
-    for kg in ks:
-        rows.append(flat[m * start:m * (start + kg)].view(m, kg).t())
-        start += kg
-    tn = torch.cat(rows) if rows else flat.view(0, m)
+    """The nt layout's groups as DeepGEMM's tn operand [sum(ks), m], with a padded row pitch (the tn
+    function copies it)."""
+    from finegemm.bench.grouped import k_grouped_tn_operand
+
+    tn = k_grouped_tn_operand(flat, m, ks)
     padded = torch.empty(tn.shape[0], m + 16, dtype=tn.dtype, device=tn.device)
     padded[:, :m] = tn
     return padded[:, :m]
