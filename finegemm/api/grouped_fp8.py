@@ -390,9 +390,10 @@ def k_grouped_fp8_gemm_tn_contiguous(
         d, ks, ks_tensor, c, recipe, compiled_dims: as in ``k_grouped_fp8_gemm_nt_contiguous``.
 
     FP8 wgmma reads K-major operands only, so each group's A_g and B_g are first copied transposed
-    into the nt function's layout (A_g [M, k_g] one after another): one read and one write of A and
-    B per call, ~(M + N) * sum(ks) * 2 bytes of traffic (about 0.2 ms at the first k-grouped bench
-    shape, whose GEMM takes ~2 ms). The copies are stream-ordered: the call stays graph-capturable.
+    into the nt function's layout (A_g [M, k_g] one after another; finegemm.ops.k_major_copy, a
+    tiled transpose kernel, one launch per group): one read and one write of A and B per call,
+    (M + N) * sum(ks) * 2 bytes of extra traffic (benchmarks/NOTES.md v0.83 has the measured cost).
+    The copies are stream-ordered: the call stays graph-capturable.
     Then exactly ``k_grouped_fp8_gemm_nt_contiguous`` (its errors name this function).
     """
     fn = "k_grouped_fp8_gemm_tn_contiguous"
@@ -411,13 +412,7 @@ def k_grouped_fp8_gemm_tn_contiguous(
     _v.check_shape(fn, "b[0] (B)", B, (sum_k, N), "[sum(ks), N]")
     _v.check_same_device(fn, {"d": d, "a[0] (A)": A, "b[0] (B)": B})
 
-    def k_major(x: torch.Tensor, cols: int) -> torch.Tensor:
-        out = torch.empty(cols * sum_k, dtype=x.dtype, device=x.device)
-        start = 0
-        for k in ks_list:  # group g: rows [start, start + k) of x, stored transposed at cols * start
-            if k and cols:
-                out[cols * start:cols * (start + k)].view(cols, k).copy_(x[start:start + k].t())
-            start += k
-        return out
+    from finegemm.ops.k_major_copy import k_major_groups  # a tiled transpose kernel on CUDA
 
-    _k_grouped_nt(fn, (k_major(A, M), sfa), (k_major(B, N), sfb), d, ks, ks_tensor, c, recipe, compiled_dims)
+    _k_grouped_nt(fn, (k_major_groups(A, M, ks_list), sfa), (k_major_groups(B, N, ks_list), sfb), d, ks, ks_tensor, c,
+                  recipe, compiled_dims)
