@@ -4,8 +4,8 @@ k_grouped_fp8_gemm_tn_contiguous receives A [sum(ks), M] / B [sum(ks), N] (each 
 but FP8 wgmma reads K-major operands only, so each group's rows are copied transposed into the nt
 kernel's layout (X_g [cols, k_g], one group after another). PyTorch's generic copy of a transposed
 one-byte view measured ~2.4 ms for the 386 MB of the first k-grouped bench shape (NOTES v0.83):
-longer than the GEMM. This kernel moves 32 x 32 byte tiles through shared memory, so that both the
-reads (rows of X) and the writes (rows of X_g^T) are coalesced.
+longer than the GEMM. This kernel moves 64 x 64 byte tiles through shared memory in 4-byte words,
+so that both the reads (rows of X) and the writes (rows of X_g^T) are coalesced.
 
 The kernel is rendered here (not under include/finegemm: the GEMM kernels' cache keys hash those
 headers) and launched through the driver's cuLaunchKernel (ctypes): one launch per non-empty group,
@@ -23,33 +23,58 @@ from finegemm.ops._runtime import raw_stream
 
 __all__ = ["render_transpose_u8", "k_major_groups"]
 
-TILE = 32
-ROWS_PER_PASS = 8  # blockDim = (TILE, ROWS_PER_PASS): each thread moves TILE / ROWS_PER_PASS bytes each way
+TILE = 64  # bytes per side of a tile
+THREADS = (16, 16)  # blockDim: each thread moves 4 bytes of 4 rows each way per tile
+TILES_PER_BLOCK = 4  # tiles along the rows per block: fewer, longer blocks (block launches set the
+                     # speed of small tiles: 32 x 32 byte tiles ran at ~0.4 TB/s, NOTES v0.83)
 
 _SOURCE = """\
 // dst[c * dst_ld + r] = src[r * src_ld + c] for r < rows, c < cols (one-byte elements).
-// Tile rows in grid.x (up to 2^31 - 1 tiles), tile columns in grid.y.
-extern "C" __global__ void __launch_bounds__({threads}) finegemm_entry(
+// Block (bx, by): tiles of {tile} x {tile} bytes at rows {tiles} * bx + t (t < {tiles}), columns by.
+// Words of 4 bytes where aligned (`vec`: src_ld, cols and the src / dst bases multiples of 4; dst_ld
+// = rows, a multiple of 128 for the GEMM's groups), bytes elsewhere.
+extern "C" __global__ void __launch_bounds__(256) finegemm_entry(
     const unsigned char* __restrict__ src, unsigned char* __restrict__ dst, long long rows, long long cols,
-    long long src_ld, long long dst_ld) {{
-  __shared__ unsigned char tile[{tile}][{tile} + 1];
-  const long long r0 = static_cast<long long>(blockIdx.x) * {tile};
+    long long src_ld, long long dst_ld, int vec) {{
+  __shared__ unsigned char tile[{tile}][{tile} + 4];
+  const int tx = threadIdx.x, ty = threadIdx.y;
   const long long c0 = static_cast<long long>(blockIdx.y) * {tile};
-  for (int i = threadIdx.y; i < {tile}; i += {rows_per_pass}) {{
-    const long long r = r0 + i, c = c0 + threadIdx.x;
-    if (r < rows && c < cols) tile[i][threadIdx.x] = src[r * src_ld + c];
-  }}
-  __syncthreads();
-  for (int i = threadIdx.y; i < {tile}; i += {rows_per_pass}) {{
-    const long long c = c0 + i, r = r0 + threadIdx.x;
-    if (c < cols && r < rows) dst[c * dst_ld + r] = tile[threadIdx.x][i];
+  for (int t = 0; t < {tiles}; ++t) {{
+    const long long r0 = (static_cast<long long>(blockIdx.x) * {tiles} + t) * {tile};
+    if (r0 >= rows) break;
+    for (int j = 0; j < 4; ++j) {{
+      const int i = ty + 16 * j;
+      const long long r = r0 + i, c = c0 + 4 * tx;
+      if (r >= rows) continue;
+      if (vec && c + 3 < cols) {{
+        const uchar4 w = *reinterpret_cast<const uchar4*>(src + r * src_ld + c);
+        tile[i][4 * tx] = w.x; tile[i][4 * tx + 1] = w.y; tile[i][4 * tx + 2] = w.z; tile[i][4 * tx + 3] = w.w;
+      }} else {{
+        for (int e = 0; e < 4; ++e)
+          if (c + e < cols) tile[i][4 * tx + e] = src[r * src_ld + c + e];
+      }}
+    }}
+    __syncthreads();
+    for (int j = 0; j < 4; ++j) {{
+      const int i = ty + 16 * j;  // the tile's column, dst's row
+      const long long c = c0 + i, r = r0 + 4 * tx;
+      if (c >= cols) continue;
+      if (vec && r + 3 < rows) {{
+        *reinterpret_cast<uchar4*>(dst + c * dst_ld + r) =
+            make_uchar4(tile[4 * tx][i], tile[4 * tx + 1][i], tile[4 * tx + 2][i], tile[4 * tx + 3][i]);
+      }} else {{
+        for (int e = 0; e < 4; ++e)
+          if (r + e < rows) dst[c * dst_ld + r + e] = tile[4 * tx + e][i];
+      }}
+    }}
+    __syncthreads();
   }}
 }}
 """
 
 
 def render_transpose_u8() -> str:
-    return _SOURCE.format(threads=TILE * ROWS_PER_PASS, tile=TILE, rows_per_pass=ROWS_PER_PASS)
+    return _SOURCE.format(tile=TILE, tiles=TILES_PER_BLOCK)
 
 
 _lock = threading.Lock()
@@ -85,11 +110,13 @@ def _transpose_into(src: torch.Tensor, dst: torch.Tensor, fn: int, stream: int) 
     grid_y = -(-cols // TILE)
     if grid_y > 65535:
         raise ValueError(f"k_major_copy: {cols} columns exceed the kernel's grid ({65535 * TILE})")
+    vec = int(src.stride(0) % 4 == 0 and cols % 4 == 0 and rows % 4 == 0 and src.data_ptr() % 4 == 0
+              and dst.data_ptr() % 4 == 0)
     args = [ctypes.c_void_p(src.data_ptr()), ctypes.c_void_p(dst.data_ptr()), ctypes.c_longlong(rows),
-            ctypes.c_longlong(cols), ctypes.c_longlong(src.stride(0)), ctypes.c_longlong(rows)]
+            ctypes.c_longlong(cols), ctypes.c_longlong(src.stride(0)), ctypes.c_longlong(rows), ctypes.c_int(vec)]
     params = (ctypes.c_void_p * len(args))(*[ctypes.cast(ctypes.byref(a), ctypes.c_void_p) for a in args])
-    rc = _launcher()(ctypes.c_void_p(fn), -(-rows // TILE), grid_y, 1, TILE, ROWS_PER_PASS, 1, 0,
-                     ctypes.c_void_p(stream), params, None)
+    rc = _launcher()(ctypes.c_void_p(fn), -(-rows // (TILE * TILES_PER_BLOCK)), grid_y, 1, THREADS[0], THREADS[1], 1,
+                     0, ctypes.c_void_p(stream), params, None)
     if rc != 0:
         raise RuntimeError(f"finegemm: the K-major copy kernel failed to launch: {jit.error_string(rc)}")
 
@@ -120,4 +147,4 @@ def k_major_groups(x: torch.Tensor, cols: int, ks: list[int]) -> torch.Tensor:
     return out
 
 
-jit.register_compile_check("k_major_copy_u8", lambda: [("tile32", render_transpose_u8())])
+jit.register_compile_check("k_major_copy_u8", lambda: [(f"tile{TILE}", render_transpose_u8())])
