@@ -4,8 +4,9 @@ k_grouped_fp8_gemm_tn_contiguous receives A [sum(ks), M] / B [sum(ks), N] (each 
 but FP8 wgmma reads K-major operands only, so each group's rows are copied transposed into the nt
 kernel's layout (X_g [cols, k_g], one group after another). PyTorch's generic copy of a transposed
 one-byte view measured ~2.4 ms for the 386 MB of the first k-grouped bench shape (NOTES v0.83):
-longer than the GEMM. This kernel moves 64 x 64 byte tiles through shared memory in 4-byte words,
-so that both the reads (rows of X) and the writes (rows of X_g^T) are coalesced.
+longer than the GEMM. This kernel moves 64 x 64 byte tiles, transposing 4 x 4 byte blocks in
+registers and passing 4-byte words through shared memory, so that both the reads (rows of X) and
+the writes (rows of X_g^T) are coalesced words.
 
 The kernel is rendered here (not under include/finegemm: the GEMM kernels' cache keys hash those
 headers) and launched through the driver's cuLaunchKernel (ctypes): one launch per non-empty group,
@@ -24,47 +25,55 @@ from finegemm.ops._runtime import raw_stream
 __all__ = ["render_transpose_u8", "k_major_groups"]
 
 TILE = 64  # bytes per side of a tile
-THREADS = (16, 16)  # blockDim: each thread moves 4 bytes of 4 rows each way per tile
+THREADS = (16, 16)  # blockDim: each thread moves a 4 x 4 byte block per tile
 TILES_PER_BLOCK = 4  # tiles along the rows per block: fewer, longer blocks (block launches set the
                      # speed of small tiles: 32 x 32 byte tiles ran at ~0.4 TB/s, NOTES v0.83)
 
 _SOURCE = """\
 // dst[c * dst_ld + r] = src[r * src_ld + c] for r < rows, c < cols (one-byte elements).
 // Block (bx, by): tiles of {tile} x {tile} bytes at rows {tiles} * bx + t (t < {tiles}), columns by.
-// Words of 4 bytes where aligned (`vec`: src_ld, cols and the src / dst bases multiples of 4; dst_ld
-// = rows, a multiple of 128 for the GEMM's groups), bytes elsewhere.
+// Thread (tx, ty) loads the 4 x 4 bytes at rows 4 ty.., columns 4 tx.. (one 4-byte word per row),
+// transposes them in registers (__byte_perm) and parks the 4 column words in shared memory; then
+// each thread stores words along dst rows (16 threads: 64 contiguous bytes). Words where aligned
+// (`vec`: src_ld, cols, rows and both bases multiples of 4), bytes with bounds checks elsewhere.
 extern "C" __global__ void __launch_bounds__(256) finegemm_entry(
     const unsigned char* __restrict__ src, unsigned char* __restrict__ dst, long long rows, long long cols,
     long long src_ld, long long dst_ld, int vec) {{
-  __shared__ unsigned char tile[{tile}][{tile} + 4];
+  __shared__ unsigned int words[{tile}][{tile} / 4 + 1];  // [tile column][word of 4 rows]
   const int tx = threadIdx.x, ty = threadIdx.y;
   const long long c0 = static_cast<long long>(blockIdx.y) * {tile};
   for (int t = 0; t < {tiles}; ++t) {{
     const long long r0 = (static_cast<long long>(blockIdx.x) * {tiles} + t) * {tile};
     if (r0 >= rows) break;
-    for (int j = 0; j < 4; ++j) {{
-      const int i = ty + 16 * j;
-      const long long r = r0 + i, c = c0 + 4 * tx;
-      if (r >= rows) continue;
-      if (vec && c + 3 < cols) {{
-        const uchar4 w = *reinterpret_cast<const uchar4*>(src + r * src_ld + c);
-        tile[i][4 * tx] = w.x; tile[i][4 * tx + 1] = w.y; tile[i][4 * tx + 2] = w.z; tile[i][4 * tx + 3] = w.w;
+    unsigned int w[4];
+    const long long c = c0 + 4 * tx;
+    for (int e = 0; e < 4; ++e) {{
+      const long long r = r0 + 4 * ty + e;
+      if (vec) {{
+        w[e] = (r < rows && c < cols) ? *reinterpret_cast<const unsigned int*>(src + r * src_ld + c) : 0u;
       }} else {{
-        for (int e = 0; e < 4; ++e)
-          if (c + e < cols) tile[i][4 * tx + e] = src[r * src_ld + c + e];
+        w[e] = 0u;
+        for (int b = 0; b < 4; ++b)
+          if (r < rows && c + b < cols) w[e] |= static_cast<unsigned int>(src[r * src_ld + c + b]) << (8 * b);
       }}
     }}
+    const unsigned int t0 = __byte_perm(w[0], w[1], 0x5140), t1 = __byte_perm(w[2], w[3], 0x5140);
+    const unsigned int t2 = __byte_perm(w[0], w[1], 0x7362), t3 = __byte_perm(w[2], w[3], 0x7362);
+    words[4 * tx + 0][ty] = __byte_perm(t0, t1, 0x5410);  // column 4 tx + j: rows 4 ty .. 4 ty + 3
+    words[4 * tx + 1][ty] = __byte_perm(t0, t1, 0x7632);
+    words[4 * tx + 2][ty] = __byte_perm(t2, t3, 0x5410);
+    words[4 * tx + 3][ty] = __byte_perm(t2, t3, 0x7632);
     __syncthreads();
     for (int j = 0; j < 4; ++j) {{
-      const int i = ty + 16 * j;  // the tile's column, dst's row
-      const long long c = c0 + i, r = r0 + 4 * tx;
-      if (c >= cols) continue;
-      if (vec && r + 3 < rows) {{
-        *reinterpret_cast<uchar4*>(dst + c * dst_ld + r) =
-            make_uchar4(tile[4 * tx][i], tile[4 * tx + 1][i], tile[4 * tx + 2][i], tile[4 * tx + 3][i]);
+      const int i = ty + 16 * j;  // the tile's column: dst's row c0 + i
+      const long long cc = c0 + i, r = r0 + 4 * tx;
+      if (cc >= cols) continue;
+      const unsigned int v = words[i][tx];
+      if (vec) {{
+        if (r < rows) *reinterpret_cast<unsigned int*>(dst + cc * dst_ld + r) = v;
       }} else {{
-        for (int e = 0; e < 4; ++e)
-          if (r + e < rows) dst[c * dst_ld + r + e] = tile[4 * tx + e][i];
+        for (int b = 0; b < 4; ++b)
+          if (r + b < rows) dst[cc * dst_ld + r + b] = static_cast<unsigned char>(v >> (8 * b));
       }}
     }}
     __syncthreads();
