@@ -392,7 +392,8 @@ def k_grouped_fp8_gemm_tn_contiguous(
     FP8 wgmma reads K-major operands only, so each group's A_g and B_g are first copied transposed
     into the nt function's layout (A_g [M, k_g] one after another; finegemm.ops.k_major_copy, a
     tiled transpose kernel, one launch per group): one read and one write of A and B per call,
-    (M + N) * sum(ks) * 2 bytes of extra traffic (benchmarks/NOTES.md v0.83 has the measured cost).
+    (M + N) * sum(ks) * 2 bytes of extra traffic: 1.12-1.27x the nt call's time on the k-grouped
+    bench shapes (benchmarks/NOTES.md v0.84).
     The copies are stream-ordered: the call stays graph-capturable.
     Then exactly ``k_grouped_fp8_gemm_nt_contiguous`` (its errors name this function).
     """

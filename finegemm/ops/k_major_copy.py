@@ -3,7 +3,7 @@
 k_grouped_fp8_gemm_tn_contiguous receives A [sum(ks), M] / B [sum(ks), N] (each group's k_g rows),
 but FP8 wgmma reads K-major operands only, so each group's rows are copied transposed into the nt
 kernel's layout (X_g [cols, k_g], one group after another). PyTorch's generic copy of a transposed
-one-byte view measured ~2.4 ms for the 386 MB of the first k-grouped bench shape (NOTES v0.83):
+one-byte view measured ~2.5 ms for the 386 MB of the first k-grouped bench shape (NOTES v0.84):
 longer than the GEMM. This kernel moves 64 x 64 byte tiles, transposing 4 x 4 byte blocks in
 registers and passing 4-byte words through shared memory, so that both the reads (rows of X) and
 the writes (rows of X_g^T) are coalesced words.
@@ -27,7 +27,7 @@ __all__ = ["render_transpose_u8", "k_major_groups"]
 TILE = 64  # bytes per side of a tile
 THREADS = (16, 16)  # blockDim: each thread moves a 4 x 4 byte block per tile
 TILES_PER_BLOCK = 4  # tiles along the rows per block: fewer, longer blocks (block launches set the
-                     # speed of small tiles: 32 x 32 byte tiles ran at ~0.4 TB/s, NOTES v0.83)
+                     # speed of small tiles: 32 x 32 byte tiles ran at ~0.4 TB/s, NOTES v0.84)
 
 _SOURCE = """\
 // dst[c * dst_ld + r] = src[r * src_ld + c] for r < rows, c < cols (one-byte elements).
