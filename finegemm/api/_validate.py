@@ -17,7 +17,7 @@ from typing import Iterable, Optional, Sequence
 
 import torch
 
-from finegemm.utils import check_bool, check_int  # noqa: F401  (the API's shared argument checks)
+from finegemm.utils import check_bool, check_int, check_tensor  # noqa: F401  (the API's shared argument checks)
 
 __all__ = [
     "FP8",
@@ -76,12 +76,6 @@ def _type_name(x: object) -> str:
 
 
 # ----------------------------------------------------------------------------- basic types
-def check_tensor(fn: str, name: str, x: object) -> torch.Tensor:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{fn}: {name} must be a torch.Tensor, got {_type_name(x)}")
-    return x
-
-
 def check_optional_tensor(fn: str, name: str, x: object) -> Optional[torch.Tensor]:
     if x is None:
         return None

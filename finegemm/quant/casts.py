@@ -19,7 +19,7 @@ import struct
 import torch
 
 from finegemm.quant.layout import get_mn_major_tma_aligned_tensor
-from finegemm.utils import ceil_div, check_bool, check_int
+from finegemm.utils import ceil_div, check_bool, check_int, check_tensor
 
 FP8_DTYPE = torch.float8_e4m3fn
 FP8_MAX = 448.0
@@ -36,12 +36,6 @@ __all__ = [
 ]
 
 
-def _check_tensor(fn: str, x: object) -> torch.Tensor:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{fn}: x must be a torch.Tensor, got {type(x).__name__}")
-    return x
-
-
 def ceil_to_ue8m0(x: torch.Tensor) -> torch.Tensor:
     """Round the magnitude of each element up to the next power of two (2**ceil(log2 |x|)).
 
@@ -50,7 +44,7 @@ def ceil_to_ue8m0(x: torch.Tensor) -> torch.Tensor:
     non-finite amax keeps a non-finite scale, so it never dequantizes to finite values). Returns
     fp32, same shape / device as ``x``.
     """
-    x = _check_tensor("ceil_to_ue8m0", x).float().abs()
+    x = check_tensor("ceil_to_ue8m0", "x", x).float().abs()
     mantissa, exponent = torch.frexp(x)
     # x = mantissa * 2**exponent with mantissa in [0.5, 1); mantissa == 0.5 means x is a power of 2.
     exponent = torch.where(mantissa == 0.5, exponent - 1, exponent)
@@ -79,7 +73,7 @@ def _quantize(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
 def _check_cast_args(fn: str, x: object, use_ue8m0: object, gran_k: object) -> torch.Tensor:
     # TypeError for types / dtypes, ValueError for shapes and values: the API's convention
     # (api/_validate.py).
-    x = _check_tensor(fn, x)
+    x = check_tensor(fn, "x", x)
     if x.dim() != 2:
         raise ValueError(f"{fn}: x must be 2-D, got shape {tuple(x.shape)}")
     if not x.dtype.is_floating_point or x.dtype in (FP8_DTYPE, torch.float8_e5m2):

@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from finegemm.utils import align, ceil_div, check_bool, check_int
+from finegemm.utils import align, ceil_div, check_bool, check_int, check_tensor
 
 __all__ = [
     "get_mk_alignment_for_contiguous_layout",
@@ -76,8 +76,7 @@ def get_mn_major_tma_aligned_tensor(sf: torch.Tensor) -> torch.Tensor:
     ``sf`` itself when it already has that layout.
     """
     fn = "get_mn_major_tma_aligned_tensor"
-    if not isinstance(sf, torch.Tensor):
-        raise TypeError(f"{fn}: sf must be a torch.Tensor, got {type(sf).__name__}")
+    check_tensor(fn, "sf", sf)
     if sf.dim() not in (2, 3):
         raise ValueError(f"{fn}: sf must be 2-D or 3-D, got shape {tuple(sf.shape)}")
     if 16 % sf.element_size() != 0:
@@ -133,8 +132,7 @@ def transform_sf_into_required_layout(
     compatibility; SM90 keeps fp32 scales so there is no UE8M0 packing to disable.
     """
     fn = "transform_sf_into_required_layout"
-    if not isinstance(sf, torch.Tensor):
-        raise TypeError(f"{fn}: sf must be a torch.Tensor, got {type(sf).__name__}")
+    check_tensor(fn, "sf", sf)
     check_int(fn, "mn", mn, 0)
     check_int(fn, "k", k, 0)
     if num_groups is not None:

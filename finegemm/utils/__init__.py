@@ -1,12 +1,14 @@
 """Small helpers shared by every layer, and DeepGEMM's `deep_gemm.utils` surface.
 
-ceil_div, align, write_empty_product and the argument checks check_bool / check_int live here
-(every layer imports them). DeepGEMM also keeps
-its casts and scale-layout helpers under `utils` (`deep_gemm.utils`, `.utils.math`,
-`.utils.layout`), so code written against it finds them here too: the submodules `math` and
-`layout` re-export finegemm.quant, and this module resolves those names lazily (finegemm.quant
-imports this module, so importing it back at load time would be circular).
+ceil_div, align, write_empty_product and the argument checks check_tensor / check_bool / check_int
+live here (every layer imports them). DeepGEMM also keeps its casts and scale-layout helpers under
+`utils` (`deep_gemm.utils`, `.utils.math`, `.utils.layout`), so code written against it finds them
+here too: the submodules `math` and `layout` re-export finegemm.quant, and this module resolves
+those names lazily (finegemm.quant imports this module, so importing it back at load time would be
+circular).
 """
+
+import torch
 
 
 def ceil_div(x: int, y: int) -> int:
@@ -17,6 +19,13 @@ def ceil_div(x: int, y: int) -> int:
 def align(x: int, y: int) -> int:
     """Round x up to a multiple of y."""
     return ceil_div(x, y) * y
+
+
+def check_tensor(fn: str, name: str, x: object) -> torch.Tensor:
+    """TypeError naming the function and argument unless x is a torch.Tensor; returns x."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{fn}: {name} must be a torch.Tensor, got {type(x).__name__}")
+    return x
 
 
 def check_bool(fn: str, name: str, v: object) -> None:
