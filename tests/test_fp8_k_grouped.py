@@ -418,3 +418,51 @@ def test_k_grouped_candidates_and_entries(monkeypatch, tmp_path):
         h.clear_cache()
     assert (cfg.block_n, cfg.num_stages, cfg.tma_store, cfg.half_promote, cfg.k_batch) == (
         pick.block_n, pick.num_stages, pick.tma_store, pick.half_promote, pick.k_batch)
+
+
+def test_k_grouped_no_c_entries_are_their_own(monkeypatch, tmp_path):
+    """`tune k_grouped --no-c`: candidates built without C, and its winner an entry with has_c false
+    that the call without C consults and the c = d call does not (their best tiles differ)."""
+    from finegemm.bench.tune import k_grouped_default_problems, table_entry
+    from finegemm.heuristics import sm90_fp8_gemm as h
+    from finegemm.heuristics import tuned
+
+    g, m, n, ks = k_grouped_default_problems()[1]
+    cands = h.k_grouped_candidate_configs(m, n, ks, 132, False)
+    assert cands[0] == h.select_k_grouped_config(m, n, ks, 132, False)
+    assert len(cands) > 10 and not any(c.has_c for c in cands)
+    with_c = h.select_k_grouped_config(m, n, ks, 132, True)
+    # A winner unlike either call's current choice, so that the lookup is visible.
+    pick = next(c for c in cands[1:] if (c.block_m, c.block_n, c.num_stages) != (with_c.block_m, with_c.block_n,
+                                                                                  with_c.num_stages)
+                and (c.block_m, c.block_n, c.num_stages) != (cands[0].block_m, cands[0].block_n, cands[0].num_stages))
+    best = {"block_m": pick.block_m, "block_n": pick.block_n, "num_stages": pick.num_stages, "num_splits": 1,
+            "num_multicast": pick.num_multicast, "multicast_on_a": pick.multicast_on_a, "tma_store": pick.tma_store,
+            "half_promote": pick.half_promote, "ctas_per_sm": 1, "k_batch": pick.k_batch, "us": 1.0}
+    _, k_plan = h.k_grouped_plan_k(ks)
+    rec = {"family": "k_grouped", "groups": g, "m": m, "n": n, "k": k_plan, "has_c": False, "best": best,
+           "model_us": 2.0}
+    e = table_entry(rec, 132, {"gpu": "test", "commit": "0" * 40, "date": "now"})
+    assert e["kind"] == h.K_GROUPED_KIND and e["out_fp32"] and e["has_c"] is False
+    path = tmp_path / "t.json"
+    tuned.merge_entries(path, [e])
+    monkeypatch.setenv(tuned.TUNED_FILE_ENV, str(path))
+    tuned.clear()
+    h.clear_cache()
+    try:
+        no_c = h.select_k_grouped_config(m, n, ks, 132, False)
+        c_eq_d = h.select_k_grouped_config(m, n, ks, 132, True)
+    finally:
+        monkeypatch.delenv(tuned.TUNED_FILE_ENV)
+        tuned.clear()
+        h.clear_cache()
+    assert (no_c.block_m, no_c.block_n, no_c.num_stages, no_c.has_c) == (pick.block_m, pick.block_n,
+                                                                          pick.num_stages, False)
+    assert c_eq_d == with_c
+
+
+def test_tune_no_c_only_for_k_grouped():
+    from finegemm.bench import tune
+
+    with pytest.raises(SystemExit, match="--no-c applies to k_grouped only"):
+        tune.main(["wgrad", "--no-c"])

@@ -326,11 +326,15 @@ def k_grouped_default_problems() -> list[tuple[int, int, int, list[int]]]:
 
 
 def tune_k_grouped_problem(g: int, m: int, n: int, ks: list[int], num_sms: int, top: int, num_tests: int, gen,
-                           log=print, block_m: int | None = None) -> dict:
-    """k_grouped_fp8_gemm_nt_contiguous with c = d (weight gradients) on one problem: every
-    candidate of heuristics.k_grouped_candidate_configs checked (exact reference on sampled output
-    rows of every group, C and product separately, bitwise repeat from the same C) and timed. The
-    entry (kind K_GROUPED_KIND) is keyed by (M, N, planning K): what select_k_grouped_config looks up."""
+                           log=print, block_m: int | None = None, has_c: bool = True) -> dict:
+    """k_grouped_fp8_gemm_nt_contiguous with c = d (weight gradients; has_c=False: without C, the
+    first micro-batch's D = A B) on one problem: every candidate of
+    heuristics.k_grouped_candidate_configs checked (exact reference on sampled output rows of every
+    group, C and product separately, bitwise repeat from the same C, or from a NaN-poisoned D
+    without C) and timed. The entry (kind K_GROUPED_KIND, has_c as tuned) is keyed by (M, N,
+    planning K): what select_k_grouped_config looks up. The two calls get their own entries because
+    their best tiles differ (benchmarks/NOTES.md v0.85: without C, G = 8, the c = d tile is 14%
+    faster than the model's)."""
     from finegemm.heuristics.sm90_fp8_gemm import k_grouped_candidate_configs, k_grouped_plan_k
     from finegemm.ops import sm90_fp8_gemm as ops
     from finegemm.ops import sm90_fp8_k_grouped as kg
@@ -348,7 +352,7 @@ def tune_k_grouped_problem(g: int, m: int, n: int, ks: list[int], num_sms: int, 
     idx = torch.tensor(rows, dtype=torch.long, device="cuda")
     prod_ref = k_grouped_reference_rows(a, sfa, b, sfb, m, n, ks, rows).double()
     c_rows = c0[:, idx].double()
-    cands = k_grouped_candidate_configs(m, n, ks, num_sms, True, top=top)
+    cands = k_grouped_candidate_configs(m, n, ks, num_sms, has_c, top=top)
     cands = _restrict(cands, cands[0], block_m)  # the first is select_k_grouped_config's choice
 
     def row_of(cfg):
@@ -359,22 +363,26 @@ def tune_k_grouped_problem(g: int, m: int, n: int, ks: list[int], num_sms: int, 
 
     def check(cfg):
         def call():
-            kg.k_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, d, ks, d, config=cfg)
-        first = _run_twice(call, d, lambda: d.copy_(c0))
+            kg.k_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, d, ks, d if has_c else None, config=cfg)
+        first = _run_twice(call, d, (lambda: d.copy_(c0)) if has_c else None)
         sub = d[:, idx].double()
-        diff = max(calc_diff(sub, prod_ref + c_rows), calc_diff(sub - c_rows, prod_ref))
+        if has_c:
+            diff = max(calc_diff(sub, prod_ref + c_rows), calc_diff(sub - c_rows, prod_ref))
+        else:
+            diff = calc_diff(sub, prod_ref)
         ok = diff <= 1e-5 and not torch.isnan(first).any() and torch.equal(first, d)
         return call, diff, ok
 
     rows_, best = _time_candidates(cands, lambda c: ops._load(c, d.device.index), row_of, check, num_tests)
     _, k_plan = k_grouped_plan_k(ks)
-    rec = {"family": "k_grouped", "groups": g, "m": m, "n": n, "k": k_plan, "ks": list(ks), "candidates": rows_,
+    rec = {"family": "k_grouped", "groups": g, "m": m, "n": n, "k": k_plan, "ks": list(ks), "has_c": has_c,
+           "candidates": rows_,
            "model_us": rows_[0].get("us"), "best_us": best["us"] if best else None, "best": best}
     detail = (f"bm{best['block_m']} bn{best['block_n']} s{best['num_stages']} mc{best['num_multicast']}"
               f"{'A' if best['multicast_on_a'] else ''}{' hp' if best['half_promote'] else ''}"
               f"{' tma' if best['tma_store'] else ''}{' kb%d' % best['k_batch'] if best['k_batch'] > 1 else ''}"
               ) if best else ""
-    _log_result(log, f"k_grouped G={g} {m:>5}x{n:>5} k~{k_plan}", rows_, best, detail)
+    _log_result(log, f"k_grouped G={g} {m:>5}x{n:>5} k~{k_plan}{'' if has_c else ' no C'}", rows_, best, detail)
     return rec
 
 
@@ -513,9 +521,10 @@ def table_entry(rec: dict, num_sms: int, meta: dict) -> dict | None:
     from finegemm.heuristics.sm90_fp8_gemm import CONTIGUOUS_KIND_PREFIX, MASKED_KIND_PREFIX
     masked = rec.get("family") == "masked"
     kind = f"{MASKED_KIND_PREFIX}{rec['groups']}" if masked else "fp8_1d1d" if wgrad else "fp8_1d2d"
-    if rec.get("family") == "k_grouped":  # fp32 d accumulated in place, as wgrad
+    has_c = None
+    if rec.get("family") == "k_grouped":  # fp32 d, accumulated in place as wgrad unless tuned without C
         from finegemm.heuristics.sm90_fp8_gemm import K_GROUPED_KIND
-        kind, wgrad = K_GROUPED_KIND, True
+        kind, wgrad, has_c = K_GROUPED_KIND, True, rec.get("has_c", True)
     if rec.get("family") == "contiguous":
         kind = f"{CONTIGUOUS_KIND_PREFIX}{rec['groups']}"
     if rec.get("family") in ("bf16_masked", "bf16_contiguous"):
@@ -535,7 +544,7 @@ def table_entry(rec: dict, num_sms: int, meta: dict) -> dict | None:
     if not config["c_stage"]:
         del config["c_stage"]  # likewise: only the entries that chose the C stage name it
     return {"kind": kind, "num_sms": num_sms, "m": rec["m"], "n": rec["n"],
-            "k": rec["k"], "out_fp32": out_fp32, "has_c": wgrad, "config": config,
+            "k": rec["k"], "out_fp32": out_fp32, "has_c": wgrad if has_c is None else has_c, "config": config,
             "us": round(best["us"], 3), "model_us": round(rec["model_us"], 3) if rec.get("model_us") else None,
             "gpu": meta.get("gpu"), "commit": meta.get("commit"), "date": meta.get("date")}
 
@@ -548,8 +557,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "(--shapes G,expected M,N,K; bench grouped's layout); bf16: the dense BF16 kernel, bf16 out "
                         "(--layouts; entries go to a bf16 table, heuristics/tuned_sm90_bf16.json when shipped); "
                         "bf16_masked / bf16_contiguous: the m-grouped BF16 kernels (shapes as masked / contiguous; "
-                        "the bf16 table too); k_grouped: k_grouped_fp8_gemm_nt_contiguous with c = d on bench "
-                        "grouped's problems (entries of kind fp8_k_grouped)")
+                        "the bf16 table too); k_grouped: k_grouped_fp8_gemm_nt_contiguous with c = d (--no-c: "
+                        "without C) on bench grouped's problems (entries of kind fp8_k_grouped)")
     p.add_argument("--layouts", nargs="+", default=["nt", "nn", "tn", "tt"], choices=["nt", "nn", "tn", "tt"],
                    help="bf16 family: the layouts to tune")
     p.add_argument("--shapes", nargs="+", type=_parse_shape, metavar="M,N,K", help="default: the 18 anchor shapes")
@@ -561,6 +570,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--half-promote", action="store_true",
                    help="dense / masked / contiguous: only the half-promoted candidates (incl. the serial halves "
                         "of block_n > 208), plus today's selection")
+    p.add_argument("--no-c", action="store_true",
+                   help="k_grouped: tune the call without C (D = A B) instead of c = d; its entries have has_c false")
     p.add_argument("--table", default=None, help="tuned table to add the winners to (default: print only)")
     p.add_argument("--out", default=None, help="JSON with every candidate's check and time")
     return p
@@ -570,6 +581,8 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     if args.block_m is not None and args.family not in BLOCK_M_FAMILIES:
         raise SystemExit(f"finegemm tune {args.family}: --block-m applies to {', '.join(BLOCK_M_FAMILIES)} only")
+    if args.no_c and args.family != "k_grouped":
+        raise SystemExit(f"finegemm tune {args.family}: --no-c applies to k_grouped only")
     if args.half_promote and args.family not in HALF_PROMOTE_FAMILIES:
         raise SystemExit(f"finegemm tune {args.family}: --half-promote applies to {', '.join(HALF_PROMOTE_FAMILIES)} "
                          "only")
@@ -606,7 +619,8 @@ def main(argv=None) -> int:
     elif args.family == "k_grouped":
         if args.shapes:
             raise SystemExit("finegemm tune k_grouped: --shapes is not supported (the problems are bench grouped's)")
-        records = [tune_k_grouped_problem(*p, num_sms, args.top, args.num_tests, gen, block_m=args.block_m)
+        records = [tune_k_grouped_problem(*p, num_sms, args.top, args.num_tests, gen, block_m=args.block_m,
+                                          has_c=not args.no_c)
                    for p in k_grouped_default_problems()]
     elif args.family == "bf16":
         shapes = bf16_tune_shapes(args.shapes)
