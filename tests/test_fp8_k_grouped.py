@@ -461,8 +461,9 @@ def test_k_grouped_no_c_entries_are_their_own(monkeypatch, tmp_path):
     assert c_eq_d == with_c
 
 
-def test_tune_no_c_only_for_k_grouped():
+def test_tune_no_c_only_for_wgrad_and_k_grouped():
     from finegemm.bench import tune
 
-    with pytest.raises(SystemExit, match="--no-c applies to k_grouped only"):
-        tune.main(["wgrad", "--no-c"])
+    for family in ("dense", "masked", "bf16"):
+        with pytest.raises(SystemExit, match="--no-c applies to wgrad and k_grouped only"):
+            tune.main([family, "--no-c"])

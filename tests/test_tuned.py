@@ -184,7 +184,7 @@ def test_candidates_start_with_the_model_choice_and_are_distinct(m, n, k, monkey
     assert any(c.ctas_per_sm == 2 for c in cands) == ((m, n, k) == (64, 2112, 7168))
 
 
-def test_wgrad_family_entries_and_shapes():
+def test_wgrad_family_entries_and_shapes(tmp_path, monkeypatch):
     from finegemm.bench import tune
     shapes = tune.wgrad_default_shapes()
     assert len(shapes) == len(set(shapes)) and (4096, 7168, 16384) in shapes and (7168, 2048, 2048) in shapes
@@ -193,6 +193,25 @@ def test_wgrad_family_entries_and_shapes():
     e = tune.table_entry(rec, 132, {"gpu": "x", "commit": "y", "date": "z"})
     assert (e["kind"], e["out_fp32"], e["has_c"], e["us"]) == ("fp8_1d1d", True, True, 250.0)
     assert tune.table_entry({**rec, "family": "dense"}, 132, {})["kind"] == "fp8_1d2d"
+    # Tuned without C (`tune wgrad --no-c`): an entry of its own, which the call without C takes
+    # before the fallback to the entry tuned with C, and the call with C does not take.
+    e_no_c = tune.table_entry({**rec, "has_c": False, "best": {**rec["best"], "block_n": 160}}, 132, {})
+    assert (e_no_c["kind"], e_no_c["has_c"], e_no_c["config"]["block_n"]) == ("fp8_1d1d", False, 160)
+    assert e["config"]["block_n"] != 160
+    path = tmp_path / "t.json"
+    tuned.merge_entries(path, [e, e_no_c])
+    monkeypatch.setenv(tuned.TUNED_FILE_ENV, str(path))
+    tuned.clear()
+    h.clear_cache()
+    try:
+        no_c = h.select_config(4096, 7168, 4096, 132, True, False, one_d_one_d=True)
+        with_c = h.select_config(4096, 7168, 4096, 132, True, True, one_d_one_d=True)
+    finally:
+        monkeypatch.delenv(tuned.TUNED_FILE_ENV)
+        tuned.clear()
+        h.clear_cache()
+    assert (no_c.block_n, no_c.has_c) == (160, False)
+    assert (with_c.block_n, with_c.has_c) == (e["config"]["block_n"], True)
 
 
 def _grouped_choices_with_entry(tmp_path, monkeypatch, entry, kind, m, n, k, groups, other_groups, expected_m,

@@ -69,10 +69,12 @@ def _restrict(cands: list, current, block_m: int | None, half_promote: bool = Fa
 
 
 def tune_shape(m: int, n: int, k: int, num_sms: int, top: int, num_tests: int, gen, log=print,
-               family: str = "dense", block_m: int | None = None, half_promote: bool = False) -> dict:
+               family: str = "dense", block_m: int | None = None, half_promote: bool = False,
+               has_c: bool = True) -> dict:
     """Every candidate's check and time for one shape; returns the shape's record. family
     "dense": recipe (1, 128, 128), bf16 d; "wgrad": recipe (1, 1, 128), fp32 d accumulated in
-    place (c = d), as weight gradients are."""
+    place (c = d), as weight gradients are, or with has_c=False written without C (the first
+    micro-batch's D = A B; entries of their own, has_c false)."""
     from finegemm import reference
     from finegemm.heuristics.sm90_fp8_gemm import candidate_configs
     from finegemm.ops import sm90_fp8_gemm as ops
@@ -81,24 +83,25 @@ def tune_shape(m: int, n: int, k: int, num_sms: int, top: int, num_tests: int, g
     from .dense import _inputs
 
     wgrad = family == "wgrad"
+    with_c = wgrad and has_c
     if wgrad:
         from finegemm.quant import per_token_cast_to_fp8
         a, sfa = per_token_cast_to_fp8(torch.randn(m, k, device="cuda", generator=gen))
         b, sfb = per_token_cast_to_fp8(torch.randn(n, k, device="cuda", generator=gen))
         # C at the product's scale (std ~ sqrt(K)): an error in C must move calc_diff as much as one
         # in the product does (a unit-scale C would be diluted ~1/K).
-        c0 = torch.randn(m, n, device="cuda", generator=gen) * float(k) ** 0.5
+        c0 = torch.randn(m, n, device="cuda", generator=gen) * float(k) ** 0.5 if has_c else None
         ref = reference.fp8_gemm_nt(a, sfa, b, sfb, c=c0, out_dtype=torch.float32, recipe=(1, 1, 128))
-        d = c0.clone()
+        d = c0.clone() if has_c else torch.empty(m, n, device="cuda", dtype=torch.float32)
     else:
         _, _, a, sfa, b, sfb = _inputs(m, n, k, gen)
         ref = reference.fp8_gemm_nt(a, sfa, b, sfb, out_dtype=torch.float32)
         d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
         c0 = None
-    cands = candidate_configs(m, n, k, num_sms, out_fp32=wgrad, has_c=wgrad, top=top, one_d_one_d=wgrad)
+    cands = candidate_configs(m, n, k, num_sms, out_fp32=wgrad, has_c=with_c, top=top, one_d_one_d=wgrad)
     if block_m is not None or half_promote:
         from finegemm.heuristics.sm90_fp8_gemm import select_config
-        cands = _restrict(cands, select_config(m, n, k, num_sms, wgrad, wgrad, one_d_one_d=wgrad), block_m,
+        cands = _restrict(cands, select_config(m, n, k, num_sms, wgrad, with_c, one_d_one_d=wgrad), block_m,
                           half_promote)
 
     def row_of(cfg):
@@ -109,9 +112,12 @@ def tune_shape(m: int, n: int, k: int, num_sms: int, top: int, num_tests: int, g
                 "c_stage": cfg.c_stage}
 
     def check(cfg):
-        if wgrad:  # accumulates in place: each run starts from C
+        if with_c:  # accumulates in place: each run starts from C
             call = ops.prepare(a, sfa, b, sfb, d, c=d, recipe=(1, 1, 128), config=cfg)
             first = _run_twice(call, d, lambda: d.copy_(c0))
+        elif wgrad:
+            call = ops.prepare(a, sfa, b, sfb, d, recipe=(1, 1, 128), config=cfg)
+            first = _run_twice(call, d)
         else:
             call = ops.prepare(a, sfa, b, sfb, d, config=cfg)
             first = _run_twice(call, d)
@@ -119,21 +125,22 @@ def tune_shape(m: int, n: int, k: int, num_sms: int, top: int, num_tests: int, g
         # Elementwise too: a few wrong elements barely move calc_diff on a big output.
         tol = 1e-2 * ref.abs().max().item() + 1e-6
         close = bool(((d.float() - ref).abs() <= tol).all())
-        if wgrad:  # the product part alone (C must not hide an error in it, nor the reverse)
+        if with_c:  # the product part alone (C must not hide an error in it, nor the reverse)
             diff = max(diff, calc_diff((d - c0).float(), ref - c0))
         ok = (diff <= 1e-5 and close and not torch.isnan(first).any() and not torch.isnan(d).any()
               and torch.equal(first, d))
         return call, diff, ok
 
     rows, best = _time_candidates(cands, lambda c: ops._load(c, d.device.index), row_of, check, num_tests)
-    rec = {"family": family, "m": m, "n": n, "k": k, "candidates": rows, "model_us": rows[0].get("us"),
+    rec = {"family": family, "m": m, "n": n, "k": k, **({"has_c": has_c} if wgrad else {}), "candidates": rows,
+           "model_us": rows[0].get("us"),
            "best_us": best["us"] if best else None, "best": best}
     detail = (f"bm{best['block_m']} bn{best['block_n']} s{best['num_stages']} split{best['num_splits']} "
               f"mc{best['num_multicast']}{'A' if best['multicast_on_a'] else ''}{' hp' if best['half_promote'] else ''}"
               f"{' tma' if best['tma_store'] else ''}{' 2cta' if best['ctas_per_sm'] == 2 else ''}"
               f"{' kb%d' % best['k_batch'] if best['k_batch'] > 1 else ''}{' cst' if best['c_stage'] else ''}") \
         if best else ""
-    _log_result(log, f"{m:>5}x{n:>6}x{k:>6}", rows, best, detail)
+    _log_result(log, f"{m:>5}x{n:>6}x{k:>6}{'' if has_c or not wgrad else ' no C'}", rows, best, detail)
     return rec
 
 
@@ -521,7 +528,7 @@ def table_entry(rec: dict, num_sms: int, meta: dict) -> dict | None:
     from finegemm.heuristics.sm90_fp8_gemm import CONTIGUOUS_KIND_PREFIX, MASKED_KIND_PREFIX
     masked = rec.get("family") == "masked"
     kind = f"{MASKED_KIND_PREFIX}{rec['groups']}" if masked else "fp8_1d1d" if wgrad else "fp8_1d2d"
-    has_c = None
+    has_c = rec.get("has_c", True) if wgrad else None
     if rec.get("family") == "k_grouped":  # fp32 d, accumulated in place as wgrad unless tuned without C
         from finegemm.heuristics.sm90_fp8_gemm import K_GROUPED_KIND
         kind, wgrad, has_c = K_GROUPED_KIND, True, rec.get("has_c", True)
@@ -552,7 +559,7 @@ def table_entry(rec: dict, num_sms: int, meta: dict) -> dict | None:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m finegemm tune", description=__doc__.split("\n")[0])
     p.add_argument("family", choices=TUNE_FAMILIES,
-                   help="dense: recipe (1, 128, 128), bf16 out; wgrad: recipe (1, 1, 128), fp32 out += in place; "
+                   help="dense: recipe (1, 128, 128), bf16 out; wgrad: recipe (1, 1, 128), fp32 out += in place (--no-c: without C); "
                         "masked: m-grouped masked (--shapes G,M,N,K); contiguous: m-grouped contiguous "
                         "(--shapes G,expected M,N,K; bench grouped's layout); bf16: the dense BF16 kernel, bf16 out "
                         "(--layouts; entries go to a bf16 table, heuristics/tuned_sm90_bf16.json when shipped); "
@@ -571,7 +578,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="dense / masked / contiguous: only the half-promoted candidates (incl. the serial halves "
                         "of block_n > 208), plus today's selection")
     p.add_argument("--no-c", action="store_true",
-                   help="k_grouped: tune the call without C (D = A B) instead of c = d; its entries have has_c false")
+                   help="wgrad / k_grouped: tune the call without C (D = A B) instead of c = d; its entries have "
+                        "has_c false")
     p.add_argument("--table", default=None, help="tuned table to add the winners to (default: print only)")
     p.add_argument("--out", default=None, help="JSON with every candidate's check and time")
     return p
@@ -581,8 +589,8 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     if args.block_m is not None and args.family not in BLOCK_M_FAMILIES:
         raise SystemExit(f"finegemm tune {args.family}: --block-m applies to {', '.join(BLOCK_M_FAMILIES)} only")
-    if args.no_c and args.family != "k_grouped":
-        raise SystemExit(f"finegemm tune {args.family}: --no-c applies to k_grouped only")
+    if args.no_c and args.family not in ("wgrad", "k_grouped"):
+        raise SystemExit(f"finegemm tune {args.family}: --no-c applies to wgrad and k_grouped only")
     if args.half_promote and args.family not in HALF_PROMOTE_FAMILIES:
         raise SystemExit(f"finegemm tune {args.family}: --half-promote applies to {', '.join(HALF_PROMOTE_FAMILIES)} "
                          "only")
@@ -629,7 +637,7 @@ def main(argv=None) -> int:
     else:
         shapes = args.shapes or (wgrad_default_shapes() if args.family == "wgrad" else default_shapes(args.curve))
         records = [tune_shape(m, n, k, num_sms, args.top, args.num_tests, gen, family=args.family,
-                              block_m=args.block_m, half_promote=args.half_promote)
+                              block_m=args.block_m, half_promote=args.half_promote, has_c=not args.no_c)
                    for (m, n, k) in shapes]
     print(f"tuned {len(records)} shapes in {time.time() - t0:.0f} s")
     failed = sum(1 for r in records for c in r["candidates"] if not c.get("ok"))
