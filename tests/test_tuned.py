@@ -386,17 +386,25 @@ def test_bf16_tune_shapes_keep_the_bench_output_dtype():
 
 
 def test_1d1d_call_without_c_uses_the_entry_tuned_with_c(monkeypatch):
-    """Recipe (1,1,128) entries are tuned with C (c = d); a call without C and K >= 2048 gets the same
-    tile (its kernel stores instead of reduce-adding), not the model; recipe (1,128,128) never crosses."""
+    """Recipe (1,1,128) entries are tuned with C (c = d); a call without C and K >= 2048 whose shape
+    has no entry tuned without C (`tune wgrad --no-c`) gets the same tile (its kernel stores instead
+    of reduce-adding), not the model; one that has gets its own; recipe (1,128,128) never crosses."""
     monkeypatch.setattr(tuned, "SHIPPED_TABLE", SHIPPED)
     h.clear_cache()
     entries = [e for e in json.loads(SHIPPED.read_text())["entries"] if e["kind"] == "fp8_1d1d"]
-    assert entries and all(e["has_c"] for e in entries)
+    no_c_entries = {(e["m"], e["n"], e["k"]): e for e in entries if not e["has_c"]}
+    entries = [e for e in entries if e["has_c"]]
+    assert entries and no_c_entries
+    for e in no_c_entries.values():
+        no_c = h.select_config(e["m"], e["n"], e["k"], e["num_sms"], True, False, one_d_one_d=True)
+        assert _cfg_fields(no_c) == {**tuned.OPTIONAL_FIELDS, **e["config"]} and not no_c.has_c
     for e in entries:
         with_c = h.select_config(e["m"], e["n"], e["k"], e["num_sms"], True, True, one_d_one_d=True)
         no_c = h.select_config(e["m"], e["n"], e["k"], e["num_sms"], True, False, one_d_one_d=True)
         assert _cfg_fields(with_c) == {**tuned.OPTIONAL_FIELDS, **e["config"]}
         assert not no_c.has_c and with_c.has_c
+        if (e["m"], e["n"], e["k"]) in no_c_entries:
+            continue  # checked above
         if e["k"] >= h.NO_C_FALLBACK_MIN_K:  # the same tile (without C there is no C stage)
             assert _cfg_fields(no_c) == {**_cfg_fields(with_c), "c_stage": False}
         else:  # short K: the epilogue dominates, the model decides without C
