@@ -314,29 +314,33 @@ def _shipped_tuned_entries():
     return [e for e in json.loads(tuned.SHIPPED_TABLE.read_text())["entries"] if e["kind"] in ("fp8_1d2d", "fp8_1d1d")]
 
 
-@pytest.mark.parametrize("entry", _shipped_tuned_entries(), ids=lambda e: f"{e['m']}x{e['n']}x{e['k']}")
+@pytest.mark.parametrize("entry", _shipped_tuned_entries(),
+                         ids=lambda e: f"{e['m']}x{e['n']}x{e['k']}{'' if e['has_c'] == (e['kind'] == 'fp8_1d1d') else '_noc'}")
 def test_tuned_table_entries(entry):
     """Every shipped tuned configuration through the public API, at its own M (where it must be
     picked) and at an M between tuned ones (served by the nearest entry), against the exact
-    reference."""
+    reference. Recipe (1, 1, 128) entries run as tuned: with C (c = d) or without (has_c false)."""
     from finegemm import runtime
     if entry["num_sms"] != runtime.get_num_sms():
         pytest.skip("tuned for another SM count")
     n, k = entry["n"], entry["k"]
     wgrad = entry["kind"] == "fp8_1d1d"
+    has_c = wgrad and entry["has_c"]
     for m in (entry["m"], entry["m"] + 17):
-        cfg = select_config(m, n, k, runtime.get_num_sms(), wgrad, wgrad, one_d_one_d=wgrad)
+        cfg = select_config(m, n, k, runtime.get_num_sms(), wgrad, has_c, one_d_one_d=wgrad)
         if m == entry["m"]:
             got = {f: getattr(cfg, f) for f in entry["config"]}
             assert {f: list(v) if isinstance(v, tuple) else v for f, v in got.items()} == entry["config"]
-        if wgrad:  # weight gradient: fp32 d accumulated in place
+        if wgrad:  # weight gradient: fp32 d accumulated in place, or written (poisoned first) without C
             g = torch.Generator(device="cuda").manual_seed(m + n + k)
             a, sfa = quant.per_token_cast_to_fp8(torch.randn(m, k, device="cuda", generator=g))
             b, sfb = quant.per_token_cast_to_fp8(torch.randn(n, k, device="cuda", generator=g))
-            d = torch.randn(m, n, device="cuda", generator=g)
-            ref = reference.fp8_gemm_nt(a, sfa, b, sfb, c=d.clone(), out_dtype=torch.float64, recipe=(1, 1, 128))
-            finegemm.fp8_gemm_nt((a, sfa), (b, sfb), d, c=d, recipe=(1, 1, 128))
-            assert calc_diff(d, ref) <= 1e-5
+            d = torch.randn(m, n, device="cuda", generator=g) if has_c else \
+                torch.full((m, n), float("nan"), device="cuda")
+            ref = reference.fp8_gemm_nt(a, sfa, b, sfb, c=d.clone() if has_c else None, out_dtype=torch.float64,
+                                        recipe=(1, 1, 128))
+            finegemm.fp8_gemm_nt((a, sfa), (b, sfb), d, c=d if has_c else None, recipe=(1, 1, 128))
+            assert not torch.isnan(d).any() and calc_diff(d, ref) <= 1e-5
             continue
         x, w, a, sfa, b, sfb = _inputs(m, n, k, seed=m + n + k)
         d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
