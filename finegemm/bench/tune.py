@@ -352,13 +352,14 @@ def tune_k_grouped_problem(g: int, m: int, n: int, ks: list[int], num_sms: int, 
 
     assert len(ks) == g
     a, sfa, b, sfb, _, _ = k_grouped_inputs(m, n, ks, gen)
-    # C at the product's scale, as tune_shape's wgrad family.
-    c0 = torch.randn(g, m, n, device="cuda", generator=gen) * float(max(sum(ks) // max(g, 1), 1)) ** 0.5
-    d = c0.clone()
+    # C at the product's scale, as tune_shape's wgrad family; without C, D is poisoned before each call.
+    c0 = torch.randn(g, m, n, device="cuda", generator=gen) * float(max(sum(ks) // max(g, 1), 1)) ** 0.5 \
+        if has_c else None
+    d = c0.clone() if has_c else torch.empty(g, m, n, device="cuda", dtype=torch.float32)
     rows = sample_rows(m, 2.0 * n * sum(ks), REF_FLOPS)
     idx = torch.tensor(rows, dtype=torch.long, device="cuda")
     prod_ref = k_grouped_reference_rows(a, sfa, b, sfb, m, n, ks, rows).double()
-    c_rows = c0[:, idx].double()
+    c_rows = c0[:, idx].double() if has_c else None
     cands = k_grouped_candidate_configs(m, n, ks, num_sms, has_c, top=top)
     cands = _restrict(cands, cands[0], block_m)  # the first is select_k_grouped_config's choice
 
@@ -559,8 +560,8 @@ def table_entry(rec: dict, num_sms: int, meta: dict) -> dict | None:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m finegemm tune", description=__doc__.split("\n")[0])
     p.add_argument("family", choices=TUNE_FAMILIES,
-                   help="dense: recipe (1, 128, 128), bf16 out; wgrad: recipe (1, 1, 128), fp32 out += in place (--no-c: without C); "
-                        "masked: m-grouped masked (--shapes G,M,N,K); contiguous: m-grouped contiguous "
+                   help="dense: recipe (1, 128, 128), bf16 out; wgrad: recipe (1, 1, 128), fp32 out += in place "
+                        "(--no-c: without C); masked: m-grouped masked (--shapes G,M,N,K); contiguous: m-grouped contiguous "
                         "(--shapes G,expected M,N,K; bench grouped's layout); bf16: the dense BF16 kernel, bf16 out "
                         "(--layouts; entries go to a bf16 table, heuristics/tuned_sm90_bf16.json when shipped); "
                         "bf16_masked / bf16_contiguous: the m-grouped BF16 kernels (shapes as masked / contiguous; "

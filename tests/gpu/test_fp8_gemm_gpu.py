@@ -314,8 +314,12 @@ def _shipped_tuned_entries():
     return [e for e in json.loads(tuned.SHIPPED_TABLE.read_text())["entries"] if e["kind"] in ("fp8_1d2d", "fp8_1d1d")]
 
 
-@pytest.mark.parametrize("entry", _shipped_tuned_entries(),
-                         ids=lambda e: f"{e['m']}x{e['n']}x{e['k']}{'' if e['has_c'] == (e['kind'] == 'fp8_1d1d') else '_noc'}")
+def _entry_id(e):
+    """m x n x k, "_noc" for a recipe (1, 1, 128) entry tuned without C."""
+    return f"{e['m']}x{e['n']}x{e['k']}{'_noc' if e['kind'] == 'fp8_1d1d' and not e['has_c'] else ''}"
+
+
+@pytest.mark.parametrize("entry", _shipped_tuned_entries(), ids=_entry_id)
 def test_tuned_table_entries(entry):
     """Every shipped tuned configuration through the public API, at its own M (where it must be
     picked) and at an M between tuned ones (served by the nearest entry), against the exact
