@@ -140,7 +140,7 @@ def tune_shape(m: int, n: int, k: int, num_sms: int, top: int, num_tests: int, g
               f"{' tma' if best['tma_store'] else ''}{' 2cta' if best['ctas_per_sm'] == 2 else ''}"
               f"{' kb%d' % best['k_batch'] if best['k_batch'] > 1 else ''}{' cst' if best['c_stage'] else ''}") \
         if best else ""
-    _log_result(log, f"{m:>5}x{n:>6}x{k:>6}{'' if has_c or not wgrad else ' no C'}", rows, best, detail)
+    _log_result(log, f"{m:>5}x{n:>6}x{k:>6}{' no C' if wgrad and not with_c else ''}", rows, best, detail)
     return rec
 
 
@@ -529,10 +529,10 @@ def table_entry(rec: dict, num_sms: int, meta: dict) -> dict | None:
     from finegemm.heuristics.sm90_fp8_gemm import CONTIGUOUS_KIND_PREFIX, MASKED_KIND_PREFIX
     masked = rec.get("family") == "masked"
     kind = f"{MASKED_KIND_PREFIX}{rec['groups']}" if masked else "fp8_1d1d" if wgrad else "fp8_1d2d"
-    has_c = rec.get("has_c", True) if wgrad else None
     if rec.get("family") == "k_grouped":  # fp32 d, accumulated in place as wgrad unless tuned without C
         from finegemm.heuristics.sm90_fp8_gemm import K_GROUPED_KIND
-        kind, wgrad, has_c = K_GROUPED_KIND, True, rec.get("has_c", True)
+        kind, wgrad = K_GROUPED_KIND, True
+    has_c = wgrad and rec.get("has_c", True)  # the fp32 families were tuned with c = d unless --no-c
     if rec.get("family") == "contiguous":
         kind = f"{CONTIGUOUS_KIND_PREFIX}{rec['groups']}"
     if rec.get("family") in ("bf16_masked", "bf16_contiguous"):
@@ -552,7 +552,7 @@ def table_entry(rec: dict, num_sms: int, meta: dict) -> dict | None:
     if not config["c_stage"]:
         del config["c_stage"]  # likewise: only the entries that chose the C stage name it
     return {"kind": kind, "num_sms": num_sms, "m": rec["m"], "n": rec["n"],
-            "k": rec["k"], "out_fp32": out_fp32, "has_c": wgrad if has_c is None else has_c, "config": config,
+            "k": rec["k"], "out_fp32": out_fp32, "has_c": has_c, "config": config,
             "us": round(best["us"], 3), "model_us": round(rec["model_us"], 3) if rec.get("model_us") else None,
             "gpu": meta.get("gpu"), "commit": meta.get("commit"), "date": meta.get("date")}
 
