@@ -1,6 +1,7 @@
 """Merge a `finegemm tune` run into a shipped table by the same-run rule: a shape without an entry
 takes the tuner's winner; a shape with one switches only when the winner beat the old entry's
-configuration by at least --min-gain in the same run (else the old entry stays as it is).
+configuration by at least --min-gain in the same run, or when the old configuration failed its
+check there; an entry whose configuration the run did not time stays as it is.
 
 Usage: python3 scripts/merge_tuned_table.py --table finegemm/heuristics/tuned_sm90.json \
            --tuned $OUT/tuned_sm90.json --runs $OUT/tune_dense.json [--min-gain 1.01]
@@ -64,10 +65,16 @@ def main() -> int:
         layout = e["kind"].split("_", 1)[1] if e["kind"].startswith("bf16_") else None
         cands = rows.get((e["m"], e["n"], e["k"], layout, bool(e.get("out_fp32", False)), e["kind"] == "fp8_k_grouped"),
                          [])
-        old_us = [c["us"] for c in cands if c.get("ok") and same_config(old["config"], c)]
-        if not old_us or e["us"] * args.min_gain <= min(old_us):
+        old_rows = [c for c in cands if same_config(old["config"], c)]
+        old_us = [c["us"] for c in old_rows if c.get("ok") and c.get("us")]
+        if not old_rows:
+            # Nothing to compare with: the run did not time what the table selects today (a run
+            # against another table, or a tuner older than its `current` candidate, v0.86).
+            kept += 1
+            print(f"keep   {shape_key(e)}: old config not timed in this run (winner {e['us']} us)")
+        elif not old_us or e["us"] * args.min_gain <= min(old_us):
             take.append(e)
-            print(f"switch {shape_key(e)}: {min(old_us) if old_us else 'old config not timed'} -> {e['us']} us")
+            print(f"switch {shape_key(e)}: {min(old_us) if old_us else 'old config failed'} -> {e['us']} us")
         else:
             kept += 1
             print(f"keep   {shape_key(e)}: old {min(old_us)} us vs winner {e['us']} us")

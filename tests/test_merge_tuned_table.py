@@ -49,13 +49,24 @@ def test_switches_only_on_a_same_run_gain(tmp_path):
     assert "1 switched, 1 kept" in out
 
 
-def test_new_shape_is_added_and_untimed_old_config_switches(tmp_path):
+def test_new_shape_is_added_and_failed_old_config_switches(tmp_path):
     shipped = [_entry(256, 64, 20.0)]
     tuned = [_entry(256, 112, 18.0), _entry(512, 160, 30.0)]
     records = [{"m": 256, "n": 4096, "k": 7168, "candidates": [_row(112, 18.0), _row(64, 17.0, ok=False)]}]
     entries, out = _merge(tmp_path, shipped, tuned, records)
     assert entries == {(256, 112), (512, 160)}
     assert "1 added, 1 switched" in out
+
+
+def test_untimed_old_config_is_kept(tmp_path):
+    """A winner is only compared with what the run timed: an entry whose configuration the run never
+    ran (e.g. its l2_promotion, which no candidate generator produces) stays."""
+    shipped = [_entry(256, 64, 20.0)]
+    tuned = [_entry(256, 112, 18.0)]
+    records = [{"m": 256, "n": 4096, "k": 7168, "candidates": [_row(112, 18.0), _row(96, 19.0)]}]
+    entries, out = _merge(tmp_path, shipped, tuned, records)
+    assert entries == {(256, 64)}
+    assert "not timed" in out and "0 switched, 1 kept" in out
 
 
 def test_min_gain_threshold(tmp_path):

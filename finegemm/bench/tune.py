@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import dataclasses
 import json
 import pathlib
 import sys
@@ -68,6 +69,29 @@ def _restrict(cands: list, current, block_m: int | None, half_promote: bool = Fa
     return unique_launches([current] + keep)
 
 
+def _same_launch(a, b) -> bool:
+    """Whether two configurations are the same launch (every field but the model's estimate)."""
+    return type(a) is type(b) and dataclasses.replace(a, est_us=0.0) == dataclasses.replace(b, est_us=0.0)
+
+
+def _with_current(cands: list, current) -> tuple[list, int]:
+    """The candidates with `current` (what the library selects today: its table entry, or the
+    model's choice) among them, and its index. The candidate generators do not reproduce every
+    table entry (an entry's l2_promotion, a tile of an older candidate set), so a run that did not
+    time it could not say whether its winner beats what users get now, and
+    scripts/merge_tuned_table.py would switch to a slower winner (benchmarks/NOTES.md v0.86)."""
+    for i, c in enumerate(cands):
+        if _same_launch(c, current):
+            return cands, i
+    return cands[:1] + [current] + cands[1:], min(1, len(cands))
+
+
+def _mark_current(rows: list, index: int, rec: dict) -> dict:
+    rows[index]["current"] = True
+    rec["current_us"] = rows[index].get("us")
+    return rec
+
+
 def tune_shape(m: int, n: int, k: int, num_sms: int, top: int, num_tests: int, gen, log=print,
                family: str = "dense", block_m: int | None = None, half_promote: bool = False,
                has_c: bool = True) -> dict:
@@ -98,11 +122,10 @@ def tune_shape(m: int, n: int, k: int, num_sms: int, top: int, num_tests: int, g
         ref = reference.fp8_gemm_nt(a, sfa, b, sfb, out_dtype=torch.float32)
         d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
         c0 = None
+    from finegemm.heuristics.sm90_fp8_gemm import select_config
+    current = select_config(m, n, k, num_sms, wgrad, with_c, one_d_one_d=wgrad)
     cands = candidate_configs(m, n, k, num_sms, out_fp32=wgrad, has_c=with_c, top=top, one_d_one_d=wgrad)
-    if block_m is not None or half_promote:
-        from finegemm.heuristics.sm90_fp8_gemm import select_config
-        cands = _restrict(cands, select_config(m, n, k, num_sms, wgrad, with_c, one_d_one_d=wgrad), block_m,
-                          half_promote)
+    cands, cur = _with_current(_restrict(cands, current, block_m, half_promote), current)
 
     def row_of(cfg):
         return {"block_m": cfg.block_m, "block_n": cfg.block_n, "num_stages": cfg.num_stages,
@@ -132,9 +155,9 @@ def tune_shape(m: int, n: int, k: int, num_sms: int, top: int, num_tests: int, g
         return call, diff, ok
 
     rows, best = _time_candidates(cands, lambda c: ops._load(c, d.device.index), row_of, check, num_tests)
-    rec = {"family": family, "m": m, "n": n, "k": k, **({"has_c": has_c} if wgrad else {}), "candidates": rows,
-           "model_us": rows[0].get("us"),
-           "best_us": best["us"] if best else None, "best": best}
+    rec = _mark_current(rows, cur, {
+        "family": family, "m": m, "n": n, "k": k, **({"has_c": has_c} if wgrad else {}), "candidates": rows,
+        "model_us": rows[0].get("us"), "best_us": best["us"] if best else None, "best": best})
     detail = (f"bm{best['block_m']} bn{best['block_n']} s{best['num_stages']} split{best['num_splits']} "
               f"mc{best['num_multicast']}{'A' if best['multicast_on_a'] else ''}{' hp' if best['half_promote'] else ''}"
               f"{' tma' if best['tma_store'] else ''}{' 2cta' if best['ctas_per_sm'] == 2 else ''}"
@@ -192,8 +215,10 @@ def _time_candidates(cands, load, row_of, check, num_tests):
 
 def _log_result(log, label: str, rows: list, best, detail: str) -> None:
     ok = sum(1 for r in rows if r.get("ok"))
+    cur = next((r for r in rows[1:] if r.get("current")), None)  # today's table entry, where not the model's
+    now = f", current {cur['us']:8.2f} us" if cur and cur.get("us") else (", current failed" if cur else "")
     if best and rows[0].get("us"):
-        log(f"{label}: model {rows[0]['us']:8.2f} us -> best {best['us']:8.2f} us "
+        log(f"{label}: model {rows[0]['us']:8.2f} us{now} -> best {best['us']:8.2f} us "
             f"({rows[0]['us'] / best['us']:.3f}x) {detail} [{ok}/{len(rows)} ok]")
     else:
         log(f"{label}: no timing ({ok}/{len(rows)} candidates ok)")
@@ -266,9 +291,9 @@ def tune_masked_shape(g: int, m: int, n: int, k: int, num_sms: int, top: int, nu
     masked_m = torch.full((g,), m, dtype=torch.int32, device="cuda")
     ref = reference.m_grouped_fp8_gemm_nt_masked(a, sfa, b, sfb, masked_m, out_dtype=torch.float32)
     d = torch.empty(g, m_max, n, device="cuda", dtype=torch.bfloat16)
+    current = select_grouped_config(GEMM_GROUPED_MASKED, m_max, n, k, g, num_sms, m, 0)
     cands = grouped_candidate_configs(GEMM_GROUPED_MASKED, m_max, n, k, g, num_sms, m, 0, top=top)
-    cands = _restrict(cands, select_grouped_config(GEMM_GROUPED_MASKED, m_max, n, k, g, num_sms, m, 0), None,
-                      half_promote)
+    cands, cur = _with_current(_restrict(cands, current, None, half_promote), current)
 
     def check(cfg):
         def call():
@@ -277,8 +302,9 @@ def tune_masked_shape(g: int, m: int, n: int, k: int, num_sms: int, top: int, nu
         return (call, *_masked_check(d, first, ref, m))
 
     rows, best = _time_candidates(cands, lambda c: ops._load(c, d.device.index), _grouped_row, check, num_tests)
-    rec = {"family": "masked", "groups": g, "m": m, "n": n, "k": k, "candidates": rows,
-           "model_us": rows[0].get("us"), "best_us": best["us"] if best else None, "best": best}
+    rec = _mark_current(rows, cur, {"family": "masked", "groups": g, "m": m, "n": n, "k": k, "candidates": rows,
+                                    "model_us": rows[0].get("us"), "best_us": best["us"] if best else None,
+                                    "best": best})
     _log_result(log, f"masked G={g:>2} m={m:>5} {n:>6}x{k:>6}", rows, best, _grouped_detail(best))
     return rec
 
@@ -309,9 +335,9 @@ def tune_contiguous_shape(g: int, expected: int, n: int, k: int, ms: list[int], 
     _, b, sfb = _quantized_experts(g, n, k, gen)
     ref = reference.m_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, layout, out_dtype=torch.float32)
     d = torch.empty(m_total, n, device="cuda", dtype=torch.bfloat16)
+    current = select_grouped_config(GEMM_GROUPED_CONTIGUOUS, m_total, n, k, g, num_sms, 0, align_m)
     cands = grouped_candidate_configs(GEMM_GROUPED_CONTIGUOUS, m_total, n, k, g, num_sms, 0, align_m, top=top)
-    cands = _restrict(cands, select_grouped_config(GEMM_GROUPED_CONTIGUOUS, m_total, n, k, g, num_sms, 0, align_m),
-                      None, half_promote)
+    cands, cur = _with_current(_restrict(cands, current, None, half_promote), current)
 
     def check(cfg):
         def call():
@@ -320,8 +346,9 @@ def tune_contiguous_shape(g: int, expected: int, n: int, k: int, ms: list[int], 
         return (call, *_contiguous_check(d, first, ref, layout))
 
     rows, best = _time_candidates(cands, lambda c: ops._load(c, d.device.index), _grouped_row, check, num_tests)
-    rec = {"family": "contiguous", "groups": g, "m": m_total, "expected_m": expected, "n": n, "k": k,
-           "candidates": rows, "model_us": rows[0].get("us"), "best_us": best["us"] if best else None, "best": best}
+    rec = _mark_current(rows, cur, {"family": "contiguous", "groups": g, "m": m_total, "expected_m": expected, "n": n,
+                                    "k": k, "candidates": rows, "model_us": rows[0].get("us"),
+                                    "best_us": best["us"] if best else None, "best": best})
     _log_result(log, f"contiguous G={g} m={m_total:>6} {n:>5}x{k:>5}", rows, best, _grouped_detail(best))
     return rec
 
@@ -383,9 +410,9 @@ def tune_k_grouped_problem(g: int, m: int, n: int, ks: list[int], num_sms: int, 
 
     rows_, best = _time_candidates(cands, lambda c: ops._load(c, d.device.index), row_of, check, num_tests)
     _, k_plan = k_grouped_plan_k(ks)
-    rec = {"family": "k_grouped", "groups": g, "m": m, "n": n, "k": k_plan, "ks": list(ks), "has_c": has_c,
-           "candidates": rows_,
-           "model_us": rows_[0].get("us"), "best_us": best["us"] if best else None, "best": best}
+    rec = _mark_current(rows_, 0, {  # the first candidate is select_k_grouped_config's choice
+        "family": "k_grouped", "groups": g, "m": m, "n": n, "k": k_plan, "ks": list(ks), "has_c": has_c,
+        "candidates": rows_, "model_us": rows_[0].get("us"), "best_us": best["us"] if best else None, "best": best})
     detail = (f"bm{best['block_m']} bn{best['block_n']} s{best['num_stages']} mc{best['num_multicast']}"
               f"{'A' if best['multicast_on_a'] else ''}{' hp' if best['half_promote'] else ''}"
               f"{' tma' if best['tma_store'] else ''}{' kb%d' % best['k_batch'] if best['k_batch'] > 1 else ''}"
@@ -412,7 +439,7 @@ def tune_bf16_masked_shape(g: int, m: int, n: int, k: int, num_sms: int, num_tes
     masked_m untouched, a bitwise repeat with fresh poison) and timed; the entry is keyed by the
     expected m (= m) and G, as the op plans."""
     from finegemm import reference
-    from finegemm.heuristics.sm90_bf16_gemm import GEMM_GROUPED_MASKED, grouped_candidate_configs
+    from finegemm.heuristics.sm90_bf16_gemm import GEMM_GROUPED_MASKED, grouped_candidate_configs, select_grouped_config
     from finegemm.ops import sm90_bf16_gemm as ops
     from finegemm.utils import align
 
@@ -422,7 +449,8 @@ def tune_bf16_masked_shape(g: int, m: int, n: int, k: int, num_sms: int, num_tes
     masked_m = torch.full((g,), m, dtype=torch.int32, device="cuda")
     ref = reference.m_grouped_bf16_gemm_nt_masked(a, b, masked_m, out_dtype=torch.float32)
     d = torch.empty(g, m_max, n, device="cuda", dtype=torch.bfloat16)
-    cands = grouped_candidate_configs(GEMM_GROUPED_MASKED, m_max, n, k, g, num_sms, m, 0)
+    cands, cur = _with_current(grouped_candidate_configs(GEMM_GROUPED_MASKED, m_max, n, k, g, num_sms, m, 0),
+                               select_grouped_config(GEMM_GROUPED_MASKED, m_max, n, k, g, num_sms, m, 0))
 
     def check(cfg):
         def call():
@@ -432,8 +460,9 @@ def tune_bf16_masked_shape(g: int, m: int, n: int, k: int, num_sms: int, num_tes
 
     rows, best = _time_candidates(cands, lambda c: ops.load_grouped(c, d.device.index), _bf16_grouped_row,
                                   check, num_tests)
-    rec = {"family": "bf16_masked", "groups": g, "m": m, "n": n, "k": k, "candidates": rows,
-           "model_us": rows[0].get("us"), "best_us": best["us"] if best else None, "best": best}
+    rec = _mark_current(rows, cur, {"family": "bf16_masked", "groups": g, "m": m, "n": n, "k": k, "candidates": rows,
+                                    "model_us": rows[0].get("us"), "best_us": best["us"] if best else None,
+                                    "best": best})
     _log_result(log, f"bf16 masked G={g:>2} m={m:>5} {n:>6}x{k:>6}", rows, best, _bf16_grouped_detail(best))
     return rec
 
@@ -445,7 +474,7 @@ def tune_bf16_contiguous_shape(g: int, expected: int, n: int, k: int, ms: list[i
     reference, poisoned output, bitwise repeat) and timed; the entry is keyed by the stacked rows
     and G, as the op plans."""
     from finegemm import reference
-    from finegemm.heuristics.sm90_bf16_gemm import GEMM_GROUPED_CONTIGUOUS, grouped_candidate_configs
+    from finegemm.heuristics.sm90_bf16_gemm import GEMM_GROUPED_CONTIGUOUS, grouped_candidate_configs, select_grouped_config
     from finegemm.ops import sm90_bf16_gemm as ops
 
     layout, m_total, align_m = _padded_layout(ms)
@@ -453,7 +482,8 @@ def tune_bf16_contiguous_shape(g: int, expected: int, n: int, k: int, ms: list[i
     b = torch.randn(g, n, k, device="cuda", dtype=torch.bfloat16, generator=gen)
     ref = reference.m_grouped_bf16_gemm_nt_contiguous(a, b, layout, out_dtype=torch.float32)
     d = torch.empty(m_total, n, device="cuda", dtype=torch.bfloat16)
-    cands = grouped_candidate_configs(GEMM_GROUPED_CONTIGUOUS, m_total, n, k, g, num_sms, 0, align_m)
+    cands, cur = _with_current(grouped_candidate_configs(GEMM_GROUPED_CONTIGUOUS, m_total, n, k, g, num_sms, 0, align_m),
+                               select_grouped_config(GEMM_GROUPED_CONTIGUOUS, m_total, n, k, g, num_sms, 0, align_m))
 
     def check(cfg):
         def call():
@@ -463,8 +493,9 @@ def tune_bf16_contiguous_shape(g: int, expected: int, n: int, k: int, ms: list[i
 
     rows, best = _time_candidates(cands, lambda c: ops.load_grouped(c, d.device.index), _bf16_grouped_row,
                                   check, num_tests)
-    rec = {"family": "bf16_contiguous", "groups": g, "m": m_total, "expected_m": expected, "n": n, "k": k,
-           "candidates": rows, "model_us": rows[0].get("us"), "best_us": best["us"] if best else None, "best": best}
+    rec = _mark_current(rows, cur, {"family": "bf16_contiguous", "groups": g, "m": m_total, "expected_m": expected,
+                                    "n": n, "k": k, "candidates": rows, "model_us": rows[0].get("us"),
+                                    "best_us": best["us"] if best else None, "best": best})
     _log_result(log, f"bf16 contiguous G={g} m={m_total:>6} {n:>5}x{k:>5}", rows, best, _bf16_grouped_detail(best))
     return rec
 
@@ -489,7 +520,7 @@ def tune_bf16_shape(m: int, n: int, k: int, layout: str, num_sms: int, top: int,
                     log=print, out_fp32: bool = False) -> dict:
     """Every candidate (heuristics.sm90_bf16_gemm.candidate_configs) of a dense BF16 problem: checked
     against the fp32 product on a NaN-poisoned output, twice (bitwise equal), then timed."""
-    from finegemm.heuristics.sm90_bf16_gemm import LAYOUTS, candidate_configs
+    from finegemm.heuristics.sm90_bf16_gemm import LAYOUTS, candidate_configs, select_config
     from finegemm.ops import sm90_bf16_gemm as ops
     from finegemm.testing import calc_diff
 
@@ -498,7 +529,8 @@ def tune_bf16_shape(m: int, n: int, k: int, layout: str, num_sms: int, top: int,
     b = torch.randn((k, n) if b_mn else (n, k), device="cuda", generator=gen).to(torch.bfloat16)
     ref = (a.t() if a_mn else a).float() @ (b if b_mn else b.t()).float()
     d = torch.empty(m, n, device="cuda", dtype=torch.float32 if out_fp32 else torch.bfloat16)
-    cands = candidate_configs(m, n, k, num_sms, a_mn, b_mn, out_fp32=out_fp32, top=top)
+    cands, cur = _with_current(candidate_configs(m, n, k, num_sms, a_mn, b_mn, out_fp32=out_fp32, top=top),
+                               select_config(m, n, k, num_sms, a_mn, b_mn, out_fp32=out_fp32))
 
     def row_of(cfg):
         return {"block_m": cfg.block_m, "block_n": cfg.block_n, "num_stages": cfg.num_stages,
@@ -512,8 +544,9 @@ def tune_bf16_shape(m: int, n: int, k: int, layout: str, num_sms: int, top: int,
         return call, diff, diff <= 1e-5 and not torch.isnan(d).any() and torch.equal(first, d)
 
     rows, best = _time_candidates(cands, lambda c: ops._load(c, d.device.index), row_of, check, num_tests)
-    rec = {"family": "bf16", "layout": layout, "m": m, "n": n, "k": k, "out_fp32": out_fp32, "candidates": rows,
-           "model_us": rows[0].get("us"), "best_us": best["us"] if best else None, "best": best}
+    rec = _mark_current(rows, cur, {"family": "bf16", "layout": layout, "m": m, "n": n, "k": k, "out_fp32": out_fp32,
+                                    "candidates": rows, "model_us": rows[0].get("us"),
+                                    "best_us": best["us"] if best else None, "best": best})
     detail = f"bm{best['block_m']} bn{best['block_n']} split{best['num_splits']}" if best else ""
     _log_result(log, f"{layout} {m:>5}x{n:>6}x{k:>6}{' fp32' if out_fp32 else ''}", rows, best, detail)
     return rec
