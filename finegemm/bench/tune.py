@@ -77,9 +77,9 @@ def _same_launch(a, b) -> bool:
 def _with_current(cands: list, current) -> tuple[list, int]:
     """The candidates with `current` (what the library selects today: its table entry, or the
     model's choice) among them, and its index. The candidate generators do not reproduce every
-    table entry (an entry's l2_promotion, a tile of an older candidate set), so a run that did not
-    time it could not say whether its winner beats what users get now, and
-    scripts/merge_tuned_table.py would switch to a slower winner (benchmarks/NOTES.md v0.86)."""
+    table entry (an entry's l2_promotion, a tile of an older candidate set); a run that did not
+    time it cannot say whether its winner beats what users get now (five of twelve skinny winners
+    were slower than the entries they would have replaced: benchmarks/NOTES.md v0.86)."""
     for i, c in enumerate(cands):
         if _same_launch(c, current):
             return cands, i
@@ -474,7 +474,8 @@ def tune_bf16_contiguous_shape(g: int, expected: int, n: int, k: int, ms: list[i
     reference, poisoned output, bitwise repeat) and timed; the entry is keyed by the stacked rows
     and G, as the op plans."""
     from finegemm import reference
-    from finegemm.heuristics.sm90_bf16_gemm import GEMM_GROUPED_CONTIGUOUS, grouped_candidate_configs, select_grouped_config
+    from finegemm.heuristics.sm90_bf16_gemm import (GEMM_GROUPED_CONTIGUOUS, grouped_candidate_configs,
+                                                    select_grouped_config)
     from finegemm.ops import sm90_bf16_gemm as ops
 
     layout, m_total, align_m = _padded_layout(ms)
@@ -482,8 +483,9 @@ def tune_bf16_contiguous_shape(g: int, expected: int, n: int, k: int, ms: list[i
     b = torch.randn(g, n, k, device="cuda", dtype=torch.bfloat16, generator=gen)
     ref = reference.m_grouped_bf16_gemm_nt_contiguous(a, b, layout, out_dtype=torch.float32)
     d = torch.empty(m_total, n, device="cuda", dtype=torch.bfloat16)
-    cands, cur = _with_current(grouped_candidate_configs(GEMM_GROUPED_CONTIGUOUS, m_total, n, k, g, num_sms, 0, align_m),
-                               select_grouped_config(GEMM_GROUPED_CONTIGUOUS, m_total, n, k, g, num_sms, 0, align_m))
+    cands, cur = _with_current(
+        grouped_candidate_configs(GEMM_GROUPED_CONTIGUOUS, m_total, n, k, g, num_sms, 0, align_m),
+        select_grouped_config(GEMM_GROUPED_CONTIGUOUS, m_total, n, k, g, num_sms, 0, align_m))
 
     def check(cfg):
         def call():
