@@ -3,7 +3,7 @@
 # Usage (from the repo root on the GPU machine):
 #   bash scripts/device_run.sh [all|tests|bench|sanitize|tune]      (default: all)
 # Every later GPU claim in benchmarks/results/ comes from this script.
-# Pass the commit: FINEGEMM_COMMIT=$(git rev-parse --short HEAD) on the command line (the JSONs'
+# Pass the commit: FINEGEMM_COMMIT=<HEAD of the checkout that sent the run> (the JSONs
 # "commit"): the device copy's git metadata can lag the working tree it runs (NOTES v0.86).
 set -uo pipefail
 source "$(dirname "$0")/_env.sh"
