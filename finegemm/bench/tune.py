@@ -100,7 +100,7 @@ def tune_shape(m: int, n: int, k: int, num_sms: int, top: int, num_tests: int, g
     place (c = d), as weight gradients are, or with has_c=False written without C (the first
     micro-batch's D = A B; entries of their own, has_c false)."""
     from finegemm import reference
-    from finegemm.heuristics.sm90_fp8_gemm import candidate_configs
+    from finegemm.heuristics.sm90_fp8_gemm import candidate_configs, select_config
     from finegemm.ops import sm90_fp8_gemm as ops
     from finegemm.testing import calc_diff
 
@@ -122,7 +122,6 @@ def tune_shape(m: int, n: int, k: int, num_sms: int, top: int, num_tests: int, g
         ref = reference.fp8_gemm_nt(a, sfa, b, sfb, out_dtype=torch.float32)
         d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
         c0 = None
-    from finegemm.heuristics.sm90_fp8_gemm import select_config
     current = select_config(m, n, k, num_sms, wgrad, with_c, one_d_one_d=wgrad)
     cands = candidate_configs(m, n, k, num_sms, out_fp32=wgrad, has_c=with_c, top=top, one_d_one_d=wgrad)
     cands, cur = _with_current(_restrict(cands, current, block_m, half_promote), current)
