@@ -236,6 +236,26 @@ def _fp8_k_grouped(ks, m, n, with_c):
     return calc_diff(d, ref)
 
 
+def _k_major_copies(ks, cols_a, cols_b, pitch_pad):
+    """The tn GEMM's K-major copies (grouped kernel where aligned, word kernel elsewhere): 0 when
+    bitwise the torch transpose, 1 otherwise (so the calc_diff bound applies)."""
+    from finegemm.ops.k_major_copy import k_major_copies
+
+    items = []
+    for cols in (cols_a, cols_b):
+        buf = torch.randint(0, 255, (sum(ks), cols + pitch_pad), device="cuda", dtype=torch.uint8)
+        items.append((buf[:, :cols].view(torch.float8_e4m3fn), cols))
+    outs = k_major_copies(items, ks)
+    for (x, cols), out in zip(items, outs):
+        start, want = 0, []
+        for k in ks:
+            want.append(x[start:start + k].view(torch.uint8).t().reshape(-1))
+            start += k
+        if not torch.equal(out.view(torch.uint8), torch.cat(want)):
+            return 1.0
+    return 0.0
+
+
 def _bf16_k_grouped(ks, m, n, mode="sep"):
     """One launch of the k-grouped kind: edge tiles (m, n not multiples of the tile), an empty group.
     mode "sep": C separate from d (direct epilogue; the empty group's tiles store C); "in_place":
@@ -301,6 +321,9 @@ CASES = [
     ("fp8 masked bm128 bn256 serial halves, TMA store", lambda: _masked_forced_tile("fp8", 256, serial_halves=True)),
     ("bf16 nt", lambda: _bf16("nt", 129, 576, 512)),
     ("bf16 tn", lambda: _bf16("tn", 128, 576, 520)),
+    ("k-major copies, grouped kernel (partial column tiles, padded pitch)",
+     lambda: _k_major_copies([256, 0, 128, 384], 2112, 272, 16)),
+    ("k-major copies, word kernel (unaligned columns)", lambda: _k_major_copies([128, 256], 100, 136, 3)),
     ("bf16 k-grouped one launch", lambda: _bf16_k_grouped([128, 0, 256], 100, 136)),
     ("bf16 k-grouped, c is d (TMA reduce-add)", lambda: _bf16_k_grouped([128, 0, 256], 100, 200, "in_place")),
     ("bf16 k-grouped, no c (TMA store)", lambda: _bf16_k_grouped([0, 256, 128], 130, 136, "none")),

@@ -391,9 +391,9 @@ def k_grouped_fp8_gemm_tn_contiguous(
 
     FP8 wgmma reads K-major operands only, so each group's A_g and B_g are first copied transposed
     into the nt function's layout (A_g [M, k_g] one after another; finegemm.ops.k_major_copy, a
-    tiled transpose kernel, one launch per group): one read and one write of A and B per call,
-    (M + N) * sum(ks) * 2 bytes of extra traffic: 1.12-1.27x the nt call's time on the k-grouped
-    bench shapes (benchmarks/NOTES.md v0.84).
+    tiled transpose kernel, one launch for every group of A and B where M, N and the row pitches
+    are multiples of 16): one read and one write of A and B per call, (M + N) * sum(ks) * 2 bytes
+    of extra traffic (benchmarks/NOTES.md v0.84, v0.87 for what it costs).
     The copies are stream-ordered: the call stays graph-capturable.
     Then exactly ``k_grouped_fp8_gemm_nt_contiguous`` (its errors name this function).
     """
@@ -413,7 +413,7 @@ def k_grouped_fp8_gemm_tn_contiguous(
     _v.check_shape(fn, "b[0] (B)", B, (sum_k, N), "[sum(ks), N]")
     _v.check_same_device(fn, {"d": d, "a[0] (A)": A, "b[0] (B)": B})
 
-    from finegemm.ops.k_major_copy import k_major_groups  # a tiled transpose kernel on CUDA
+    from finegemm.ops.k_major_copy import k_major_copies  # a tiled transpose kernel on CUDA
 
-    _k_grouped_nt(fn, (k_major_groups(A, M, ks_list), sfa), (k_major_groups(B, N, ks_list), sfb), d, ks, ks_tensor, c,
-                  recipe, compiled_dims)
+    a_k_major, b_k_major = k_major_copies([(A, M), (B, N)], ks_list)
+    _k_grouped_nt(fn, (a_k_major, sfa), (b_k_major, sfb), d, ks, ks_tensor, c, recipe, compiled_dims)

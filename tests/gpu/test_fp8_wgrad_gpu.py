@@ -310,23 +310,65 @@ def _as_tn(flat, m, ks):
     return padded[:, :m]
 
 
-@pytest.mark.parametrize("cols, ks, pitch", [(1, [128], 0), (17, [128, 0, 384], 5), (136, [256, 128], 0),
-                                              (4096, [1024, 0, 128, 2048], 16), (7168, [128], 0), (33, [3, 70], 1)])
-def test_k_major_copy_matches_torch(cols, ks, pitch):
-    """finegemm.ops.k_major_copy (the tn GEMM's tiled transpose kernel): bitwise the torch copy, for
-    partial tiles, padded row pitches and empty groups; nothing written past the output."""
+def _k_major_want(x, ks):
+    want, start = [], 0
+    for k in ks:
+        want.append(x[start:start + k].view(torch.uint8).t().reshape(-1))
+        start += k
+    return torch.cat(want)
+
+
+# (cols, ks, pitch): the word kernel (cols or pitch not multiples of 16, rows not multiples of 16) and
+# the grouped kernel (partial column tiles: 2112 = 16.5 x 128, 48, 272; 70 groups: two launches)
+K_MAJOR_COPY_CASES = [(1, [128], 0), (17, [128, 0, 384], 5), (136, [256, 128], 0), (4096, [1024, 0, 128, 2048], 16),
+                      (7168, [128], 0), (33, [3, 70], 1), (2112, [128, 256, 0, 384], 0), (48, [128] * 70, 16),
+                      (272, [384, 128], 32), (4096, [128, 136, 256], 0)]
+
+
+@pytest.mark.parametrize("grouped", [True, False], ids=["grouped", "per_group"])
+@pytest.mark.parametrize("cols, ks, pitch", K_MAJOR_COPY_CASES)
+def test_k_major_copy_matches_torch(cols, ks, pitch, grouped):
+    """finegemm.ops.k_major_copy (the tn GEMM's tiled transpose kernels): bitwise the torch copy, for
+    partial tiles, padded row pitches, empty groups and more groups than one grouped launch takes."""
     from finegemm.ops.k_major_copy import k_major_groups
 
     gen = torch.Generator(device="cuda").manual_seed(cols + sum(ks))
     rows = sum(ks)
     buf = torch.randint(0, 255, (rows, cols + pitch), device="cuda", generator=gen, dtype=torch.uint8)
     x = buf[:, :cols].view(torch.float8_e4m3fn)
-    got = k_major_groups(x, cols, ks)
-    want, start = [], 0
-    for k in ks:
-        want.append(x[start:start + k].view(torch.uint8).t().reshape(-1))
-        start += k
-    assert torch.equal(got.view(torch.uint8), torch.cat(want))
+    got = k_major_groups(x, cols, ks, grouped=grouped)
+    assert torch.equal(got.view(torch.uint8), _k_major_want(x, ks))
+
+
+def test_k_major_copies_write_nothing_else(monkeypatch):
+    """Both operands' groups in one grouped launch (B with a padded pitch and a 16-byte offset), the
+    outputs placed inside poisoned buffers: every byte around them keeps its poison."""
+    from finegemm.ops import k_major_copy as kc
+
+    ks = [256, 0, 128, 384]
+    a = torch.randint(0, 255, (sum(ks), 2112), device="cuda", dtype=torch.uint8)
+    b_buf = torch.randint(0, 255, (sum(ks), 7168 + 48), device="cuda", dtype=torch.uint8)
+    b = b_buf[:, 16:7168 + 16]
+    guards = []
+    real_empty = torch.empty
+
+    def guarded_empty(n, dtype=None, device=None):  # the outputs: slices of poisoned buffers with 4 KB each side
+        buf = torch.full((n + 8192,), 0x5A, dtype=torch.uint8, device=device)
+        guards.append((buf, n))
+        return buf[4096:4096 + n].view(dtype)
+
+    monkeypatch.setattr(kc.torch, "empty", guarded_empty)
+    launches = []
+    real_launch = kc._launch_grouped
+    monkeypatch.setattr(kc, "_launch_grouped", lambda launch, fn, stream: (launches.append(len(launch)),
+                                                                          real_launch(launch, fn, stream)))
+    got_a, got_b = kc.k_major_copies([(a.view(torch.float8_e4m3fn), 2112), (b.view(torch.float8_e4m3fn), 7168)], ks)
+    monkeypatch.setattr(kc.torch, "empty", real_empty)
+    assert launches == [6]  # three non-empty groups of each operand, one launch
+    assert torch.equal(got_a.view(torch.uint8), _k_major_want(a.view(torch.float8_e4m3fn), ks))
+    assert torch.equal(got_b.view(torch.uint8), _k_major_want(b.view(torch.float8_e4m3fn), ks))
+    for buf, n in guards:
+        assert bool((buf[:4096] == 0x5A).all()) and bool((buf[4096 + n:] == 0x5A).all()), "bytes written outside the output"
 
 
 @pytest.mark.parametrize("case", K_GROUPED_CASES, ids=[c[0] for c in K_GROUPED_CASES])
