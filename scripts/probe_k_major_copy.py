@@ -1,32 +1,57 @@
-"""Time the k-grouped tn GEMM's K-major copies alone: the grouped kernel (every group of A and B in
-one launch) against the per-group word kernel, on the k-grouped bench problems (NOTES v0.87).
+"""Time the k-grouped tn GEMM's K-major copies: the grouped kernel (every group of A and B in one
+launch) against the per-group word kernel, on the k-grouped bench problems (NOTES v0.87); alone, and
+(--gemm) inside the whole k_grouped_fp8_gemm_tn_contiguous call (c = d), rounds alternating.
 
-    python3 scripts/probe_k_major_copy.py --out $OUT/k_major_copy.json
+    python3 scripts/probe_k_major_copy.py --out $OUT/k_major_copy.json [--gemm --rounds 3]
 
 Kernel-only, L2 flushed (finegemm.bench._common.kernel_time_us); bytes = one read and one write of
-A [sum(ks), M] and B [sum(ks), N]; the copies are checked bitwise against torch first.
+A [sum(ks), M] and B [sum(ks), N]; the copies are checked bitwise against each other first.
 """
 from __future__ import annotations
 
 import argparse
 
+import functools
+
 import torch
 
+import finegemm
 from finegemm.bench._common import kernel_time_us, write_probe_json
 from finegemm.bench.grouped import k_grouped_problems
+from finegemm.ops import k_major_copy
 from finegemm.ops.k_major_copy import k_major_copies
+
+_REAL_COPIES = k_major_copies
+
+
+def _tn_call_us(a, b, m, n, ks, grouped: bool, num_tests: int) -> float:
+    """The whole tn call (copies + GEMM, c = d) with the copies' path forced."""
+    g = len(ks)
+    sfa = torch.ones(sum(ks) // 128, m, device="cuda")
+    sfb = torch.ones(sum(ks) // 128, n, device="cuda")
+    d = torch.zeros(g, m, n, device="cuda")
+    ks_t = torch.tensor(ks, dtype=torch.int32, device="cuda")
+    k_major_copy.k_major_copies = functools.partial(_REAL_COPIES, grouped=grouped)
+    try:
+        return kernel_time_us(lambda: finegemm.k_grouped_fp8_gemm_tn_contiguous((a, sfa), (b, sfb), d, ks, ks_t, c=d),
+                              num_tests=num_tests)
+    finally:
+        k_major_copy.k_major_copies = _REAL_COPIES
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--tests", type=int, default=30)
+    ap.add_argument("--gemm", action="store_true", help="also time the whole tn call both ways")
+    ap.add_argument("--rounds", type=int, default=3, help="--gemm: alternating rounds per path")
     args = ap.parse_args()
     records = []
     for g, m, n, ks, _ek in k_grouped_problems():
         gen = torch.Generator(device="cuda").manual_seed(g + m + n)
-        a = torch.randint(0, 255, (sum(ks), m), device="cuda", dtype=torch.uint8, generator=gen).view(torch.float8_e4m3fn)
-        b = torch.randint(0, 255, (sum(ks), n), device="cuda", dtype=torch.uint8, generator=gen).view(torch.float8_e4m3fn)
+        # bytes below 0x7f: finite e4m3 values (the GEMM runs on them with --gemm)
+        a = torch.randint(0, 0x7f, (sum(ks), m), device="cuda", dtype=torch.uint8, generator=gen).view(torch.float8_e4m3fn)
+        b = torch.randint(0, 0x7f, (sum(ks), n), device="cuda", dtype=torch.uint8, generator=gen).view(torch.float8_e4m3fn)
         items = [(a, m), (b, n)]
         want = k_major_copies(items, ks, grouped=False)
         got = k_major_copies(items, ks, grouped=True)
@@ -39,6 +64,13 @@ def main() -> None:
         print(f"G{g} {m}x{n} sum k {sum(ks)}: per-group {rec['us']['per_group']:.1f} us "
               f"({rec['tbps']['per_group']:.2f} TB/s), grouped {rec['us']['grouped']:.1f} us "
               f"({rec['tbps']['grouped']:.2f} TB/s), bitwise equal {same}", flush=True)
+        if args.gemm:
+            rec["tn_call_us"] = {"per_group": [], "grouped": []}
+            for _ in range(args.rounds):
+                for name, grouped in (("per_group", False), ("grouped", True)):
+                    rec["tn_call_us"][name].append(_tn_call_us(a, b, m, n, ks, grouped, args.tests))
+            print(f"  tn call (copies + GEMM, c = d): per-group {[round(x, 1) for x in rec['tn_call_us']['per_group']]} us, "
+                  f"grouped {[round(x, 1) for x in rec['tn_call_us']['grouped']]} us", flush=True)
         records.append(rec)
     write_probe_json(args.out, records)
 
