@@ -2,7 +2,11 @@
 launch) against the per-group word kernel, on the k-grouped bench problems (NOTES v0.87); alone, and
 (--gemm) inside the whole k_grouped_fp8_gemm_tn_contiguous call (c = d), rounds alternating.
 
-    python3 scripts/probe_k_major_copy.py --out $OUT/k_major_copy.json [--gemm --rounds 3]
+    python3 scripts/probe_k_major_copy.py --out $OUT/k_major_copy.json [--gemm --rounds 3] [--nn]
+
+--nn: m_grouped_fp8_gemm_nn_contiguous (B [G, K, N] copied to [G, N, K] per call) with finegemm's
+copy and with PyTorch's .contiguous() of the transposed view (the path before v0.87), against the nt
+call on the same data, on the bench's contiguous shapes.
 
 Kernel-only, L2 flushed (finegemm.bench._common.kernel_time_us); bytes = one read and one write of
 A [sum(ks), M] and B [sum(ks), N]; the copies are checked bitwise against each other first.
@@ -22,6 +26,7 @@ from finegemm.ops import k_major_copy
 from finegemm.ops.k_major_copy import k_major_copies
 
 _REAL_COPIES = k_major_copies
+_REAL_BATCHED = k_major_copy.k_major_batched
 
 
 def _tn_call_us(a, b, m, n, ks, grouped: bool, num_tests: int) -> float:
@@ -39,12 +44,48 @@ def _tn_call_us(a, b, m, n, ks, grouped: bool, num_tests: int) -> float:
         k_major_copy.k_major_copies = _REAL_COPIES
 
 
+def _nn_records(num_tests: int, rounds: int) -> list:
+    from finegemm.bench.grouped import CONTIGUOUS_GM, GROUPED_NK
+
+    out = []
+    for (g, m_per), (n, k) in [(gm, nk) for gm in CONTIGUOUS_GM for nk in GROUPED_NK[:2]]:
+        gen = torch.Generator(device="cuda").manual_seed(g + n + k)
+        a = torch.randint(0, 0x7f, (g * m_per, k), device="cuda", dtype=torch.uint8, generator=gen).view(torch.float8_e4m3fn)
+        sfa = torch.ones(g * m_per, -(-k // 128), device="cuda")
+        b_kn = torch.randint(0, 0x7f, (g, k, n), device="cuda", dtype=torch.uint8, generator=gen).view(torch.float8_e4m3fn)
+        sfb_kn = torch.ones(g, -(-k // 128), -(-n // 128), device="cuda")
+        b_nk, sfb_nk = b_kn.transpose(1, 2).contiguous(), sfb_kn.transpose(1, 2).contiguous()
+        layout = torch.arange(g, device="cuda", dtype=torch.int32).repeat_interleave(m_per)
+        d = torch.empty(g * m_per, n, device="cuda", dtype=torch.bfloat16)
+        rec = {"kind": "nn_contiguous", "g": g, "m_per_group": m_per, "n": n, "k": k,
+               "us": {"nt": [], "nn_finegemm_copy": [], "nn_torch_copy": []}}
+        nt = lambda: finegemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b_nk, sfb_nk), d, layout)  # noqa: E731
+        nn = lambda: finegemm.m_grouped_fp8_gemm_nn_contiguous((a, sfa), (b_kn, sfb_kn), d, layout)  # noqa: E731
+        nn()
+        d_nn = d.clone()
+        nt()
+        rec["nn_bitwise_nt"] = bool(torch.equal(d.view(torch.int16), d_nn.view(torch.int16)))
+        for _ in range(rounds):
+            rec["us"]["nt"].append(kernel_time_us(nt, num_tests=num_tests))
+            rec["us"]["nn_finegemm_copy"].append(kernel_time_us(nn, num_tests=num_tests))
+            k_major_copy.k_major_batched = lambda x, **kw: x.transpose(1, 2).contiguous()
+            try:
+                rec["us"]["nn_torch_copy"].append(kernel_time_us(nn, num_tests=num_tests))
+            finally:
+                k_major_copy.k_major_batched = _REAL_BATCHED
+        print(f"nn contiguous G{g} {m_per}x{n}x{k}: " + ", ".join(f"{name} {[round(x, 1) for x in v]} us"
+              for name, v in rec["us"].items()) + f", nn bitwise nt {rec['nn_bitwise_nt']}", flush=True)
+        out.append(rec)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--tests", type=int, default=30)
     ap.add_argument("--gemm", action="store_true", help="also time the whole tn call both ways")
-    ap.add_argument("--rounds", type=int, default=3, help="--gemm: alternating rounds per path")
+    ap.add_argument("--rounds", type=int, default=3, help="--gemm / --nn: alternating rounds per path")
+    ap.add_argument("--nn", action="store_true", help="also the FP8 nn contiguous call, both copies")
     args = ap.parse_args()
     records = []
     for g, m, n, ks, _ek in k_grouped_problems():
@@ -72,6 +113,8 @@ def main() -> None:
             print(f"  tn call (copies + GEMM, c = d): per-group {[round(x, 1) for x in rec['tn_call_us']['per_group']]} us, "
                   f"grouped {[round(x, 1) for x in rec['tn_call_us']['grouped']]} us", flush=True)
         records.append(rec)
+    if args.nn:
+        records += _nn_records(args.tests, args.rounds)
     write_probe_json(args.out, records)
 
 

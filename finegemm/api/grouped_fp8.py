@@ -107,8 +107,12 @@ def _m_grouped_contiguous(fn: str, b_kn: bool, a: object, b: object, d: object, 
         if b_kn:
             # SM90 FP8 wgmma reads K-major operands only. B's strides are free here, so a view that
             # is K-major already (no copy by .contiguous()) may still start off a 16-byte boundary,
-            # which TMA cannot address: copy that one too.
-            B_nk = B_nk.contiguous()
+            # which TMA cannot address: copy that one too. The transposing copy is finegemm's
+            # (PyTorch's copy of a transposed one-byte view runs at ~0.15 TB/s, NOTES v0.84 / v0.87).
+            if not B_nk.is_contiguous():
+                from finegemm.ops.k_major_copy import k_major_batched
+
+                B_nk = k_major_batched(B)
             if B_nk.data_ptr() % 16 != 0:
                 B_nk = B_nk.clone()
         sm90_fp8_gemm.m_grouped_fp8_gemm_nt_contiguous(A, sfa, B_nk, sfb_nk, d, grouped_layout, use_psum_layout)
@@ -189,8 +193,8 @@ m_grouped_fp8_gemm_nn_contiguous.__doc__ = _CONTIGUOUS_DOC.format(
     formula="D[r] = A[r] @ B[g(r)] (B stored [G, K, N]: the MoE backward pass's data gradient)",
     b_shape="[G, K, N] (N contiguous)", sfb_shape="[G, ceil(K/128), ceil(N/128)] (any strides)",
     device_note="\n\n    Cost on CUDA: SM90's FP8 wgmma reads K-major operands only, so every call first copies B into a\n"
-                "    K-major [G, N, K] buffer (one read and one write of B, ~2 x G*K*N bytes of memory traffic and a\n"
-                "    temporary of B's size); the scales are read through transposed views. Keep a K-major copy of the\n"
+                "    K-major [G, N, K] buffer (finegemm.ops.k_major_copy: one read and one write of B, ~2 x G*K*N bytes\n"
+                "    of memory traffic at ~4 TB/s, and a temporary of B's size); the scales are read through transposed views. Keep a K-major copy of the\n"
                 "    weights and call m_grouped_fp8_gemm_nt_contiguous where the same B serves many calls. (DeepGEMM\n"
                 "    rejects this layout on SM90.)")
 

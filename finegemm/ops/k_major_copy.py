@@ -30,8 +30,8 @@ import torch
 from finegemm import jit
 from finegemm.ops._runtime import raw_stream
 
-__all__ = ["render_transpose_u8", "render_grouped_transpose_u8", "k_major_groups", "k_major_copies", "GroupCopy",
-           "plan_grouped_copies"]
+__all__ = ["render_transpose_u8", "render_grouped_transpose_u8", "k_major_groups", "k_major_copies", "k_major_batched",
+           "GroupCopy", "plan_grouped_copies"]
 
 TILE = 64  # bytes per side of a tile
 THREADS = (16, 16)  # blockDim: each thread moves a 4 x 4 byte block per tile
@@ -333,9 +333,12 @@ def k_major_copies(items: list[tuple[torch.Tensor, int]], ks: list[int], *, grou
             if k:
                 copies.append(GroupCopy(src + start * ld, dst + cols * start, k, cols, ld))
             start += k
-    if not copies:
-        return outs
-    device = outs[0].device.index
+    if copies:
+        _run_copies(copies, outs[0].device.index, grouped)
+    return outs
+
+
+def _run_copies(copies: list[GroupCopy], device: int, grouped: bool = True) -> None:
     stream = raw_stream(device)
     launches, rest = plan_grouped_copies(copies) if grouped else ([], [g for g in copies if g.rows and g.cols])
     if launches:
@@ -346,7 +349,24 @@ def k_major_copies(items: list[tuple[torch.Tensor, int]], ks: list[int], *, grou
         fn = _function(device)
         for g in rest:
             _launch_word(g, fn, stream)
-    return outs
+
+
+def k_major_batched(x: torch.Tensor, *, grouped: bool = True) -> torch.Tensor:
+    """x [G, R, C] (one-byte elements, any strides; CUDA) -> a new contiguous [G, C, R] with
+    out[g] = x[g].T: the FP8 nn contiguous GEMM's [G, K, N] weights as the nt kernel's [G, N, K].
+    (PyTorch's own copy of the transposed one-byte view moves ~0.15 TB/s, NOTES v0.84.)"""
+    G, R, C = x.shape
+    out = torch.empty(G, C, R, dtype=x.dtype, device=x.device)
+    if out.numel() == 0:
+        return out
+    if x.device.type != "cuda" or x.element_size() != 1:
+        return out.copy_(x.transpose(1, 2))
+    if x.stride(2) != 1 and C > 1:
+        x = x.contiguous()
+    src, dst = x.data_ptr(), out.data_ptr()
+    copies = [GroupCopy(src + g * x.stride(0), dst + g * C * R, R, C, x.stride(1)) for g in range(G)]
+    _run_copies(copies, x.device.index, grouped)
+    return out
 
 
 def k_major_groups(x: torch.Tensor, cols: int, ks: list[int], *, grouped: bool = True) -> torch.Tensor:

@@ -340,6 +340,28 @@ def test_k_major_copy_matches_torch(cols, ks, pitch, grouped):
     assert torch.equal(got.view(torch.uint8), _k_major_want(x, ks))
 
 
+@pytest.mark.parametrize("grouped", [True, False], ids=["grouped", "per_group"])
+@pytest.mark.parametrize("g, r, c, view", [(4, 7168, 2048, "plain"), (3, 200, 1000, "plain"), (2, 512, 576, "row_pitch"),
+                                           (3, 256, 144, "group_gap"), (2, 128, 64, "not_unit_stride")])
+def test_k_major_batched_matches_torch(g, r, c, view, grouped):
+    """finegemm.ops.k_major_copy.k_major_batched (the FP8 nn contiguous GEMM's [G, K, N] -> [G, N, K]
+    copy): bitwise torch's transpose, for aligned and unaligned sizes and strided views."""
+    from finegemm.ops.k_major_copy import k_major_batched
+
+    gen = torch.Generator(device="cuda").manual_seed(g * r + c)
+    if view == "row_pitch":
+        x = torch.randint(0, 255, (g, r, c + 16), device="cuda", dtype=torch.uint8, generator=gen)[:, :, :c]
+    elif view == "group_gap":
+        x = torch.randint(0, 255, (g, r + 3, c), device="cuda", dtype=torch.uint8, generator=gen)[:, :r]
+    elif view == "not_unit_stride":
+        x = torch.randint(0, 255, (g, c, r), device="cuda", dtype=torch.uint8, generator=gen).transpose(1, 2)
+    else:
+        x = torch.randint(0, 255, (g, r, c), device="cuda", dtype=torch.uint8, generator=gen)
+    got = k_major_batched(x.view(torch.float8_e4m3fn), grouped=grouped)
+    assert got.shape == (g, c, r) and got.is_contiguous()
+    assert torch.equal(got.view(torch.uint8), x.transpose(1, 2).contiguous())
+
+
 def test_k_major_copies_write_nothing_else(monkeypatch):
     """Both operands' groups in one grouped launch (B with a padded pitch and a 16-byte offset), the
     outputs placed inside poisoned buffers: every byte around them keeps its poison."""
