@@ -7,6 +7,8 @@ launch) against the per-group word kernel, on the k-grouped bench problems (NOTE
 --nn: m_grouped_fp8_gemm_nn_contiguous (B [G, K, N] copied to [G, N, K] per call) with finegemm's
 copy and with PyTorch's .contiguous() of the transposed view (the path before v0.87), against the nt
 call on the same data, on the bench's contiguous shapes.
+--dense: fp8_gemm_nn / tn / tt (MN-major A [K, M] and / or B [K, N] copied K-major per call), the
+same three ways.
 
 Kernel-only, L2 flushed (finegemm.bench._common.kernel_time_us); bytes = one read and one write of
 A [sum(ks), M] and B [sum(ks), N]; the copies are checked bitwise against each other first.
@@ -79,6 +81,36 @@ def _nn_records(num_tests: int, rounds: int) -> list:
     return out
 
 
+def _dense_records(num_tests: int, rounds: int) -> list:
+    out = []
+    for m, n, k in ((128, 4096, 7168), (4096, 2112, 7168), (4096, 7168, 2048)):
+        gen = torch.Generator(device="cuda").manual_seed(m + n + k)
+        a = torch.randint(0, 0x7f, (m, k), device="cuda", dtype=torch.uint8, generator=gen).view(torch.float8_e4m3fn)
+        b = torch.randint(0, 0x7f, (n, k), device="cuda", dtype=torch.uint8, generator=gen).view(torch.float8_e4m3fn)
+        sfa, sfb = torch.ones(m, -(-k // 128), device="cuda"), torch.ones(-(-n // 128), -(-k // 128), device="cuda")
+        a_km, b_kn = a.t().contiguous(), b.t().contiguous()
+        d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        nt = lambda: finegemm.fp8_gemm_nt((a, sfa), (b, sfb), d)  # noqa: E731
+        for layout in ("nn", "tn", "tt"):
+            a_arg = (a, sfa) if layout[0] == "n" else (a_km, sfa.t())
+            b_arg = (b, sfb) if layout[1] == "t" else (b_kn, sfb.t())
+            call = lambda: getattr(finegemm, f"fp8_gemm_{layout}")(a_arg, b_arg, d)  # noqa: E731
+            rec = {"kind": f"dense_{layout}", "m": m, "n": n, "k": k,
+                   "us": {"nt": [], f"{layout}_finegemm_copy": [], f"{layout}_torch_copy": []}}
+            for _ in range(rounds):
+                rec["us"]["nt"].append(kernel_time_us(nt, num_tests=num_tests))
+                rec["us"][f"{layout}_finegemm_copy"].append(kernel_time_us(call, num_tests=num_tests))
+                k_major_copy.k_major_batched = lambda x, **kw: x.transpose(1, 2).contiguous()
+                try:
+                    rec["us"][f"{layout}_torch_copy"].append(kernel_time_us(call, num_tests=num_tests))
+                finally:
+                    k_major_copy.k_major_batched = _REAL_BATCHED
+            print(f"fp8_gemm_{layout} {m}x{n}x{k}: " + ", ".join(f"{name} {[round(x, 1) for x in v]} us"
+                  for name, v in rec["us"].items()), flush=True)
+            out.append(rec)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
@@ -86,9 +118,11 @@ def main() -> None:
     ap.add_argument("--gemm", action="store_true", help="also time the whole tn call both ways")
     ap.add_argument("--rounds", type=int, default=3, help="--gemm / --nn: alternating rounds per path")
     ap.add_argument("--nn", action="store_true", help="also the FP8 nn contiguous call, both copies")
+    ap.add_argument("--dense", action="store_true", help="also fp8_gemm_nn / tn / tt, both copies")
+    ap.add_argument("--skip-copies", action="store_true", help="only --nn / --dense")
     args = ap.parse_args()
     records = []
-    for g, m, n, ks, _ek in k_grouped_problems():
+    for g, m, n, ks, _ek in ([] if args.skip_copies else k_grouped_problems()):
         gen = torch.Generator(device="cuda").manual_seed(g + m + n)
         # bytes below 0x7f: finite e4m3 values (the GEMM runs on them with --gemm)
         a = torch.randint(0, 0x7f, (sum(ks), m), device="cuda", dtype=torch.uint8, generator=gen).view(torch.float8_e4m3fn)
@@ -115,6 +149,8 @@ def main() -> None:
         records.append(rec)
     if args.nn:
         records += _nn_records(args.tests, args.rounds)
+    if args.dense:
+        records += _dense_records(args.tests, args.rounds)
     write_probe_json(args.out, records)
 
 

@@ -577,3 +577,29 @@ def test_fitted_a_boxes(m, variant):
     d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
     ops.prepare(tall[:m], sfa, b, sfb, d, config=cfg)()
     _check(d, a, sfa, b, sfb, x, w)
+
+
+@pytest.mark.parametrize("layout", ["nn", "tn", "tt"])
+@pytest.mark.parametrize("m, n, k, pad", [(256, 576, 1024, 0), (130, 200, 512, 16), (1, 4096, 7168, 0), (17, 72, 256, 32)])
+def test_mn_major_layouts_match_nt(layout, m, n, k, pad):
+    """fp8_gemm_nn / tn / tt: MN-major A ([K, M]) / B ([K, N]) are copied K-major by finegemm's
+    transpose kernel (the grouped kernel where M / N are multiples of 16, the word kernel elsewhere;
+    row pitches padded to 16 bytes plus `pad`), then the nt kernel runs: d bitwise the nt call's,
+    the inputs unchanged."""
+    x, w, a, sfa, b, sfb = _inputs(m, n, k, seed=m + n + k + pad)
+    want = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    finegemm.fp8_gemm_nt((a, sfa), (b, sfb), want)
+
+    def mn_major(t, rows):  # t [rows, K] -> a [K, rows] view, row pitch: rows rounded up to 16 + pad
+        buf = torch.zeros(k, -(-rows // 16) * 16 + pad, device="cuda", dtype=torch.uint8)
+        buf[:, :rows] = t.view(torch.uint8).t()
+        return buf[:, :rows].view(FP8)
+
+    a_arg = (a, sfa) if layout[0] == "n" else (mn_major(a, m), sfa.t())
+    b_arg = (b, sfb) if layout[1] == "t" else (mn_major(b, n), sfb.t())
+    before = [t.view(torch.uint8).clone() for t in (a_arg[0], b_arg[0])]
+    d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    getattr(finegemm, f"fp8_gemm_{layout}")(a_arg, b_arg, d)
+    _check(d, a, sfa, b, sfb, x, w)
+    assert torch.equal(d.view(torch.int16), want.view(torch.int16))
+    assert all(torch.equal(t.view(torch.uint8), t0) for t, t0 in zip((a_arg[0], b_arg[0]), before))
