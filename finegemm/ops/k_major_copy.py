@@ -339,6 +339,9 @@ def k_major_copies(items: list[tuple[torch.Tensor, int]], ks: list[int], *, grou
 
 
 def _run_copies(copies: list[GroupCopy], device: int, grouped: bool = True) -> None:
+    if torch.cuda.current_device() != device:  # launch in the tensors' device's context
+        with torch.cuda.device(device):
+            return _run_copies(copies, device, grouped)
     stream = raw_stream(device)
     launches, rest = plan_grouped_copies(copies) if grouped else ([], [g for g in copies if g.rows and g.cols])
     if launches:
