@@ -168,7 +168,7 @@ def _fp8_gemm(
 
         # The SM90 kernel takes K-major operands: materialize K-major copies of MN-major inputs,
         # with finegemm's transpose kernel (PyTorch's copy of a transposed one-byte view runs at
-        # ~0.15 TB/s, NOTES v0.84 / v0.87).
+        # ~0.15-0.4 TB/s, this ~4; NOTES v0.84 / v0.87).
         a_copy, b_copy = not a_mk and not A_nt.is_contiguous(), not b_nk and not B_nt.is_contiguous()
         if a_copy or b_copy:
             from finegemm.ops.k_major_copy import k_major_batched

@@ -108,7 +108,7 @@ def _m_grouped_contiguous(fn: str, b_kn: bool, a: object, b: object, d: object, 
             # SM90 FP8 wgmma reads K-major operands only. B's strides are free here, so a view that
             # is K-major already (no copy by .contiguous()) may still start off a 16-byte boundary,
             # which TMA cannot address: copy that one too. The transposing copy is finegemm's
-            # (PyTorch's copy of a transposed one-byte view runs at ~0.15 TB/s, NOTES v0.84 / v0.87).
+            # (PyTorch's copy of a transposed one-byte view runs at ~0.15-0.4 TB/s; NOTES v0.84 / v0.87).
             if not B_nk.is_contiguous():
                 from finegemm.ops.k_major_copy import k_major_batched
 

@@ -355,9 +355,10 @@ def _run_copies(copies: list[GroupCopy], device: int, grouped: bool = True) -> N
 
 
 def k_major_batched(x: torch.Tensor, *, grouped: bool = True) -> torch.Tensor:
-    """x [G, R, C] (one-byte elements, any strides; CUDA) -> a new contiguous [G, C, R] with
-    out[g] = x[g].T: the FP8 nn contiguous GEMM's [G, K, N] weights as the nt kernel's [G, N, K].
-    (PyTorch's own copy of the transposed one-byte view moves ~0.15 TB/s, NOTES v0.84.)"""
+    """x [G, R, C] (one-byte elements, any strides) -> a new contiguous [G, C, R] with
+    out[g] = x[g].T: the FP8 nn contiguous GEMM's [G, K, N] weights as the nt kernel's [G, N, K],
+    and (G = 1) the dense GEMMs' MN-major A [K, M] / B [K, N]. PyTorch's own copy of the transposed
+    one-byte view moved ~0.15-0.4 TB/s, this ~4 (NOTES v0.84, v0.87)."""
     G, R, C = x.shape
     out = torch.empty(G, C, R, dtype=x.dtype, device=x.device)
     if out.numel() == 0:
