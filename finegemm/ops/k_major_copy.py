@@ -1,12 +1,10 @@
-"""K-major copies of one-byte (FP8) operands for the k-grouped tn GEMM.
+"""K-major copies of one-byte (FP8) operands: SM90's FP8 wgmma reads K-major operands only.
 
-k_grouped_fp8_gemm_tn_contiguous receives A [sum(ks), M] / B [sum(ks), N] (each group's k_g rows),
-but FP8 wgmma reads K-major operands only, so each group's rows are copied transposed into the nt
-kernel's layout (X_g [cols, k_g], one group after another). PyTorch's generic copy of a transposed
-one-byte view measured ~2.5 ms for the 386 MB of the first k-grouped bench shape (NOTES v0.84):
-longer than the GEMM. This kernel moves 64 x 64 byte tiles, transposing 4 x 4 byte blocks in
-registers and passing 4-byte words through shared memory, so that both the reads (rows of X) and
-the writes (rows of X_g^T) are coalesced words.
+Three callers copy MN-major operands transposed into the nt kernels' layout per call:
+k_grouped_fp8_gemm_tn_contiguous (A [sum(ks), M] / B [sum(ks), N] -> X_g [cols, k_g], one group
+after another: k_major_copies), m_grouped_fp8_gemm_nn_contiguous (B [G, K, N] -> [G, N, K]) and
+fp8_gemm_nn / tn / tt (A [K, M] / B [K, N], as G = 1: k_major_batched). PyTorch's generic copy of
+a transposed one-byte view ran at ~0.15-0.4 TB/s (NOTES v0.84, v0.87): longer than the GEMMs.
 
 Two kernels, rendered here (not under include/finegemm: the GEMM kernels' cache keys hash those
 headers) and launched through the driver's cuLaunchKernel (ctypes) on the current stream
@@ -17,7 +15,9 @@ headers) and launched through the driver's cuLaunchKernel (ctypes) on the curren
   of 128, so in practice every group whose M / N and pitch are multiples of 16). One launch instead
   of one per group and operand matters most for many small groups (G = 16 at 7168 x 2048: 32
   launches, each with its own ramp and tail, NOTES v0.87);
-- the word kernel (any alignment), one launch per remaining group.
+- the word kernel (any alignment), one launch per remaining group: 64 x 64 byte tiles, 4 x 4 byte
+  blocks transposed in registers, 4-byte words through shared memory, so that both the reads (rows
+  of X) and the writes (rows of X_g^T) are coalesced words.
 """
 from __future__ import annotations
 
