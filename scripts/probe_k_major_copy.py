@@ -29,6 +29,12 @@ from finegemm.ops.k_major_copy import k_major_copies
 
 _REAL_COPIES = k_major_copies
 _REAL_BATCHED = k_major_copy.k_major_batched
+_REAL_TRANSPOSES = k_major_copy.k_major_transposes
+
+
+def _fp8_bytes(shape, gen) -> torch.Tensor:
+    """Random bytes below 0x7f: finite e4m3 values (the GEMMs run on them)."""
+    return torch.randint(0, 0x7f, shape, device="cuda", dtype=torch.uint8, generator=gen).view(torch.float8_e4m3fn)
 
 
 def _tn_call_us(a, b, m, n, ks, grouped: bool, num_tests: int) -> float:
@@ -52,9 +58,9 @@ def _nn_records(num_tests: int, rounds: int) -> list:
     out = []
     for (g, m_per), (n, k) in [(gm, nk) for gm in CONTIGUOUS_GM for nk in GROUPED_NK[:2]]:
         gen = torch.Generator(device="cuda").manual_seed(g + n + k)
-        a = torch.randint(0, 0x7f, (g * m_per, k), device="cuda", dtype=torch.uint8, generator=gen).view(torch.float8_e4m3fn)
+        a = _fp8_bytes((g * m_per, k), gen)
         sfa = torch.ones(g * m_per, -(-k // 128), device="cuda")
-        b_kn = torch.randint(0, 0x7f, (g, k, n), device="cuda", dtype=torch.uint8, generator=gen).view(torch.float8_e4m3fn)
+        b_kn = _fp8_bytes((g, k, n), gen)
         sfb_kn = torch.ones(g, -(-k // 128), -(-n // 128), device="cuda")
         b_nk, sfb_nk = b_kn.transpose(1, 2).contiguous(), sfb_kn.transpose(1, 2).contiguous()
         layout = torch.arange(g, device="cuda", dtype=torch.int32).repeat_interleave(m_per)
@@ -85,8 +91,7 @@ def _dense_records(num_tests: int, rounds: int) -> list:
     out = []
     for m, n, k in ((128, 4096, 7168), (4096, 2112, 7168), (4096, 7168, 2048)):
         gen = torch.Generator(device="cuda").manual_seed(m + n + k)
-        a = torch.randint(0, 0x7f, (m, k), device="cuda", dtype=torch.uint8, generator=gen).view(torch.float8_e4m3fn)
-        b = torch.randint(0, 0x7f, (n, k), device="cuda", dtype=torch.uint8, generator=gen).view(torch.float8_e4m3fn)
+        a, b = _fp8_bytes((m, k), gen), _fp8_bytes((n, k), gen)
         sfa, sfb = torch.ones(m, -(-k // 128), device="cuda"), torch.ones(-(-n // 128), -(-k // 128), device="cuda")
         a_km, b_kn = a.t().contiguous(), b.t().contiguous()
         d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
@@ -100,11 +105,11 @@ def _dense_records(num_tests: int, rounds: int) -> list:
             for _ in range(rounds):
                 rec["us"]["nt"].append(kernel_time_us(nt, num_tests=num_tests))
                 rec["us"][f"{layout}_finegemm_copy"].append(kernel_time_us(call, num_tests=num_tests))
-                k_major_copy.k_major_batched = lambda x, **kw: x.transpose(1, 2).contiguous()
+                k_major_copy.k_major_transposes = lambda xs, **kw: [x.transpose(1, 2).contiguous() for x in xs]
                 try:
                     rec["us"][f"{layout}_torch_copy"].append(kernel_time_us(call, num_tests=num_tests))
                 finally:
-                    k_major_copy.k_major_batched = _REAL_BATCHED
+                    k_major_copy.k_major_transposes = _REAL_TRANSPOSES
             print(f"fp8_gemm_{layout} {m}x{n}x{k}: " + ", ".join(f"{name} {[round(x, 1) for x in v]} us"
                   for name, v in rec["us"].items()), flush=True)
             out.append(rec)
@@ -124,9 +129,7 @@ def main() -> None:
     records = []
     for g, m, n, ks, _ek in ([] if args.skip_copies else k_grouped_problems()):
         gen = torch.Generator(device="cuda").manual_seed(g + m + n)
-        # bytes below 0x7f: finite e4m3 values (the GEMM runs on them with --gemm)
-        a = torch.randint(0, 0x7f, (sum(ks), m), device="cuda", dtype=torch.uint8, generator=gen).view(torch.float8_e4m3fn)
-        b = torch.randint(0, 0x7f, (sum(ks), n), device="cuda", dtype=torch.uint8, generator=gen).view(torch.float8_e4m3fn)
+        a, b = _fp8_bytes((sum(ks), m), gen), _fp8_bytes((sum(ks), n), gen)
         items = [(a, m), (b, n)]
         want = k_major_copies(items, ks, grouped=False)
         got = k_major_copies(items, ks, grouped=True)
@@ -144,8 +147,9 @@ def main() -> None:
             for _ in range(args.rounds):
                 for name, grouped in (("per_group", False), ("grouped", True)):
                     rec["tn_call_us"][name].append(_tn_call_us(a, b, m, n, ks, grouped, args.tests))
-            print(f"  tn call (copies + GEMM, c = d): per-group {[round(x, 1) for x in rec['tn_call_us']['per_group']]} us, "
-                  f"grouped {[round(x, 1) for x in rec['tn_call_us']['grouped']]} us", flush=True)
+            rounds = {name: [round(x, 1) for x in v] for name, v in rec["tn_call_us"].items()}
+            print(f"  tn call (copies + GEMM, c = d): per-group {rounds['per_group']} us, "
+                  f"grouped {rounds['grouped']} us", flush=True)
         records.append(rec)
     if args.nn:
         records += _nn_records(args.tests, args.rounds)

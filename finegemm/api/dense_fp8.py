@@ -170,13 +170,12 @@ def _fp8_gemm(
         # with finegemm's transpose kernel (PyTorch's copy of a transposed one-byte view runs at
         # ~0.15-0.4 TB/s, this ~4; NOTES v0.84 / v0.87).
         a_copy, b_copy = not a_mk and not A_nt.is_contiguous(), not b_nk and not B_nt.is_contiguous()
-        if a_copy or b_copy:
-            from finegemm.ops.k_major_copy import k_major_batched
+        if a_copy or b_copy:  # A stored [K, M] -> [M, K], B stored [K, N] -> [N, K]: one launch
+            from finegemm.ops.k_major_copy import k_major_transposes
 
-            if a_copy:  # A stored [K, M] -> [M, K]
-                A_nt = k_major_batched(A.unsqueeze(0))[0]
-            if b_copy:  # B stored [K, N] -> [N, K]
-                B_nt = k_major_batched(B.unsqueeze(0))[0]
+            copied = iter(k_major_transposes([t.unsqueeze(0) for t, copy in ((A, a_copy), (B, b_copy)) if copy]))
+            A_nt = next(copied)[0] if a_copy else A_nt
+            B_nt = next(copied)[0] if b_copy else B_nt
         call = sm90_fp8_gemm.prepare(A_nt, sfa_nt, B_nt, sfb_nt, d, c, rec)
         if call is None:
             return

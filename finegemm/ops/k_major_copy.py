@@ -2,9 +2,10 @@
 
 Three callers copy MN-major operands transposed into the nt kernels' layout per call:
 k_grouped_fp8_gemm_tn_contiguous (A [sum(ks), M] / B [sum(ks), N] -> X_g [cols, k_g], one group
-after another: k_major_copies), m_grouped_fp8_gemm_nn_contiguous (B [G, K, N] -> [G, N, K]) and
-fp8_gemm_nn / tn / tt (A [K, M] / B [K, N], as G = 1: k_major_batched). PyTorch's generic copy of
-a transposed one-byte view ran at ~0.15-0.4 TB/s (NOTES v0.84, v0.87): longer than the GEMMs.
+after another: k_major_copies), m_grouped_fp8_gemm_nn_contiguous (B [G, K, N] -> [G, N, K]:
+k_major_batched) and fp8_gemm_nn / tn / tt (A [K, M] / B [K, N] as G = 1, both in one launch:
+k_major_transposes). PyTorch's generic copy of a transposed one-byte view ran at ~0.15-0.4 TB/s
+(NOTES v0.84, v0.87): longer than the GEMMs.
 
 Two kernels, rendered here (not under include/finegemm: the GEMM kernels' cache keys hash those
 headers) and launched through the driver's cuLaunchKernel (ctypes) on the current stream
@@ -31,7 +32,7 @@ from finegemm import jit
 from finegemm.ops._runtime import raw_stream
 
 __all__ = ["render_transpose_u8", "render_grouped_transpose_u8", "k_major_groups", "k_major_copies", "k_major_batched",
-           "GroupCopy", "plan_grouped_copies"]
+           "k_major_transposes", "GroupCopy", "plan_grouped_copies"]
 
 TILE = 64  # bytes per side of a tile
 THREADS = (16, 16)  # blockDim: each thread moves a 4 x 4 byte block per tile
@@ -356,21 +357,33 @@ def _run_copies(copies: list[GroupCopy], device: int, grouped: bool = True) -> N
 
 def k_major_batched(x: torch.Tensor, *, grouped: bool = True) -> torch.Tensor:
     """x [G, R, C] (one-byte elements, any strides) -> a new contiguous [G, C, R] with
-    out[g] = x[g].T: the FP8 nn contiguous GEMM's [G, K, N] weights as the nt kernel's [G, N, K],
-    and (G = 1) the dense GEMMs' MN-major A [K, M] / B [K, N]. PyTorch's own copy of the transposed
-    one-byte view moved ~0.15-0.4 TB/s, this ~4 (NOTES v0.84, v0.87)."""
-    G, R, C = x.shape
-    out = torch.empty(G, C, R, dtype=x.dtype, device=x.device)
-    if out.numel() == 0:
-        return out
-    if x.device.type != "cuda" or x.element_size() != 1:
-        return out.copy_(x.transpose(1, 2))
-    if x.stride(2) != 1 and C > 1:
-        x = x.contiguous()
-    src, dst = x.data_ptr(), out.data_ptr()
-    copies = [GroupCopy(src + g * x.stride(0), dst + g * C * R, R, C, x.stride(1)) for g in range(G)]
-    _run_copies(copies, x.device.index, grouped)
-    return out
+    out[g] = x[g].T: the FP8 nn contiguous GEMM's [G, K, N] weights as the nt kernel's [G, N, K].
+    PyTorch's own copy of the transposed one-byte view moved ~0.15-0.4 TB/s, this ~4 (NOTES v0.84,
+    v0.87)."""
+    return k_major_transposes([x], grouped=grouped)[0]
+
+
+def k_major_transposes(xs: list[torch.Tensor], *, grouped: bool = True) -> list[torch.Tensor]:
+    """k_major_batched of each [G, R, C] tensor of `xs` (same device), every copy in one launch of
+    the grouped kernel where it can: the dense GEMMs' MN-major A [K, M] and B [K, N] as G = 1."""
+    outs, copies, keep = [], [], []
+    for x in xs:
+        G, R, C = x.shape
+        out = torch.empty(G, C, R, dtype=x.dtype, device=x.device)
+        outs.append(out)
+        if out.numel() == 0:
+            continue
+        if x.device.type != "cuda" or x.element_size() != 1:
+            out.copy_(x.transpose(1, 2))
+            continue
+        if x.stride(2) != 1 and C > 1:
+            x = x.contiguous()
+            keep.append(x)  # alive until the launches are queued (stream-ordered frees are safe)
+        src, dst = x.data_ptr(), out.data_ptr()
+        copies += [GroupCopy(src + g * x.stride(0), dst + g * C * R, R, C, x.stride(1)) for g in range(G)]
+    if copies:
+        _run_copies(copies, outs[0].device.index, grouped)
+    return outs
 
 
 def k_major_groups(x: torch.Tensor, cols: int, ks: list[int], *, grouped: bool = True) -> torch.Tensor:
