@@ -230,7 +230,7 @@ def launch_tiles(launch: list[tuple[GroupCopy, int, int]]) -> int:
 
 
 _lock = threading.Lock()
-_functions: dict[int, int] = {}  # device -> CUfunction
+_functions: dict[tuple[str, int], int] = {}  # (kernel name, device) -> CUfunction
 _driver = None
 
 
@@ -247,12 +247,13 @@ def _launcher():
     return _driver
 
 
-def _function(device: int) -> int:
-    fn = _functions.get(device)
+def _loaded(name: str, render, device: int) -> int:
+    """The CUfunction of kernel `name` on `device` (built and loaded once per process and device)."""
+    fn = _functions.get((name, device))
     if fn is None:
         with _lock, torch.cuda.device(device):
-            fn = jit.load_kernel("k_major_copy_u8", render_transpose_u8()).fn
-            _functions[device] = fn
+            fn = jit.load_kernel(name, render()).fn
+            _functions[(name, device)] = fn
     return fn
 
 
@@ -264,18 +265,6 @@ class _GroupCopyParams(ctypes.Structure):
 
 class _GroupCopiesParams(ctypes.Structure):
     _fields_ = [("count", ctypes.c_int), ("pad", ctypes.c_int), ("group", _GroupCopyParams * MAX_GROUPS_PER_LAUNCH)]
-
-
-_grouped_functions: dict[int, int] = {}  # device -> CUfunction
-
-
-def _grouped_function(device: int) -> int:
-    fn = _grouped_functions.get(device)
-    if fn is None:
-        with _lock, torch.cuda.device(device):
-            fn = jit.load_kernel("k_major_copy_u8_grouped", render_grouped_transpose_u8()).fn
-            _grouped_functions[device] = fn
-    return fn
 
 
 def _launch_grouped(launch: list[tuple[GroupCopy, int, int]], fn: int, stream: int) -> None:
@@ -344,13 +333,13 @@ def _run_copies(copies: list[GroupCopy], device: int, grouped: bool = True) -> N
         with torch.cuda.device(device):
             return _run_copies(copies, device, grouped)
     stream = raw_stream(device)
-    launches, rest = plan_grouped_copies(copies) if grouped else ([], [g for g in copies if g.rows and g.cols])
+    launches, rest = plan_grouped_copies(copies) if grouped else ([], copies)  # callers pass no empty copies
     if launches:
-        fn = _grouped_function(device)
+        fn = _loaded("k_major_copy_u8_grouped", render_grouped_transpose_u8, device)
         for launch in launches:
             _launch_grouped(launch, fn, stream)
     if rest:
-        fn = _function(device)
+        fn = _loaded("k_major_copy_u8", render_transpose_u8, device)
         for g in rest:
             _launch_word(g, fn, stream)
 
