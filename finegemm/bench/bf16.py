@@ -4,9 +4,9 @@ Shapes: M in {64, 128, 4096} x the six (N, K) of DeepSeek-V3 (bf16 output), (N, 
 {(256, 7168), (129280, 7168)} with fp32 output, and 8192^3. Every layout reads its operands in
 the stored form (nt: A [M, K], B [N, K]; nn: B [K, N]; tn: A [K, M], B [K, N]; tt: A [K, M],
 B [N, K]); torch gets the same storage through transposed views. Kernel-only times (profiler,
-L2 flushed), TFLOPS, ratio to torch, calc_diff vs the fp32 product. Records of 1 ms or more are
-timed in two rounds, finegemm then torch and torch then finegemm, and report the means (us_rounds
-keeps both): at ~10 ms the order alone moved a ratio by 9% (NOTES v0.87).
+L2 flushed), TFLOPS, ratio to torch, calc_diff vs the fp32 product. Records of 1 ms or more
+(dense and grouped) are timed in two rounds, finegemm then torch and torch then finegemm, and
+report the means (us_rounds keeps both): at ~10 ms the order alone moved a ratio by 9% (NOTES v0.87).
 
 Grouped records (--grouped, default on): m_grouped_bf16_gemm_nt_contiguous / _masked on the FP8
 grouped bench's (G, m) x (N, K) sets (the same segment sizes) and k_grouped_bf16_gemm_tn_contiguous
@@ -26,8 +26,8 @@ import random
 
 import torch
 
-from ._common import (REF_FLOPS, WARM_HELP, error_text, geomean, kernel_time_us, run_metadata, sample_rows,
-                      set_clock_warmup, settle_ms_arg, sync, time_into)
+from ._common import (REF_FLOPS, WARM_HELP, error_text, geomean, kernel_time_us, reverse_round_if_long,
+                      run_metadata, sample_rows, set_clock_warmup, settle_ms_arg, sync, time_into)
 
 DENSE_NK = [(2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048)]
 DENSE_M = [64, 128, 4096]
@@ -41,9 +41,6 @@ def bench_shapes() -> list[tuple[int, int, int, bool]]:
     shapes += [(m, n, k, True) for m in DENSE_M for (n, k) in FP32_NK]
     shapes += [(8192, 8192, 8192, False)]
     return shapes
-
-
-LONG_RECORD_US = 1000.0  # dense records this long get a second, reverse-order round (bench_one)
 
 
 def _stored(rows, cols, gen):
@@ -72,6 +69,7 @@ def bench_one(layout, m, n, k, out_fp32, gen, num_tests):
     d = torch.empty(m, n, device="cuda", dtype=torch.float32 if out_fp32 else torch.bfloat16)
     rec = {"layout": layout, "m": m, "n": n, "k": k, "out": "fp32" if out_fp32 else "bf16", "us": {}}
     fn = getattr(finegemm, f"bf16_gemm_{layout}")
+    order = []  # (name, fn) as timed, for the reverse round
 
     def ours():
         fn(a, b, d)
@@ -88,6 +86,7 @@ def bench_one(layout, m, n, k, out_fp32, gen, num_tests):
             del ref
         rec["all_written"] = bool(not torch.isnan(d).any().item())
         rec["us"]["finegemm"] = kernel_time_us(ours, num_tests)
+        order.append(("finegemm", ours))
     except Exception as exc:  # record and go on: one broken shape must not hide the others
         rec["error_finegemm"] = f"{type(exc).__name__}: {exc}"[:500]
     tfn = None
@@ -95,15 +94,10 @@ def bench_one(layout, m, n, k, out_fp32, gen, num_tests):
         tfn, what = _torch_fn(layout, a, b, out_fp32)
         rec["torch_op"] = what
         rec["us"]["torch"] = kernel_time_us(tfn, num_tests)
+        order.append(("torch", tfn))
     except Exception as exc:
         rec["error_torch"] = f"{type(exc).__name__}: {exc}"[:300]
-    if len(rec["us"]) == 2 and max(rec["us"].values()) > LONG_RECORD_US:
-        # A second round in the reverse order (torch, then finegemm), the mean of both reported:
-        # a ~10 ms record's times follow the GPU's state after the record before (NOTES v0.87).
-        first = dict(rec["us"])
-        second = {"torch": kernel_time_us(tfn, num_tests), "finegemm": kernel_time_us(ours, num_tests)}
-        rec["us_rounds"] = {name: [first[name], second[name]] for name in first}
-        rec["us"] = {name: (first[name] + second[name]) / 2 for name in first}
+    reverse_round_if_long(rec, order, num_tests)
     flops = 2.0 * m * n * k
     ours_us, torch_us = rec["us"].get("finegemm"), rec["us"].get("torch")
     if ours_us:
@@ -202,7 +196,8 @@ def bench_grouped_contiguous(g, ms, n, k, gen, num_tests, *, device="cuda", time
         rec["calc_diff"] = calc_diff(d[idx], ref)
     except Exception as exc:
         rec.setdefault("errors", {})["finegemm_check"] = error_text(exc)
-    time_into(rec, "finegemm", ours, num_tests, timer)
+    order = []  # (name, fn) as timed, for the reverse round
+    time_into(rec, "finegemm", ours, num_tests, timer, order)
     offs = torch.tensor([sum(padded[:i + 1]) for i in range(g)], dtype=torch.int32, device=device)
     bt = b.transpose(1, 2) if b_kn is None else b_kn
 
@@ -211,11 +206,12 @@ def bench_grouped_contiguous(g, ms, n, k, gen, num_tests, *, device="cuda", time
 
     rec["torch_op"] = (f"torch._grouped_mm(A [M, K], {'B^T' if b_kn is None else 'B row-major'} [G, K, N], "
                        f"offs=padded segment ends)")
-    if time_into(rec, "torch_grouped_mm", theirs, num_tests, timer) and ref is not None:
+    if time_into(rec, "torch_grouped_mm", theirs, num_tests, timer, order) and ref is not None:
         try:
             rec["calc_diff_torch_grouped_mm"] = calc_diff(theirs()[idx], ref)
         except Exception as exc:
             rec.setdefault("errors", {})["torch_grouped_mm_check"] = error_text(exc)
+    reverse_round_if_long(rec, order, num_tests, timer)
     return _finish_grouped(rec, 2.0 * sum(ms) * n * k)
 
 
@@ -251,18 +247,20 @@ def bench_grouped_masked(g, m, n, k, gen, num_tests, *, device="cuda", timer=Non
         rec["calc_diff"] = calc_diff(d[:, idx], ref)
     except Exception as exc:
         rec.setdefault("errors", {})["finegemm_check"] = error_text(exc)
-    time_into(rec, "finegemm", ours, num_tests, timer)
+    order = []
+    time_into(rec, "finegemm", ours, num_tests, timer, order)
     bt = b.transpose(1, 2)
 
     def theirs():
         return torch._grouped_mm(a, bt)
 
     rec["torch_op"] = "torch._grouped_mm(A [G, Mmax, K], B^T [G, K, N]) (all Mmax rows)"
-    if time_into(rec, "torch_grouped_mm", theirs, num_tests, timer) and ref is not None:
+    if time_into(rec, "torch_grouped_mm", theirs, num_tests, timer, order) and ref is not None:
         try:
             rec["calc_diff_torch_grouped_mm"] = calc_diff(theirs()[:, idx], ref)
         except Exception as exc:
             rec.setdefault("errors", {})["torch_grouped_mm_check"] = error_text(exc)
+    reverse_round_if_long(rec, order, num_tests, timer)
     return _finish_grouped(rec, 2.0 * g * m * n * k)
 
 
@@ -300,7 +298,8 @@ def bench_k_grouped_tn(g, m, n, ks, gen, num_tests, *, device="cuda", timer=None
     except Exception as exc:
         rec.setdefault("errors", {})["finegemm_check"] = error_text(exc)
     del c0
-    time_into(rec, "finegemm", ours, num_tests, timer)
+    order = []
+    time_into(rec, "finegemm", ours, num_tests, timer, order)
 
     offs = torch.tensor([sum(ks[:i + 1]) for i in range(g)], dtype=torch.int32, device=device)
     candidates = [("torch._grouped_mm(A^T view [M, sum k], B [sum k, N], offs=K ends)", a.t())]
@@ -317,7 +316,7 @@ def bench_k_grouped_tn(g, m, n, ks, gen, num_tests, *, device="cuda", timer=None
                 rec["calc_diff_torch_grouped_mm"] = calc_diff(out[:, idx], ref)
             del out
             time_into(rec, "torch_grouped_mm", lambda a_arg=a_arg: torch._grouped_mm(a_arg, b, offs=offs), num_tests,
-                      timer)
+                      timer, order)
             break
         except Exception as exc:
             errors.append(f"{what}: {error_text(exc, 250)}")
@@ -329,7 +328,8 @@ def bench_k_grouped_tn(g, m, n, ks, gen, num_tests, *, device="cuda", timer=None
                 slices.append((a[off:off + kg], b[off:off + kg]))
             off += kg
         rec["torch_op"] = "torch.matmul(A_g^T, B_g) per group (bf16 out): torch._grouped_mm failed"
-        time_into(rec, "torch_matmul_loop", lambda: [x.t() @ y for x, y in slices], num_tests, timer)
+        time_into(rec, "torch_matmul_loop", lambda: [x.t() @ y for x, y in slices], num_tests, timer, order)
+    reverse_round_if_long(rec, order, num_tests, timer)
     return _finish_grouped(rec, 2.0 * m * n * sum_k)
 
 

@@ -7,6 +7,8 @@ k_grouped: k_grouped_fp8_gemm_nt_contiguous, G groups of k_g ~ U[0.7, 1.3] x exp
 up to 128 (seeded), 1x128 scales on both operands, fp32 D accumulated in place (c = d).
 wgrad: dense fp8_gemm_nt with recipe (1, 1, 128), fp32 D accumulated in place (c = d).
 Kernel-only times (profiler, L2 flushed); a contender that is not available records its error.
+Records of 1 ms or more get a second round with the contenders in the reverse order and report
+the means (us_rounds keeps both rounds: _common.reverse_round_if_long).
 `--list` prints the planned records (shapes, drawn k_g) without a GPU.
 """
 from __future__ import annotations
@@ -26,6 +28,7 @@ from ._common import (
     fmt,
     geomean,
     load_anchors,
+    reverse_round_if_long,
     run_metadata,
     sample_rows,
     WARM_HELP,
@@ -111,9 +114,9 @@ def _cublas_views(views):
     return [(a, sfa.t().contiguous().t(), b, sfb) for a, sfa, b, sfb in views]
 
 
-def _time(rec, name, fn, num_tests, timer=None):
+def _time(rec, name, fn, num_tests, timer=None, order=None):
     # one missing contender must not hide the others (see _common.time_into)
-    return time_into(rec, name, fn, num_tests, timer)
+    return time_into(rec, name, fn, num_tests, timer, order)
 
 
 def bench_contiguous(g, expected, n, k, gen, rng, num_tests):
@@ -141,7 +144,8 @@ def bench_contiguous(g, expected, n, k, gen, rng, num_tests):
     def ours():
         finegemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, layout)
 
-    _time(rec, "finegemm", ours, num_tests)
+    order = []  # (name, fn) as timed, for the reverse round of long records
+    _time(rec, "finegemm", ours, num_tests, order=order)
     if "finegemm" in rec["us"]:
         ref = reference.m_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, layout, out_dtype=torch.float32)
         rec["calc_diff"] = calc_diff(d.float(), ref)
@@ -149,10 +153,11 @@ def bench_contiguous(g, expected, n, k, gen, rng, num_tests):
     # e.g. M % 4 != 0): the loop runs each group's aligned segment (its padding rows included),
     # which is the work our kernel does too.
     views = _cublas_views([(a[s:s + p], sfa[s:s + p], b[i], sfb[i]) for i, (s, p) in enumerate(zip(starts, padded))])
-    _time(rec, "cublas_blockwise_loop", lambda: [_scaled_mm(*v) for v in views], num_tests)
+    _time(rec, "cublas_blockwise_loop", lambda: [_scaled_mm(*v) for v in views], num_tests, order=order)
     offs = torch.tensor([sum(padded[:i + 1]) for i in range(g)], dtype=torch.int32, device="cuda")
     bt = b_bf16.transpose(1, 2)
-    _time(rec, "torch_grouped_mm_bf16", lambda: torch._grouped_mm(a_bf16, bt, offs=offs), num_tests)
+    _time(rec, "torch_grouped_mm_bf16", lambda: torch._grouped_mm(a_bf16, bt, offs=offs), num_tests, order=order)
+    reverse_round_if_long(rec, order, num_tests)
     return rec
 
 
@@ -176,12 +181,14 @@ def bench_masked(g, m, n, k, gen, num_tests):
     def ours():
         finegemm.m_grouped_fp8_gemm_nt_masked((a, sfa), (b, sfb), d, masked_m, m)
 
-    _time(rec, "finegemm", ours, num_tests)
+    order = []
+    _time(rec, "finegemm", ours, num_tests, order=order)
     if "finegemm" in rec["us"]:
         ref = reference.m_grouped_fp8_gemm_nt_masked(a, sfa, b, sfb, masked_m, out_dtype=torch.float32)
         rec["calc_diff"] = max(calc_diff(d[i, :m].float(), ref[i, :m]) for i in range(g))
     views = _cublas_views([(a[i, :m], sfa[i, :m], b[i], sfb[i]) for i in range(g)])
-    _time(rec, "cublas_blockwise_loop", lambda: [_scaled_mm(*v) for v in views], num_tests)
+    _time(rec, "cublas_blockwise_loop", lambda: [_scaled_mm(*v) for v in views], num_tests, order=order)
+    reverse_round_if_long(rec, order, num_tests)
     return rec
 
 
@@ -375,16 +382,16 @@ def bench_k_grouped(g, m, n, ks, gen, num_tests, *, expected_k=None, device="cud
     except Exception as exc:
         rec.setdefault("errors", {})["finegemm_check"] = error_text(exc)
     del c0
-    _time(rec, "finegemm", ours, num_tests, timer)
+    order = []  # (name, fn) as timed, for the reverse round of long records
+    _time(rec, "finegemm", ours, num_tests, timer, order)
     _time_without_c(rec, lambda out: finegemm.k_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), out, ks, ks_t),
-                    d, num_tests, timer)
+                    d, num_tests, timer, order)
     # DeepGEMM's SM90 layout of the same problem (A [sum(ks), M], B [sum(ks), N]): the function's
     # per-group K-major copies are timed with its GEMM (what a caller holding that layout pays).
     a_tn, b_tn = k_grouped_tn_operand(a, m, ks), k_grouped_tn_operand(b, n, ks)
     rec["contender_ops"]["finegemm_tn"] = "k_grouped_fp8_gemm_tn_contiguous, c = d (K-major copies + the same GEMM)"
     _time(rec, "finegemm_tn", lambda: finegemm.k_grouped_fp8_gemm_tn_contiguous((a_tn, sfa), (b_tn, sfb), d, ks, ks_t,
-                                                                                 c=d), num_tests, timer)
-    del a_tn, b_tn
+                                                                                 c=d), num_tests, timer, order)
 
     # cuBLAS blockwise, one call per non-empty group (no C: it cannot accumulate into fp32 D).
     views = _k_grouped_group_views(a, sfa, b, sfb, m, n, ks)
@@ -401,7 +408,7 @@ def bench_k_grouped(g, m, n, ks, gen, num_tests, *, expected_k=None, device="cud
             rec.setdefault("calc_diff_contenders", {})["cublas_blockwise_loop"] = max(
                 calc_diff(out[idx].float(), ref[gi]) for (gi, *_), out in zip(views, outs))
             del outs
-        _time(rec, "cublas_blockwise_loop", lambda: [fn() for fn in fns], num_tests, timer)
+        _time(rec, "cublas_blockwise_loop", lambda: [fn() for fn in fns], num_tests, timer, order)
     except Exception as exc:
         rec.setdefault("errors", {})["cublas_blockwise_loop"] = error_text(exc, 1500)
     del ref
@@ -420,7 +427,7 @@ def bench_k_grouped(g, m, n, ks, gen, num_tests, *, expected_k=None, device="cud
             raise RuntimeError(f"torch._grouped_mm returned shape {tuple(out.shape)}, expected {(g, m, n)}")
         del out
         rec["contender_ops"]["torch_grouped_mm_bf16"] = "torch._grouped_mm(A [M, sum k], B^T [sum k, N], offs=K ends)"
-        grouped_ok = _time(rec, "torch_grouped_mm_bf16", grouped_mm, num_tests, timer)
+        grouped_ok = _time(rec, "torch_grouped_mm_bf16", grouped_mm, num_tests, timer, order)
     except Exception as exc:
         rec.setdefault("errors", {})["torch_grouped_mm_bf16"] = error_text(exc)
     if not grouped_ok:
@@ -430,19 +437,20 @@ def bench_k_grouped(g, m, n, ks, gen, num_tests, *, expected_k=None, device="cud
                 slices.append((a_bf16[:, off:off + kg], b_bf16[:, off:off + kg]))
             off += kg
         rec["contender_ops"]["torch_matmul_loop_bf16"] = "torch.matmul(A_g, B_g.T) per group, bf16 out"
-        _time(rec, "torch_matmul_loop_bf16", lambda: [x @ w.t() for x, w in slices], num_tests, timer)
+        _time(rec, "torch_matmul_loop_bf16", lambda: [x @ w.t() for x, w in slices], num_tests, timer, order)
+    reverse_round_if_long(rec, order, num_tests, timer)
     _tflops(rec, 2.0 * m * n * sum_k)
     return rec
 
 
-def _time_without_c(rec, call, like, num_tests, timer) -> None:
+def _time_without_c(rec, call, like, num_tests, timer, order=None) -> None:
     """Times `call(out)` into a fresh fp32 `out` like `like`, with no C: D = A B as cuBLAS computes
     it (it cannot accumulate into fp32 D), so "finegemm_no_c" vs "cublas_blockwise*" compares the
-    same bytes (the accumulating call also reads C: up to 2x the output traffic at small K)."""
+    same bytes (the accumulating call also reads C: up to 2x the output traffic at small K). `out`
+    lives as long as the timed call (a reverse round times it again)."""
     out = torch.empty_like(like)
     rec["contender_ops"]["finegemm_no_c"] = "finegemm, same call with c=None (D = A B, no accumulation)"
-    _time(rec, "finegemm_no_c", lambda: call(out), num_tests, timer)
-    del out
+    _time(rec, "finegemm_no_c", lambda: call(out), num_tests, timer, order)
 
 
 def bench_wgrad(m, n, k, gen, num_tests, *, shape_set="dense", device="cuda", timer=None, ref_flops=REF_FLOPS):
@@ -478,20 +486,22 @@ def bench_wgrad(m, n, k, gen, num_tests, *, shape_set="dense", device="cuda", ti
     except Exception as exc:
         rec.setdefault("errors", {})["finegemm_check"] = error_text(exc)
     del c0
-    _time(rec, "finegemm", ours, num_tests, timer)
+    order = []
+    _time(rec, "finegemm", ours, num_tests, timer, order)
     _time_without_c(rec, lambda out: finegemm.fp8_gemm_nt((a, sfa), (b, sfb), out, recipe=RECIPE_1D1D), d, num_tests,
-                    timer)
+                    timer, order)
     try:
         fn, what = cublas_blockwise_1x128(a, sfa, b, sfb)
         rec["contender_ops"]["cublas_blockwise"] = what
         if ref is not None:
             rec.setdefault("calc_diff_contenders", {})["cublas_blockwise"] = calc_diff(fn()[idx].float(), ref)
-        _time(rec, "cublas_blockwise", fn, num_tests, timer)
+        _time(rec, "cublas_blockwise", fn, num_tests, timer, order)
     except Exception as exc:
         rec.setdefault("errors", {})["cublas_blockwise"] = error_text(exc, 1500)
     del ref
     rec["contender_ops"]["torch_bf16"] = "x @ w.T (bf16 out)"
-    _time(rec, "torch_bf16", lambda: x @ w.t(), num_tests, timer)
+    _time(rec, "torch_bf16", lambda: x @ w.t(), num_tests, timer, order)
+    reverse_round_if_long(rec, order, num_tests, timer)
     _tflops(rec, 2.0 * m * n * k)
     return rec
 
