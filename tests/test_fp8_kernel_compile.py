@@ -111,8 +111,9 @@ def test_render_source():
         render(128, 120, 4, False, False, False)
     with pytest.raises(ValueError):
         render(128, 128, 4, False, True, False)  # C needs fp32 out
-    with pytest.raises(ValueError):
-        render(128, 128, 4, False, False, True, 2, False)  # split-K + multicast
+    assert "2, false, false, false, 0>" in render(128, 128, 4, False, False, True, 2, False)  # split-K + multicast
+    with pytest.raises(ValueError):  # ... recipe (1, 128, 128) only
+        render(128, 128, 4, True, False, True, 2, False, one_d_one_d=True)
     with pytest.raises(ValueError):
         render(128, 128, 4, False, False, False, 4, False)
 

@@ -277,3 +277,20 @@ def test_masked_three_warpgroup_tiles():
         h.make_grouped_config(cont, 34048, 4096, 7168, 4, 132, 0, 128, 192, 128, 4, 1, True)
     with pytest.raises(ValueError, match="block_n a multiple of 16 <= 144"):
         h.make_grouped_config(masked, 256, 4096, 7168, 32, 132, 192, 0, 192, 160, 4, 1, True)
+
+
+def test_split_k_with_multicast_is_recipe_1d2d_only():
+    """Split-K and a multicast pair combine for recipe (1, 128, 128) (the partials through the
+    workspace; a pair's CTAs take the same split): a cluster unit is one pair's split, so the grid
+    holds pairs of units; recipe (1, 1, 128) keeps them apart (its kernel does not build it)."""
+    from finegemm.ops import sm90_fp8_gemm as ops
+
+    cfg = h.make_config(128, 4096, 7168, 132, False, False, 128, 64, 8, 2, num_multicast=2, multicast_on_a=True)
+    assert cfg.split_k and cfg.num_multicast == 2 and cfg.multicast_on_a
+    assert cfg.num_units == 64 * 2 and cfg.grid == 128 and cfg.workspace_floats == 64 * 2 * 128 * 64
+    src = ops.render(128, 64, 8, False, False, True, 2, True)
+    assert "sm90_fp8_gemm_1d2d<128, 64, 8, false, false, true,\n" in src and "2, true, false, false, 0>" in src
+    with pytest.raises(ValueError, match="multicast"):
+        h.make_config(128, 4096, 7168, 132, True, False, 128, 64, 4, 2, num_multicast=2, one_d_one_d=True)
+    with pytest.raises(ValueError, match="split-K and multicast"):
+        ops.render(128, 64, 4, True, False, True, 2, True, one_d_one_d=True)

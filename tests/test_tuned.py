@@ -105,7 +105,7 @@ def test_malformed_tables_are_rejected(tmp_path):
 
 @pytest.mark.parametrize("cfg, rule", [
     (dict(block_n=232), "block_n"), (dict(num_stages=12), "num_stages"),
-    (dict(num_multicast=2, num_splits=2), "not with split-K"), (dict(tma_store=True, num_splits=2), "tma_store"),
+    (dict(num_multicast=4), "num_multicast"), (dict(tma_store=True, num_splits=2), "tma_store"),
 ])
 def test_illegal_entry_falls_back_to_the_model(tmp_path, monkeypatch, capsys, cfg, rule):
     path = tmp_path / "t.json"

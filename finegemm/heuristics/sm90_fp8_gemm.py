@@ -27,7 +27,8 @@ kernel computes whole tiles. Ties go to fewer units, then to the larger tile.
 Split-K is considered only when the tile count is below half the SMs and every split keeps
 >= MIN_KB_PER_SPLIT k-blocks.
 
-TMA multicast (2-CTA clusters, without split-K): the two CTAs of a cluster share A (two
+TMA multicast (2-CTA clusters; the model pairs it with split-K never, tuned entries may with recipe
+(1, 128, 128): both CTAs then take the same split, partials through the workspace): the two CTAs of a cluster share A (two
 n-blocks of one m-block) or B (two m-blocks of one n-block); each loads half of the shared box
 for both, so a unit's L2 traffic per k-block drops from (bm + bn) * 128 to (bm/2 + bn) * 128
 or (bm + bn/2) * 128. Pairs that stick out of the tile grid compute a phantom tile (charged).
@@ -308,8 +309,8 @@ def _units(m: int, n: int, bm: int, bn: int, splits: int, mc: int, mc_on_a: bool
     if mc == 1:
         return tiles, tiles * splits
     if mc_on_a:
-        return tiles, mb * ceil_div(nb, 2) * 2
-    return tiles, ceil_div(mb, 2) * 2 * nb
+        return tiles, mb * ceil_div(nb, 2) * 2 * splits
+    return tiles, ceil_div(mb, 2) * 2 * nb * splits
 
 
 def _grid(units: int, num_sms: int, mc: int, ctas_per_sm: int = 1) -> int:
@@ -397,8 +398,9 @@ def make_config(m: int, n: int, k: int, num_sms: int, out_fp32: bool, has_c: boo
     if not MIN_STAGES <= num_stages <= top_stages:
         raise ValueError(f"num_stages {num_stages} outside [{MIN_STAGES}, {top_stages}] for block {bm}x{bn}"
                          f"{' with 2 CTAs per SM' if ctas_per_sm == 2 else ''}")
-    if num_multicast not in (1, 2) or (num_multicast == 2 and num_splits > 1) or num_splits < 1:
-        raise ValueError(f"num_multicast {num_multicast} / num_splits {num_splits}: multicast 1 or 2, not with split-K")
+    if num_multicast not in (1, 2) or (num_multicast == 2 and num_splits > 1 and one_d_one_d) or num_splits < 1:
+        raise ValueError(f"num_multicast {num_multicast} / num_splits {num_splits}: multicast 1 or 2, with split-K "
+                         "only for recipe (1, 128, 128)")
     if num_multicast == 2 and num_sms < 2:
         raise ValueError("multicast needs >= 2 SMs")
     if tma_store and not one_d_one_d and (out_fp32 or has_c or num_splits > 1):

@@ -155,8 +155,6 @@ def render(block_m: int, block_n: int, num_stages: int, out_fp32: bool, has_c: b
                          "serial halves (block_m 128, block_n > 208)")
     if num_multicast not in (1, 2):
         raise ValueError(f"num_multicast must be 1 or 2, got {num_multicast}")
-    if num_multicast == 2 and split_k:
-        raise ValueError("split-K and multicast are not combined")
     check_tile(block_m, block_n, block_ms=FP8_BLOCK_MS)
     if has_c and not out_fp32:
         raise ValueError("has_c requires out_fp32")
@@ -706,10 +704,12 @@ def representative_configs() -> list[tuple[str, tuple]]:
         (128, 144, True, True, False, 2, False),
         (64, 112, False, False, False, 2, True),
         (64, 208, False, False, False, 2, False),
+        (128, 64, False, False, True, 2, True),  # split-K with multicast (workspace reduction)
+        (64, 128, True, True, True, 2, False),
     ]:
         tma = not (f32 or has_c or split)
         st = max_stages(bm, bn, tma)
-        label = (f"bm{bm}_bn{bn}_s{st}{'_f32' if f32 else ''}{'_c' if has_c else ''}"
+        label = (f"bm{bm}_bn{bn}_s{st}{'_f32' if f32 else ''}{'_c' if has_c else ''}{'_splitk' if split else ''}"
                  f"_mc{'a' if mc_a else 'b'}{'_tmas' if tma else ''}")
         out.append((label, (bm, bn, st, f32, has_c, split, mc, mc_a, False, tma)))
     # The half-promote mainloop variant (not chosen by the heuristic: measured slower on H200).

@@ -430,6 +430,39 @@ def test_split_cluster_matches_workspace_path(case):
     assert torch.equal(out[splits], out[1])
 
 
+# Split-K with multicast (recipe (1, 128, 128); the partials through the workspace): (m, n, k,
+# block_m, block_n, splits, multicast_on_a, out_fp32 + C, SMs). Pairs sticking out of the tile grid
+# (odd n-blocks with multicast on A, odd m-blocks on B: phantom tiles with no slab), partial tiles
+# in M, N and K, and grids far below the units (every cluster runs several, the counters reused).
+SPLIT_MULTICAST_CASES = [(128, 4096, 7168, 128, 64, 2, True, False, 132), (17, 1000, 7296, 64, 48, 3, True, False, 132),
+                         (1, 2112, 7168, 64, 64, 4, True, False, 24), (4097, 576, 2048, 128, 64, 2, False, True, 32),
+                         (130, 7168, 2048, 64, 128, 2, False, False, 20), (255, 640, 4096, 128, 96, 3, False, True, 132),
+                         (64, 200, 7168, 64, 16, 5, True, True, 8)]
+
+
+@pytest.mark.parametrize("case", SPLIT_MULTICAST_CASES, ids=str)
+def test_split_k_with_multicast(case):
+    """Split-K with a 2-CTA multicast cluster: exact reference, poisoned output, bitwise repeat, and
+    bit for bit the same configuration without multicast (the same partials summed in the same
+    order); the call takes the workspace and launches clusters of 2."""
+    from finegemm.heuristics.sm90_fp8_gemm import make_config, max_stages
+
+    m, n, k, bm, bn, splits, mc_a, f32_c, sms = case
+    x, w, a, sfa, b, sfb = _inputs(m, n, k, seed=m + n + k + splits)
+    c = torch.randn(m, n, device="cuda") if f32_c else None
+    out = {}
+    for mc in (2, 1):
+        cfg = make_config(m, n, k, sms, f32_c, f32_c, bm, bn, max_stages(bm, bn), splits, num_multicast=mc,
+                          multicast_on_a=mc_a)
+        assert cfg.split_k and cfg.num_multicast == mc
+        d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float32 if f32_c else torch.bfloat16)
+        call = _run_checked(cfg, x, w, a, sfa, b, sfb, d, c)
+        if mc == 2:
+            assert call.cluster_size() == 2 and call._split_k, "multicast split-K: pairs, workspace reduction"
+        out[mc] = d
+    assert torch.equal(out[2], out[1]), "multicast changed the split-K result"
+
+
 FORCED_TUNER_VARIANTS = [
     # (block_n, splits, multicast, tma_store, half_promote, ctas_per_sm, k_batch): the tuner's extra
     # families. K of the shapes below leaves k-block counts that k_batch does not divide.

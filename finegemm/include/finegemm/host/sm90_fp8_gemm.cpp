@@ -87,7 +87,7 @@ int encode_1d2d(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sfa, void
   if (num_splits < 1 || num_splits > num_kb) return fg::FG_ERROR_INVALID_ARGUMENT;
   if (grid <= 0 || smem_bytes <= 0) return fg::FG_ERROR_INVALID_ARGUMENT;
   if (num_multicast != 1 && num_multicast != 2) return fg::FG_ERROR_INVALID_ARGUMENT;
-  if (num_multicast == 2 && (grid % 2 != 0 || num_splits != 1)) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (num_multicast == 2 && grid % 2 != 0) return fg::FG_ERROR_INVALID_ARGUMENT;  // split-K: workspace path
   const bool mc_a = num_multicast == 2 && multicast_on_a != 0;
   const bool mc_b = num_multicast == 2 && multicast_on_a == 0;
 

@@ -360,7 +360,10 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   constexpr uint32_t kSpan = Traits::kSfbSpan;
   static_assert(!kHasC || kOutFp32, "C is only supported with an fp32 output");
   static_assert(kNumMulticast == 1 || kNumMulticast == 2, "clusters of 1 or 2 CTAs");
-  static_assert(kNumMulticast == 1 || !kSplitK, "split-K and multicast are not combined");
+  // Split-K with multicast (recipe (1, 128, 128)): both CTAs of a pair take the same split of
+  // their tiles (scheduler::PersistentScheduler), so the shared boxes cover the same k-blocks; the
+  // partials go through the workspace (a split cluster needs the cluster for the splits).
+  static_assert(kNumMulticast == 1 || !kSplitK || !k1D1D, "split-K with multicast: recipe (1, 128, 128) only");
   // Multicast on A: the two CTAs of a cluster take n-blocks 2q, 2q+1 of one m-block and each
   // loads half of the shared A box (BLOCK_M/2 rows) into both CTAs. Multicast on B: m-blocks
   // 2q, 2q+1 of one n-block, each loads BLOCK_N/2 rows of B. The boxes of the host's tensor
@@ -1134,6 +1137,9 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         epilogue::gather_cluster_split_partials<kNumChunks, kNumConsumerThreads, (kNumChunks <= 4 ? 8 : 1)>(
             fin, base + Traits::kOffA, num_splits, split);
       } else if constexpr (kSplitK && !diag::kSplitNoReduce) {
+        // A multicast pair's phantom tile (past the last m- / n-block: it only fed its peer's loads)
+        // has no slab and no counter: nothing to write, nobody waits for it.
+        if (kNumMulticast > 1 && (m_block >= num_m_blocks || n_block >= num_n_blocks)) continue;
         // Partials and their in-order sum: epilogue/split_k.cuh.
         const uint32_t tile = sched.tile_index(m_block, n_block);
         float2* slab = reinterpret_cast<float2*>(workspace) +
