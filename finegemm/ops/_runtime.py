@@ -260,8 +260,10 @@ class PreparedLaunch:
                     handle = out.value
             # A split cluster sums its partials through distributed shared memory: the call needs
             # no workspace or counters (the launchers accept null ones then), so it skips their
-            # per-call lookup and the stream-capture test (~0.8 us of host time).
-            if handle and self._split_k and self._query_cluster(handle) == self.cfg.num_splits:
+            # per-call lookup and the stream-capture test (~0.8 us of host time). A multicast pair
+            # with split-K (a cluster of 2 that may equal num_splits) sums through the workspace.
+            if (handle and self._split_k and getattr(self.cfg, "num_multicast", 1) == 1
+                    and self._query_cluster(handle) == self.cfg.num_splits):
                 self._split_k = False
             launch_prepared = self._ns[self._names[2]]
             if handle and isinstance(launch_prepared, ctypes._CFuncPtr):

@@ -41,10 +41,12 @@ struct Sm90Fp8Launch {
   uint32_t num_groups = 1;
   CUfunction fn = nullptr;
   unsigned grid = 0, threads = 0, smem_bytes = 0, cluster = 1;
+  unsigned num_multicast = 1;  // a multicast pair with split-K sums through the workspace, not its cluster
 };
 
 int launch(const Sm90Fp8Launch& L, void* workspace, void* counters, uint64_t stream) {
-  if (fg::split_buffers_missing(L.num_splits, L.cluster, workspace, counters)) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (fg::split_buffers_missing(L.num_splits, L.num_multicast > 1 ? 1u : L.cluster, workspace, counters))
+    return fg::FG_ERROR_INVALID_ARGUMENT;
   float* ws_p = static_cast<float*>(workspace);
   int* cnt_p = static_cast<int*>(counters);
   // cuLaunchKernelEx copies the values behind these pointers: L is only read.
@@ -159,7 +161,7 @@ int encode_1d2d(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sfa, void
   L->grid = static_cast<unsigned>(grid);
   L->threads = static_cast<unsigned>((block_m / 64 + 1) * 128);
   L->smem_bytes = static_cast<unsigned>(smem_bytes);
-  L->cluster = static_cast<unsigned>(num_multicast);
+  L->cluster = L->num_multicast = static_cast<unsigned>(num_multicast);
   if (gemm_kind == 0 && num_multicast == 1)
     L->cluster = fg::split_cluster_size(L->fn, m, n, block_m, block_n, fg::fp8_cluster_split_max_n(block_m),
                                         num_splits, grid, static_cast<int>(L->threads), smem_bytes);
@@ -242,7 +244,7 @@ int encode_1d1d(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sfa, void
   L->grid = static_cast<unsigned>(grid);
   L->threads = static_cast<unsigned>((block_m / 64 + 1) * 128);
   L->smem_bytes = static_cast<unsigned>(smem_bytes);
-  L->cluster = static_cast<unsigned>(num_multicast);
+  L->cluster = L->num_multicast = static_cast<unsigned>(num_multicast);
   return CUDA_SUCCESS;
 }
 
