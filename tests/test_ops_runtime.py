@@ -71,18 +71,26 @@ def test_cluster_size_without_a_prepared_launch(monkeypatch):
     call = ob.prepare(torch.zeros(64, 7168, dtype=torch.bfloat16), torch.zeros(256, 7168, dtype=torch.bfloat16),
                       torch.empty(64, 256), config=cfg)
     assert call._cluster_symbol == "fg_sm90_bf16_gemm_prepared_cluster"
+    assert call._split_buffers_symbol == "fg_sm90_bf16_gemm_prepared_split_buffers"
     assert call.cluster_size() == 0
+    assert call._query(call._split_buffers_symbol, 0) == -1  # no handle: no answer, no library call
 
 
 @pytest.mark.nvcc
 def test_host_library_answers_cluster_queries():
-    """Both GEMM families export their prepared-cluster query; a null handle answers -1."""
+    """Both GEMM families export their prepared-cluster and split-buffer queries (the ops layer's
+    symbols); a null handle answers -1."""
     import ctypes
 
     from finegemm import jit
+    from finegemm.ops import sm90_bf16_gemm as ob
+    from finegemm.ops import sm90_fp8_gemm as of
 
     lib = jit.host_library()
-    for family in ("sm90_fp8_gemm", "sm90_bf16_gemm"):
-        f = getattr(lib, f"fg_{family}_prepared_cluster")
-        f.argtypes, f.restype = [ctypes.c_uint64], ctypes.c_int
-        assert f(0) == -1
+    for family, call_cls in (("sm90_fp8_gemm", of.PreparedCall), ("sm90_bf16_gemm", ob.PreparedBf16Call)):
+        for query in ("prepared_cluster", "prepared_split_buffers"):
+            name = f"fg_{family}_{query}"
+            assert name in (call_cls._cluster_symbol, call_cls._split_buffers_symbol)
+            f = getattr(lib, name)
+            f.argtypes, f.restype = [ctypes.c_uint64], ctypes.c_int
+            assert f(0) == -1

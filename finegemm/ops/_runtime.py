@@ -221,11 +221,20 @@ class PreparedLaunch:
         return self._query_cluster(handle)
 
     def _query_cluster(self, handle: int) -> int:
-        if not handle or not self._cluster_symbol:
-            return 0
+        return max(self._query(self._cluster_symbol, handle), 0)
+
+    # Host symbol answering whether a prepared launch needs the split-K workspace and counters
+    # (fg_<family>_prepared_split_buffers: 1 / 0, decided once when the host encoded the launch).
+    _split_buffers_symbol: str = ""
+
+    @staticmethod
+    def _query(symbol: str, handle: int) -> int:
+        """The host's answer about a prepared launch; -1 without a handle or a symbol."""
+        if not handle or not symbol:
+            return -1
         from finegemm import jit
 
-        return max(int(c_function(jit.host_library(), self._cluster_symbol, [ctypes.c_uint64])(handle)), 0)
+        return int(c_function(jit.host_library(), symbol, [ctypes.c_uint64])(handle))
 
     def __del__(self):
         handle = getattr(self, "_handle", None)
@@ -260,10 +269,9 @@ class PreparedLaunch:
                     handle = out.value
             # A split cluster sums its partials through distributed shared memory: the call needs
             # no workspace or counters (the launchers accept null ones then), so it skips their
-            # per-call lookup and the stream-capture test (~0.8 us of host time). A multicast pair
-            # with split-K (a cluster of 2 that may equal num_splits) sums through the workspace.
-            if (handle and self._split_k and getattr(self.cfg, "num_multicast", 1) == 1
-                    and self._query_cluster(handle) == self.cfg.num_splits):
+            # per-call lookup and the stream-capture test (~0.8 us of host time). The host decided
+            # that when it encoded the launch; it is asked, not re-derived here.
+            if handle and self._split_k and self._query(self._split_buffers_symbol, handle) == 0:
                 self._split_k = False
             launch_prepared = self._ns[self._names[2]]
             if handle and isinstance(launch_prepared, ctypes._CFuncPtr):

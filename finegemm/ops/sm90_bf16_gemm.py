@@ -187,6 +187,7 @@ class PreparedBf16Call(PreparedLaunch):
     _ns = globals()
     _names = ("_launcher", "_launcher_prepare", "_launch_prepared", "_free_prepared")
     _cluster_symbol = "fg_sm90_bf16_gemm_prepared_cluster"
+    _split_buffers_symbol = "fg_sm90_bf16_gemm_prepared_split_buffers"
 
     def _describe(self) -> str:
         cfg = self.cfg

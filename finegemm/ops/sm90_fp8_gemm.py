@@ -319,6 +319,7 @@ class PreparedCall(PreparedLaunch):
     _ns = globals()
     _names = ("_launcher", "_launcher_prepare", "_launch_prepared", "_free_prepared")
     _cluster_symbol = "fg_sm90_fp8_gemm_prepared_cluster"
+    _split_buffers_symbol = "fg_sm90_fp8_gemm_prepared_split_buffers"
     _what = "sm90_fp8_gemm"
 
     def _describe(self) -> str:

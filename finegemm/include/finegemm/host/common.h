@@ -389,11 +389,18 @@ inline unsigned split_cluster_size(CUfunction fn, int m, int n, int block_m, int
   return static_cast<unsigned>(num_splits);
 }
 
-// Whether a split-K launch lacks the workspace / counters it needs: a split cluster (cluster ==
-// num_splits) sums through distributed shared memory and needs none (both GEMM launchers).
-inline bool split_buffers_missing(uint32_t num_splits, unsigned cluster, const void* workspace,
+// Whether a launch sums its split-K partials through the workspace and counters: split-K, and not
+// a split cluster (whose partials meet in distributed shared memory). Decided once, when a Launch
+// is encoded (its split_in_cluster: split_cluster_size() chose a cluster of the splits); the
+// launchers and Python (fg_<family>_prepared_split_buffers) read that one answer.
+inline bool needs_split_buffers(uint32_t num_splits, bool split_in_cluster) {
+  return num_splits > 1 && !split_in_cluster;
+}
+
+// Whether a launch lacks the workspace / counters it needs (both GEMM launchers).
+inline bool split_buffers_missing(uint32_t num_splits, bool split_in_cluster, const void* workspace,
                                   const void* counters) {
-  return num_splits > 1 && cluster != num_splits && (workspace == nullptr || counters == nullptr);
+  return needs_split_buffers(num_splits, split_in_cluster) && (workspace == nullptr || counters == nullptr);
 }
 
 // Prepared launches (fg_prepare_* / fg_launch_prepared_* / fg_free_prepared_*): a family's Launch

@@ -58,10 +58,12 @@ struct Sm90Bf16Launch {
   CUfunction fn = nullptr;
   unsigned grid = 0, threads = 0, smem_bytes = 0;
   unsigned cluster = 1;  // CTAs per cluster: num_splits for a split cluster (fg::split_cluster_size), else 1
+  bool split_in_cluster = false;  // the splits are the cluster: no workspace, no counters
 };
 
 int launch_dense(const Sm90Bf16Launch& L, void* workspace, void* counters, uint64_t stream) {
-  if (fg::split_buffers_missing(L.num_splits, L.cluster, workspace, counters)) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (fg::split_buffers_missing(L.num_splits, L.split_in_cluster, workspace, counters))
+    return fg::FG_ERROR_INVALID_ARGUMENT;
   float* ws_p = static_cast<float*>(workspace);
   int* cnt_p = static_cast<int*>(counters);
   // cuLaunchKernelEx copies the values behind these pointers: L is only read.
@@ -147,6 +149,7 @@ int encode_dense(Sm90Bf16Launch* L, uint64_t fn, void* a, void* b, void* d, void
   L->smem_bytes = static_cast<unsigned>(smem_bytes);
   L->cluster = fg::split_cluster_size(L->fn, m, n, block_m, block_n, fg::kBf16ClusterSplitMaxN, num_splits, grid,
                                       static_cast<int>(L->threads), smem_bytes);
+  L->split_in_cluster = L->cluster > 1;
   return CUDA_SUCCESS;
 }
 
@@ -244,6 +247,14 @@ int fg_launch_prepared_sm90_bf16_gemm(uint64_t handle, void* workspace, void* co
 int fg_sm90_bf16_gemm_prepared_cluster(uint64_t handle) {
   if (handle == 0) return -1;
   return static_cast<int>(fg::prepared_from_handle<Sm90Bf16Launch>(handle)->cluster);
+}
+
+// Whether a prepared call needs the split-K workspace and counters (1) or not (0: no split-K, or
+// a split cluster); -1 for a null handle.
+int fg_sm90_bf16_gemm_prepared_split_buffers(uint64_t handle) {
+  if (handle == 0) return -1;
+  const Sm90Bf16Launch& L = *fg::prepared_from_handle<Sm90Bf16Launch>(handle);
+  return fg::needs_split_buffers(L.num_splits, L.split_in_cluster) ? 1 : 0;
 }
 
 void fg_free_prepared_sm90_bf16_gemm(uint64_t handle) {

@@ -40,12 +40,15 @@ struct Sm90Fp8Launch {
   const int* grouped_p = nullptr;
   uint32_t num_groups = 1;
   CUfunction fn = nullptr;
+  // cluster: CTAs per cluster (2 for a multicast pair, num_splits for a split cluster, else 1);
+  // split_in_cluster: the splits are the cluster and sum in its shared memory (a multicast pair
+  // with split-K sums through the workspace: its cluster of 2 is not a split cluster).
   unsigned grid = 0, threads = 0, smem_bytes = 0, cluster = 1;
-  unsigned num_multicast = 1;  // a multicast pair with split-K sums through the workspace, not its cluster
+  bool split_in_cluster = false;
 };
 
 int launch(const Sm90Fp8Launch& L, void* workspace, void* counters, uint64_t stream) {
-  if (fg::split_buffers_missing(L.num_splits, L.num_multicast > 1 ? 1u : L.cluster, workspace, counters))
+  if (fg::split_buffers_missing(L.num_splits, L.split_in_cluster, workspace, counters))
     return fg::FG_ERROR_INVALID_ARGUMENT;
   float* ws_p = static_cast<float*>(workspace);
   int* cnt_p = static_cast<int*>(counters);
@@ -161,10 +164,13 @@ int encode_1d2d(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sfa, void
   L->grid = static_cast<unsigned>(grid);
   L->threads = static_cast<unsigned>((block_m / 64 + 1) * 128);
   L->smem_bytes = static_cast<unsigned>(smem_bytes);
-  L->cluster = L->num_multicast = static_cast<unsigned>(num_multicast);
-  if (gemm_kind == 0 && num_multicast == 1)
+  L->cluster = static_cast<unsigned>(num_multicast);
+  L->split_in_cluster = false;
+  if (gemm_kind == 0 && num_multicast == 1) {
     L->cluster = fg::split_cluster_size(L->fn, m, n, block_m, block_n, fg::fp8_cluster_split_max_n(block_m),
                                         num_splits, grid, static_cast<int>(L->threads), smem_bytes);
+    L->split_in_cluster = L->cluster > 1;
+  }
   return CUDA_SUCCESS;
 }
 
@@ -244,7 +250,8 @@ int encode_1d1d(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sfa, void
   L->grid = static_cast<unsigned>(grid);
   L->threads = static_cast<unsigned>((block_m / 64 + 1) * 128);
   L->smem_bytes = static_cast<unsigned>(smem_bytes);
-  L->cluster = L->num_multicast = static_cast<unsigned>(num_multicast);
+  L->cluster = static_cast<unsigned>(num_multicast);
+  L->split_in_cluster = false;  // recipe (1, 1, 128) sums its splits through the workspace
   return CUDA_SUCCESS;
 }
 
@@ -345,6 +352,14 @@ int fg_sm90_fp8_gemm_prepared_flags(uint64_t handle) {
 int fg_sm90_fp8_gemm_prepared_cluster(uint64_t handle) {
   if (handle == 0) return -1;
   return static_cast<int>(fg::prepared_from_handle<Sm90Fp8Launch>(handle)->cluster);
+}
+
+// Whether a prepared call needs the split-K workspace and counters (1) or not (0: no split-K, or
+// a split cluster); -1 for a null handle.
+int fg_sm90_fp8_gemm_prepared_split_buffers(uint64_t handle) {
+  if (handle == 0) return -1;
+  const Sm90Fp8Launch& L = *fg::prepared_from_handle<Sm90Fp8Launch>(handle);
+  return fg::needs_split_buffers(L.num_splits, L.split_in_cluster) ? 1 : 0;
 }
 
 // Launch a prepared call on `stream` (workspace / counters: as fg_launch_sm90_fp8_gemm).
