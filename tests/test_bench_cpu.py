@@ -116,6 +116,23 @@ def test_draw_ks_rounds_up_to_128():
     assert bench_grouped.draw_ks(1, 1280, Fixed()) == [896]  # 896 exactly stays
 
 
+def test_fit_ms_to_padded_total():
+    fit = bench_grouped.fit_ms_to_padded_total
+    ms = [1000, 300, 129, 5000]  # padded 1024 + 384 + 256 + 5120 = 6784
+    assert fit(ms, 6784, 128) == ms  # already there: unchanged (a copy)
+    for total in (6784 + 3 * 128, 6784 - 5 * 128, 4 * 128):
+        out = fit(ms, total, 128)
+        assert sum(-(-x // 128) * 128 for x in out) == total
+        assert all(x >= 1 for x in out)
+        assert [x % 128 for x in out] == [x % 128 for x in ms]  # every group keeps its padding
+        assert sum(abs(a - b) for a, b in zip(out, ms)) == abs(total - 6784)  # only the rows needed move
+    assert fit(ms, 6784 + 128, 128) == [1000, 300, 257, 5000]  # rows go to the smallest group
+    assert fit(ms, 6784 - 128, 128) == [1000, 300, 129, 4872]  # and come from the largest
+    for bad in (6784 + 64, 3 * 128):  # not a multiple of the alignment; below one segment per group
+        with pytest.raises(ValueError, match="cannot hold"):
+            fit(ms, bad, 128)
+
+
 def test_wgrad_shapes():
     dense = bench_grouped.wgrad_shapes(("dense",))
     assert dense == [("dense", 4096, n, k) for (n, k) in DENSE_NK]
@@ -130,10 +147,20 @@ def test_plans_share_sets():
     kinds = [r["kind"] for r in plan]
     assert kinds.count("contiguous") == 8 and kinds.count("masked") == 24
     assert kinds.count("k_grouped") == 3 and kinds.count("wgrad") == 12
-    # The contiguous plan draws what bench_contiguous draws (one random.Random(0), in order).
+    # The contiguous plan: one random.Random(0) in order, each draw fitted to its anchor's padded
+    # total where the anchors have the shape (the records then do DeepGEMM's padded work).
     rng = random.Random(0)
+    totals = {(r["groups"], r["expected_m_per_group"], r["n"], r["k"]): r["m_total"]
+              for r in _anchors()["m_grouped_contiguous"]}
+    fitted = 0
     for r in (r for r in plan if r["kind"] == "contiguous"):
-        assert r["ms"] == [int(r["m"] * rng.uniform(0.7, 1.3)) for _ in range(r["groups"])]
+        drawn = [int(r["m"] * rng.uniform(0.7, 1.3)) for _ in range(r["groups"])]
+        total = totals.get((r["groups"], r["m"], r["n"], r["k"]))
+        assert r["ms"] == (bench_grouped.fit_ms_to_padded_total(drawn, total, 128) if total else drawn)
+        if total:
+            fitted += 1
+            assert sum(-(-x // 128) * 128 for x in r["ms"]) == total
+    assert fitted == len(totals) == 4
     # bench bf16's grouped records: the same sets, segment sizes and k_g as the FP8 bench.
     gplan = bench_bf16.grouped_plan()
     strip = lambda r, key: {k: v for k, v in r.items() if k not in (key, "kind", "layout")}  # noqa: E731

@@ -22,7 +22,6 @@ import argparse
 import concurrent.futures
 import json
 import pathlib
-import random
 
 import torch
 
@@ -123,17 +122,14 @@ GROUPED_TARGET = 1.3  # issue target: geomean speedup over torch._grouped_mm (bf
 
 def grouped_plan(layouts=GROUPED_LAYOUTS) -> list[dict]:
     """The grouped records, in run order (no GPU): the FP8 grouped bench's m-grouped sets (the same
-    contiguous segment sizes: random.Random(0), same order) and its k-grouped set (same k_g)."""
-    from .grouped import CONTIGUOUS_GM, GROUPED_NK, MASKED_GM, draw_ms, k_grouped_problems
+    contiguous segment sizes: grouped.contiguous_problems) and its k-grouped set (same k_g)."""
+    from .grouped import GROUPED_NK, MASKED_GM, contiguous_problems, k_grouped_problems
 
     plan = []
-    rng = random.Random(0)
-    for (g, m) in CONTIGUOUS_GM:
-        for (n, k) in GROUPED_NK:
-            ms = draw_ms(g, m, rng)
-            for lay in CONTIGUOUS_LAYOUTS:
-                if lay in layouts:
-                    plan.append({"layout": lay, "groups": g, "m": m, "n": n, "k": k, "ms": ms})
+    for (g, m, n, k, ms) in contiguous_problems():
+        for lay in CONTIGUOUS_LAYOUTS:
+            if lay in layouts:
+                plan.append({"layout": lay, "groups": g, "m": m, "n": n, "k": k, "ms": ms})
     if "grouped_masked" in layouts:
         for (g, m) in MASKED_GM:
             for (n, k) in GROUPED_NK:

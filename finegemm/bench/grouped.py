@@ -2,7 +2,8 @@
 blockwise (per group) vs torch bf16, on DeepGEMM's shape sets (anchors/h200.json), one run.
 
 contiguous: G groups of m_g ~ U[0.7, 1.3] x expected rows (seeded), each segment padded to the
-mk alignment with -1 rows; masked: A [G, Mmax, K] with masked_m = m per group.
+mk alignment with -1 rows, then whole alignments of rows moved between groups until the padded
+rows equal the anchor's m_total (DeepGEMM's run): the same padded work, so the times compare; masked: A [G, Mmax, K] with masked_m = m per group.
 k_grouped: k_grouped_fp8_gemm_nt_contiguous, G groups of k_g ~ U[0.7, 1.3] x expected K rounded
 up to 128 (seeded), 1x128 scales on both operands, fp32 D accumulated in place (c = d).
 wgrad: dense fp8_gemm_nt with recipe (1, 1, 128), fp32 D accumulated in place (c = d).
@@ -64,6 +65,30 @@ def draw_ms(g: int, expected: int, rng: random.Random) -> list[int]:
     return [int(expected * rng.uniform(0.7, 1.3)) for _ in range(g)]
 
 
+def fit_ms_to_padded_total(ms: list[int], padded_total: int, alignment: int) -> list[int]:
+    """ms with whole alignments of rows moved so that the padded rows sum to padded_total (a
+    contiguous record then does the padded work of its anchor: DeepGEMM's m_total, so the times
+    compare directly). Each step takes `alignment` rows from the largest group, or gives them to the
+    smallest, so every group keeps its padding and the draws stay as even as they were; ms as drawn
+    where the total already matches. ValueError where no such sizes exist (a total that is not a
+    multiple of the alignment, or below one aligned segment per group)."""
+    if alignment < 1 or padded_total % alignment or padded_total < len(ms) * alignment:
+        raise ValueError(f"fit_ms_to_padded_total: {padded_total} rows cannot hold {len(ms)} segments aligned to "
+                         f"{alignment}")
+    out = list(ms)
+    steps = (padded_total - sum(-(-m // alignment) * alignment for m in out)) // alignment
+    while steps:
+        if steps > 0:
+            i = min(range(len(out)), key=lambda j: (out[j], j))
+            out[i] += alignment
+            steps -= 1
+        else:
+            i = max((j for j in range(len(out)) if out[j] > alignment), key=lambda j: (out[j], -j))
+            out[i] -= alignment
+            steps += 1
+    return out
+
+
 def contiguous_group_ids(ms: list[int], alignment: int) -> list[int]:
     """The per-row group ids of a contiguous layout: group i's ms[i] rows, then -1 up to the next
     multiple of `alignment` (where the next segment starts)."""
@@ -119,13 +144,13 @@ def _time(rec, name, fn, num_tests, timer=None, order=None):
     return time_into(rec, name, fn, num_tests, timer, order)
 
 
-def bench_contiguous(g, expected, n, k, gen, rng, num_tests):
+def bench_contiguous(g, ms, n, k, gen, num_tests):
+    """ms: rows per group (contiguous_problems())."""
     import finegemm
     from finegemm import reference
     from finegemm.testing import calc_diff
 
     align_m = finegemm.get_mk_alignment_for_contiguous_layout()
-    ms = draw_ms(g, expected, rng)
     padded = [finegemm.align(m, align_m) for m in ms]
     m_total = sum(padded)
     layout = torch.full((m_total,), -1, dtype=torch.int32, device="cuda")
@@ -557,14 +582,29 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def contiguous_problems(alignment: int = 128) -> list[tuple]:
+    """(G, expected m, N, K, rows per group) of the contiguous records, in run order: draw_ms from
+    one random.Random(0), fitted to the anchor's m_total where the anchors have the shape
+    (fit_ms_to_padded_total; the anchors' totals are padded to 128, the library's mk alignment)."""
+    rng = random.Random(0)
+    totals = {(r["groups"], r["expected_m_per_group"], r["n"], r["k"]): r.get("m_total")
+              for r in load_anchors().get("m_grouped_contiguous", [])}
+    out = []
+    for (g, m) in CONTIGUOUS_GM:
+        for (n, k) in GROUPED_NK:
+            ms = draw_ms(g, m, rng)
+            total = totals.get((g, m, n, k))
+            out.append((g, m, n, k, fit_ms_to_padded_total(ms, total, alignment) if total else ms))
+    return out
+
+
 def plan_records(kinds=KINDS, wgrad_sets=WGRAD_SETS) -> list[dict]:
     """The records a run makes, in run order, as parameter dicts (no tensors, no GPU): contiguous
     (with the segment sizes the run draws), masked, k_grouped (with the drawn k_g), wgrad."""
     plan = []
-    rng = random.Random(0)  # the run's contiguous draws: same generator, same order
-    for (g, m) in (CONTIGUOUS_GM if "contiguous" in kinds else []):
-        for (n, k) in GROUPED_NK:
-            plan.append({"kind": "contiguous", "groups": g, "m": m, "n": n, "k": k, "ms": draw_ms(g, m, rng)})
+    if "contiguous" in kinds:
+        for (g, m, n, k, ms) in contiguous_problems():
+            plan.append({"kind": "contiguous", "groups": g, "m": m, "n": n, "k": k, "ms": ms})
     for (g, m) in (MASKED_GM if "masked" in kinds else []):
         for (n, k) in GROUPED_NK:
             plan.append({"kind": "masked", "groups": g, "m": m, "n": n, "k": k})
@@ -661,15 +701,16 @@ def main(argv=None) -> int:
     set_clock_warmup(args.warm_ms)
     gen = torch.Generator(device="cuda")
     gen.manual_seed(0)
-    rng = random.Random(0)
     records = []
     for spec in plan:
         kind, g, m, n, k = spec["kind"], spec["groups"], spec["m"], spec["n"], spec["k"]
         settle(args.settle_ms)
         try:
             if kind == "contiguous":
-                rec = bench_contiguous(g, m, n, k, gen, rng, args.num_tests)
-                rec["deepgemm_anchor_us"] = anchor_c.get((g, m, n, k), {}).get("us", {}).get("deepgemm")
+                anchor = anchor_c.get((g, m, n, k), {})
+                rec = bench_contiguous(g, spec["ms"], n, k, gen, args.num_tests)
+                rec["deepgemm_anchor_us"] = anchor.get("us", {}).get("deepgemm")
+                rec["anchor_m_total"] = anchor.get("m_total")
             elif kind == "masked":
                 rec = bench_masked(g, m, n, k, gen, args.num_tests)
                 rec["deepgemm_anchor_us"] = anchor_m.get((g, m, n, k), {}).get("us", {}).get("deepgemm")
