@@ -1224,6 +1224,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         // otherwise overwrite rows >= masked_m, which must stay untouched).
         const bool tma_rows_ok = kGemmKind != scheduler::kGemmGroupedMasked || m0 + wg * 64 + 64 <= row_limit;
         if ((flags & kFlagTmaStore) != 0 && tma_rows_ok) {
+          if constexpr (diag::kNoEpilogue) continue;  // developer bound (ptx/diag.cuh): D never written
           EpiTma::store(fin, base + Traits::kOffD + wg * EpiTma::kBytes, tmap_d, 2 + wg,
                         static_cast<int32_t>(n0), static_cast<int32_t>(m0 + wg * 64));
           FG_TRACE_TILE(wg_trace, wg, traced, 3);

@@ -78,6 +78,10 @@
 //                         (default 64).
 //   FINEGEMM_DIAG_C_PREFETCH_BURST  (correct results) all of them leave with that k-block (as first
 //                         built) instead of one or a few per k-block before it.
+//   FINEGEMM_DIAG_NO_EPILOGUE  (FP8 1D2D kernel, bf16 TMA-store epilogue; wrong results: D is never
+//                         written) the consumers go from a tile's last promotion straight to the next
+//                         tile: what hiding that epilogue under the main loop (a ping-pong of the
+//                         consumer warpgroups) could win at most.
 //   FINEGEMM_SFB_REG_SLACK=<n>  (correct results) the 1D1D prefetch's register slack instead of the
 //                         measured 24 (impls/sm90_fp8_gemm_1d2d.cuh; 20 / 28 / 32: benchmarks/NOTES.md
 //                         v0.37): more or fewer chunks' column scales loaded before the wgmmas.
@@ -217,6 +221,12 @@ constexpr bool kNoCPrefetch = false;
 constexpr unsigned kCPrefetchLead = FINEGEMM_C_PREFETCH_LEAD;
 #else
 constexpr unsigned kCPrefetchLead = 2;
+#endif
+
+#ifdef FINEGEMM_DIAG_NO_EPILOGUE
+constexpr bool kNoEpilogue = true;
+#else
+constexpr bool kNoEpilogue = false;
 #endif
 
 #ifdef FINEGEMM_DIAG_C_PREFETCH_BURST
