@@ -1174,8 +1174,13 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         if (kb_begin < kb_end) {
           kblock(kb_begin, std::true_type{});
           for (uint32_t kb = kb_begin + 1; kb < kb_end; ++kb) kblock(kb, std::false_type{});
+        } else if constexpr (kGemmKind == scheduler::kGemmGroupedContiguous) {
+          // A padding tile (the only tile without k-blocks): every row is selected to zero in the
+          // epilogue whatever the sums hold, so they are not zeroed here (zeroing them beside the
+          // packed words spilled the contiguous kernels).
+          store_pending();
         } else {
-          store_pending_then_zero();  // no k-block (a padding tile): zeros are stored
+          store_pending_then_zero();
         }
       } else {
         for (uint32_t kb = kb_begin; kb < kb_end; ++kb) kblock(kb, std::false_type{});
