@@ -1157,35 +1157,3 @@ def test_every_shipped_table_kernel_compiles_clean():
     reports = jit.compile_check([(name, ops._render_cfg(c)) for name, c in cfgs.items()], raise_on_failure=False)
     bad = [r for r in reports if not r["ok"]]
     assert len(reports) == len(cfgs) and not bad, [(r["label"], r["reasons"]) for r in bad]
-
-
-@pytest.mark.nvcc
-@pytest.mark.parametrize("bm, bn, mc, half", [(128, 256, 1, True), (128, 208, 1, True), (128, 128, 2, False),
-                                              (64, 96, 1, False)])
-def test_deferred_tma_store_runs_under_the_first_wgmmas(bm, bn, mc, half):
-    """kDeferStore (benchmarks/NOTES.md v0.89): in SASS, a tile's bf16 staging writes (STSM) sit
-    between the next tile's first wgmmas and their wait, never inside the k-loop; the k-loops and
-    the whole kernel stay spill-free (the packed words live in the dead sums' registers)."""
-    import sass_tools
-
-    from finegemm import jit
-    from finegemm.heuristics.sm90_fp8_gemm import make_config, max_stages
-    from finegemm.ops import sm90_fp8_gemm as ops
-
-    cfg = make_config(4096, 7168, 2048, 132, False, False, bm, bn, max_stages(bm, bn, True), 1, mc, False, True, half)
-    cubin = jit.build_cubin(ops._kernel_name(cfg), ops._render_cfg(cfg))
-    log = (cubin.parent / "build.log").read_text()
-    assert "bytes spill stores" in log and not re.search(r"[1-9]\d* bytes spill (stores|loads)", log), log[-500:]
-    sass = sass_tools.sass(str(cubin))
-    if sass is None:
-        pytest.skip("no cuobjdump")
-    ops_ = [s for _, s in sass_tools.instructions(sass)]
-    for body in sass_tools.wgmma_k_loops(sass):
-        assert not any(s.startswith("STSM") for s in body), "a staging write inside the k-loop"
-    under = 0
-    for i, s in enumerate(ops_):
-        if s.startswith("STSM") and (i == 0 or not ops_[i - 1].startswith("STSM")):
-            before = [t for t in ops_[:i] if "GMMA" in t or t.startswith("WARPGROUP.DEPBAR")]
-            if before and "GMMA" in before[-1] and "WARPGROUP" not in before[-1]:
-                under += 1  # the last wgmma-related op before this store block is an issue, not a wait
-    assert under >= 1, "no store block under in-flight wgmmas"

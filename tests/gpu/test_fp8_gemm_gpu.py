@@ -463,22 +463,21 @@ def test_split_k_with_multicast(case):
     assert torch.equal(out[2], out[1]), "multicast changed the split-K result"
 
 
-# The bf16 TMA store deferred into the next tile's first k-block (kDeferStore, benchmarks/NOTES.md
-# v0.89): (m, n, k, block_m, block_n, multicast, multicast_on_a, half_promote, SMs). Grids far
-# below the tiles (every CTA stores many tiles, the last one after its loop), partial tiles in M
-# and N, one k-block (K = 128: the first k-block is the last), serial halves (bn256), two half
-# sets (bn208), multicast pairs with a phantom tile (odd m-blocks on B, odd n-blocks on A), bm64.
-DEFERRED_STORE_CASES = [(4097, 1000, 2048, 128, 256, 1, False, True, 7), (300, 2112, 512, 128, 208, 1, False, True, 5),
+# The bf16 TMA-store epilogue against the direct one over many tiles per CTA: (m, n, k, block_m,
+# block_n, multicast, multicast_on_a, half_promote, SMs). Grids far below the tiles (every CTA
+# reuses its staging buffer many times, its last stores complete at exit), partial tiles in M and
+# N, one k-block (K = 128), serial halves (bn256), two half sets (bn208), multicast pairs with a
+# phantom tile (odd m-blocks on B, odd n-blocks on A), bm64.
+TMA_EPILOGUE_CASES = [(4097, 1000, 2048, 128, 256, 1, False, True, 7), (300, 2112, 512, 128, 208, 1, False, True, 5),
                         (1000, 4000, 128, 128, 256, 1, False, True, 16), (300, 640, 7168, 128, 128, 2, False, False, 3),
                         (777, 1200, 1152, 128, 176, 2, True, False, 4), (65, 200, 4096, 64, 96, 1, False, False, 132),
                         (4096, 4096, 7168, 128, 256, 1, False, True, 132)]
 
 
-@pytest.mark.parametrize("case", DEFERRED_STORE_CASES, ids=str)
-def test_deferred_tma_store_matches_direct_store(case):
-    """A tile's TMA store issued in the next tile's first k-block (or after the CTA's last tile)
-    writes what the direct epilogue of the same tile writes, bit for bit: exact reference,
-    poisoned outputs, bitwise repeat."""
+@pytest.mark.parametrize("case", TMA_EPILOGUE_CASES, ids=str)
+def test_tma_epilogue_matches_direct_epilogue(case):
+    """The TMA-store epilogue writes what the direct epilogue of the same tile writes, bit for bit,
+    with many tiles per CTA: exact reference, poisoned outputs, bitwise repeat."""
     from finegemm.heuristics.sm90_fp8_gemm import make_config, max_stages
 
     m, n, k, bm, bn, mc, on_a, hp, sms = case
@@ -491,7 +490,7 @@ def test_deferred_tma_store_matches_direct_store(case):
         flags = call._query("fg_sm90_fp8_gemm_prepared_flags", call._handle)
         assert (flags & 2 != 0) == tma, "the TMA epilogue must be in use exactly when asked"
         out[tma] = d
-    assert torch.equal(out[True].view(torch.int16), out[False].view(torch.int16)), "deferred store differs"
+    assert torch.equal(out[True].view(torch.int16), out[False].view(torch.int16)), "the TMA epilogue differs from the direct one"
 
 
 FORCED_TUNER_VARIANTS = [

@@ -41,31 +41,17 @@ struct TmaStoreBf16 {
     return (chunk / kChunksPerBox) * kBoxBytes + swizzled_chunk_offset<kSwizzleBytes>(row, chunk % kChunksPerBox);
   }
 
-  // The thread's fragment as bf16 pairs, in the order store_packed() writes them: word 2c + h holds
-  // columns 8c + 2 (lane % 4) + {0, 1} of row h (0: upper, 1: 8 below). zero_rows: bit h set = row
-  // h is stored as zeros whatever the fragment holds (an m-grouped padding row): masked here, so
-  // the accumulators are never rewritten (rewriting them spilled the 128 x 256 tile).
-  template <uint32_t kNumAcc>
-  __device__ __forceinline__ static void pack(const float (&fin)[kNumAcc], uint32_t (&packed)[kNumAcc / 2],
-                                              uint32_t zero_rows = 0) {
-    static_assert(kNumAcc == BLOCK_N / 2, "fragment size");
-    const uint32_t keep0 = (zero_rows & 1u) ? 0u : ~0u;  // all-zero bits: +0.0 even for a NaN fragment
-    const uint32_t keep1 = (zero_rows & 2u) ? 0u : ~0u;
-#pragma unroll
-    for (uint32_t c = 0; c < BLOCK_N / 8; ++c) {
-      packed[2 * c + 0] = ptx::pack_bf16x2(fin[4 * c + 0], fin[4 * c + 1]) & keep0;
-      packed[2 * c + 1] = ptx::pack_bf16x2(fin[4 * c + 2], fin[4 * c + 3]) & keep1;
-    }
-  }
-
   // Called by all 128 threads of the warpgroup. buf: this warpgroup's staging buffer (shared
-  // address, 1024-aligned); packed: the thread's fragment from pack(); (col0, row0): the box's
-  // global origin.
-  template <uint32_t kNumWords>
-  __device__ __forceinline__ static void store_packed(const uint32_t (&packed)[kNumWords], uint32_t buf,
-                                                      const void* tmap_d, uint32_t barrier_id, int32_t col0,
-                                                      int32_t row0) {
-    static_assert(kNumWords == BLOCK_N / 4, "fragment size");
+  // address, 1024-aligned); fin: the thread's fragment (register 4j+{0,1}: row 16 warp + lane/4,
+  // cols 8j + 2 (lane%4) + {0,1}; 4j+{2,3}: 8 rows below); (col0, row0): the box's global origin.
+  // zero_rows: bit h set = the thread's row h (0: upper, 1: 8 below) is stored as zeros whatever
+  // the fragment holds (an m-grouped padding row): masked at packing, so the accumulators are
+  // never rewritten (rewriting them spilled the 128 x 256 tile).
+  template <uint32_t kNumAcc>
+  __device__ __forceinline__ static void store(const float (&fin)[kNumAcc], uint32_t buf, const void* tmap_d,
+                                               uint32_t barrier_id, int32_t col0, int32_t row0,
+                                               uint32_t zero_rows = 0) {
+    static_assert(kNumAcc == BLOCK_N / 2, "fragment size");
     const uint32_t tid = threadIdx.x % 128;
     const uint32_t warp = tid / 32, lane = tid % 32;
     // (1) the previous tile's stores from this buffer have been read out
@@ -75,10 +61,14 @@ struct TmaStoreBf16 {
     const uint32_t mat = lane / 8;
     const uint32_t row = warp * 16 + (mat % 2) * 8 + lane % 8;
     const uint32_t chunk_off = mat / 2;
+    const uint32_t keep0 = (zero_rows & 1u) ? 0u : ~0u;  // all-zero bits: +0.0 even for a NaN fragment
+    const uint32_t keep1 = (zero_rows & 2u) ? 0u : ~0u;
 #pragma unroll
     for (uint32_t j = 0; j < BLOCK_N / 8; j += 2) {
-      ptx::stmatrix_x4(buf + offset(row, j + chunk_off), packed[2 * j + 0], packed[2 * j + 1], packed[2 * j + 2],
-                       packed[2 * j + 3]);
+      ptx::stmatrix_x4(buf + offset(row, j + chunk_off), ptx::pack_bf16x2(fin[4 * j + 0], fin[4 * j + 1]) & keep0,
+                       ptx::pack_bf16x2(fin[4 * j + 2], fin[4 * j + 3]) & keep1,
+                       ptx::pack_bf16x2(fin[4 * j + 4], fin[4 * j + 5]) & keep0,
+                       ptx::pack_bf16x2(fin[4 * j + 6], fin[4 * j + 7]) & keep1);
     }
     // (3) generic-proxy writes visible to the TMA (async proxy), then everyone has written
     ptx::fence_proxy_async_shared();
@@ -91,17 +81,6 @@ struct TmaStoreBf16 {
       }
       ptx::tma_store_commit();
     }
-  }
-
-  // pack() + store_packed(): fin: the thread's fragment (register 4j+{0,1}: row 16 warp + lane/4,
-  // cols 8j + 2 (lane%4) + {0,1}; 4j+{2,3}: 8 rows below).
-  template <uint32_t kNumAcc>
-  __device__ __forceinline__ static void store(const float (&fin)[kNumAcc], uint32_t buf, const void* tmap_d,
-                                               uint32_t barrier_id, int32_t col0, int32_t row0,
-                                               uint32_t zero_rows = 0) {
-    uint32_t packed[kNumAcc / 2];
-    pack(fin, packed, zero_rows);
-    store_packed(packed, buf, tmap_d, barrier_id, col0, row0);
   }
 
   // Before the issuing thread exits: every store has completed (its smem source must stay valid).

@@ -71,7 +71,6 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
-#include <type_traits>
 
 #include <finegemm/epilogue/add_c_fp32.cuh>
 #include <finegemm/epilogue/split_k.cuh>
@@ -175,10 +174,8 @@ constexpr uint32_t kFlagCPrefetchMap = 4u;  // 1D1D, direct epilogue with C: tma
 // Promotion of one k-block: fin += (sfa * sfb) * acc for kNumChunks 8-column chunks starting
 // at chunk kChunkBase of the tile (acc holds just those chunks). For a tile whose first column
 // sits kOff columns into its 128-wide scale block, chunk c takes B scale (kOff + 8 c) / 128 — a
-// compile-time index, so no per-chunk selects. kAssign: fin = (sfa * sfb) * acc + 0 (a tile's first
-// k-block, whose sums were not zeroed).
-template <uint32_t kNumChunks, uint32_t kNumFin, uint32_t kSpan, uint32_t kOff, uint32_t kChunkBase,
-          bool kAssign = false>
+// compile-time index, so no per-chunk selects.
+template <uint32_t kNumChunks, uint32_t kNumFin, uint32_t kSpan, uint32_t kOff, uint32_t kChunkBase>
 __device__ __forceinline__ void promote_fixed(float (&fin)[kNumFin], const float (&acc)[kNumChunks * 4],
                                               const float (&s0)[kSpan], const float (&s1)[kSpan]) {
   static_assert((kChunkBase + kNumChunks) * 4 <= kNumFin, "chunk range out of the tile");
@@ -187,17 +184,10 @@ __device__ __forceinline__ void promote_fixed(float (&fin)[kNumFin], const float
     const uint32_t c = kChunkBase + j;
     const float x0 = s0[(kOff + 8 * c) / 128];
     const float x1 = s1[(kOff + 8 * c) / 128];
-    if constexpr (kAssign) {  // + 0.0f as an FFMA operand (RZ): bitwise the zeroed sums' result, -0 included
-      fin[4 * c + 0] = fmaf(x0, acc[4 * j + 0], 0.0f);
-      fin[4 * c + 1] = fmaf(x0, acc[4 * j + 1], 0.0f);
-      fin[4 * c + 2] = fmaf(x1, acc[4 * j + 2], 0.0f);
-      fin[4 * c + 3] = fmaf(x1, acc[4 * j + 3], 0.0f);
-    } else {
-      fin[4 * c + 0] = fmaf(x0, acc[4 * j + 0], fin[4 * c + 0]);
-      fin[4 * c + 1] = fmaf(x0, acc[4 * j + 1], fin[4 * c + 1]);
-      fin[4 * c + 2] = fmaf(x1, acc[4 * j + 2], fin[4 * c + 2]);
-      fin[4 * c + 3] = fmaf(x1, acc[4 * j + 3], fin[4 * c + 3]);
-    }
+    fin[4 * c + 0] = fmaf(x0, acc[4 * j + 0], fin[4 * c + 0]);
+    fin[4 * c + 1] = fmaf(x0, acc[4 * j + 1], fin[4 * c + 1]);
+    fin[4 * c + 2] = fmaf(x1, acc[4 * j + 2], fin[4 * c + 2]);
+    fin[4 * c + 3] = fmaf(x1, acc[4 * j + 3], fin[4 * c + 3]);
   }
 }
 
@@ -220,14 +210,12 @@ __device__ __forceinline__ void promote(uint32_t off, float (&fin)[kNumFin], con
 
 // Promotion of chunks [kChunkBase, kChunkBase + kNumChunks): at the compile-time offset kOff when
 // the caller's loop was dispatched per offset (kHoisted), else through promote()'s runtime dispatch.
-// kAssign (hoisted loops only): see promote_fixed.
 template <bool kHoisted, bool kStatic, uint32_t kNumChunks, uint32_t kNumFin, uint32_t kSpan, uint32_t kG,
-          uint32_t kOff, uint32_t kChunkBase, bool kAssign = false>
+          uint32_t kOff, uint32_t kChunkBase>
 __device__ __forceinline__ void promote_at(uint32_t off, float (&fin)[kNumFin], const float (&acc)[kNumChunks * 4],
                                            const float (&s0)[kSpan], const float (&s1)[kSpan]) {
-  static_assert(kHoisted || !kAssign, "kAssign: hoisted loops only");
   if constexpr (kHoisted) {
-    promote_fixed<kNumChunks, kNumFin, kSpan, kOff, kChunkBase, kAssign>(fin, acc, s0, s1);
+    promote_fixed<kNumChunks, kNumFin, kSpan, kOff, kChunkBase>(fin, acc, s0, s1);
   } else {
     promote<kStatic, kNumChunks, kNumFin, kSpan, kG, kChunkBase>(off, fin, acc, s0, s1);
   }
@@ -391,15 +379,6 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   // 1D2D B scales through the stages (the scale warp) with the lean loop; the wide loop (bn224)
   // keeps loading them from global one k-block ahead: with the scale warp ptxas spills there.
   constexpr bool kScaleWarp = !k1D1D && kLeanLoop;
-  // The bf16 TMA-store epilogue of a tile, deferred into the next tile's first k-block: the tile's
-  // sums are packed to bf16 in registers, the next tile's first wgmmas are issued, and the packed
-  // fragment goes through the staging buffer while they run. Stored at the end of the main loop,
-  // it left the tensor core idle for the whole store (3-15% of the M = 4096 shapes' time:
-  // FINEGEMM_DIAG_NO_EPILOGUE, benchmarks/NOTES.md v0.89). Lean 1D2D loops without split-K or
-  // k-batches (the packed words fit beside the first k-block's accumulators there; the sums are
-  // zeroed only after the store).
-  constexpr bool kDeferStore =
-      kTmaStore && !k1D1D && !kSplitK && kKBatch == 1 && kLeanLoop && !diag::kNoDeferStore && !diag::kNoEpilogue;
   // 1D1D: how many 8-column chunks' column scales (2 registers each) the plain loop loads before
   // issuing the wgmmas: what the consumer's register cap leaves beside the 2 x BLOCK_N / 2
   // accumulators and kSfbRegSlack others. Measured with ptxas 13.0 (tests/test_fp8_kernel_compile.py
@@ -791,24 +770,6 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
       }
     };
     FG_TRACE_ONLY(uint32_t traced_tile = 0; void* const wg_trace = threadIdx.x % 128 == 0 ? trace_buf : nullptr;)
-    // kDeferStore: the previous tile's fragment packed to bf16 pairs in the first half of fin
-    // (its own registers: a separate array spilled, ptxas did not give it fin's), and its D
-    // coordinates, waiting for the next tile's first k-block (pend_valid is the same in all
-    // threads of the warpgroup).
-    bool pend_valid = false;
-    int32_t pend_col = 0, pend_row = 0;
-    auto store_pending = [&]() {
-      if constexpr (kDeferStore) {
-        if (pend_valid) {
-          uint32_t words[kNumAcc / 2];
-#pragma unroll
-          for (uint32_t i = 0; i < kNumAcc / 2; ++i) words[i] = __float_as_uint(fin[i]);
-          EpiTma::store_packed(words, base + Traits::kOffD + wg * EpiTma::kBytes, tmap_d, 2 + wg, pend_col,
-                               pend_row);
-          pend_valid = false;
-        }
-      }
-    };
     Walker walker(M, N, num_kb, kSplitK ? num_splits : 1u, grouped, num_groups);
     scheduler::TileCoords t;
     for (uint32_t unit = cluster_id; kGrouped || unit < sched.num_units; unit += num_clusters) {
@@ -971,17 +932,8 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
       // Offset of the tile's first column inside its 128-wide scale block (a multiple of kG).
       const uint32_t n_off = n0 % 128u;
 
-      // kDeferStore: zeroed in the first k-block, after the previous tile's store (below).
-      if constexpr (!kDeferStore) {
 #pragma unroll
-        for (uint32_t i = 0; i < kNumAcc; ++i) fin[i] = 0.0f;
-      }
-      // A tile without k-blocks (or the diagnostic loop): the previous tile's store, then zero sums.
-      auto store_pending_then_zero = [&]() {
-        store_pending();
-#pragma unroll
-        for (uint32_t i = 0; i < kNumAcc; ++i) fin[i] = 0.0f;
-      };
+      for (uint32_t i = 0; i < kNumAcc; ++i) fin[i] = 0.0f;
 
       if constexpr (kKBatch > 1) {
       float accb[kKBatch][kHalfAcc];
@@ -1069,12 +1021,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
       }
       float sa0 = 0.0f, sa1 = 0.0f;
 
-      // One k-block; kFirst (kDeferStore): the tile's first, which stores the previous tile's
-      // fragment while its wgmmas run.
-      auto kblock = [&](uint32_t kb, auto first_c) {
-        constexpr bool kFirst = decltype(first_c)::value;  // implies kDeferStore
-        // The first k-block's promotion assigns the sums: zeros held beside the packed words
-        // spilled the 128 x 256 tile.
+      for (uint32_t kb = kb_begin; kb < kb_end; ++kb) {
         // The stage's B scales. Lean loop: shared loads next to the sfa ones, before the wgmma
         // issue. Loaded after the issue, ptxas put the loads and their products between the
         // k-block's 3rd and 4th wgmma, whose issue then waited for the load (shared memory is busy
@@ -1093,9 +1040,8 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           ptx::mbar_wait(full_bar(stage), phase);
           FG_TRACE_ONLY(if (kb == kb_begin) FG_TRACE_TILE(wg_trace, wg, traced, 1);)
           if constexpr (diag::kNoMma) {  // developer diagnostic (ptx/diag.cuh): the data path alone
-            if constexpr (kFirst) store_pending_then_zero();
             release_and_advance();
-            return;
+            continue;
           }
           sa0 = sfa_smem[stage * BLOCK_M + r0];
           sa1 = sfa_smem[stage * BLOCK_M + r0 + 8];
@@ -1108,7 +1054,6 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           // arrive it cost 7% on 4096x4096x7168, and a register dependency through the warp
           // sync's mask more (v0.9).
           if constexpr (!diag::kNo1d2dFence) ptx::fence_proxy_async_shared();
-          if constexpr (kFirst) store_pending();
           ptx::wgmma_wait<0>();
           ptx::fence_operands(acc_lo);
           float s0[kSpan], s1[kSpan];
@@ -1123,7 +1068,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
             phase ^= 1u;
           }
           // Promotion: fin += (sfa * sfb) * acc, per 8-column chunk with that chunk's B scale.
-          promote_at<kLeanLoop, Traits::kStaticChunkBlocks, kHalfChunks, kNumAcc, kSpan, Traits::kG, kOff, 0, kFirst>(
+          promote_at<kLeanLoop, Traits::kStaticChunkBlocks, kHalfChunks, kNumAcc, kSpan, Traits::kG, kOff, 0>(
               n_off, fin, acc_lo, s0, s1);
         } else {
           // Half-promote: both halves of k-block kb are issued as two groups; the left half is
@@ -1139,7 +1084,6 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           issue(acc_lo, stage, 0);
           if constexpr (!kSerialHalves) issue(acc_hi, stage, kMmaN);
           ptx::fence_proxy_async_shared();  // the sfa loads (as the plain path)
-          if constexpr (kFirst) store_pending();
           float s0[kSpan], s1[kSpan];
 #pragma unroll
           for (uint32_t b = 0; b < kSpan; ++b) {
@@ -1148,7 +1092,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           }
           ptx::wgmma_wait<kSerialHalves ? 0 : 1>();  // left half done
           ptx::fence_operands(acc_lo);
-          promote_at<kLeanLoop, Traits::kStaticChunkBlocks, kHalfChunks, kNumAcc, kSpan, Traits::kG, kOff, 0, kFirst>(
+          promote_at<kLeanLoop, Traits::kStaticChunkBlocks, kHalfChunks, kNumAcc, kSpan, Traits::kG, kOff, 0>(
               n_off, fin, acc_lo, s0, s1);
           auto& acc_right = [&]() -> auto& {
             if constexpr (kSerialHalves) {
@@ -1166,24 +1110,8 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
             phase ^= 1u;
           }
           promote_at<kLeanLoop, Traits::kStaticChunkBlocks, kHalfChunks, kNumAcc, kSpan, Traits::kG, kOff,
-                     kHalfChunks, kFirst>(n_off, fin, acc_right, s0, s1);
+                     kHalfChunks>(n_off, fin, acc_right, s0, s1);
         }
-      };
-      if constexpr (kDeferStore) {
-        // The first k-block peeled, so that the packed words are live only up to its store.
-        if (kb_begin < kb_end) {
-          kblock(kb_begin, std::true_type{});
-          for (uint32_t kb = kb_begin + 1; kb < kb_end; ++kb) kblock(kb, std::false_type{});
-        } else if constexpr (kGemmKind == scheduler::kGemmGroupedContiguous) {
-          // A padding tile (the only tile without k-blocks): every row is selected to zero in the
-          // epilogue whatever the sums hold, so they are not zeroed here (zeroing them beside the
-          // packed words spilled the contiguous kernels).
-          store_pending();
-        } else {
-          store_pending_then_zero();
-        }
-      } else {
-        for (uint32_t kb = kb_begin; kb < kb_end; ++kb) kblock(kb, std::false_type{});
       }
       };
       if constexpr (kLeanLoop) {
@@ -1297,19 +1225,6 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         const bool tma_rows_ok = kGemmKind != scheduler::kGemmGroupedMasked || m0 + wg * 64 + 64 <= row_limit;
         if ((flags & kFlagTmaStore) != 0 && tma_rows_ok) {
           if constexpr (diag::kNoEpilogue) continue;  // developer bound (ptx/diag.cuh): D never written
-          if constexpr (kDeferStore) {  // stored in the next tile's first k-block, or after the loop
-            {
-              uint32_t words[kNumAcc / 2];
-              EpiTma::pack(fin, words);
-#pragma unroll
-              for (uint32_t i = 0; i < kNumAcc / 2; ++i) fin[i] = __uint_as_float(words[i]);
-            }
-            pend_col = static_cast<int32_t>(n0);
-            pend_row = static_cast<int32_t>(m0 + wg * 64);
-            pend_valid = true;
-            FG_TRACE_TILE(wg_trace, wg, traced, 3);
-            continue;
-          }
           EpiTma::store(fin, base + Traits::kOffD + wg * EpiTma::kBytes, tmap_d, 2 + wg,
                         static_cast<int32_t>(n0), static_cast<int32_t>(m0 + wg * 64));
           FG_TRACE_TILE(wg_trace, wg, traced, 3);
@@ -1346,7 +1261,6 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
                                                    kOutFp32);
       FG_TRACE_TILE(wg_trace, wg, traced, 3);
     }
-    store_pending();  // the last tile's (kDeferStore)
     if constexpr (kTmaStore) EpiTma::finish();  // the last tile's stores complete before exit (same for fp32)
   }
   // No CTA of a cluster may exit while its peer can still multicast into it or arrive on its

@@ -82,8 +82,6 @@
 //                         written) the consumers go from a tile's last promotion straight to the next
 //                         tile: what hiding that epilogue under the main loop (a ping-pong of the
 //                         consumer warpgroups) could win at most.
-//   FINEGEMM_DIAG_NO_DEFER_STORE  (FP8 1D2D kernel, correct results) a tile's bf16 TMA store at
-//                         the end of its own main loop, as before v0.89 (kDeferStore off): the A/B.
 //   FINEGEMM_SFB_REG_SLACK=<n>  (correct results) the 1D1D prefetch's register slack instead of the
 //                         measured 24 (impls/sm90_fp8_gemm_1d2d.cuh; 20 / 28 / 32: benchmarks/NOTES.md
 //                         v0.37): more or fewer chunks' column scales loaded before the wgmmas.
@@ -229,12 +227,6 @@ constexpr unsigned kCPrefetchLead = 2;
 constexpr bool kNoEpilogue = true;
 #else
 constexpr bool kNoEpilogue = false;
-#endif
-
-#ifdef FINEGEMM_DIAG_NO_DEFER_STORE
-constexpr bool kNoDeferStore = true;
-#else
-constexpr bool kNoDeferStore = false;
 #endif
 
 #ifdef FINEGEMM_DIAG_C_PREFETCH_BURST
