@@ -19,6 +19,7 @@
 
 #include <finegemm/epilogue/swizzle.cuh>
 #include <finegemm/ptx/common.cuh>
+#include <finegemm/ptx/diag.cuh>
 #include <finegemm/ptx/stmatrix.cuh>
 #include <finegemm/ptx/tma.cuh>
 
@@ -74,7 +75,7 @@ struct TmaStoreBf16 {
     ptx::fence_proxy_async_shared();
     ptx::named_barrier_sync(barrier_id, 128);
     // (4) one thread stores every column box and commits; completion is awaited at the next reuse
-    if (tid == 0) {
+    if (tid == 0 && !diag::kNoDTma) {  // (developer bound: ptx/diag.cuh)
 #pragma unroll
       for (uint32_t b = 0; b < kNumBoxes; ++b) {
         ptx::tma_store_2d(tmap_d, buf + b * kBoxBytes, col0 + static_cast<int32_t>(b * kBoxCols), row0);

@@ -82,6 +82,10 @@
 //                         written) the consumers go from a tile's last promotion straight to the next
 //                         tile: what hiding that epilogue under the main loop (a ping-pong of the
 //                         consumer warpgroups) could win at most.
+//   FINEGEMM_DIAG_NO_D_TMA  (bf16 TMA-store epilogue of both kernel families; wrong results: D is
+//                         never written) the epilogue does all its shared-memory work (stmatrix,
+//                         proxy fence, barriers) but issues no TMA store: with NO_EPILOGUE, it
+//                         splits the epilogue's cost into the consumers' part and the stores' own.
 //   FINEGEMM_SFB_REG_SLACK=<n>  (correct results) the 1D1D prefetch's register slack instead of the
 //                         measured 24 (impls/sm90_fp8_gemm_1d2d.cuh; 20 / 28 / 32: benchmarks/NOTES.md
 //                         v0.37): more or fewer chunks' column scales loaded before the wgmmas.
@@ -227,6 +231,12 @@ constexpr unsigned kCPrefetchLead = 2;
 constexpr bool kNoEpilogue = true;
 #else
 constexpr bool kNoEpilogue = false;
+#endif
+
+#ifdef FINEGEMM_DIAG_NO_D_TMA
+constexpr bool kNoDTma = true;
+#else
+constexpr bool kNoDTma = false;
 #endif
 
 #ifdef FINEGEMM_DIAG_C_PREFETCH_BURST
