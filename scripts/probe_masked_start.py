@@ -34,18 +34,12 @@ def main() -> None:
 
     import finegemm
     from finegemm.bench._common import kernel_time_us, write_probe_json
-    from finegemm.bench.grouped import _quantized_experts
+    from finegemm.bench.grouped import masked_inputs
 
     gen = torch.Generator(device="cuda").manual_seed(0)
     records = []
     for g, m, n, k in SHAPES:
-        a_bf16 = torch.randn(g, m, k, device="cuda", dtype=torch.bfloat16, generator=gen)
-        qs = [finegemm.per_token_cast_to_fp8(a_bf16[i]) for i in range(g)]
-        a = torch.stack([q for q, _ in qs])
-        sfa = finegemm.get_mn_major_tma_aligned_tensor(torch.stack([s for _, s in qs]))
-        _, b, sfb = _quantized_experts(g, n, k, gen)
-        masked_m = torch.full((g,), m, dtype=torch.int32, device="cuda")
-        d = torch.empty(g, m, n, device="cuda", dtype=torch.bfloat16)
+        a_bf16, a, sfa, b, sfb, masked_m, d = masked_inputs(g, m, n, k, gen)  # m % 128 == 0: Mmax = m
         a2, sfa2 = finegemm.per_token_cast_to_fp8(a_bf16.view(g * m, k))
         d2 = torch.empty(g * m, n, device="cuda", dtype=torch.bfloat16)
 

@@ -186,10 +186,11 @@ def bench_contiguous(g, ms, n, k, gen, num_tests):
     return rec
 
 
-def bench_masked(g, m, n, k, gen, num_tests):
+def masked_inputs(g, m, n, k, gen):
+    """A masked record's operands: A [G, Mmax = align(m, 128), K] bf16 and its per-token FP8 cast,
+    the experts' B (_quantized_experts), masked_m = m for every group, an empty d [G, Mmax, N];
+    returns (a_bf16, a, sfa, b, sfb, masked_m, d)."""
     import finegemm
-    from finegemm import reference
-    from finegemm.testing import calc_diff
 
     m_max = finegemm.align(m, 128)
     a_bf16 = torch.randn(g, m_max, k, device="cuda", dtype=torch.bfloat16, generator=gen)
@@ -198,9 +199,18 @@ def bench_masked(g, m, n, k, gen, num_tests):
     # Stacking makes the scales K-major; hand the kernel the MN-major TMA-aligned layout it reads
     # (what a quantizer for this kernel emits), so the timed call is the GEMM alone.
     sfa = finegemm.get_mn_major_tma_aligned_tensor(torch.stack([s for _, s in qs]))
-    b_bf16, b, sfb = _quantized_experts(g, n, k, gen)
+    _, b, sfb = _quantized_experts(g, n, k, gen)
     masked_m = torch.full((g,), m, dtype=torch.int32, device="cuda")
     d = torch.empty(g, m_max, n, device="cuda", dtype=torch.bfloat16)
+    return a_bf16, a, sfa, b, sfb, masked_m, d
+
+
+def bench_masked(g, m, n, k, gen, num_tests):
+    import finegemm
+    from finegemm import reference
+    from finegemm.testing import calc_diff
+
+    _, a, sfa, b, sfb, masked_m, d = masked_inputs(g, m, n, k, gen)
     rec = {"kind": "masked", "groups": g, "m": m, "n": n, "k": k, "us": {}, "calc_diff": None}
 
     def ours():
