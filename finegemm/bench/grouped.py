@@ -3,7 +3,8 @@ blockwise (per group) vs torch bf16, on DeepGEMM's shape sets (anchors/h200.json
 
 contiguous: G groups of m_g ~ U[0.7, 1.3] x expected rows (seeded), each segment padded to the
 mk alignment with -1 rows, then whole alignments of rows moved between groups until the padded
-rows equal the anchor's m_total (DeepGEMM's run): the same padded work, so the times compare; masked: A [G, Mmax, K] with masked_m = m per group.
+rows equal the anchor's m_total (DeepGEMM's run): the same padded work, so the times compare;
+masked: A [G, Mmax, K] with masked_m = m per group.
 k_grouped: k_grouped_fp8_gemm_nt_contiguous, G groups of k_g ~ U[0.7, 1.3] x expected K rounded
 up to 128 (seeded), 1x128 scales on both operands, fp32 D accumulated in place (c = d).
 wgrad: dense fp8_gemm_nt with recipe (1, 1, 128), fp32 D accumulated in place (c = d).

@@ -469,9 +469,9 @@ def test_split_k_with_multicast(case):
 # N, one k-block (K = 128), serial halves (bn256), two half sets (bn208), multicast pairs with a
 # phantom tile (odd m-blocks on B, odd n-blocks on A), bm64.
 TMA_EPILOGUE_CASES = [(4097, 1000, 2048, 128, 256, 1, False, True, 7), (300, 2112, 512, 128, 208, 1, False, True, 5),
-                        (1000, 4000, 128, 128, 256, 1, False, True, 16), (300, 640, 7168, 128, 128, 2, False, False, 3),
-                        (777, 1200, 1152, 128, 176, 2, True, False, 4), (65, 200, 4096, 64, 96, 1, False, False, 132),
-                        (4096, 4096, 7168, 128, 256, 1, False, True, 132)]
+                      (1000, 4000, 128, 128, 256, 1, False, True, 16), (300, 640, 7168, 128, 128, 2, False, False, 3),
+                      (777, 1200, 1152, 128, 176, 2, True, False, 4), (65, 200, 4096, 64, 96, 1, False, False, 132),
+                      (4096, 4096, 7168, 128, 256, 1, False, True, 132)]
 
 
 @pytest.mark.parametrize("case", TMA_EPILOGUE_CASES, ids=str)
@@ -490,7 +490,7 @@ def test_tma_epilogue_matches_direct_epilogue(case):
         flags = call._query("fg_sm90_fp8_gemm_prepared_flags", call._handle)
         assert (flags & 2 != 0) == tma, "the TMA epilogue must be in use exactly when asked"
         out[tma] = d
-    assert torch.equal(out[True].view(torch.int16), out[False].view(torch.int16)), "the TMA epilogue differs from the direct one"
+    assert torch.equal(out[True].view(torch.int16), out[False].view(torch.int16)), "TMA and direct epilogues differ"
 
 
 FORCED_TUNER_VARIANTS = [
