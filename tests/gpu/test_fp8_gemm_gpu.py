@@ -436,8 +436,8 @@ def test_split_cluster_matches_workspace_path(case):
 # in M, N and K, and grids far below the units (every cluster runs several, the counters reused).
 SPLIT_MULTICAST_CASES = [(128, 4096, 7168, 128, 64, 2, True, False, 132), (17, 1000, 7296, 64, 48, 3, True, False, 132),
                          (1, 2112, 7168, 64, 64, 4, True, False, 24), (4097, 576, 2048, 128, 64, 2, False, True, 32),
-                         (130, 7168, 2048, 64, 128, 2, False, False, 20), (255, 640, 4096, 128, 96, 3, False, True, 132),
-                         (64, 200, 7168, 64, 16, 5, True, True, 8)]
+                         (130, 7168, 2048, 64, 128, 2, False, False, 20),
+                         (255, 640, 4096, 128, 96, 3, False, True, 132), (64, 200, 7168, 64, 16, 5, True, True, 8)]
 
 
 @pytest.mark.parametrize("case", SPLIT_MULTICAST_CASES, ids=str)
