@@ -31,7 +31,8 @@ TMA multicast (2-CTA clusters; never with split-K in the model, in tuned entries
 (1, 128, 128) it may be: both CTAs take the same split, partials through the workspace): the two
 CTAs of a cluster share A (two n-blocks of one m-block) or B (two m-blocks of one n-block); each
 loads half of the shared box for both, so a unit's L2 traffic per k-block drops from
-(bm + bn) * 128 to (bm/2 + bn) * 128 or (bm + bn/2) * 128. Pairs that stick out of the tile grid compute a phantom tile (charged).
+(bm + bn) * 128 to (bm/2 + bn) * 128 or (bm + bn/2) * 128. Pairs that stick out of the tile grid
+compute a phantom tile (charged).
 """
 from __future__ import annotations
 
