@@ -247,6 +247,15 @@ def main() -> int:
     for (m, n, k, bm, bn, splits, kbat, f32_c) in t.SPLIT_CLUSTER_CASES:
         cfg = make_config(m, n, k, args.sms, f32_c, f32_c, bm, bn, max_stages(bm, bn), splits, k_batch=kbat)
         cfgs[ops._kernel_name(cfg)] = cfg
+    # The workspace path's ticket points and NaN partials (test_split_workspace_early_ticket_matches_late,
+    # test_split_k_nan_partials).
+    for (m, n, k, bm, bn, splits, kbat, f32_c) in t.SPLIT_EARLY_TICKET_CASES:
+        cfg = make_config(m, n, k, args.sms, f32_c, f32_c, bm, bn, max_stages(bm, bn), splits, k_batch=kbat)
+        cfgs[ops._kernel_name(cfg)] = cfg
+    for out_fp32 in (False, True):
+        for bn, splits in ((144, 4), (64, 2)):
+            cfg = make_config(17, 1000, 7168, args.sms, out_fp32, False, 64, bn, max_stages(64, bn), splits)
+            cfgs[ops._kernel_name(cfg)] = cfg
     # The fitted-A-box tiles (test_fitted_a_boxes).
     for (bm, bn, splits, mc, mc_a, tma) in t.FITTED_A_VARIANTS:
         cfg = make_config(1, 2112, 7296, args.sms, False, False, bm, bn, max_stages(bm, bn, tma), splits, mc, mc_a, tma)
