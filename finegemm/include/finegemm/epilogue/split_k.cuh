@@ -62,13 +62,18 @@ __device__ __forceinline__ void load_partial_slot(const PartialSlot* p, PartialW
 
 __device__ __forceinline__ float partial_word_value(uint32_t w) { return __uint_as_float(w); }
 
+// Pause between polls of words not yet written (their writers are still in their k-loop): fewer
+// loads hammering the L2 lines those writers are about to store.
+__device__ __forceinline__ void partial_poll_backoff() { __nanosleep(64); }
+
 // Waits until none of slots p[i * kStride] (even i: row0_ok, odd: row1_ok) is empty, keeping no
 // value: for the wide tiles, whose accumulators leave no registers for a split's words. A slot seen
 // non-empty stays so (only its reader empties it), so the values can be loaded afterwards.
 template <uint32_t kNumSlots, uint32_t kStride>
 __device__ __forceinline__ void wait_partial_slots(const PartialSlot* p, bool row0_ok, bool row1_ok) {
-  bool arrived;
+  bool arrived = true;
   do {
+    if (!arrived) partial_poll_backoff();
     arrived = true;
 #pragma unroll
     for (uint32_t i = 0; i < kNumSlots; ++i) {
@@ -81,11 +86,19 @@ __device__ __forceinline__ void wait_partial_slots(const PartialSlot* p, bool ro
   } while (!__all_sync(0xffffffffu, arrived));
 }
 
-// A slot known not to be empty (wait_partial_slots): its words, and the slot emptied for the next
-// call (each reader empties exactly the slots it read: no barrier between readers).
+// Empties a slot this thread has read, for the next call. A weak store: nothing in this call reads
+// the slot again, and the kernel boundary orders it before the next call's writes (a strong store
+// here kept ptxas from issuing the next strong loads before it: a round trip per slot or batch).
+template <int32_t kOffset = 0>
+__device__ __forceinline__ void empty_partial_slot(PartialSlot* p) {
+  asm volatile("st.global.v2.b32 [%0+%1], {%2, %2};\n" ::"l"(p), "n"(kOffset), "r"(kPartialEmpty));
+}
+
+// A slot known not to be empty (wait_partial_slots): its words, and the slot emptied (each reader
+// empties exactly the slots it read: no barrier between readers).
 __device__ __forceinline__ void take_partial_slot(PartialSlot* p, PartialWords& w) {
   load_partial_slot(p, w);
-  ptx::st_relaxed_gpu_v2_b32(p, kPartialEmpty, kPartialEmpty);
+  empty_partial_slot(p);
 }
 
 // acc += the partials of kBatch consecutive splits (slot i of split u at p[u * kSplitStride +
@@ -116,11 +129,14 @@ __device__ __forceinline__ void take_and_add_partials(float (&acc)[kNumAcc], con
     return all;
   };
   load_all();
-  while (!__all_sync(0xffffffffu, arrived())) load_all();
+  while (!__all_sync(0xffffffffu, arrived())) {
+    partial_poll_backoff();
+    load_all();
+  }
   // Read: empty them for the next call (immediate offsets from p, as the loads).
-  ((ok(kIdx) ? ptx::st_relaxed_gpu_v2_b32<static_cast<int32_t>(
+  ((ok(kIdx) ? empty_partial_slot<static_cast<int32_t>(
                    sizeof(PartialSlot) * ((kIdx / kSlots) * kSplitStride + (kIdx % kSlots) * kThreads))>(
-                   const_cast<PartialSlot*>(p), kPartialEmpty, kPartialEmpty)
+                   const_cast<PartialSlot*>(p))
              : void()),
    ...);
 #pragma unroll
