@@ -247,9 +247,9 @@ def main() -> int:
     for (m, n, k, bm, bn, splits, kbat, f32_c) in t.SPLIT_CLUSTER_CASES:
         cfg = make_config(m, n, k, args.sms, f32_c, f32_c, bm, bn, max_stages(bm, bn), splits, k_batch=kbat)
         cfgs[ops._kernel_name(cfg)] = cfg
-    # The workspace path's ticket points and NaN partials (test_split_workspace_early_ticket_matches_late,
-    # test_split_k_nan_partials).
-    for (m, n, k, bm, bn, splits, kbat, f32_c) in t.SPLIT_EARLY_TICKET_CASES:
+    # The workspace path with one and several units per CTA, and NaN partials
+    # (test_split_workspace_one_unit_matches_several, test_split_k_nan_partials).
+    for (m, n, k, bm, bn, splits, kbat, f32_c) in t.SPLIT_WORKSPACE_CASES:
         cfg = make_config(m, n, k, args.sms, f32_c, f32_c, bm, bn, max_stages(bm, bn), splits, k_batch=kbat)
         cfgs[ops._kernel_name(cfg)] = cfg
     for out_fp32 in (False, True):

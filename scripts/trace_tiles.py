@@ -29,7 +29,6 @@ os.environ["FINEGEMM_EXTRA_NVCC_FLAGS"] = (os.environ.get("FINEGEMM_EXTRA_NVCC_F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from finegemm.ops._runtime import PARTIAL_EMPTY_BITS  # noqa: E402
 from probe_variants import _config, _parse_case, set_max_stages  # noqa: E402
 
 TILES, EVENTS, ROLES = 64, 4, 3  # ptx/trace.cuh
@@ -128,7 +127,6 @@ def main() -> int:
         # (impls/sm90_fp8_gemm_1d2d.cuh); the per-tile counters reset themselves.
         slab_words = cfg.workspace_floats // 2  # int64 words (the float count is even)
         buf = torch.zeros(slab_words + grid * ROLES * TILES * EVENTS + 1024, device="cuda", dtype=torch.int64)
-        buf[:slab_words].view(torch.int32).fill_(PARTIAL_EMPTY_BITS)  # the slabs start empty (epilogue/split_k.cuh)
         trace = buf[slab_words:]
         counters = torch.zeros(cfg.num_counters + 64, device="cuda", dtype=torch.int32)
         stream = torch.cuda.current_stream().cuda_stream

@@ -128,16 +128,6 @@ def prepared_handle_functions(lib: ctypes.CDLL, family: str) -> tuple:
             c_function(lib, f"fg_free_prepared_{family}", [u64], None))
 
 
-# The bit pattern of an empty split-K workspace word (epilogue/split_k.cuh kPartialEmpty): a NaN no
-# kernel writes as a partial. The kernels leave every word they consumed empty again.
-PARTIAL_EMPTY_BITS = 0x7FF0DEAD
-
-
-def empty_partials(numel: int, device: torch.device) -> torch.Tensor:
-    """A split-K workspace of `numel` fp32 words, every one empty (stream-ordered fill)."""
-    return torch.full((numel,), PARTIAL_EMPTY_BITS, dtype=torch.int32, device=device).view(torch.float32)
-
-
 class SplitKWorkspace:
     """Split-K buffers of one kernel family: `buffers[(device index, stream)] = (workspace, counters)`."""
 
@@ -154,7 +144,7 @@ class SplitKWorkspace:
         if capturing is None:
             capturing = is_capturing()
         if capturing:
-            ws = empty_partials(need_ws, device)
+            ws = torch.empty(need_ws, dtype=torch.float32, device=device)
             cnt = torch.zeros(need_cnt, dtype=torch.int32, device=device)
             with self._lock:
                 self.retired.append((ws, cnt))
@@ -164,8 +154,8 @@ class SplitKWorkspace:
         if buf is None or buf[0].numel() < need_ws or buf[1].numel() < need_cnt:
             old_ws = buf[0].numel() if buf is not None else 0
             old_cnt = buf[1].numel() if buf is not None else 0
+            ws = torch.empty(max(need_ws, old_ws), dtype=torch.float32, device=device)
             # Zeroed on this stream, before the kernel that first uses them (stream order).
-            ws = empty_partials(max(need_ws, old_ws), device)
             cnt = torch.zeros(max(need_cnt, old_cnt, self.MIN_COUNTERS), dtype=torch.int32, device=device)
             with self._lock:
                 if key in self.buffers:

@@ -178,32 +178,29 @@ def test_split_k_used_and_counters_reset():
             _gemm(layout, a, b, d)
             _check(d, _reference(layout, a, b))
     torch.cuda.synchronize()
-    _workspace_left_empty()
+    _counters_reset()
 
 
-def _workspace_left_empty():
-    """Every split-K workspace word back to empty and every counter to zero (the kernels' invariant
-    between calls, epilogue/split_k.cuh)."""
-    from finegemm.ops._runtime import PARTIAL_EMPTY_BITS
+def _counters_reset():
+    """Every split-K counter back to zero (the kernels' invariant between calls)."""
     torch.cuda.synchronize()
     for (dev, stream), (ws, cnt) in ops._buffers.items():
         assert int(cnt.abs().sum()) == 0, "split-K counters not reset to zero"
-        assert bool((ws.view(torch.int32) == PARTIAL_EMPTY_BITS).all()), "split-K workspace words left non-empty"
 
 
-# The workspace reduction with one unit per CTA (tickets taken when the unit begins) against the
-# same config one CTA short (tickets taken at the end): (layout, m, n, k, block_m, block_n, splits,
-# out). No split cluster: tiles wider than 64 columns (the per-chunk sum), or more than 8 splits.
-# Every layout, partial tiles in M, N and K.
-SPLIT_EARLY_TICKET_CASES = [("nt", 128, 256, 7168, 128, 32, 16, "fp32"), ("tn", 64, 1000, 7168, 64, 128, 6, "bf16"),
-                            ("nn", 17, 700, 4104, 64, 128, 5, "fp32+c"), ("tt", 130, 512, 7168, 128, 128, 4, "fp32"),
-                            ("nt", 1, 320, 7168, 64, 32, 12, "bf16")]
+# The workspace reduction with one unit per CTA against the same config one CTA short (several
+# units per CTA: the counters and slabs reused within the call): (layout, m, n, k, block_m, block_n,
+# splits, out). No split cluster: tiles wider than 64 columns (the per-chunk sum), or more than 8
+# splits. Every layout, partial tiles in M, N and K.
+SPLIT_WORKSPACE_CASES = [("nt", 128, 256, 7168, 128, 32, 16, "fp32"), ("tn", 64, 1000, 7168, 64, 128, 6, "bf16"),
+                         ("nn", 17, 700, 4104, 64, 128, 5, "fp32+c"), ("tt", 130, 512, 7168, 128, 128, 4, "fp32"),
+                         ("nt", 1, 320, 7168, 64, 32, 12, "bf16")]
 
 
-@pytest.mark.parametrize("case", SPLIT_EARLY_TICKET_CASES, ids=str)
-def test_split_workspace_early_ticket_matches_late(case):
-    """Both ticket points give the in-order sum bit for bit; fp32 product, poisoned d, bitwise
-    repeat; afterwards the workspace is empty again and the counters zero."""
+@pytest.mark.parametrize("case", SPLIT_WORKSPACE_CASES, ids=str)
+def test_split_workspace_one_unit_matches_several(case):
+    """One unit per CTA and several per CTA give the in-order sum bit for bit; fp32 product,
+    poisoned d, bitwise repeat; afterwards the counters are zero."""
     layout, m, n, k, bm, bn, splits, out = case
     a_mn, b_mn = heur.LAYOUTS[layout]
     a, b = _operands(layout, m, n, k, seed=m + n + 5 * splits)
@@ -224,26 +221,26 @@ def test_split_workspace_early_ticket_matches_late(case):
         _check(d, _reference(layout, a, b, c))
         assert call.cluster_size() == 1, "this case must take the workspace path"
         results[grid] = d
-    assert torch.equal(results[units], results[units - 1]), "early and late tickets differ"
-    _workspace_left_empty()
+    assert torch.equal(results[units], results[units - 1]), "one unit per CTA differs from several"
+    _counters_reset()
 
 
 def test_split_k_nan_partials():
-    """A NaN in A makes NaN partials: the reducer never mistakes one for an empty word (it would
-    wait forever), and exactly the NaN rows of the product come out NaN."""
+    """A NaN in A makes NaN partials: through the workspace (one unit per CTA, several) and the
+    split cluster, exactly the NaN entries of the product come out NaN."""
     m, n, k = 17, 256, 7168
     a, b = _operands("nt", m, n, k, seed=8)
     a = a.clone()
     a[4, 3000] = float("nan")
     ref = _reference("nt", a, b)
-    for grid_short, bn, splits in ((0, 128, 4), (5, 128, 4), (0, 32, 8)):  # early / late tickets, cluster (8 units)
+    for grid_short, bn, splits in ((0, 128, 4), (5, 128, 4), (0, 32, 8)):  # workspace (one / several units per CTA), cluster
         cfg = heur.make_config(m, n, k, finegemm.get_num_sms(), False, False, True, False, 64, bn, splits)
         d = torch.zeros((m, n), device="cuda", dtype=torch.float32)
         ops.prepare(a, b, d, None, "nt", config=dataclasses.replace(cfg, grid=cfg.grid - grid_short))()
         assert torch.equal(torch.isnan(d), torch.isnan(ref)), f"{cfg}: NaN entries differ from the product"
         fin = ~torch.isnan(ref)
         assert calc_diff(d[fin], ref[fin]) <= TOL
-    _workspace_left_empty()
+    _counters_reset()
 
 
 # Split-K through distributed shared memory (one cluster per tile, one unit per CTA, block_n <= 64):

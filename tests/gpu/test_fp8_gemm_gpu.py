@@ -178,7 +178,7 @@ def test_split_k_used_and_counters_reset():
         _gemm(a, sfa, b, sfb, d)
         _check(d, a, sfa, b, sfb, x, w)
     torch.cuda.synchronize()
-    _workspace_left_empty()
+    _counters_reset()
 
 
 def test_extreme_values_and_zero_scales():
@@ -429,30 +429,26 @@ def test_split_cluster_matches_workspace_path(case):
     assert torch.equal(out[splits], out[1])
 
 
-def _workspace_left_empty():
-    """Every split-K workspace word back to empty and every counter to zero (the kernels' invariant
-    between calls, epilogue/split_k.cuh)."""
-    from finegemm.ops._runtime import PARTIAL_EMPTY_BITS
+def _counters_reset():
+    """Every split-K counter back to zero (the kernels' invariant between calls)."""
     torch.cuda.synchronize()
     for (dev, stream), (ws, cnt) in ops._buffers.items():
         assert int(cnt.abs().sum()) == 0, "split-K counters not reset to zero"
-        assert bool((ws.view(torch.int32) == PARTIAL_EMPTY_BITS).all()), "split-K workspace words left non-empty"
 
 
-# The workspace reduction with one unit per CTA (the ticket taken when the unit begins: the reducer
-# waits for peers that hold tickets) against the same config one CTA short (tickets taken at the
-# end, every split but the last leaves): (m, n, k, block_m, block_n, splits, k_batch, out_fp32 + C).
-# No split cluster: tiles wider than the cluster limit, more than 8 splits, or clusters that do not
-# all fit (bm128 bn128 4 splits at 128 x 4096). Partial tiles in M, N and K.
-SPLIT_EARLY_TICKET_CASES = [(128, 4096, 7168, 128, 128, 4, 1, False), (1, 640, 7168, 64, 64, 12, 1, False),
-                            (17, 1000, 7296, 64, 144, 9, 1, True), (130, 700, 4096, 128, 192, 5, 1, True),
-                            (64, 256, 7168, 64, 32, 16, 2, False), (100, 330, 3008, 64, 160, 3, 1, False)]
+# The workspace reduction with one unit per CTA against the same config one CTA short (several
+# units per CTA: counters and slabs reused within the call): (m, n, k, block_m, block_n, splits,
+# k_batch, out_fp32 + C). No split cluster: tiles wider than the cluster limit, more than 8 splits,
+# or clusters that do not all fit (bm128 bn128 4 splits at 128 x 4096). Partial tiles in M, N, K.
+SPLIT_WORKSPACE_CASES = [(128, 4096, 7168, 128, 128, 4, 1, False), (1, 640, 7168, 64, 64, 12, 1, False),
+                         (17, 1000, 7296, 64, 144, 9, 1, True), (130, 700, 4096, 128, 192, 5, 1, True),
+                         (64, 256, 7168, 64, 32, 16, 2, False), (100, 330, 3008, 64, 160, 3, 1, False)]
 
 
-@pytest.mark.parametrize("case", SPLIT_EARLY_TICKET_CASES, ids=str)
-def test_split_workspace_early_ticket_matches_late(case):
-    """Both ticket points give the in-order sum bit for bit; exact reference, poisoned output,
-    bitwise repeat; afterwards the workspace is empty again and the counters zero."""
+@pytest.mark.parametrize("case", SPLIT_WORKSPACE_CASES, ids=str)
+def test_split_workspace_one_unit_matches_several(case):
+    """One unit per CTA and several per CTA give the in-order sum bit for bit; exact reference,
+    poisoned output, bitwise repeat; afterwards the counters are zero."""
     from finegemm.heuristics.sm90_fp8_gemm import make_config, max_stages
 
     m, n, k, bm, bn, splits, kbat, f32_c = case
@@ -467,14 +463,14 @@ def test_split_workspace_early_ticket_matches_late(case):
         call = _run_checked(cfg, x, w, a, sfa, b, sfb, d, c)
         assert call.cluster_size() == 1, "this case must take the workspace path"
         out[sms] = d
-    assert torch.equal(out[units], out[units - 1]), "early and late tickets differ"
-    _workspace_left_empty()
+    assert torch.equal(out[units], out[units - 1]), "one unit per CTA differs from several"
+    _counters_reset()
 
 
 @pytest.mark.parametrize("out", [torch.bfloat16, torch.float32])
 def test_split_k_nan_partials(out):
-    """NaN partials (a NaN input, or a NaN scale) pass through the workspace as NaN: the reducer
-    never mistakes one for an empty word (it would wait forever) and the rows stay NaN."""
+    """NaN partials (a NaN input, or a NaN scale) pass through the split-K reduction as NaN: the
+    workspace (one unit per CTA, several) and the split cluster; exactly the reference's NaNs."""
     from finegemm.heuristics.sm90_fp8_gemm import make_config, max_stages
 
     m, n, k = 17, 1000, 7168
@@ -483,8 +479,8 @@ def test_split_k_nan_partials(out):
     a[3, 4000] = torch.tensor(float("nan")).to(FP8)
     sfa[9, 50] = float("nan")
     ref = _exact(a, sfa, b, sfb)
-    # (SMs, block_n, splits): the workspace with early tickets (bn144: no cluster), with late ones
-    # (several units per CTA), and the split cluster.
+    # (SMs, block_n, splits): the workspace with one unit per CTA (bn144: no cluster), with
+    # several, and the split cluster.
     for sms, bn, splits in ((132, 144, 4), (20, 144, 4), (132, 64, 2)):
         cfg = make_config(m, n, k, sms, out == torch.float32, False, 64, bn, max_stages(64, bn), splits)
         d = torch.zeros((m, n), device="cuda", dtype=out)
@@ -492,7 +488,7 @@ def test_split_k_nan_partials(out):
         assert torch.equal(torch.isnan(d), torch.isnan(ref)), f"{cfg}: NaN rows differ from the reference"
         fin = ~torch.isnan(ref)
         assert calc_diff(d[fin], ref[fin]) <= 1e-5
-    _workspace_left_empty()
+    _counters_reset()
 
 
 # Split-K with multicast (recipe (1, 128, 128); the partials through the workspace): (m, n, k,

@@ -202,8 +202,7 @@ extern "C" {
 // b:          bf16, [n, k] row pitch ldb (b_mn_major 0) or [k, n] row pitch ldb (b_mn_major 1).
 // d:          bf16 or fp32 (out_fp32) [m, n], row pitch ldd elements; c: fp32 like d, or null
 //             (only with out_fp32; may equal d).
-// workspace:  fp32, >= num_tiles * num_splits * block_m * block_n floats, every word empty (split-K
-//   only, else null; epilogue/split_k.cuh kPartialEmpty: the kernels leave it empty).
+// workspace:  fp32, >= num_tiles * num_splits * block_m * block_n floats (split-K only, else null).
 // counters:   int32, >= num_tiles, zero before the first call (the kernel leaves them zero).
 // tma_store:  1 when the kernel was built with the TMA-store epilogue; the D tensor map is then
 //             encoded when d allows it (bf16, no c, 16-byte aligned base, ldd % 8 == 0), else

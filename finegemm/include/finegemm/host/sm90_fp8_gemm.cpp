@@ -264,8 +264,7 @@ extern "C" {
 // sfa:       fp32, element (kb, row) at kb * sfa_ld + row (MN-major, sfa_ld % 4 == 0).
 // sfb:       fp32 [ceil(n/128), ceil(k/128)] contiguous.
 // d:         bf16 or fp32 [m, n], row stride ldd elements; c: fp32 like d, or null.
-// workspace: fp32, >= num_tiles * num_splits * block_m * block_n floats, every word empty (split-K
-//   only, else null; epilogue/split_k.cuh kPartialEmpty: the kernels leave it empty).
+// workspace: fp32, >= num_tiles * num_splits * block_m * block_n floats (split-K only, else null).
 // counters:  int32, >= num_tiles, zero before the first call (the kernel leaves them zero).
 // num_multicast: 1, or 2 for 2-CTA clusters sharing one operand through TMA multicast
 //            (multicast_on_a: 1 = the pair shares A, 0 = it shares B); grid must then be even.

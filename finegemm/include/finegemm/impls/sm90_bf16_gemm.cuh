@@ -38,11 +38,9 @@
 // chosen at run time (flags), predicated on M and N.
 //
 // Split-K (kSplitK): a work unit is (tile, split); each split covers a contiguous k-block range
-// and writes its FP32 partial tile to the workspace as flagged words (epilogue/split_k.cuh); the
-// split holding the tile's last ticket (per-tile atomic counter: taken when the unit begins if
-// every CTA runs one unit, else when its partial is written) sums all partials in split order
-// 0..S-1 (deterministic) as their flags arrive, writes D and resets the counter to 0 for the next
-// call. Launched as one cluster per tile (kClusterSplit), the splits sum
+// and writes its FP32 partial tile to the workspace; the CTA that finishes last (per-tile atomic
+// counter) sums all partials in split order 0..S-1 (deterministic), writes D and resets the
+// counter to 0 for the next call. Launched as one cluster per tile (kClusterSplit), the splits sum
 // the partials from each other's shared memory instead, each for its share of the tile's warps,
 // in the same order (bitwise the same D).
 //
@@ -436,8 +434,6 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
     };
 
     uint32_t stage = 0, phase = 0;
-    // Re-evaluated where used (a bool kept live across the k-loop pushed the cluster gather to spill).
-    [[maybe_unused]] auto early_ticket = [&]() { return kSplitK && !split_cluster && sched.num_units <= gridDim.x; };
     [[maybe_unused]] Walker walker(M, N, grouped, num_groups);
     [[maybe_unused]] const KWalker kwalk(M, N, kgroups, kKGrouped ? kgroups->num_slots : 0u);
     for (uint32_t unit = blockIdx.x; kGrouped || unit < (kKGrouped ? kwalk.num_units : sched.num_units);
@@ -472,13 +468,6 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
         sched.k_range(split, num_kb, kb_begin, kb_end);
         m0 = m_block * BLOCK_M;
         n0 = n_block * BLOCK_N;
-        // Split-K ticket, taken here when every CTA runs one unit (its round trip under the first
-        // stage's load; kept in flag_smem for this thread's epilogue, a register across the k-loop
-        // spilled): every split that holds a ticket is then running, so the reducer's wait for
-        // their partials ends (with more units per CTA a ticket holder could wait behind a reducer).
-        if constexpr (kSplitK && !diag::kSplitNoReduce) {
-          if (early_ticket() && threadIdx.x == 0) *flag_smem = atomicAdd(counters + sched.tile_index(m_block, n_block), 1);
-        }
       }
 
       uint32_t prev_stage = 0;
@@ -581,54 +570,47 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
           epilogue::gather_cluster_split_partials<kNumChunks, kNumConsumerThreads>(acc, base + Traits::kOffA,
                                                                                   num_splits, split);
       } else if constexpr (kSplitK && !diag::kSplitNoReduce) {
-        // Flagged partials and their in-order sum: epilogue/split_k.cuh.
-        constexpr uint32_t kSlots = epilogue::kPartialSlots<BLOCK_M, BLOCK_N>;
+        // Partials and their in-order sum: epilogue/split_k.cuh.
         const uint32_t tile = sched.tile_index(m_block, n_block);
-        epilogue::PartialSlot* slab = reinterpret_cast<epilogue::PartialSlot*>(workspace) +
-                                      static_cast<size_t>(tile) * sched.num_splits * kSlots;
+        float2* slab = reinterpret_cast<float2*>(workspace) +
+                       static_cast<size_t>(tile) * sched.num_splits * (BLOCK_M * BLOCK_N / 2);
+        float2* mine = slab + static_cast<size_t>(split) * (BLOCK_M * BLOCK_N / 2);
         const bool row0_ok = m0 + r0 < M, row1_ok = m0 + r0 + 8 < M;
-        epilogue::write_split_partial<kNumChunks, kNumConsumerThreads>(acc, slab + split * kSlots, row0_ok, row1_ok);
-        ptx::named_barrier_sync(1, kNumConsumerThreads);  // flag_smem's previous unit has been read
+        epilogue::write_split_partial<kNumChunks, kNumConsumerThreads>(acc, mine, row0_ok, row1_ok);
+        __threadfence();
+        ptx::named_barrier_sync(1, kNumConsumerThreads);
         if (threadIdx.x == 0) {
-          // The split whose ticket is the tile's last reduces. No fence before the ticket: the
-          // reducer waits for the peers' words to land, not for their tickets.
-          const int prev = early_ticket() ? *flag_smem : atomicAdd(counters + tile, 1);
+          const int prev = atomicAdd(counters + tile, 1);
           const bool last = prev == static_cast<int>(sched.num_splits) - 1;
-          if (last) counters[tile] = 0;  // every split has its ticket: reset for the next call
+          if (last) atomicExch(counters + tile, 0);  // every split has arrived: reset for the next call
           *flag_smem = last ? 1 : 0;
+          __threadfence();
         }
         ptx::named_barrier_sync(1, kNumConsumerThreads);
         const bool last = *flag_smem != 0;
         if (!last) continue;
         if constexpr (!diag::kSplitNoSum) {  // developer diagnostic (ptx/diag.cuh)
+          __threadfence();
           if constexpr (kNumChunks <= 8) {
-            // Splits whose loads are in flight together: what the registers leave beside the cluster
-            // gather's in the same kernel (bn32: four spilled at bm64, three at bm128).
-            constexpr uint32_t kSumBatch = kNumChunks <= 4 && kNumConsumerWG == 1 ? 3 : 2;
-            epilogue::sum_split_partials<kNumChunks, kNumConsumerThreads, kSlots, kSumBatch>(acc, slab, sched.num_splits,
-                                                                                            row0_ok, row1_ok);
+            epilogue::sum_split_partials<kNumChunks, kNumConsumerThreads, BLOCK_M * BLOCK_N / 2>(acc, slab, sched.num_splits,
+                                                                                                row0_ok, row1_ok);
           } else {
             // Wide tiles: every split's partial in split order, per chunk (the helper spilled here).
 #pragma unroll
             for (uint32_t i = 0; i < kNumAcc; ++i) acc[i] = 0.0f;
             for (uint32_t s = 0; s < sched.num_splits; ++s) {
-              epilogue::PartialSlot* part = slab + static_cast<size_t>(s) * kSlots + threadIdx.x;
-              // First until none of this thread's slots of split s is empty (the values are not
-              // kept: holding them beside the accumulators spilled), then each chunk's values,
-              // each slot emptied for the next call as it is read.
-              epilogue::wait_partial_slots<2 * kNumChunks, kNumConsumerThreads>(part, row0_ok, row1_ok);
+              const float2* part = slab + static_cast<size_t>(s) * (BLOCK_M * BLOCK_N / 2);
 #pragma unroll
               for (uint32_t j = 0; j < kNumChunks; ++j) {
-                epilogue::PartialWords w;
                 if (row0_ok) {
-                  epilogue::take_partial_slot(part + (2 * j + 0) * kNumConsumerThreads, w);
-                  acc[4 * j + 0] += epilogue::partial_word_value(w.w0);
-                  acc[4 * j + 1] += epilogue::partial_word_value(w.w1);
+                  const float2 v = __ldcg(part + (2 * j + 0) * kNumConsumerThreads + threadIdx.x);
+                  acc[4 * j + 0] += v.x;
+                  acc[4 * j + 1] += v.y;
                 }
                 if (row1_ok) {
-                  epilogue::take_partial_slot(part + (2 * j + 1) * kNumConsumerThreads, w);
-                  acc[4 * j + 2] += epilogue::partial_word_value(w.w0);
-                  acc[4 * j + 3] += epilogue::partial_word_value(w.w1);
+                  const float2 v = __ldcg(part + (2 * j + 1) * kNumConsumerThreads + threadIdx.x);
+                  acc[4 * j + 2] += v.x;
+                  acc[4 * j + 3] += v.y;
                 }
               }
             }

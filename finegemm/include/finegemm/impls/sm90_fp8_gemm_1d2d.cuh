@@ -62,11 +62,9 @@
 // and its tiles write C (or zeros), so every group is served by the same launch.
 //
 // Split-K (kSplitK): a work unit is (tile, split); each split covers a contiguous k-block range
-// and writes its FP32 partial tile to the workspace as flagged words (epilogue/split_k.cuh); the
-// split holding the tile's last ticket (per-tile atomic counter: taken when the unit begins if
-// every cluster runs one unit, else when its partial is written) sums all partials in split order
-// 0..S-1 (deterministic) as their flags arrive, writes D and resets the counter to 0 for the next
-// call.
+// and writes its FP32 partial tile to the workspace; the CTA that finishes last (per-tile atomic
+// counter) sums all partials in split order 0..S-1 (deterministic), writes D and resets the
+// counter to 0 for the next call.
 #pragma once
 
 #include <cuda.h>
@@ -774,8 +772,6 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
     FG_TRACE_ONLY(uint32_t traced_tile = 0; void* const wg_trace = threadIdx.x % 128 == 0 ? trace_buf : nullptr;)
     Walker walker(M, N, num_kb, kSplitK ? num_splits : 1u, grouped, num_groups);
     scheduler::TileCoords t;
-    // Re-evaluated where used (a bool kept live across the k-loop costs a register there).
-    [[maybe_unused]] auto early_ticket = [&]() { return kSplitK && !split_cluster && sched.num_units <= num_clusters; };
     for (uint32_t unit = cluster_id; kGrouped || unit < sched.num_units; unit += num_clusters) {
       FG_TRACE_ONLY(const uint32_t traced = traced_tile++;)
       FG_TRACE_TILE(wg_trace, wg, traced, 0);
@@ -788,15 +784,6 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         t.a_row = m_block * BLOCK_M;
         t.skip = false;
         t.group = 0;
-        // Split-K ticket, taken here when every cluster runs one unit (its round trip under the
-        // first stage's load; kept in flag_smem for this thread's epilogue, a register across the
-        // k-loop spilled): every split that holds a ticket is then running, so the reducer's wait
-        // for their partials ends (with more units per CTA a ticket holder could wait behind a
-        // reducer). A multicast pair's phantom tile takes none.
-        if constexpr (kSplitK && !diag::kSplitNoReduce) {
-          if (early_ticket() && threadIdx.x == 0 && m_block < num_m_blocks && n_block < num_n_blocks)
-            *flag_smem = atomicAdd(counters + sched.tile_index(m_block, n_block), 1);
-        }
       }
       uint32_t kb_begin, kb_end;
       unit_k_blocks(split, t.skip, kb_begin, kb_end);
@@ -1153,21 +1140,21 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         // A multicast pair's phantom tile (past the last m- / n-block: it only fed its peer's loads)
         // has no slab and no counter: nothing to write, nobody waits for it.
         if (kNumMulticast > 1 && (m_block >= num_m_blocks || n_block >= num_n_blocks)) continue;
-        // Flagged partials and their in-order sum: epilogue/split_k.cuh.
-        constexpr uint32_t kSlots = epilogue::kPartialSlots<BLOCK_M, BLOCK_N>;
+        // Partials and their in-order sum: epilogue/split_k.cuh.
         const uint32_t tile = sched.tile_index(m_block, n_block);
-        epilogue::PartialSlot* slab = reinterpret_cast<epilogue::PartialSlot*>(workspace) +
-                                      static_cast<size_t>(tile) * sched.num_splits * kSlots;
+        float2* slab = reinterpret_cast<float2*>(workspace) +
+                       static_cast<size_t>(tile) * sched.num_splits * (BLOCK_M * BLOCK_N / 2);
+        float2* mine = slab + static_cast<size_t>(split) * (BLOCK_M * BLOCK_N / 2);
         const bool row0_ok = m0 + r0 < M, row1_ok = m0 + r0 + 8 < M;
-        epilogue::write_split_partial<kNumChunks, kNumConsumerThreads>(fin, slab + split * kSlots, row0_ok, row1_ok);
-        ptx::named_barrier_sync(1, kNumConsumerThreads);  // flag_smem's previous unit has been read
+        epilogue::write_split_partial<kNumChunks, kNumConsumerThreads>(fin, mine, row0_ok, row1_ok);
+        __threadfence();
+        ptx::named_barrier_sync(1, kNumConsumerThreads);
         if (threadIdx.x == 0) {
-          // The split whose ticket is the tile's last reduces. No fence before the ticket: the
-          // reducer waits for the peers' words to land, not for their tickets.
-          const int prev = early_ticket() ? *flag_smem : atomicAdd(counters + tile, 1);
+          const int prev = atomicAdd(counters + tile, 1);
           const bool last = prev == static_cast<int>(sched.num_splits) - 1;
-          if (last) counters[tile] = 0;  // every split has its ticket: reset for the next call
+          if (last) atomicExch(counters + tile, 0);  // every split has arrived: reset for the next call
           *flag_smem = last ? 1 : 0;
+          __threadfence();
         }
         ptx::named_barrier_sync(1, kNumConsumerThreads);
         const bool last = *flag_smem != 0;
@@ -1176,34 +1163,27 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           continue;
         }
         if constexpr (!diag::kSplitNoSum) {  // developer diagnostic (ptx/diag.cuh)
+          __threadfence();
           if constexpr (kNumChunks <= 8) {
-            // Splits whose loads are in flight together: what the registers leave (bn32: four
-            // spilled at bm64 and three at bm128; k-batch 4: two spilled).
-            constexpr uint32_t kSumBatch = kKBatch >= 4 ? 1 : (kNumChunks <= 4 && BLOCK_M == 64 ? 3 : 2);
-            epilogue::sum_split_partials<kNumChunks, kNumConsumerThreads, kSlots, kSumBatch>(fin, slab, sched.num_splits,
-                                                                                            row0_ok, row1_ok);
+            epilogue::sum_split_partials<kNumChunks, kNumConsumerThreads, BLOCK_M * BLOCK_N / 2>(fin, slab, sched.num_splits,
+                                                                                                row0_ok, row1_ok);
           } else {
             // Wide tiles: every split's partial in split order, per chunk (the helper spilled here).
 #pragma unroll
             for (uint32_t i = 0; i < kNumAcc; ++i) fin[i] = 0.0f;
             for (uint32_t s = 0; s < sched.num_splits; ++s) {
-              epilogue::PartialSlot* part = slab + static_cast<size_t>(s) * kSlots + threadIdx.x;
-              // First until none of this thread's slots of split s is empty (the values are not
-              // kept: holding them beside the accumulators spilled), then each chunk's values,
-              // each slot emptied for the next call as it is read.
-              epilogue::wait_partial_slots<2 * kNumChunks, kNumConsumerThreads>(part, row0_ok, row1_ok);
+              const float2* part = slab + static_cast<size_t>(s) * (BLOCK_M * BLOCK_N / 2);
 #pragma unroll
               for (uint32_t j = 0; j < kNumChunks; ++j) {
-                epilogue::PartialWords w;
                 if (row0_ok) {
-                  epilogue::take_partial_slot(part + (2 * j + 0) * kNumConsumerThreads, w);
-                  fin[4 * j + 0] += epilogue::partial_word_value(w.w0);
-                  fin[4 * j + 1] += epilogue::partial_word_value(w.w1);
+                  const float2 v = __ldcg(part + (2 * j + 0) * kNumConsumerThreads + threadIdx.x);
+                  fin[4 * j + 0] += v.x;
+                  fin[4 * j + 1] += v.y;
                 }
                 if (row1_ok) {
-                  epilogue::take_partial_slot(part + (2 * j + 1) * kNumConsumerThreads, w);
-                  fin[4 * j + 2] += epilogue::partial_word_value(w.w0);
-                  fin[4 * j + 3] += epilogue::partial_word_value(w.w1);
+                  const float2 v = __ldcg(part + (2 * j + 1) * kNumConsumerThreads + threadIdx.x);
+                  fin[4 * j + 2] += v.x;
+                  fin[4 * j + 3] += v.y;
                 }
               }
             }

@@ -118,22 +118,6 @@ __device__ __forceinline__ float2 ld_shared_cluster_f2(uint32_t addr) {
   return v;
 }
 
-// Two 32-bit words to global memory, each a relaxed gpu-scope store: the PTX memory model makes
-// every element of a vector access single-copy atomic (a reader sees all of it or none), which
-// the split-K partials (epilogue/split_k.cuh) rely on.
-// kOffset: an immediate byte offset from p (see ld_relaxed_gpu_v2_b32).
-template <int32_t kOffset = 0>
-__device__ __forceinline__ void st_relaxed_gpu_v2_b32(void* p, uint32_t w0, uint32_t w1) {
-  asm volatile("st.relaxed.gpu.global.v2.b32 [%0+%1], {%2, %3};\n" ::"l"(p), "n"(kOffset), "r"(w0), "r"(w1));
-}
-
-// The matching load (gpu scope: served by L2, never a stale L1 line), kOffset bytes past p: an
-// immediate offset, so that a loop reloading many such words keeps one base register live.
-template <int32_t kOffset = 0>
-__device__ __forceinline__ void ld_relaxed_gpu_v2_b32(const void* p, uint32_t& w0, uint32_t& w1) {
-  asm volatile("ld.relaxed.gpu.global.v2.b32 {%0, %1}, [%2+%3];\n" : "=r"(w0), "=r"(w1) : "l"(p), "n"(kOffset));
-}
-
 // Every thread of every CTA of the cluster arrives (release) and waits (acquire). All threads
 // of the cluster must execute it (no thread may have exited).
 __device__ __forceinline__ void cluster_sync() {
