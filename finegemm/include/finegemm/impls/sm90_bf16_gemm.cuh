@@ -655,6 +655,7 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
         bool tma_rows_ok = true;
         if constexpr (kMasked) tma_rows_ok = m0 + wg * 64 + 64 <= row_limit;
         if ((flags & kBf16FlagTmaStore) != 0 && tma_rows_ok) {
+          if constexpr (diag::kNoEpilogue) continue;  // developer bound (ptx/diag.cuh): D never written
           EpiTma::store(acc, base + Traits::kOffD + wg * EpiTma::kBytes, tmap_d, 2 + wg, static_cast<int32_t>(n0),
                         static_cast<int32_t>(m0 + wg * 64), zero_rows);
           continue;

@@ -78,8 +78,9 @@
 //                         (default 64).
 //   FINEGEMM_DIAG_C_PREFETCH_BURST  (correct results) all of them leave with that k-block (as first
 //                         built) instead of one or a few per k-block before it.
-//   FINEGEMM_DIAG_NO_EPILOGUE  (FP8 1D2D kernel, bf16 TMA-store epilogue; wrong results: D is never
-//                         written) the consumers go from a tile's last promotion straight to the next
+//   FINEGEMM_DIAG_NO_EPILOGUE  (bf16 TMA-store epilogue of the FP8 1D2D kernel and of the dense and
+//                         m-grouped BF16 kernels; wrong results: D is never written) the consumers
+//                         go from a tile's last promotion (BF16: last k-block) straight to the next
 //                         tile: what hiding that epilogue under the main loop (a ping-pong of the
 //                         consumer warpgroups) could win at most.
 //   FINEGEMM_DIAG_NO_D_TMA  (bf16 TMA-store epilogue of both kernel families; wrong results: D is
