@@ -210,18 +210,9 @@ def test_split_workspace_one_unit_matches_several(case):
                            bn, splits)
     units = cfg.num_units
     assert cfg.grid == units, "the case must give every unit its own CTA"
-    results = {}
-    for grid in (units, units - 1):
-        d = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
-        call = ops.prepare(a, b, d, c, layout, config=dataclasses.replace(cfg, grid=grid))
-        call()
-        first = d.clone()
-        call()
-        assert torch.equal(first, d), f"{case} grid {grid}: not bitwise repeatable"
-        _check(d, _reference(layout, a, b, c))
-        assert call.cluster_size() == 1, "this case must take the workspace path"
-        results[grid] = d
-    assert torch.equal(results[units], results[units - 1]), "one unit per CTA differs from several"
+    results = _run_at_grids(case, layout, a, b, c, cfg, dtype)
+    assert all(call.cluster_size() == 1 for _, call in results.values()), "this case must take the workspace path"
+    assert torch.equal(results[units][0], results[units - 1][0]), "one unit per CTA differs from several"
     _counters_reset()
 
 
@@ -241,6 +232,23 @@ def test_split_k_nan_partials():
         fin = ~torch.isnan(ref)
         assert calc_diff(d[fin], ref[fin]) <= TOL
     _counters_reset()
+
+
+def _run_at_grids(case, layout, a, b, c, cfg, dtype):
+    """A split-K config with one CTA per unit and with one CTA fewer (several units per CTA):
+    poisoned d, two calls bitwise equal, the fp32 product. {grid: (d, prepared call)}."""
+    m, n = cfg.m, cfg.n
+    out = {}
+    for grid in (cfg.num_units, cfg.num_units - 1):
+        d = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
+        call = ops.prepare(a, b, d, c, layout, config=dataclasses.replace(cfg, grid=grid))
+        call()
+        first = d.clone()
+        call()
+        assert torch.equal(first, d), f"{case} grid {grid}: not bitwise repeatable"
+        _check(d, _reference(layout, a, b, c))
+        out[grid] = (d, call)
+    return out
 
 
 # Split-K through distributed shared memory (one cluster per tile, one unit per CTA, block_n <= 64):
@@ -275,21 +283,13 @@ def test_split_cluster_matches_workspace_path(case):
     units = cfg.num_units
     assert cfg.grid == units, "the case must give every unit its own CTA"
     fits = max_active_clusters(ops._load(cfg, torch.cuda.current_device()), splits, cfg.num_threads, cfg.smem_bytes) * splits >= units
-    results = {}
-    for grid in (units, units - 1):
-        d = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
-        call = ops.prepare(a, b, d, c, layout, config=dataclasses.replace(cfg, grid=grid))
-        call()
-        first = d.clone()
-        call()
-        assert torch.equal(first, d), f"{case} grid {grid}: not bitwise repeatable"
-        _check(d, _reference(layout, a, b, c))
+    results = _run_at_grids(case, layout, a, b, c, cfg, dtype)
+    for grid, (d, call) in results.items():
         cluster = call.cluster_size()
         assert cluster == (splits if grid == units and fits else 1), f"grid {grid} (fits {fits}): cluster {cluster}"
         # A split cluster's call looks up no workspace (the launcher takes null buffers then).
         assert call._split_k == (cluster == 1), "split buffers wanted exactly without the cluster"
-        results[grid] = d
-    assert torch.equal(results[units], results[units - 1]), "split cluster differs from the workspace path"
+    assert torch.equal(results[units][0], results[units - 1][0]), "split cluster differs from the workspace path"
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
