@@ -224,7 +224,9 @@ def test_split_k_nan_partials():
     a = a.clone()
     a[4, 3000] = float("nan")
     ref = _reference("nt", a, b)
-    for grid_short, bn, splits in ((0, 128, 4), (5, 128, 4), (0, 32, 8)):  # workspace (one / several units per CTA), cluster
+    # (CTAs short of one per unit, block_n, splits): the workspace with one unit per CTA (bn128: no
+    # cluster), with several, and the split cluster.
+    for grid_short, bn, splits in ((0, 128, 4), (5, 128, 4), (0, 32, 8)):
         cfg = heur.make_config(m, n, k, finegemm.get_num_sms(), False, False, True, False, 64, bn, splits)
         d = torch.zeros((m, n), device="cuda", dtype=torch.float32)
         ops.prepare(a, b, d, None, "nt", config=dataclasses.replace(cfg, grid=cfg.grid - grid_short))()
