@@ -177,8 +177,7 @@ def test_split_k_used_and_counters_reset():
             d = torch.full((m, n), float("nan"), device="cuda", dtype=BF16)
             _gemm(layout, a, b, d)
             _check(d, _reference(layout, a, b))
-    torch.cuda.synchronize()
-    _counters_reset()
+    _counters_reset()  # synchronizes
 
 
 def _counters_reset():

@@ -177,8 +177,7 @@ def test_split_k_used_and_counters_reset():
         d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
         _gemm(a, sfa, b, sfb, d)
         _check(d, a, sfa, b, sfb, x, w)
-    torch.cuda.synchronize()
-    _counters_reset()
+    _counters_reset()  # synchronizes
 
 
 def test_extreme_values_and_zero_scales():
