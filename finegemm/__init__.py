@@ -47,8 +47,9 @@ from finegemm.quant import (
     set_mk_alignment_for_contiguous_layout,
     transform_sf_into_required_layout,
 )
-from finegemm.runtime import (get_deterministic_algorithms, get_ignore_compile_dims, get_num_sms, get_pdl, get_tc_util,
-                               set_ignore_compile_dims, set_num_sms, set_pdl, set_tc_util, use_deterministic_algorithms)
+from finegemm.runtime import (check_errors, get_deterministic_algorithms, get_ignore_compile_dims, get_num_sms, get_pdl,
+                               get_tc_util, set_ignore_compile_dims, set_num_sms, set_pdl, set_tc_util,
+                               use_deterministic_algorithms)
 from finegemm.utils import align, ceil_div
 
 __all__ = [
@@ -71,6 +72,7 @@ __all__ = [
     "m_grouped_bf16_gemm_nn_contiguous",
     "m_grouped_bf16_gemm_nt_masked",
     "k_grouped_bf16_gemm_tn_contiguous",
+    "check_errors",
     # DeepGEMM v1 names (finegemm.api.legacy)
     "gemm_fp8_fp8_bf16_nt",
     "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous",

@@ -110,3 +110,15 @@ def use_deterministic_algorithms(enabled: bool = True) -> None:
 
 def get_deterministic_algorithms() -> bool:
     return _deterministic
+
+
+def check_errors() -> None:
+    """Synchronize, then raise (ValueError) the first bad input value that a check on the GPU
+    found since the last report. Today those are the m-grouped contiguous layouts: their values
+    are checked on the GPU, so that the calls never synchronize and can be captured in a CUDA
+    graph (finegemm/ops/contiguous_layout.py); the next such call also raises what was found."""
+    import sys
+
+    layout = sys.modules.get("finegemm.ops.contiguous_layout")
+    if layout is not None:  # else no GPU check has run in this process
+        layout.check_errors()

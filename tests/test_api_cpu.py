@@ -327,10 +327,10 @@ class _FakeOps(types.ModuleType):
 
         return _Call()
 
-    def m_grouped_fp8_gemm_nt_contiguous(self, *args):
+    def m_grouped_fp8_gemm_nt_contiguous(self, *args, checked_ids=False):
         if self.fail_if_called:
             raise AssertionError("the CUDA op was called for CPU tensors")
-        self.calls.append(("contiguous",) + args)
+        self.calls.append(("contiguous",) + args + (checked_ids,))
 
     def m_grouped_fp8_gemm_nt_masked(self, *args):
         if self.fail_if_called:
@@ -368,8 +368,23 @@ def test_cpu_tensors_never_take_the_cuda_path(monkeypatch):
 
 @pytest.fixture
 def fake_cuda(monkeypatch):
-    """Pretend every tensor is a CUDA tensor and capture calls into the SM90 op."""
+    """Pretend every tensor is a CUDA tensor and capture calls into the SM90 op. The contiguous
+    layouts' GPU check (ops/contiguous_layout.api_group_ids) is replaced too: fake.layout_calls
+    records its arguments, and it returns fake.ids_for(layout), a tensor the op must receive."""
+    from finegemm.ops import contiguous_layout
+
     fake = _FakeOps()
+    fake.layout_calls = []
+    fake.ids = {}
+
+    def api_group_ids(fn, gl, m, g, psum, alignment):
+        fake.layout_calls.append((fn, gl, m, g, psum, alignment))
+        ids = torch.zeros(m, dtype=torch.int32)
+        fake.ids[id(gl)] = ids
+        return ids if m else None
+
+    fake.ids_for = lambda gl: fake.ids[id(gl)]
+    monkeypatch.setattr(contiguous_layout, "api_group_ids", api_group_ids)
     _install_fake_ops(monkeypatch, fake)
     monkeypatch.setattr(_validate, "on_cuda", lambda t: True)
     return fake
@@ -434,10 +449,17 @@ def test_cuda_routing_grouped(fake_cuda, monkeypatch):
     d = torch.full((M, N), 5.0, dtype=BF16)
     layout = torch.zeros(M, dtype=torch.int32)
     finegemm.m_grouped_fp8_gemm_nt_contiguous(a, b, d, layout)
-    kind, a_, sfa_, b_, sfb_, d_, gl_, psum_ = fake_cuda.calls[-1]
+    kind, a_, sfa_, b_, sfb_, d_, gl_, checked_ = fake_cuda.calls[-1]
     assert kind == "contiguous" and a_ is a[0] and sfa_ is a[1] and b_ is b[0] and sfb_ is b[1]
-    assert d_ is d and gl_ is layout and psum_ is False
+    # The layout's values go to the GPU check (no host read), whose ids the op gets.
+    assert fake_cuda.layout_calls[-1] == ("m_grouped_fp8_gemm_nt_contiguous", layout, M, G, False, 128)
+    assert d_ is d and gl_ is fake_cuda.ids_for(layout) and checked_ is True
     assert torch.all(d == 5.0)  # nothing computed on the host
+    # An invalid layout (id >= G) is not rejected on the host: the GPU check reports it.
+    bad = torch.full((M,), 7, dtype=torch.int32)
+    finegemm.m_grouped_fp8_gemm_nt_contiguous(a, b, d, bad)
+    assert fake_cuda.layout_calls[-1][1] is bad and fake_cuda.calls[-1][6] is fake_cuda.ids_for(bad)
+    fake_cuda.calls.pop()
     # masked_m is not read on CUDA (out-of-range values reach the kernel, which clamps).
     am = (rand_fp8(G, 16, K), rand_sf(G, 16, 1))
     dm = torch.full((G, 16, N), 5.0, dtype=BF16)
@@ -468,17 +490,19 @@ def test_cuda_routing_grouped_bf16(fake_cuda, monkeypatch):
     calls = []
     for name in ("m_grouped_bf16_gemm_nt_contiguous", "m_grouped_bf16_gemm_nt_masked",
                  "k_grouped_bf16_gemm_tn_contiguous"):
-        monkeypatch.setattr(bf16_ops, name, lambda *args, _n=name: calls.append((_n,) + args))
+        monkeypatch.setattr(bf16_ops, name, lambda *args, _n=name, **kw: calls.append((_n,) + args + tuple(kw.items())))
     a, b = rand_bf16(128, 64), rand_bf16(2, 64, 64)
     d = torch.full((128, 64), 5.0, dtype=BF16)
     layout = torch.zeros(128, dtype=torch.int32)
     finegemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, layout)
-    name, a_, b_, d_, gl_, psum_ = calls[-1]
-    assert name == "m_grouped_bf16_gemm_nt_contiguous" and a_ is a and b_ is b and d_ is d and gl_ is layout
-    assert psum_ is False
+    name, a_, b_, d_, gl_, checked_ = calls[-1]
+    assert name == "m_grouped_bf16_gemm_nt_contiguous" and a_ is a and b_ is b and d_ is d
+    assert fake_cuda.layout_calls[-1] == ("m_grouped_bf16_gemm_nt_contiguous", layout, 128, 2, False, 128)
+    assert gl_ is fake_cuda.ids_for(layout) and checked_ == ("checked_ids", True)
     psum = torch.tensor([100, 128], dtype=torch.int32)
     finegemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, psum, use_psum_layout=True)
-    assert calls[-1][4] is psum and calls[-1][5] is True
+    assert fake_cuda.layout_calls[-1][1:] == (psum, 128, 2, True, 128)
+    assert calls[-1][4] is fake_cuda.ids_for(psum) and calls[-1][5] == ("checked_ids", True)
     # masked_m is not read on CUDA (out-of-range values reach the kernel, which clamps).
     a, b = rand_bf16(2, 16, 64), rand_bf16(2, 64, 64)
     d = torch.full((2, 16, 64), 5.0, dtype=BF16)
@@ -507,7 +531,7 @@ def test_public_surface():
         "m_grouped_fp8_gemm_nt_contiguous", "m_grouped_fp8_gemm_nt_masked", "k_grouped_fp8_gemm_nt_contiguous",
         "bf16_gemm_nt", "bf16_gemm_nn", "bf16_gemm_tn", "bf16_gemm_tt",
         "m_grouped_bf16_gemm_nt_contiguous", "m_grouped_bf16_gemm_nt_masked", "k_grouped_bf16_gemm_tn_contiguous",
-        "set_num_sms", "get_num_sms", "set_tc_util", "get_tc_util", "set_pdl", "get_pdl",
+        "set_num_sms", "get_num_sms", "set_tc_util", "get_tc_util", "set_pdl", "get_pdl", "check_errors",
         "set_ignore_compile_dims", "get_ignore_compile_dims", "use_deterministic_algorithms",
         "get_deterministic_algorithms",
         "ceil_div", "align",

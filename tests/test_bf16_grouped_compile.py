@@ -20,9 +20,9 @@ from sass_tools import assert_k_loops_keep_smem_base
 import torch
 
 from finegemm import reference
+from finegemm.api import _validate as _v
 from finegemm.heuristics import sm90_bf16_gemm as heur
 from finegemm.ops import sm90_bf16_gemm as ops
-from finegemm.ops._runtime import psum_to_group_ids
 
 BF16 = torch.bfloat16
 
@@ -80,33 +80,22 @@ def test_grouped_heuristic(kind):
 
 
 @pytest.mark.parametrize("alignment", [64, 128])
-def test_psum_to_group_ids_matches_reference(alignment):
-    from finegemm.reference._common import group_ids_from_layout
+def test_reference_psum_expansion_follows_the_rule(alignment):
+    """The reference's psum -> per-row ids (what the GPU layout check is compared with on the
+    H200, tests/gpu/test_contiguous_layout_gpu.py): group g owns [align(end_{g-1}), end_g)."""
+    from finegemm.reference._common import psum_layout_to_group_ids
 
     for ends, m in [([200, 200, 328, 390], 512), ([1, 513], 640), ([0, 0, 0], 128), ([128], 128), ([5], 256)]:
-        # Keep only layouts valid for this alignment (non-empty groups end past the aligned start).
-        ok, prev = True, 0
-        for e in ends:
-            start = -(-prev // alignment) * alignment
-            if e != prev and e < start:
-                ok = False
-            prev = e
-        if not ok:
-            continue
-        psum = torch.tensor(ends, dtype=torch.int32)
-        got = psum_to_group_ids(psum, m, alignment)
-        want = group_ids_from_layout(psum, m, len(ends), True) if alignment == 128 else None
-        assert got.dtype == torch.int32 and got.shape == (m,)
-        if want is not None:
-            assert torch.equal(got.to(torch.int64), want.to(torch.int64)), (ends, m)
-        # Direct rule: group g owns [align(end_{g-1}, alignment), end_g).
+        if _v.grouped_layout_violation(torch.tensor(ends), m, len(ends), True, alignment) is not None:
+            continue  # only layouts valid for this alignment
+        got = psum_layout_to_group_ids(torch.tensor(ends, dtype=torch.int32), m, alignment)
         expect = torch.full((m,), -1, dtype=torch.int32)
         prev = 0
         for g, e in enumerate(ends):
             start = -(-prev // alignment) * alignment
             expect[start:e] = g
             prev = e
-        assert torch.equal(got, expect), (ends, m, alignment)
+        assert torch.equal(got.to(torch.int32), expect), (ends, m, alignment)
 
 
 @pytest.mark.parametrize("with_c", ["none", "c", "in_place"])

@@ -489,8 +489,10 @@ def test_grouped_configs():
 
 
 def test_grouped_ops_layer_plans_and_launch_arguments(monkeypatch):
-    """The ops layer of both grouped kinds on CPU tensors, up to the launcher (planning and the
-    launch mocked): argument plumbing, 2-D views, sfa layouts, psum -> ids on the device."""
+    """The ops layer of both grouped kinds on CPU tensors, up to the launcher (planning, the
+    launch and the GPU layout check mocked): argument plumbing, 2-D views, sfa layouts, the
+    contiguous layout through the check (ops/contiguous_layout.checked_group_ids) unless the
+    caller passes checked ids."""
     torch = pytest.importorskip("torch")
     from finegemm.heuristics.sm90_fp8_gemm import GEMM_GROUPED_CONTIGUOUS, GEMM_GROUPED_MASKED, select_grouped_config
     from finegemm.ops import sm90_fp8_gemm as ops
@@ -508,12 +510,23 @@ def test_grouped_ops_layer_plans_and_launch_arguments(monkeypatch):
     sfa = torch.rand(M, K // 128)
     sfb = torch.rand(G, 5, K // 128)
     d = torch.empty(M, N, dtype=torch.bfloat16)
+    checks = []
+
+    def checked_group_ids(fn, gl, m, g, psum, alignment):
+        checks.append((fn, gl, m, g, psum, alignment))
+        return psum_layout_to_group_ids(gl, m, alignment) if psum else gl.clone()
+
+    monkeypatch.setattr(ops, "checked_group_ids", checked_group_ids)
     ends = torch.tensor([100, 200, 300], dtype=torch.int32)
     ops.m_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, d, ends, True)
     cfg, fn, a2, sfa2, sfa_ld, b2, sfb2, d2, m, n, k, ids, g = launches[-1]
+    assert checks == [("sm90_fp8_gemm.m_grouped_fp8_gemm_nt_contiguous", ends, M, G, True, 128)]
     assert cfg.gemm_kind == GEMM_GROUPED_CONTIGUOUS and (m, n, k, g) == (M, N, K, G)
     assert b2.shape == (G * N, K) and sfa_ld == M and torch.equal(sfa2, sfa)
     assert torch.equal(ids, psum_layout_to_group_ids(ends, M, 128))
+    checked = torch.arange(M, dtype=torch.int32) // 128
+    ops.m_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, d, checked, checked_ids=True)
+    assert launches[-1][11] is checked and len(checks) == 1  # the API's checked ids go straight to the kernel
     Mmax = 70
     am = torch.zeros(G, Mmax, K).to(fp8)
     sfam = torch.rand(G, Mmax, K // 128)

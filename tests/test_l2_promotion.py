@@ -136,6 +136,7 @@ def test_bf16_grouped_launch_passes_the_packed_promotion(monkeypatch):
     monkeypatch.setattr(ob, "load_grouped", lambda cfg, device: 1)
     monkeypatch.setattr(ob, "_get_grouped_launcher", lambda: lambda *args: seen.append(args) or 0)
     monkeypatch.setattr(ob, "_get_raw_stream", lambda device: 0)
+    monkeypatch.setattr(ob, "checked_group_ids", lambda fn, gl, m, g, psum, alignment: gl)  # the GPU layout check
     g, m, n, k = 2, 128, 256, 512
     bf16 = torch.bfloat16
     masked_cfg = dataclasses.replace(hb.select_grouped_config(hb.GEMM_GROUPED_MASKED, m, n, k, g, SMS, m, 0),

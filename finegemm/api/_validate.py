@@ -43,6 +43,9 @@ __all__ = [
     "check_contiguous_flags",
     "check_int",
     "check_grouped_layout",
+    "check_grouped_layout_form",
+    "grouped_layout_violation",
+    "grouped_layout_message",
     "check_cuda_mk_alignment",
     "check_masked_m",
     "check_ks",
@@ -338,18 +341,20 @@ def check_cuda_mk_alignment(fn: str, d: torch.Tensor, alignment: int) -> None:
             f"rows never spans two groups), got {alignment}; set_mk_alignment_for_contiguous_layout(64 or 128)")
 
 
-def check_grouped_layout(
-    fn: str, gl: torch.Tensor, m: int, num_groups: int, use_psum_layout: bool, alignment: int
-) -> None:
-    """Validate an m-grouped contiguous layout (reads the values: synchronizes on CUDA tensors).
+# Rules of the m-grouped contiguous layouts that their values can break, as (code, a, b, c): the
+# codes are shared with the GPU's check (finegemm/ops/contiguous_layout.py records them), so a
+# broken rule reads the same whether the host or the GPU found it (grouped_layout_message).
+LAYOUT_RANGE = 1            # plain: a value outside [-1, G): (lo, hi) of all values
+LAYOUT_MISALIGNED = 2       # plain: a group's first row off the alignment: (row, group)
+LAYOUT_SPLIT = 3            # plain: a group in several runs: (group, runs)
+LAYOUT_PSUM_NEGATIVE = 4    # psum: an end < 0: (minimum,)
+LAYOUT_PSUM_DECREASING = 5  # psum: ends[g - 1] > ends[g]: (g, ends[g - 1], ends[g])
+LAYOUT_PSUM_PAST_M = 6      # psum: the last end > M: (last,)
+LAYOUT_PSUM_GAP = 7         # psum: a group ends inside the alignment gap: (g, ends[g - 1], ends[g])
 
-    Plain layout: int32 [M], row r belongs to group gl[r] in [0, G) or is padding (-1). The rows of
-    one group form one run, and that run starts at a row index that is a multiple of ``alignment``
-    (get_mk_alignment_for_contiguous_layout()); the kernel reads one group id per aligned block.
-    PSUM layout (``use_psum_layout``): int32 [G] cumulative row ends, non-negative, non-decreasing,
-    last <= M; group g owns rows [align(end_{g-1}, alignment), end_g), so a non-empty group's end
-    must not fall inside the alignment gap after the previous group (rows there would be dropped).
-    """
+
+def check_grouped_layout_form(fn: str, gl: torch.Tensor, m: int, num_groups: int, use_psum_layout: bool) -> None:
+    """dtype, rank, shape and contiguity of an m-grouped contiguous layout (reads no value)."""
     check_dtype(fn, "grouped_layout", gl, (torch.int32,))
     if use_psum_layout:
         check_rank(fn, "grouped_layout", gl, 1, "(with use_psum_layout: [G] cumulative row ends)")
@@ -358,43 +363,44 @@ def check_grouped_layout(
         check_rank(fn, "grouped_layout", gl, 1, "([M] group id per row)")
         check_shape(fn, "grouped_layout", gl, (m,), "[M]")
     check_contiguous_1d(fn, "grouped_layout", gl, "")
-    if gl.numel() == 0:
-        return
-    v = gl.detach().to(device="cpu", dtype=torch.int64)  # synchronizes with the GPU on CUDA tensors
+
+
+def grouped_layout_violation(v: torch.Tensor, m: int, num_groups: int, use_psum_layout: bool,
+                             alignment: int) -> Optional[tuple[int, int, int, int]]:
+    """The first broken rule of layout values `v` (int64, CPU) as (code, a, b, c), or None.
+
+    Plain layout ([M]): row r belongs to group v[r] in [0, G) or is padding (-1); the rows of one
+    group form one run, which starts at a multiple of ``alignment``. PSUM layout ([G] cumulative
+    row ends): non-negative, non-decreasing, last <= M; group g owns rows [align(end_{g-1}), end_g),
+    so a non-empty group's end must not fall inside the alignment gap after the previous group.
+    The order of the checks (the first broken rule wins) is the GPU check's too.
+    """
+    if v.numel() == 0:
+        return None
     if use_psum_layout:
         lo = int(v.min())
         if lo < 0:
-            raise ValueError(f"{fn}: grouped_layout (psum row ends) must be >= 0, got minimum {lo}")
+            return (LAYOUT_PSUM_NEGATIVE, lo, 0, 0)
         if v.numel() > 1:
             dec = (v[1:] < v[:-1]).nonzero()
             if dec.numel():
                 g = int(dec[0, 0]) + 1
-                raise ValueError(
-                    f"{fn}: grouped_layout (psum row ends) must be non-decreasing, got grouped_layout[{g - 1}] = "
-                    f"{int(v[g - 1])} > grouped_layout[{g}] = {int(v[g])}"
-                )
+                return (LAYOUT_PSUM_DECREASING, g, int(v[g - 1]), int(v[g]))
         last = int(v[-1])
         if last > m:
-            raise ValueError(f"{fn}: grouped_layout (psum row ends) must end at <= M = {m}, got last end {last}")
+            return (LAYOUT_PSUM_PAST_M, last, 0, 0)
         if v.numel() > 1:
             prev, cur = v[:-1], v[1:]
             start = (prev + alignment - 1) // alignment * alignment
             bad = ((cur != prev) & (cur < start)).nonzero()
             if bad.numel():
                 g = int(bad[0, 0]) + 1
-                raise ValueError(
-                    f"{fn}: grouped_layout (psum row ends) must not end a group inside the alignment gap: group {g} starts at align({int(prev[g - 1])}, {alignment}) "
-                    f"= {int(start[g - 1])} (the mk alignment), so its end must be >= that or equal to the previous "
-                    f"end (empty group), got end {int(cur[g - 1])}"
-                )
-        return
+                return (LAYOUT_PSUM_GAP, g, int(prev[g - 1]), int(cur[g - 1]))
+        return None
     lo, hi = int(v.min()), int(v.max())
     if lo < -1 or hi >= num_groups:
-        raise ValueError(
-            f"{fn}: grouped_layout values must be -1 (padding row) or a group id in [0, G={num_groups}), got values "
-            f"in [{lo}, {hi}]"
-        )
-    change = torch.ones(m, dtype=torch.bool)
+        return (LAYOUT_RANGE, lo, hi, 0)
+    change = torch.ones(v.numel(), dtype=torch.bool)
     change[1:] = v[1:] != v[:-1]
     starts = change.nonzero().flatten()
     vals = v[starts]
@@ -402,19 +408,56 @@ def check_grouped_layout(
     misaligned = (real & (starts % alignment != 0)).nonzero().flatten()
     if misaligned.numel():
         i = int(misaligned[0])
-        raise ValueError(
-            f"{fn}: grouped_layout: each group's first row must be at a multiple of the alignment {alignment} "
-            f"(get_mk_alignment_for_contiguous_layout(); pad with -1 rows), got group {int(vals[i])} starting at "
-            f"row {int(starts[i])}"
-        )
+        return (LAYOUT_MISALIGNED, int(starts[i]), int(vals[i]), 0)
     counts = torch.bincount(vals[real], minlength=num_groups)
     split = (counts > 1).nonzero().flatten()
     if split.numel():
         g = int(split[0])
-        raise ValueError(
-            f"{fn}: grouped_layout: the rows of one group must be contiguous (one run), got group {g} in "
-            f"{int(counts[g])} separate runs"
-        )
+        return (LAYOUT_SPLIT, g, int(counts[g]), 0)
+    return None
+
+
+def grouped_layout_message(fn: str, violation: tuple[int, int, int, int], m: int, num_groups: int,
+                           alignment: int) -> str:
+    """The error message of a broken layout rule (grouped_layout_violation's tuple)."""
+    code, a, b, c = violation
+    if code == LAYOUT_RANGE:
+        return (f"{fn}: grouped_layout values must be -1 (padding row) or a group id in [0, G={num_groups}), got "
+                f"values in [{a}, {b}]")
+    if code == LAYOUT_MISALIGNED:
+        return (f"{fn}: grouped_layout: each group's first row must be at a multiple of the alignment {alignment} "
+                f"(get_mk_alignment_for_contiguous_layout(); pad with -1 rows), got group {b} starting at row {a}")
+    if code == LAYOUT_SPLIT:
+        return (f"{fn}: grouped_layout: the rows of one group must be contiguous (one run), got group {a} in {b} "
+                f"separate runs")
+    if code == LAYOUT_PSUM_NEGATIVE:
+        return f"{fn}: grouped_layout (psum row ends) must be >= 0, got minimum {a}"
+    if code == LAYOUT_PSUM_DECREASING:
+        return (f"{fn}: grouped_layout (psum row ends) must be non-decreasing, got grouped_layout[{a - 1}] = {b} > "
+                f"grouped_layout[{a}] = {c}")
+    if code == LAYOUT_PSUM_PAST_M:
+        return f"{fn}: grouped_layout (psum row ends) must end at <= M = {m}, got last end {a}"
+    if code == LAYOUT_PSUM_GAP:
+        start = (b + alignment - 1) // alignment * alignment
+        return (f"{fn}: grouped_layout (psum row ends) must not end a group inside the alignment gap: group {a} "
+                f"starts at align({b}, {alignment}) = {start} (the mk alignment), so its end must be >= that or equal "
+                f"to the previous end (empty group), got end {c}")
+    raise ValueError(f"{fn}: unknown grouped_layout violation code {code}")
+
+
+def check_grouped_layout(
+    fn: str, gl: torch.Tensor, m: int, num_groups: int, use_psum_layout: bool, alignment: int
+) -> None:
+    """Validate an m-grouped contiguous layout, its values included (grouped_layout_violation's
+    rules). Reads the values: synchronizes on CUDA tensors, so the CUDA paths check the form here
+    and the values on the GPU (finegemm.ops.contiguous_layout)."""
+    check_grouped_layout_form(fn, gl, m, num_groups, use_psum_layout)
+    if gl.numel() == 0:
+        return
+    v = gl.detach().to(device="cpu", dtype=torch.int64)  # synchronizes with the GPU on CUDA tensors
+    bad = grouped_layout_violation(v, m, num_groups, use_psum_layout, alignment)
+    if bad is not None:
+        raise ValueError(grouped_layout_message(fn, bad, m, num_groups, alignment))
 
 
 def check_masked_m(fn: str, masked_m: torch.Tensor, num_groups: int, m_max: int, check_values: bool) -> None:

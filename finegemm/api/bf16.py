@@ -196,8 +196,15 @@ def _m_grouped_contiguous(fn: str, b_kn: bool, a: object, b: object, d: object, 
     _v.check_tma_layout(fn, "d", d, "[M, N]")
     _v.check_no_overlap(fn, "d", d, {"a": a, "b": b, "grouped_layout": grouped_layout})
     alignment = quant.get_mk_alignment_for_contiguous_layout()
-    _v.check_grouped_layout(fn, grouped_layout, M, G, use_psum_layout, alignment)
     _v.check_cuda_mk_alignment(fn, d, alignment)
+    ids = None
+    if _v.on_cuda(d):  # the values are checked on the GPU (no sync): ops/contiguous_layout.py
+        _v.check_grouped_layout_form(fn, grouped_layout, M, G, use_psum_layout)
+        from finegemm.ops.contiguous_layout import api_group_ids
+
+        ids = api_group_ids(fn, grouped_layout, M, G, use_psum_layout, alignment)
+    else:
+        _v.check_grouped_layout(fn, grouped_layout, M, G, use_psum_layout, alignment)
 
     if M == 0 or N == 0:
         return
@@ -209,7 +216,7 @@ def _m_grouped_contiguous(fn: str, b_kn: bool, a: object, b: object, d: object, 
         from finegemm.ops import sm90_bf16_gemm
 
         run = sm90_bf16_gemm.m_grouped_bf16_gemm_nn_contiguous if b_kn else sm90_bf16_gemm.m_grouped_bf16_gemm_nt_contiguous
-        run(a, b, d, grouped_layout, use_psum_layout)
+        run(a, b, d, ids, checked_ids=True)
         return
     d.copy_(reference.m_grouped_bf16_gemm_nt_contiguous(a, b.transpose(1, 2) if b_kn else b, grouped_layout,
                                                         use_psum_layout=use_psum_layout, out_dtype=d.dtype))
@@ -223,7 +230,9 @@ _CONTIGUOUS_DOC = """M-grouped BF16 GEMM, contiguous layout: {formula}.
         grouped_layout: ``int32`` [M] group per row (-1 = padding; each group one run starting at
             a multiple of ``get_mk_alignment_for_contiguous_layout()``), or with
             ``use_psum_layout`` ``int32`` [G] cumulative row ends (non-negative, non-decreasing,
-            last <= M). Validated by reading the values (synchronizes on CUDA tensors).
+            last <= M). CPU tensors: checked before the call. CUDA tensors: checked on the GPU (no
+            sync, capturable); a broken rule raises from ``finegemm.check_errors()`` or the next
+            m-grouped contiguous call, rows with an id outside [-1, G) are written as zeros.
         compiled_dims: kernel specialization hint; use_psum_layout: bool.
         ensure_zero_padding: bool (DeepGEMM's flag; padding rows are always written as zeros here).
         expected_m_for_psum_layout: None or an int >= 0, only with ``use_psum_layout`` (DeepGEMM's
@@ -233,7 +242,8 @@ _CONTIGUOUS_DOC = """M-grouped BF16 GEMM, contiguous layout: {formula}.
     inputs nor itself; M == 0 returns at once after validation. On CUDA the mk alignment must be 64 or 128
     (a kernel tile never spans two groups; smaller alignments raise NotImplementedError).
     Devices: CPU runs ``finegemm.reference``; CUDA runs the SM90 BF16 kernel's m-grouped contiguous
-    kind (finegemm.ops.sm90_bf16_gemm; psum layouts are turned into per-row group ids on the GPU){device_note}.
+    kind (finegemm.ops.sm90_bf16_gemm) after the layout check kernel (finegemm.ops.contiguous_layout, which also
+    turns psum ends into per-row group ids){device_note}.
     """
 
 

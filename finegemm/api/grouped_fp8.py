@@ -90,8 +90,15 @@ def _m_grouped_contiguous(fn: str, b_kn: bool, a: object, b: object, d: object, 
     _v.check_no_overlap(fn, "d", d, {"a[0] (A)": A, "b[0] (B)": B, "a[1] (sfa)": sfa, "b[1] (sfb)": sfb,
                                      "grouped_layout": grouped_layout})
     alignment = quant.get_mk_alignment_for_contiguous_layout()
-    _v.check_grouped_layout(fn, grouped_layout, M, G, use_psum_layout, alignment)
     _v.check_cuda_mk_alignment(fn, d, alignment)
+    ids = None
+    if _v.on_cuda(d):  # the values are checked on the GPU (no sync): ops/contiguous_layout.py
+        _v.check_grouped_layout_form(fn, grouped_layout, M, G, use_psum_layout)
+        from finegemm.ops.contiguous_layout import api_group_ids
+
+        ids = api_group_ids(fn, grouped_layout, M, G, use_psum_layout, alignment)
+    else:
+        _v.check_grouped_layout(fn, grouped_layout, M, G, use_psum_layout, alignment)
 
     if M == 0 or N == 0:
         return
@@ -115,7 +122,7 @@ def _m_grouped_contiguous(fn: str, b_kn: bool, a: object, b: object, d: object, 
                 B_nk = k_major_batched(B)
             if B_nk.data_ptr() % 16 != 0:
                 B_nk = B_nk.clone()
-        sm90_fp8_gemm.m_grouped_fp8_gemm_nt_contiguous(A, sfa, B_nk, sfb_nk, d, grouped_layout, use_psum_layout)
+        sm90_fp8_gemm.m_grouped_fp8_gemm_nt_contiguous(A, sfa, B_nk, sfb_nk, d, ids, checked_ids=True)
         return
     d.copy_(reference.m_grouped_fp8_gemm_nt_contiguous(
         A, sfa, B_nk, sfb_nk, grouped_layout, use_psum_layout=use_psum_layout, out_dtype=d.dtype))
@@ -134,8 +141,12 @@ _CONTIGUOUS_DOC = """M-grouped FP8 GEMM, contiguous layout: {formula} for each r
             multiple of ``get_mk_alignment_for_contiguous_layout()`` (pad with -1 rows). With
             ``use_psum_layout`` ([G]): cumulative row ends, non-negative, non-decreasing, last
             <= M; group g owns rows [align(end_{{g-1}}, alignment), end_g).
-            The values are read to validate them (min/max and runs): on CUDA tensors this
-            synchronizes the stream.
+            CPU tensors: the values are checked before the call (ValueError). CUDA tensors: they
+            are checked on the GPU, in the stream, so the call never synchronizes and can be
+            captured in a CUDA graph; a broken rule raises the same ValueError from
+            ``finegemm.check_errors()`` or from the next m-grouped contiguous call. Rows with
+            an id outside [-1, G) are then written as zeros; other broken rules leave the
+            broken rows' values unspecified (never an out-of-bounds access).
         recipe: None or (1, 128, 128) (the only m-grouped recipe on SM90).
         compiled_dims: kernel specialization hint (distinct letters of "mnk").
         disable_ue8m0_cast: accepted for compatibility (bool); no effect on SM90 (fp32 scales).
@@ -150,8 +161,8 @@ _CONTIGUOUS_DOC = """M-grouped FP8 GEMM, contiguous layout: {formula} for each r
 
     Devices: CPU runs ``finegemm.reference``; CUDA: the SM90 kernel (finegemm.ops.sm90_fp8_gemm,
     GEMM kind "grouped contiguous"; needs the mk alignment to be a multiple of 64; validated on
-    the H200, tests/gpu/test_grouped_fp8_gpu.py). With ``use_psum_layout`` the ends are turned into per-row
-    group ids on the GPU by a few small torch kernels (no extra host sync).{device_note}
+    the H200, tests/gpu/test_grouped_fp8_gpu.py), after the layout check kernel (finegemm.ops.contiguous_layout:
+    ~4.5 us, which also turns psum ends into per-row group ids).{device_note}
     """
 
 

@@ -52,6 +52,10 @@ __all__ = [
 _ARG_MAP = "lhs -> a, rhs -> b, out -> d"
 
 
+def _renamed(name: str, target: str, exc: Exception) -> Exception:
+    return type(exc)(f"{name} (DeepGEMM v1 name of {target}; {_ARG_MAP}): {exc}")
+
+
 def _legacy(target: str):
     """Name the legacy function and its target in the argument errors of the target."""
     def wrap(fn):
@@ -60,9 +64,16 @@ def _legacy(target: str):
             try:
                 return fn(*args, **kwargs)
             except (ValueError, TypeError, NotImplementedError) as exc:
-                raise type(exc)(f"{fn.__name__} (DeepGEMM v1 name of {target}; {_ARG_MAP}): {exc}") from exc
+                raise _renamed(fn.__name__, target, exc) from exc
+        call.legacy_target = target
         return call
     return wrap
+
+
+def renamed_error(name: str, exc: Exception) -> Exception:
+    """`exc` (raised for a call of v1 function `name` after it returned: finegemm.check_errors
+    reporting a GPU-side check) worded as the v1 function's own argument errors."""
+    return _renamed(name, globals()[name].legacy_target, exc)
 
 
 @_legacy("fp8_gemm_nt")

@@ -26,8 +26,8 @@ import torch
 from finegemm.heuristics._common import L2_PROMOTIONS, check_l2_promotion
 
 __all__ = ["raw_stream", "is_capturing", "SplitKWorkspace", "PreparedLaunch", "c_function", "prepare_function",
-           "prepared_handle_functions", "check_tile", "l2_promotion_arg", "max_active_clusters", "psum_to_group_ids",
-           "contiguous_group_ids"]
+           "prepared_handle_functions", "check_tile", "l2_promotion_arg", "max_active_clusters", "launch_driver",
+           "loaded_function"]
 
 try:
     raw_stream = torch._C._cuda_getCurrentRawStream
@@ -57,28 +57,41 @@ def l2_promotion_arg(promotion: tuple) -> int:
         raise
 
 
-def psum_to_group_ids(psum: torch.Tensor, m: int, alignment: int) -> torch.Tensor:
-    """psum layout (int32 [G] cumulative row ends; group g owns [align(end_{g-1}, alignment), end_g))
-    -> int32 group id per row (-1 = no group), with a few tiny torch kernels on the GPU: no host
-    sync, so the call stays CUDA-graph capturable. v1 cost: ~5 small launches + an [M] int32
-    buffer per call; reading the ends in the kernel's tile walker would remove them."""
-    ends = psum.to(torch.int64)
-    g_count = ends.numel()
-    starts = torch.zeros_like(ends)
-    if g_count > 1:
-        starts[1:] = (ends[:-1] + (alignment - 1)) // alignment * alignment
-    rows = torch.arange(m, dtype=torch.int64, device=psum.device)
-    g = torch.searchsorted(ends, rows, right=True)
-    inside = (g < g_count) & (rows >= starts[g.clamp(max=g_count - 1)])
-    return torch.where(inside, g, torch.full_like(g, -1)).to(torch.int32)
+_kernel_lock = threading.Lock()
+_kernel_functions: dict[tuple[str, int], int] = {}  # (kernel name, device) -> CUfunction
+_driver_launch = None
 
 
-def contiguous_group_ids(grouped_layout: torch.Tensor, m: int, use_psum_layout: bool, alignment: int) -> torch.Tensor:
-    """The kernels' per-row group ids (int32, contiguous) of either contiguous-layout encoding."""
-    ids = psum_to_group_ids(grouped_layout, m, alignment) if use_psum_layout else grouped_layout
-    if ids.dtype != torch.int32 or not ids.is_contiguous():
-        ids = ids.to(torch.int32).contiguous()
-    return ids
+def launch_driver():
+    """The driver's cuLaunchKernel through ctypes (for the small kernels rendered in ops/ that
+    have no launcher in the host library: the K-major copies, the contiguous layout check)."""
+    global _driver_launch
+    if _driver_launch is None:
+        lib = ctypes.CDLL("libcuda.so.1")
+        f = lib.cuLaunchKernel
+        u = ctypes.c_uint
+        f.argtypes = [ctypes.c_void_p, u, u, u, u, u, u, u, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p),
+                      ctypes.c_void_p]
+        f.restype = ctypes.c_int
+        _driver_launch = f
+    return _driver_launch
+
+
+def loaded_function(name: str, render, device: int, on_load=None) -> int:
+    """The CUfunction of kernel `name` (source: render()) on `device`, built and loaded once per
+    process and device; on_load(fn) runs once after loading (e.g. a shared-memory attribute)."""
+    fn = _kernel_functions.get((name, device))
+    if fn is None:
+        from finegemm import jit
+
+        with _kernel_lock, torch.cuda.device(device):
+            fn = _kernel_functions.get((name, device))
+            if fn is None:
+                fn = jit.load_kernel(name, render()).fn
+                if on_load is not None:
+                    on_load(fn)
+                _kernel_functions[(name, device)] = fn
+    return fn
 
 
 def check_tile(block_m: int, block_n: int, num_stages: int | None = None, block_ms: tuple = (64, 128)) -> None:

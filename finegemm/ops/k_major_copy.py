@@ -23,13 +23,12 @@ headers) and launched through the driver's cuLaunchKernel (ctypes) on the curren
 from __future__ import annotations
 
 import ctypes
-import threading
 from typing import NamedTuple
 
 import torch
 
 from finegemm import jit
-from finegemm.ops._runtime import raw_stream
+from finegemm.ops._runtime import launch_driver, loaded_function, raw_stream
 
 __all__ = ["render_transpose_u8", "render_grouped_transpose_u8", "k_major_groups", "k_major_copies", "k_major_batched",
            "k_major_transposes", "GroupCopy", "plan_grouped_copies"]
@@ -229,34 +228,6 @@ def launch_tiles(launch: list[tuple[GroupCopy, int, int]]) -> int:
     return start + tiles_c * -(-g.rows // GROUPED_TILE)
 
 
-_lock = threading.Lock()
-_functions: dict[tuple[str, int], int] = {}  # (kernel name, device) -> CUfunction
-_driver = None
-
-
-def _launcher():
-    global _driver
-    if _driver is None:
-        lib = ctypes.CDLL("libcuda.so.1")
-        f = lib.cuLaunchKernel
-        u = ctypes.c_uint
-        f.argtypes = [ctypes.c_void_p, u, u, u, u, u, u, u, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p),
-                      ctypes.c_void_p]
-        f.restype = ctypes.c_int
-        _driver = f
-    return _driver
-
-
-def _loaded(name: str, render, device: int) -> int:
-    """The CUfunction of kernel `name` on `device` (built and loaded once per process and device)."""
-    fn = _functions.get((name, device))
-    if fn is None:
-        with _lock, torch.cuda.device(device):
-            fn = jit.load_kernel(name, render()).fn
-            _functions[(name, device)] = fn
-    return fn
-
-
 class _GroupCopyParams(ctypes.Structure):
     _fields_ = [("src", ctypes.c_void_p), ("dst", ctypes.c_void_p), ("rows", ctypes.c_longlong),
                 ("cols", ctypes.c_longlong), ("src_ld", ctypes.c_longlong), ("tile_start", ctypes.c_longlong),
@@ -273,7 +244,7 @@ def _launch_grouped(launch: list[tuple[GroupCopy, int, int]], fn: int, stream: i
     for i, (g, start, tiles_c) in enumerate(launch):
         p.group[i] = _GroupCopyParams(g.src, g.dst, g.rows, g.cols, g.src_ld, start, tiles_c)
     params = (ctypes.c_void_p * 1)(ctypes.cast(ctypes.byref(p), ctypes.c_void_p))
-    rc = _launcher()(ctypes.c_void_p(fn), launch_tiles(launch), 1, 1, GROUPED_THREADS, 1, 1, 0, ctypes.c_void_p(stream),
+    rc = launch_driver()(ctypes.c_void_p(fn), launch_tiles(launch), 1, 1, GROUPED_THREADS, 1, 1, 0, ctypes.c_void_p(stream),
                      params, None)
     if rc != 0:
         raise RuntimeError(f"finegemm: the grouped K-major copy kernel failed to launch: {jit.error_string(rc)}")
@@ -288,7 +259,7 @@ def _launch_word(g: GroupCopy, fn: int, stream: int) -> None:
     args = [ctypes.c_void_p(g.src), ctypes.c_void_p(g.dst), ctypes.c_longlong(g.rows), ctypes.c_longlong(g.cols),
             ctypes.c_longlong(g.src_ld), ctypes.c_longlong(g.rows), ctypes.c_int(vec)]
     params = (ctypes.c_void_p * len(args))(*[ctypes.cast(ctypes.byref(a), ctypes.c_void_p) for a in args])
-    rc = _launcher()(ctypes.c_void_p(fn), -(-g.rows // (TILE * TILES_PER_BLOCK)), grid_y, 1, THREADS[0], THREADS[1], 1,
+    rc = launch_driver()(ctypes.c_void_p(fn), -(-g.rows // (TILE * TILES_PER_BLOCK)), grid_y, 1, THREADS[0], THREADS[1], 1,
                      0, ctypes.c_void_p(stream), params, None)
     if rc != 0:
         raise RuntimeError(f"finegemm: the K-major copy kernel failed to launch: {jit.error_string(rc)}")
@@ -335,11 +306,11 @@ def _run_copies(copies: list[GroupCopy], device: int, grouped: bool = True) -> N
     stream = raw_stream(device)
     launches, rest = plan_grouped_copies(copies) if grouped else ([], copies)  # callers pass no empty copies
     if launches:
-        fn = _loaded("k_major_copy_u8_grouped", render_grouped_transpose_u8, device)
+        fn = loaded_function("k_major_copy_u8_grouped", render_grouped_transpose_u8, device)
         for launch in launches:
             _launch_grouped(launch, fn, stream)
     if rest:
-        fn = _loaded("k_major_copy_u8", render_transpose_u8, device)
+        fn = loaded_function("k_major_copy_u8", render_transpose_u8, device)
         for g in rest:
             _launch_word(g, fn, stream)
 

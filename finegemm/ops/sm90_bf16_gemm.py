@@ -34,7 +34,8 @@ from typing import Optional
 import torch
 
 from finegemm import jit, quant, runtime
-from finegemm.ops._runtime import (PreparedLaunch, SplitKWorkspace, c_function, check_tile, contiguous_group_ids,
+from finegemm.ops.contiguous_layout import checked_group_ids
+from finegemm.ops._runtime import (PreparedLaunch, SplitKWorkspace, c_function, check_tile,
                                    is_capturing, l2_promotion_arg, prepare_function, prepared_handle_functions,
                                    raw_stream)
 from finegemm.heuristics.sm90_bf16_gemm import (
@@ -423,14 +424,17 @@ def _check_k(k: int) -> None:
 
 
 def _m_grouped_contiguous(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, grouped_layout: torch.Tensor,
-                          use_psum_layout: bool, config: Optional[Bf16GemmConfig], b_kn: bool) -> None:
+                          use_psum_layout: bool, config: Optional[Bf16GemmConfig], b_kn: bool,
+                          checked_ids: bool) -> None:
     m, k = a.shape
     num_groups, n = b.shape[0], b.shape[2 if b_kn else 1]
     if m == 0 or n == 0 or num_groups == 0:
         return
     _check_k(k)
     alignment = quant.get_mk_alignment_for_contiguous_layout()
-    ids = contiguous_group_ids(grouped_layout, m, use_psum_layout, alignment)
+    name = "m_grouped_bf16_gemm_nn_contiguous" if b_kn else "m_grouped_bf16_gemm_nt_contiguous"
+    ids = grouped_layout if checked_ids else checked_group_ids(
+        f"sm90_bf16_gemm.{name}", grouped_layout, m, num_groups, use_psum_layout, alignment)
     if not b_kn:
         b = _rows_2d(b)
     elif (num_groups > 1 and b.stride(0) < k * b.stride(1)) or b.stride(1) < n:
@@ -442,24 +446,25 @@ def _m_grouped_contiguous(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, gro
 
 def m_grouped_bf16_gemm_nt_contiguous(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor,
                                       grouped_layout: torch.Tensor, use_psum_layout: bool = False,
-                                      config: Optional[Bf16GemmConfig] = None) -> None:
+                                      config: Optional[Bf16GemmConfig] = None, *, checked_ids: bool = False) -> None:
     """d[r] = A[r] @ B[g(r)]^T for every row r (zeros for rows of no group), on the current stream.
 
     a bf16 [M, K], b bf16 [G, N, K], d bf16 [M, N] (validated CUDA tensors, api/bf16.py);
     grouped_layout int32 [M] group id per row (-1 = padding) whose group segments start at
     multiples of get_mk_alignment_for_contiguous_layout(), or with use_psum_layout int32 [G]
-    cumulative row ends (converted to per-row ids on the GPU).
+    cumulative row ends; either is checked and turned into the kernel's ids on the GPU
+    (ops/contiguous_layout.py). checked_ids: grouped_layout already is that kernel's output.
     """
-    _m_grouped_contiguous(a, b, d, grouped_layout, use_psum_layout, config, False)
+    _m_grouped_contiguous(a, b, d, grouped_layout, use_psum_layout, config, False, checked_ids)
 
 
 def m_grouped_bf16_gemm_nn_contiguous(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor,
                                       grouped_layout: torch.Tensor, use_psum_layout: bool = False,
-                                      config: Optional[Bf16GemmConfig] = None) -> None:
+                                      config: Optional[Bf16GemmConfig] = None, *, checked_ids: bool = False) -> None:
     """d[r] = A[r] @ B[g(r)] for every row r (zeros for rows of no group), on the current stream:
     as m_grouped_bf16_gemm_nt_contiguous with b bf16 [G, K, N] (N-major, any row / group pitch
     that TMA accepts), read in place (no transposing copy)."""
-    _m_grouped_contiguous(a, b, d, grouped_layout, use_psum_layout, config, True)
+    _m_grouped_contiguous(a, b, d, grouped_layout, use_psum_layout, config, True, checked_ids)
 
 
 def m_grouped_bf16_gemm_nt_masked(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, masked_m: torch.Tensor,

@@ -33,7 +33,8 @@ from finegemm.heuristics.sm90_fp8_gemm import (
     select_grouped_config,
     serial_halves,
 )
-from finegemm.ops._runtime import (PreparedLaunch, SplitKWorkspace, c_function, check_tile, contiguous_group_ids,
+from finegemm.ops.contiguous_layout import checked_group_ids
+from finegemm.ops._runtime import (PreparedLaunch, SplitKWorkspace, c_function, check_tile,
                                    is_capturing, l2_promotion_arg, max_active_clusters, prepare_function,
                                    prepared_handle_functions, raw_stream)
 from finegemm.quant import get_mn_major_tma_aligned_tensor
@@ -605,13 +606,16 @@ def _check_k(k: int) -> None:
 
 def m_grouped_fp8_gemm_nt_contiguous(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.Tensor,
                                      d: torch.Tensor, grouped_layout: torch.Tensor,
-                                     use_psum_layout: bool = False, config: Optional[Fp8GemmConfig] = None) -> None:
+                                     use_psum_layout: bool = False, config: Optional[Fp8GemmConfig] = None, *,
+                                     checked_ids: bool = False) -> None:
     """d[r] = A[r] @ B[g(r)]^T for every row r (zeros for padding rows), on the current stream.
 
     a fp8 [M, K], sfa fp32 [M, ceil(K/128)] (any strides), b fp8 [G, N, K], sfb fp32
     [G, ceil(N/128), ceil(K/128)], d bf16 [M, N]; grouped_layout int32 [M] group id per row (-1 =
     padding) whose group segments start at multiples of get_mk_alignment_for_contiguous_layout(),
-    or with use_psum_layout int32 [G] cumulative row ends (converted to ids on the GPU).
+    or with use_psum_layout int32 [G] cumulative row ends; either is checked and turned into the
+    kernel's ids on the GPU (ops/contiguous_layout.py; a broken rule is reported by
+    contiguous_layout.check_errors). checked_ids: grouped_layout already is that kernel's output.
     """
     m, k = a.shape
     num_groups, n = b.shape[0], b.shape[1]
@@ -619,7 +623,8 @@ def m_grouped_fp8_gemm_nt_contiguous(a: torch.Tensor, sfa: torch.Tensor, b: torc
         return
     _check_k(k)
     alignment = quant.get_mk_alignment_for_contiguous_layout()
-    ids = contiguous_group_ids(grouped_layout, m, use_psum_layout, alignment)
+    ids = grouped_layout if checked_ids else checked_group_ids(
+        "sm90_fp8_gemm.m_grouped_fp8_gemm_nt_contiguous", grouped_layout, m, num_groups, use_psum_layout, alignment)
     sfa, sfa_ld = _sfa_for_tma(sfa, m)
     b2 = _rows_2d(b)
     if sfb.dtype != torch.float32 or not sfb.is_contiguous():

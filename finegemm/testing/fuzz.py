@@ -861,10 +861,19 @@ def run_case(case: Case, device, settings: Optional[Settings] = None) -> Outcome
 
 
 def call_case(case: Case, mat: "Materialized", settings: Optional[Settings] = None) -> Outcome:
+    """Call the case's function; on CUDA also finegemm.check_errors(), so that an input value
+    checked on the GPU (the contiguous layouts) gets its verdict here, as the CPU call's."""
     fn = getattr(finegemm, case.fn)
     try:
         with applied(case.settings if settings is None else settings):
             fn(**mat.kwargs)
+        if any(buf.is_cuda for buf, _, _ in mat.bufs.values()):
+            try:
+                finegemm.check_errors()
+            except ValueError as exc:
+                from finegemm.api import legacy
+
+                raise (legacy.renamed_error(case.fn, exc) if case.fn in legacy.__all__ else exc) from None
     except Exception as exc:  # noqa: BLE001 - classified by the caller
         return Outcome(exc, mat)
     return Outcome(None, mat)

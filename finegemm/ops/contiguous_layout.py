@@ -1,0 +1,372 @@
+"""The m-grouped contiguous layouts, checked and turned into the kernels' per-row group ids on the GPU.
+
+Reading grouped_layout on the host would synchronize the stream on every MoE GEMM (and a call
+could not be captured in a CUDA graph): an inference engine or a training step would stall on
+each one. So on CUDA one small kernel does what the host validator (api/_validate.py,
+grouped_layout_violation) does on CPU tensors, in the same stream, before the GEMM:
+
+- plain layout (int32 [M], group id per row, -1 = padding): copies the ids for the GEMM, an id
+  outside [-1, G) as -1 (its row is written as zeros: no group's weights are ever read out of
+  bounds), and checks the three rules (ids in range, every group's run starting at a multiple
+  of the alignment, one run per group);
+- psum layout (int32 [G] cumulative row ends): expands the ends into per-row ids (rows of no
+  group: -1) and checks its four rules (ends >= 0, non-decreasing, last <= M, no group ending
+  inside the alignment gap). Whatever the ends hold, every id written is in [-1, G).
+
+A broken rule is recorded (the first one, in the host validator's order, with its details) in a
+small page-locked host buffer that the GPU writes directly: the host reads it without
+synchronizing. check_pending(fn) raises it as the host validator's ValueError at the next
+m-grouped contiguous call (the message says so) and finegemm.check_errors() synchronizes and
+raises it at once. The GEMM itself runs on the checked ids: with a broken rule other than an id
+out of range the rows' values are unspecified (never an out-of-bounds access).
+
+CTAs of 1024 threads, 4 consecutive rows per thread (one 16-byte load of the plain ids where
+aligned); a run starts where a row's id differs from the row above (one extra 4-byte load, an L1
+hit beside the neighbour's). The CTAs meet in a small per-stream scratch (the split-K counters'
+pattern: zero between launches, the last CTA zeroes it again), the psum ends sit in each CTA's
+shared memory (G <= MAX_GROUPS with use_psum_layout). Rendered here, not under include/finegemm
+(the GEMM kernels' cache keys hash those headers); launched through the driver (ctypes),
+capturable in a CUDA graph (a capture gets scratch of its own).
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+from typing import Optional
+
+import torch
+
+from finegemm import jit
+from finegemm.api import _validate as _v
+from finegemm.ops._runtime import SplitKWorkspace, launch_driver, loaded_function, raw_stream
+
+__all__ = ["render_contiguous_layout", "checked_group_ids", "check_pending", "check_errors", "MAX_GROUPS",
+           "MAX_ROWS"]
+
+THREADS = 1024
+ROWS_PER_CTA = 4 * THREADS  # rows per CTA and step (4 per thread: one 16-byte load)
+MAX_GROUPS = 49152  # psum: the ends in shared memory (192 KB)
+MAX_ROWS = 2**31 - 1 - ROWS_PER_CTA  # rows are int32 in the kernel
+_SCRATCH_HEAD = 4  # the scratch words before the runs per group (see the kernel)
+_RECORD_INTS = 8  # [code, function, a, b, c, G, alignment, M]
+
+_SOURCE = """\
+// grouped_layout (plain: int32 [m] ids; psum: int32 [g] ends) -> ids int32 [m] for the GEMM (every id
+// in [-1, g)), and the first broken rule into `record` (page-locked host memory; codes as in
+// finegemm/api/_validate.py: {range} range, {misaligned} misaligned, {split} split, {neg} psum < 0,
+// {dec} psum decreasing, {past} psum past M, {gap} psum in the gap).
+//
+// Each CTA takes {rows} rows per step (4 per thread). The CTAs combine through `scratch` (int32
+// [{head} + g], this stream's: ops/_runtime.SplitKWorkspace), whose every word is 0 between launches:
+// maxima of order-preserving keys (so that 0 is the identity), runs per group, a ticket. The CTA
+// that takes the last ticket reads them, records the broken rule and zeroes them again.
+#include <climits>
+
+__device__ __forceinline__ unsigned key_of(int x) {{ return static_cast<unsigned>(x) ^ 0x80000000u; }}  // order kept
+__device__ __forceinline__ int int_of(unsigned k) {{ return static_cast<int>(k ^ 0x80000000u); }}
+
+__device__ __forceinline__ unsigned block_max(unsigned v, unsigned* red) {{
+  v = __reduce_max_sync(0xffffffffu, v);
+  __syncthreads();  // red may still be read by the previous reduction
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
+  __syncthreads();
+  return __reduce_max_sync(0xffffffffu, red[threadIdx.x % 32]);  // {threads} / 32 == 32 warps
+}}
+
+extern "C" __global__ void __launch_bounds__({threads}) finegemm_entry(
+    const int* __restrict__ layout, int* __restrict__ ids, int m, int g, int align_log2, int psum, int fn_id,
+    unsigned* scratch, int* record) {{
+  extern __shared__ int sh[];  // psum: the ends
+  __shared__ unsigned red[32];
+  __shared__ bool last;
+  const int tid = threadIdx.x, alignment = 1 << align_log2;
+  // scratch: [0] max key(x), [1] max ~key(x) (the minimum), [2] max ~row of a misaligned run start,
+  // [3] ticket, [{head} ..) runs per group.
+  unsigned* runs = scratch + {head};
+  if (psum) {{
+    for (int i = tid; i < g; i += {threads}) sh[i] = layout[i];
+    __syncthreads();
+  }}
+  unsigned hi = 0, lo = 0, mis = 0;  // keys: 0 is "none"
+  int grp = 0, start_grp = -1;       // psum: this thread's group (its rows only increase)
+  long long start = 0;               // psum: the first row of group start_grp
+  const bool vec_in = !psum && (reinterpret_cast<unsigned long long>(layout) % 16) == 0;
+  const bool vec_out = (reinterpret_cast<unsigned long long>(ids) % 16) == 0;
+  for (long long r0 = (static_cast<long long>(blockIdx.x) * {threads} + tid) * 4; r0 < m;
+       r0 += static_cast<long long>(gridDim.x) * {rows}) {{
+    int v[4], out[4];
+    if (!psum) {{
+      if (vec_in && r0 + 3 < m) {{
+        const int4 q = __ldg(reinterpret_cast<const int4*>(layout + r0));
+        v[0] = q.x; v[1] = q.y; v[2] = q.z; v[3] = q.w;
+      }} else {{
+#pragma unroll
+        for (int e = 0; e < 4; ++e) v[e] = r0 + e < m ? __ldg(layout + r0 + e) : -1;
+      }}
+    }}
+    const int above = !psum && r0 > 0 ? __ldg(layout + r0 - 1) : INT_MIN;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {{
+      const int r = static_cast<int>(r0) + e;
+      if (psum) {{
+        while (grp < g && sh[grp] <= r) ++grp;  // the first group ending past r (ends non-decreasing)
+        if (grp != start_grp) {{
+          start = grp == 0 ? 0LL : ((static_cast<long long>(sh[grp - 1]) + alignment - 1) >> align_log2) << align_log2;
+          start_grp = grp;
+        }}
+        out[e] = grp < g && r >= start ? grp : -1;
+        continue;
+      }}
+      const int x = v[e];
+      const int up = e == 0 ? above : v[e - 1];
+      if (r < m) {{
+        hi = max(hi, key_of(x));
+        lo = max(lo, ~key_of(x));
+        if (x >= 0 && x < g && (r == 0 || up != x)) {{  // a run of group x starts at row r
+          if ((r & (alignment - 1)) != 0) mis = max(mis, ~static_cast<unsigned>(r));
+          atomicAdd(runs + x, 1u);
+        }}
+      }}
+      out[e] = x >= -1 && x < g ? x : -1;
+    }}
+    if (vec_out && r0 + 3 < m) {{
+      *reinterpret_cast<int4*>(ids + r0) = make_int4(out[0], out[1], out[2], out[3]);
+    }} else {{
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        if (r0 + e < m) ids[r0 + e] = out[e];
+    }}
+  }}
+  if (!psum) {{
+    hi = block_max(hi, red);
+    lo = block_max(lo, red);
+    mis = block_max(mis, red);
+    if (tid == 0) {{
+      if (hi) atomicMax(scratch + 0, hi);
+      if (lo) atomicMax(scratch + 1, lo);
+      if (mis) atomicMax(scratch + 2, mis);
+    }}
+  }}
+  __syncthreads();
+  if (tid == 0) {{
+    __threadfence();  // this CTA's atomics before its ticket
+    last = atomicAdd(scratch + 3, 1u) == gridDim.x - 1;
+  }}
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  // The last CTA: the first broken rule, in the host validator's order; then scratch back to 0.
+  unsigned first = 0, second = 0;  // keys ~index: plain split group / psum decreasing, psum gap
+  if (psum) {{
+    for (int i = tid; i < g; i += {threads}) {{
+      const int end = sh[i];
+      lo = max(lo, ~key_of(end));
+      if (i > 0) {{
+        const int prev = sh[i - 1];
+        if (end < prev) first = max(first, ~static_cast<unsigned>(i));
+        const long long gap_start = ((static_cast<long long>(prev) + alignment - 1) >> align_log2) << align_log2;
+        if (end != prev && end < gap_start) second = max(second, ~static_cast<unsigned>(i));
+      }}
+    }}
+    lo = block_max(lo, red);
+    first = block_max(first, red);
+    second = block_max(second, red);
+  }} else {{
+    for (int i = tid; i < g; i += {threads}) {{
+      if (atomicAdd(runs + i, 0u) > 1u) second = max(second, ~static_cast<unsigned>(i));
+    }}
+    second = block_max(second, red);
+  }}
+  if (tid == 0) {{
+    int code = 0, a = 0, b = 0, c = 0;
+    if (!psum) {{
+      const int vlo = int_of(~atomicAdd(scratch + 1, 0u)), vhi = int_of(atomicAdd(scratch + 0, 0u));
+      const unsigned k_mis = atomicAdd(scratch + 2, 0u);
+      if (vlo < -1 || vhi >= g) {{ code = {range}; a = vlo; b = vhi; }}
+      else if (k_mis) {{ code = {misaligned}; a = static_cast<int>(~k_mis); b = layout[a]; }}
+      else if (second) {{ code = {split}; a = static_cast<int>(~second); b = static_cast<int>(atomicAdd(runs + a, 0u)); }}
+    }} else if (g > 0) {{
+      if (int_of(~lo) < 0) {{ code = {neg}; a = int_of(~lo); }}
+      else if (first) {{ const int i = static_cast<int>(~first); code = {dec}; a = i; b = sh[i - 1]; c = sh[i]; }}
+      else if (sh[g - 1] > m) {{ code = {past}; a = sh[g - 1]; }}
+      else if (second) {{ const int i = static_cast<int>(~second); code = {gap}; a = i; b = sh[i - 1]; c = sh[i]; }}
+    }}
+    volatile int* rec = record;
+    if (code != 0 && rec[0] == 0) {{  // the first broken rule since the host last read the record
+      rec[1] = fn_id; rec[2] = a; rec[3] = b; rec[4] = c; rec[5] = g; rec[6] = alignment; rec[7] = m;
+      __threadfence_system();
+      rec[0] = code;
+      __threadfence_system();
+    }}
+    scratch[0] = 0u; scratch[1] = 0u; scratch[2] = 0u; scratch[3] = 0u;
+  }}
+  if (!psum) {{
+    __syncthreads();  // thread 0 has read runs[a]
+    for (int i = tid; i < g; i += {threads}) runs[i] = 0u;
+  }}
+}}
+"""
+
+
+def render_contiguous_layout() -> str:
+    return _SOURCE.format(threads=THREADS, rows=ROWS_PER_CTA, head=_SCRATCH_HEAD, range=_v.LAYOUT_RANGE, misaligned=_v.LAYOUT_MISALIGNED,
+                          split=_v.LAYOUT_SPLIT, neg=_v.LAYOUT_PSUM_NEGATIVE, dec=_v.LAYOUT_PSUM_DECREASING,
+                          past=_v.LAYOUT_PSUM_PAST_M, gap=_v.LAYOUT_PSUM_GAP)
+
+
+_lock = threading.Lock()
+_record: Optional[ctypes.Array] = None  # page-locked, device-mapped int32 [_RECORD_INTS]
+_record_dev = 0  # its device address
+_functions: list[str] = []  # record's function index -> name
+
+
+def _record_buffer() -> tuple[ctypes.Array, int]:
+    """The error record: page-locked host memory every device writes through its mapping
+    (allocated once per process, portable across contexts; never freed)."""
+    global _record, _record_dev
+    if _record is None:
+        with _lock:
+            if _record is None:
+                cuda = ctypes.CDLL("libcuda.so.1")
+                host, dev = ctypes.c_void_p(), ctypes.c_uint64()
+                flags = 0x01 | 0x02  # CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP
+                rc = cuda.cuMemHostAlloc(ctypes.byref(host), ctypes.c_size_t(4 * _RECORD_INTS), ctypes.c_uint(flags))
+                if rc == 0:
+                    rc = cuda.cuMemHostGetDevicePointer_v2(ctypes.byref(dev), host, ctypes.c_uint(0))
+                if rc != 0:
+                    raise RuntimeError(f"finegemm: could not allocate the layout error record: {jit.error_string(rc)}")
+                rec = (ctypes.c_int32 * _RECORD_INTS).from_address(host.value)
+                ctypes.memset(host.value, 0, 4 * _RECORD_INTS)
+                _record_dev = dev.value
+                _record = rec
+    return _record, _record_dev
+
+
+_function_ids: dict[str, int] = {}
+
+
+def _function_id(fn: str) -> int:
+    fid = _function_ids.get(fn)
+    if fid is None:
+        with _lock:
+            if fn not in _functions:
+                _functions.append(fn)
+            fid = _function_ids[fn] = _functions.index(fn)
+    return fid
+
+
+def _take_pending() -> Optional[str]:
+    """The recorded broken rule as its ValueError message (and the record cleared), or None."""
+    rec = _record
+    if rec is None or rec[0] == 0:
+        return None
+    code, fn_id, a, b, c, g, alignment, m = (int(x) for x in rec)
+    with _lock:
+        fn = _functions[fn_id] if 0 <= fn_id < len(_functions) else "m-grouped contiguous GEMM"
+    rec[0] = 0
+    return _v.grouped_layout_message(fn, (code, a, b, c), m, g, alignment)
+
+
+def check_pending(fn: str) -> None:
+    """Raise the broken layout rule an earlier call's GPU check recorded (no synchronization:
+    whatever has landed in the record so far)."""
+    msg = _take_pending()
+    if msg is not None:
+        raise ValueError(f"{fn}: an earlier m-grouped contiguous call was given an invalid grouped_layout (found "
+                         f"on the GPU, reported at this call): {msg}")
+
+
+def check_errors() -> None:
+    """Synchronize every device of this process, then raise the broken grouped_layout rule a
+    GPU check recorded since the last report (ValueError with the host validator's message)."""
+    if _record is None:
+        return
+    for dev in range(torch.cuda.device_count()):
+        torch.cuda.synchronize(dev)
+    msg = _take_pending()
+    if msg is not None:
+        raise ValueError(msg)
+
+
+def _set_max_smem(fn: int) -> None:
+    cuda = ctypes.CDLL("libcuda.so.1")
+    rc = cuda.cuFuncSetAttribute(ctypes.c_void_p(fn), ctypes.c_int(8), ctypes.c_int(4 * MAX_GROUPS))  # MAX_DYNAMIC_SHARED_SIZE_BYTES
+    if rc != 0:
+        raise RuntimeError(f"finegemm: contiguous layout kernel: cuFuncSetAttribute failed: {jit.error_string(rc)}")
+
+
+class _Params(ctypes.Structure):
+    """The kernel's arguments, in its order (cuLaunchKernel reads each through params[i])."""
+    _fields_ = [("layout", ctypes.c_void_p), ("ids", ctypes.c_void_p), ("m", ctypes.c_int), ("g", ctypes.c_int),
+                ("align_log2", ctypes.c_int), ("psum", ctypes.c_int), ("fn_id", ctypes.c_int),
+                ("scratch", ctypes.c_void_p), ("record", ctypes.c_void_p)]
+
+
+_tls = threading.local()
+
+
+def _launch_params() -> tuple[_Params, ctypes.Array]:
+    """This thread's argument block and the pointer array into it, built once: per call only the
+    fields are set (building ctypes objects per argument cost ~20 us of host time per call)."""
+    block = getattr(_tls, "block", None)
+    if block is None:
+        p = _Params()
+        base = ctypes.addressof(p)
+        params = (ctypes.c_void_p * len(_Params._fields_))(*[base + getattr(_Params, f).offset
+                                                             for f, _ in _Params._fields_])
+        block = _tls.block = (p, params)
+    return block
+
+
+_scratch = SplitKWorkspace()  # the CTAs' meeting point, per (device, stream); every word 0 between launches
+_sm_counts: dict[int, int] = {}
+
+
+def checked_group_ids(fn: str, grouped_layout: torch.Tensor, m: int, num_groups: int, use_psum_layout: bool,
+                      alignment: int) -> torch.Tensor:
+    """int32 [m] group id per row (every id in [-1, num_groups)) for the GEMM, from either layout
+    encoding, with the layout's rules checked on the GPU (broken ones: check_pending /
+    check_errors). grouped_layout: int32, contiguous, on the GPU; 0 < m <= MAX_ROWS, with a psum
+    layout num_groups <= MAX_GROUPS; alignment a power of two (the callers' rules)."""
+    device = grouped_layout.device.index
+    if torch.cuda.current_device() != device:
+        with torch.cuda.device(device):
+            return checked_group_ids(fn, grouped_layout, m, num_groups, use_psum_layout, alignment)
+    if alignment <= 0 or alignment & (alignment - 1):
+        raise ValueError(f"{fn}: the mk alignment must be a power of two, got {alignment}")
+    ids = torch.empty(m, dtype=torch.int32, device=grouped_layout.device)
+    _, record = _record_buffer()
+    func = loaded_function("contiguous_layout", render_contiguous_layout, device, _set_max_smem)
+    stream = raw_stream(device)
+    _, scratch = _scratch.pointers(0, _SCRATCH_HEAD + num_groups, grouped_layout.device, stream)
+    sms = _sm_counts.get(device)
+    if sms is None:
+        sms = _sm_counts.setdefault(device, torch.cuda.get_device_properties(device).multi_processor_count)
+    grid = min(-(-m // ROWS_PER_CTA), sms)
+    p, params = _launch_params()
+    p.layout, p.ids, p.m, p.g = grouped_layout.data_ptr(), ids.data_ptr(), m, num_groups
+    p.align_log2, p.psum, p.fn_id = alignment.bit_length() - 1, int(use_psum_layout), _function_id(fn)
+    p.scratch, p.record = scratch, record
+    smem = 4 * num_groups if use_psum_layout else 0
+    rc = launch_driver()(func, grid, 1, 1, THREADS, 1, 1, smem, stream, params, None)
+    if rc != 0:
+        raise RuntimeError(f"finegemm: the contiguous layout kernel failed to launch: {jit.error_string(rc)}")
+    return ids
+
+
+jit.register_compile_check("contiguous_layout", lambda: [("t1024", render_contiguous_layout())])
+
+
+def api_group_ids(fn: str, grouped_layout: torch.Tensor, m: int, num_groups: int, use_psum_layout: bool,
+                  alignment: int) -> Optional[torch.Tensor]:
+    """The m-grouped contiguous API's layout step on CUDA (after the form checks): raise what an
+    earlier call's GPU check recorded, then the checked per-row ids (None when m == 0)."""
+    check_pending(fn)
+    if use_psum_layout and num_groups > MAX_GROUPS:
+        raise ValueError(f"{fn}: on CUDA, with use_psum_layout, G must be <= {MAX_GROUPS} (the GPU layout check keeps "
+                         f"the ends in shared memory), got G = {num_groups}")
+    if m > MAX_ROWS:
+        raise ValueError(f"{fn}: on CUDA M must be <= {MAX_ROWS} (int32 row indices), got M = {m}")
+    if m == 0:
+        return None
+    return checked_group_ids(fn, grouped_layout, m, num_groups, use_psum_layout, alignment)

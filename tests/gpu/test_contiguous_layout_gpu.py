@@ -1,0 +1,239 @@
+"""GPU tests of the m-grouped contiguous layouts' check (finegemm/ops/contiguous_layout.py):
+
+- the kernel against the host validator and the reference psum expansion, on random valid and
+  broken layouts (both encodings, alignments 64 / 128, odd M, aligned and unaligned starts): the
+  ids it writes (every one in [-1, G)) and the broken rule it records;
+- the public calls (FP8 and BF16, nt and nn) never synchronize (torch's sync debug mode), and a
+  broken layout is raised by finegemm.check_errors() / the next call with the CPU call's message,
+  its out-of-range rows written as zeros, the process healthy afterwards;
+- a captured call replays over changing layouts (values of the same tensor) like eager calls.
+"""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import finegemm  # noqa: E402
+from finegemm import quant, reference  # noqa: E402
+from finegemm.api import _validate as _v  # noqa: E402
+from finegemm.ops import contiguous_layout as cl  # noqa: E402
+from finegemm.reference._common import psum_layout_to_group_ids  # noqa: E402
+from finegemm.testing import calc_diff, capture_graph  # noqa: E402
+
+from test_contiguous_layout import random_layout  # noqa: E402  (tests/ is on sys.path: its conftest)
+
+pytestmark = [pytest.mark.gpu, pytest.mark.nvcc]
+
+
+def _kernel(values, m, g, alignment, psum, offset=0):
+    """The kernel's ids and record for one layout (`offset` ints into a larger tensor: unaligned)."""
+    store = torch.full((len(values) + offset,), 12345, dtype=torch.int32)
+    store[offset:] = torch.tensor(values, dtype=torch.int32)
+    layout = store.cuda()[offset:]
+    ids = cl.checked_group_ids("layout_test", layout, m, g, psum, alignment)
+    torch.cuda.synchronize()
+    rec = list(cl._record)
+    cl._record[0] = 0
+    return ids.cpu(), rec
+
+
+@pytest.mark.parametrize("psum", [False, True])
+@pytest.mark.parametrize("alignment", [64, 128])
+def test_kernel_matches_the_host_validator(psum, alignment):
+    rng = random.Random(1000 + alignment + psum)
+    finegemm.check_errors()
+    broken = 0
+    for i in range(300):
+        values, m, g = random_layout(rng, alignment, psum)
+        if m == 0:
+            continue
+        ids, rec = _kernel(values, m, g, alignment, psum, offset=i % 3)
+        want = _v.grouped_layout_violation(torch.tensor(values, dtype=torch.int64), m, g, psum, alignment)
+        assert bool(((ids >= -1) & (ids < g)).all()), (values, m, g)
+        if want is None:
+            assert rec[0] == 0, (values, m, g, rec)
+            expect = psum_layout_to_group_ids(torch.tensor(values), m, alignment) if psum else torch.tensor(values)
+            assert torch.equal(ids, expect.to(torch.int32)), (values, m, g)
+        else:
+            broken += 1
+            assert tuple(rec[0:1] + rec[2:5]) == want and rec[5:] == [g, alignment, m], (values, m, g, rec)
+            if not psum:  # ids outside [-1, G) become -1, the others stay
+                v = torch.tensor(values)
+                assert torch.equal(ids, torch.where((v >= -1) & (v < g), v, -1).to(torch.int32))
+    assert broken > 30
+
+
+@pytest.mark.parametrize("m", [1, 17, 4097, 70001, 300000])
+def test_kernel_on_long_layouts(m):
+    """Rows across many 16K-row steps of the kernel's loop, a misaligned run near the end."""
+    g, alignment = 64, 128
+    ids = torch.full((m,), -1, dtype=torch.int32)
+    bounds = sorted(random.Random(m).sample(range(0, m // alignment + 1), min(g, m // alignment + 1)))
+    for grp, blk in enumerate(bounds):
+        ids[blk * alignment:min(blk * alignment + 100, m)] = grp
+    got, rec = _kernel(ids.tolist(), m, g, alignment, False)
+    assert rec[0] == 0 and torch.equal(got, ids)
+    if m > 2 * alignment:
+        bad = ids.clone()
+        bad[m - 3:] = g - 1  # the last group's run starts off the alignment (or it is split)
+        _, rec = _kernel(bad.tolist(), m, g, alignment, False)
+        assert tuple(rec[0:1] + rec[2:5]) == _v.grouped_layout_violation(bad.long(), m, g, False, alignment)
+
+
+def _fp8_problem(ms, n, k, seed, alignment=128):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    starts, row = [], 0
+    for m in ms:
+        starts.append(row)
+        row += finegemm.align(m, alignment)
+    ids = torch.full((row,), -1, dtype=torch.int32)
+    for i, (s, m) in enumerate(zip(starts, ms)):
+        ids[s:s + m] = i
+    x = torch.randn(row, k, device="cuda", generator=gen).to(torch.bfloat16)
+    a, sfa = quant.per_token_cast_to_fp8(x)
+    w = torch.randn(len(ms), n, k, device="cuda", generator=gen).to(torch.bfloat16)
+    qs = [quant.per_block_cast_to_fp8(w[i]) for i in range(len(ms))]
+    b, sfb = torch.stack([q for q, _ in qs]), torch.stack([s for _, s in qs])
+    ends = torch.tensor([s + m for s, m in zip(starts, ms)], dtype=torch.int32)
+    return a, sfa, b, sfb, ids.cuda(), ends.cuda()
+
+
+def _fp8_call(a, sfa, b, sfb, layout, psum=False):
+    d = torch.full((a.shape[0], b.shape[1]), float("nan"), device="cuda", dtype=torch.bfloat16)
+    finegemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, layout, use_psum_layout=psum)
+    return d
+
+
+def _bf16_call(a, b, layout, nn=False):
+    d = torch.full((a.shape[0], b.shape[1]), float("nan"), device="cuda", dtype=torch.bfloat16)
+    if nn:
+        finegemm.m_grouped_bf16_gemm_nn_contiguous(a, b.transpose(1, 2).contiguous(), d, layout)
+    else:
+        finegemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, layout)
+    return d
+
+
+def test_calls_never_synchronize():
+    a, sfa, b, sfb, ids, ends = _fp8_problem([100, 0, 300, 129], 576, 512, seed=1)
+    ab, bb = a.to(torch.bfloat16), torch.randn(4, 576, 512, device="cuda").to(torch.bfloat16)
+    calls = [lambda: _fp8_call(a, sfa, b, sfb, ids), lambda: _fp8_call(a, sfa, b, sfb, ends, psum=True),
+             lambda: _bf16_call(ab, bb, ids), lambda: _bf16_call(ab, bb, ids, nn=True)]
+    for call in calls:
+        call()  # compiles, plans, allocates the record outside the check
+    torch.cuda.synchronize()
+    finegemm.check_errors()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        with pytest.raises(RuntimeError, match="synchroniz"):  # the detector sees a host read of the layout
+            _v.check_grouped_layout("f", ids, ids.shape[0], 4, False, 128)
+        for call in calls:
+            call()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    finegemm.check_errors()
+
+
+@pytest.mark.parametrize("what", ["id_too_big", "id_negative", "misaligned", "split", "psum_decreasing", "psum_gap"])
+def test_broken_layout_is_reported_and_safe(what):
+    ms = [100, 0, 300, 129]
+    a, sfa, b, sfb, ids, ends = _fp8_problem(ms, 576, 512, seed=2)
+    psum = what.startswith("psum")
+    layout = (ends if psum else ids).clone()
+    if what == "id_too_big":
+        layout[5] = 4
+        layout[300] = 2**31 - 1
+    elif what == "id_negative":
+        layout[7] = -5
+    elif what == "misaligned":
+        layout[128:130] = 1  # group 2's run now starts at row 130
+    elif what == "split":
+        layout[512:641] = 0  # group 3's rows: a second, aligned run of group 0
+    elif what == "psum_decreasing":
+        layout[1] = 50
+    else:
+        layout[3] = int(layout[2]) + 10  # group 3 ends inside the gap after group 2
+    host = layout.cpu()
+    with pytest.raises(ValueError) as cpu_err:
+        _v.check_grouped_layout("m_grouped_fp8_gemm_nt_contiguous", host, a.shape[0], len(ms), psum, 128)
+    finegemm.check_errors()
+    d = _fp8_call(a, sfa, b, sfb, layout, psum)  # no exception here: the check runs on the GPU
+    with pytest.raises(ValueError) as gpu_err:
+        finegemm.check_errors()
+    assert str(gpu_err.value) == str(cpu_err.value)
+    assert not torch.isnan(d).any(), "d must still be written in full"
+    if not psum:
+        bad = (host < -1) | (host >= len(ms))
+        assert (d[bad.cuda()] == 0).all(), "rows with an id outside [-1, G) are zeros"
+    # Reported once; the next call (valid) runs and is right.
+    finegemm.check_errors()
+    d = _fp8_call(a, sfa, b, sfb, ids)
+    ref = reference.m_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, ids, out_dtype=torch.float64)
+    real = ids >= 0
+    assert calc_diff(d[real], ref[real]) <= 1e-5 and (d[~real] == 0).all()
+
+
+def test_next_call_raises_the_earlier_error():
+    a, sfa, b, sfb, ids, _ = _fp8_problem([64, 64], 256, 256, seed=3)
+    bad = ids.clone()
+    bad[0] = 9
+    finegemm.check_errors()
+    _fp8_call(a, sfa, b, sfb, bad)
+    torch.cuda.synchronize()  # the record has landed (the next call itself does not wait)
+    with pytest.raises(ValueError, match=r"^m_grouped_bf16_gemm_nt_contiguous: an earlier m-grouped contiguous "
+                                         r"call .*: m_grouped_fp8_gemm_nt_contiguous: grouped_layout values must be"):
+        _bf16_call(a.to(torch.bfloat16), b.to(torch.bfloat16), ids)
+    finegemm.check_errors()  # reported once
+
+
+@pytest.mark.parametrize("kind", ["fp8", "fp8_psum", "bf16", "bf16_nn"])
+def test_graph_replays_follow_the_layout(kind):
+    n, k = 384, 512
+    plans = [[100, 0, 300, 129], [0, 0, 640, 1], [128, 128, 128, 128], [1, 1, 1, 1]]
+    rows = max(sum(finegemm.align(m, 128) for m in ms) for ms in plans)
+    a, sfa, b, sfb, ids, ends = _fp8_problem(plans[0], n, k, seed=4)
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    x = torch.randn(rows, k, device="cuda", generator=gen).to(torch.bfloat16)
+    a, sfa = quant.per_token_cast_to_fp8(x)
+    layout = torch.full((4,) if kind == "fp8_psum" else (rows,), -1, dtype=torch.int32, device="cuda")
+    d = torch.full((rows, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    bb = b.to(torch.bfloat16) if kind.startswith("bf16") else None
+    bkn = bb.transpose(1, 2).contiguous() if kind == "bf16_nn" else None
+
+    def call():
+        if kind.startswith("fp8"):
+            finegemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, layout, use_psum_layout=kind == "fp8_psum")
+        elif kind == "bf16":
+            finegemm.m_grouped_bf16_gemm_nt_contiguous(x, bb, d, layout)
+        else:
+            finegemm.m_grouped_bf16_gemm_nn_contiguous(x, bkn, d, layout)
+
+    def fill(ms):
+        out = torch.full((rows,), -1, dtype=torch.int32)
+        row, ends_ = 0, []
+        for i, m in enumerate(ms):
+            out[row:row + m] = i
+            ends_.append(row + m)
+            row += finegemm.align(m, 128)
+        layout.copy_(torch.tensor(ends_, dtype=torch.int32) if kind == "fp8_psum" else out)
+        return out.cuda()
+
+    fill(plans[0])
+    call()
+    torch.cuda.synchronize()
+    graph = capture_graph(call)
+    for ms in plans:
+        row_ids = fill(ms)
+        d.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        if kind.startswith("fp8"):
+            ref = reference.m_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, row_ids, out_dtype=torch.float64)
+        else:
+            ref = reference.m_grouped_bf16_gemm_nt_contiguous(x, bb, row_ids, out_dtype=torch.float64)
+        real = row_ids >= 0
+        assert not torch.isnan(d).any() and (d[~real] == 0).all(), ms
+        assert calc_diff(d[real], ref[real]) <= 1e-5, ms
+    finegemm.check_errors()
