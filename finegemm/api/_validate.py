@@ -44,6 +44,7 @@ __all__ = [
     "check_int",
     "check_grouped_layout",
     "check_grouped_layout_form",
+    "grouped_layout_ids",
     "grouped_layout_violation",
     "grouped_layout_message",
     "check_cuda_mk_alignment",
@@ -443,6 +444,20 @@ def grouped_layout_message(fn: str, violation: tuple[int, int, int, int], m: int
                 f"starts at align({b}, {alignment}) = {start} (the mk alignment), so its end must be >= that or equal "
                 f"to the previous end (empty group), got end {c}")
     raise ValueError(f"{fn}: unknown grouped_layout violation code {code}")
+
+
+def grouped_layout_ids(fn: str, d: torch.Tensor, gl: torch.Tensor, m: int, num_groups: int, use_psum_layout: bool,
+                       alignment: int) -> Optional[torch.Tensor]:
+    """The m-grouped contiguous calls' layout step. CPU: check_grouped_layout (None). CUDA: the
+    form here, the values on the GPU (no sync; ops/contiguous_layout.api_group_ids), which
+    returns the kernel's per-row ids (None when M == 0)."""
+    if not on_cuda(d):
+        check_grouped_layout(fn, gl, m, num_groups, use_psum_layout, alignment)
+        return None
+    check_grouped_layout_form(fn, gl, m, num_groups, use_psum_layout)
+    from finegemm.ops.contiguous_layout import api_group_ids  # lazy: the CUDA stack
+
+    return api_group_ids(fn, gl, m, num_groups, use_psum_layout, alignment)
 
 
 def check_grouped_layout(

@@ -91,14 +91,7 @@ def _m_grouped_contiguous(fn: str, b_kn: bool, a: object, b: object, d: object, 
                                      "grouped_layout": grouped_layout})
     alignment = quant.get_mk_alignment_for_contiguous_layout()
     _v.check_cuda_mk_alignment(fn, d, alignment)
-    ids = None
-    if _v.on_cuda(d):  # the values are checked on the GPU (no sync): ops/contiguous_layout.py
-        _v.check_grouped_layout_form(fn, grouped_layout, M, G, use_psum_layout)
-        from finegemm.ops.contiguous_layout import api_group_ids
-
-        ids = api_group_ids(fn, grouped_layout, M, G, use_psum_layout, alignment)
-    else:
-        _v.check_grouped_layout(fn, grouped_layout, M, G, use_psum_layout, alignment)
+    ids = _v.grouped_layout_ids(fn, d, grouped_layout, M, G, use_psum_layout, alignment)  # CUDA: checked on the GPU
 
     if M == 0 or N == 0:
         return
