@@ -184,7 +184,11 @@ extern "C" __global__ void __launch_bounds__({threads}) finegemm_entry(
       const unsigned k_mis = atomicAdd(scratch + 2, 0u);
       if (vlo < -1 || vhi >= g) {{ code = {range}; a = vlo; b = vhi; }}
       else if (k_mis) {{ code = {misaligned}; a = static_cast<int>(~k_mis); b = layout[a]; }}
-      else if (second) {{ code = {split}; a = static_cast<int>(~second); b = static_cast<int>(atomicAdd(runs + a, 0u)); }}
+      else if (second) {{
+        code = {split};
+        a = static_cast<int>(~second);
+        b = static_cast<int>(atomicAdd(runs + a, 0u));
+      }}
     }} else if (g > 0) {{
       if (int_of(~lo) < 0) {{ code = {neg}; a = int_of(~lo); }}
       else if (first) {{ const int i = static_cast<int>(~first); code = {dec}; a = i; b = sh[i - 1]; c = sh[i]; }}
@@ -209,7 +213,8 @@ extern "C" __global__ void __launch_bounds__({threads}) finegemm_entry(
 
 
 def render_contiguous_layout() -> str:
-    return _SOURCE.format(threads=THREADS, rows=ROWS_PER_CTA, head=_SCRATCH_HEAD, range=_v.LAYOUT_RANGE, misaligned=_v.LAYOUT_MISALIGNED,
+    return _SOURCE.format(threads=THREADS, rows=ROWS_PER_CTA, head=_SCRATCH_HEAD, range=_v.LAYOUT_RANGE,
+                          misaligned=_v.LAYOUT_MISALIGNED,
                           split=_v.LAYOUT_SPLIT, neg=_v.LAYOUT_PSUM_NEGATIVE, dec=_v.LAYOUT_PSUM_DECREASING,
                           past=_v.LAYOUT_PSUM_PAST_M, gap=_v.LAYOUT_PSUM_GAP)
 
@@ -290,7 +295,8 @@ def check_errors() -> None:
 
 def _set_max_smem(fn: int) -> None:
     cuda = ctypes.CDLL("libcuda.so.1")
-    rc = cuda.cuFuncSetAttribute(ctypes.c_void_p(fn), ctypes.c_int(8), ctypes.c_int(4 * MAX_GROUPS))  # MAX_DYNAMIC_SHARED_SIZE_BYTES
+    max_dynamic_smem = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES (the psum ends)
+    rc = cuda.cuFuncSetAttribute(ctypes.c_void_p(fn), ctypes.c_int(max_dynamic_smem), ctypes.c_int(4 * MAX_GROUPS))
     if rc != 0:
         raise RuntimeError(f"finegemm: contiguous layout kernel: cuFuncSetAttribute failed: {jit.error_string(rc)}")
 

@@ -244,8 +244,8 @@ def _launch_grouped(launch: list[tuple[GroupCopy, int, int]], fn: int, stream: i
     for i, (g, start, tiles_c) in enumerate(launch):
         p.group[i] = _GroupCopyParams(g.src, g.dst, g.rows, g.cols, g.src_ld, start, tiles_c)
     params = (ctypes.c_void_p * 1)(ctypes.cast(ctypes.byref(p), ctypes.c_void_p))
-    rc = launch_driver()(ctypes.c_void_p(fn), launch_tiles(launch), 1, 1, GROUPED_THREADS, 1, 1, 0, ctypes.c_void_p(stream),
-                     params, None)
+    rc = launch_driver()(ctypes.c_void_p(fn), launch_tiles(launch), 1, 1, GROUPED_THREADS, 1, 1, 0,
+                         ctypes.c_void_p(stream), params, None)
     if rc != 0:
         raise RuntimeError(f"finegemm: the grouped K-major copy kernel failed to launch: {jit.error_string(rc)}")
 
@@ -259,8 +259,8 @@ def _launch_word(g: GroupCopy, fn: int, stream: int) -> None:
     args = [ctypes.c_void_p(g.src), ctypes.c_void_p(g.dst), ctypes.c_longlong(g.rows), ctypes.c_longlong(g.cols),
             ctypes.c_longlong(g.src_ld), ctypes.c_longlong(g.rows), ctypes.c_int(vec)]
     params = (ctypes.c_void_p * len(args))(*[ctypes.cast(ctypes.byref(a), ctypes.c_void_p) for a in args])
-    rc = launch_driver()(ctypes.c_void_p(fn), -(-g.rows // (TILE * TILES_PER_BLOCK)), grid_y, 1, THREADS[0], THREADS[1], 1,
-                     0, ctypes.c_void_p(stream), params, None)
+    rc = launch_driver()(ctypes.c_void_p(fn), -(-g.rows // (TILE * TILES_PER_BLOCK)), grid_y, 1, THREADS[0],
+                         THREADS[1], 1, 0, ctypes.c_void_p(stream), params, None)
     if rc != 0:
         raise RuntimeError(f"finegemm: the K-major copy kernel failed to launch: {jit.error_string(rc)}")
 
