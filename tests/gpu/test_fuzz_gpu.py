@@ -280,6 +280,33 @@ def test_graph_replay_under_settings_matches_eager(warm_settings):
     _check_all_replays(fuzz.settings_case, SETTINGS_SEEDS[::3])
 
 
+def test_valid_calls_never_synchronize(warm):
+    """No public GEMM call synchronizes the stream (README, "Threads, streams and CUDA graphs"):
+    each valid case once to compile and plan, then on tensors of its own (so that no prepared or
+    validated-call cache stands in for the full path) under torch's sync debug mode "error"."""
+    problems, functions = [], set()
+    for seed in VALID_SEEDS[::3]:
+        case = fuzz.valid_case(seed)
+        if case.unsupported_on_cuda():
+            continue
+        fn = getattr(finegemm, case.fn)
+        first, fresh = fuzz.materialize(case, "cuda"), fuzz.materialize(case, "cuda")
+        with fuzz.applied(case.settings):
+            fn(**first.kwargs)
+            torch.cuda.synchronize()
+            torch.cuda.set_sync_debug_mode("error")
+            try:
+                fn(**fresh.kwargs)
+            except RuntimeError as exc:
+                problems.append(f"seed {seed}: {case.describe()}: {exc}")
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+        functions.add(case.fn)
+    finegemm.check_errors()
+    assert len(functions) >= 12, sorted(functions)  # most of the API was drawn
+    assert not problems, "\n".join(problems)
+
+
 def test_deepgemm_v1_names_and_torch_op_on_cuda(warm):
     """The valid cases a DeepGEMM v1 name can express, through that name, and the fp8_gemm_nt cases
     through the registered torch op (finegemm.torch_ops): bitwise the finegemm function's outputs."""
