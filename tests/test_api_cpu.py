@@ -632,6 +632,50 @@ def test_fast_path_reuses_only_identical_validated_calls(fake_cuda, monkeypatch)
         finegemm.fp8_gemm_nt(a, b, d32)
         finegemm.fp8_gemm_nt(a, b, d32, c)
     assert len(prepared) == 5
+    # An argument the checks reject never matches a validated one by equality (True == 1).
+    finegemm.fp8_gemm_nt(a, b, d, disable_ue8m0_cast=True)
+    with pytest.raises(TypeError, match="disable_ue8m0_cast"):
+        finegemm.fp8_gemm_nt(a, b, d, disable_ue8m0_cast=1)
+    finegemm.fp8_gemm_nt(a, b, d, recipe=(1, 128, 128))
+    with pytest.raises((TypeError, ValueError), match="recipe"):
+        finegemm.fp8_gemm_nt(a, b, d, recipe=(True, 128, 128))
+
+
+@pytest.mark.parametrize("family", ["fp8", "bf16"])
+def test_contiguous_fast_path_skips_only_the_argument_checks(fake_cuda, monkeypatch, family):
+    """A repeated m-grouped contiguous call with identical tensors and arguments skips the
+    argument checks, never the GPU layout check; another tensor or an argument of another type
+    (use_psum_layout=1 after False: equal, but rejected) is checked again."""
+    from finegemm.api import bf16 as api_bf16
+    from finegemm.api import grouped_fp8 as api_fp8
+    from finegemm.ops import sm90_bf16_gemm as bf16_ops
+
+    api = api_fp8 if family == "fp8" else api_bf16
+    monkeypatch.setattr(api, "_validated_contiguous", _validate.ValidatedCalls())
+    validations = []
+    real = api._validate_contiguous
+    monkeypatch.setattr(api, "_validate_contiguous", lambda *args: validations.append(args[0]) or real(*args))
+    launched = []
+    monkeypatch.setattr(bf16_ops, "m_grouped_bf16_gemm_nt_contiguous", lambda *args, **kw: launched.append(args))
+    M, N, K, G = 256, 128, 128, 2
+    layout = torch.zeros(M, dtype=torch.int32)
+    if family == "fp8":
+        a, b = (rand_fp8(M, K), rand_sf(M, 1)), (rand_fp8(G, N, K), rand_sf(G, 1, 1))
+        call = finegemm.m_grouped_fp8_gemm_nt_contiguous
+    else:
+        a, b = rand_bf16(M, K), rand_bf16(G, N, K)
+        call = finegemm.m_grouped_bf16_gemm_nt_contiguous
+    d = torch.empty(M, N, dtype=BF16)
+    for _ in range(3):
+        call(a, b, d, layout)
+    assert len(validations) == 1 and len(fake_cuda.layout_calls) == 3
+    assert len(fake_cuda.calls if family == "fp8" else launched) == 3
+    call(a, b, d, layout, use_psum_layout=False)  # the default spelled out: the same call
+    assert len(validations) == 1
+    with pytest.raises(TypeError, match="use_psum_layout"):
+        call(a, b, d, layout, use_psum_layout=0)
+    call(a, b, torch.empty(M, N, dtype=BF16), layout)  # another d: checked again
+    assert len(validations) == 3 and len(fake_cuda.layout_calls) == 5
 
 
 def test_bf16_fast_path_reuses_only_identical_validated_calls(monkeypatch):

@@ -44,7 +44,10 @@ __all__ = [
     "check_int",
     "check_grouped_layout",
     "check_grouped_layout_form",
-    "grouped_layout_ids",
+    "typed_key",
+    "ValidatedCalls",
+    "contiguous_layout_values",
+    "tensor_key",
     "grouped_layout_violation",
     "grouped_layout_message",
     "check_cuda_mk_alignment",
@@ -62,6 +65,57 @@ RECIPE_1D1D = (1, 1, 128)
 TMA_ALIGN = 16  # bytes: TMA base-address and stride granularity
 
 _SUPPORTED_DEVICE_TYPES = ("cpu", "cuda")
+
+
+def typed_key(*values) -> tuple:
+    """The host fast paths' key of non-tensor arguments: each value with its type (and a
+    sequence's items with theirs), so that an argument the validation rejects never matches a
+    validated one by equality alone (True == 1, 1.0 == 1)."""
+    return tuple((type(v), tuple((type(x), x) for x in v)) if isinstance(v, (tuple, list)) else (type(v), v)
+                 for v in values)
+
+
+def tensor_key(*tensors: torch.Tensor) -> tuple:
+    """The host fast paths' key of tensors: what the validation rules read of each (address,
+    shape, strides, dtype), flat (a nested tuple per tensor costs more to build and hash)."""
+    key = ()
+    for t in tensors:
+        key += (t.data_ptr(), t.shape, t.stride(), t.dtype)
+    return key
+
+
+class ValidatedCalls:
+    """The keys of validated CUDA calls (api fast paths: a call whose key was seen skips the
+    argument checks). Keys only, never tensors; bounded (cleared when full)."""
+
+    def __init__(self, limit: int = 4096) -> None:
+        self._keys: dict = {}
+        self._limit = limit
+
+    def key(self, fn: str, d: object, tensors, values: tuple) -> Optional[tuple]:
+        """(fn, tensor_key(*tensors()), typed_key(*values, the SM budget, the mk alignment)) of a
+        CUDA call, or None (CPU tensors, odd arguments: the validating path raises what is wrong)."""
+        try:
+            if not on_cuda(d):
+                return None
+            from finegemm import quant, runtime
+
+            key = (fn,) + tensor_key(*tensors()) + typed_key(
+                *values, runtime.get_num_sms_setting(), quant.get_mk_alignment_for_contiguous_layout())
+            hash(key)
+            return key
+        except Exception:
+            return None
+
+    def __contains__(self, key: Optional[tuple]) -> bool:
+        return key is not None and key in self._keys
+
+    def add(self, key: Optional[tuple]) -> None:
+        if key is None:
+            return
+        if len(self._keys) >= self._limit:
+            self._keys.clear()
+        self._keys[key] = True
 
 
 def on_cuda(t: torch.Tensor) -> bool:
@@ -446,18 +500,22 @@ def grouped_layout_message(fn: str, violation: tuple[int, int, int, int], m: int
     raise ValueError(f"{fn}: unknown grouped_layout violation code {code}")
 
 
-def grouped_layout_ids(fn: str, d: torch.Tensor, gl: torch.Tensor, m: int, num_groups: int, use_psum_layout: bool,
-                       alignment: int) -> Optional[torch.Tensor]:
-    """The m-grouped contiguous calls' layout step. CPU: check_grouped_layout (None). CUDA: the
-    form here, the values on the GPU (no sync; ops/contiguous_layout.api_group_ids), which
-    returns the kernel's per-row ids (None when M == 0)."""
+def contiguous_layout_values(fn: str, d: torch.Tensor, gl: torch.Tensor, m: int, num_groups: int,
+                             use_psum_layout: bool, alignment: int, empty: bool) -> bool:
+    """The m-grouped contiguous calls' layout step at validation. CPU: the values checked here
+    (False). CUDA: the form here, the values on the GPU (no sync): for an empty product (M, N, K
+    or G zero) the check runs now (False, the caller finishes the call), else True: the caller's
+    launch step runs it (ops/contiguous_layout.api_group_ids) before the GEMM, in every call."""
     if not on_cuda(d):
         check_grouped_layout(fn, gl, m, num_groups, use_psum_layout, alignment)
-        return None
+        return False
     check_grouped_layout_form(fn, gl, m, num_groups, use_psum_layout)
+    if not empty:
+        return True
     from finegemm.ops.contiguous_layout import api_group_ids  # lazy: the CUDA stack
 
-    return api_group_ids(fn, gl, m, num_groups, use_psum_layout, alignment)
+    api_group_ids(fn, gl, m, num_groups, use_psum_layout, alignment)  # the rules hold for empty products too
+    return False
 
 
 def check_grouped_layout(

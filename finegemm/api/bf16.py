@@ -41,7 +41,8 @@ def _fast_key(layout: str, a, b, d, c, compiled_dims) -> Optional[tuple]:
             return None
         # Flat, as api/dense_fp8.py's key (address, shape, strides, dtype of each tensor); c last.
         key = (layout, a.data_ptr(), a.shape, a.stride(), a.dtype, b.data_ptr(), b.shape, b.stride(), b.dtype,
-               d.data_ptr(), d.shape, d.stride(), d.dtype, compiled_dims, runtime.get_num_sms_setting())
+               d.data_ptr(), d.shape, d.stride(), d.dtype, type(compiled_dims), compiled_dims,
+               runtime.get_num_sms_setting())
         return key if c is None else key + (c.data_ptr(), c.shape, c.stride(), c.dtype)
     except Exception:  # anything unusual takes the validating path, which raises the right error
         return None
@@ -172,9 +173,32 @@ def _check_grouped_b(fn: str, b: torch.Tensor, k_a: int, b_kn: bool = False) -> 
     return G, N
 
 
+# Host fast path of the contiguous calls (as api/grouped_fp8.py's).
+_validated_contiguous = _v.ValidatedCalls()
+
+
 def _m_grouped_contiguous(fn: str, b_kn: bool, a: object, b: object, d: object, grouped_layout: object,
-                          compiled_dims: object, use_psum_layout: object, ensure_zero_padding: object,
-                          expected_m_for_psum_layout: object) -> None:
+                          *flags: object) -> None:
+    """flags: compiled_dims, use_psum_layout, ensure_zero_padding, expected_m_for_psum_layout."""
+    key = _validated_contiguous.key(fn, d, lambda: (a, b, d, grouped_layout), flags)
+    if key not in _validated_contiguous:
+        if not _validate_contiguous(fn, b_kn, a, b, d, grouped_layout, *flags):
+            return  # CPU, or an empty product: done
+        _validated_contiguous.add(key)
+    from finegemm.ops import sm90_bf16_gemm
+    from finegemm.ops.contiguous_layout import api_group_ids
+
+    ids = api_group_ids(fn, grouped_layout, a.shape[0], b.shape[0], flags[1],
+                        quant.get_mk_alignment_for_contiguous_layout())
+    run = sm90_bf16_gemm.m_grouped_bf16_gemm_nn_contiguous if b_kn else sm90_bf16_gemm.m_grouped_bf16_gemm_nt_contiguous
+    run(a, b, d, ids, checked_ids=True)
+
+
+def _validate_contiguous(fn: str, b_kn: bool, a: object, b: object, d: object, grouped_layout: object,
+                         compiled_dims: object, use_psum_layout: object, ensure_zero_padding: object,
+                         expected_m_for_psum_layout: object) -> bool:
+    """Every argument check; runs the CPU and empty-product calls itself (False), True for a CUDA
+    call that _m_grouped_contiguous is to launch."""
     b_layout = "[G, K, N]" if b_kn else "[G, N, K]"
     a = _v.check_tensor(fn, "a", a)
     b = _v.check_tensor(fn, "b", b)
@@ -197,22 +221,17 @@ def _m_grouped_contiguous(fn: str, b_kn: bool, a: object, b: object, d: object, 
     _v.check_no_overlap(fn, "d", d, {"a": a, "b": b, "grouped_layout": grouped_layout})
     alignment = quant.get_mk_alignment_for_contiguous_layout()
     _v.check_cuda_mk_alignment(fn, d, alignment)
-    ids = _v.grouped_layout_ids(fn, d, grouped_layout, M, G, use_psum_layout, alignment)  # CUDA: checked on the GPU
-
+    if _v.contiguous_layout_values(fn, d, grouped_layout, M, G, use_psum_layout, alignment, empty=M * N * K * G == 0):
+        _v.require_gpu_validated(fn, "m_grouped_bf16_nn" if b_kn else "m_grouped_bf16")
+        return True
     if M == 0 or N == 0:
-        return
+        return False
     if K == 0 or G == 0:
         d.zero_()
-        return
-    if _v.on_cuda(d):
-        _v.require_gpu_validated(fn, "m_grouped_bf16_nn" if b_kn else "m_grouped_bf16")
-        from finegemm.ops import sm90_bf16_gemm
-
-        run = sm90_bf16_gemm.m_grouped_bf16_gemm_nn_contiguous if b_kn else sm90_bf16_gemm.m_grouped_bf16_gemm_nt_contiguous
-        run(a, b, d, ids, checked_ids=True)
-        return
+        return False
     d.copy_(reference.m_grouped_bf16_gemm_nt_contiguous(a, b.transpose(1, 2) if b_kn else b, grouped_layout,
                                                         use_psum_layout=use_psum_layout, out_dtype=d.dtype))
+    return False
 
 
 _CONTIGUOUS_DOC = """M-grouped BF16 GEMM, contiguous layout: {formula}.

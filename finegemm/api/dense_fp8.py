@@ -70,8 +70,11 @@ def _fast_key(a, b, d, c, recipe, compiled_dims, disable_ue8m0_cast) -> Optional
         B, sfb = b
         key = (A.data_ptr(), A.shape, A.stride(), A.dtype, sfa.data_ptr(), sfa.shape, sfa.stride(), sfa.dtype,
                B.data_ptr(), B.shape, B.stride(), B.dtype, sfb.data_ptr(), sfb.shape, sfb.stride(), sfb.dtype,
-               d.data_ptr(), d.shape, d.stride(), d.dtype, None if recipe is None else tuple(recipe), compiled_dims,
-               disable_ue8m0_cast, runtime.get_num_sms_setting())
+               d.data_ptr(), d.shape, d.stride(), d.dtype,
+               # typed: an argument the checks reject must not match a validated one by equality (True == 1)
+               None if recipe is None else (type(recipe),) + tuple([(type(x), x) for x in recipe]),
+               type(compiled_dims), compiled_dims, type(disable_ue8m0_cast), disable_ue8m0_cast,
+               runtime.get_num_sms_setting())
         # c last: with and without it the keys differ in length, so they never compare equal.
         return key if c is None else key + (c.data_ptr(), c.shape, c.stride(), c.dtype)
     except Exception:  # anything unusual takes the validating path, which raises the right error

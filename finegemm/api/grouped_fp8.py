@@ -67,9 +67,54 @@ def _check_b(fn: str, B: torch.Tensor, sfb: torch.Tensor, K_a: int, b_kn: bool =
     return G, N
 
 
+# Host fast path (as api/dense_fp8.py): a contiguous call whose tensors all have the address,
+# shape, strides and dtype of an earlier validated call, with the same arguments and settings,
+# skips the argument checks (grouped_layout's values are checked on the GPU in every call).
+_validated_contiguous = _v.ValidatedCalls()
+
+
 def _m_grouped_contiguous(fn: str, b_kn: bool, a: object, b: object, d: object, grouped_layout: object,
-                          recipe: object, compiled_dims: object, disable_ue8m0_cast: object, use_psum_layout: object,
-                          ensure_zero_padding: object, expected_m_for_psum_layout: object) -> None:
+                          *flags: object) -> None:
+    """flags: recipe, compiled_dims, disable_ue8m0_cast, use_psum_layout, ensure_zero_padding,
+    expected_m_for_psum_layout."""
+    key = _validated_contiguous.key(fn, d, lambda: (a[0], a[1], b[0], b[1], d, grouped_layout), flags)
+    if key not in _validated_contiguous:
+        if not _validate_contiguous(fn, b_kn, a, b, d, grouped_layout, *flags):
+            return  # CPU, or an empty product: done
+        _validated_contiguous.add(key)
+    _launch_contiguous(fn, b_kn, a[0], a[1], b[0], b[1], d, grouped_layout, flags[3])
+
+
+def _launch_contiguous(fn: str, b_kn: bool, A: torch.Tensor, sfa: torch.Tensor, B: torch.Tensor, sfb: torch.Tensor,
+                       d: torch.Tensor, grouped_layout: torch.Tensor, use_psum_layout: bool) -> None:
+    """A validated CUDA call: the layout checked on the GPU (ops/contiguous_layout.py), then the GEMM."""
+    from finegemm.ops import sm90_fp8_gemm  # lazy: the CUDA stack is only needed for CUDA tensors
+    from finegemm.ops.contiguous_layout import api_group_ids
+
+    ids = api_group_ids(fn, grouped_layout, A.shape[0], B.shape[0], use_psum_layout,
+                        quant.get_mk_alignment_for_contiguous_layout())
+    # The K-major (nt) views of an nn B and its scales.
+    B_nk = B.transpose(1, 2) if b_kn else B
+    sfb_nk = sfb.transpose(1, 2) if b_kn else sfb
+    if b_kn:
+        # SM90 FP8 wgmma reads K-major operands only. B's strides are free here, so a view that
+        # is K-major already (no copy by .contiguous()) may still start off a 16-byte boundary,
+        # which TMA cannot address: copy that one too. The transposing copy is finegemm's
+        # (PyTorch's copy of a transposed one-byte view runs at ~0.15-0.4 TB/s; NOTES v0.84 / v0.87).
+        if not B_nk.is_contiguous():
+            from finegemm.ops.k_major_copy import k_major_batched
+
+            B_nk = k_major_batched(B)
+        if B_nk.data_ptr() % 16 != 0:
+            B_nk = B_nk.clone()
+    sm90_fp8_gemm.m_grouped_fp8_gemm_nt_contiguous(A, sfa, B_nk, sfb_nk, d, ids, checked_ids=True)
+
+
+def _validate_contiguous(fn: str, b_kn: bool, a: object, b: object, d: object, grouped_layout: object,
+                         recipe: object, compiled_dims: object, disable_ue8m0_cast: object, use_psum_layout: object,
+                         ensure_zero_padding: object, expected_m_for_psum_layout: object) -> bool:
+    """Every argument check; runs the CPU and empty-product calls itself (False), True for a CUDA
+    call that _launch_contiguous is to run."""
     A, sfa, B, sfb, d = _check_common_args(fn, a, b, d, recipe, compiled_dims, disable_ue8m0_cast)
     _v.check_contiguous_flags(fn, use_psum_layout, ensure_zero_padding, expected_m_for_psum_layout)
     grouped_layout = _v.check_tensor(fn, "grouped_layout", grouped_layout)
@@ -91,34 +136,18 @@ def _m_grouped_contiguous(fn: str, b_kn: bool, a: object, b: object, d: object, 
                                      "grouped_layout": grouped_layout})
     alignment = quant.get_mk_alignment_for_contiguous_layout()
     _v.check_cuda_mk_alignment(fn, d, alignment)
-    ids = _v.grouped_layout_ids(fn, d, grouped_layout, M, G, use_psum_layout, alignment)  # CUDA: checked on the GPU
-
+    if _v.contiguous_layout_values(fn, d, grouped_layout, M, G, use_psum_layout, alignment, empty=M * N * K * G == 0):
+        return True
     if M == 0 or N == 0:
-        return
+        return False
     if K == 0 or G == 0:
         d.zero_()
-        return
-    # The K-major (nt) views of an nn B and its scales: views here, a copy of B on CUDA below.
+        return False
     B_nk = B.transpose(1, 2) if b_kn else B
     sfb_nk = sfb.transpose(1, 2) if b_kn else sfb
-    if _v.on_cuda(d):
-        from finegemm.ops import sm90_fp8_gemm  # lazy: the CUDA stack is only needed for CUDA tensors
-
-        if b_kn:
-            # SM90 FP8 wgmma reads K-major operands only. B's strides are free here, so a view that
-            # is K-major already (no copy by .contiguous()) may still start off a 16-byte boundary,
-            # which TMA cannot address: copy that one too. The transposing copy is finegemm's
-            # (PyTorch's copy of a transposed one-byte view runs at ~0.15-0.4 TB/s; NOTES v0.84 / v0.87).
-            if not B_nk.is_contiguous():
-                from finegemm.ops.k_major_copy import k_major_batched
-
-                B_nk = k_major_batched(B)
-            if B_nk.data_ptr() % 16 != 0:
-                B_nk = B_nk.clone()
-        sm90_fp8_gemm.m_grouped_fp8_gemm_nt_contiguous(A, sfa, B_nk, sfb_nk, d, ids, checked_ids=True)
-        return
     d.copy_(reference.m_grouped_fp8_gemm_nt_contiguous(
         A, sfa, B_nk, sfb_nk, grouped_layout, use_psum_layout=use_psum_layout, out_dtype=d.dtype))
+    return False
 
 
 _CONTIGUOUS_DOC = """M-grouped FP8 GEMM, contiguous layout: {formula} for each row r.
