@@ -641,22 +641,29 @@ def test_fast_path_reuses_only_identical_validated_calls(fake_cuda, monkeypatch)
         finegemm.fp8_gemm_nt(a, b, d, recipe=(True, 128, 128))
 
 
-@pytest.mark.parametrize("family", ["fp8", "bf16"])
-def test_contiguous_fast_path_skips_only_the_argument_checks(fake_cuda, monkeypatch, family):
-    """A repeated m-grouped contiguous call with identical tensors and arguments skips the
-    argument checks, never the GPU layout check; another tensor or an argument of another type
-    (use_psum_layout=1 after False: equal, but rejected) is checked again."""
+def _spy_fast_path(monkeypatch, family: str, kind: str) -> tuple[list, list]:
+    """A fresh validated-call cache for the family's `kind` calls ("contiguous" / "masked"), and
+    lists that record each validation (its function name) and each BF16 op launch (the FP8 op
+    launches go to fake_cuda.calls)."""
     from finegemm.api import bf16 as api_bf16
     from finegemm.api import grouped_fp8 as api_fp8
     from finegemm.ops import sm90_bf16_gemm as bf16_ops
 
     api = api_fp8 if family == "fp8" else api_bf16
-    monkeypatch.setattr(api, "_validated_contiguous", _validate.ValidatedCalls())
-    validations = []
-    real = api._validate_contiguous
-    monkeypatch.setattr(api, "_validate_contiguous", lambda *args: validations.append(args[0]) or real(*args))
-    launched = []
-    monkeypatch.setattr(bf16_ops, "m_grouped_bf16_gemm_nt_contiguous", lambda *args, **kw: launched.append(args))
+    monkeypatch.setattr(api, f"_validated_{kind}", _validate.ValidatedCalls())
+    validations, launched = [], []
+    real = getattr(api, f"_validate_{kind}")
+    monkeypatch.setattr(api, f"_validate_{kind}", lambda *args: validations.append(args[0]) or real(*args))
+    monkeypatch.setattr(bf16_ops, f"m_grouped_bf16_gemm_nt_{kind}", lambda *args, **kw: launched.append(args))
+    return validations, launched
+
+
+@pytest.mark.parametrize("family", ["fp8", "bf16"])
+def test_contiguous_fast_path_skips_only_the_argument_checks(fake_cuda, monkeypatch, family):
+    """A repeated m-grouped contiguous call with identical tensors and arguments skips the
+    argument checks, never the GPU layout check; another tensor or an argument of another type
+    (use_psum_layout=1 after False: equal, but rejected) is checked again."""
+    validations, launched = _spy_fast_path(monkeypatch, family, "contiguous")
     M, N, K, G = 256, 128, 128, 2
     layout = torch.zeros(M, dtype=torch.int32)
     if family == "fp8":
@@ -676,6 +683,30 @@ def test_contiguous_fast_path_skips_only_the_argument_checks(fake_cuda, monkeypa
         call(a, b, d, layout, use_psum_layout=0)
     call(a, b, torch.empty(M, N, dtype=BF16), layout)  # another d: checked again
     assert len(validations) == 3 and len(fake_cuda.layout_calls) == 5
+
+
+@pytest.mark.parametrize("family", ["fp8", "bf16"])
+def test_masked_fast_path_skips_only_the_argument_checks(fake_cuda, monkeypatch, family):
+    """A repeated masked call with identical tensors and arguments skips the argument checks;
+    another expected_m, another tensor or an argument of another type is checked again."""
+    validations, launched = _spy_fast_path(monkeypatch, family, "masked")
+    G, Mmax, N, K = 2, 16, 128, 128
+    mm = torch.tensor([3, 16], dtype=torch.int32)
+    if family == "fp8":
+        a, b = (rand_fp8(G, Mmax, K), rand_sf(G, Mmax, 1)), (rand_fp8(G, N, K), rand_sf(G, 1, 1))
+        call = finegemm.m_grouped_fp8_gemm_nt_masked
+    else:
+        a, b = rand_bf16(G, Mmax, K), rand_bf16(G, N, K)
+        call = finegemm.m_grouped_bf16_gemm_nt_masked
+    d = torch.full((G, Mmax, N), 5.0, dtype=BF16)
+    for _ in range(3):
+        call(a, b, d, mm, 8)
+    assert len(validations) == 1 and len(fake_cuda.calls if family == "fp8" else launched) == 3
+    call(a, b, d, mm, 9)  # another hint: checked again
+    assert len(validations) == 2
+    with pytest.raises(TypeError, match="expected_m"):
+        call(a, b, d, mm, 8.0)  # equal to 8, but not an int
+    assert torch.all(d == 5.0)  # nothing computed on the host
 
 
 def test_bf16_fast_path_reuses_only_identical_validated_calls(monkeypatch):

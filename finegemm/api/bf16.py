@@ -318,6 +318,24 @@ def m_grouped_bf16_gemm_nt_masked(
     GPU, never by the host (no sync; a captured CUDA graph replays with new masked_m values).
     """
     fn = "m_grouped_bf16_gemm_nt_masked"
+    key = _validated_masked.key(fn, d, lambda: (a, b, d, masked_m), (expected_m, compiled_dims))
+    if key not in _validated_masked:
+        if not _validate_masked(fn, a, b, d, masked_m, expected_m, compiled_dims):
+            return  # CPU, or an empty product: done
+        _validated_masked.add(key)
+    from finegemm.ops import sm90_bf16_gemm
+
+    sm90_bf16_gemm.m_grouped_bf16_gemm_nt_masked(a, b, d, masked_m, expected_m)
+
+
+# The masked calls' host fast path (as the contiguous ones').
+_validated_masked = _v.ValidatedCalls()
+
+
+def _validate_masked(fn: str, a: object, b: object, d: object, masked_m: object, expected_m: object,
+                     compiled_dims: object) -> bool:
+    """Every argument check; runs the CPU and empty-product calls itself (False), True for a CUDA
+    call the caller is to launch."""
     a = _v.check_tensor(fn, "a", a)
     b = _v.check_tensor(fn, "b", b)
     d = _v.check_tensor(fn, "d", d)
@@ -342,19 +360,17 @@ def m_grouped_bf16_gemm_nt_masked(
     _v.check_masked_m(fn, masked_m, G, Mmax, check_values=not _v.on_cuda(d))
 
     if G == 0 or Mmax == 0 or N == 0:
-        return
+        return False
     if K != 0 and _v.on_cuda(d):
         _v.require_gpu_validated(fn, "m_grouped_bf16")
-        from finegemm.ops import sm90_bf16_gemm
-
-        sm90_bf16_gemm.m_grouped_bf16_gemm_nt_masked(a, b, d, masked_m, expected_m)
-        return
+        return True
     keep = (torch.arange(Mmax, device=d.device)[None, :] < masked_m.to(torch.int64)[:, None]).unsqueeze(-1)
     if K == 0:
         d.copy_(d.masked_fill(keep, 0))
-        return
+        return False
     out = reference.m_grouped_bf16_gemm_nt_masked(a, b, masked_m, out_dtype=d.dtype)
     d.copy_(torch.where(keep, out, d))
+    return False
 
 
 def k_grouped_bf16_gemm_tn_contiguous(

@@ -265,6 +265,25 @@ def m_grouped_fp8_gemm_nt_masked(
     and replayed with other masked_m values.
     """
     fn = "m_grouped_fp8_gemm_nt_masked"
+    key = _validated_masked.key(fn, d, lambda: (a[0], a[1], b[0], b[1], d, masked_m),
+                                (expected_m, recipe, compiled_dims, disable_ue8m0_cast))
+    if key not in _validated_masked:
+        if not _validate_masked(fn, a, b, d, masked_m, expected_m, recipe, compiled_dims, disable_ue8m0_cast):
+            return  # CPU, or an empty product: done
+        _validated_masked.add(key)
+    from finegemm.ops import sm90_fp8_gemm  # lazy: the CUDA stack is only needed for CUDA tensors
+
+    sm90_fp8_gemm.m_grouped_fp8_gemm_nt_masked(a[0], a[1], b[0], b[1], d, masked_m, expected_m)
+
+
+# The masked calls' host fast path (as the contiguous ones').
+_validated_masked = _v.ValidatedCalls()
+
+
+def _validate_masked(fn: str, a: object, b: object, d: object, masked_m: object, expected_m: object, recipe: object,
+                     compiled_dims: object, disable_ue8m0_cast: object) -> bool:
+    """Every argument check; runs the CPU and empty-product calls itself (False), True for a CUDA
+    call the caller is to launch."""
     A, sfa, B, sfb, d = _check_common_args(fn, a, b, d, recipe, compiled_dims, disable_ue8m0_cast)
     masked_m = _v.check_tensor(fn, "masked_m", masked_m)
     _v.check_int(fn, "expected_m", expected_m, 0)
@@ -288,18 +307,16 @@ def m_grouped_fp8_gemm_nt_masked(
     _v.check_masked_m(fn, masked_m, G, Mmax, check_values=not _v.on_cuda(d))
 
     if G == 0 or Mmax == 0 or N == 0:
-        return
+        return False
     if K != 0 and _v.on_cuda(d):
-        from finegemm.ops import sm90_fp8_gemm  # lazy: the CUDA stack is only needed for CUDA tensors
-
-        sm90_fp8_gemm.m_grouped_fp8_gemm_nt_masked(A, sfa, B, sfb, d, masked_m, expected_m)
-        return
+        return True
     keep = _masked_rows(masked_m, Mmax, d.device)
     if K == 0:
         d.copy_(d.masked_fill(keep, 0))  # no host sync: masked_m may live on the GPU
-        return
+        return False
     out = reference.m_grouped_fp8_gemm_nt_masked(A, sfa, B, sfb, masked_m, out_dtype=d.dtype)
     d.copy_(torch.where(keep, out, d))
+    return False
 
 
 def _masked_rows(masked_m: torch.Tensor, m_max: int, device: torch.device) -> torch.Tensor:
