@@ -193,7 +193,7 @@ def test_graph_replays_follow_the_layout(kind):
     n, k = 384, 512
     plans = [[100, 0, 300, 129], [0, 0, 640, 1], [128, 128, 128, 128], [1, 1, 1, 1]]
     rows = max(sum(finegemm.align(m, 128) for m in ms) for ms in plans)
-    a, sfa, b, sfb, ids, ends = _fp8_problem(plans[0], n, k, seed=4)
+    _, _, b, sfb, _, _ = _fp8_problem(plans[0], n, k, seed=4)  # the experts; the tokens below span every plan
     gen = torch.Generator(device="cuda").manual_seed(5)
     x = torch.randn(rows, k, device="cuda", generator=gen).to(torch.bfloat16)
     a, sfa = quant.per_token_cast_to_fp8(x)
