@@ -17,6 +17,7 @@ from typing import Iterable, Optional, Sequence
 
 import torch
 
+from finegemm import quant, runtime
 from finegemm.utils import check_bool, check_int, check_tensor  # noqa: F401  (the API's shared argument checks)
 
 __all__ = [
@@ -98,24 +99,27 @@ class ValidatedCalls:
         try:
             if not on_cuda(d):
                 return None
-            from finegemm import quant, runtime
-
-            key = (fn,) + tensor_key(*tensors()) + typed_key(
+            return (fn,) + tensor_key(*tensors()) + typed_key(
                 *values, runtime.get_num_sms_setting(), quant.get_mk_alignment_for_contiguous_layout())
-            hash(key)
-            return key
         except Exception:
             return None
 
-    def __contains__(self, key: Optional[tuple]) -> bool:
-        return key is not None and key in self._keys
-
-    def add(self, key: Optional[tuple]) -> None:
-        if key is None:
-            return
-        if len(self._keys) >= self._limit:
-            self._keys.clear()
-        self._keys[key] = True
+    def launch(self, key: Optional[tuple], validate, *args) -> bool:
+        """Whether the caller is to launch: its key was seen, or validate(*args) (every argument
+        check; it runs CPU and empty-product calls itself and returns False) returned True, and
+        then the key is kept."""
+        try:
+            if key is not None and key in self._keys:
+                return True
+        except TypeError:  # an unhashable argument: validate (and raise what is wrong)
+            key = None
+        if not validate(*args):
+            return False
+        if key is not None:
+            if len(self._keys) >= self._limit:
+                self._keys.clear()
+            self._keys[key] = True
+        return True
 
 
 def on_cuda(t: torch.Tensor) -> bool:

@@ -181,10 +181,8 @@ def _m_grouped_contiguous(fn: str, b_kn: bool, a: object, b: object, d: object, 
                           *flags: object) -> None:
     """flags: compiled_dims, use_psum_layout, ensure_zero_padding, expected_m_for_psum_layout."""
     key = _validated_contiguous.key(fn, d, lambda: (a, b, d, grouped_layout), flags)
-    if key not in _validated_contiguous:
-        if not _validate_contiguous(fn, b_kn, a, b, d, grouped_layout, *flags):
-            return  # CPU, or an empty product: done
-        _validated_contiguous.add(key)
+    if not _validated_contiguous.launch(key, _validate_contiguous, fn, b_kn, a, b, d, grouped_layout, *flags):
+        return  # CPU, or an empty product: done
     from finegemm.ops import sm90_bf16_gemm
     from finegemm.ops.contiguous_layout import api_group_ids
 
@@ -319,10 +317,8 @@ def m_grouped_bf16_gemm_nt_masked(
     """
     fn = "m_grouped_bf16_gemm_nt_masked"
     key = _validated_masked.key(fn, d, lambda: (a, b, d, masked_m), (expected_m, compiled_dims))
-    if key not in _validated_masked:
-        if not _validate_masked(fn, a, b, d, masked_m, expected_m, compiled_dims):
-            return  # CPU, or an empty product: done
-        _validated_masked.add(key)
+    if not _validated_masked.launch(key, _validate_masked, fn, a, b, d, masked_m, expected_m, compiled_dims):
+        return  # CPU, or an empty product: done
     from finegemm.ops import sm90_bf16_gemm
 
     sm90_bf16_gemm.m_grouped_bf16_gemm_nt_masked(a, b, d, masked_m, expected_m)

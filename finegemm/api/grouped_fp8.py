@@ -78,10 +78,8 @@ def _m_grouped_contiguous(fn: str, b_kn: bool, a: object, b: object, d: object, 
     """flags: recipe, compiled_dims, disable_ue8m0_cast, use_psum_layout, ensure_zero_padding,
     expected_m_for_psum_layout."""
     key = _validated_contiguous.key(fn, d, lambda: (a[0], a[1], b[0], b[1], d, grouped_layout), flags)
-    if key not in _validated_contiguous:
-        if not _validate_contiguous(fn, b_kn, a, b, d, grouped_layout, *flags):
-            return  # CPU, or an empty product: done
-        _validated_contiguous.add(key)
+    if not _validated_contiguous.launch(key, _validate_contiguous, fn, b_kn, a, b, d, grouped_layout, *flags):
+        return  # CPU, or an empty product: done
     _launch_contiguous(fn, b_kn, a[0], a[1], b[0], b[1], d, grouped_layout, flags[3])
 
 
@@ -267,10 +265,9 @@ def m_grouped_fp8_gemm_nt_masked(
     fn = "m_grouped_fp8_gemm_nt_masked"
     key = _validated_masked.key(fn, d, lambda: (a[0], a[1], b[0], b[1], d, masked_m),
                                 (expected_m, recipe, compiled_dims, disable_ue8m0_cast))
-    if key not in _validated_masked:
-        if not _validate_masked(fn, a, b, d, masked_m, expected_m, recipe, compiled_dims, disable_ue8m0_cast):
-            return  # CPU, or an empty product: done
-        _validated_masked.add(key)
+    if not _validated_masked.launch(key, _validate_masked, fn, a, b, d, masked_m, expected_m, recipe, compiled_dims,
+                                    disable_ue8m0_cast):
+        return  # CPU, or an empty product: done
     from finegemm.ops import sm90_fp8_gemm  # lazy: the CUDA stack is only needed for CUDA tensors
 
     sm90_fp8_gemm.m_grouped_fp8_gemm_nt_masked(a[0], a[1], b[0], b[1], d, masked_m, expected_m)

@@ -26,8 +26,8 @@ import torch
 from finegemm.heuristics._common import L2_PROMOTIONS, check_l2_promotion
 
 __all__ = ["raw_stream", "is_capturing", "SplitKWorkspace", "PreparedLaunch", "c_function", "prepare_function",
-           "prepared_handle_functions", "check_tile", "l2_promotion_arg", "max_active_clusters", "launch_driver",
-           "loaded_function"]
+           "prepared_handle_functions", "check_tile", "l2_promotion_arg", "max_active_clusters", "libcuda",
+           "launch_driver", "loaded_function"]
 
 try:
     raw_stream = torch._C._cuda_getCurrentRawStream
@@ -60,6 +60,16 @@ def l2_promotion_arg(promotion: tuple) -> int:
 _kernel_lock = threading.Lock()
 _kernel_functions: dict[tuple[str, int], int] = {}  # (kernel name, device) -> CUfunction
 _driver_launch = None
+_libcuda = None
+
+
+def libcuda() -> ctypes.CDLL:
+    """The CUDA driver library (loaded once): the small ops/ kernels' launches and attributes,
+    the contiguous layout check's page-locked record."""
+    global _libcuda
+    if _libcuda is None:
+        _libcuda = ctypes.CDLL("libcuda.so.1")
+    return _libcuda
 
 
 def launch_driver():
@@ -67,8 +77,7 @@ def launch_driver():
     have no launcher in the host library: the K-major copies, the contiguous layout check)."""
     global _driver_launch
     if _driver_launch is None:
-        lib = ctypes.CDLL("libcuda.so.1")
-        f = lib.cuLaunchKernel
+        f = libcuda().cuLaunchKernel
         u = ctypes.c_uint
         f.argtypes = [ctypes.c_void_p, u, u, u, u, u, u, u, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p),
                       ctypes.c_void_p]

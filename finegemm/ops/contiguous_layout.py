@@ -38,7 +38,7 @@ import torch
 
 from finegemm import jit
 from finegemm.api import _validate as _v
-from finegemm.ops._runtime import SplitKWorkspace, launch_driver, loaded_function, raw_stream
+from finegemm.ops._runtime import SplitKWorkspace, launch_driver, libcuda, loaded_function, raw_stream
 
 __all__ = ["render_contiguous_layout", "checked_group_ids", "check_pending", "check_errors", "MAX_GROUPS",
            "MAX_ROWS"]
@@ -232,7 +232,7 @@ def _record_buffer() -> tuple[ctypes.Array, int]:
     if _record is None:
         with _lock:
             if _record is None:
-                cuda = ctypes.CDLL("libcuda.so.1")
+                cuda = libcuda()
                 host, dev = ctypes.c_void_p(), ctypes.c_uint64()
                 flags = 0x01 | 0x02  # CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP
                 rc = cuda.cuMemHostAlloc(ctypes.byref(host), ctypes.c_size_t(4 * _RECORD_INTS), ctypes.c_uint(flags))
@@ -294,7 +294,7 @@ def check_errors() -> None:
 
 
 def _set_max_smem(fn: int) -> None:
-    cuda = ctypes.CDLL("libcuda.so.1")
+    cuda = libcuda()
     max_dynamic_smem = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES (the psum ends)
     rc = cuda.cuFuncSetAttribute(ctypes.c_void_p(fn), ctypes.c_int(max_dynamic_smem), ctypes.c_int(4 * MAX_GROUPS))
     if rc != 0:
