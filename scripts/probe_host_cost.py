@@ -17,6 +17,11 @@ queue behind it (finegemm.bench._common.host_time_us). Parts:
                     trivial PyTorch launch
   torch_scaled_mm   cuBLAS blockwise through torch._scaled_mm, for comparison
 and for dense BF16: bf16_full_call (finegemm.bf16_gemm_nt, cached) and torch_matmul_out.
+Grouped calls (G = 8, N = 4096, K = 7168, repeated with the same tensors): full_call of the FP8
+contiguous (plain and psum layouts), FP8 masked (MN-major sfa), BF16 contiguous and BF16 masked
+calls; for the FP8 contiguous call also its parts: check_launch (the kept layout check alone),
+gemm_launch (the kept GEMM launch alone) and oneshot_call (the call without its kept launches:
+the layout check and the GEMM each launched with every argument, as every call did before).
 Usage: python scripts/probe_host_cost.py [--out FILE]
 """
 from __future__ import annotations
@@ -107,10 +112,66 @@ def main() -> None:
                "torch_matmul_out": host_time_us(lambda: torch.matmul(a, b.t(), out=d))}
         results[f"bf16 {m}x{n}x{k}"] = rec
         print(f"bf16 {m}x{n}x{k}: " + ", ".join(f"{k_}={v:.2f}" for k_, v in rec.items()), flush=True)
+    results.update(_grouped())
     out = dict(run_metadata(), command=" ".join(["python", "scripts/probe_host_cost.py"] + sys.argv[1:]), unit="us host time per call", records=results)
     if args.out:
         with open(args.out, "w") as f:
             json.dump(out, f, indent=1)
+
+
+def _grouped() -> dict:
+    import finegemm
+    from finegemm import quant
+    from finegemm.api import grouped_fp8
+    from finegemm.ops import contiguous_layout
+
+    results = {}
+    g, n, k = 8, 4096, 7168
+    b = torch.randn(g, n, k, device="cuda").to(torch.float8_e4m3fn)
+    sfb = torch.rand(g, n // 128, k // 128, device="cuda")
+    bb = torch.randn(g, n, k, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(64, 64, device="cuda")
+    for per in (128, 1024):
+        m = g * per
+        a, sfa = quant.per_token_cast_to_fp8(torch.randn(m, k, device="cuda", dtype=torch.bfloat16))
+        ab = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        ids = torch.arange(m, device="cuda", dtype=torch.int32) // per
+        ends = torch.arange(1, g + 1, device="cuda", dtype=torch.int32) * per
+
+        def fp8(layout=ids, psum=False):
+            finegemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, layout, use_psum_layout=psum)
+
+        fp8()
+        kept = [v for v in grouped_fp8._validated_contiguous._keys.values()
+                if isinstance(v, contiguous_layout.PreparedContiguous)]
+        rec = {"full_call": host_time_us(fp8), "full_call_psum": host_time_us(lambda: fp8(ends, True))}
+        if kept:
+            entry = kept[-1]._streams[torch.cuda.current_stream().cuda_stream]
+            rec["check_launch"] = host_time_us(
+                lambda: kept[-1]._plan.launch(torch.cuda.current_stream().cuda_stream, entry[2]))
+            rec["gemm_launch"] = host_time_us(entry[3])
+        rec["oneshot_call"] = host_time_us(lambda: grouped_fp8._launch_contiguous(
+            "m_grouped_fp8_gemm_nt_contiguous", False, a, sfa, b, sfb, d, ids, False))
+        rec["bf16_full_call"] = host_time_us(lambda: finegemm.m_grouped_bf16_gemm_nt_contiguous(ab, bb, d, ids))
+        rec["torch_add"] = host_time_us(lambda: torch.add(x, x, out=x))
+        results[f"contiguous G={g} m={m} {n}x{k}"] = rec
+        print(f"contiguous G={g} m={m}: " + ", ".join(f"{k_}={v:.2f}" for k_, v in rec.items()), flush=True)
+    m_max = 256
+    a, sfa = quant.per_token_cast_to_fp8(torch.randn(g * m_max, k, device="cuda", dtype=torch.bfloat16))
+    a = a.view(g, m_max, k)
+    sfa = quant.get_mn_major_tma_aligned_tensor(sfa.contiguous().view(g, m_max, -1))
+    ab = torch.randn(g, m_max, k, device="cuda", dtype=torch.bfloat16)
+    d = torch.empty(g, m_max, n, device="cuda", dtype=torch.bfloat16)
+    masked = torch.full((g,), 200, device="cuda", dtype=torch.int32)
+    rec = {"full_call": host_time_us(lambda: finegemm.m_grouped_fp8_gemm_nt_masked((a, sfa), (b, sfb), d, masked,
+                                                                                    200)),
+           "bf16_full_call": host_time_us(lambda: finegemm.m_grouped_bf16_gemm_nt_masked(ab, bb, d, masked, 200)),
+           "torch_add": host_time_us(lambda: torch.add(x, x, out=x))}
+    results[f"masked G={g} Mmax={m_max} {n}x{k}"] = rec
+    print(f"masked G={g} Mmax={m_max}: " + ", ".join(f"{k_}={v:.2f}" for k_, v in rec.items()), flush=True)
+    finegemm.check_errors()
+    return results
 
 
 if __name__ == "__main__":

@@ -337,6 +337,14 @@ class _FakeOps(types.ModuleType):
             raise AssertionError("the CUDA op was called for CPU tensors")
         self.calls.append(("masked",) + args)
 
+    # The grouped calls' prepared launches (the API's fast path): none here, so the calls stay
+    # one-shot (test_grouped_prepared_* fake them).
+    def prepare_m_grouped_contiguous(self, *args):
+        return None
+
+    def prepare_m_grouped_masked(self, *args):
+        return None
+
     def k_grouped_fp8_gemm_nt_contiguous(self, *args):
         if self.fail_if_called:
             raise AssertionError("the CUDA op was called for CPU tensors")
@@ -385,6 +393,7 @@ def fake_cuda(monkeypatch):
 
     fake.ids_for = lambda gl: fake.ids[id(gl)]
     monkeypatch.setattr(contiguous_layout, "api_group_ids", api_group_ids)
+    monkeypatch.setattr(contiguous_layout, "can_prepare", lambda device_index: False)  # as under graph capture
     _install_fake_ops(monkeypatch, fake)
     monkeypatch.setattr(_validate, "on_cuda", lambda t: True)
     return fake
@@ -707,6 +716,93 @@ def test_masked_fast_path_skips_only_the_argument_checks(fake_cuda, monkeypatch,
     with pytest.raises(TypeError, match="expected_m"):
         call(a, b, d, mm, 8.0)  # equal to 8, but not an int
     assert torch.all(d == 5.0)  # nothing computed on the host
+
+
+@pytest.mark.parametrize("preparable", [True, False])
+def test_grouped_prepared_contiguous_routing(fake_cuda, monkeypatch, preparable):
+    """FP8 nt contiguous on faked CUDA, outside graph capture: the first call validates and runs
+    through a PreparedContiguous given this stream's entry (the GEMM prepared on the layout check's
+    ids; no one-shot launch), repeats run it alone, a stream without an entry adds one. Where the
+    GEMM cannot be prepared (an input copy per call) the call is kept one-shot and not prepared again;
+    nn calls are never prepared (B's K-major copy per call)."""
+    from finegemm.api import grouped_fp8 as api_fp8
+    from finegemm.ops import contiguous_layout
+
+    validations, _ = _spy_fast_path(monkeypatch, "fp8", "contiguous")
+    made, events, has_entry = [], [], [False]
+
+    class FakePrepared:
+        def __init__(self, fn, gl, m, g, psum, alignment):
+            made.append((fn, gl, m, g, psum, alignment))
+
+        def add_stream(self, prepare_gemm):
+            gemm = prepare_gemm(torch.zeros(M, dtype=torch.int32))
+            events.append(("add", gemm))
+            has_entry[0] = gemm is not None
+            return has_entry[0]
+
+        def __call__(self):
+            events.append(("run", has_entry[0]))
+            return has_entry[0]
+
+    gemm_args = []
+
+    def prepare_gemm(*args):
+        gemm_args.append(args)
+        return "gemm" if preparable else None
+
+    monkeypatch.setattr(contiguous_layout, "can_prepare", lambda index: True)
+    monkeypatch.setattr(contiguous_layout, "PreparedContiguous", FakePrepared)
+    monkeypatch.setattr(fake_cuda, "prepare_m_grouped_contiguous", prepare_gemm)
+    M, N, K, G = 256, 128, 128, 2
+    layout = torch.zeros(M, dtype=torch.int32)
+    a, b = (rand_fp8(M, K), rand_sf(M, 1)), (rand_fp8(G, N, K), rand_sf(G, 1, 1))
+    d = torch.empty(M, N, dtype=BF16)
+    for _ in range(3):
+        finegemm.m_grouped_fp8_gemm_nt_contiguous(a, b, d, layout)
+    assert len(validations) == 1 and len(made) == 1 and len(gemm_args) == 1
+    assert made[0] == ("m_grouped_fp8_gemm_nt_contiguous", layout, M, G, False, 128)
+    A_, sfa_, B_, sfb_, d_, ids_ = gemm_args[0]
+    assert A_ is a[0] and sfa_ is a[1] and B_ is b[0] and sfb_ is b[1] and d_ is d and ids_.shape == (M,)
+    if preparable:
+        assert events == [("add", "gemm"), ("run", True), ("run", True), ("run", True)]
+        assert not fake_cuda.calls and not fake_cuda.layout_calls
+        has_entry[0] = False  # another stream: an entry is added to the same call
+        finegemm.m_grouped_fp8_gemm_nt_contiguous(a, b, d, layout)
+        assert events[-3:] == [("run", False), ("add", "gemm"), ("run", True)] and len(made) == 1
+    else:
+        assert events == [("add", None)]  # tried once, then kept one-shot
+        assert len(fake_cuda.calls) == 3 and len(fake_cuda.layout_calls) == 3
+    Bkn = (rand_fp8(G, K, N), rand_sf(G, 1, 1))
+    finegemm.m_grouped_fp8_gemm_nn_contiguous(a, Bkn, d, layout)
+    finegemm.m_grouped_fp8_gemm_nn_contiguous(a, Bkn, d, layout)
+    assert len(made) == 1 and fake_cuda.calls[-1][0] == "contiguous"  # nn: one-shot
+
+
+@pytest.mark.parametrize("preparable", [True, False])
+def test_grouped_prepared_masked_routing(fake_cuda, monkeypatch, preparable):
+    """FP8 masked on faked CUDA: the first call validates and prepares its launch (masked_m is read
+    on the GPU: one launch serves every call of the key), repeats call it alone; a launch that
+    cannot be prepared keeps the call one-shot, tried once."""
+    validations, _ = _spy_fast_path(monkeypatch, "fp8", "masked")
+    prepared, runs = [], []
+
+    def prepare_masked(*args):
+        prepared.append(args)
+        return (lambda: runs.append(1)) if preparable else None
+
+    monkeypatch.setattr(fake_cuda, "prepare_m_grouped_masked", prepare_masked)
+    G, Mmax, N, K = 2, 16, 128, 128
+    mm = torch.tensor([3, 16], dtype=torch.int32)
+    a, b = (rand_fp8(G, Mmax, K), rand_sf(G, Mmax, 1)), (rand_fp8(G, N, K), rand_sf(G, 1, 1))
+    d = torch.full((G, Mmax, N), 5.0, dtype=BF16)
+    for _ in range(3):
+        finegemm.m_grouped_fp8_gemm_nt_masked(a, b, d, mm, 8)
+    assert len(validations) == 1 and len(prepared) == 1
+    A_, sfa_, B_, sfb_, d_, mm_, em_ = prepared[0]
+    assert A_ is a[0] and sfa_ is a[1] and B_ is b[0] and sfb_ is b[1] and d_ is d and mm_ is mm and em_ == 8
+    assert (len(runs), len(fake_cuda.calls)) == ((3, 0) if preparable else (0, 3))
+    assert torch.all(d == 5.0)
 
 
 def test_bf16_fast_path_reuses_only_identical_validated_calls(monkeypatch):

@@ -180,6 +180,59 @@ def test_api_step_limits_and_empty_layouts(monkeypatch):
         cl.api_group_ids("f", layout, cl.MAX_ROWS + 1, 3, False, 128)
 
 
+def test_prepared_contiguous_entries_per_stream(monkeypatch):
+    """PreparedContiguous (the API's fast path) on faked CUDA plumbing: an entry per stream, each
+    with an ids buffer of its own that the check writes and the GEMM launch reads; a stream without
+    an entry, another current device or graph capture answers False with nothing launched; an
+    earlier call's recorded error is raised first; a GEMM that cannot be prepared adds no entry."""
+    launches, stream, allowed = [], [11], [True]
+
+    class FakePlan:
+        def __init__(self, fn, gl, m, g, psum, alignment):
+            self.m, self.g = m, g
+
+        def fill(self, p, ids, scratch):
+            p.ids, p.scratch = ids, scratch
+
+        def launch(self, s, params):
+            launches.append(("check", s, ctypes.c_void_p.from_address(params[1]).value))
+
+    monkeypatch.setattr(cl, "_Plan", FakePlan)
+    monkeypatch.setattr(cl, "raw_stream", lambda index: stream[0])
+    monkeypatch.setattr(cl, "can_prepare", lambda index: allowed[0])
+    monkeypatch.setattr(cl._scratch, "pointers", lambda ws, cnt, device, s: (0, 1000 + s))
+    rec = _fake_record(monkeypatch)
+    layout = torch.zeros(256, dtype=torch.int32)
+    call = cl.PreparedContiguous("f", layout, 256, 4, False, 128)
+    assert not call() and not launches  # no entry for this stream yet
+
+    def gemm_for(ids):
+        assert ids.dtype == torch.int32 and ids.shape == (256,)
+        return lambda: launches.append(("gemm", stream[0], ids.data_ptr()))
+
+    assert call.add_stream(gemm_for)
+    assert call() and call()
+    (c1, g1, c2, g2) = launches
+    assert c1 == c2 == ("check", 11, g1[2]) and g1 == g2 == ("gemm", 11, g1[2])  # one buffer: written, then read
+    stream[0] = 12
+    assert not call() and len(launches) == 4
+    assert call.add_stream(gemm_for) and call()
+    assert launches[-2][:2] == ("check", 12) and launches[-2][2] == launches[-1][2] != g1[2]  # a buffer per stream
+    allowed[0] = False  # graph capture or another current device: the caller's one-shot path
+    assert not call() and len(launches) == 6
+    allowed[0] = True
+    assert not call.add_stream(lambda ids: None)  # the GEMM cannot be prepared: no entry
+    rec[1], rec[2], rec[3], rec[5], rec[6], rec[7] = cl._function_id("g"), -7, 3, 4, 128, 256
+    rec[0] = _v.LAYOUT_RANGE
+    with pytest.raises(ValueError, match="^f: an earlier m-grouped contiguous call"):
+        call()
+    assert len(launches) == 6
+    for s in range(20, 20 + cl.PreparedContiguous.MAX_STREAMS):  # bounded: the entries are cleared when full
+        stream[0] = s
+        assert call.add_stream(gemm_for)
+    assert len(call._streams) <= cl.PreparedContiguous.MAX_STREAMS
+
+
 @pytest.mark.nvcc
 def test_layout_kernel_compiles_without_spills():
     from finegemm import jit

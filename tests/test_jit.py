@@ -316,6 +316,29 @@ def test_fastcall_shim_calls_the_prepared_launcher():
     assert jit.fastcall() is fast  # built and loaded once per process
 
 
+def test_fast_kernel_launch_passes_a_one_dimensional_launch():
+    """jit.fast_kernel_launch(): the shim calls a function with cuLaunchKernel's signature at its
+    address (here a ctypes callback in its place) with the grid, block, shared memory, stream and
+    params given, 1 for the other dimensions and null extras, and answers its result; malformed
+    calls are rejected before any call."""
+    launch = jit.fast_kernel_launch()
+    assert launch is not None, "the Python launch shim did not build"
+    u, vp = ctypes.c_uint, ctypes.c_void_p
+    seen = []
+    proto = ctypes.CFUNCTYPE(ctypes.c_int, vp, u, u, u, u, u, u, u, vp, vp, vp)
+    fake = proto(lambda *args: seen.append(args) or 7)
+    address = ctypes.cast(fake, ctypes.c_void_p).value
+    assert launch(address, 0x1234, 3, 1024, 96, 0x55, 0x999) == 7
+    assert seen == [(0x1234, 3, 1, 1, 1024, 1, 1, 96, 0x55, 0x999, None)]
+    with pytest.raises(TypeError, match="expected 7 arguments"):
+        launch(address, 0x1234, 3, 1024, 96, 0x55)
+    with pytest.raises(ValueError, match="null launch address, function or params"):
+        launch(address, 0x1234, 3, 1024, 96, 0x55, 0)
+    with pytest.raises(OverflowError):
+        launch(address, 0x1234, 2**32, 1024, 96, 0x55, 0x999)
+    assert len(seen) == 1
+
+
 def test_fastcall_can_be_switched_off(monkeypatch):
     from finegemm.jit import runtime
 

@@ -87,7 +87,9 @@ def tensor_key(*tensors: torch.Tensor) -> tuple:
 
 class ValidatedCalls:
     """The keys of validated CUDA calls (api fast paths: a call whose key was seen skips the
-    argument checks). Keys only, never tensors; bounded (cleared when full)."""
+    argument checks), each with what the API kept for it: True, or a prepared launch of its own
+    (ops/*: addresses and buffers of its own, never the caller's tensors). Bounded (cleared when
+    full)."""
 
     def __init__(self, limit: int = 4096) -> None:
         self._keys: dict = {}
@@ -104,22 +106,29 @@ class ValidatedCalls:
         except Exception:
             return None
 
-    def launch(self, key: Optional[tuple], validate, *args) -> bool:
-        """Whether the caller is to launch: its key was seen, or validate(*args) (every argument
-        check; it runs CPU and empty-product calls itself and returns False) returned True, and
-        then the key is kept."""
+    def launch(self, key: Optional[tuple], validate, *args) -> object:
+        """What the caller is to launch with: the value kept for its key when seen; else, when
+        validate(*args) (every argument check; it runs CPU and empty-product calls itself and
+        returns False) returned True, True (and the key is kept); else False."""
         try:
-            if key is not None and key in self._keys:
-                return True
+            if key is not None:
+                kept = self._keys.get(key)
+                if kept is not None:
+                    return kept
         except TypeError:  # an unhashable argument: validate (and raise what is wrong)
             key = None
         if not validate(*args):
             return False
-        if key is not None:
-            if len(self._keys) >= self._limit:
-                self._keys.clear()
-            self._keys[key] = True
+        self.keep(key, True)
         return True
+
+    def keep(self, key: Optional[tuple], value: object) -> None:
+        """Keep `value` (truthy) for a validated call's key (None: nothing is kept)."""
+        if key is None:
+            return
+        if len(self._keys) >= self._limit:
+            self._keys.clear()
+        self._keys[key] = value
 
 
 def on_cuda(t: torch.Tensor) -> bool:

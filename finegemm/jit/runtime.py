@@ -49,7 +49,7 @@ def host_library() -> ctypes.CDLL:
 
 
 _fastcall_lock = threading.Lock()
-_fastcall: object = None  # None: not tried yet; False: unavailable; else call_prepared
+_fastcall: object = None  # None: not tried yet; False: unavailable; else the shim's module
 
 
 def fastcall():
@@ -64,7 +64,15 @@ def fastcall():
             if _fastcall is None:
                 _fastcall = _load_fastcall()
             fn = _fastcall
-    return fn or None
+    return fn.call_prepared if fn else None
+
+
+def fast_kernel_launch():
+    """The Python launch shim's launch_kernel(cuLaunchKernel address, function, grid_x, block_x,
+    shared bytes, stream, params address) (jit/fastcall.cpp), or None as fastcall()."""
+    fastcall()
+    fn = _fastcall
+    return fn.launch_kernel if fn else None
 
 
 def _load_fastcall():
@@ -80,7 +88,7 @@ def _load_fastcall():
         loader = importlib.machinery.ExtensionFileLoader("_finegemm_fastcall", str(path))
         module = importlib.util.module_from_spec(importlib.util.spec_from_loader("_finegemm_fastcall", loader))
         loader.exec_module(module)
-        return module.call_prepared
+        return module
     except Exception as exc:  # noqa: BLE001 - any failure keeps the ctypes path
         warnings.warn(f"finegemm: the Python launch shim is unavailable, prepared launches use ctypes: {exc}",
                       RuntimeWarning, stacklevel=3)

@@ -38,10 +38,10 @@ import torch
 
 from finegemm import jit
 from finegemm.api import _validate as _v
-from finegemm.ops._runtime import SplitKWorkspace, launch_driver, libcuda, loaded_function, raw_stream
+from finegemm.ops._runtime import SplitKWorkspace, is_capturing, launch_driver, libcuda, loaded_function, raw_stream
 
 __all__ = ["render_contiguous_layout", "checked_group_ids", "check_pending", "check_errors", "MAX_GROUPS",
-           "MAX_ROWS"]
+           "MAX_ROWS", "PreparedContiguous", "can_prepare", "check_cuda_limits"]
 
 THREADS = 1024
 ROWS_PER_CTA = 4 * THREADS  # rows per CTA and step (4 per thread: one 16-byte load)
@@ -308,24 +308,69 @@ class _Params(ctypes.Structure):
                 ("scratch", ctypes.c_void_p), ("record", ctypes.c_void_p)]
 
 
+def _argument_block() -> tuple[_Params, ctypes.Array]:
+    """An argument block and the pointer array into it (what cuLaunchKernel takes)."""
+    p = _Params()
+    base = ctypes.addressof(p)
+    fields = _Params._fields_
+    return p, (ctypes.c_void_p * len(fields))(*[base + getattr(_Params, f).offset for f, _ in fields])
+
+
 _tls = threading.local()
 
 
 def _launch_params() -> tuple[_Params, ctypes.Array]:
-    """This thread's argument block and the pointer array into it, built once: per call only the
-    fields are set (building ctypes objects per argument cost ~20 us of host time per call)."""
+    """This thread's argument block for one-shot launches, built once: per call only the fields are
+    set (building ctypes objects per argument cost ~20 us of host time per call)."""
     block = getattr(_tls, "block", None)
     if block is None:
-        p = _Params()
-        base = ctypes.addressof(p)
-        params = (ctypes.c_void_p * len(_Params._fields_))(*[base + getattr(_Params, f).offset
-                                                             for f, _ in _Params._fields_])
-        block = _tls.block = (p, params)
+        block = _tls.block = _argument_block()
     return block
 
 
 _scratch = SplitKWorkspace()  # the CTAs' meeting point, per (device, stream); every word 0 between launches
 _sm_counts: dict[int, int] = {}
+_driver_launch_address = 0  # cuLaunchKernel's address, for the launch shim
+
+
+class _Plan:
+    """What a launch of the check kernel needs besides the stream's scratch: the function, the grid,
+    the shared memory and the argument values (the ids buffer's address excepted)."""
+
+    __slots__ = ("func", "grid", "smem", "layout", "m", "g", "align_log2", "psum", "fn_id", "record")
+
+    def __init__(self, fn: str, grouped_layout: torch.Tensor, m: int, num_groups: int, use_psum_layout: bool,
+                 alignment: int) -> None:
+        global _driver_launch_address
+        device = grouped_layout.device.index
+        if alignment <= 0 or alignment & (alignment - 1):
+            raise ValueError(f"{fn}: the mk alignment must be a power of two, got {alignment}")
+        _, self.record = _record_buffer()
+        self.func = loaded_function("contiguous_layout", render_contiguous_layout, device, _set_max_smem)
+        sms = _sm_counts.get(device)
+        if sms is None:
+            sms = _sm_counts.setdefault(device, torch.cuda.get_device_properties(device).multi_processor_count)
+        if not _driver_launch_address:
+            _driver_launch_address = ctypes.cast(launch_driver(), ctypes.c_void_p).value
+        self.grid = min(-(-m // ROWS_PER_CTA), sms)
+        self.smem = 4 * num_groups if use_psum_layout else 0
+        self.layout, self.m, self.g = grouped_layout.data_ptr(), m, num_groups
+        self.align_log2, self.psum, self.fn_id = alignment.bit_length() - 1, int(use_psum_layout), _function_id(fn)
+
+    def fill(self, p: _Params, ids: int, scratch: int) -> None:
+        p.layout, p.ids, p.m, p.g = self.layout, ids, self.m, self.g
+        p.align_log2, p.psum, p.fn_id = self.align_log2, self.psum, self.fn_id
+        p.scratch, p.record = scratch, self.record
+
+    def launch(self, stream: int, params: ctypes.Array) -> None:
+        fast = jit.fast_kernel_launch()
+        if fast is not None:
+            rc = fast(_driver_launch_address, self.func, self.grid, THREADS, self.smem, stream,
+                      ctypes.addressof(params))
+        else:
+            rc = launch_driver()(self.func, self.grid, 1, 1, THREADS, 1, 1, self.smem, stream, params, None)
+        if rc != 0:
+            raise RuntimeError(f"finegemm: the contiguous layout kernel failed to launch: {jit.error_string(rc)}")
 
 
 def checked_group_ids(fn: str, grouped_layout: torch.Tensor, m: int, num_groups: int, use_psum_layout: bool,
@@ -338,29 +383,87 @@ def checked_group_ids(fn: str, grouped_layout: torch.Tensor, m: int, num_groups:
     if torch.cuda.current_device() != device:
         with torch.cuda.device(device):
             return checked_group_ids(fn, grouped_layout, m, num_groups, use_psum_layout, alignment)
-    if alignment <= 0 or alignment & (alignment - 1):
-        raise ValueError(f"{fn}: the mk alignment must be a power of two, got {alignment}")
+    plan = _Plan(fn, grouped_layout, m, num_groups, use_psum_layout, alignment)
     ids = torch.empty(m, dtype=torch.int32, device=grouped_layout.device)
-    _, record = _record_buffer()
-    func = loaded_function("contiguous_layout", render_contiguous_layout, device, _set_max_smem)
     stream = raw_stream(device)
     _, scratch = _scratch.pointers(0, _SCRATCH_HEAD + num_groups, grouped_layout.device, stream)
-    sms = _sm_counts.get(device)
-    if sms is None:
-        sms = _sm_counts.setdefault(device, torch.cuda.get_device_properties(device).multi_processor_count)
-    grid = min(-(-m // ROWS_PER_CTA), sms)
     p, params = _launch_params()
-    p.layout, p.ids, p.m, p.g = grouped_layout.data_ptr(), ids.data_ptr(), m, num_groups
-    p.align_log2, p.psum, p.fn_id = alignment.bit_length() - 1, int(use_psum_layout), _function_id(fn)
-    p.scratch, p.record = scratch, record
-    smem = 4 * num_groups if use_psum_layout else 0
-    rc = launch_driver()(func, grid, 1, 1, THREADS, 1, 1, smem, stream, params, None)
-    if rc != 0:
-        raise RuntimeError(f"finegemm: the contiguous layout kernel failed to launch: {jit.error_string(rc)}")
+    plan.fill(p, ids.data_ptr(), scratch)
+    plan.launch(stream, params)
     return ids
 
 
+def can_prepare(device_index: int) -> bool:
+    """Whether a call may take or add a PreparedContiguous entry now: not under graph capture, and
+    the current device is the tensors' (the entries' launches run in the current context)."""
+    return not is_capturing() and torch.cuda.current_device() == device_index
+
+
+class PreparedContiguous:
+    """A validated m-grouped contiguous call on CUDA, prepared per stream (the API's host fast
+    path): the layout check into an ids buffer of its own, then the GEMM's prepared launch reading
+    those ids. Holds addresses, not the caller's tensors (the fast-path key pins every address,
+    shape and stride); the ids buffers are its own, allocated on their stream (so reusing one is
+    stream-ordered: each call's check writes it after the previous call's GEMM read it).
+
+    A call on a stream without an entry, on another current device, or under graph capture (a
+    graph needs buffers of its own) answers False: the caller takes the one-shot path, which may
+    add_stream() for the stream."""
+
+    __slots__ = ("fn", "_plan", "_device", "_streams", "__weakref__")
+    MAX_STREAMS = 8  # entries kept per call (each holds 4*M bytes of ids); more streams: cleared
+
+    def __init__(self, fn: str, grouped_layout: torch.Tensor, m: int, num_groups: int, use_psum_layout: bool,
+                 alignment: int) -> None:
+        self.fn = fn
+        self._plan = _Plan(fn, grouped_layout, m, num_groups, use_psum_layout, alignment)
+        self._device = grouped_layout.device
+        self._streams: dict[int, tuple] = {}
+
+    def add_stream(self, prepare_gemm) -> bool:
+        """An entry for the current stream: the ids buffer, the check's argument block, and
+        prepare_gemm(ids) (a prepared launch, or None where the GEMM cannot be prepared: then this
+        call keeps the one-shot path). Whether the entry was added; the caller's current device
+        must be this call's, outside graph capture (can_prepare)."""
+        stream = raw_stream(self._device.index)
+        ids = torch.empty(self._plan.m, dtype=torch.int32, device=self._device)
+        gemm = prepare_gemm(ids)
+        if gemm is None:
+            return False
+        _, scratch = _scratch.pointers(0, _SCRATCH_HEAD + self._plan.g, self._device, stream)
+        p, params = _argument_block()
+        self._plan.fill(p, ids.data_ptr(), scratch)
+        if len(self._streams) >= self.MAX_STREAMS:
+            self._streams.clear()
+        # The scratch's buffers are this stream's for the process (SplitKWorkspace never frees them);
+        # kept too, should they be replaced by larger ones.
+        self._streams[stream] = (ids, p, params, gemm, _scratch.buffers.get((self._device.index, stream)))
+        return True
+
+    def __call__(self) -> bool:
+        """Check the layout and run the GEMM on the current stream: True, or False (nothing launched)
+        where the caller must take the one-shot path."""
+        check_pending(self.fn)
+        index = self._device.index
+        stream = raw_stream(index)
+        entry = self._streams.get(stream)
+        if entry is None or not can_prepare(index):
+            return False
+        self._plan.launch(stream, entry[2])
+        entry[3]()
+        return True
+
+
 jit.register_compile_check("contiguous_layout", lambda: [("t1024", render_contiguous_layout())])
+
+
+def check_cuda_limits(fn: str, m: int, num_groups: int, use_psum_layout: bool) -> None:
+    """The limits of the GPU layout check (ValueError naming the rule)."""
+    if use_psum_layout and num_groups > MAX_GROUPS:
+        raise ValueError(f"{fn}: on CUDA, with use_psum_layout, G must be <= {MAX_GROUPS} (the GPU layout check keeps "
+                         f"the ends in shared memory), got G = {num_groups}")
+    if m > MAX_ROWS:
+        raise ValueError(f"{fn}: on CUDA M must be <= {MAX_ROWS} (int32 row indices), got M = {m}")
 
 
 def api_group_ids(fn: str, grouped_layout: torch.Tensor, m: int, num_groups: int, use_psum_layout: bool,
@@ -368,11 +471,7 @@ def api_group_ids(fn: str, grouped_layout: torch.Tensor, m: int, num_groups: int
     """The m-grouped contiguous API's layout step on CUDA (after the form checks): raise what an
     earlier call's GPU check recorded, then the checked per-row ids (None when m == 0)."""
     check_pending(fn)
-    if use_psum_layout and num_groups > MAX_GROUPS:
-        raise ValueError(f"{fn}: on CUDA, with use_psum_layout, G must be <= {MAX_GROUPS} (the GPU layout check keeps "
-                         f"the ends in shared memory), got G = {num_groups}")
-    if m > MAX_ROWS:
-        raise ValueError(f"{fn}: on CUDA M must be <= {MAX_ROWS} (int32 row indices), got M = {m}")
+    check_cuda_limits(fn, m, num_groups, use_psum_layout)
     if m == 0:
         return None
     return checked_group_ids(fn, grouped_layout, m, num_groups, use_psum_layout, alignment)

@@ -585,18 +585,38 @@ def _row_pitch(t2: torch.Tensor, inner: int, elems_16b: int) -> int:
     return t2.stride(0) if t2.shape[0] > 1 else align(inner, elems_16b)
 
 
-def _launch_grouped(cfg: Fp8GemmConfig, fn: int, a2, sfa, sfa_ld, b2, sfb, d2, m, n, k, grouped, num_groups):
+def _grouped_arguments(cfg: Fp8GemmConfig, fn: int, a2, sfa, sfa_ld, b2, sfb, d2, m, n, k, grouped,
+                       num_groups) -> tuple[tuple, tuple]:
+    """The launcher's arguments of an m-grouped call before and after (workspace, counters)."""
+    head = (fn, a2.data_ptr(), b2.data_ptr(), sfa.data_ptr(), sfb.data_ptr(), d2.data_ptr(), None)
+    tail = (m, n, k, _row_pitch(a2, k, 16), _row_pitch(b2, k, 16), _row_pitch(d2, n, 8), sfa_ld,
+            cfg.block_m, cfg.block_n, 1, cfg.num_multicast, 1 if cfg.multicast_on_a else 0, 0,
+            1 if cfg.tma_store else 0, cfg.grid, cfg.smem_bytes, cfg.gemm_kind, grouped.data_ptr(),
+            num_groups, l2_promotion_arg(cfg.l2_promotion))
+    return head, tail
+
+
+def _launch_grouped(cfg: Fp8GemmConfig, fn: int, *args) -> None:
     _get_launcher()
-    rc = _launcher(fn, a2.data_ptr(), b2.data_ptr(), sfa.data_ptr(), sfb.data_ptr(), d2.data_ptr(), None, None, None,
-                   m, n, k, _row_pitch(a2, k, 16), _row_pitch(b2, k, 16), _row_pitch(d2, n, 8), sfa_ld,
-                   cfg.block_m, cfg.block_n, 1, cfg.num_multicast, 1 if cfg.multicast_on_a else 0, 0,
-                   1 if cfg.tma_store else 0, cfg.grid, cfg.smem_bytes, cfg.gemm_kind, grouped.data_ptr(),
-                   num_groups, l2_promotion_arg(cfg.l2_promotion), _get_raw_stream(d2.device.index))
+    head, tail = _grouped_arguments(cfg, fn, *args)
+    rc = _launcher(*head, None, None, *tail, _get_raw_stream(args[5].device.index))
     if rc != 0:
         raise RuntimeError(
-            f"finegemm: sm90_fp8_gemm grouped launch failed (kind={cfg.gemm_kind}, G={num_groups}, m={m}, n={n}, "
-            f"k={k}, block_m={cfg.block_m}, block_n={cfg.block_n}): {jit.error_string(rc)}"
+            f"finegemm: sm90_fp8_gemm grouped launch failed (kind={cfg.gemm_kind}, G={tail[-2]}, m={tail[0]}, "
+            f"n={tail[1]}, k={tail[2]}, block_m={cfg.block_m}, block_n={cfg.block_n}): {jit.error_string(rc)}"
         )
+
+
+class PreparedGroupedCall(PreparedCall):
+    """A PreparedCall of an m-grouped launch (contiguous or masked)."""
+
+    __slots__ = ()
+
+    def _describe(self) -> str:
+        cfg = self.cfg
+        m, n, k = self._tail[:3]
+        return (f"sm90_fp8_gemm grouped (kind={cfg.gemm_kind}, G={self._tail[-2]}, m={m}, n={n}, k={k}, "
+                f"block_m={cfg.block_m}, block_n={cfg.block_n})")
 
 
 def _check_k(k: int) -> None:
@@ -625,13 +645,42 @@ def m_grouped_fp8_gemm_nt_contiguous(a: torch.Tensor, sfa: torch.Tensor, b: torc
     alignment = quant.get_mk_alignment_for_contiguous_layout()
     ids = grouped_layout if checked_ids else checked_group_ids(
         "sm90_fp8_gemm.m_grouped_fp8_gemm_nt_contiguous", grouped_layout, m, num_groups, use_psum_layout, alignment)
+    cfg, fn, args, _ = _contiguous_arguments(a, sfa, b, sfb, d, ids, config)
+    _launch_grouped(cfg, fn, *args)
+
+
+def _contiguous_arguments(a, sfa, b, sfb, d, ids, config=None) -> tuple:
+    """(config, function, _launch_grouped's arguments, copies made) of a contiguous call on
+    checked ids."""
+    m, k = a.shape
+    num_groups, n = b.shape[0], b.shape[1]
+    sfa_in, sfb_in = sfa, sfb
     sfa, sfa_ld = _sfa_for_tma(sfa, m)
     b2 = _rows_2d(b)
     if sfb.dtype != torch.float32 or not sfb.is_contiguous():
         sfb = sfb.float().contiguous()
-    cfg, fn = plan_grouped(GEMM_GROUPED_CONTIGUOUS, m, n, k, num_groups, 0, alignment, d.device.index,
-                           config=config)
-    _launch_grouped(cfg, fn, a, sfa, sfa_ld, b2, sfb, d, m, n, k, ids, num_groups)
+    cfg, fn = plan_grouped(GEMM_GROUPED_CONTIGUOUS, m, n, k, num_groups, 0,
+                           quant.get_mk_alignment_for_contiguous_layout(), d.device.index, config=config)
+    copied = sfa is not sfa_in or sfb is not sfb_in or b2.data_ptr() != b.data_ptr()
+    return cfg, fn, (a, sfa, sfa_ld, b2, sfb, d, m, n, k, ids, num_groups), copied
+
+
+def _prepared_grouped(cfg: Fp8GemmConfig, fn: int, args: tuple, copied: bool) -> Optional[PreparedGroupedCall]:
+    if copied:  # a temporary copy's contents would go stale in a kept launch
+        return None
+    _get_launcher()
+    head, tail = _grouped_arguments(cfg, fn, *args)
+    return PreparedGroupedCall(cfg, head, tail, args[5].device, True, [])
+
+
+def prepare_m_grouped_contiguous(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.Tensor,
+                                 d: torch.Tensor, ids: torch.Tensor) -> Optional[PreparedGroupedCall]:
+    """The prepared launch of m_grouped_fp8_gemm_nt_contiguous on checked ids (the layout check's
+    output: every id in [-1, G)) for a kept call (api fast path); None where a launch needs a copy
+    of an input per call (then the call stays one-shot). Holds addresses: the caller keeps the
+    tensors' addresses valid while it is called. M, N and G > 0."""
+    _check_k(a.shape[1])
+    return _prepared_grouped(*_contiguous_arguments(a, sfa, b, sfb, d, ids))
 
 
 def _sfa_masked_for_tma(sfa: torch.Tensor, m_max: int) -> tuple[torch.Tensor, int]:
@@ -663,23 +712,48 @@ def m_grouped_fp8_gemm_nt_masked(a: torch.Tensor, sfa: torch.Tensor, b: torch.Te
     if num_groups == 0 or m_max == 0 or n == 0:
         return
     _check_k(k)
-    a2 = _rows_2d(a)
-    b2 = _rows_2d(b)
-    sfa, sfa_ld = _sfa_masked_for_tma(sfa, m_max)
-    if sfb.dtype != torch.float32 or not sfb.is_contiguous():
-        sfb = sfb.float().contiguous()
-    if masked_m.dtype != torch.int32 or not masked_m.is_contiguous():
-        masked_m = masked_m.to(torch.int32).contiguous()
     try:
         d2, tmp = d.view(-1, n), None
     except RuntimeError:  # group stride of d is not Mmax rows: compute into a copy (rows kept)
         tmp = d.contiguous()
         d2 = tmp.view(-1, n)
-    cfg, fn = plan_grouped(GEMM_GROUPED_MASKED, m_max, n, k, num_groups, int(expected_m), 0, d.device.index,
-                           config=config)
-    _launch_grouped(cfg, fn, a2, sfa, sfa_ld, b2, sfb, d2, m_max, n, k, masked_m, num_groups)
+    cfg, fn, args, _ = _masked_arguments(a, sfa, b, sfb, d2, masked_m, expected_m, config)
+    _launch_grouped(cfg, fn, *args)
     if tmp is not None:
         d.copy_(tmp)
+
+
+def _masked_arguments(a, sfa, b, sfb, d2, masked_m, expected_m, config=None) -> tuple:
+    """(config, function, _launch_grouped's arguments, copies made) of a masked call into d2, the
+    [G * Mmax, N] view of d."""
+    num_groups, m_max, k = a.shape
+    n = b.shape[1]
+    a2, b2 = _rows_2d(a), _rows_2d(b)
+    sfa_in, sfb_in, masked_in = sfa, sfb, masked_m
+    sfa, sfa_ld = _sfa_masked_for_tma(sfa, m_max)
+    if sfb.dtype != torch.float32 or not sfb.is_contiguous():
+        sfb = sfb.float().contiguous()
+    if masked_m.dtype != torch.int32 or not masked_m.is_contiguous():
+        masked_m = masked_m.to(torch.int32).contiguous()
+    cfg, fn = plan_grouped(GEMM_GROUPED_MASKED, m_max, n, k, num_groups, int(expected_m), 0, d2.device.index,
+                           config=config)
+    copied = (sfa is not sfa_in or sfb is not sfb_in or masked_m is not masked_in or a2.data_ptr() != a.data_ptr()
+              or b2.data_ptr() != b.data_ptr())
+    return cfg, fn, (a2, sfa, sfa_ld, b2, sfb, d2, m_max, n, k, masked_m, num_groups), copied
+
+
+def prepare_m_grouped_masked(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.Tensor,
+                             d: torch.Tensor, masked_m: torch.Tensor,
+                             expected_m: int) -> Optional[PreparedGroupedCall]:
+    """The prepared launch of m_grouped_fp8_gemm_nt_masked for a kept call (api fast path); None
+    where a launch needs a copy of an input or of d per call (then the call stays one-shot).
+    Holds addresses, as prepare_m_grouped_contiguous. G, Mmax and N > 0."""
+    _check_k(a.shape[2])
+    try:
+        d2 = d.view(-1, b.shape[1])
+    except RuntimeError:
+        return None
+    return _prepared_grouped(*_masked_arguments(a, sfa, b, sfb, d2, masked_m, expected_m))
 
 
 def warmup_shape(m: int, n: int, k: int, out_fp32: bool = False, has_c: bool = False,

@@ -237,3 +237,116 @@ def test_graph_replays_follow_the_layout(kind):
         assert not torch.isnan(d).any() and (d[~real] == 0).all(), ms
         assert calc_diff(d[real], ref[real]) <= 1e-5, ms
     finegemm.check_errors()
+
+
+@pytest.mark.parametrize("psum", [False, True])
+def test_prepared_calls_follow_the_layout_on_every_stream(psum, monkeypatch):
+    """The host fast path's prepared launches (api/grouped_fp8.py, PreparedContiguous): repeated
+    calls with the same tensors, the layout's values changed in place between calls, on the current
+    stream and on a side stream (an entry and an ids buffer each), a broken layout reported with
+    the CPU call's message, a graph captured in between (one-shot inside the capture) and replayed:
+    every output as the reference's."""
+    from finegemm.api import grouped_fp8 as api_fp8
+
+    monkeypatch.setattr(api_fp8, "_validated_contiguous", _v.ValidatedCalls())
+    n, k = 384, 512
+    plans = [[100, 0, 300, 129], [0, 0, 640, 1], [128, 128, 128, 128], [1, 1, 1, 1], [0, 0, 0, 0]]
+    rows = max(sum(finegemm.align(m, 128) for m in ms) for ms in plans)
+    _, _, b, sfb, _, _ = _fp8_problem(plans[0], n, k, seed=6)
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    a, sfa = quant.per_token_cast_to_fp8(torch.randn(rows, k, device="cuda", generator=gen).to(torch.bfloat16))
+    layout = torch.full((4,) if psum else (rows,), -1, dtype=torch.int32, device="cuda")
+    d = torch.full((rows, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+
+    def call():
+        finegemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, layout, use_psum_layout=psum)
+
+    def fill(ms):
+        out = torch.full((rows,), -1, dtype=torch.int32)
+        row, ends = 0, []
+        for i, m in enumerate(ms):
+            out[row:row + m] = i
+            ends.append(row + m)
+            row += finegemm.align(m, 128)
+        layout.copy_(torch.tensor(ends, dtype=torch.int32) if psum else out)
+        d.fill_(float("nan"))
+        return out.cuda()
+
+    def check(row_ids, what):
+        torch.cuda.synchronize()
+        ref = reference.m_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, row_ids, out_dtype=torch.float64)
+        real = row_ids >= 0
+        assert not torch.isnan(d).any() and (d[~real] == 0).all(), what
+        if real.any():
+            assert calc_diff(d[real], ref[real]) <= 1e-5, what
+
+    side = torch.cuda.Stream()
+    finegemm.check_errors()
+    for rnd in range(2):
+        for ms in plans:
+            row_ids = fill(ms)
+            call()
+            check(row_ids, (rnd, ms, "current stream"))
+            row_ids = fill(ms[::-1])
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                call()
+            torch.cuda.current_stream().wait_stream(side)
+            check(row_ids, (rnd, ms, "side stream"))
+        (kept,) = api_fp8._validated_contiguous._keys.values()
+        assert isinstance(kept, cl.PreparedContiguous) and len(kept._streams) == 2  # the fast path ran
+        if rnd == 0:
+            fill(plans[0])
+            graph = capture_graph(call)
+            for ms in plans[::-1]:
+                row_ids = fill(ms)
+                graph.replay()
+                check(row_ids, (ms, "graph"))
+    # A broken layout in a prepared call: the CPU call's message, its bad rows zeros.
+    row_ids = fill(plans[0])
+    if psum:
+        layout[1] = 50  # decreasing ends
+    else:
+        layout[5] = 4  # id out of range
+    host = layout.cpu()
+    with pytest.raises(ValueError) as cpu_err:
+        _v.check_grouped_layout("m_grouped_fp8_gemm_nt_contiguous", host, rows, 4, psum, 128)
+    call()
+    with pytest.raises(ValueError) as gpu_err:
+        finegemm.check_errors()
+    assert str(gpu_err.value) == str(cpu_err.value)
+    if not psum:
+        assert (d[5] == 0).all()
+    row_ids = fill(plans[2])
+    call()
+    check(row_ids, "after the error")
+    finegemm.check_errors()
+
+
+def test_prepared_masked_calls_follow_masked_m():
+    """The masked calls' kept prepared launch (MN-major TMA-aligned sfa: no copy per call): eager
+    repeats with masked_m changed in place, each as the reference's, the rows past masked_m
+    untouched; the kept value is a prepared launch."""
+    from finegemm.api import grouped_fp8 as api_fp8
+    from finegemm.ops import sm90_fp8_gemm
+
+    g, m_max, n, k = 4, 200, 576, 512
+    gen = torch.Generator(device="cuda").manual_seed(8)
+    a2, sfa2 = quant.per_token_cast_to_fp8(torch.randn(g * m_max, k, device="cuda", generator=gen).to(torch.bfloat16))
+    a = a2.view(g, m_max, k)
+    sfa = quant.get_mn_major_tma_aligned_tensor(sfa2.contiguous().view(g, m_max, -1))
+    _, _, b, sfb, _, _ = _fp8_problem([1] * g, n, k, seed=9)
+    masked = torch.zeros(g, dtype=torch.int32, device="cuda")
+    d = torch.empty(g, m_max, n, device="cuda", dtype=torch.bfloat16)
+    for values in ([200, 0, 17, 129], [1, 200, 0, 64], [0, 0, 0, 0], [199, 150, 200, 3], [200, 200, 200, 200]):
+        masked.copy_(torch.tensor(values, dtype=torch.int32))
+        d.fill_(float("nan"))
+        finegemm.m_grouped_fp8_gemm_nt_masked((a, sfa), (b, sfb), d, masked, 128)
+        torch.cuda.synchronize()
+        ref = reference.m_grouped_fp8_gemm_nt_masked(a, sfa, b, sfb, masked, out_dtype=torch.float64)
+        for i, m in enumerate(values):
+            assert not torch.isnan(d[i, :m]).any() and torch.isnan(d[i, m:]).all(), (values, i)
+            if m:
+                assert calc_diff(d[i, :m], ref[i, :m]) <= 1e-5, (values, i)
+    kept = [v for v in api_fp8._validated_masked._keys.values() if isinstance(v, sm90_fp8_gemm.PreparedGroupedCall)]
+    assert kept, "the masked call was not prepared"
