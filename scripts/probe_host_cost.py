@@ -149,8 +149,8 @@ def _grouped() -> dict:
         if kept:
             entry = kept[-1]._streams[torch.cuda.current_stream().cuda_stream]
             rec["check_launch"] = host_time_us(
-                lambda: kept[-1]._plan.launch(torch.cuda.current_stream().cuda_stream, entry[2]))
-            rec["gemm_launch"] = host_time_us(entry[3])
+                lambda: kept[-1]._plan.launch(torch.cuda.current_stream().cuda_stream, entry[1]))
+            rec["gemm_launch"] = host_time_us(entry[2])
         rec["oneshot_call"] = host_time_us(lambda: grouped_fp8._launch_contiguous(
             "m_grouped_fp8_gemm_nt_contiguous", False, a, sfa, b, sfb, d, ids, False))
         rec["bf16_full_call"] = host_time_us(lambda: finegemm.m_grouped_bf16_gemm_nt_contiguous(ab, bb, d, ids))

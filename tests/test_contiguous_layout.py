@@ -184,7 +184,8 @@ def test_prepared_contiguous_entries_per_stream(monkeypatch):
     """PreparedContiguous (the API's fast path) on faked CUDA plumbing: an entry per stream, each
     with an ids buffer of its own that the check writes and the GEMM launch reads; a stream without
     an entry, another current device or graph capture answers False with nothing launched; an
-    earlier call's recorded error is raised first; a GEMM that cannot be prepared adds no entry."""
+    earlier call's recorded error is raised first; a GEMM that cannot be prepared adds no entry;
+    calls of other M on a stream share its buffer, grown geometrically."""
     launches, stream, allowed = [], [11], [True]
 
     class FakePlan:
@@ -200,14 +201,15 @@ def test_prepared_contiguous_entries_per_stream(monkeypatch):
     monkeypatch.setattr(cl, "_Plan", FakePlan)
     monkeypatch.setattr(cl, "raw_stream", lambda index: stream[0])
     monkeypatch.setattr(cl, "can_prepare", lambda index: allowed[0])
-    monkeypatch.setattr(cl._scratch, "pointers", lambda ws, cnt, device, s: (0, 1000 + s))
+    monkeypatch.setattr(cl._scratch, "pointers", lambda ws, cnt, device, s, capturing=None: (0, 1000 + s))
+    monkeypatch.setattr(cl, "_ids", cl.SplitKWorkspace())
     rec = _fake_record(monkeypatch)
     layout = torch.zeros(256, dtype=torch.int32)
     call = cl.PreparedContiguous("f", layout, 256, 4, False, 128)
     assert not call() and not launches  # no entry for this stream yet
 
     def gemm_for(ids):
-        assert ids.dtype == torch.int32 and ids.shape == (256,)
+        assert ids.dtype == torch.int32 and ids.dim() == 1 and ids.numel() >= 256
         return lambda: launches.append(("gemm", stream[0], ids.data_ptr()))
 
     assert call.add_stream(gemm_for)
@@ -231,6 +233,14 @@ def test_prepared_contiguous_entries_per_stream(monkeypatch):
         stream[0] = s
         assert call.add_stream(gemm_for)
     assert len(call._streams) <= cl.PreparedContiguous.MAX_STREAMS
+    stream[0] = 11
+    small = cl.PreparedContiguous("f", layout, 100, 4, False, 128)  # fits the stream's buffer: shares it
+    assert small.add_stream(lambda ids: lambda: None)
+    assert small._streams[11][0].ids == g1[2]
+    big = cl.PreparedContiguous("f", layout, 1500, 4, False, 128)  # past it: the buffer grows (at least 2x)
+    assert big.add_stream(lambda ids: lambda: None) and cl._ids.buffers[(None, 11)][1].numel() == 2 * 1024
+    assert small._streams[11][0].ids == g1[2]  # the older entries keep the old buffer, kept alive:
+    assert any(held[1].data_ptr() == g1[2] for held in cl._ids.retired)
 
 
 @pytest.mark.nvcc

@@ -329,6 +329,7 @@ def _launch_params() -> tuple[_Params, ctypes.Array]:
 
 
 _scratch = SplitKWorkspace()  # the CTAs' meeting point, per (device, stream); every word 0 between launches
+_ids = SplitKWorkspace()  # the prepared calls' ids buffers (its int32 "counters"), per (device, stream)
 _sm_counts: dict[int, int] = {}
 _driver_launch_address = 0  # cuLaunchKernel's address, for the launch shim
 
@@ -401,17 +402,22 @@ def can_prepare(device_index: int) -> bool:
 
 class PreparedContiguous:
     """A validated m-grouped contiguous call on CUDA, prepared per stream (the API's host fast
-    path): the layout check into an ids buffer of its own, then the GEMM's prepared launch reading
+    path): the layout check into the stream's ids buffer, then the GEMM's prepared launch reading
     those ids. Holds addresses, not the caller's tensors (the fast-path key pins every address,
-    shape and stride); the ids buffers are its own, allocated on their stream (so reusing one is
-    stream-ordered: each call's check writes it after the previous call's GEMM read it).
+    shape and stride).
+
+    The ids buffer is one per (device, stream), shared by every prepared call on that stream and
+    grown on demand (replaced buffers are kept alive: entries hold their addresses). Sharing is
+    stream-ordered: a call's check writes the buffer after the previous call's GEMM has read it
+    (the check is launched without programmatic dependent launch: it waits for that GEMM to end).
+    So the memory held is the largest M per stream, not one buffer per kept call.
 
     A call on a stream without an entry, on another current device, or under graph capture (a
     graph needs buffers of its own) answers False: the caller takes the one-shot path, which may
     add_stream() for the stream."""
 
-    __slots__ = ("fn", "_plan", "_device", "_streams", "__weakref__")
-    MAX_STREAMS = 8  # entries kept per call (each holds 4*M bytes of ids); more streams: cleared
+    __slots__ = ("fn", "_plan", "_device", "_streams")
+    MAX_STREAMS = 8  # entries kept per call; more streams: the entries are cleared
 
     def __init__(self, fn: str, grouped_layout: torch.Tensor, m: int, num_groups: int, use_psum_layout: bool,
                  alignment: int) -> None:
@@ -421,23 +427,28 @@ class PreparedContiguous:
         self._streams: dict[int, tuple] = {}
 
     def add_stream(self, prepare_gemm) -> bool:
-        """An entry for the current stream: the ids buffer, the check's argument block, and
-        prepare_gemm(ids) (a prepared launch, or None where the GEMM cannot be prepared: then this
-        call keeps the one-shot path). Whether the entry was added; the caller's current device
-        must be this call's, outside graph capture (can_prepare)."""
-        stream = raw_stream(self._device.index)
-        ids = torch.empty(self._plan.m, dtype=torch.int32, device=self._device)
+        """An entry for the current stream: the check's argument block and prepare_gemm(ids) (a
+        prepared launch reading ids, the stream's buffer of at least M int32; or None where the
+        GEMM cannot be prepared: then this call keeps the one-shot path). Whether the entry was
+        added; the caller's current device must be this call's, outside graph capture
+        (can_prepare)."""
+        index = self._device.index
+        stream = raw_stream(index)
+        m = self._plan.m
+        held = _ids.buffers.get((index, stream))
+        if held is not None and held[1].numel() < m:
+            m = max(m, 2 * held[1].numel())  # grown geometrically: the kept old buffers sum to less than the new
+        _, ids_ptr = _ids.pointers(0, m, self._device, stream, capturing=False)
+        ids = _ids.buffers[(index, stream)][1]
         gemm = prepare_gemm(ids)
         if gemm is None:
             return False
-        _, scratch = _scratch.pointers(0, _SCRATCH_HEAD + self._plan.g, self._device, stream)
+        _, scratch = _scratch.pointers(0, _SCRATCH_HEAD + self._plan.g, self._device, stream, capturing=False)
         p, params = _argument_block()
-        self._plan.fill(p, ids.data_ptr(), scratch)
+        self._plan.fill(p, ids_ptr, scratch)
         if len(self._streams) >= self.MAX_STREAMS:
             self._streams.clear()
-        # The scratch's buffers are this stream's for the process (SplitKWorkspace never frees them);
-        # kept too, should they be replaced by larger ones.
-        self._streams[stream] = (ids, p, params, gemm, _scratch.buffers.get((self._device.index, stream)))
+        self._streams[stream] = (p, params, gemm)
         return True
 
     def __call__(self) -> bool:
@@ -449,8 +460,8 @@ class PreparedContiguous:
         entry = self._streams.get(stream)
         if entry is None or not can_prepare(index):
             return False
-        self._plan.launch(stream, entry[2])
-        entry[3]()
+        self._plan.launch(stream, entry[1])
+        entry[2]()
         return True
 
 
