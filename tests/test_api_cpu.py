@@ -500,6 +500,8 @@ def test_cuda_routing_grouped_bf16(fake_cuda, monkeypatch):
     for name in ("m_grouped_bf16_gemm_nt_contiguous", "m_grouped_bf16_gemm_nt_masked",
                  "k_grouped_bf16_gemm_tn_contiguous"):
         monkeypatch.setattr(bf16_ops, name, lambda *args, _n=name, **kw: calls.append((_n,) + args + tuple(kw.items())))
+    for name in ("prepare_m_grouped_contiguous", "prepare_m_grouped_masked"):  # no prepared launches: one-shot
+        monkeypatch.setattr(bf16_ops, name, lambda *args: None)
     a, b = rand_bf16(128, 64), rand_bf16(2, 64, 64)
     d = torch.full((128, 64), 5.0, dtype=BF16)
     layout = torch.zeros(128, dtype=torch.int32)
@@ -664,6 +666,7 @@ def _spy_fast_path(monkeypatch, family: str, kind: str) -> tuple[list, list]:
     real = getattr(api, f"_validate_{kind}")
     monkeypatch.setattr(api, f"_validate_{kind}", lambda *args: validations.append(args[0]) or real(*args))
     monkeypatch.setattr(bf16_ops, f"m_grouped_bf16_gemm_nt_{kind}", lambda *args, **kw: launched.append(args))
+    monkeypatch.setattr(bf16_ops, f"prepare_m_grouped_{kind}", lambda *args: None)  # one-shot (fake_cuda's too)
     return validations, launched
 
 
@@ -718,17 +721,18 @@ def test_masked_fast_path_skips_only_the_argument_checks(fake_cuda, monkeypatch,
     assert torch.all(d == 5.0)  # nothing computed on the host
 
 
+@pytest.mark.parametrize("family", ["fp8", "bf16"])
 @pytest.mark.parametrize("preparable", [True, False])
-def test_grouped_prepared_contiguous_routing(fake_cuda, monkeypatch, preparable):
-    """FP8 nt contiguous on faked CUDA, outside graph capture: the first call validates and runs
+def test_grouped_prepared_contiguous_routing(fake_cuda, monkeypatch, preparable, family):
+    """Contiguous calls on faked CUDA, outside graph capture: the first call validates and runs
     through a PreparedContiguous given this stream's entry (the GEMM prepared on the layout check's
     ids; no one-shot launch), repeats run it alone, a stream without an entry adds one. Where the
     GEMM cannot be prepared (an input copy per call) the call is kept one-shot and not prepared again;
-    nn calls are never prepared (B's K-major copy per call)."""
-    from finegemm.api import grouped_fp8 as api_fp8
+    FP8 nn calls are never prepared (B's K-major copy per call), BF16 nn calls are (B read in place)."""
     from finegemm.ops import contiguous_layout
+    from finegemm.ops import sm90_bf16_gemm as bf16_ops
 
-    validations, _ = _spy_fast_path(monkeypatch, "fp8", "contiguous")
+    validations, launched = _spy_fast_path(monkeypatch, family, "contiguous")
     made, events, has_entry = [], [], [False]
 
     class FakePrepared:
@@ -753,55 +757,79 @@ def test_grouped_prepared_contiguous_routing(fake_cuda, monkeypatch, preparable)
 
     monkeypatch.setattr(contiguous_layout, "can_prepare", lambda index: True)
     monkeypatch.setattr(contiguous_layout, "PreparedContiguous", FakePrepared)
-    monkeypatch.setattr(fake_cuda, "prepare_m_grouped_contiguous", prepare_gemm)
+    monkeypatch.setattr(fake_cuda if family == "fp8" else bf16_ops, "prepare_m_grouped_contiguous", prepare_gemm)
     M, N, K, G = 256, 128, 128, 2
     layout = torch.zeros(M, dtype=torch.int32)
-    a, b = (rand_fp8(M, K), rand_sf(M, 1)), (rand_fp8(G, N, K), rand_sf(G, 1, 1))
     d = torch.empty(M, N, dtype=BF16)
+    if family == "fp8":
+        a, b = (rand_fp8(M, K), rand_sf(M, 1)), (rand_fp8(G, N, K), rand_sf(G, 1, 1))
+        b_kn = (rand_fp8(G, K, N), rand_sf(G, 1, 1))
+        call, call_nn, one_shot = (finegemm.m_grouped_fp8_gemm_nt_contiguous, finegemm.m_grouped_fp8_gemm_nn_contiguous,
+                                   fake_cuda.calls)
+    else:
+        monkeypatch.setattr(bf16_ops, "m_grouped_bf16_gemm_nn_contiguous", lambda *args, **kw: launched.append(args))
+        a, b, b_kn = rand_bf16(M, K), rand_bf16(G, N, K), rand_bf16(G, K, N)
+        call, call_nn, one_shot = (finegemm.m_grouped_bf16_gemm_nt_contiguous,
+                                   finegemm.m_grouped_bf16_gemm_nn_contiguous, launched)
     for _ in range(3):
-        finegemm.m_grouped_fp8_gemm_nt_contiguous(a, b, d, layout)
+        call(a, b, d, layout)
     assert len(validations) == 1 and len(made) == 1 and len(gemm_args) == 1
-    assert made[0] == ("m_grouped_fp8_gemm_nt_contiguous", layout, M, G, False, 128)
-    A_, sfa_, B_, sfb_, d_, ids_ = gemm_args[0]
-    assert A_ is a[0] and sfa_ is a[1] and B_ is b[0] and sfb_ is b[1] and d_ is d and ids_.shape == (M,)
+    assert made[0] == (call.__name__, layout, M, G, False, 128)
+    if family == "fp8":
+        A_, sfa_, B_, sfb_, d_, ids_ = gemm_args[0]
+        assert A_ is a[0] and sfa_ is a[1] and B_ is b[0] and sfb_ is b[1]
+    else:
+        A_, B_, d_, ids_, b_kn_ = gemm_args[0]
+        assert A_ is a and B_ is b and b_kn_ is False
+    assert d_ is d and ids_.shape == (M,)
     if preparable:
         assert events == [("add", "gemm"), ("run", True), ("run", True), ("run", True)]
-        assert not fake_cuda.calls and not fake_cuda.layout_calls
+        assert not one_shot and not fake_cuda.layout_calls
         has_entry[0] = False  # another stream: an entry is added to the same call
-        finegemm.m_grouped_fp8_gemm_nt_contiguous(a, b, d, layout)
+        call(a, b, d, layout)
         assert events[-3:] == [("run", False), ("add", "gemm"), ("run", True)] and len(made) == 1
     else:
         assert events == [("add", None)]  # tried once, then kept one-shot
-        assert len(fake_cuda.calls) == 3 and len(fake_cuda.layout_calls) == 3
-    Bkn = (rand_fp8(G, K, N), rand_sf(G, 1, 1))
-    finegemm.m_grouped_fp8_gemm_nn_contiguous(a, Bkn, d, layout)
-    finegemm.m_grouped_fp8_gemm_nn_contiguous(a, Bkn, d, layout)
-    assert len(made) == 1 and fake_cuda.calls[-1][0] == "contiguous"  # nn: one-shot
+        assert len(one_shot) == 3 and len(fake_cuda.layout_calls) == 3
+    call_nn(a, b_kn, d, layout)
+    call_nn(a, b_kn, d, layout)
+    if family == "fp8":
+        assert len(made) == 1 and fake_cuda.calls[-1][0] == "contiguous"  # one-shot
+    else:
+        assert len(made) == 2 and gemm_args[-1][1] is b_kn and gemm_args[-1][4] is True
+        assert len(gemm_args) == (3 if preparable else 2) and len(launched) == (0 if preparable else 5)
 
 
+@pytest.mark.parametrize("family", ["fp8", "bf16"])
 @pytest.mark.parametrize("preparable", [True, False])
-def test_grouped_prepared_masked_routing(fake_cuda, monkeypatch, preparable):
-    """FP8 masked on faked CUDA: the first call validates and prepares its launch (masked_m is read
+def test_grouped_prepared_masked_routing(fake_cuda, monkeypatch, preparable, family):
+    """Masked calls on faked CUDA: the first call validates and prepares its launch (masked_m is read
     on the GPU: one launch serves every call of the key), repeats call it alone; a launch that
     cannot be prepared keeps the call one-shot, tried once."""
-    validations, _ = _spy_fast_path(monkeypatch, "fp8", "masked")
+    from finegemm.ops import sm90_bf16_gemm as bf16_ops
+
+    validations, launched = _spy_fast_path(monkeypatch, family, "masked")
     prepared, runs = [], []
 
     def prepare_masked(*args):
         prepared.append(args)
         return (lambda: runs.append(1)) if preparable else None
 
-    monkeypatch.setattr(fake_cuda, "prepare_m_grouped_masked", prepare_masked)
+    monkeypatch.setattr(fake_cuda if family == "fp8" else bf16_ops, "prepare_m_grouped_masked", prepare_masked)
     G, Mmax, N, K = 2, 16, 128, 128
     mm = torch.tensor([3, 16], dtype=torch.int32)
-    a, b = (rand_fp8(G, Mmax, K), rand_sf(G, Mmax, 1)), (rand_fp8(G, N, K), rand_sf(G, 1, 1))
     d = torch.full((G, Mmax, N), 5.0, dtype=BF16)
+    if family == "fp8":
+        a, b = (rand_fp8(G, Mmax, K), rand_sf(G, Mmax, 1)), (rand_fp8(G, N, K), rand_sf(G, 1, 1))
+        call, one_shot, inputs = finegemm.m_grouped_fp8_gemm_nt_masked, fake_cuda.calls, (a[0], a[1], b[0], b[1])
+    else:
+        a, b = rand_bf16(G, Mmax, K), rand_bf16(G, N, K)
+        call, one_shot, inputs = finegemm.m_grouped_bf16_gemm_nt_masked, launched, (a, b)
     for _ in range(3):
-        finegemm.m_grouped_fp8_gemm_nt_masked(a, b, d, mm, 8)
+        call(a, b, d, mm, 8)
     assert len(validations) == 1 and len(prepared) == 1
-    A_, sfa_, B_, sfb_, d_, mm_, em_ = prepared[0]
-    assert A_ is a[0] and sfa_ is a[1] and B_ is b[0] and sfb_ is b[1] and d_ is d and mm_ is mm and em_ == 8
-    assert (len(runs), len(fake_cuda.calls)) == ((3, 0) if preparable else (0, 3))
+    assert all(x is y for x, y in zip(prepared[0], inputs + (d, mm))) and prepared[0][-1] == 8
+    assert (len(runs), len(one_shot)) == ((3, 0) if preparable else (0, 3))
     assert torch.all(d == 5.0)
 
 

@@ -201,3 +201,22 @@ def test_grouped_host_launcher_rejects_bad_input():
         for ok_l2 in (0x00, 0x21, 0x32):  # every valid promotion pair passes validation
             assert call(l2=ok_l2) == 100000, hex(ok_l2)
         assert call(**nn) == 100000  # a valid N-major B passes validation
+    # The preparer (the API fast path's kept launches) validates the same arguments and hands out no
+    # handle on an error; the prepared launcher rejects a null handle and split-K buffers.
+    import ctypes
+
+    out = ctypes.c_uint64(12345)
+
+    def prepare(**kw):
+        x = dict(args, **kw)
+        return ops._grouped_prepare(ctypes.byref(out), x["fn"], x["a"], x["b"], x["d"], x["grouped"], x["m"], x["n"],
+                                    x["k"], x["lda"], x["ldb"], x["ldd"], x["block_m"], x["block_n"], x["grid"],
+                                    x["smem"], x["kind"], x["groups"], x["l2"], x["b_mn"], x["ldb_group"])
+
+    for bad in (dict(fn=0), dict(kind=3), dict(lda=250), dict(b_mn=1, ldb=64, ldb_group=255 * 64)):
+        assert prepare(**bad) == invalid and out.value == 0, bad
+        out.value = 12345
+    if not has_gpu:
+        assert prepare() == 100000 and out.value == 0
+    assert ops._grouped_launch_prepared(0, None, None, 0) == invalid
+    assert ops._grouped_launch_prepared(1, 16, None, 0) == invalid  # no split-K in the grouped kinds

@@ -294,6 +294,35 @@ def test_experiment_flags_reach_the_host_library(fg_cache_dir, monkeypatch):
     assert compiler.build_host_library() == plain
 
 
+def test_kernel_keys_ignore_the_host_library_sources(tmp_path, monkeypatch):
+    """header_digest (part of every kernel's cache key) covers every file under include/finegemm
+    but host/*.cpp (compiled into the host library only, which keys them itself): a launcher edit
+    keeps the compiled kernels; a header edit, host/common.h included, does not."""
+    from finegemm.jit import compiler
+
+    root = tmp_path / "finegemm"
+    (root / "host").mkdir(parents=True)
+    (root / "impls").mkdir()
+    (root / "host" / "launch.cpp").write_text("int f() { return 1; }")
+    (root / "host" / "common.h").write_text("// shared")
+    (root / "impls" / "kernel.cuh").write_text("// kernel")
+    monkeypatch.setattr(compiler, "HEADER_DIR", root)
+    monkeypatch.setattr(compiler, "HOST_DIR", root / "host")
+
+    def digest():
+        monkeypatch.setattr(compiler, "_header_digest", None)
+        return compiler.header_digest()
+
+    first = digest()
+    (root / "host" / "launch.cpp").write_text("int f() { return 2; }")
+    assert digest() == first
+    (root / "host" / "common.h").write_text("// shared, changed")
+    second = digest()
+    assert second != first
+    (root / "impls" / "kernel.cuh").write_text("// kernel, changed")
+    assert digest() != second
+
+
 # ----------------------------------------------------------------------------- Python launch shim
 def test_fastcall_shim_calls_the_prepared_launcher():
     """jit.fastcall(): the shim built for this interpreter calls a host-library function at its

@@ -47,6 +47,8 @@ __all__ = [
     "check_grouped_layout_form",
     "typed_key",
     "ValidatedCalls",
+    "ONE_SHOT",
+    "run_prepared_launch",
     "contiguous_layout_values",
     "tensor_key",
     "grouped_layout_violation",
@@ -122,6 +124,26 @@ class ValidatedCalls:
         self.keep(key, True)
         return True
 
+    def run_kept(self, key: Optional[tuple], kept: object, prepare) -> bool:
+        """Run a validated CUDA call (`kept`: launch()'s answer) through a prepared launch: True when
+        one ran it, False when the caller is to launch it with every argument (one-shot).
+
+        A kept prepared launch runs it unless it answers False (not for this stream or state now).
+        Otherwise prepare(the kept launch, or None for a call without one) runs it through a
+        prepared launch and returns that launch (kept for the key), or returns ONE_SHOT where the
+        call can never be prepared (an input copied per call: kept, so it is not tried again), or
+        None where it cannot be prepared now (graph capture, another current device)."""
+        if kept is ONE_SHOT:
+            return False
+        if kept is not True and kept() is not False:
+            return True
+        made = prepare(None if kept is True else kept)
+        if made is None:
+            return False
+        if kept is True:
+            self.keep(key, made)
+        return made is not ONE_SHOT
+
     def keep(self, key: Optional[tuple], value: object) -> None:
         """Keep `value` (truthy) for a validated call's key (None: nothing is kept)."""
         if key is None:
@@ -129,6 +151,18 @@ class ValidatedCalls:
         if len(self._keys) >= self._limit:
             self._keys.clear()
         self._keys[key] = value
+
+
+ONE_SHOT = "one-shot"  # ValidatedCalls' value of a validated call that cannot be prepared
+
+
+def run_prepared_launch(prepared: object) -> object:
+    """ValidatedCalls.run_kept's `prepare` step for a launch that serves every call of its key
+    (ops prepare_*: None where the call cannot be prepared): runs it and returns it, or ONE_SHOT."""
+    if prepared is None:
+        return ONE_SHOT
+    prepared()
+    return prepared
 
 
 def on_cuda(t: torch.Tensor) -> bool:

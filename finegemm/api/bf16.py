@@ -173,7 +173,7 @@ def _check_grouped_b(fn: str, b: torch.Tensor, k_a: int, b_kn: bool = False) -> 
     return G, N
 
 
-# Host fast path of the contiguous calls (as api/grouped_fp8.py's).
+# Host fast path of the contiguous calls (as api/grouped_fp8.py's, nn included: B is read in place).
 _validated_contiguous = _v.ValidatedCalls()
 
 
@@ -181,13 +181,17 @@ def _m_grouped_contiguous(fn: str, b_kn: bool, a: object, b: object, d: object, 
                           *flags: object) -> None:
     """flags: compiled_dims, use_psum_layout, ensure_zero_padding, expected_m_for_psum_layout."""
     key = _validated_contiguous.key(fn, d, lambda: (a, b, d, grouped_layout), flags)
-    if not _validated_contiguous.launch(key, _validate_contiguous, fn, b_kn, a, b, d, grouped_layout, *flags):
+    kept = _validated_contiguous.launch(key, _validate_contiguous, fn, b_kn, a, b, d, grouped_layout, *flags)
+    if not kept:
         return  # CPU, or an empty product: done
-    from finegemm.ops import sm90_bf16_gemm
-    from finegemm.ops.contiguous_layout import api_group_ids
+    from finegemm.ops import contiguous_layout, sm90_bf16_gemm
 
-    ids = api_group_ids(fn, grouped_layout, a.shape[0], b.shape[0], flags[1],
-                        quant.get_mk_alignment_for_contiguous_layout())
+    if _validated_contiguous.run_kept(key, kept, lambda prepared: contiguous_layout.run_prepared(
+            fn, prepared, grouped_layout, a.shape[0], b.shape[0], flags[1],
+            lambda ids: sm90_bf16_gemm.prepare_m_grouped_contiguous(a, b, d, ids, b_kn))):
+        return
+    ids = contiguous_layout.api_group_ids(fn, grouped_layout, a.shape[0], b.shape[0], flags[1],
+                                          quant.get_mk_alignment_for_contiguous_layout())
     run = sm90_bf16_gemm.m_grouped_bf16_gemm_nn_contiguous if b_kn else sm90_bf16_gemm.m_grouped_bf16_gemm_nt_contiguous
     run(a, b, d, ids, checked_ids=True)
 
@@ -317,11 +321,14 @@ def m_grouped_bf16_gemm_nt_masked(
     """
     fn = "m_grouped_bf16_gemm_nt_masked"
     key = _validated_masked.key(fn, d, lambda: (a, b, d, masked_m), (expected_m, compiled_dims))
-    if not _validated_masked.launch(key, _validate_masked, fn, a, b, d, masked_m, expected_m, compiled_dims):
+    kept = _validated_masked.launch(key, _validate_masked, fn, a, b, d, masked_m, expected_m, compiled_dims)
+    if not kept:
         return  # CPU, or an empty product: done
     from finegemm.ops import sm90_bf16_gemm
 
-    sm90_bf16_gemm.m_grouped_bf16_gemm_nt_masked(a, b, d, masked_m, expected_m)
+    if not _validated_masked.run_kept(key, kept, lambda _: _v.run_prepared_launch(
+            sm90_bf16_gemm.prepare_m_grouped_masked(a, b, d, masked_m, expected_m))):
+        sm90_bf16_gemm.m_grouped_bf16_gemm_nt_masked(a, b, d, masked_m, expected_m)
 
 
 # The masked calls' host fast path (as the contiguous ones').

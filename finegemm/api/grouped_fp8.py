@@ -73,7 +73,6 @@ def _check_b(fn: str, B: torch.Tensor, sfb: torch.Tensor, K_a: int, b_kn: bool =
 # call also keeps a prepared launch per stream (ops/contiguous_layout.PreparedContiguous: the layout
 # check and the GEMM, each one launch without argument encoding), where its inputs need no copy.
 _validated_contiguous = _v.ValidatedCalls()
-_ONE_SHOT = "one-shot"  # kept for a validated call that cannot be prepared (the nn copy, an sfa copy)
 
 
 def _m_grouped_contiguous(fn: str, b_kn: bool, a: object, b: object, d: object, grouped_layout: object,
@@ -84,43 +83,19 @@ def _m_grouped_contiguous(fn: str, b_kn: bool, a: object, b: object, d: object, 
     kept = _validated_contiguous.launch(key, _validate_contiguous, fn, b_kn, a, b, d, grouped_layout, *flags)
     if not kept:
         return  # CPU, or an empty product: done
-    if kept is not True and kept is not _ONE_SHOT and kept():
-        return  # the prepared launches ran
-    if kept is not _ONE_SHOT and not b_kn and _layout_ops().can_prepare(d.device.index):
-        prepared = _prepare_contiguous(fn, a[0], a[1], b[0], b[1], d, grouped_layout, flags[3],
-                                       None if kept is True else kept)
-        if kept is True:
-            _validated_contiguous.keep(key, _ONE_SHOT if prepared is None else prepared)
-        if prepared is not None:
-            return
-    _launch_contiguous(fn, b_kn, a[0], a[1], b[0], b[1], d, grouped_layout, flags[3])
+    A, sfa, B, sfb = a[0], a[1], b[0], b[1]
 
+    def prepare(prepared):
+        if b_kn:
+            return _v.ONE_SHOT  # B's K-major copy runs per call
+        from finegemm.ops import contiguous_layout, sm90_fp8_gemm  # lazy: the CUDA stack
 
-def _layout_ops():
-    from finegemm.ops import contiguous_layout  # lazy: the CUDA stack is only needed for CUDA tensors
+        return contiguous_layout.run_prepared(
+            fn, prepared, grouped_layout, A.shape[0], B.shape[0], flags[3],
+            lambda ids: sm90_fp8_gemm.prepare_m_grouped_contiguous(A, sfa, B, sfb, d, ids))
 
-    return contiguous_layout
-
-
-def _prepare_contiguous(fn: str, A: torch.Tensor, sfa: torch.Tensor, B: torch.Tensor, sfb: torch.Tensor,
-                        d: torch.Tensor, grouped_layout: torch.Tensor, use_psum_layout: bool,
-                        prepared: Optional[object]) -> Optional[object]:
-    """Run a validated nt call through its PreparedContiguous (`prepared`, or a new one), given an
-    entry for the current stream here; None (nothing launched) where the GEMM cannot be prepared.
-    Not under graph capture; the current device is d's."""
-    from finegemm.ops import contiguous_layout, sm90_fp8_gemm
-
-    M, G = A.shape[0], B.shape[0]
-    contiguous_layout.check_pending(fn)
-    contiguous_layout.check_cuda_limits(fn, M, G, use_psum_layout)
-    if prepared is None:
-        prepared = contiguous_layout.PreparedContiguous(fn, grouped_layout, M, G, use_psum_layout,
-                                                        quant.get_mk_alignment_for_contiguous_layout())
-    if not prepared.add_stream(lambda ids: sm90_fp8_gemm.prepare_m_grouped_contiguous(A, sfa, B, sfb, d, ids)):
-        return None
-    if not prepared():
-        raise RuntimeError(f"{fn}: the prepared launch refused a stream it was prepared for")  # a bug, never silent
-    return prepared
+    if not _validated_contiguous.run_kept(key, kept, prepare):
+        _launch_contiguous(fn, b_kn, A, sfa, B, sfb, d, grouped_layout, flags[3])
 
 
 def _launch_contiguous(fn: str, b_kn: bool, A: torch.Tensor, sfa: torch.Tensor, B: torch.Tensor, sfb: torch.Tensor,
@@ -310,18 +285,12 @@ def m_grouped_fp8_gemm_nt_masked(
                                     disable_ue8m0_cast)
     if not kept:
         return  # CPU, or an empty product: done
-    if kept is not True and kept is not _ONE_SHOT:
-        kept()  # the prepared launch
-        return
     from finegemm.ops import sm90_fp8_gemm  # lazy: the CUDA stack is only needed for CUDA tensors
 
-    if kept is True:
-        prepared = sm90_fp8_gemm.prepare_m_grouped_masked(a[0], a[1], b[0], b[1], d, masked_m, expected_m)
-        _validated_masked.keep(key, _ONE_SHOT if prepared is None else prepared)
-        if prepared is not None:
-            prepared()
-            return
-    sm90_fp8_gemm.m_grouped_fp8_gemm_nt_masked(a[0], a[1], b[0], b[1], d, masked_m, expected_m)
+    A, sfa, B, sfb = a[0], a[1], b[0], b[1]
+    if not _validated_masked.run_kept(key, kept, lambda _: _v.run_prepared_launch(
+            sm90_fp8_gemm.prepare_m_grouped_masked(A, sfa, B, sfb, d, masked_m, expected_m))):
+        sm90_fp8_gemm.m_grouped_fp8_gemm_nt_masked(A, sfa, B, sfb, d, masked_m, expected_m)
 
 
 # The masked calls' host fast path (as the contiguous ones'): the prepared GEMM launch is kept

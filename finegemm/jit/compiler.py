@@ -163,14 +163,17 @@ _header_digest: str | None = None
 
 
 def header_digest() -> str:
-    """sha256 over every file under include/finegemm (relative path + bytes); once per process."""
+    """sha256 over every file under include/finegemm (relative path + bytes) but the host library's
+    sources (host/*.cpp: no kernel includes them; build_host_library keys them itself), so a change
+    to a launcher does not invalidate every compiled kernel; once per process."""
     global _header_digest
     with _header_digest_lock:
         if _header_digest is None:
             h = hashlib.sha256()
             if HEADER_DIR.is_dir():
                 for p in sorted(HEADER_DIR.rglob("*")):
-                    if p.is_file() and "__pycache__" not in p.parts:
+                    if p.is_file() and "__pycache__" not in p.parts and not (p.parent == HOST_DIR and
+                                                                              p.suffix == ".cpp"):
                         rel = p.relative_to(HEADER_DIR).as_posix().encode()
                         data = p.read_bytes()
                         h.update(len(rel).to_bytes(8, "little") + rel)

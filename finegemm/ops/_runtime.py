@@ -232,6 +232,10 @@ class PreparedLaunch:
     def _describe(self) -> str:
         raise NotImplementedError
 
+    # Whether the family's one-shot launcher takes (workspace, counters) between head and tail
+    # (the m-grouped BF16 launcher has none: no split-K there).
+    _one_shot_takes_buffers: bool = True
+
     # Host symbol answering a prepared launch's CTAs per cluster (fg_<family>_prepared_cluster).
     _cluster_symbol: str = ""
 
@@ -322,7 +326,10 @@ class PreparedLaunch:
         else:
             # The one-shot launcher checks for buffers before it encodes: every split-K call has them.
             ws_ptr, cnt_ptr = self._split_pointers(stream) if self.cfg.split_k else (None, None)
-            rc = ns[self._names[0]](*self._head, ws_ptr, cnt_ptr, *self._tail, stream)
+            if self._one_shot_takes_buffers:
+                rc = ns[self._names[0]](*self._head, ws_ptr, cnt_ptr, *self._tail, stream)
+            else:
+                rc = ns[self._names[0]](*self._head, *self._tail, stream)
         if rc != 0:
             from finegemm import jit
 

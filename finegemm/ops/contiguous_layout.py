@@ -36,12 +36,12 @@ from typing import Optional
 
 import torch
 
-from finegemm import jit
+from finegemm import jit, quant
 from finegemm.api import _validate as _v
 from finegemm.ops._runtime import SplitKWorkspace, is_capturing, launch_driver, libcuda, loaded_function, raw_stream
 
 __all__ = ["render_contiguous_layout", "checked_group_ids", "check_pending", "check_errors", "MAX_GROUPS",
-           "MAX_ROWS", "PreparedContiguous", "can_prepare", "check_cuda_limits"]
+           "MAX_ROWS", "PreparedContiguous", "run_prepared", "can_prepare", "check_cuda_limits"]
 
 THREADS = 1024
 ROWS_PER_CTA = 4 * THREADS  # rows per CTA and step (4 per thread: one 16-byte load)
@@ -392,6 +392,28 @@ def checked_group_ids(fn: str, grouped_layout: torch.Tensor, m: int, num_groups:
     plan.fill(p, ids.data_ptr(), scratch)
     plan.launch(stream, params)
     return ids
+
+
+def run_prepared(fn: str, prepared: Optional["PreparedContiguous"], grouped_layout: torch.Tensor, m: int,
+                 num_groups: int, use_psum_layout: bool, prepare_gemm) -> object:
+    """A validated call (M, N, K, G > 0) run through `prepared` (or a new PreparedContiguous) given an
+    entry for the current stream here, the GEMM's launch made by prepare_gemm(ids) (None where it
+    cannot be prepared). Returns the PreparedContiguous that ran it; _v.ONE_SHOT (nothing
+    launched) where the GEMM cannot be prepared; None (nothing launched) where no entry can be
+    added now (graph capture, another current device). ValidatedCalls.run_kept's `prepare`."""
+    device = grouped_layout.device.index
+    if not can_prepare(device):
+        return None
+    check_pending(fn)
+    check_cuda_limits(fn, m, num_groups, use_psum_layout)
+    if prepared is None:
+        prepared = PreparedContiguous(fn, grouped_layout, m, num_groups, use_psum_layout,
+                                      quant.get_mk_alignment_for_contiguous_layout())
+    if not prepared.add_stream(prepare_gemm):
+        return _v.ONE_SHOT
+    if not prepared():
+        raise RuntimeError(f"{fn}: the prepared launch refused a stream it was prepared for")  # a bug, never silent
+    return prepared
 
 
 def can_prepare(device_index: int) -> bool:

@@ -349,8 +349,16 @@ def _get_grouped_launcher():
                                 i, i, i, i, i, i,  # m, n, k, lda, ldb, ldd
                                 i, i, i, i, i, i,  # block_m, block_n, grid, smem, gemm_kind, num_groups
                                 i, i, ctypes.c_int64, u64])  # l2_promotion (packed), b_mn_major, ldb_group, stream
+                lib = jit.host_library()
+                global _grouped_prepare, _grouped_launch_prepared, _grouped_free_prepared
+                _grouped_prepare = c_function(lib, "fg_prepare_sm90_bf16_grouped",
+                                              [ctypes.POINTER(ctypes.c_uint64)] + f.argtypes[:-1])
+                _grouped_launch_prepared, _grouped_free_prepared = prepared_handle_functions(lib, "sm90_bf16_grouped")
                 _grouped_launcher = f
     return _grouped_launcher
+
+
+_grouped_prepare = _grouped_launch_prepared = _grouped_free_prepared = None
 
 
 def load_grouped(cfg: Bf16GemmConfig, device: int) -> int:
@@ -402,20 +410,45 @@ def _b_pitches(cfg: Bf16GemmConfig, b: torch.Tensor, n: int, k: int) -> tuple[in
     return ldb, ldb_group
 
 
-def _launch_grouped(cfg: Bf16GemmConfig, fn: int, a2: torch.Tensor, b: torch.Tensor, d2: torch.Tensor, m: int,
-                    n: int, k: int, grouped: torch.Tensor, num_groups: int) -> None:
-    launch = _get_grouped_launcher()
+def _grouped_arguments(cfg: Bf16GemmConfig, fn: int, a2: torch.Tensor, b: torch.Tensor, d2: torch.Tensor, m: int,
+                       n: int, k: int, grouped: torch.Tensor, num_groups: int) -> tuple:
+    """The grouped launcher's arguments but the stream."""
     ldb, ldb_group = _b_pitches(cfg, b, n, k)
-    rc = launch(fn, a2.data_ptr(), b.data_ptr(), d2.data_ptr(), grouped.data_ptr(), m, n, k,
-                _row_pitch(a2, k), ldb, _row_pitch(d2, n), cfg.block_m, cfg.block_n, cfg.grid,
-                cfg.smem_bytes, cfg.gemm_kind, num_groups, l2_promotion_arg(cfg.l2_promotion),
-                1 if cfg.b_mn_major else 0, ldb_group, _get_raw_stream(d2.device.index))
+    return (fn, a2.data_ptr(), b.data_ptr(), d2.data_ptr(), grouped.data_ptr(), m, n, k, _row_pitch(a2, k), ldb,
+            _row_pitch(d2, n), cfg.block_m, cfg.block_n, cfg.grid, cfg.smem_bytes, cfg.gemm_kind, num_groups,
+            l2_promotion_arg(cfg.l2_promotion), 1 if cfg.b_mn_major else 0, ldb_group)
+
+
+def _launch_grouped(cfg: Bf16GemmConfig, fn: int, *args) -> None:
+    launch = _get_grouped_launcher()
+    head = _grouped_arguments(cfg, fn, *args)
+    rc = launch(*head, _get_raw_stream(args[2].device.index))
     if rc != 0:
-        raise RuntimeError(
-            f"finegemm: sm90_bf16_gemm grouped launch failed (kind={cfg.gemm_kind}, G={num_groups}, m={m}, n={n}, "
-            f"k={k}, block_m={cfg.block_m}, block_n={cfg.block_n}, b_mn_major={cfg.b_mn_major}): "
-            f"{jit.error_string(rc)}"
-        )
+        raise RuntimeError(f"finegemm: {_describe_grouped(cfg, head)} launch failed: {jit.error_string(rc)}")
+
+
+def _describe_grouped(cfg: Bf16GemmConfig, head: tuple) -> str:
+    m, n, k, num_groups = head[5], head[6], head[7], head[16]
+    return (f"sm90_bf16_gemm grouped (kind={cfg.gemm_kind}, G={num_groups}, m={m}, n={n}, k={k}, "
+            f"block_m={cfg.block_m}, block_n={cfg.block_n}, b_mn_major={cfg.b_mn_major})")
+
+
+class PreparedBf16GroupedCall(PreparedLaunch):
+    """A prepared m-grouped launch of the SM90 BF16 kernel (contiguous or masked; ops/_runtime.PreparedLaunch):
+    every launcher argument is in `head` (no split-K buffers)."""
+
+    __slots__ = ()
+    _ns = globals()
+    _names = ("_grouped_launcher", "_grouped_prepare", "_grouped_launch_prepared", "_grouped_free_prepared")
+    _one_shot_takes_buffers = False
+
+    def _describe(self) -> str:
+        return _describe_grouped(self.cfg, self._head)
+
+
+def _prepared_grouped(cfg: Bf16GemmConfig, fn: int, *args) -> PreparedBf16GroupedCall:
+    _get_grouped_launcher()
+    return PreparedBf16GroupedCall(cfg, _grouped_arguments(cfg, fn, *args), (), args[2].device, True, [])
 
 
 def _check_k(k: int) -> None:
@@ -435,13 +468,34 @@ def _m_grouped_contiguous(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, gro
     name = "m_grouped_bf16_gemm_nn_contiguous" if b_kn else "m_grouped_bf16_gemm_nt_contiguous"
     ids = grouped_layout if checked_ids else checked_group_ids(
         f"sm90_bf16_gemm.{name}", grouped_layout, m, num_groups, use_psum_layout, alignment)
+    cfg, fn, args, _ = _contiguous_arguments(a, b, d, ids, b_kn, config)
+    _launch_grouped(cfg, fn, *args)
+
+
+def _contiguous_arguments(a, b, d, ids, b_kn, config=None) -> tuple:
+    """(config, function, _launch_grouped's arguments, whether B was copied) of a contiguous call on
+    checked ids."""
+    m, k = a.shape
+    num_groups, n = b.shape[0], b.shape[2 if b_kn else 1]
+    b_in = b
     if not b_kn:
         b = _rows_2d(b)
     elif (num_groups > 1 and b.stride(0) < k * b.stride(1)) or b.stride(1) < n:
         b = b.contiguous()  # groups or rows overlap (e.g. an expanded B): the 3-D map needs disjoint ones
-    cfg, fn = plan_grouped(GEMM_GROUPED_CONTIGUOUS, m, n, k, num_groups, 0, alignment, d.device.index, config,
-                           b_mn_major=b_kn)
-    _launch_grouped(cfg, fn, a, b, d, m, n, k, ids, num_groups)
+    cfg, fn = plan_grouped(GEMM_GROUPED_CONTIGUOUS, m, n, k, num_groups, 0,
+                           quant.get_mk_alignment_for_contiguous_layout(), d.device.index, config, b_mn_major=b_kn)
+    return cfg, fn, (a, b, d, m, n, k, ids, num_groups), b.data_ptr() != b_in.data_ptr()
+
+
+def prepare_m_grouped_contiguous(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, ids: torch.Tensor,
+                                 b_kn: bool = False) -> Optional[PreparedBf16GroupedCall]:
+    """The prepared launch of m_grouped_bf16_gemm_n{n,t}_contiguous (b_kn: nn) on checked ids (the
+    layout check's output) for a kept call (api fast path); None where a launch needs a copy of B
+    per call. Holds addresses: the caller keeps the tensors' addresses valid while it is called.
+    M, N and G > 0."""
+    _check_k(a.shape[1])
+    cfg, fn, args, copied = _contiguous_arguments(a, b, d, ids, b_kn)
+    return None if copied else _prepared_grouped(cfg, fn, *args)
 
 
 def m_grouped_bf16_gemm_nt_contiguous(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor,
@@ -480,19 +534,42 @@ def m_grouped_bf16_gemm_nt_masked(a: torch.Tensor, b: torch.Tensor, d: torch.Ten
     if num_groups == 0 or m_max == 0 or n == 0:
         return
     _check_k(k)
-    a2 = _rows_2d(a)
-    b2 = _rows_2d(b)
-    if masked_m.dtype != torch.int32 or not masked_m.is_contiguous():
-        masked_m = masked_m.to(torch.int32).contiguous()
     try:
         d2, tmp = d.view(-1, n), None
     except RuntimeError:  # group stride of d is not Mmax rows: compute into a copy (rows kept)
         tmp = d.contiguous()
         d2 = tmp.view(-1, n)
-    cfg, fn = plan_grouped(GEMM_GROUPED_MASKED, m_max, n, k, num_groups, int(expected_m), 0, d.device.index, config)
-    _launch_grouped(cfg, fn, a2, b2, d2, m_max, n, k, masked_m, num_groups)
+    cfg, fn, args, _ = _masked_arguments(a, b, d2, masked_m, expected_m, config)
+    _launch_grouped(cfg, fn, *args)
     if tmp is not None:
         d.copy_(tmp)
+
+
+def _masked_arguments(a, b, d2, masked_m, expected_m, config=None) -> tuple:
+    """(config, function, _launch_grouped's arguments, whether an input was copied) of a masked call
+    into d2, the [G * Mmax, N] view of d."""
+    num_groups, m_max, k = a.shape
+    n = b.shape[1]
+    a2, b2, masked_in = _rows_2d(a), _rows_2d(b), masked_m
+    if masked_m.dtype != torch.int32 or not masked_m.is_contiguous():
+        masked_m = masked_m.to(torch.int32).contiguous()
+    cfg, fn = plan_grouped(GEMM_GROUPED_MASKED, m_max, n, k, num_groups, int(expected_m), 0, d2.device.index, config)
+    copied = masked_m is not masked_in or a2.data_ptr() != a.data_ptr() or b2.data_ptr() != b.data_ptr()
+    return cfg, fn, (a2, b2, d2, m_max, n, k, masked_m, num_groups), copied
+
+
+def prepare_m_grouped_masked(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, masked_m: torch.Tensor,
+                             expected_m: int) -> Optional[PreparedBf16GroupedCall]:
+    """The prepared launch of m_grouped_bf16_gemm_nt_masked for a kept call (api fast path); None
+    where a launch needs a copy of an input or of d per call. Holds addresses (as
+    prepare_m_grouped_contiguous). G, Mmax and N > 0."""
+    _check_k(a.shape[2])
+    try:
+        d2 = d.view(-1, b.shape[1])
+    except RuntimeError:
+        return None
+    cfg, fn, args, copied = _masked_arguments(a, b, d2, masked_m, expected_m)
+    return None if copied else _prepared_grouped(cfg, fn, *args)
 
 
 def representative_grouped_configs() -> list[tuple[str, tuple]]:

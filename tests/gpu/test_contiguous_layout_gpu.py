@@ -239,27 +239,40 @@ def test_graph_replays_follow_the_layout(kind):
     finegemm.check_errors()
 
 
-@pytest.mark.parametrize("psum", [False, True])
-def test_prepared_calls_follow_the_layout_on_every_stream(psum, monkeypatch):
-    """The host fast path's prepared launches (api/grouped_fp8.py, PreparedContiguous): repeated
+@pytest.mark.parametrize("kind", ["fp8", "fp8_psum", "bf16", "bf16_nn"])
+def test_prepared_calls_follow_the_layout_on_every_stream(kind, monkeypatch):
+    """The host fast path's prepared launches (ops/contiguous_layout.PreparedContiguous): repeated
     calls with the same tensors, the layout's values changed in place between calls, on the current
-    stream and on a side stream (an entry and an ids buffer each), a broken layout reported with
-    the CPU call's message, a graph captured in between (one-shot inside the capture) and replayed:
-    every output as the reference's."""
+    stream and on a side stream (an entry each), a broken layout reported with the CPU call's
+    message, a graph captured in between (one-shot inside the capture) and replayed: every output
+    as the reference's."""
+    from finegemm.api import bf16 as api_bf16
     from finegemm.api import grouped_fp8 as api_fp8
 
-    monkeypatch.setattr(api_fp8, "_validated_contiguous", _v.ValidatedCalls())
+    api = api_fp8 if kind.startswith("fp8") else api_bf16
+    monkeypatch.setattr(api, "_validated_contiguous", _v.ValidatedCalls())
+    psum = kind == "fp8_psum"
     n, k = 384, 512
     plans = [[100, 0, 300, 129], [0, 0, 640, 1], [128, 128, 128, 128], [1, 1, 1, 1], [0, 0, 0, 0]]
     rows = max(sum(finegemm.align(m, 128) for m in ms) for ms in plans)
     _, _, b, sfb, _, _ = _fp8_problem(plans[0], n, k, seed=6)
     gen = torch.Generator(device="cuda").manual_seed(7)
-    a, sfa = quant.per_token_cast_to_fp8(torch.randn(rows, k, device="cuda", generator=gen).to(torch.bfloat16))
+    x = torch.randn(rows, k, device="cuda", generator=gen).to(torch.bfloat16)
+    a, sfa = quant.per_token_cast_to_fp8(x)
+    bb = b.to(torch.bfloat16)
+    bkn = bb.transpose(1, 2).contiguous()
     layout = torch.full((4,) if psum else (rows,), -1, dtype=torch.int32, device="cuda")
     d = torch.full((rows, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    fn = {"fp8": "m_grouped_fp8_gemm_nt_contiguous", "fp8_psum": "m_grouped_fp8_gemm_nt_contiguous",
+          "bf16": "m_grouped_bf16_gemm_nt_contiguous", "bf16_nn": "m_grouped_bf16_gemm_nn_contiguous"}[kind]
 
     def call():
-        finegemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, layout, use_psum_layout=psum)
+        if kind.startswith("fp8"):
+            finegemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, layout, use_psum_layout=psum)
+        elif kind == "bf16":
+            finegemm.m_grouped_bf16_gemm_nt_contiguous(x, bb, d, layout)
+        else:
+            finegemm.m_grouped_bf16_gemm_nn_contiguous(x, bkn, d, layout)
 
     def fill(ms):
         out = torch.full((rows,), -1, dtype=torch.int32)
@@ -274,7 +287,10 @@ def test_prepared_calls_follow_the_layout_on_every_stream(psum, monkeypatch):
 
     def check(row_ids, what):
         torch.cuda.synchronize()
-        ref = reference.m_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, row_ids, out_dtype=torch.float64)
+        if kind.startswith("fp8"):
+            ref = reference.m_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, row_ids, out_dtype=torch.float64)
+        else:
+            ref = reference.m_grouped_bf16_gemm_nt_contiguous(x, bb, row_ids, out_dtype=torch.float64)
         real = row_ids >= 0
         assert not torch.isnan(d).any() and (d[~real] == 0).all(), what
         if real.any():
@@ -293,7 +309,7 @@ def test_prepared_calls_follow_the_layout_on_every_stream(psum, monkeypatch):
                 call()
             torch.cuda.current_stream().wait_stream(side)
             check(row_ids, (rnd, ms, "side stream"))
-        (kept,) = api_fp8._validated_contiguous._keys.values()
+        (kept,) = api._validated_contiguous._keys.values()
         assert isinstance(kept, cl.PreparedContiguous) and len(kept._streams) == 2  # the fast path ran
         if rnd == 0:
             fill(plans[0])
@@ -310,7 +326,7 @@ def test_prepared_calls_follow_the_layout_on_every_stream(psum, monkeypatch):
         layout[5] = 4  # id out of range
     host = layout.cpu()
     with pytest.raises(ValueError) as cpu_err:
-        _v.check_grouped_layout("m_grouped_fp8_gemm_nt_contiguous", host, rows, 4, psum, 128)
+        _v.check_grouped_layout(fn, host, rows, 4, psum, 128)
     call()
     with pytest.raises(ValueError) as gpu_err:
         finegemm.check_errors()
@@ -323,30 +339,40 @@ def test_prepared_calls_follow_the_layout_on_every_stream(psum, monkeypatch):
     finegemm.check_errors()
 
 
-def test_prepared_masked_calls_follow_masked_m():
-    """The masked calls' kept prepared launch (MN-major TMA-aligned sfa: no copy per call): eager
-    repeats with masked_m changed in place, each as the reference's, the rows past masked_m
-    untouched; the kept value is a prepared launch."""
+@pytest.mark.parametrize("family", ["fp8", "bf16"])
+def test_prepared_masked_calls_follow_masked_m(family):
+    """The masked calls' kept prepared launch (FP8 with an MN-major TMA-aligned sfa: no copy per
+    call): eager repeats with masked_m changed in place, each as the reference's, the rows past
+    masked_m untouched; the kept value is a prepared launch."""
+    from finegemm.api import bf16 as api_bf16
     from finegemm.api import grouped_fp8 as api_fp8
-    from finegemm.ops import sm90_fp8_gemm
+    from finegemm.ops import sm90_bf16_gemm, sm90_fp8_gemm
 
     g, m_max, n, k = 4, 200, 576, 512
     gen = torch.Generator(device="cuda").manual_seed(8)
-    a2, sfa2 = quant.per_token_cast_to_fp8(torch.randn(g * m_max, k, device="cuda", generator=gen).to(torch.bfloat16))
+    x = torch.randn(g * m_max, k, device="cuda", generator=gen).to(torch.bfloat16)
+    a2, sfa2 = quant.per_token_cast_to_fp8(x)
     a = a2.view(g, m_max, k)
     sfa = quant.get_mn_major_tma_aligned_tensor(sfa2.contiguous().view(g, m_max, -1))
     _, _, b, sfb, _, _ = _fp8_problem([1] * g, n, k, seed=9)
+    xb, bb = x.view(g, m_max, k), b.to(torch.bfloat16)
     masked = torch.zeros(g, dtype=torch.int32, device="cuda")
     d = torch.empty(g, m_max, n, device="cuda", dtype=torch.bfloat16)
     for values in ([200, 0, 17, 129], [1, 200, 0, 64], [0, 0, 0, 0], [199, 150, 200, 3], [200, 200, 200, 200]):
         masked.copy_(torch.tensor(values, dtype=torch.int32))
         d.fill_(float("nan"))
-        finegemm.m_grouped_fp8_gemm_nt_masked((a, sfa), (b, sfb), d, masked, 128)
+        if family == "fp8":
+            finegemm.m_grouped_fp8_gemm_nt_masked((a, sfa), (b, sfb), d, masked, 128)
+            ref = reference.m_grouped_fp8_gemm_nt_masked(a, sfa, b, sfb, masked, out_dtype=torch.float64)
+        else:
+            finegemm.m_grouped_bf16_gemm_nt_masked(xb, bb, d, masked, 128)
+            ref = reference.m_grouped_bf16_gemm_nt_masked(xb, bb, masked, out_dtype=torch.float64)
         torch.cuda.synchronize()
-        ref = reference.m_grouped_fp8_gemm_nt_masked(a, sfa, b, sfb, masked, out_dtype=torch.float64)
         for i, m in enumerate(values):
             assert not torch.isnan(d[i, :m]).any() and torch.isnan(d[i, m:]).all(), (values, i)
             if m:
                 assert calc_diff(d[i, :m], ref[i, :m]) <= 1e-5, (values, i)
-    kept = [v for v in api_fp8._validated_masked._keys.values() if isinstance(v, sm90_fp8_gemm.PreparedGroupedCall)]
-    assert kept, "the masked call was not prepared"
+    api, cls = ((api_fp8, sm90_fp8_gemm.PreparedGroupedCall) if family == "fp8"
+                else (api_bf16, sm90_bf16_gemm.PreparedBf16GroupedCall))
+    kept = [v for v in api._validated_masked._keys.values() if isinstance(v, cls)]
+    assert kept and kept[-1]._handle, "the masked call was not prepared"

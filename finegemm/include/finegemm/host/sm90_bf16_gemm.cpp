@@ -2,7 +2,7 @@
 // and k-grouped kinds.
 // Encodes the TMA descriptors (A and B in their stored major order, D for the TMA-store
 // epilogue) and launches the persistent kernel; every size comes from the caller
-// (finegemm/ops/sm90_bf16_gemm.py). Dense launches can also be prepared once (fg_prepare_*:
+// (finegemm/ops/sm90_bf16_gemm.py). Dense and m-grouped launches can also be prepared once (fg_prepare_*:
 // a heap Launch behind a handle) and launched with 4 arguments (as host/sm90_fp8_gemm.cpp).
 #include "finegemm/host/common.h"
 #include "finegemm/impls/fitted_box_rows.h"
@@ -193,6 +193,103 @@ int k_grouped_tables(const int32_t* ks, int num_groups, bool skip_empty, std::ve
   return static_cast<int>(tables->size());
 }
 
+// Everything one m-grouped launch needs except the stream (as Sm90Bf16Launch).
+struct Sm90Bf16GroupedLaunch {
+  CUtensorMap tmap_a, tmap_b, tmap_d;
+  void* d = nullptr;
+  const int* grouped = nullptr;
+  uint32_t m = 0, n = 0, k = 0, ldd = 0, flags = 0, num_groups = 0;
+  CUfunction fn = nullptr;
+  unsigned grid = 0, threads = 0, smem_bytes = 0;
+};
+
+// Validates the arguments of fg_launch_sm90_bf16_grouped (documented there) and encodes L.
+int encode_grouped(Sm90Bf16GroupedLaunch* L, uint64_t fn, void* a, void* b, void* d, void* grouped, int m, int n,
+                   int k, int lda, int ldb, int ldd, int block_m, int block_n, int grid, int smem_bytes, int gemm_kind,
+                   int num_groups, int l2_promotion, int b_mn_major, int64_t ldb_group) {
+  if (fn == 0 || a == nullptr || b == nullptr || d == nullptr || grouped == nullptr)
+    return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (gemm_kind != 1 && gemm_kind != 2) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (num_groups < 1 || m <= 0 || n <= 0 || k <= 0 || k % 8 != 0) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (b_mn_major != 0 && b_mn_major != 1) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (b_mn_major && (gemm_kind != 1 || block_n % 64 != 0 || ldb < n || ldb_group % 8 != 0 ||
+                     ldb_group < static_cast<int64_t>(k) * ldb))
+    return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (lda % 8 != 0 || ldb % 8 != 0 || lda < k || (!b_mn_major && ldb < k) || ldd < n)
+    return fg::FG_ERROR_INVALID_ARGUMENT;
+  // block_m 192 (three consumer warpgroups) is built for the masked kind only.
+  if ((block_m != 64 && block_m != 128 && !(block_m == 192 && gemm_kind == 2)) || block_n < 16 || block_n > 256 ||
+      block_n % 16 != 0)
+    return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (grid <= 0 || smem_bytes <= 0) return fg::FG_ERROR_INVALID_ARGUMENT;
+  CUtensorMapL2promotion promo_a, promo_b;
+  if (!fg::unpack_l2_promotion(l2_promotion, &promo_a, &promo_b)) return fg::FG_ERROR_INVALID_ARGUMENT;
+
+  const fg::Driver& drv = fg::driver();
+  if (!drv.ok) return fg::FG_ERROR_NO_DRIVER;
+
+  // Rows of the 2-D views the tensor maps cover.
+  const int64_t rows_a = static_cast<int64_t>(m) * (gemm_kind == 2 ? num_groups : 1);
+  const int64_t rows_b = static_cast<int64_t>(n) * num_groups;
+  if (rows_a > 0x7fffffff || rows_b > 0x7fffffff) return fg::FG_ERROR_INVALID_ARGUMENT;
+  CUresult r = bf16_operand_tmap(&L->tmap_a, a, false, static_cast<int>(rows_a), k, lda, block_m, promo_a);
+  if (r != CUDA_SUCCESS) return r;
+  if (b_mn_major) {
+    // Box (64 n, 64 k, 1 group) with the 128-byte swizzle: the dense N-major B box (kBBoxCols).
+    r = fg::make_tmap_3d(&L->tmap_b, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, b, static_cast<uint64_t>(n),
+                         static_cast<uint64_t>(k), static_cast<uint64_t>(num_groups), static_cast<uint64_t>(ldb) * 2u,
+                         static_cast<uint64_t>(ldb_group) * 2u, 64u, kBf16BlockK, CU_TENSOR_MAP_SWIZZLE_128B, promo_b);
+  } else {
+    r = bf16_operand_tmap(&L->tmap_b, b, false, static_cast<int>(rows_b), k, ldb, block_n, promo_b);
+  }
+  if (r != CUDA_SUCCESS) return r;
+
+  const bool vec = (n % 2 == 0) && (ldd % 2 == 0) && (reinterpret_cast<uintptr_t>(d) % 4u == 0);
+  uint32_t flags = vec ? kBf16FlagVectorStores : 0u;
+
+  std::memset(&L->tmap_d, 0, sizeof(L->tmap_d));
+  const bool ok = fg::tma_store_fits(d, n, ldd, 2);  // else direct stores
+  if (ok) {
+    const int sw = bf16_tma_store_swizzle_bytes(block_n);
+    r = fg::make_tmap_2d(&L->tmap_d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, d, static_cast<uint64_t>(n),
+                         static_cast<uint64_t>(rows_a), static_cast<uint64_t>(ldd) * 2u,
+                         static_cast<uint32_t>(sw / 2), 64,
+                         sw == 128 ? CU_TENSOR_MAP_SWIZZLE_128B
+                                   : (sw == 64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_32B));
+    if (r != CUDA_SUCCESS) return r;
+    flags |= kBf16FlagTmaStore;
+  }
+
+  L->d = d;
+  L->grouped = static_cast<const int*>(grouped);
+  L->m = static_cast<uint32_t>(m);
+  L->n = static_cast<uint32_t>(n);
+  L->k = static_cast<uint32_t>(k);
+  L->ldd = static_cast<uint32_t>(ldd);
+  L->flags = flags;
+  L->num_groups = static_cast<uint32_t>(num_groups);
+  L->fn = fg::as_function(fn);
+  L->grid = static_cast<unsigned>(grid);
+  L->threads = static_cast<unsigned>((block_m / 64 + 1) * 128);
+  L->smem_bytes = static_cast<unsigned>(smem_bytes);
+  return CUDA_SUCCESS;
+}
+
+int launch_grouped(const Sm90Bf16GroupedLaunch& L, uint64_t stream) {
+  const float* c_p = nullptr;
+  float* ws_p = nullptr;
+  int* cnt_p = nullptr;
+  uint32_t splits = 1u;
+  // cuLaunchKernelEx copies the values behind these pointers: L is only read.
+  void* params[] = {const_cast<CUtensorMap*>(&L.tmap_a), const_cast<CUtensorMap*>(&L.tmap_b),
+                    const_cast<CUtensorMap*>(&L.tmap_d), const_cast<void**>(&L.d), &c_p, &ws_p, &cnt_p,
+                    const_cast<uint32_t*>(&L.m), const_cast<uint32_t*>(&L.n), const_cast<uint32_t*>(&L.k),
+                    const_cast<uint32_t*>(&L.ldd), const_cast<uint32_t*>(&L.flags), &splits,
+                    const_cast<const int**>(&L.grouped), const_cast<uint32_t*>(&L.num_groups)};
+  return fg::launch(L.fn, L.grid, 1, 1, L.threads, 1, 1, L.smem_bytes, 1, fg::as_stream(stream), params,
+                    fg::pdl_enabled());
+}
+
 }  // namespace
 
 extern "C" {
@@ -276,73 +373,37 @@ int fg_launch_sm90_bf16_grouped(uint64_t fn, void* a, void* b, void* d, void* gr
                                 int lda, int ldb, int ldd, int block_m, int block_n, int grid, int smem_bytes,
                                 int gemm_kind, int num_groups, int l2_promotion, int b_mn_major,
                                 int64_t ldb_group, uint64_t stream) {
-  if (fn == 0 || a == nullptr || b == nullptr || d == nullptr || grouped == nullptr)
-    return fg::FG_ERROR_INVALID_ARGUMENT;
-  if (gemm_kind != 1 && gemm_kind != 2) return fg::FG_ERROR_INVALID_ARGUMENT;
-  if (num_groups < 1 || m <= 0 || n <= 0 || k <= 0 || k % 8 != 0) return fg::FG_ERROR_INVALID_ARGUMENT;
-  if (b_mn_major != 0 && b_mn_major != 1) return fg::FG_ERROR_INVALID_ARGUMENT;
-  if (b_mn_major && (gemm_kind != 1 || block_n % 64 != 0 || ldb < n || ldb_group % 8 != 0 ||
-                     ldb_group < static_cast<int64_t>(k) * ldb))
-    return fg::FG_ERROR_INVALID_ARGUMENT;
-  if (lda % 8 != 0 || ldb % 8 != 0 || lda < k || (!b_mn_major && ldb < k) || ldd < n)
-    return fg::FG_ERROR_INVALID_ARGUMENT;
-  // block_m 192 (three consumer warpgroups) is built for the masked kind only.
-  if ((block_m != 64 && block_m != 128 && !(block_m == 192 && gemm_kind == 2)) || block_n < 16 || block_n > 256 ||
-      block_n % 16 != 0)
-    return fg::FG_ERROR_INVALID_ARGUMENT;
-  if (grid <= 0 || smem_bytes <= 0) return fg::FG_ERROR_INVALID_ARGUMENT;
-  CUtensorMapL2promotion promo_a, promo_b;
-  if (!fg::unpack_l2_promotion(l2_promotion, &promo_a, &promo_b)) return fg::FG_ERROR_INVALID_ARGUMENT;
+  Sm90Bf16GroupedLaunch L;
+  const int rc = encode_grouped(&L, fn, a, b, d, grouped, m, n, k, lda, ldb, ldd, block_m, block_n, grid, smem_bytes,
+                                gemm_kind, num_groups, l2_promotion, b_mn_major, ldb_group);
+  return rc != CUDA_SUCCESS ? rc : launch_grouped(L, stream);
+}
 
-  const fg::Driver& drv = fg::driver();
-  if (!drv.ok) return fg::FG_ERROR_NO_DRIVER;
+// As fg_launch_sm90_bf16_grouped without the stream: validates and encodes once; *out receives a
+// handle for fg_launch_prepared_sm90_bf16_grouped (free it with fg_free_prepared_sm90_bf16_grouped).
+// Nothing is allocated when an error is returned. The grouped pointer is kept: a masked call's
+// masked_m (or a contiguous call's ids) are read on the GPU at every launch.
+int fg_prepare_sm90_bf16_grouped(uint64_t* out, uint64_t fn, void* a, void* b, void* d, void* grouped, int m, int n,
+                                 int k, int lda, int ldb, int ldd, int block_m, int block_n, int grid, int smem_bytes,
+                                 int gemm_kind, int num_groups, int l2_promotion, int b_mn_major, int64_t ldb_group) {
+  if (out == nullptr) return fg::FG_ERROR_INVALID_ARGUMENT;
+  *out = 0;
+  Sm90Bf16GroupedLaunch* L = new Sm90Bf16GroupedLaunch();
+  return fg::publish_prepared(L, encode_grouped(L, fn, a, b, d, grouped, m, n, k, lda, ldb, ldd, block_m, block_n,
+                                                grid, smem_bytes, gemm_kind, num_groups, l2_promotion, b_mn_major,
+                                                ldb_group),
+                              out);
+}
 
-  // Rows of the 2-D views the tensor maps cover.
-  const int64_t rows_a = static_cast<int64_t>(m) * (gemm_kind == 2 ? num_groups : 1);
-  const int64_t rows_b = static_cast<int64_t>(n) * num_groups;
-  if (rows_a > 0x7fffffff || rows_b > 0x7fffffff) return fg::FG_ERROR_INVALID_ARGUMENT;
-  CUtensorMap tmap_a, tmap_b;
-  CUresult r = bf16_operand_tmap(&tmap_a, a, false, static_cast<int>(rows_a), k, lda, block_m, promo_a);
-  if (r != CUDA_SUCCESS) return r;
-  if (b_mn_major) {
-    // Box (64 n, 64 k, 1 group) with the 128-byte swizzle: the dense N-major B box (kBBoxCols).
-    r = fg::make_tmap_3d(&tmap_b, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, b, static_cast<uint64_t>(n),
-                         static_cast<uint64_t>(k), static_cast<uint64_t>(num_groups), static_cast<uint64_t>(ldb) * 2u,
-                         static_cast<uint64_t>(ldb_group) * 2u, 64u, kBf16BlockK, CU_TENSOR_MAP_SWIZZLE_128B, promo_b);
-  } else {
-    r = bf16_operand_tmap(&tmap_b, b, false, static_cast<int>(rows_b), k, ldb, block_n, promo_b);
-  }
-  if (r != CUDA_SUCCESS) return r;
+// The prepared launch: (workspace, counters) are accepted for the families' common signature and
+// must be null (no split-K in the grouped kinds).
+int fg_launch_prepared_sm90_bf16_grouped(uint64_t handle, void* workspace, void* counters, uint64_t stream) {
+  if (handle == 0 || workspace != nullptr || counters != nullptr) return fg::FG_ERROR_INVALID_ARGUMENT;
+  return launch_grouped(*fg::prepared_from_handle<Sm90Bf16GroupedLaunch>(handle), stream);
+}
 
-  const bool vec = (n % 2 == 0) && (ldd % 2 == 0) && (reinterpret_cast<uintptr_t>(d) % 4u == 0);
-  uint32_t flags = vec ? kBf16FlagVectorStores : 0u;
-
-  CUtensorMap tmap_d;
-  std::memset(&tmap_d, 0, sizeof(tmap_d));
-  const bool ok = fg::tma_store_fits(d, n, ldd, 2);  // else direct stores
-  if (ok) {
-    const int sw = bf16_tma_store_swizzle_bytes(block_n);
-    r = fg::make_tmap_2d(&tmap_d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, d, static_cast<uint64_t>(n),
-                         static_cast<uint64_t>(rows_a), static_cast<uint64_t>(ldd) * 2u,
-                         static_cast<uint32_t>(sw / 2), 64,
-                         sw == 128 ? CU_TENSOR_MAP_SWIZZLE_128B
-                                   : (sw == 64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_32B));
-    if (r != CUDA_SUCCESS) return r;
-    flags |= kBf16FlagTmaStore;
-  }
-
-  const float* c_p = nullptr;
-  float* ws_p = nullptr;
-  int* cnt_p = nullptr;
-  uint32_t um = static_cast<uint32_t>(m), un = static_cast<uint32_t>(n), uk = static_cast<uint32_t>(k);
-  uint32_t uldd = static_cast<uint32_t>(ldd), usplits = 1u;
-  const int* grouped_p = static_cast<const int*>(grouped);
-  uint32_t ugroups = static_cast<uint32_t>(num_groups);
-  void* params[] = {&tmap_a, &tmap_b, &tmap_d, &d, &c_p, &ws_p, &cnt_p, &um, &un, &uk, &uldd, &flags, &usplits,
-                    &grouped_p, &ugroups};
-  const unsigned threads = static_cast<unsigned>((block_m / 64 + 1) * 128);
-  return fg::launch(fg::as_function(fn), static_cast<unsigned>(grid), 1, 1, threads, 1, 1,
-                    static_cast<unsigned>(smem_bytes), 1, fg::as_stream(stream), params, fg::pdl_enabled());
+void fg_free_prepared_sm90_bf16_grouped(uint64_t handle) {
+  delete fg::prepared_from_handle<Sm90Bf16GroupedLaunch>(handle);
 }
 
 // K-grouped launch (kind 3, MoE weight gradient) of the kernel built with kGemmKind = 3: tn layout,
