@@ -218,6 +218,62 @@ def _bf16_grouped_contiguous(ms, n, k, b_kn=False):
     return calc_diff(d.float(), ref)
 
 
+def _prepared_repeats():
+    """The grouped calls' kept prepared launches (API fast path): each call repeated with the same
+    tensors and new layout / masked_m values (FP8 contiguous plain and psum, BF16 contiguous, FP8 and
+    BF16 masked), on the current stream and a side stream; the worst calc_diff."""
+    from finegemm import quant
+
+    g, n, k, rows = 3, 576, 512, 640
+    x = torch.randn(rows, k, device="cuda").to(torch.bfloat16)
+    a, sfa = quant.per_token_cast_to_fp8(x)
+    w = torch.randn(g, n, k, device="cuda").to(torch.bfloat16)
+    qs = [quant.per_block_cast_to_fp8(w[i]) for i in range(g)]
+    b, sfb = torch.stack([q for q, _ in qs]), torch.stack([s for _, s in qs])
+    ids = torch.full((rows,), -1, dtype=torch.int32, device="cuda")
+    ends = torch.zeros(g, dtype=torch.int32, device="cuda")
+    d = torch.empty(rows, n, device="cuda", dtype=torch.bfloat16)
+    worst, side = 0.0, torch.cuda.Stream()
+    for rnd, ms in enumerate(([128, 0, 300], [1, 256, 129], [0, 0, 0], [200, 200, 100])):
+        host, row, e = torch.full((rows,), -1, dtype=torch.int32), 0, []
+        for i, m in enumerate(ms):
+            host[row:row + m] = i
+            e.append(row + m)
+            row += finegemm.align(m, 128)
+        ids.copy_(host)
+        ends.copy_(torch.tensor(e, dtype=torch.int32))
+        stream = side if rnd % 2 else torch.cuda.current_stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for call in (lambda: finegemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, ids),
+                         lambda: finegemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, ends,
+                                                                           use_psum_layout=True)):
+                call()
+                ref = reference.m_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, host.cuda(), out_dtype=torch.float32)
+                worst = max(worst, calc_diff(d.float(), ref))
+            finegemm.m_grouped_bf16_gemm_nt_contiguous(x, w, d, ids)
+            ref = reference.m_grouped_bf16_gemm_nt_contiguous(x, w, host.cuda(), out_dtype=torch.float32)
+            worst = max(worst, calc_diff(d.float(), ref))
+        torch.cuda.current_stream().wait_stream(stream)
+    finegemm.check_errors()
+    m_max = 192
+    am, sfam = quant.per_token_cast_to_fp8(torch.randn(g * m_max, k, device="cuda").to(torch.bfloat16))
+    am, sfam = am.view(g, m_max, k), finegemm.get_mn_major_tma_aligned_tensor(sfam.contiguous().view(g, m_max, -1))
+    xm = torch.randn(g, m_max, k, device="cuda").to(torch.bfloat16)
+    masked = torch.zeros(g, dtype=torch.int32, device="cuda")
+    dm = torch.zeros(g, m_max, n, device="cuda", dtype=torch.bfloat16)
+    for values in ([192, 0, 17], [1, 100, 192], [0, 0, 0]):
+        masked.copy_(torch.tensor(values, dtype=torch.int32))
+        finegemm.m_grouped_fp8_gemm_nt_masked((am, sfam), (b, sfb), dm, masked, 100)
+        ref = reference.m_grouped_fp8_gemm_nt_masked(am, sfam, b, sfb, masked, out_dtype=torch.float32)
+        rows_ok = torch.arange(m_max, device="cuda")[None, :] < masked[:, None]
+        worst = max(worst, calc_diff(dm[rows_ok].float(), ref[rows_ok]) if rows_ok.any() else 0.0)
+        finegemm.m_grouped_bf16_gemm_nt_masked(xm, w, dm, masked, 100)
+        ref = reference.m_grouped_bf16_gemm_nt_masked(xm, w, masked, out_dtype=torch.float32)
+        worst = max(worst, calc_diff(dm[rows_ok].float(), ref[rows_ok]) if rows_ok.any() else 0.0)
+    return worst
+
+
 def _fp8_k_grouped(ks, m, n, with_c):
     """k-grouped (recipe (1, 1, 128)) in one launch: empty groups, partial tiles, c is d."""
     g, total = len(ks), sum(ks)
@@ -293,6 +349,7 @@ WGRAD_TILES = [
 ]
 
 CASES = [
+    ("grouped prepared launches, repeated calls on two streams", _prepared_repeats),
     ("fp8 k-grouped one launch, c is d", lambda: _fp8_k_grouped([256, 0, 384, 128], 100, 136, True)),
     ("fp8 k-grouped one launch, no c", lambda: _fp8_k_grouped([0, 128, 256], 65, 200, False)),
     ("fp8 wgrad 1d1d, c is d", lambda: _fp8_wgrad(129, 576, 640)),
