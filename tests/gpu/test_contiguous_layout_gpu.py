@@ -188,54 +188,75 @@ def test_next_call_raises_the_earlier_error():
     finegemm.check_errors()  # reported once
 
 
-@pytest.mark.parametrize("kind", ["fp8", "fp8_psum", "bf16", "bf16_nn"])
-def test_graph_replays_follow_the_layout(kind):
-    n, k = 384, 512
-    plans = [[100, 0, 300, 129], [0, 0, 640, 1], [128, 128, 128, 128], [1, 1, 1, 1]]
-    rows = max(sum(finegemm.align(m, 128) for m in ms) for ms in plans)
-    _, _, b, sfb, _, _ = _fp8_problem(plans[0], n, k, seed=4)  # the experts; the tokens below span every plan
-    gen = torch.Generator(device="cuda").manual_seed(5)
-    x = torch.randn(rows, k, device="cuda", generator=gen).to(torch.bfloat16)
-    a, sfa = quant.per_token_cast_to_fp8(x)
-    layout = torch.full((4,) if kind == "fp8_psum" else (rows,), -1, dtype=torch.int32, device="cuda")
-    d = torch.full((rows, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-    bb = b.to(torch.bfloat16) if kind.startswith("bf16") else None
-    bkn = bb.transpose(1, 2).contiguous() if kind == "bf16_nn" else None
+_PLANS = [[100, 0, 300, 129], [0, 0, 640, 1], [128, 128, 128, 128], [1, 1, 1, 1], [0, 0, 0, 0]]
+_FUNCTIONS = {"fp8": "m_grouped_fp8_gemm_nt_contiguous", "fp8_psum": "m_grouped_fp8_gemm_nt_contiguous",
+              "bf16": "m_grouped_bf16_gemm_nt_contiguous", "bf16_nn": "m_grouped_bf16_gemm_nn_contiguous"}
 
-    def call():
-        if kind.startswith("fp8"):
-            finegemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, layout, use_psum_layout=kind == "fp8_psum")
-        elif kind == "bf16":
-            finegemm.m_grouped_bf16_gemm_nt_contiguous(x, bb, d, layout)
+
+class _LayoutCase:
+    """One public contiguous call (kind: fp8, fp8_psum, bf16, bf16_nn) on fixed tensors whose
+    layout is refilled in place with a plan of group sizes (fill), and its check against the
+    reference (every row written, rows of no group zeros, calc_diff <= 1e-5)."""
+
+    def __init__(self, kind: str, seed: int, n: int = 384, k: int = 512) -> None:
+        self.kind, self.psum = kind, kind == "fp8_psum"
+        self.fn = _FUNCTIONS[kind]
+        self.rows = rows = max(sum(finegemm.align(m, 128) for m in ms) for ms in _PLANS)
+        _, _, self.b, self.sfb, _, _ = _fp8_problem(_PLANS[0], n, k, seed=seed)  # the experts
+        gen = torch.Generator(device="cuda").manual_seed(seed + 1)
+        self.x = torch.randn(rows, k, device="cuda", generator=gen).to(torch.bfloat16)  # tokens of every plan
+        self.a, self.sfa = quant.per_token_cast_to_fp8(self.x)
+        self.bb = self.b.to(torch.bfloat16)
+        self.bkn = self.bb.transpose(1, 2).contiguous()
+        self.layout = torch.full((4,) if self.psum else (rows,), -1, dtype=torch.int32, device="cuda")
+        self.d = torch.full((rows, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+
+    def call(self) -> None:
+        if self.kind.startswith("fp8"):
+            finegemm.m_grouped_fp8_gemm_nt_contiguous((self.a, self.sfa), (self.b, self.sfb), self.d, self.layout,
+                                                      use_psum_layout=self.psum)
+        elif self.kind == "bf16":
+            finegemm.m_grouped_bf16_gemm_nt_contiguous(self.x, self.bb, self.d, self.layout)
         else:
-            finegemm.m_grouped_bf16_gemm_nn_contiguous(x, bkn, d, layout)
+            finegemm.m_grouped_bf16_gemm_nn_contiguous(self.x, self.bkn, self.d, self.layout)
 
-    def fill(ms):
-        out = torch.full((rows,), -1, dtype=torch.int32)
-        row, ends_ = 0, []
+    def fill(self, ms) -> torch.Tensor:
+        """The layout of group sizes ms (each group's run aligned to 128 rows), d poisoned; returns
+        the per-row ids."""
+        out = torch.full((self.rows,), -1, dtype=torch.int32)
+        row, ends = 0, []
         for i, m in enumerate(ms):
             out[row:row + m] = i
-            ends_.append(row + m)
+            ends.append(row + m)
             row += finegemm.align(m, 128)
-        layout.copy_(torch.tensor(ends_, dtype=torch.int32) if kind == "fp8_psum" else out)
+        self.layout.copy_(torch.tensor(ends, dtype=torch.int32) if self.psum else out)
+        self.d.fill_(float("nan"))
         return out.cuda()
 
-    fill(plans[0])
-    call()
-    torch.cuda.synchronize()
-    graph = capture_graph(call)
-    for ms in plans:
-        row_ids = fill(ms)
-        d.fill_(float("nan"))
-        graph.replay()
+    def check(self, row_ids: torch.Tensor, what) -> None:
         torch.cuda.synchronize()
-        if kind.startswith("fp8"):
-            ref = reference.m_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, row_ids, out_dtype=torch.float64)
+        if self.kind.startswith("fp8"):
+            ref = reference.m_grouped_fp8_gemm_nt_contiguous(self.a, self.sfa, self.b, self.sfb, row_ids,
+                                                             out_dtype=torch.float64)
         else:
-            ref = reference.m_grouped_bf16_gemm_nt_contiguous(x, bb, row_ids, out_dtype=torch.float64)
+            ref = reference.m_grouped_bf16_gemm_nt_contiguous(self.x, self.bb, row_ids, out_dtype=torch.float64)
         real = row_ids >= 0
-        assert not torch.isnan(d).any() and (d[~real] == 0).all(), ms
-        assert calc_diff(d[real], ref[real]) <= 1e-5, ms
+        assert not torch.isnan(self.d).any() and (self.d[~real] == 0).all(), what
+        if real.any():
+            assert calc_diff(self.d[real], ref[real]) <= 1e-5, what
+
+
+@pytest.mark.parametrize("kind", ["fp8", "fp8_psum", "bf16", "bf16_nn"])
+def test_graph_replays_follow_the_layout(kind):
+    case = _LayoutCase(kind, seed=4)
+    case.fill(_PLANS[0])
+    case.call()
+    torch.cuda.synchronize()
+    graph = capture_graph(case.call)
+    for ms in _PLANS:
+        row_ids = case.fill(ms)
+        graph.replay()
+        case.check(row_ids, ms)
     finegemm.check_errors()
 
 
@@ -251,91 +272,47 @@ def test_prepared_calls_follow_the_layout_on_every_stream(kind, monkeypatch):
 
     api = api_fp8 if kind.startswith("fp8") else api_bf16
     monkeypatch.setattr(api, "_validated_contiguous", _v.ValidatedCalls())
-    psum = kind == "fp8_psum"
-    n, k = 384, 512
-    plans = [[100, 0, 300, 129], [0, 0, 640, 1], [128, 128, 128, 128], [1, 1, 1, 1], [0, 0, 0, 0]]
-    rows = max(sum(finegemm.align(m, 128) for m in ms) for ms in plans)
-    _, _, b, sfb, _, _ = _fp8_problem(plans[0], n, k, seed=6)
-    gen = torch.Generator(device="cuda").manual_seed(7)
-    x = torch.randn(rows, k, device="cuda", generator=gen).to(torch.bfloat16)
-    a, sfa = quant.per_token_cast_to_fp8(x)
-    bb = b.to(torch.bfloat16)
-    bkn = bb.transpose(1, 2).contiguous()
-    layout = torch.full((4,) if psum else (rows,), -1, dtype=torch.int32, device="cuda")
-    d = torch.full((rows, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-    fn = {"fp8": "m_grouped_fp8_gemm_nt_contiguous", "fp8_psum": "m_grouped_fp8_gemm_nt_contiguous",
-          "bf16": "m_grouped_bf16_gemm_nt_contiguous", "bf16_nn": "m_grouped_bf16_gemm_nn_contiguous"}[kind]
-
-    def call():
-        if kind.startswith("fp8"):
-            finegemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, layout, use_psum_layout=psum)
-        elif kind == "bf16":
-            finegemm.m_grouped_bf16_gemm_nt_contiguous(x, bb, d, layout)
-        else:
-            finegemm.m_grouped_bf16_gemm_nn_contiguous(x, bkn, d, layout)
-
-    def fill(ms):
-        out = torch.full((rows,), -1, dtype=torch.int32)
-        row, ends = 0, []
-        for i, m in enumerate(ms):
-            out[row:row + m] = i
-            ends.append(row + m)
-            row += finegemm.align(m, 128)
-        layout.copy_(torch.tensor(ends, dtype=torch.int32) if psum else out)
-        d.fill_(float("nan"))
-        return out.cuda()
-
-    def check(row_ids, what):
-        torch.cuda.synchronize()
-        if kind.startswith("fp8"):
-            ref = reference.m_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, row_ids, out_dtype=torch.float64)
-        else:
-            ref = reference.m_grouped_bf16_gemm_nt_contiguous(x, bb, row_ids, out_dtype=torch.float64)
-        real = row_ids >= 0
-        assert not torch.isnan(d).any() and (d[~real] == 0).all(), what
-        if real.any():
-            assert calc_diff(d[real], ref[real]) <= 1e-5, what
-
+    case = _LayoutCase(kind, seed=6)
     side = torch.cuda.Stream()
     finegemm.check_errors()
     for rnd in range(2):
-        for ms in plans:
-            row_ids = fill(ms)
-            call()
-            check(row_ids, (rnd, ms, "current stream"))
-            row_ids = fill(ms[::-1])
+        for ms in _PLANS:
+            row_ids = case.fill(ms)
+            case.call()
+            case.check(row_ids, (rnd, ms, "current stream"))
+            row_ids = case.fill(ms[::-1])
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):
-                call()
+                case.call()
             torch.cuda.current_stream().wait_stream(side)
-            check(row_ids, (rnd, ms, "side stream"))
+            case.check(row_ids, (rnd, ms, "side stream"))
         (kept,) = api._validated_contiguous._keys.values()
         assert isinstance(kept, cl.PreparedContiguous) and len(kept._streams) == 2  # the fast path ran
         if rnd == 0:
-            fill(plans[0])
-            graph = capture_graph(call)
-            for ms in plans[::-1]:
-                row_ids = fill(ms)
+            case.fill(_PLANS[0])
+            graph = capture_graph(case.call)
+            for ms in _PLANS[::-1]:
+                row_ids = case.fill(ms)
                 graph.replay()
-                check(row_ids, (ms, "graph"))
+                case.check(row_ids, (ms, "graph"))
     # A broken layout in a prepared call: the CPU call's message, its bad rows zeros.
-    row_ids = fill(plans[0])
-    if psum:
-        layout[1] = 50  # decreasing ends
+    case.fill(_PLANS[0])
+    if case.psum:
+        case.layout[1] = 50  # decreasing ends
     else:
-        layout[5] = 4  # id out of range
-    host = layout.cpu()
+        case.layout[5] = 4  # id out of range
+    host = case.layout.cpu()
     with pytest.raises(ValueError) as cpu_err:
-        _v.check_grouped_layout(fn, host, rows, 4, psum, 128)
-    call()
+        _v.check_grouped_layout(case.fn, host, case.rows, 4, case.psum, 128)
+    case.call()
     with pytest.raises(ValueError) as gpu_err:
         finegemm.check_errors()
     assert str(gpu_err.value) == str(cpu_err.value)
-    if not psum:
-        assert (d[5] == 0).all()
-    row_ids = fill(plans[2])
-    call()
-    check(row_ids, "after the error")
+    if not case.psum:
+        assert (case.d[5] == 0).all()
+    row_ids = case.fill(_PLANS[2])
+    case.call()
+    case.check(row_ids, "after the error")
     finegemm.check_errors()
 
 
