@@ -94,3 +94,34 @@ def test_host_library_answers_cluster_queries():
             f = getattr(lib, name)
             f.argtypes, f.restype = [ctypes.c_uint64], ctypes.c_int
             assert f(0) == -1
+
+
+def test_bf16_grouped_prepared_call_without_a_handle_passes_the_one_shot_arguments(monkeypatch):
+    """PreparedBf16GroupedCall whose launcher is not the host library's (mocked): no handle, so every
+    call takes the one-shot grouped launcher with exactly its argument list (no split-K buffers
+    between head and tail: _one_shot_takes_buffers is False) and the current stream last; a failing
+    launch raises with the call described."""
+    from finegemm.heuristics import sm90_bf16_gemm as hb
+    from finegemm.ops import sm90_bf16_gemm as ob
+
+    g, m_max, n, k = 2, 64, 256, 512
+    cfg = hb.select_grouped_config(hb.GEMM_GROUPED_MASKED, m_max, n, k, g, 132, m_max, 0)
+    seen, rc = [], [0]
+    monkeypatch.setattr(ob, "load_grouped", lambda cfg, device: 77)
+    monkeypatch.setattr(ob, "plan_grouped", lambda *args, **kw: (cfg, 77))
+    monkeypatch.setattr(ob, "_get_grouped_launcher", lambda: None)
+    monkeypatch.setattr(ob, "_grouped_launcher", lambda *args: seen.append(args) or rc[0])
+    monkeypatch.setattr(ob, "_get_raw_stream", lambda device: 1234)
+    a, b = torch.zeros(g, m_max, k, dtype=torch.bfloat16), torch.zeros(g, n, k, dtype=torch.bfloat16)
+    d, masked = torch.empty(g, m_max, n, dtype=torch.bfloat16), torch.full((g,), 5, dtype=torch.int32)
+    call = ob.prepare_m_grouped_masked(a, b, d, masked, m_max)
+    assert isinstance(call, ob.PreparedBf16GroupedCall)
+    call()
+    call()
+    expected = ob._grouped_arguments(cfg, 77, a.view(-1, k), b.view(-1, k), d.view(-1, n), m_max, n, k, masked, g)
+    assert seen == [expected + (1234,)] * 2 and len(expected) == 20
+    assert ob.prepare_m_grouped_masked(a, b, d, masked.long(), m_max) is None  # a masked_m copy per call: none
+    rc[0] = 100001
+    monkeypatch.setattr(ob.jit, "error_string", lambda code: f"error {code}")  # no host library needed
+    with pytest.raises(RuntimeError, match=r"sm90_bf16_gemm grouped \(kind=2, G=2, m=64, n=256, k=512.*error 100001"):
+        call()
