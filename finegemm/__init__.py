@@ -26,6 +26,9 @@ from finegemm.api import (
     m_grouped_fp8_gemm_nt_contiguous,
     m_grouped_fp8_gemm_nt_masked,
 )
+from finegemm.api.cublaslt import cublaslt_gemm_nn, cublaslt_gemm_nt, cublaslt_gemm_tn, cublaslt_gemm_tt
+from finegemm.api.einsum import einsum
+from finegemm.api.skip_head_mid import fp8_gemm_nt_skip_head_mid
 from finegemm.api.legacy import (
     gemm_fp8_fp8_bf16_nt,
     get_col_major_tma_aligned_tensor,
@@ -40,6 +43,7 @@ from finegemm.quant import (
     get_k_alignment_for_contiguous_layout,
     get_mk_alignment_for_contiguous_layout,
     get_mn_major_tma_aligned_tensor,
+    get_theoretical_mk_alignment_for_contiguous_layout,
     get_tma_aligned_size,
     per_block_cast_to_fp8,
     per_channel_cast_to_fp8,
@@ -47,8 +51,9 @@ from finegemm.quant import (
     set_mk_alignment_for_contiguous_layout,
     transform_sf_into_required_layout,
 )
-from finegemm.runtime import (check_errors, get_deterministic_algorithms, get_ignore_compile_dims, get_num_sms, get_pdl,
-                               get_tc_util, set_ignore_compile_dims, set_num_sms, set_pdl, set_tc_util,
+from finegemm.runtime import (check_errors, get_block_size_multiple_of, get_deterministic_algorithms,
+                               get_ignore_compile_dims, get_num_sms, get_pdl, get_tc_util, set_block_size_multiple_of,
+                               set_ignore_compile_dims, set_num_sms, set_pdl, set_tc_util,
                                use_deterministic_algorithms)
 from finegemm.utils import align, ceil_div
 
@@ -73,6 +78,13 @@ __all__ = [
     "m_grouped_bf16_gemm_nt_masked",
     "k_grouped_bf16_gemm_tn_contiguous",
     "check_errors",
+    # DeepGEMM's other products (finegemm.api.skip_head_mid / einsum / cublaslt)
+    "fp8_gemm_nt_skip_head_mid",
+    "einsum",
+    "cublaslt_gemm_nt",
+    "cublaslt_gemm_nn",
+    "cublaslt_gemm_tn",
+    "cublaslt_gemm_tt",
     # DeepGEMM v1 names (finegemm.api.legacy)
     "gemm_fp8_fp8_bf16_nt",
     "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous",
@@ -92,6 +104,8 @@ __all__ = [
     "get_ignore_compile_dims",
     "use_deterministic_algorithms",
     "get_deterministic_algorithms",
+    "set_block_size_multiple_of",
+    "get_block_size_multiple_of",
     # utils
     "ceil_div",
     "align",
@@ -106,6 +120,7 @@ __all__ = [
     "get_mk_alignment_for_contiguous_layout",
     "set_mk_alignment_for_contiguous_layout",
     "get_k_alignment_for_contiguous_layout",
+    "get_theoretical_mk_alignment_for_contiguous_layout",
     # submodules
     "quant",
     "reference",

@@ -12,6 +12,7 @@ _tc_util: int = 100
 _pdl: bool = False
 _ignore_compile_dims: bool = False
 _deterministic: bool = False
+_block_size_multiple_of: tuple[int, int] = (1, 1)
 
 
 def _device_sm_count() -> int:
@@ -93,6 +94,35 @@ def set_ignore_compile_dims(value: bool) -> None:
 
 def get_ignore_compile_dims() -> bool:
     return _ignore_compile_dims
+
+
+def set_block_size_multiple_of(value: "int | tuple[int, int]", block_n_multiple_of: "int | None" = None) -> None:
+    """DeepGEMM's constraint on its tile sizes (block_m and block_n multiples of the values):
+    set_block_size_multiple_of(16), ((16, 32)) or (16, 32). DeepGEMM needs it where an epilogue's
+    store block must divide a layout (e.g. its fused skip-head-mid remap); no finegemm function
+    depends on the tile size for its result (fp8_gemm_nt_skip_head_mid remaps after the GEMM), so
+    the tile stays the heuristic's choice. The values are checked (positive ints) and kept
+    (get_block_size_multiple_of); they change nothing."""
+    if block_n_multiple_of is None and isinstance(value, (tuple, list)):
+        if len(value) != 2:
+            raise TypeError(f"set_block_size_multiple_of: value must be an int or a pair of ints, got {value!r}")
+        value, block_n_multiple_of = value
+    elif block_n_multiple_of is None:
+        block_n_multiple_of = value
+    pair = []
+    for name, v in (("block_m multiple", value), ("block_n multiple", block_n_multiple_of)):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise TypeError(f"set_block_size_multiple_of: the {name} must be an int, got {type(v).__name__}")
+        if v < 1:
+            raise ValueError(f"set_block_size_multiple_of: the {name} must be >= 1, got {v}")
+        pair.append(v)
+    global _block_size_multiple_of
+    _block_size_multiple_of = (pair[0], pair[1])
+
+
+def get_block_size_multiple_of() -> tuple[int, int]:
+    """(block_m multiple, block_n multiple) last set (default (1, 1))."""
+    return _block_size_multiple_of
 
 
 def use_deterministic_algorithms(enabled: bool = True) -> None:

@@ -19,6 +19,7 @@ __all__ = [
     "set_mk_alignment_for_contiguous_layout",
     "get_m_alignment_for_contiguous_layout",
     "get_k_alignment_for_contiguous_layout",
+    "get_theoretical_mk_alignment_for_contiguous_layout",
     "get_tma_aligned_size",
     "get_mn_major_tma_aligned_tensor",
     "transform_sf_into_required_layout",
@@ -44,6 +45,21 @@ def set_mk_alignment_for_contiguous_layout(value: int) -> None:
             f"set_mk_alignment_for_contiguous_layout: value must be one of {_VALID_MK_ALIGNMENTS}, got {value!r}"
         )
     _mk_alignment = value
+
+
+def get_theoretical_mk_alignment_for_contiguous_layout(expected_m: Optional[int] = None,
+                                                       num_groups: Optional[int] = None) -> int:
+    """The alignment to pass to set_mk_alignment_for_contiguous_layout (DeepGEMM's name) for
+    groups of about `expected_m` rows each (num_groups is accepted for DeepGEMM's newer signature
+    and not needed). The SM90 kernels take 64 or 128 (a tile never spans two groups): 64 when
+    expected_m <= 64, where a group fits one 64-row tile and 128 would compute at least twice the
+    rows it has; 128 otherwise (and without a hint), the alignment the kernels are tuned for."""
+    fn = "get_theoretical_mk_alignment_for_contiguous_layout"
+    if expected_m is not None:
+        check_int(fn, "expected_m", expected_m, 0)
+    if num_groups is not None:
+        check_int(fn, "num_groups", num_groups, 0)
+    return 64 if expected_m is not None and expected_m <= 64 else 128
 
 
 # DeepGEMM's older names for the same getter (M-grouped and K-grouped layouts share the alignment).

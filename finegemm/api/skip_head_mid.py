@@ -1,0 +1,93 @@
+"""fp8_gemm_nt_skip_head_mid (DeepGEMM name): the dense FP8 GEMM written into a head-packed output
+that leaves a gap in every head.
+
+B's N rows are heads of (left + right) rows each; d holds each head as (left + mid + right)
+columns, and the GEMM's columns of a head go to its first `left` and last `right` columns. The
+`mid` columns in between are never written: the caller fills them (e.g. DeepSeek's MLA writes the
+rotary part of each head there). Column n = h * (left + right) + j of A @ B.T lands in
+d[:, h * (left + mid + right) + j + (mid if j >= left else 0)].
+
+How it runs today: the GEMM writes a scratch [M, N] (the dense fp8_gemm_nt path, CPU reference or
+SM90 kernel), and one strided copy per side moves it into d. That costs a write and a read of
+M x N output values and two copy launches beyond the GEMM (DeepGEMM remaps the columns in its
+epilogue instead; not built here yet). The scratch comes from PyTorch's caching allocator, so a
+call can be captured in a CUDA graph.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import torch
+
+from finegemm.api import _validate as _v
+from finegemm.api.dense_fp8 import _fp8_gemm
+
+__all__ = ["fp8_gemm_nt_skip_head_mid"]
+
+_FN = "fp8_gemm_nt_skip_head_mid"
+
+
+def _check_head_splits(head_splits: object) -> tuple[int, int, int]:
+    if not isinstance(head_splits, (tuple, list)) or len(head_splits) != 3:
+        raise TypeError(f"{_FN}: head_splits must be a 3-tuple of ints (left, mid, right), got {head_splits!r}")
+    left, mid, right = (_v.check_int(_FN, f"head_splits[{i}]", v, 0) for i, v in enumerate(head_splits))
+    if left + right == 0:
+        raise ValueError(f"{_FN}: head_splits must have left + right > 0 (the GEMM's columns of a head), "
+                         f"got {tuple(head_splits)}")
+    return left, mid, right
+
+
+def fp8_gemm_nt_skip_head_mid(
+    a: tuple[torch.Tensor, torch.Tensor],
+    b: tuple[torch.Tensor, torch.Tensor],
+    d: torch.Tensor,
+    head_splits: Sequence[int],
+    recipe: Optional[Sequence[int]] = None,
+    compiled_dims: str = "nk",
+    disable_ue8m0_cast: bool = False,
+) -> None:
+    """D = A @ B.T (recipe (1, 128, 128)) written around a gap of `mid` columns in every head.
+
+    Args:
+        a: ``(A, sfa)`` as for ``fp8_gemm_nt``: A ``float8_e4m3fn`` [M, K], sfa fp32 [M, ceil(K/128)].
+        b: ``(B, sfb)``: B ``float8_e4m3fn`` [N, K], sfb fp32 [ceil(N/128), ceil(K/128)].
+        d: ``bfloat16`` or ``float32`` [M, N + (N / (left + right)) * mid]; its `mid` columns of
+            each head are left as they are.
+        head_splits: ``(left, mid, right)``, non-negative ints, left + right > 0 dividing N.
+        recipe, compiled_dims, disable_ue8m0_cast: as for ``fp8_gemm_nt`` (recipe (1, 128, 128) only).
+
+    Constraints: those of ``fp8_gemm_nt`` for A, B and the scales; d with the TMA layout rules
+    (contiguous last dimension, 16-byte strides and base), on A's device, not overlapping the
+    inputs nor itself.
+    """
+    A, _ = _v.check_pair(_FN, "a", a, ("A", "sfa"))
+    B, _ = _v.check_pair(_FN, "b", b, ("B", "sfb"))
+    d = _v.check_tensor(_FN, "d", d)
+    left, mid, right = _check_head_splits(head_splits)
+    rec = _v.normalize_recipe(_FN, recipe, (_v.RECIPE_1D2D,), _v.RECIPE_1D2D)
+    _v.check_rank(_FN, "a[0] (A)", A, 2, "[M, K]")
+    _v.check_rank(_FN, "b[0] (B)", B, 2, "[N, K]")
+    _v.check_rank(_FN, "d", d, 2, "[M, N + heads * mid]")
+    _v.check_dtype(_FN, "d", d, (torch.bfloat16, torch.float32))
+    M, N = A.shape[0], B.shape[0]
+    if N % (left + right):
+        raise ValueError(f"{_FN}: N (rows of b[0] (B)) must be a multiple of left + right = {left + right} "
+                         f"(head_splits {(left, mid, right)}), got N = {N}")
+    heads = N // (left + right)
+    _v.check_shape(_FN, "d", d, (M, N + heads * mid), lambda: f"[M, N + (N / (left + right)) * mid] = "
+                   f"[{M}, {N} + {heads} * {mid}]")
+    _v.check_same_device(_FN, {"d": d, "a[0] (A)": A, "b[0] (B)": B})
+    _v.check_tma_layout(_FN, "d", d, "[M, N + heads * mid]")
+    _v.check_no_overlap(_FN, "d", d, {"a[0] (A)": A, "a[1] (sfa)": a[1], "b[0] (B)": B, "b[1] (sfb)": b[1]})
+
+    # The rest of the rules (dtypes, scales, K) are fp8_gemm_nt's, checked by it under this name.
+    scratch = torch.empty((M, N), dtype=d.dtype, device=d.device)
+    _fp8_gemm(_FN, "nt", a, b, scratch, None, rec, compiled_dims, disable_ue8m0_cast)
+    if M == 0 or heads == 0:
+        return
+    packed = d.unflatten(1, (heads, left + mid + right))
+    product = scratch.view(M, heads, left + right)
+    if left:
+        packed[:, :, :left].copy_(product[:, :, :left])
+    if right:
+        packed[:, :, left + mid:].copy_(product[:, :, left:])

@@ -1,0 +1,128 @@
+"""DeepGEMM's other entry points on CUDA tensors: fp8_gemm_nt_skip_head_mid (the dense FP8 kernel
+plus a strided copy), einsum and cublaslt_gemm_* (cuBLAS through PyTorch).
+
+Properties: fresh random data, poisoned outputs inside padded buffers (nothing outside the
+written elements changes: the gap of every head and the row padding keep their NaNs),
+calc_diff <= 1e-5 against the float64 product, skip-head-mid bitwise equal to fp8_gemm_nt's own
+columns, and a skip-head-mid call captured in a CUDA graph replaying on refilled inputs.
+"""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import finegemm  # noqa: E402
+from finegemm import reference  # noqa: E402
+from finegemm.testing import calc_diff  # noqa: E402
+
+pytestmark = [pytest.mark.gpu]
+
+BF16, F32 = torch.bfloat16, torch.float32
+
+
+def _fp8_operands(m, n, k, seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    a = finegemm.per_token_cast_to_fp8(torch.randn(m, k, device="cuda", generator=g))
+    b = finegemm.per_block_cast_to_fp8(torch.randn(n, k, device="cuda", generator=g))
+    return a, b
+
+
+@pytest.mark.parametrize("m", [1, 17, 128, 4097])
+@pytest.mark.parametrize("splits,heads,k", [((128, 64, 128), 32, 512), ((32, 16, 48), 3, 7168), ((64, 0, 64), 5, 512)])
+@pytest.mark.parametrize("dtype", [BF16, F32])
+def test_skip_head_mid_matches_the_dense_gemm(m, splits, heads, k, dtype):
+    left, mid, right = splits
+    n = heads * (left + right)
+    a, b = _fp8_operands(m, n, k, seed=m * 31 + n)
+    pad = 8
+    buf = torch.full((m, n + heads * mid + pad), float("nan"), dtype=dtype, device="cuda")
+    d = buf[:, : n + heads * mid]
+    finegemm.fp8_gemm_nt_skip_head_mid(a, b, d, splits)
+    plain = torch.empty(m, n, dtype=dtype, device="cuda")
+    finegemm.fp8_gemm_nt(a, b, plain)
+    torch.cuda.synchronize()
+    got = d.view(m, heads, left + mid + right)
+    want = plain.view(m, heads, left + right)
+    assert torch.equal(got[:, :, :left], want[:, :, :left])
+    assert torch.equal(got[:, :, left + mid:], want[:, :, left:])
+    assert torch.isnan(got[:, :, left:left + mid]).all()
+    assert torch.isnan(buf[:, n + heads * mid:]).all()
+    if m <= 128:
+        exact = reference.fp8_gemm_nt(a[0].cpu(), a[1].cpu(), b[0].cpu(), b[1].cpu(), out_dtype=torch.float64)
+        assert calc_diff(plain.cpu(), exact) < 1e-5
+
+
+def test_skip_head_mid_in_a_cuda_graph():
+    m, (left, mid, right), heads, k = 64, (128, 64, 128), 8, 512
+    n = heads * (left + right)
+    a, b = _fp8_operands(m, n, k, seed=7)
+    d = torch.full((m, n + heads * mid), float("nan"), dtype=BF16, device="cuda")
+    finegemm.fp8_gemm_nt_skip_head_mid(a, b, d, (left, mid, right))  # warm: compile and plan
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        finegemm.fp8_gemm_nt_skip_head_mid(a, b, d, (left, mid, right))
+    for seed in (11, 12):
+        a2, b2 = _fp8_operands(m, n, k, seed=seed)
+        for dst, src in ((a, a2), (b, b2)):
+            dst[0].copy_(src[0])
+            dst[1].copy_(src[1])
+        d.fill_(float("nan"))
+        graph.replay()
+        plain = torch.empty(m, n, dtype=BF16, device="cuda")
+        finegemm.fp8_gemm_nt(a, b, plain)
+        torch.cuda.synchronize()
+        got, want = d.view(m, heads, -1), plain.view(m, heads, -1)
+        assert torch.equal(got[:, :, :left], want[:, :, :left])
+        assert torch.equal(got[:, :, left + mid:], want[:, :, left:])
+        assert torch.isnan(got[:, :, left:left + mid]).all()
+
+
+_EINSUM = {  # expr -> (a shape, b shape): MLA-like sizes and odd ones
+    "bhr,hdr->bhd": [((64, 16, 512), (16, 128, 512)), ((17, 3, 72), (3, 40, 72))],
+    "bhd,hdr->bhr": [((64, 16, 128), (16, 128, 512)), ((17, 3, 40), (3, 40, 24))],
+    "bhd,bhr->hdr": [((256, 16, 128), (256, 16, 512)), ((33, 3, 40), (33, 3, 24))],
+    "bmk,bnk->mn": [((8, 128, 256), (8, 96, 256)), ((3, 17, 40), (3, 9, 40))],
+}
+
+
+@pytest.mark.parametrize("expr", sorted(_EINSUM))
+@pytest.mark.parametrize("dtype,c_kind", [(BF16, None), (F32, None), (F32, "d")])
+def test_einsum_on_cuda(expr, dtype, c_kind):
+    g = torch.Generator(device="cuda").manual_seed(3)
+    for sa, sb in _EINSUM[expr]:
+        a = torch.randn(sa, device="cuda", generator=g).to(BF16)
+        b = torch.randn(sb, device="cuda", generator=g).to(BF16)
+        exact = torch.einsum(expr, a.cpu().double(), b.cpu().double())
+        buf = torch.full((*exact.shape[:-1], exact.shape[-1] + 8), float("nan"), dtype=dtype, device="cuda")
+        d = buf[..., : exact.shape[-1]]
+        c = None
+        if c_kind == "d":
+            c0 = torch.randn(exact.shape, device="cuda", generator=g)
+            d.copy_(c0)
+            c = d
+            exact = exact + c0.cpu().double()
+        finegemm.einsum(expr, a, b, d, c=c)
+        torch.cuda.synchronize()
+        assert calc_diff(d.cpu(), exact) < 1e-5, (expr, sa, sb)
+        assert torch.isnan(buf[..., exact.shape[-1]:]).all()
+
+
+@pytest.mark.parametrize("layout", ["nt", "nn", "tn", "tt"])
+def test_cublaslt_gemm_on_cuda(layout):
+    g = torch.Generator(device="cuda").manual_seed(4)
+    for m, n, k in ((1, 576, 7168), (17, 2112, 512), (257, 129, 64)):
+        a = torch.randn(m, k, device="cuda", generator=g).to(BF16)
+        b = torch.randn(n, k, device="cuda", generator=g).to(BF16)
+        exact = a.cpu().double() @ b.cpu().double().T
+        a_in = a if layout[0] == "n" else a.t().contiguous()
+        b_in = b if layout[1] == "t" else b.t().contiguous()
+        fn = getattr(finegemm, f"cublaslt_gemm_{layout}")
+        for dtype in (BF16, F32):
+            d = torch.full((m, n), float("nan"), dtype=dtype, device="cuda")
+            fn(a_in, b_in, d)
+            assert calc_diff(d.cpu(), exact) < 1e-5
+        c = torch.randn(m, n, device="cuda", generator=g)
+        d = c.clone()
+        fn(a_in, b_in, d, c=d)
+        assert calc_diff(d.cpu(), exact + c.cpu().double()) < 1e-5

@@ -1,0 +1,251 @@
+"""DeepGEMM's other entry points on CPU tensors: fp8_gemm_nt_skip_head_mid, einsum, cublaslt_gemm_*,
+set_block_size_multiple_of and get_theoretical_mk_alignment_for_contiguous_layout.
+
+CPU calls run the exact path (float64); the CUDA path's composition (cuBLAS through PyTorch for
+einsum and cublaslt) is run here too, on CPU tensors routed as CUDA ones, where PyTorch has no fp32
+out_dtype and widens instead (the values a CUDA call gets, up to the fp32 summation order).
+"""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import finegemm  # noqa: E402
+from finegemm import reference  # noqa: E402
+from finegemm.api import _validate as _v  # noqa: E402
+from finegemm.testing import calc_diff  # noqa: E402
+
+BF16, F32 = torch.bfloat16, torch.float32
+
+
+def _fp8_operands(m, n, k, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    a = finegemm.per_token_cast_to_fp8(torch.randn(m, k, generator=g))
+    b = finegemm.per_block_cast_to_fp8(torch.randn(n, k, generator=g))
+    return a, b
+
+
+def _poisoned(shape, dtype, pad_cols=0):
+    """A NaN-filled buffer and a view of `shape` inside it (rows padded by pad_cols)."""
+    buf = torch.full((shape[0], shape[1] + pad_cols), float("nan"), dtype=dtype)
+    return buf, buf[:, : shape[1]]
+
+
+# ----------------------------------------------------------------------------- skip head mid
+@pytest.mark.parametrize("splits", [(32, 16, 48), (128, 64, 128), (64, 0, 64), (0, 16, 80), (48, 32, 0)])
+@pytest.mark.parametrize("m,heads,dtype,pad", [(17, 3, BF16, 8), (1, 2, F32, 4), (64, 1, BF16, 0)])
+def test_skip_head_mid_places_each_head_around_the_gap(splits, m, heads, dtype, pad):
+    left, mid, right = splits
+    n, k = heads * (left + right), 256
+    a, b = _fp8_operands(m, n, k, seed=m + n)
+    buf, d = _poisoned((m, n + heads * mid), dtype, pad)
+    finegemm.fp8_gemm_nt_skip_head_mid(a, b, d, splits)
+    want = reference.fp8_gemm_nt(a[0], a[1], b[0], b[1], out_dtype=dtype).view(m, heads, left + right)
+    got = d.view(m, heads, left + mid + right)
+    assert torch.equal(got[:, :, :left], want[:, :, :left])
+    assert torch.equal(got[:, :, left + mid:], want[:, :, left:])
+    assert torch.isnan(got[:, :, left:left + mid]).all()  # the gap is never written
+    assert torch.isnan(buf[:, n + heads * mid:]).all()  # nor the row padding
+
+
+def test_skip_head_mid_empty_problems():
+    a, b = _fp8_operands(0, 160, 128)
+    finegemm.fp8_gemm_nt_skip_head_mid(a, b, torch.empty(0, 160 + 2 * 16, dtype=BF16), (32, 16, 48))
+    a, b = _fp8_operands(5, 0, 128)
+    d = torch.full((5, 0), 1.0, dtype=BF16)
+    finegemm.fp8_gemm_nt_skip_head_mid(a, b, d, (32, 16, 48))
+
+
+@pytest.mark.parametrize("change,kind,match", [
+    ({"head_splits": (32, 16)}, TypeError, "head_splits must be a 3-tuple"),
+    ({"head_splits": (32, 16.0, 48)}, TypeError, r"head_splits\[1\] must be an int"),
+    ({"head_splits": (32, -1, 48)}, ValueError, r"head_splits\[1\] must be >= 0"),
+    ({"head_splits": (0, 16, 0)}, ValueError, "left \\+ right > 0"),
+    ({"head_splits": (32, 16, 40)}, ValueError, "must be a multiple of left \\+ right = 72"),
+    ({"d_cols": -1}, ValueError, "d must have shape"),
+    ({"d_dtype": torch.float16}, TypeError, "d must be"),
+    ({"recipe": (1, 1, 128)}, ValueError, "recipe must be one of"),
+    ({"sfa_cols": 1}, ValueError, r"a\[1\] \(sfa\) must have shape"),
+    ({"k_bad": True}, ValueError, "K of a\\[0\\]"),
+])
+def test_skip_head_mid_bad_input_names_the_rule(change, kind, match):
+    left, mid, right = 32, 16, 48
+    heads, m, k = 2, 9, 256
+    n = heads * (left + right)
+    a, b = _fp8_operands(m, n, k)
+    if change.get("sfa_cols"):
+        a = (a[0], a[1][:, :1])
+    if change.get("k_bad"):
+        b = (b[0][:, :128].contiguous(), b[1][:, :1].contiguous())
+    d = torch.zeros(m, n + heads * mid + change.get("d_cols", 0), dtype=change.get("d_dtype", BF16))
+    kwargs = {"recipe": change["recipe"]} if "recipe" in change else {}
+    with pytest.raises(kind, match=f"^fp8_gemm_nt_skip_head_mid: .*{match}"):
+        finegemm.fp8_gemm_nt_skip_head_mid(a, b, d, change.get("head_splits", (left, mid, right)), **kwargs)
+
+
+def test_skip_head_mid_rejects_d_over_an_input():
+    a, b = _fp8_operands(4, 160, 128)
+    storage = torch.zeros(4 * 192 * 2 + 64, dtype=torch.uint8)
+    d = storage[: 4 * 192 * 2].view(BF16).view(4, 192)
+    alias_a = (storage[: 4 * 128].view(4, 128).view(torch.float8_e4m3fn), a[1])
+    with pytest.raises(ValueError, match="^fp8_gemm_nt_skip_head_mid: d must not"):
+        finegemm.fp8_gemm_nt_skip_head_mid(alias_a, b, d, (32, 16, 48))
+
+
+# ----------------------------------------------------------------------------- einsum
+_EINSUM_SHAPES = {  # expr -> (a shape, b shape)
+    "bhr,hdr->bhd": ((5, 3, 64), (3, 40, 64)),
+    "bhd,hdr->bhr": ((5, 3, 40), (3, 40, 24)),
+    "bhd,bhr->hdr": ((6, 3, 40), (6, 3, 24)),
+    "bmk,bnk->mn": ((4, 7, 32), (4, 9, 32)),
+}
+
+
+def _einsum_inputs(expr, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    sa, sb = _EINSUM_SHAPES[expr]
+    return torch.randn(sa, generator=g).to(BF16), torch.randn(sb, generator=g).to(BF16)
+
+
+@pytest.mark.parametrize("expr", finegemm.api.einsum.SUPPORTED_EXPRESSIONS)
+@pytest.mark.parametrize("dtype,c_kind", [(BF16, None), (F32, None), (F32, "separate"), (F32, "d")])
+def test_einsum_equals_the_float64_product(expr, dtype, c_kind):
+    a, b = _einsum_inputs(expr)
+    exact = torch.einsum(expr, a.double(), b.double())
+    c = None
+    if c_kind is not None:
+        c = torch.randn(exact.shape, generator=torch.Generator().manual_seed(1))
+        exact = exact + c.double()
+    # d inside a larger buffer: its last dim padded, so a write past d would show.
+    buf = torch.full((*exact.shape[:-1], exact.shape[-1] + 3), float("nan"), dtype=dtype)
+    d = buf[..., : exact.shape[-1]]
+    if c_kind == "d":
+        d.copy_(c)
+        c = d
+    finegemm.einsum(expr, a, b, d, c=c)
+    assert torch.equal(d, exact.to(dtype))
+    assert torch.isnan(buf[..., exact.shape[-1]:]).all()
+
+
+@pytest.mark.parametrize("expr", finegemm.api.einsum.SUPPORTED_EXPRESSIONS)
+def test_einsum_cuda_composition(monkeypatch, expr):
+    """The CUDA path (fp32 products by cuBLAS, one rounding into d) on CPU tensors routed as CUDA."""
+    monkeypatch.setattr(_v, "on_cuda", lambda t: True)
+    a, b = _einsum_inputs(expr, seed=2)
+    exact = torch.einsum(expr, a.double(), b.double())
+    for dtype in (BF16, F32):
+        d = torch.full(exact.shape, float("nan"), dtype=dtype)
+        finegemm.einsum(expr, a, b, d)
+        assert calc_diff(d, exact) < 1e-5
+        c = torch.randn(exact.shape)
+        d = c.clone()
+        finegemm.einsum(expr, a, b, d, c=d)
+        assert calc_diff(d, exact + c.double()) < 1e-5
+
+
+def test_einsum_empty_dimensions():
+    a, b = torch.zeros(0, 3, 64, dtype=BF16), torch.zeros(3, 40, 64, dtype=BF16)
+    finegemm.einsum("bhr,hdr->bhd", a, b, torch.empty(0, 3, 40, dtype=BF16))
+    a, b = torch.zeros(0, 3, 40, dtype=BF16), torch.zeros(0, 3, 24, dtype=BF16)
+    c = torch.randn(3, 40, 24)
+    d = torch.full((3, 40, 24), float("nan"))
+    finegemm.einsum("bhd,bhr->hdr", a, b, d, c=c)  # K = b = 0: d = c
+    assert torch.equal(d, c)
+
+
+@pytest.mark.parametrize("call,kind,match", [
+    (lambda a, b, d: finegemm.einsum("ij,jk->ik", a, b, d), ValueError, "expr must be one of"),
+    (lambda a, b, d: finegemm.einsum(3, a, b, d), TypeError, "expr must be a str"),
+    (lambda a, b, d: finegemm.einsum("bhr,hdr->bhd", a.float(), b, d), TypeError, "a must be torch.bfloat16"),
+    (lambda a, b, d: finegemm.einsum("bhr,hdr->bhd", a, b[:, :, :32], d), ValueError, "dimension 'r' of a"),
+    (lambda a, b, d: finegemm.einsum("bhr,hdr->bhd", a, b, d[:, :, :8]), ValueError, r"d must have shape \[b, h, d\]"),
+    (lambda a, b, d: finegemm.einsum("bhr,hdr->bhd", a[0], b, d), ValueError, "a must be a 3-D tensor"),
+    (lambda a, b, d: finegemm.einsum("bhr,hdr->bhd", a, b, d, c=torch.zeros(d.shape)), TypeError,
+     "d must be torch.float32 when c is given"),
+    (lambda a, b, d: finegemm.einsum("bhr,hdr->bhd", a, b, d.transpose(1, 2).contiguous().transpose(1, 2)),
+     ValueError, "d must have a contiguous last dimension"),
+    (lambda a, b, d: finegemm.einsum("bhr,hdr->bhd", a, b, d, use_cublaslt=1), TypeError, "use_cublaslt"),
+    (lambda a, b, d: finegemm.einsum("bhr,hdr->bhd", a, b, a.view(5, 3, 64)[:, :, :40]), ValueError,
+     "d must not"),
+])
+def test_einsum_bad_input_names_the_rule(call, kind, match):
+    a, b = _einsum_inputs("bhr,hdr->bhd")
+    d = torch.zeros(5, 3, 40, dtype=BF16)
+    with pytest.raises(kind, match=f"^einsum: .*{match}"):
+        call(a, b, d)
+
+
+# ----------------------------------------------------------------------------- cublaslt_gemm_*
+@pytest.mark.parametrize("layout", ["nt", "nn", "tn", "tt"])
+@pytest.mark.parametrize("routed_as_cuda", [False, True])
+def test_cublaslt_gemm_every_layout(monkeypatch, layout, routed_as_cuda):
+    if routed_as_cuda:
+        monkeypatch.setattr(_v, "on_cuda", lambda t: True)
+    g = torch.Generator().manual_seed(5)
+    m, n, k = 17, 24, 64
+    a = torch.randn(m, k, generator=g).to(BF16)
+    b = torch.randn(n, k, generator=g).to(BF16)
+    exact = a.double() @ b.double().T
+    a_in = a if layout[0] == "n" else a.t().contiguous()
+    b_in = b if layout[1] == "t" else b.t().contiguous()
+    fn = getattr(finegemm, f"cublaslt_gemm_{layout}")
+    for dtype in (BF16, F32):
+        d = torch.full((m, n), float("nan"), dtype=dtype)
+        fn(a_in, b_in, d)
+        if routed_as_cuda:
+            assert calc_diff(d, exact) < 1e-5
+        else:
+            assert torch.equal(d, exact.to(dtype))
+    c = torch.randn(m, n, generator=g)
+    d = c.clone()
+    fn(a_in, b_in, d, c=d)
+    assert calc_diff(d, exact + c.double()) < 1e-6
+
+
+def test_cublaslt_gemm_bad_input_names_the_rule():
+    a, b = torch.zeros(4, 64, dtype=BF16), torch.zeros(8, 64, dtype=BF16)
+    with pytest.raises(TypeError, match="^cublaslt_gemm_nt: a must be torch.bfloat16"):
+        finegemm.cublaslt_gemm_nt(a.float(), b, torch.zeros(4, 8, dtype=BF16))
+    with pytest.raises(ValueError, match="^cublaslt_gemm_nn: K of a"):
+        finegemm.cublaslt_gemm_nn(a, b, torch.zeros(4, 8, dtype=BF16))
+    with pytest.raises(TypeError, match="^cublaslt_gemm_nt: d must be torch.float32 when c is given"):
+        finegemm.cublaslt_gemm_nt(a, b, torch.zeros(4, 8, dtype=BF16), c=torch.zeros(4, 8))
+    with pytest.raises(ValueError, match="^cublaslt_gemm_tt: d must have shape"):
+        finegemm.cublaslt_gemm_tt(a.t(), b, torch.zeros(8, 4, dtype=BF16))
+
+
+# ----------------------------------------------------------------------------- runtime knobs
+def test_block_size_multiple_of_is_checked_and_kept():
+    before = finegemm.get_block_size_multiple_of()
+    try:
+        finegemm.set_block_size_multiple_of(16)
+        assert finegemm.get_block_size_multiple_of() == (16, 16)
+        finegemm.set_block_size_multiple_of((16, 32))
+        assert finegemm.get_block_size_multiple_of() == (16, 32)
+        finegemm.set_block_size_multiple_of(8, 64)
+        assert finegemm.get_block_size_multiple_of() == (8, 64)
+        for bad, kind in (((1, 2, 3), TypeError), (0, ValueError), (2.0, TypeError), (True, TypeError)):
+            with pytest.raises(kind, match="^set_block_size_multiple_of: "):
+                finegemm.set_block_size_multiple_of(bad)
+        assert finegemm.get_block_size_multiple_of() == (8, 64)  # a rejected call changes nothing
+    finally:
+        finegemm.set_block_size_multiple_of(before)
+
+
+def test_theoretical_mk_alignment_is_one_the_kernels_take():
+    assert finegemm.get_theoretical_mk_alignment_for_contiguous_layout() == 128
+    assert finegemm.get_theoretical_mk_alignment_for_contiguous_layout(20) == 64
+    assert finegemm.get_theoretical_mk_alignment_for_contiguous_layout(64, 256) == 64
+    assert finegemm.get_theoretical_mk_alignment_for_contiguous_layout(expected_m=65) == 128
+    before = finegemm.get_mk_alignment_for_contiguous_layout()
+    try:
+        for m in (None, 1, 64, 1000):
+            finegemm.set_mk_alignment_for_contiguous_layout(
+                finegemm.get_theoretical_mk_alignment_for_contiguous_layout(m))
+    finally:
+        finegemm.set_mk_alignment_for_contiguous_layout(before)
+    with pytest.raises(ValueError, match="^get_theoretical_mk_alignment_for_contiguous_layout: expected_m"):
+        finegemm.get_theoretical_mk_alignment_for_contiguous_layout(-1)
+    with pytest.raises(TypeError, match="^get_theoretical_mk_alignment_for_contiguous_layout: num_groups"):
+        finegemm.get_theoretical_mk_alignment_for_contiguous_layout(8, "x")
