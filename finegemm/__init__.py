@@ -12,8 +12,14 @@ from finegemm.api import (
     bf16_gemm_nt,
     bf16_gemm_tn,
     bf16_gemm_tt,
+    cublaslt_gemm_nn,
+    cublaslt_gemm_nt,
+    cublaslt_gemm_tn,
+    cublaslt_gemm_tt,
+    einsum,
     fp8_gemm_nn,
     fp8_gemm_nt,
+    fp8_gemm_nt_skip_head_mid,
     fp8_gemm_tn,
     fp8_gemm_tt,
     k_grouped_bf16_gemm_tn_contiguous,
@@ -26,9 +32,6 @@ from finegemm.api import (
     m_grouped_fp8_gemm_nt_contiguous,
     m_grouped_fp8_gemm_nt_masked,
 )
-from finegemm.api.cublaslt import cublaslt_gemm_nn, cublaslt_gemm_nt, cublaslt_gemm_tn, cublaslt_gemm_tt
-from finegemm.api.einsum import einsum
-from finegemm.api.skip_head_mid import fp8_gemm_nt_skip_head_mid
 from finegemm.api.legacy import (
     gemm_fp8_fp8_bf16_nt,
     get_col_major_tma_aligned_tensor,

@@ -14,6 +14,7 @@ torch = pytest.importorskip("torch")
 import finegemm  # noqa: E402
 from finegemm import reference  # noqa: E402
 from finegemm.api import _validate as _v  # noqa: E402
+from finegemm.api.einsum import SUPPORTED_EXPRESSIONS  # noqa: E402
 from finegemm.testing import calc_diff  # noqa: E402
 
 BF16, F32 = torch.bfloat16, torch.float32
@@ -27,13 +28,15 @@ def _fp8_operands(m, n, k, seed=0):
 
 
 def _poisoned(shape, dtype, pad_cols=0):
-    """A NaN-filled buffer and a view of `shape` inside it (rows padded by pad_cols)."""
-    buf = torch.full((shape[0], shape[1] + pad_cols), float("nan"), dtype=dtype)
+    """A NaN-filled buffer and a view of `shape` inside it (rows padded by at least pad_cols, to a
+    16-byte pitch)."""
+    per_16 = 16 // torch.tensor([], dtype=dtype).element_size()
+    buf = torch.full((shape[0], -(-(shape[1] + pad_cols) // per_16) * per_16), float("nan"), dtype=dtype)
     return buf, buf[:, : shape[1]]
 
 
 # ----------------------------------------------------------------------------- skip head mid
-@pytest.mark.parametrize("splits", [(32, 16, 48), (128, 64, 128), (64, 0, 64), (0, 16, 80), (48, 32, 0)])
+@pytest.mark.parametrize("splits", [(32, 16, 48), (128, 64, 128), (64, 0, 64), (0, 16, 80), (48, 32, 0), (3, 5, 2)])
 @pytest.mark.parametrize("m,heads,dtype,pad", [(17, 3, BF16, 8), (1, 2, F32, 4), (64, 1, BF16, 0)])
 def test_skip_head_mid_places_each_head_around_the_gap(splits, m, heads, dtype, pad):
     left, mid, right = splits
@@ -108,7 +111,7 @@ def _einsum_inputs(expr, seed=0):
     return torch.randn(sa, generator=g).to(BF16), torch.randn(sb, generator=g).to(BF16)
 
 
-@pytest.mark.parametrize("expr", finegemm.api.einsum.SUPPORTED_EXPRESSIONS)
+@pytest.mark.parametrize("expr", SUPPORTED_EXPRESSIONS)
 @pytest.mark.parametrize("dtype,c_kind", [(BF16, None), (F32, None), (F32, "separate"), (F32, "d")])
 def test_einsum_equals_the_float64_product(expr, dtype, c_kind):
     a, b = _einsum_inputs(expr)
@@ -128,7 +131,7 @@ def test_einsum_equals_the_float64_product(expr, dtype, c_kind):
     assert torch.isnan(buf[..., exact.shape[-1]:]).all()
 
 
-@pytest.mark.parametrize("expr", finegemm.api.einsum.SUPPORTED_EXPRESSIONS)
+@pytest.mark.parametrize("expr", SUPPORTED_EXPRESSIONS)
 def test_einsum_cuda_composition(monkeypatch, expr):
     """The CUDA path (fp32 products by cuBLAS, one rounding into d) on CPU tensors routed as CUDA."""
     monkeypatch.setattr(_v, "on_cuda", lambda t: True)

@@ -67,6 +67,29 @@ def test_bad_cases_raise_a_clean_error(chunk):
     assert not problems, "\n".join(problems)
 
 
+@pytest.mark.parametrize("fn", sorted(fuzz.VARIANTS))
+def test_variant_functions_by_name(fn):
+    """The functions drawn inside another one's generator, drawn by name: seldom among the seeds
+    above, so each gets its own valid cases (accepted, outputs only) and bad ones (clean errors)."""
+    problems = []
+    for seed in range(700_000, 700_000 + 24):
+        case = fuzz.valid_case(seed, fn)
+        assert case.fn == fn
+        out = fuzz.run_case(case, "cpu")
+        if out.error is not None:
+            problems.append(f"seed {seed}: {case.describe()}: rejected: {type(out.error).__name__}: {out.error}")
+        elif fuzz.untouched_cells(out, case):
+            problems.append(f"seed {seed}: {case.describe()}: cells changed outside the outputs")
+    for seed in range(700_000, 700_000 + 60):
+        case = fuzz.bad_case(seed, fn)
+        if case is None:
+            continue
+        out = fuzz.run_case(case, "cpu")
+        if out.error is None or not fuzz.clean_error(case, out.error):
+            problems.append(f"seed {seed}: {case.describe()}: {out.error!r}")
+    assert not problems, "\n".join(problems)
+
+
 def test_every_function_and_mutation_is_drawn():
     """The generators reach every public function and every mutation kind (so a new rule or
     function is not silently left out of the fuzz)."""

@@ -19,6 +19,9 @@ from finegemm.api.grouped_fp8 import (
     m_grouped_fp8_gemm_nt_contiguous,
     m_grouped_fp8_gemm_nt_masked,
 )
+from finegemm.api.cublaslt import cublaslt_gemm_nn, cublaslt_gemm_nt, cublaslt_gemm_tn, cublaslt_gemm_tt
+from finegemm.api.einsum import einsum
+from finegemm.api.skip_head_mid import fp8_gemm_nt_skip_head_mid
 from finegemm.api import legacy  # noqa: E402  DeepGEMM v1 names, on the functions above
 
 __all__ = [
@@ -39,4 +42,10 @@ __all__ = [
     "m_grouped_bf16_gemm_nn_contiguous",
     "m_grouped_bf16_gemm_nt_masked",
     "k_grouped_bf16_gemm_tn_contiguous",
+    "fp8_gemm_nt_skip_head_mid",
+    "einsum",
+    "cublaslt_gemm_nt",
+    "cublaslt_gemm_nn",
+    "cublaslt_gemm_tn",
+    "cublaslt_gemm_tt",
 ]

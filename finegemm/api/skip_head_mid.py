@@ -21,6 +21,7 @@ import torch
 
 from finegemm.api import _validate as _v
 from finegemm.api.dense_fp8 import _fp8_gemm
+from finegemm.utils import align
 
 __all__ = ["fp8_gemm_nt_skip_head_mid"]
 
@@ -81,12 +82,13 @@ def fp8_gemm_nt_skip_head_mid(
     _v.check_no_overlap(_FN, "d", d, {"a[0] (A)": A, "a[1] (sfa)": a[1], "b[0] (B)": B, "b[1] (sfb)": b[1]})
 
     # The rest of the rules (dtypes, scales, K) are fp8_gemm_nt's, checked by it under this name.
-    scratch = torch.empty((M, N), dtype=d.dtype, device=d.device)
+    # The scratch's rows padded to 16 bytes (TMA's row pitch), whatever N is.
+    scratch = torch.empty((M, align(N, 16 // d.element_size())), dtype=d.dtype, device=d.device)[:, :N]
     _fp8_gemm(_FN, "nt", a, b, scratch, None, rec, compiled_dims, disable_ue8m0_cast)
     if M == 0 or heads == 0:
         return
     packed = d.unflatten(1, (heads, left + mid + right))
-    product = scratch.view(M, heads, left + right)
+    product = scratch.unflatten(1, (heads, left + right))
     if left:
         packed[:, :, :left].copy_(product[:, :, :left])
     if right:

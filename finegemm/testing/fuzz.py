@@ -353,7 +353,24 @@ def _dense_fp8(rng, g, layout: str) -> Case:
             args["c"] = c
     if recipe is not None:
         args["recipe"] = recipe
-    return Case(f"fp8_gemm_{layout}", args, note=f"M={m} N={n} K={k} recipe={recipe} d={d_dtype}")
+    case = Case(f"fp8_gemm_{layout}", args, note=f"M={m} N={n} K={k} recipe={recipe} d={d_dtype}")
+    # Drawn last, so that the cases drawn before this variant existed stay as they were.
+    if layout == "nt" and not one_d_one_d and "c" not in args and rng.random() < 0.5:
+        return _skip_head_mid(rng, case, m, n, d_dtype)
+    return case
+
+
+def _skip_head_mid(rng, case: Case, m: int, n: int, d_dtype) -> Case:
+    """The dense nt case as fp8_gemm_nt_skip_head_mid: heads of left + right rows of B (a divisor
+    of N), a gap of mid columns in each head of d."""
+    per_head = rng.choice([x for x in range(1, n + 1) if n % x == 0])
+    left = rng.randrange(per_head + 1)
+    mid = rng.choice((0, 8, 16, 40))
+    heads = n // per_head
+    case.args["d"] = _out((m, n + heads * mid), d_dtype, rng)
+    case.args["head_splits"] = (left, mid, per_head - left)
+    return dataclasses.replace(case, fn="fp8_gemm_nt_skip_head_mid",
+                               note=case.note + f" head_splits={case.args['head_splits']}")
 
 
 def _dense_bf16(rng, g, layout: str) -> Case:
@@ -370,7 +387,35 @@ def _dense_bf16(rng, g, layout: str) -> Case:
         c = _c_arg(rng, g, (m, n), d)
         if c is not None:
             args["c"] = c
-    return Case(f"bf16_gemm_{layout}", args, note=f"M={m} N={n} K={k} d={d_dtype}")
+    case = Case(f"bf16_gemm_{layout}", args, note=f"M={m} N={n} K={k} d={d_dtype}")
+    # Drawn last (the cases drawn before these variants existed stay as they were): the same call
+    # through cuBLAS, or an einsum of its own.
+    r = rng.random()
+    if r < 0.15:
+        return dataclasses.replace(case, fn=f"cublaslt_gemm_{layout}")
+    if r < 0.3:
+        return _einsum(rng, g)
+    return case
+
+
+def _einsum(rng, g) -> Case:
+    from finegemm.api.einsum import SUPPORTED_EXPRESSIONS
+
+    expr = rng.choice(SUPPORTED_EXPRESSIONS)
+    inputs, d_dims = expr.split("->")
+    a_dims, b_dims = inputs.split(",")
+    size = {x: rng.choice((0, 1, 3, 8, 17, 40) if x in "bhm" else (1, 8, 24, 64, 72)) for x in set(a_dims + b_dims)}
+    a = _bf16_values(g, tuple(size[x] for x in a_dims))
+    b = _bf16_values(g, tuple(size[x] for x in b_dims))
+    d_shape = tuple(size[x] for x in d_dims)
+    d_dtype = rng.choice((BF16, F32))
+    d = _out(d_shape, d_dtype, rng)
+    args = {"expr": expr, "a": _tma_in(a, rng), "b": _tma_in(b, rng), "d": d}
+    if d_dtype == F32:
+        c = _c_arg(rng, g, d_shape, d)
+        if c is not None:
+            args["c"] = c
+    return Case("einsum", args, note=f"{expr} {size} d={d_dtype}")
 
 
 def _segments(rng, num_groups: int, alignment: int, psum: bool) -> tuple[int, torch.Tensor]:
@@ -496,10 +541,27 @@ FUNCTIONS: dict[str, Callable[[random.Random, torch.Generator], Case]] = {
 }
 
 
-# Functions drawn inside another one's generator (same shapes, another layout of the inputs), so
-# that adding them left every earlier seed's case and kernels as they were.
+def _drawn_as(fn: str, base: Callable[[random.Random, torch.Generator], Case]):
+    """A generator of `fn` cases from a base generator that draws them now and then: its draws
+    retried with new seeds until one is `fn` (a variant of the base's case, drawn last in it)."""
+    def draw(rng, g) -> Case:
+        while True:
+            case = base(rng, g)
+            if case.fn == fn:
+                return case
+            seed = rng.randrange(1 << 30)
+            g.manual_seed(seed)
+    return draw
+
+
+# Functions drawn inside another one's generator (same shapes, another layout of the inputs, or a
+# case drawn last in it), so that adding them left every earlier seed's case and kernels as they were.
 VARIANTS: dict[str, Callable[[random.Random, torch.Generator], Case]] = {
     "k_grouped_fp8_gemm_tn_contiguous": lambda rng, g: _k_grouped(rng, g, True, tn=True),
+    "fp8_gemm_nt_skip_head_mid": _drawn_as("fp8_gemm_nt_skip_head_mid", lambda rng, g: _dense_fp8(rng, g, "nt")),
+    "einsum": _drawn_as("einsum", lambda rng, g: _dense_bf16(rng, g, "nt")),
+    **{f"cublaslt_gemm_{L}": _drawn_as(f"cublaslt_gemm_{L}", lambda rng, g, L=L: _dense_bf16(rng, g, L))
+       for L in ("nt", "nn", "tn", "tt")},
 }
 
 
@@ -625,6 +687,8 @@ def _allowed_dtypes(case: Case, label: str) -> tuple:
 def _tma_ruled(case: Case, label: str) -> bool:
     if label.endswith("[1]") or label in ("grouped_layout", "masked_m", "ks_tensor"):
         return False
+    if case.fn == "einsum" or case.fn.startswith("cublaslt"):
+        return False  # any strides (einsum: a contiguous last dimension, its own rule below)
     if case.fn == "m_grouped_fp8_gemm_nn_contiguous" and label == "b[0]":
         return False  # read once by a K-major copy (any strides)
     if case.fn.startswith("k_grouped_fp8") and label in ("a[0]", "b[0]"):
@@ -674,7 +738,9 @@ def bad_case(seed: int, fn: Optional[str] = None) -> Optional[Case]:
         case.note += f" {label}: shape {shape} -> {tuple(new_shape)}"
         return case
     if kind in ("inner_stride", "odd_pitch", "misalign"):
-        if not _tma_ruled(case, label) or len(shape) < 2 or min(shape) < 2 or isinstance(case.args.get("c"), _Alias):
+        einsum_rule = case.fn == "einsum" and kind == "inner_stride"  # its one stride rule
+        if (not (_tma_ruled(case, label) or einsum_rule) or len(shape) < 2 or min(shape) < 2
+                or isinstance(case.args.get("c"), _Alias)):
             return None
         esize = buf.values.element_size()
         if kind == "inner_stride":
@@ -706,14 +772,27 @@ def bad_case(seed: int, fn: Optional[str] = None) -> Optional[Case]:
         return case
     if kind == "c_partial_overlap":
         d = case.args["d"]
-        if "c" not in case.args or not isinstance(d, Buf) or d.values.shape[-2] < 2:
-            return None
+        if "c" not in case.args or not isinstance(d, Buf) or d.values.shape[-2] < 2 or d.values.numel() == 0:
+            return None  # (an empty d overlaps nothing)
         case.args["c"] = _Alias("d", rows_shift=1)
         d.place = dataclasses.replace(d.place, tail=d.place.tail + 4 * d.values.shape[-1] + 64)
         case.note += " c: d moved one row"
         return case
     if kind == "scalar":
+        if case.fn.startswith("cublaslt"):
+            return None  # no scalar arguments
+        if case.fn == "einsum":
+            key, value = rng.choice((("expr", "ij,jk->ik"), ("expr", 3), ("expr", "bhr,hdr->bhr"),
+                                     ("use_cublaslt", 1)))
+            case.args[key] = value
+            case.note += f" {key}={value!r}"
+            return case
         choices = []
+        if "head_splits" in case.args:
+            left, mid, right = case.args["head_splits"]
+            choices += [("head_splits", (left, mid)), ("head_splits", (left, -1, right)),
+                        ("head_splits", (left, float(mid), right)), ("head_splits", (0, mid, 0)),
+                        ("head_splits", "x")]
         if "expected_m" in case.args or case.fn.endswith("masked"):
             choices += [("expected_m", -1), ("expected_m", 2.5), ("expected_m", True)]
         if "fp8" in case.fn:
@@ -1005,7 +1084,9 @@ def kernel_plans(case: Case) -> list[tuple]:
     a = case.args
     fn = case.fn
     has_c = "c" in a
-    if fn.startswith("fp8_gemm_"):
+    if fn == "einsum" or fn.startswith("cublaslt"):
+        return []  # cuBLAS through PyTorch
+    if fn.startswith("fp8_gemm_"):  # fp8_gemm_nt_skip_head_mid too: the nt GEMM into a scratch
         A = a["a"][0].values
         B = a["b"][0].values
         m, k = A.shape if fn[9] == "n" else (A.shape[1], A.shape[0])

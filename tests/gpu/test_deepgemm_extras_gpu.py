@@ -29,7 +29,8 @@ def _fp8_operands(m, n, k, seed):
 
 
 @pytest.mark.parametrize("m", [1, 17, 128, 4097])
-@pytest.mark.parametrize("splits,heads,k", [((128, 64, 128), 32, 512), ((32, 16, 48), 3, 7168), ((64, 0, 64), 5, 512)])
+@pytest.mark.parametrize("splits,heads,k", [((128, 64, 128), 32, 512), ((32, 16, 48), 3, 7168), ((64, 0, 64), 5, 512),
+                                           ((3, 5, 2), 3, 256)])
 @pytest.mark.parametrize("dtype", [BF16, F32])
 def test_skip_head_mid_matches_the_dense_gemm(m, splits, heads, k, dtype):
     left, mid, right = splits
