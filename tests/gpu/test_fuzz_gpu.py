@@ -175,6 +175,13 @@ def test_valid_cases_match_cpu(chunk, warm):
     _check_all(fuzz.valid_case, VALID_SEEDS[chunk::8])
 
 
+@pytest.mark.parametrize("fn", sorted(fuzz.VARIANTS))
+def test_variant_functions_by_name_match_cpu(fn):
+    """The functions drawn inside another one's generator (seldom among the seeds above), drawn
+    by name (tests/test_fuzz_cpu.py draws the same seeds on CPU)."""
+    _check_all(lambda seed: fuzz.valid_case(seed, fn), range(700_000, 700_000 + 16))
+
+
 @pytest.mark.parametrize("chunk", range(4))
 def test_large_cases_match_cpu(chunk, warm_large):
     """Valid cases with thousands of rows and columns (several tiles per CTA, multicast pairs,
