@@ -348,7 +348,34 @@ WGRAD_TILES = [
     ("fp8 wgrad bm64 bn176, separate c (direct)", (65, 600, 384, 64, 176, 1, False, "sep")),
 ]
 
+def _skip_head_mid_fused(m, heads, splits, k):
+    """fp8_gemm_nt_skip_head_mid through the fused epilogue (its gate lifted for the call): the
+    written columns against the reference, the gap of every head untouched (else a diff of 1)."""
+    import os
+
+    from finegemm.ops import sm90_fp8_gemm as o8
+
+    left, mid, right = splits
+    n = heads * (left + right)
+    a, sfa = finegemm.per_token_cast_to_fp8(torch.randn(m, k, device="cuda"))
+    b, sfb = finegemm.per_block_cast_to_fp8(torch.randn(n, k, device="cuda"))
+    d = torch.full((m, n + heads * mid), 3.0, device="cuda", dtype=torch.bfloat16)
+    assert o8.prepare_skip_head_mid(a, sfa, b, sfb, d, splits) is not None, "not the fused path"
+    os.environ["FINEGEMM_ENABLE_UNVALIDATED"] = "1"
+    try:
+        finegemm.fp8_gemm_nt_skip_head_mid((a, sfa), (b, sfb), d, splits)
+    finally:
+        del os.environ["FINEGEMM_ENABLE_UNVALIDATED"]
+    packed = d.float().view(m, heads, left + mid + right)
+    if not bool((packed[:, :, left:left + mid] == 3.0).all()):
+        return 1.0
+    ref = reference.fp8_gemm_nt(a, sfa, b, sfb, out_dtype=torch.float32).view(m, heads, left + right)
+    got = torch.cat([packed[:, :, :left], packed[:, :, left + mid:]], dim=2)
+    return calc_diff(got, ref)
+
+
 CASES = [
+    ("fp8 skip head mid, fused epilogue, partial M", lambda: _skip_head_mid_fused(130, 5, (128, 64, 128), 512)),
     ("grouped prepared launches, repeated calls on two streams", _prepared_repeats),
     ("fp8 k-grouped one launch, c is d", lambda: _fp8_k_grouped([256, 0, 384, 128], 100, 136, True)),
     ("fp8 k-grouped one launch, no c", lambda: _fp8_k_grouped([0, 128, 256], 65, 200, False)),

@@ -252,3 +252,106 @@ def test_theoretical_mk_alignment_is_one_the_kernels_take():
         finegemm.get_theoretical_mk_alignment_for_contiguous_layout(-1)
     with pytest.raises(TypeError, match="^get_theoretical_mk_alignment_for_contiguous_layout: num_groups"):
         finegemm.get_theoretical_mk_alignment_for_contiguous_layout(8, "x")
+
+
+# ----------------------------------------------------------------------------- skip head mid: CUDA routing
+class _Recorder:
+    """Stands in for the ops layer's prepare / prepare_skip_head_mid: records the arguments and
+    returns a call that records its launch (or None where `fused` says the fused launch does not apply)."""
+
+    def __init__(self, fused=True):
+        self.prepared, self.fused_prepared, self.launched = [], [], []
+        self.fused = fused
+
+    def prepare(self, a, sfa, b, sfb, d, c, recipe):
+        self.prepared.append(d)
+        return self._call(("plain", d))
+
+    def prepare_skip_head_mid(self, a, sfa, b, sfb, d, splits):
+        self.fused_prepared.append((d, splits))
+        return self._call(("fused", d)) if self.fused else None
+
+    def _call(self, what):
+        rec = self
+
+        class Call:
+            cacheable = False
+
+            def __call__(self):
+                rec.launched.append(what)
+
+        return Call()
+
+
+def _routed(monkeypatch, fused=True, validated=False):
+    from finegemm.ops import sm90_fp8_gemm
+
+    rec = _Recorder(fused)
+    monkeypatch.setattr(sm90_fp8_gemm, "prepare", rec.prepare)
+    monkeypatch.setattr(sm90_fp8_gemm, "prepare_skip_head_mid", rec.prepare_skip_head_mid)
+    monkeypatch.setattr(_v, "on_cuda", lambda t: True)
+    if validated:
+        monkeypatch.setenv("FINEGEMM_ENABLE_UNVALIDATED", "1")
+    else:
+        monkeypatch.delenv("FINEGEMM_ENABLE_UNVALIDATED", raising=False)
+    return rec
+
+
+def test_skip_head_mid_routing_on_cuda(monkeypatch):
+    """Gated (the shipped state): the scratch-and-copy path, the fused launch never asked for. Allowed:
+    the fused launch writes d itself; where it does not apply, the scratch path again. mid == 0: one
+    plain GEMM into d."""
+    m, heads, (left, mid, right), k = 8, 2, (128, 64, 128), 256
+    n = heads * (left + right)
+    a, b = _fp8_operands(m, n, k)
+    d = torch.zeros(m, n + heads * mid, dtype=BF16)
+
+    rec = _routed(monkeypatch)
+    finegemm.fp8_gemm_nt_skip_head_mid(a, b, d, (left, mid, right))
+    assert not rec.fused_prepared and rec.launched == [("plain", rec.prepared[0])]
+    assert rec.prepared[0].shape == (m, n) and rec.prepared[0].data_ptr() != d.data_ptr()  # the scratch
+
+    rec = _routed(monkeypatch, validated=True)
+    finegemm.fp8_gemm_nt_skip_head_mid(a, b, d, (left, mid, right))
+    assert rec.fused_prepared == [(d, (left, mid, right))] and rec.launched == [("fused", d)]
+    assert not rec.prepared
+
+    rec = _routed(monkeypatch, fused=False, validated=True)
+    finegemm.fp8_gemm_nt_skip_head_mid(a, b, d, (left, mid, right))
+    assert len(rec.fused_prepared) == 1 and rec.launched == [("plain", rec.prepared[0])]
+    assert rec.prepared[0].shape == (m, n)
+
+    rec = _routed(monkeypatch, validated=True)
+    d0 = torch.zeros(m, n, dtype=BF16)
+    finegemm.fp8_gemm_nt_skip_head_mid(a, b, d0, (left, 0, right))
+    assert not rec.fused_prepared and rec.launched == [("plain", d0)]
+
+
+def test_skip_head_mid_gate_is_shipped_closed():
+    """The fused epilogue has not run on a GPU yet: it is listed, and only this non-raising path uses
+    it (fp8_gemm_nt_skip_head_mid never raises NotImplementedError because of it)."""
+    assert "fp8_skip_head_mid_fused" in _v.UNVALIDATED_ON_GPU
+
+
+def test_head_split_config_only_where_the_epilogue_serves(monkeypatch):
+    """ops.sm90_fp8_gemm._head_split_config: the plain plan with the splits, or None (split-K, no TMA
+    store, a store box across a side)."""
+    import dataclasses
+
+    from finegemm.heuristics.sm90_fp8_gemm import select_config
+    from finegemm.ops import sm90_fp8_gemm as ops
+
+    plain = {}
+
+    def fake_plan(m, n, k, out_fp32, has_c, device):
+        return plain[(m, n, k)], 0
+
+    monkeypatch.setattr(ops, "plan", fake_plan)
+    monkeypatch.setattr(ops, "_head_split_plans", {})
+    cfg = select_config(4096, 32768, 512, 132, False, False)  # a bn192 TMA-store tile: 64-column boxes
+    plain[(4096, 32768, 512)] = cfg
+    got = ops._head_split_config(4096, 32768, 512, (128, 64, 128), 0)
+    assert got == dataclasses.replace(cfg, head_splits=(128, 64, 128))
+    assert ops._head_split_config(4096, 32768, 512, (96, 64, 160), 0) is None  # 96 % 64
+    plain[(1, 32768, 512)] = dataclasses.replace(cfg, m=1, num_splits=2, tma_store=False)
+    assert ops._head_split_config(1, 32768, 512, (128, 64, 128), 0) is None

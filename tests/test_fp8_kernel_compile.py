@@ -432,6 +432,101 @@ def test_host_library_has_launcher(cuda_driver_present):
             assert call(l2=ok_l2) == 100000, hex(ok_l2)
 
 
+def _head_split_configs():
+    """(config, head splits) of plain plans whose bf16 TMA-store tile the fused skip-head-mid epilogue
+    serves: store boxes of 64 (bn192, bn128) and 16 (bn16) columns."""
+    import dataclasses
+
+    from finegemm.heuristics.sm90_fp8_gemm import select_config
+
+    out = []
+    for (m, n, k, splits) in ((4096, 32768, 512, (128, 64, 128)), (128, 8192, 512, (128, 64, 128)),
+                              (64, 96, 512, (32, 16, 64))):
+        cfg = select_config(m, n, k, 132, False, False)
+        assert cfg.tma_store and not cfg.split_k, (m, n, k)
+        out.append(dataclasses.replace(cfg, head_splits=splits))
+    return out
+
+
+@pytest.mark.nvcc
+def test_head_split_tiles_compile_clean():
+    """fp8_gemm_nt_skip_head_mid's kernels: spill-free, and D is written only by TMA stores (the
+    direct stores, which would not know the gap, are compiled out)."""
+    from finegemm.jit import compiler
+    from finegemm.ops import sm90_fp8_gemm as ops
+
+    for cfg in _head_split_configs():
+        name = ops._kernel_name(cfg)
+        assert name.endswith("_hs{}_{}_{}".format(*cfg.head_splits))
+        cubin = compiler.build_cubin(name, ops._render_cfg(cfg))
+        report = compiler.ptxas_report(cubin.parent / "build.log")
+        assert not report["spilled"] and report["stack_frame"] == 0, (name, report)
+        sass = _sass(cubin)
+        if sass is None:
+            continue
+        assert "QGMMA" in sass and "UTMASTG" in sass and "STSM" in sass, name
+        assert not re.search(r"(?<![A-Z])STG\b", sass), f"{name}: a direct global store"
+
+
+def test_head_split_render_rules():
+    import dataclasses
+
+    from finegemm.heuristics.sm90_fp8_gemm import GEMM_GROUPED_MASKED, select_config
+    from finegemm.ops import sm90_fp8_gemm as ops
+
+    cfg = select_config(4096, 32768, 512, 132, False, False)  # bm128 bn192: 64-column store boxes
+    assert ops.tma_store_box_cols(cfg.block_n) == 64 and ops.tma_store_box_cols(16) == 16
+    assert ops.tma_store_box_cols(48) == 16 and ops.tma_store_box_cols(96) == 32
+    src = ops._render_cfg(dataclasses.replace(cfg, head_splits=(128, 64, 128)))
+    assert ", false, 1, false, 1, 128, 64, 128>(" in src
+    assert ops._render_cfg(cfg) == ops.render(cfg.block_m, cfg.block_n, cfg.num_stages, False, False, False,
+                                              cfg.num_multicast, cfg.multicast_on_a, cfg.half_promote, True)
+    for bad in (dict(head_splits=(96, 64, 128)),  # a 64-column box would straddle the sides
+                dict(head_splits=(128, 0, 128)),  # no gap: the plain kernel serves it
+                dict(head_splits=(128, 64, 128), tma_store=False),
+                dict(head_splits=(128, 64, 128), gemm_kind=GEMM_GROUPED_MASKED, num_multicast=1)):
+        with pytest.raises(ValueError, match="head_splits"):
+            ops._render_cfg(dataclasses.replace(cfg, **bad))
+
+
+@pytest.mark.nvcc
+def test_host_library_has_head_split_launcher(cuda_driver_present):
+    from finegemm.ops import sm90_fp8_gemm as ops
+
+    ops._get_launcher()
+    launch, prep = ops._launcher_head_splits, ops._launcher_prepare_head_splits
+    # A dense bf16 call on a bn128 TMA-store tile (64-column boxes), heads of 128 + 128 with a gap of 64.
+    args = dict(fn=1, a=16, b=16, sfa=16, sfb=16, d=16, c=None, ws=None, cnt=None, m=64, n=512, k=256,
+                lda=256, ldb=256, ldd=640, sfa_ld=64, block_m=64, block_n=128, splits=1, mc=1, mc_a=0,
+                out_fp32=0, tma=1, grid=2, smem=100000, kind=0, grouped=None, groups=1, l2=0x33,
+                d_cols=640, left=128, mid=64, right=128, stream=0)
+    order = ["fn", "a", "b", "sfa", "sfb", "d", "c", "ws", "cnt", "m", "n", "k", "lda", "ldb", "ldd", "sfa_ld",
+             "block_m", "block_n", "splits", "mc", "mc_a", "out_fp32", "tma", "grid", "smem", "kind", "grouped",
+             "groups", "l2", "d_cols", "left", "mid", "right", "stream"]
+    out = ctypes.c_uint64(7)
+
+    def call(**kw):
+        a = dict(args, **kw)
+        return launch(*(a[x] for x in order))
+
+    def prepare(**kw):
+        a = dict(args, **kw)
+        return prep(ctypes.byref(out), *(a[x] for x in order if x not in ("ws", "cnt", "stream")))
+
+    invalid = 100001  # fg::FG_ERROR_INVALID_ARGUMENT
+    for bad in (dict(mid=0, d_cols=512), dict(left=96, right=160),  # no gap; a box across the sides
+                dict(n=500), dict(d_cols=632), dict(ldd=632), dict(left=0, right=0, d_cols=512),
+                dict(c=16), dict(out_fp32=1), dict(tma=0), dict(splits=2, ws=16, cnt=16), dict(kind=1, grouped=16),
+                dict(block_n=112, left=120, right=120, n=480, d_cols=608, ldd=608),  # 16-column boxes
+                dict(fn=0)):
+        assert call(**bad) == invalid, bad
+        out.value = 7
+        assert prepare(**bad) == invalid and out.value == 0, bad
+    if not cuda_driver_present:
+        assert call() == 100000  # valid: reaches the driver (fg::FG_ERROR_NO_DRIVER here)
+        assert call(left=0, right=256) == 100000  # one side only
+
+
 if __name__ == "__main__":
     if "--write-wgmma-header" in sys.argv:
         WGMMA_HEADER.write_text(render_wgmma_fp8_header())

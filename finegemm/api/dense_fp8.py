@@ -101,7 +101,24 @@ def _fp8_gemm(
 ) -> None:
     a_mk = layout[0] == "n"  # A stored [M, K] (K-major) else [K, M]
     b_nk = layout[1] == "t"  # B stored [N, K] (K-major) else [K, N]
+    A, sfa, B, sfb, d, c, rec, M, N, K = checked_arguments(fn, layout, a, b, d, c, recipe, compiled_dims,
+                                                           disable_ue8m0_cast)
 
+    # ---- trivial problems (no kernel needed)
+    if M == 0 or N == 0:
+        return
+    if K == 0:
+        write_empty_product(d, c)
+        return
+    _run(fn, A, sfa, B, sfb, d, c, rec, a_mk, b_nk, fast_key)
+
+
+def checked_arguments(fn: str, layout: str, a: object, b: object, d: object, c: object, recipe: object,
+                      compiled_dims: object, disable_ue8m0_cast: object) -> tuple:
+    """Every rule of a dense FP8 call (raises what is broken); returns (A, sfa, B, sfb, d, c,
+    recipe, M, N, K)."""
+    a_mk = layout[0] == "n"
+    b_nk = layout[1] == "t"
     # ---- Python-level types
     A, sfa = _v.check_pair(fn, "a", a, ("A", "sfa"))
     B, sfb = _v.check_pair(fn, "b", b, ("B", "sfb"))
@@ -149,14 +166,11 @@ def _fp8_gemm(
         _v.check_tma_layout(fn, "c", c, "[M, N]")
     _v.check_no_overlap(fn, "d", d, {"a[0] (A)": A, "b[0] (B)": B, "a[1] (sfa)": sfa, "b[1] (sfb)": sfb})
     _v.check_c_alias(fn, c, d)
+    return A, sfa, B, sfb, d, c, rec, M, N, K
 
-    # ---- trivial problems (no kernel needed)
-    if M == 0 or N == 0:
-        return
-    if K == 0:
-        write_empty_product(d, c)
-        return
 
+def _run(fn: str, A, sfa, B, sfb, d, c, rec, a_mk: bool, b_nk: bool, fast_key: Optional[tuple]) -> None:
+    """A validated call with M, N, K > 0: the SM90 kernel (CUDA) or the exact reference (CPU)."""
     # ---- canonical NT views (transposed views, never copies)
     A_nt = A if a_mk else A.t()
     sfa_nt = sfa if a_mk else sfa.t()

@@ -7,11 +7,18 @@ columns, and the GEMM's columns of a head go to its first `left` and last `right
 rotary part of each head there). Column n = h * (left + right) + j of A @ B.T lands in
 d[:, h * (left + mid + right) + j + (mid if j >= left else 0)].
 
-How it runs today: the GEMM writes a scratch [M, N] (the dense fp8_gemm_nt path, CPU reference or
-SM90 kernel), and one strided copy per side moves it into d. That costs a write and a read of
-M x N output values and two copy launches beyond the GEMM (DeepGEMM remaps the columns in its
-epilogue instead; not built here yet). The scratch comes from PyTorch's caching allocator, so a
-call can be captured in a CUDA graph.
+How it runs:
+- mid == 0: d is the plain product, one fp8_gemm_nt call into it.
+- CUDA, fused (kernel capability "fp8_skip_head_mid_fused"): the dense SM90 kernel built with the
+  head splits writes d directly; its TMA-store epilogue places each store box around the gap
+  (epilogue/tma_store_bf16.cuh). It applies where the shape's plan is a bf16 TMA-store tile without
+  split-K whose store box (16-64 columns) divides left and right, and d takes TMA stores (16-byte
+  base and row pitch). Gated until its GPU suite passes (tests/gpu/test_deepgemm_extras_gpu.py).
+- Otherwise (CPU, fp32 d, other plans): the GEMM writes a scratch [M, N] (the dense fp8_gemm_nt
+  path) and one strided copy per side moves it into d: a write and a read of M x N outputs and two
+  copy launches beyond the GEMM. The scratch comes from PyTorch's caching allocator, so a call can
+  be captured in a CUDA graph.
+Every call validates its arguments (no host fast path yet: ~10 us of Python per call).
 """
 from __future__ import annotations
 
@@ -20,7 +27,7 @@ from typing import Optional, Sequence
 import torch
 
 from finegemm.api import _validate as _v
-from finegemm.api.dense_fp8 import _fp8_gemm
+from finegemm.api.dense_fp8 import _fp8_gemm, checked_arguments
 from finegemm.utils import align
 
 __all__ = ["fp8_gemm_nt_skip_head_mid"]
@@ -81,12 +88,25 @@ def fp8_gemm_nt_skip_head_mid(
     _v.check_tma_layout(_FN, "d", d, "[M, N + heads * mid]")
     _v.check_no_overlap(_FN, "d", d, {"a[0] (A)": A, "a[1] (sfa)": a[1], "b[0] (B)": B, "b[1] (sfb)": b[1]})
 
-    # The rest of the rules (dtypes, scales, K) are fp8_gemm_nt's, checked by it under this name.
+    # The rest of the rules (dtypes, scales, K) are fp8_gemm_nt's, under this name; d's first N
+    # columns stand in for its [M, N] output (same dtype, memory and row pitch).
+    A, sfa, B, sfb, _, _, _, _, _, K = checked_arguments(_FN, "nt", a, b, d[:, :N], None, rec, compiled_dims,
+                                                         disable_ue8m0_cast)
+    if M == 0 or heads == 0:
+        return
+    if mid == 0:  # d is the plain product
+        _fp8_gemm(_FN, "nt", a, b, d, None, rec, compiled_dims, disable_ue8m0_cast)
+        return
+    if K and _v.on_cuda(d) and _v.gpu_validated("fp8_skip_head_mid_fused"):
+        from finegemm.ops import sm90_fp8_gemm
+
+        call = sm90_fp8_gemm.prepare_skip_head_mid(A, sfa, B, sfb, d, (left, mid, right))
+        if call is not None:
+            call()
+            return
     # The scratch's rows padded to 16 bytes (TMA's row pitch), whatever N is.
     scratch = torch.empty((M, align(N, 16 // d.element_size())), dtype=d.dtype, device=d.device)[:, :N]
     _fp8_gemm(_FN, "nt", a, b, scratch, None, rec, compiled_dims, disable_ue8m0_cast)
-    if M == 0 or heads == 0:
-        return
     packed = d.unflatten(1, (heads, left + mid + right))
     product = scratch.unflatten(1, (heads, left + right))
     if left:

@@ -210,6 +210,9 @@ class Fp8GemmConfig:
     k_batch: int = 1  # k-blocks whose wgmmas share one wait (narrow tiles: shorter serial chain)
     l2_promotion: tuple = DEFAULT_L2_PROMOTION  # A / B tensor maps' L2 promotion bytes (host-side; 1D2D launches)
     c_stage: bool = False  # recipe (1, 1, 128) direct epilogue with C: C TMA-loaded into shared memory per tile
+    # (left, mid, right) of fp8_gemm_nt_skip_head_mid's fused epilogue (a bf16 TMA-store tile whose
+    # boxes land around a gap of `mid` columns in every head of D); (0, 0, 0): a plain D
+    head_splits: tuple = (0, 0, 0)
 
     @property
     def split_k(self) -> bool:
@@ -231,7 +234,7 @@ class Fp8GemmConfig:
                 self.num_multicast, self.multicast_on_a, self.half_promote, self.tma_store, self.gemm_kind,
                 self.one_d_one_d, self.k_batch, self.c_stage,
                 # recipe (1, 1, 128) builds two-CTA tiles with their own register split (kCtasPerSm)
-                self.one_d_one_d and self.ctas_per_sm == 2)
+                self.one_d_one_d and self.ctas_per_sm == 2, self.head_splits)
 
 
 def num_threads(block_m: int) -> int:

@@ -106,7 +106,8 @@ def _b(x: bool) -> str:
 def render(block_m: int, block_n: int, num_stages: int, out_fp32: bool, has_c: bool, split_k: bool,
            num_multicast: int = 1, multicast_on_a: bool = False, half_promote: bool = False,
            tma_store: bool = False, gemm_kind: int = GEMM_NORMAL, one_d_one_d: bool = False,
-           k_batch: int = 1, c_stage: bool = False, ctas_per_sm: int = 1) -> str:
+           k_batch: int = 1, c_stage: bool = False, ctas_per_sm: int = 1,
+           head_splits: tuple = (0, 0, 0)) -> str:
     """The instantiation source of one kernel configuration (tma_store: the shared-memory + TMA
     store epilogue; bf16 out, no C, no split-K; gemm_kind: GEMM_NORMAL or an m-grouped kind,
     which has bf16 out, no C, no split-K, no half-promote and clusters sharing A only;
@@ -115,7 +116,9 @@ def render(block_m: int, block_n: int, num_stages: int, out_fp32: bool, has_c: b
     c_stage: that kind's direct epilogue with C, C TMA-loaded into shared memory per tile;
     ctas_per_sm 2 with recipe (1, 1, 128): block_m 64 built for two CTAs per SM, the producer's
     registers handed to the consumers (kCtasPerSm); the 1D2D kernels ignore it, their two-CTA
-    tiles run on the registers they compile to)."""
+    tiles run on the registers they compile to); head_splits (left, mid, right) with mid > 0:
+    fp8_gemm_nt_skip_head_mid's epilogue, dense kind, bf16 TMA-store tile, each store box within
+    one side of a head (the TMA box's columns divide left and right)."""
     if k_batch not in (1, 2, 4) or (k_batch > 1 and half_promote):
         raise ValueError(f"k_batch must be 1, 2 or 4 (and 1 with half-promote), got {k_batch}")
     if c_stage and not (one_d_one_d and gemm_kind == GEMM_NORMAL and has_c and not tma_store and not split_k and
@@ -161,18 +164,33 @@ def render(block_m: int, block_n: int, num_stages: int, out_fp32: bool, has_c: b
         raise ValueError("has_c requires out_fp32")
     if tma_store and (out_fp32 or has_c or split_k):
         raise ValueError("tma_store needs a bf16 output without C and without split-K")
+    tail = f", false, {k_batch}" if k_batch > 1 else ""  # k_batch 1: the source it always had
+    if tuple(head_splits) != (0, 0, 0):
+        left, mid, right = head_splits
+        box_cols = tma_store_box_cols(block_n)
+        if not (tma_store and gemm_kind == GEMM_NORMAL and mid > 0 and left + right > 0
+                and left % box_cols == 0 and right % box_cols == 0):
+            raise ValueError(f"head_splits {tuple(head_splits)}: the dense bf16 TMA-store tile, mid > 0, "
+                             f"left and right multiples of its {box_cols}-column store box")
+        tail = f", false, {k_batch}, false, 1, {left}, {mid}, {right}"
     return _TEMPLATE.format(threads=(block_m // 64 + 1) * 128, block_m=block_m, block_n=block_n,
                             stages=num_stages, out_fp32=_b(out_fp32), has_c=_b(has_c), split_k=_b(split_k),
                             num_multicast=num_multicast, multicast_on_a=_b(num_multicast == 2 and multicast_on_a),
                             half_promote=_b(half_promote), tma_store=_b(tma_store), gemm_kind=gemm_kind,
-                            # k_batch 1 renders the source it always had (same cache keys, same cubins).
-                            k_batch=f", false, {k_batch}" if k_batch > 1 else "")
+                            k_batch=tail)
+
+
+def tma_store_box_cols(block_n: int) -> int:
+    """Columns of one TMA store box of the bf16 epilogue: the largest swizzle span (128, 64 or 32
+    bytes) dividing a row of the tile, in bf16 elements (epilogue::TmaStoreBf16::kBoxCols)."""
+    row_bytes = block_n * 2
+    return (128 if row_bytes % 128 == 0 else 64 if row_bytes % 64 == 0 else 32) // 2
 
 
 def _render_cfg(cfg: Fp8GemmConfig) -> str:
     return render(cfg.block_m, cfg.block_n, cfg.num_stages, cfg.out_fp32, cfg.has_c, cfg.split_k,
                   cfg.num_multicast, cfg.multicast_on_a, cfg.half_promote, cfg.tma_store, cfg.gemm_kind,
-                  cfg.one_d_one_d, cfg.k_batch, cfg.c_stage, cfg.ctas_per_sm)
+                  cfg.one_d_one_d, cfg.k_batch, cfg.c_stage, cfg.ctas_per_sm, cfg.head_splits)
 
 
 def _kernel_name(cfg: Fp8GemmConfig) -> str:
@@ -182,7 +200,8 @@ def _kernel_name(cfg: Fp8GemmConfig) -> str:
             f"{'_hp' if cfg.half_promote else ''}{'_tmas' if cfg.tma_store else ''}"
             f"{_KIND_SUFFIX[cfg.gemm_kind]}{'_1d1d' if cfg.one_d_one_d else ''}"
             f"{f'_kb{cfg.k_batch}' if cfg.k_batch > 1 else ''}{'_cst' if cfg.c_stage else ''}"
-            f"{'_2cta' if cfg.one_d_one_d and cfg.ctas_per_sm == 2 else ''}")
+            f"{'_2cta' if cfg.one_d_one_d and cfg.ctas_per_sm == 2 else ''}"
+            f"{'_hs{}_{}_{}'.format(*cfg.head_splits) if tuple(cfg.head_splits) != (0, 0, 0) else ''}")
 
 
 _KIND_SUFFIX = {GEMM_NORMAL: "", GEMM_GROUPED_CONTIGUOUS: "_gcont", GEMM_GROUPED_MASKED: "_gmask",
@@ -215,8 +234,15 @@ def _get_launcher():
                                  i, i, i, i, i,  # block_m, block_n, num_splits, num_multicast, multicast_on_a
                                  i, i, i,  # tma_store, grid, smem
                                  u64])  # stream
+                # fp8_gemm_nt_skip_head_mid's fused launch: the same arguments, then d's width and
+                # the head splits, before the stream.
+                fh = c_function(lib, "fg_launch_sm90_fp8_gemm_head_splits", f.argtypes[:-1] + [i, i, i, i, u64])
                 global _launcher_1d1d, _launcher_prepare, _launcher_prepare_1d1d, _launch_prepared, _free_prepared
+                global _launcher_head_splits, _launcher_prepare_head_splits
                 _launcher_1d1d = f1
+                _launcher_head_splits = fh
+                _launcher_prepare_head_splits = prepare_function(lib, "fg_prepare_sm90_fp8_gemm_head_splits",
+                                                                 fh.argtypes, 7)
                 _launcher_prepare = prepare_function(lib, "fg_prepare_sm90_fp8_gemm", f.argtypes, 7)
                 _launcher_prepare_1d1d = prepare_function(lib, "fg_prepare_sm90_fp8_gemm_1d1d", f1.argtypes, 7)
                 _launch_prepared, _free_prepared = prepared_handle_functions(lib, "sm90_fp8_gemm")
@@ -225,6 +251,7 @@ def _get_launcher():
 
 
 _launcher_prepare = _launcher_prepare_1d1d = _launch_prepared = _free_prepared = None
+_launcher_head_splits = _launcher_prepare_head_splits = None
 
 
 # ----------------------------------------------------------------------------- plans
@@ -356,10 +383,19 @@ def prepare(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.Tens
         return _prepare_1d1d(a, sfa, b, sfb, d, c, config)
     if tuple(recipe) != (1, 128, 128):
         raise NotImplementedError(f"sm90_fp8_gemm: recipe {tuple(recipe)} is not supported by this kernel")
+    if a.shape[0] == 0 or b.shape[0] == 0:
+        return None
+    cfg, head, tail, keepalive = _launch_arguments(a, sfa, b, sfb, d, c, config)
+    return PreparedCall(cfg, head, tail, d.device, not keepalive, keepalive)
+
+
+def _launch_arguments(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.Tensor, d: torch.Tensor,
+                      c: Optional[torch.Tensor], config: Optional[Fp8GemmConfig],
+                      ldd: Optional[int] = None) -> tuple:
+    """(config, launcher head, launcher tail, temporaries) of a recipe (1, 128, 128) call with M, N > 0
+    (prepare()'s arguments; ldd: d's row pitch where it is not d.stride(0))."""
     m, k = a.shape
     n = b.shape[0]
-    if m == 0 or n == 0:
-        return None
     out_fp32 = d.dtype == torch.float32
     has_c = c is not None
     if has_c and not out_fp32:
@@ -385,14 +421,61 @@ def prepare(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.Tens
     # size-1 dim): pass the natural one so the TMA descriptor checks see a valid pitch.
     lda = a.stride(0) if m > 1 else align(k, 16)
     ldb = b.stride(0) if n > 1 else align(k, 16)
-    ldd = d.stride(0) if m > 1 else align(n, 8)
+    if ldd is None:
+        ldd = d.stride(0) if m > 1 else align(n, 8)
     head = (fn, a.data_ptr(), b.data_ptr(), sfa.data_ptr(), sfb.data_ptr(), d.data_ptr(),
             c.data_ptr() if has_c else None)
     tail = (m, n, k, lda, ldb, ldd, sfa_ld,
             cfg.block_m, cfg.block_n, cfg.num_splits, cfg.num_multicast, 1 if cfg.multicast_on_a else 0,
             1 if out_fp32 else 0, 1 if cfg.tma_store else 0, cfg.grid, cfg.smem_bytes, GEMM_NORMAL, None, 1,
             l2_promotion_arg(cfg.l2_promotion))
-    return PreparedCall(cfg, head, tail, device, not keepalive, keepalive)
+    return cfg, head, tail, keepalive
+
+
+class PreparedHeadSplitsCall(PreparedCall):
+    """fp8_gemm_nt_skip_head_mid's fused launch (a kernel built with head splits; its own host
+    launcher: D's map over D's full width)."""
+
+    __slots__ = ()
+    _names = ("_launcher_head_splits", "_launcher_prepare_head_splits", "_launch_prepared", "_free_prepared")
+    _what = "sm90_fp8_gemm (head splits)"
+
+
+_head_split_plans: dict[tuple, Optional[Fp8GemmConfig]] = {}
+
+
+def _head_split_config(m: int, n: int, k: int, head_splits: tuple, device: int) -> Optional[Fp8GemmConfig]:
+    """The plain call's configuration with the head splits' epilogue, or None where that epilogue
+    cannot serve it (the plan is not a bf16 TMA-store tile without split-K, or a store box would
+    straddle two sides of a head); cached per shape."""
+    key = (m, n, k, head_splits, runtime.get_num_sms(), device)
+    if key not in _head_split_plans:
+        cfg, _ = plan(m, n, k, False, False, device)
+        left, _mid, right = head_splits
+        box = tma_store_box_cols(cfg.block_n)
+        fits = (cfg.tma_store and not cfg.split_k and cfg.gemm_kind == GEMM_NORMAL and left % box == 0
+                and right % box == 0)
+        _head_split_plans[key] = dataclasses.replace(cfg, head_splits=head_splits) if fits else None
+    return _head_split_plans[key]
+
+
+def prepare_skip_head_mid(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.Tensor, d: torch.Tensor,
+                          head_splits: tuple) -> Optional[PreparedHeadSplitsCall]:
+    """The fused launch of d's head columns = A @ B^T (recipe (1, 128, 128); d bf16 [M, N + (N /
+    (left + right)) * mid], validated by the caller, mid > 0, M and N > 0), or None where it does not
+    apply (fp32 d, a tile without the TMA store, a store box across a side, d's base or pitch off
+    16 bytes): the caller then writes a scratch and copies (api/skip_head_mid.py)."""
+    m, k = a.shape
+    n = b.shape[0]
+    d_cols = d.shape[1]
+    ldd = d.stride(0) if m > 1 else align(d_cols, 8)
+    if d.dtype != torch.bfloat16 or d.data_ptr() % 16 or ldd % 8 or d_cols % 8:
+        return None
+    cfg = _head_split_config(m, n, k, tuple(head_splits), d.device.index)
+    if cfg is None:
+        return None
+    cfg, head, tail, keepalive = _launch_arguments(a, sfa, b, sfb, d, None, cfg, ldd=ldd)
+    return PreparedHeadSplitsCall(cfg, head, tail + (d_cols, *head_splits), d.device, not keepalive, keepalive)
 
 
 class PreparedCall1d1d(PreparedCall):

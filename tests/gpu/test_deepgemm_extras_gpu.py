@@ -4,7 +4,8 @@ plus a strided copy), einsum and cublaslt_gemm_* (cuBLAS through PyTorch).
 Properties: fresh random data, poisoned outputs inside padded buffers (nothing outside the
 written elements changes: the gap of every head and the row padding keep their NaNs),
 calc_diff <= 1e-5 against the float64 product, skip-head-mid bitwise equal to fp8_gemm_nt's own
-columns, and a skip-head-mid call captured in a CUDA graph replaying on refilled inputs.
+columns, and a skip-head-mid call captured in a CUDA graph replaying on refilled inputs; both
+skip-head-mid paths: the fused epilogue (gated until this suite passes) and scratch-and-copy.
 """
 from __future__ import annotations
 
@@ -28,11 +29,23 @@ def _fp8_operands(m, n, k, seed):
     return a, b
 
 
+def _fused(monkeypatch, on: bool) -> None:
+    """The fused epilogue (gated until this suite passes: FINEGEMM_ENABLE_UNVALIDATED lifts it) or
+    the scratch-and-copy path."""
+    if on:
+        monkeypatch.setenv("FINEGEMM_ENABLE_UNVALIDATED", "1")
+    else:
+        monkeypatch.delenv("FINEGEMM_ENABLE_UNVALIDATED", raising=False)
+        monkeypatch.setitem(finegemm.api._validate.UNVALIDATED_ON_GPU, "fp8_skip_head_mid_fused", ("", "", ""))
+
+
+@pytest.mark.parametrize("fused", [False, True])
 @pytest.mark.parametrize("m", [1, 17, 128, 4097])
 @pytest.mark.parametrize("splits,heads,k", [((128, 64, 128), 32, 512), ((32, 16, 48), 3, 7168), ((64, 0, 64), 5, 512),
-                                           ((3, 5, 2), 3, 256)])
+                                           ((3, 5, 2), 3, 256), ((64, 32, 64), 64, 512)])
 @pytest.mark.parametrize("dtype", [BF16, F32])
-def test_skip_head_mid_matches_the_dense_gemm(m, splits, heads, k, dtype):
+def test_skip_head_mid_matches_the_dense_gemm(monkeypatch, fused, m, splits, heads, k, dtype):
+    _fused(monkeypatch, fused)
     left, mid, right = splits
     n = heads * (left + right)
     a, b = _fp8_operands(m, n, k, seed=m * 31 + n)
@@ -54,7 +67,21 @@ def test_skip_head_mid_matches_the_dense_gemm(m, splits, heads, k, dtype):
         assert calc_diff(plain.cpu(), exact) < 1e-5
 
 
-def test_skip_head_mid_in_a_cuda_graph():
+def test_skip_head_mid_fused_path_is_taken(monkeypatch):
+    """The DeepSeek shapes get the fused launch (the plain plan is a bf16 TMA-store tile whose store
+    box divides 128): the test above then compares it, not the scratch path."""
+    from finegemm.ops import sm90_fp8_gemm
+
+    for m, n in ((128, 8192), (4096, 32768), (128, 32768)):
+        a, b = _fp8_operands(m, n, 512, seed=n)
+        d = torch.empty(m, n + n // 256 * 64, dtype=BF16, device="cuda")
+        call = sm90_fp8_gemm.prepare_skip_head_mid(a[0], a[1], b[0], b[1], d, (128, 64, 128))
+        assert call is not None and call.cfg.head_splits == (128, 64, 128), (m, n)
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_skip_head_mid_in_a_cuda_graph(monkeypatch, fused):
+    _fused(monkeypatch, fused)
     m, (left, mid, right), heads, k = 64, (128, 64, 128), 8, 512
     n = heads * (left + right)
     a, b = _fp8_operands(m, n, k, seed=7)

@@ -13,6 +13,12 @@
 // swizzle of that span (16-byte chunk c of row r at chunk c ^ ((r * span / 128) % (span / 16))).
 // The host's D tensor map uses box (kSwizzleBytes / 2 cols, 64 rows) and the same swizzle
 // (host/sm90_fp8_gemm.cpp mirrors the rule). Out-of-bounds rows/cols are dropped by TMA.
+//
+// Head splits (kHeadMid > 0, fp8_gemm_nt_skip_head_mid): the GEMM's columns are heads of
+// kHeadLeft + kHeadRight, and D holds each head as kHeadLeft + kHeadMid + kHeadRight columns with
+// the middle ones never written. Each box's column is remapped (a box lies within one side of a
+// head: kBoxCols divides both sides); D's map spans D's full width, so boxes past the GEMM's last
+// column remap past D's last one and TMA drops them as before.
 #pragma once
 
 #include <cstdint>
@@ -26,7 +32,7 @@
 namespace finegemm {
 namespace epilogue {
 
-template <uint32_t BLOCK_N>
+template <uint32_t BLOCK_N, uint32_t kHeadLeft = 0, uint32_t kHeadMid = 0, uint32_t kHeadRight = 0>
 struct TmaStoreBf16 {
   static_assert(BLOCK_N % 16 == 0, "stmatrix x4 writes two 8-column chunks at a time");
   static constexpr uint32_t kRowBytes = BLOCK_N * 2;
@@ -34,6 +40,21 @@ struct TmaStoreBf16 {
   static constexpr uint32_t kChunksPerBox = kSwizzleBytes / 16;
   static constexpr uint32_t kNumBoxes = kRowBytes / kSwizzleBytes;
   static constexpr uint32_t kBoxCols = kSwizzleBytes / 2;
+  static_assert(kHeadMid == 0 || (kHeadLeft % kBoxCols == 0 && kHeadRight % kBoxCols == 0 &&
+                                  kHeadLeft + kHeadRight > 0),
+                "head splits: every store box within one side of a head");
+
+  // D's column of the GEMM's column `col` (the box's first): itself, or its place around the gap.
+  __device__ __forceinline__ static int32_t d_column(int32_t col) {
+    if constexpr (kHeadMid == 0) {
+      return col;
+    } else {
+      constexpr uint32_t kPerHead = kHeadLeft + kHeadRight;
+      const uint32_t c = static_cast<uint32_t>(col);
+      const uint32_t head = c / kPerHead, j = c - head * kPerHead;
+      return static_cast<int32_t>(head * (kPerHead + kHeadMid) + j + (j >= kHeadLeft ? kHeadMid : 0u));
+    }
+  }
   static constexpr uint32_t kBoxBytes = 64 * kSwizzleBytes;  // multiple of 1024: swizzle atoms stay aligned
   static constexpr uint32_t kBytes = 64 * kRowBytes;         // one warpgroup's staging buffer
 
@@ -78,7 +99,7 @@ struct TmaStoreBf16 {
     if (tid == 0 && !diag::kNoDTma) {  // (developer bound: ptx/diag.cuh)
 #pragma unroll
       for (uint32_t b = 0; b < kNumBoxes; ++b) {
-        ptx::tma_store_2d(tmap_d, buf + b * kBoxBytes, col0 + static_cast<int32_t>(b * kBoxCols), row0);
+        ptx::tma_store_2d(tmap_d, buf + b * kBoxBytes, d_column(col0 + static_cast<int32_t>(b * kBoxCols)), row0);
       }
       ptx::tma_store_commit();
     }

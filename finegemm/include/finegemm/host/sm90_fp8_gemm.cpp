@@ -255,6 +255,36 @@ int encode_1d1d(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sfa, void
   return CUDA_SUCCESS;
 }
 
+// fp8_gemm_nt_skip_head_mid's fused epilogue (a kernel built with head splits (left, mid, right),
+// epilogue::TmaStoreBf16): encode_1d2d for a dense bf16 call on the TMA-store tile, then D's map
+// re-encoded over D's full width d_cols = n + (n / (left + right)) * mid. That kernel stores only
+// through the map (its direct stores would not know the gap), so a d the map cannot take (base or
+// pitch off 16 bytes) is refused here, never launched.
+int encode_head_splits(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sfa, void* sfb, void* d, void* c,
+                       int m, int n, int k, int lda, int ldb, int ldd, int sfa_ld, int block_m, int block_n,
+                       int num_splits, int num_multicast, int multicast_on_a, int out_fp32, int tma_store, int grid,
+                       int smem_bytes, int gemm_kind, void* grouped, int num_groups, int l2_promotion, int d_cols,
+                       int left, int mid, int right) {
+  if (mid <= 0 || left < 0 || right < 0 || left + right <= 0 || n <= 0 || n % (left + right) != 0)
+    return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (static_cast<int64_t>(d_cols) != static_cast<int64_t>(n) + static_cast<int64_t>(n / (left + right)) * mid ||
+      ldd < d_cols)
+    return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (c != nullptr || out_fp32 != 0 || tma_store == 0 || num_splits != 1 || gemm_kind != 0)
+    return fg::FG_ERROR_INVALID_ARGUMENT;
+  const int sw = tma_store_swizzle_bytes(block_n);
+  if (left % (sw / 2) != 0 || right % (sw / 2) != 0) return fg::FG_ERROR_INVALID_ARGUMENT;  // a box per side
+  const int rc = encode_1d2d(L, fn, a, b, sfa, sfb, d, c, m, n, k, lda, ldb, ldd, sfa_ld, block_m, block_n,
+                             num_splits, num_multicast, multicast_on_a, out_fp32, tma_store, grid, smem_bytes,
+                             gemm_kind, grouped, num_groups, l2_promotion);
+  if (rc != CUDA_SUCCESS) return rc;
+  if ((L->flags & kFlagTmaStore) == 0 || !fg::tma_store_fits(d, d_cols, ldd, 2)) return fg::FG_ERROR_INVALID_ARGUMENT;
+  return fg::make_tmap_2d(&L->tmap_d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, d, static_cast<uint64_t>(d_cols),
+                          static_cast<uint64_t>(m), static_cast<uint64_t>(ldd) * 2u, static_cast<uint32_t>(sw / 2), 64,
+                          sw == 128 ? CU_TENSOR_MAP_SWIZZLE_128B
+                                    : (sw == 64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_32B));
+}
+
 }  // namespace
 
 extern "C" {
@@ -308,6 +338,41 @@ int fg_prepare_sm90_fp8_gemm(uint64_t* out, uint64_t fn, void* a, void* b, void*
                                 num_splits, num_multicast, multicast_on_a, out_fp32, tma_store, grid, smem_bytes,
                                 gemm_kind, grouped, num_groups, l2_promotion),
                  out);
+}
+
+// fp8_gemm_nt_skip_head_mid's fused launch: fg_launch_sm90_fp8_gemm's arguments (a dense bf16 call
+// without c and split-K, on a kernel built with these head splits and the TMA-store epilogue), then
+// d_cols (d's width: n + (n / (left + right)) * mid, ldd >= d_cols) and the head splits (left, mid,
+// right: mid > 0, left + right dividing n, left and right multiples of the store box's columns).
+// d must take a TMA store (16-byte aligned base, ldd % 8 == 0, d_cols % 8 == 0).
+int fg_launch_sm90_fp8_gemm_head_splits(uint64_t fn, void* a, void* b, void* sfa, void* sfb, void* d, void* c,
+                                        void* workspace, void* counters, int m, int n, int k, int lda, int ldb,
+                                        int ldd, int sfa_ld, int block_m, int block_n, int num_splits,
+                                        int num_multicast, int multicast_on_a, int out_fp32, int tma_store, int grid,
+                                        int smem_bytes, int gemm_kind, void* grouped, int num_groups,
+                                        int l2_promotion, int d_cols, int left, int mid, int right, uint64_t stream) {
+  Sm90Fp8Launch L;
+  const int rc = encode_head_splits(&L, fn, a, b, sfa, sfb, d, c, m, n, k, lda, ldb, ldd, sfa_ld, block_m, block_n,
+                                    num_splits, num_multicast, multicast_on_a, out_fp32, tma_store, grid, smem_bytes,
+                                    gemm_kind, grouped, num_groups, l2_promotion, d_cols, left, mid, right);
+  return rc != CUDA_SUCCESS ? rc : launch(L, workspace, counters, stream);
+}
+
+// fg_prepare_sm90_fp8_gemm for fg_launch_sm90_fp8_gemm_head_splits (the same handle functions).
+int fg_prepare_sm90_fp8_gemm_head_splits(uint64_t* out, uint64_t fn, void* a, void* b, void* sfa, void* sfb, void* d,
+                                         void* c, int m, int n, int k, int lda, int ldb, int ldd, int sfa_ld,
+                                         int block_m, int block_n, int num_splits, int num_multicast,
+                                         int multicast_on_a, int out_fp32, int tma_store, int grid, int smem_bytes,
+                                         int gemm_kind, void* grouped, int num_groups, int l2_promotion, int d_cols,
+                                         int left, int mid, int right) {
+  if (out == nullptr) return fg::FG_ERROR_INVALID_ARGUMENT;
+  *out = 0;
+  Sm90Fp8Launch* L = new Sm90Fp8Launch();
+  return fg::publish_prepared(L, encode_head_splits(L, fn, a, b, sfa, sfb, d, c, m, n, k, lda, ldb, ldd, sfa_ld,
+                                                    block_m, block_n, num_splits, num_multicast, multicast_on_a,
+                                                    out_fp32, tma_store, grid, smem_bytes, gemm_kind, grouped,
+                                                    num_groups, l2_promotion, d_cols, left, mid, right),
+                              out);
 }
 
 // Recipe (1,1,128) ("1D1D", weight gradients) of the same kernel family (template flag k1D1D):

@@ -288,7 +288,7 @@ __device__ __forceinline__ void with_static_offset(uint32_t off, F&& f) {
 template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages, bool kOutFp32, bool kHasC, bool kSplitK,
           uint32_t kNumMulticast = 1, bool kMulticastOnA = false, bool kHalfPromote = false, bool kTmaStore = false,
           uint32_t kGemmKind = scheduler::kGemmNormal, bool k1D1D = false, uint32_t kKBatch = 1, bool kCStage = false,
-          uint32_t kCtasPerSm = 1>
+          uint32_t kCtasPerSm = 1, uint32_t kHeadLeft = 0, uint32_t kHeadMid = 0, uint32_t kHeadRight = 0>
 __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, const CUtensorMap* tmap_b,
                                                    const CUtensorMap* tmap_sfa, const CUtensorMap* tmap_d,
                                                    const float* sfb, void* d_ptr,
@@ -323,7 +323,12 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   static_assert(!kKGrouped || (k1D1D && !kSplitK), "k-grouped: recipe (1, 1, 128), no split-K");
   static_assert(!kTmaStore || k1D1D || (!kOutFp32 && !kHasC && !kSplitK),
                 "1D2D TMA-store epilogue: bf16 D, no C, no split-K");
-  using EpiTma = epilogue::TmaStoreBf16<BLOCK_N>;
+  // Head splits (fp8_gemm_nt_skip_head_mid, epilogue/tma_store_bf16.cuh): the dense bf16 TMA-store
+  // epilogue only; the host encodes D's map over D's full width and launches such a kernel only
+  // with it (kFlagTmaStore), so the direct stores below, which know nothing of the gap, never run.
+  static_assert(kHeadMid == 0 || (kTmaStore && !k1D1D && kGemmKind == scheduler::kGemmNormal),
+                "head splits: dense bf16 TMA-store epilogue");
+  using EpiTma = epilogue::TmaStoreBf16<BLOCK_N, kHeadLeft, kHeadMid, kHeadRight>;
   // Recipe (1,1,128): fp32 boxes, reduce-added into D when the kernel has C (C is D then).
   using EpiTmaF32 = epilogue::TmaStoreFp32<BLOCK_N, kHasC>;
   static_assert(!kTmaStore || Traits::kSmemD == (BLOCK_M / 64) * (k1D1D ? EpiTmaF32::kBytes : EpiTma::kBytes),
@@ -1231,6 +1236,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           continue;
         }
       }
+      if constexpr (kHeadMid != 0) continue;  // never: see the static_assert on head splits
       // Direct register -> global stores.
       const bool vec = (flags & kFlagVectorStores) != 0;
       if constexpr (kHasC) {
