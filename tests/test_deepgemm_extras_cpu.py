@@ -275,7 +275,7 @@ class _Recorder:
         rec = self
 
         class Call:
-            cacheable = False
+            cacheable = what[0] == "fused"  # (the dense calls here are never kept by this function)
 
             def __call__(self):
                 rec.launched.append(what)
@@ -284,8 +284,12 @@ class _Recorder:
 
 
 def _routed(monkeypatch, fused=True, validated=False):
+    import importlib
+
     from finegemm.ops import sm90_fp8_gemm
 
+    # Each scenario starts without kept calls (the fast path's keys are tensor addresses).
+    monkeypatch.setattr(importlib.import_module("finegemm.api.skip_head_mid"), "_validated", _v.ValidatedCalls())
     rec = _Recorder(fused)
     monkeypatch.setattr(sm90_fp8_gemm, "prepare", rec.prepare)
     monkeypatch.setattr(sm90_fp8_gemm, "prepare_skip_head_mid", rec.prepare_skip_head_mid)
@@ -318,13 +322,37 @@ def test_skip_head_mid_routing_on_cuda(monkeypatch):
 
     rec = _routed(monkeypatch, fused=False, validated=True)
     finegemm.fp8_gemm_nt_skip_head_mid(a, b, d, (left, mid, right))
-    assert len(rec.fused_prepared) == 1 and rec.launched == [("plain", rec.prepared[0])]
+    assert rec.fused_prepared and rec.launched == [("plain", rec.prepared[0])]
     assert rec.prepared[0].shape == (m, n)
 
     rec = _routed(monkeypatch, validated=True)
     d0 = torch.zeros(m, n, dtype=BF16)
     finegemm.fp8_gemm_nt_skip_head_mid(a, b, d0, (left, 0, right))
     assert not rec.fused_prepared and rec.launched == [("plain", d0)]
+
+
+def test_skip_head_mid_repeated_calls_keep_the_fused_launch(monkeypatch):
+    """The host fast path: a repeated call (same tensors) runs the kept fused launch without asking
+    the ops layer again; other tensors are validated and prepared anew; a call whose fused launch
+    does not apply takes the scratch path every time."""
+    m, heads, splits, k = 8, 2, (128, 64, 128), 256
+    n = heads * 256
+    a, b = _fp8_operands(m, n, k)
+    d = torch.zeros(m, n + heads * 64, dtype=BF16)
+    rec = _routed(monkeypatch, validated=True)
+    for _ in range(3):
+        finegemm.fp8_gemm_nt_skip_head_mid(a, b, d, splits)
+    assert len(rec.fused_prepared) == 1 and rec.launched == [("fused", d)] * 3
+    d2 = d.clone()
+    finegemm.fp8_gemm_nt_skip_head_mid(a, b, d2, splits)
+    assert len(rec.fused_prepared) == 2 and rec.launched[-1] == ("fused", d2)
+    with pytest.raises(ValueError, match="^fp8_gemm_nt_skip_head_mid: "):  # a kept key never skips a bad call
+        finegemm.fp8_gemm_nt_skip_head_mid(a, b, d[:, :-8], splits)
+
+    rec = _routed(monkeypatch, fused=False, validated=True)
+    for _ in range(2):
+        finegemm.fp8_gemm_nt_skip_head_mid(a, b, d, splits)
+    assert [w for w, _ in rec.launched] == ["plain", "plain"] and all(x.shape == (m, n) for x in rec.prepared)
 
 
 def test_skip_head_mid_gate_is_shipped_closed():

@@ -18,7 +18,8 @@ How it runs:
   path) and one strided copy per side moves it into d: a write and a read of M x N outputs and two
   copy launches beyond the GEMM. The scratch comes from PyTorch's caching allocator, so a call can
   be captured in a CUDA graph.
-Every call validates its arguments (no host fast path yet: ~10 us of Python per call).
+A call whose tensors keep their addresses, shapes and strides skips the argument checks and
+reuses its fused launch (the host fast path of the other functions).
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from typing import Optional, Sequence
 import torch
 
 from finegemm.api import _validate as _v
-from finegemm.api.dense_fp8 import _fp8_gemm, checked_arguments
+from finegemm.api.dense_fp8 import checked_arguments, fp8_gemm_nt
 from finegemm.utils import align
 
 __all__ = ["fp8_gemm_nt_skip_head_mid"]
@@ -68,6 +69,26 @@ def fp8_gemm_nt_skip_head_mid(
     (contiguous last dimension, 16-byte strides and base), on A's device, not overlapping the
     inputs nor itself.
     """
+    key = _validated.key(_FN, d, lambda: (a[0], a[1], b[0], b[1], d),
+                         (head_splits, recipe, compiled_dims, disable_ue8m0_cast))
+    kept = _validated.launch(key, _validate, a, b, d, head_splits, recipe, compiled_dims, disable_ue8m0_cast)
+    if not kept:
+        return  # CPU, or nothing to write: done
+    A, sfa, B, sfb = a[0], a[1], b[0], b[1]
+    splits = tuple(head_splits)
+    if not _validated.run_kept(key, kept, lambda _: _kept_launch(A, sfa, B, sfb, d, splits)):
+        _run(a, b, d, splits, recipe, compiled_dims, disable_ue8m0_cast)
+
+
+# The host fast path (as the m-grouped calls'): a validated call's key keeps its fused launch, or
+# ONE_SHOT where the call takes the scratch path (or a plain GEMM) every time.
+_validated = _v.ValidatedCalls()
+
+
+def _validate(a: object, b: object, d: object, head_splits: object, recipe: object, compiled_dims: object,
+              disable_ue8m0_cast: object) -> bool:
+    """Every argument check; runs CPU calls and calls with nothing to write itself (False), True for
+    a CUDA call the caller is to run."""
     A, _ = _v.check_pair(_FN, "a", a, ("A", "sfa"))
     B, _ = _v.check_pair(_FN, "b", b, ("B", "sfb"))
     d = _v.check_tensor(_FN, "d", d)
@@ -87,26 +108,53 @@ def fp8_gemm_nt_skip_head_mid(
     _v.check_same_device(_FN, {"d": d, "a[0] (A)": A, "b[0] (B)": B})
     _v.check_tma_layout(_FN, "d", d, "[M, N + heads * mid]")
     _v.check_no_overlap(_FN, "d", d, {"a[0] (A)": A, "a[1] (sfa)": a[1], "b[0] (B)": B, "b[1] (sfb)": b[1]})
-
     # The rest of the rules (dtypes, scales, K) are fp8_gemm_nt's, under this name; d's first N
     # columns stand in for its [M, N] output (same dtype, memory and row pitch).
-    A, sfa, B, sfb, _, _, _, _, _, K = checked_arguments(_FN, "nt", a, b, d[:, :N], None, rec, compiled_dims,
-                                                         disable_ue8m0_cast)
+    checked_arguments(_FN, "nt", a, b, d[:, :N], None, rec, compiled_dims, disable_ue8m0_cast)
     if M == 0 or heads == 0:
-        return
+        return False
+    if _v.on_cuda(d):
+        return True
+    _run(a, b, d, (left, mid, right), rec, compiled_dims, disable_ue8m0_cast)  # CPU: the scratch steps
+    return False
+
+
+def _kept_launch(A, sfa, B, sfb, d, splits: tuple) -> object:
+    """run_kept's `prepare` step: the fused launch, run and kept; ONE_SHOT where the call takes
+    _run's other paths (kept too: not tried again for this key)."""
+    if splits[1] == 0 or A.shape[1] == 0 or not _v.gpu_validated("fp8_skip_head_mid_fused"):
+        return _v.ONE_SHOT
+    from finegemm.ops import sm90_fp8_gemm
+
+    call = sm90_fp8_gemm.prepare_skip_head_mid(A, sfa, B, sfb, d, splits)
+    if call is None or not call.cacheable:  # not cacheable: a scale copy that would go stale
+        return _v.ONE_SHOT
+    return _v.run_prepared_launch(call)
+
+
+def _run(a, b, d, splits: tuple, recipe, compiled_dims, disable_ue8m0_cast) -> None:
+    """A validated call with something to write, without a kept launch: one plain GEMM into d (mid
+    == 0), the fused launch (gate open, the plan allows it), else the GEMM into a scratch and a
+    strided copy per side (CPU calls take this path too)."""
+    left, mid, right = splits
+    A, sfa, B, sfb = a[0], a[1], b[0], b[1]
+    M, N, K = A.shape[0], B.shape[0], A.shape[1]
+    # The dense GEMMs below go through fp8_gemm_nt's own fast path (the arguments were checked
+    # under this function's name; a repeated call skips their checks there).
     if mid == 0:  # d is the plain product
-        _fp8_gemm(_FN, "nt", a, b, d, None, rec, compiled_dims, disable_ue8m0_cast)
+        fp8_gemm_nt(a, b, d, recipe=recipe, compiled_dims=compiled_dims, disable_ue8m0_cast=disable_ue8m0_cast)
         return
     if K and _v.on_cuda(d) and _v.gpu_validated("fp8_skip_head_mid_fused"):
         from finegemm.ops import sm90_fp8_gemm
 
-        call = sm90_fp8_gemm.prepare_skip_head_mid(A, sfa, B, sfb, d, (left, mid, right))
+        call = sm90_fp8_gemm.prepare_skip_head_mid(A, sfa, B, sfb, d, splits)
         if call is not None:
             call()
             return
     # The scratch's rows padded to 16 bytes (TMA's row pitch), whatever N is.
     scratch = torch.empty((M, align(N, 16 // d.element_size())), dtype=d.dtype, device=d.device)[:, :N]
-    _fp8_gemm(_FN, "nt", a, b, scratch, None, rec, compiled_dims, disable_ue8m0_cast)
+    fp8_gemm_nt(a, b, scratch, recipe=recipe, compiled_dims=compiled_dims, disable_ue8m0_cast=disable_ue8m0_cast)
+    heads = N // (left + right)
     packed = d.unflatten(1, (heads, left + mid + right))
     product = scratch.unflatten(1, (heads, left + right))
     if left:
