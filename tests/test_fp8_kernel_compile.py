@@ -468,6 +468,62 @@ def test_head_split_tiles_compile_clean():
         assert not re.search(r"(?<![A-Z])STG\b", sass), f"{name}: a direct global store"
 
 
+_REMAP_CHECK = r"""
+#include <finegemm/epilogue/tma_store_bf16.cuh>
+#include <cstdio>
+#include <vector>
+// Every store box of a tiling, placed by TmaStoreBf16::d_column: each GEMM column lands once, in its
+// head's left or right part; the gaps and nothing past D's width are written; a box TMA drops
+// (starting past D's width) holds only columns past the GEMM's.
+template <uint32_t BN, uint32_t L, uint32_t M, uint32_t R>
+int check(int heads) {
+  using E = finegemm::epilogue::TmaStoreBf16<BN, L, M, R>;
+  const int n = heads * int(L + R), d_cols = n + heads * int(M), box = int(E::kBoxCols);
+  std::vector<int> owner(d_cols, -1);
+  for (int n0 = 0; n0 < n; n0 += int(BN))
+    for (int b = 0; b < int(E::kNumBoxes); ++b) {
+      const int c = n0 + b * box, d0 = E::d_column(c);
+      if (d0 >= d_cols) { if (c < n) return 1; continue; }
+      for (int i = 0; i < box; ++i) {
+        if (c + i >= n) { if (d0 + i < d_cols) return 2; continue; }
+        if (d0 + i >= d_cols || owner[d0 + i] != -1) return 3;
+        owner[d0 + i] = c + i;
+      }
+    }
+  for (int h = 0; h < heads; ++h)
+    for (int j = 0; j < int(L + M + R); ++j) {
+      const int want = j < int(L) ? h * int(L + R) + j : (j < int(L + M) ? -1 : h * int(L + R) + j - int(M));
+      if (owner[h * int(L + M + R) + j] != want) return 4;
+    }
+  return 0;
+}
+int main() {
+  const int r[] = {check<192, 128, 64, 128>(32), check<128, 128, 64, 128>(5), check<16, 32, 16, 64>(3),
+                   check<256, 64, 8, 192>(4), check<48, 16, 40, 0>(7), check<96, 0, 24, 32>(3)};
+  int bad = 0;
+  for (int i = 0; i < 6; ++i) if (r[i]) { std::printf("case %d: %d\n", i, r[i]); bad = 1; }
+  std::printf(bad ? "FAIL\n" : "OK\n");
+  return bad;
+}
+"""
+
+
+@pytest.mark.nvcc
+def test_head_split_remap_covers_every_column(tmp_path):
+    """TmaStoreBf16::d_column (the kernel's own code, compiled for the host) over every store box of
+    six tilings: tiles that straddle heads, one-sided heads, 16- to 64-column boxes."""
+    from finegemm.jit import compiler
+
+    src = tmp_path / "remap.cu"
+    src.write_text(_REMAP_CHECK)
+    exe = tmp_path / "remap"
+    inc = REPO / "finegemm" / "include"
+    subprocess.run([compiler.nvcc_path(), "-std=c++17", "-arch=sm_90a", f"-I{inc}", "-o", str(exe), str(src)],
+                   check=True, capture_output=True, timeout=600)
+    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0 and run.stdout.strip().endswith("OK"), run.stdout
+
+
 def test_head_split_render_rules():
     import dataclasses
 

@@ -45,7 +45,8 @@ struct TmaStoreBf16 {
                 "head splits: every store box within one side of a head");
 
   // D's column of the GEMM's column `col` (the box's first): itself, or its place around the gap.
-  __device__ __forceinline__ static int32_t d_column(int32_t col) {
+  // (__host__ too: tests/test_fp8_kernel_compile.py runs it on the CPU over every box of a tiling.)
+  __host__ __device__ __forceinline__ static int32_t d_column(int32_t col) {
     if constexpr (kHeadMid == 0) {
       return col;
     } else {
