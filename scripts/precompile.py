@@ -199,6 +199,28 @@ def bench_1d1d_configs(sms: int) -> list:
     return out
 
 
+def skip_head_mid_configs(sms: int) -> list:
+    """The fused skip-head-mid kernels of tests/gpu/test_deepgemm_extras_gpu.py and of
+    scripts/sanitize_cases.py (the plain plan's tile with the head splits, where it serves them)."""
+    from finegemm.ops.sm90_fp8_gemm import tma_store_box_cols
+
+    spec = importlib.util.spec_from_file_location("_extras_gpu_cases", Path(__file__).resolve().parents[1] / "tests"
+                                                  / "gpu" / "test_deepgemm_extras_gpu.py")
+    t = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(t)
+    problems = [(m, heads * (splits[0] + splits[2]), k, splits) for splits, heads, k in t.SKIP_HEAD_MID_CASES
+                for m in t.SKIP_HEAD_MID_M]
+    problems += [(m, n, 512, (128, 64, 128)) for m, n in ((128, 8192), (4096, 32768), (128, 32768))]
+    problems.append((130, 5 * 256, 512, (128, 64, 128)))  # sanitize_cases.py
+    out = []
+    for m, n, k, (left, mid, right) in problems:
+        cfg = select_config(m, n, k, sms, False, False)
+        box = tma_store_box_cols(cfg.block_n)
+        if mid and cfg.tma_store and not cfg.split_k and left % box == 0 and right % box == 0:
+            out.append(dataclasses.replace(cfg, head_splits=(left, mid, right)))
+    return out
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--sms", type=int, default=132)
@@ -281,6 +303,8 @@ def main() -> int:
             add_1d1d(cfg)
         else:
             cfgs[ops._kernel_name(cfg)] = cfg
+    for cfg in skip_head_mid_configs(args.sms):
+        cfgs[ops._kernel_name(cfg)] = cfg
     if args.only_1d1d:
         cfgs = {name: cfg for name, cfg in cfgs.items() if cfg.one_d_one_d}
     return build(cfgs, args.jobs)
