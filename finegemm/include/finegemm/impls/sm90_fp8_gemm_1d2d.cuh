@@ -1236,7 +1236,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           continue;
         }
       }
-      if constexpr (kHeadMid != 0) continue;  // never: see the static_assert on head splits
+      if constexpr (kHeadMid != 0) continue;  // not reached: the host launches it only with D's map (kFlagTmaStore)
       // Direct register -> global stores.
       const bool vec = (flags & kFlagVectorStores) != 0;
       if constexpr (kHasC) {
