@@ -245,6 +245,23 @@ inline bool tma_store_fits(const void* base, int64_t n, int64_t ld, int elem_byt
   return reinterpret_cast<uintptr_t>(base) % 16 == 0 && (ld * elem_bytes) % 16 == 0 && (n * elem_bytes) % 16 == 0;
 }
 
+// The bf16 TMA-store epilogue's tile layout (mirrors epilogue::TmaStoreBf16<block_n>): the largest
+// swizzle span (128, 64 or 32 bytes) dividing a tile row; a store box is that span's columns x 64 rows.
+inline int bf16_store_swizzle_bytes(int block_n) {
+  const int row_bytes = block_n * 2;
+  return row_bytes % 128 == 0 ? 128 : (row_bytes % 64 == 0 ? 64 : 32);
+}
+
+// The bf16 D map of that epilogue: [rows, cols] with row pitch ldd elements, its box and swizzle.
+// (The caller checks tma_store_fits first; the FP8 and BF16 dense / grouped / head-split launchers.)
+inline CUresult make_bf16_store_tmap(CUtensorMap* tmap, void* d, uint64_t cols, uint64_t rows, int ldd, int block_n) {
+  const int sw = bf16_store_swizzle_bytes(block_n);
+  return make_tmap_2d(tmap, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, d, cols, rows, static_cast<uint64_t>(ldd) * 2u,
+                      static_cast<uint32_t>(sw / 2), 64,
+                      sw == 128 ? CU_TENSOR_MAP_SWIZZLE_128B
+                                : (sw == 64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_32B));
+}
+
 // The fp32 D map of the recipe (1,1,128) TMA epilogue (mirrors epilogue::TmaStoreFp32<block_n>):
 // [groups, m, n] fp32 with row pitch ldd elements (group g's rows start at g * m), box (32 or 16
 // columns, 64 rows, 1). Returns false (nothing encoded) where a TMA store may not write d

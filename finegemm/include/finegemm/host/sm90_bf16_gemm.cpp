@@ -22,12 +22,6 @@ constexpr uint32_t kBf16FlagTmaStore = 2u;
 constexpr uint32_t kBf16FlagOutFp32 = 4u;
 constexpr uint32_t kBf16FlagHasC = 8u;
 
-// Column-box swizzle of the TMA-store epilogue: mirrors epilogue::TmaStoreBf16<BLOCK_N>.
-int bf16_tma_store_swizzle_bytes(int block_n) {
-  const int row_bytes = block_n * 2;
-  return row_bytes % 128 == 0 ? 128 : (row_bytes % 64 == 0 ? 64 : 32);
-}
-
 // TMA descriptor of one bf16 operand. K-major ([rows, K] storage): box (64 k, box_rows rows).
 // MN-major ([K, rows] storage): box (64 rows, 64 k) with the 128-byte swizzle, the kernel issuing
 // one box per 64 rows; a tile of 16 / 32 rows is one box of that width with the 32- / 64-byte
@@ -128,12 +122,7 @@ int encode_dense(Sm90Bf16Launch* L, uint64_t fn, void* a, void* b, void* d, void
   if (tma_store != 0 && out_fp32 == 0 && c == nullptr) {
     const bool ok = fg::tma_store_fits(d, n, ldd, 2);  // else direct stores
     if (ok) {
-      const int sw = bf16_tma_store_swizzle_bytes(block_n);
-      r = fg::make_tmap_2d(&L->tmap_d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, d, static_cast<uint64_t>(n),
-                           static_cast<uint64_t>(m), static_cast<uint64_t>(ldd) * 2u, static_cast<uint32_t>(sw / 2),
-                           64,
-                           sw == 128 ? CU_TENSOR_MAP_SWIZZLE_128B
-                                     : (sw == 64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_32B));
+      r = fg::make_bf16_store_tmap(&L->tmap_d, d, static_cast<uint64_t>(n), static_cast<uint64_t>(m), ldd, block_n);
       if (r != CUDA_SUCCESS) return r;
       flags |= kBf16FlagTmaStore;
     }
@@ -250,12 +239,8 @@ int encode_grouped(Sm90Bf16GroupedLaunch* L, uint64_t fn, void* a, void* b, void
   std::memset(&L->tmap_d, 0, sizeof(L->tmap_d));
   const bool ok = fg::tma_store_fits(d, n, ldd, 2);  // else direct stores
   if (ok) {
-    const int sw = bf16_tma_store_swizzle_bytes(block_n);
-    r = fg::make_tmap_2d(&L->tmap_d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, d, static_cast<uint64_t>(n),
-                         static_cast<uint64_t>(rows_a), static_cast<uint64_t>(ldd) * 2u,
-                         static_cast<uint32_t>(sw / 2), 64,
-                         sw == 128 ? CU_TENSOR_MAP_SWIZZLE_128B
-                                   : (sw == 64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_32B));
+    r = fg::make_bf16_store_tmap(&L->tmap_d, d, static_cast<uint64_t>(n), static_cast<uint64_t>(rows_a), ldd,
+                                 block_n);
     if (r != CUDA_SUCCESS) return r;
     flags |= kBf16FlagTmaStore;
   }

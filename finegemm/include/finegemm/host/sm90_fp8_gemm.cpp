@@ -19,11 +19,6 @@ constexpr uint32_t kFlagVectorStores = 1u;  // mirrors impls::kFlagVectorStores
 constexpr uint32_t kFlagTmaStore = 2u;      // mirrors impls::kFlagTmaStore
 constexpr uint32_t kFlagCPrefetchMap = 4u;  // mirrors impls::kFlagCPrefetchMap
 
-// Column-box swizzle of the TMA-store epilogue: mirrors epilogue::TmaStoreBf16<BLOCK_N>.
-int tma_store_swizzle_bytes(int block_n) {
-  const int row_bytes = block_n * 2;
-  return row_bytes % 128 == 0 ? 128 : (row_bytes % 64 == 0 ? 64 : 32);
-}
 
 // Everything one launch needs except the stream and the split-K buffers. The tensor maps are
 // passed by value (__grid_constant__), so a Launch may be freed as soon as cuLaunchKernelEx returns.
@@ -142,12 +137,7 @@ int encode_1d2d(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sfa, void
   if (tma_store != 0) {
     const bool ok = fg::tma_store_fits(d, n, ldd, 2);  // else direct stores
     if (ok) {
-      const int sw = tma_store_swizzle_bytes(block_n);
-      r = fg::make_tmap_2d(&L->tmap_d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, d, static_cast<uint64_t>(n),
-                           rows_a, static_cast<uint64_t>(ldd) * 2u, static_cast<uint32_t>(sw / 2),
-                           64,
-                           sw == 128 ? CU_TENSOR_MAP_SWIZZLE_128B
-                                     : (sw == 64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_32B));
+      r = fg::make_bf16_store_tmap(&L->tmap_d, d, static_cast<uint64_t>(n), rows_a, ldd, block_n);
       if (r != CUDA_SUCCESS) return r;
       flags |= kFlagTmaStore;
     }
@@ -272,17 +262,15 @@ int encode_head_splits(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sf
     return fg::FG_ERROR_INVALID_ARGUMENT;
   if (c != nullptr || out_fp32 != 0 || tma_store == 0 || num_splits != 1 || gemm_kind != 0)
     return fg::FG_ERROR_INVALID_ARGUMENT;
-  const int sw = tma_store_swizzle_bytes(block_n);
-  if (left % (sw / 2) != 0 || right % (sw / 2) != 0) return fg::FG_ERROR_INVALID_ARGUMENT;  // a box per side
+  const int box_cols = fg::bf16_store_swizzle_bytes(block_n) / 2;
+  if (left % box_cols != 0 || right % box_cols != 0) return fg::FG_ERROR_INVALID_ARGUMENT;  // a box per side
   const int rc = encode_1d2d(L, fn, a, b, sfa, sfb, d, c, m, n, k, lda, ldb, ldd, sfa_ld, block_m, block_n,
                              num_splits, num_multicast, multicast_on_a, out_fp32, tma_store, grid, smem_bytes,
                              gemm_kind, grouped, num_groups, l2_promotion);
   if (rc != CUDA_SUCCESS) return rc;
   if ((L->flags & kFlagTmaStore) == 0 || !fg::tma_store_fits(d, d_cols, ldd, 2)) return fg::FG_ERROR_INVALID_ARGUMENT;
-  return fg::make_tmap_2d(&L->tmap_d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, d, static_cast<uint64_t>(d_cols),
-                          static_cast<uint64_t>(m), static_cast<uint64_t>(ldd) * 2u, static_cast<uint32_t>(sw / 2), 64,
-                          sw == 128 ? CU_TENSOR_MAP_SWIZZLE_128B
-                                    : (sw == 64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_32B));
+  return fg::make_bf16_store_tmap(&L->tmap_d, d, static_cast<uint64_t>(d_cols), static_cast<uint64_t>(m), ldd,
+                                  block_n);
 }
 
 }  // namespace
