@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # One call on the H200 machine: GPU tests + benchmarks, logs and JSON under $OUT.
 # Usage (from the repo root on the GPU machine):
-#   bash scripts/device_run.sh [all|tests|bench|sanitize|tune]      (default: all)
+#   bash scripts/device_run.sh [all|tests|bench|sanitize|tune|pending]      (default: all)
+# "pending": what the commits built without a GPU still need, in one call (benchmarks/NOTES.md,
+# the newest State block): their GPU tests, compute-sanitizer on their cases, the fused
+# skip-head-mid timing, and the A/B of the diagnostic builds waiting for a measurement.
 # Every later GPU claim in benchmarks/results/ comes from this script.
 # Pass the commit: FINEGEMM_COMMIT=<HEAD of the checkout that sent the run> (the JSONs
 # "commit"): the device copy's git metadata can lag the working tree it runs (NOTES v0.86).
@@ -51,6 +54,31 @@ if [[ "$what" == tune ]]; then
       | grep -v -i "warn" | tee "$OUT/tune_$fam.log"
     status=$(( status | ${PIPESTATUS[0]} ))
   done
+fi
+if [[ "$what" == pending ]]; then
+  # 1. The GPU tests of the code built without a GPU (v0.93-v0.95).
+  timeout 300 python3 -m pytest -q -rs -m gpu tests/gpu/test_deepgemm_extras_gpu.py \
+    tests/gpu/test_contiguous_layout_gpu.py "tests/gpu/test_fuzz_gpu.py::test_variant_functions_by_name_match_cpu" \
+    -p no:cacheprovider --timeout 120 --timeout_method thread 2>&1 | tee "$OUT/pending_gpu_tests.log"
+  status=$(( status | ${PIPESTATUS[0]} ))
+  # 2. Their sanitizer cases (the fused skip-head-mid epilogue; the kept grouped launches).
+  for tool in memcheck racecheck synccheck; do
+    timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 3 python3 scripts/sanitize_cases.py \
+      "skip head mid" "prepared" 2>&1 | tee "$OUT/pending_sanitize_$tool.log"
+    status=$(( status | ${PIPESTATUS[0]} ))
+  done
+  # 3. Fused against scratch at DeepGEMM's skip-head-mid shapes (FINEGEMM_ENABLE_UNVALIDATED is not
+  #    needed: the probe calls the fused launch itself, after checking it against the scratch path).
+  timeout 120 python3 scripts/probe_skip_head_mid.py --out "$OUT/skip_head_mid.json" 2>&1 \
+    | tee "$OUT/probe_skip_head_mid.log"
+  status=$(( status | ${PIPESTATUS[0]} ))
+  # 4. The k-block rotation (v0.95) on the 12 skinny anchors, interleaved with the default build.
+  VARIANTS="${FINEGEMM_PENDING_VARIANTS:-base= rot1=-DFINEGEMM_DIAG_K_ROTATE=1 rot7=-DFINEGEMM_DIAG_K_ROTATE=7}" \
+    ROUNDS="${FINEGEMM_PENDING_ROUNDS:-2}" SUITE=dense FINEGEMM_BENCH_TESTS=20 \
+    bash scripts/ab_bench_variants.sh --shapes 64,2112,7168 64,24576,1536 64,32768,512 64,7168,16384 \
+    64,4096,7168 64,7168,2048 128,2112,7168 128,24576,1536 128,32768,512 128,7168,16384 128,4096,7168 \
+    128,7168,2048 2>&1 | tee "$OUT/pending_ab.log"
+  python3 scripts/ab_summary.py "$OUT"/ab_*.json 2>&1 | tee "$OUT/pending_ab_summary.txt"
 fi
 if [[ "$what" == all || "$what" == bench ]]; then
   for suite in ${FINEGEMM_BENCH_SUITES:-dense grouped bf16}; do

@@ -1283,7 +1283,7 @@ def test_smem_formula_matches_the_kernel_traits(tmp_path):
                                    "-DFINEGEMM_DIAG_NO_MMA -DFINEGEMM_DIAG_NO_SFA_TMA",
                                    "-DFINEGEMM_DIAG_NO_MMA -DFINEGEMM_DIAG_NO_A_TMA",
                                    "-DFINEGEMM_DIAG_NO_MMA -DFINEGEMM_DIAG_NO_B_TMA",
-                                   "-DFINEGEMM_DIAG_NO_1D2D_FENCE"])
+                                   "-DFINEGEMM_DIAG_NO_1D2D_FENCE", "-DFINEGEMM_DIAG_K_ROTATE=1"])
 def test_developer_builds_compile(flags, monkeypatch):
     """The instrumented (scripts/trace_tiles.py) and diagnostic (scripts/diag_mainloop.sh,
     ptx/diag.cuh) builds compile spill-free with serialized-wgmma checks: they are built only on

@@ -478,6 +478,19 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
     sched.k_range(split, num_kb, kb_begin, kb_end);
     if (skip) kb_end = kb_begin;
   };
+  // The k-block that step kb of [kb_begin, kb_end) reads: kb itself, or with the developer
+  // diagnostic diag::kKRotate a per-cluster rotation of the range (ptx/diag.cuh). Every role maps
+  // alike, and both CTAs of a cluster (one cluster id) read the same k-blocks.
+  auto k_block_at = [&](uint32_t kb, uint32_t kb_begin, uint32_t kb_end) -> uint32_t {
+    if constexpr (diag::kKRotate == 0) {
+      return kb;
+    } else {
+      const uint32_t n = kb_end - kb_begin;
+      if (n == 0) return kb;
+      const uint32_t r = kb + (cluster_id * diag::kKRotate) % n;
+      return r >= kb_end ? r - n : r;
+    }
+  };
 
   if (threadIdx.x == 0) {
     // A launch with less dynamic shared memory than this layout needs would corrupt memory.
@@ -600,7 +613,8 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           ptx::mbar_arrive_expect_tx(full_bar(stage), tx_bytes - (diag::kNoSfaTma ? first_a_rows * 4u : 0u) -
                                                           (diag::kNoATma ? a_box_rows * Traits::BLOCK_K : 0u) -
                                                           (diag::kNoBTma ? Traits::kSmemB : 0u));
-          const int32_t k0 = static_cast<int32_t>(kb * Traits::BLOCK_K);
+          const uint32_t kb_read = k_block_at(kb, kb_begin, kb_end);
+          const int32_t k0 = static_cast<int32_t>(kb_read * Traits::BLOCK_K);
           const uint32_t dst_a = base + Traits::kOffA + stage * Traits::kSmemA;
           const uint32_t dst_b = base + Traits::kOffB + stage * Traits::kSmemB;
           if constexpr (diag::kNoATma) {
@@ -619,12 +633,12 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           }
           if constexpr (!diag::kNoSfaTma) {
             ptx::tma_load_2d(base + Traits::kOffSfa + stage * Traits::kSmemSfa, tmap_sfa, full_bar(stage),
-                             static_cast<int32_t>(t.sfa_m), static_cast<int32_t>(t.sfa_kb0 + kb));
+                             static_cast<int32_t>(t.sfa_m), static_cast<int32_t>(t.sfa_kb0 + kb_read));
           }
           if constexpr (k1D1D) {
             // This CTA's own BLOCK_N column scales (never multicast: a pair sharing A has two n-blocks).
             ptx::tma_load_2d(base + Traits::kOffSfb + stage * Traits::kSmemSfb, tmap_sfb, full_bar(stage), n0,
-                             static_cast<int32_t>(kKGrouped ? t.sfa_kb0 + kb : kb));
+                             static_cast<int32_t>(kKGrouped ? t.sfa_kb0 + kb_read : kb_read));
           }
           }  // diag::kNoTma
           if constexpr (kPrefetchC) {  // the epilogue's box coordinates (the map: N, rows per group, groups)
@@ -690,7 +704,9 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
 #pragma unroll
           for (uint32_t b = 0; b < kSpan; ++b) {
             const uint32_t nb = nb0 + b < num_sfb_blocks ? nb0 + b : num_sfb_blocks - 1;
-            v[b] = kb_mine < kb_end ? __ldg(sfb_group + static_cast<size_t>(nb) * num_kb + kb_mine) : 0.0f;
+            v[b] = kb_mine < kb_end
+                       ? __ldg(sfb_group + static_cast<size_t>(nb) * num_kb + k_block_at(kb_mine, kb_begin, kb_end))
+                       : 0.0f;
           }
           const uint32_t n_here = kb_end - kb0 < 32 ? kb_end - kb0 : 32;
           for (uint32_t i = 0; i < n_here; ++i) {
@@ -1022,7 +1038,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
       float sb_next[kScaleWarp ? 1 : kSpan];
       if constexpr (!kScaleWarp) {
 #pragma unroll
-        for (uint32_t b = 0; b < kSpan; ++b) sb_next[b] = __ldg(sfb_rows[b] + kb_begin);
+        for (uint32_t b = 0; b < kSpan; ++b) sb_next[b] = __ldg(sfb_rows[b] + k_block_at(kb_begin, kb_begin, kb_end));
       }
       float sa0 = 0.0f, sa1 = 0.0f;
 
@@ -1038,7 +1054,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
 #pragma unroll
           for (uint32_t b = 0; b < kSpan; ++b) {
             sb[b] = sb_next[b];
-            sb_next[b] = __ldg(sfb_rows[b] + kb_pref);
+            sb_next[b] = __ldg(sfb_rows[b] + k_block_at(kb_pref, kb_begin, kb_end));
           }
         }
         if constexpr (!kHalfPromote) {

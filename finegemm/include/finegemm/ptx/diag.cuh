@@ -57,6 +57,12 @@
 //                         reader was 1.3-1.7x faster at 512 B per row per step than at 128 B):
 //                         does the skinny B stream gain from DRAM locality? (capped at stages - k_batch;
 //                         measured slower everywhere, benchmarks/NOTES.md v0.65)
+//   FINEGEMM_DIAG_K_ROTATE=<n>  (FP8 kernel, correct results, not bitwise equal to the default: the
+//                         k-blocks are summed in another order) every role walks a unit's k-blocks
+//                         starting at k-block (cluster id * n) mod (the unit's k-blocks) and wraps
+//                         around, so that the CTAs of a one-wave skinny grid do not all read the
+//                         same 128-byte column of every B row at once: is the skinny B stream
+//                         limited by many requests to the same DRAM banks at the same time?
 //   FINEGEMM_DIAG_FULL_A_BOX  (FP8 1D2D and BF16 dense kernels and their host launchers, correct
 //                         results) A boxes of BLOCK_M rows for the last m-block too, as before
 //                         v0.68 (impls/fitted_box_rows.h): the baseline of an interleaved A/B.
@@ -215,6 +221,12 @@ constexpr unsigned kProducerBurst = FINEGEMM_DIAG_PRODUCER_BURST;
 constexpr unsigned kProducerBurst = 1;
 #endif
 static_assert(kProducerBurst >= 1 && kProducerBurst <= 8, "FINEGEMM_DIAG_PRODUCER_BURST: 1 to 8");
+
+#ifdef FINEGEMM_DIAG_K_ROTATE
+constexpr unsigned kKRotate = FINEGEMM_DIAG_K_ROTATE;
+#else
+constexpr unsigned kKRotate = 0;
+#endif
 
 #ifdef FINEGEMM_DIAG_NO_C_PREFETCH
 constexpr bool kNoCPrefetch = true;
