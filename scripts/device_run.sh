@@ -64,7 +64,7 @@ if [[ "$what" == pending ]]; then
   # 2. Their sanitizer cases (the fused skip-head-mid epilogue; the kept grouped launches).
   for tool in memcheck racecheck synccheck; do
     timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 3 python3 scripts/sanitize_cases.py \
-      "skip head mid" "prepared" 2>&1 | tee "$OUT/pending_sanitize_$tool.log"
+      "skip head mid" "prepared" "layout checked in the GEMM" 2>&1 | tee "$OUT/pending_sanitize_$tool.log"
     status=$(( status | ${PIPESTATUS[0]} ))
   done
   # 3. Fused against scratch at DeepGEMM's skip-head-mid shapes (FINEGEMM_ENABLE_UNVALIDATED is not

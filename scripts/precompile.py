@@ -305,6 +305,11 @@ def main() -> int:
             cfgs[ops._kernel_name(cfg)] = cfg
     for cfg in skip_head_mid_configs(args.sms):
         cfgs[ops._kernel_name(cfg)] = cfg
+    # Every contiguous kernel's twin that checks a plain layout itself (the in-kernel check: its
+    # GPU tests run the same calls with the capability opened).
+    for cfg in [c for c in cfgs.values() if c.gemm_kind == GEMM_GROUPED_CONTIGUOUS and not c.layout_check]:
+        twin = dataclasses.replace(cfg, layout_check=True)
+        cfgs[ops._kernel_name(twin)] = twin
     if args.only_1d1d:
         cfgs = {name: cfg for name, cfg in cfgs.items() if cfg.one_d_one_d}
     return build(cfgs, args.jobs)

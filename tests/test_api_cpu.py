@@ -332,6 +332,11 @@ class _FakeOps(types.ModuleType):
             raise AssertionError("the CUDA op was called for CPU tensors")
         self.calls.append(("contiguous",) + args + (checked_ids,))
 
+    def m_grouped_fp8_gemm_nt_contiguous_layout_checked(self, *args):
+        if self.fail_if_called:
+            raise AssertionError("the CUDA op was called for CPU tensors")
+        self.calls.append(("contiguous_layout_checked",) + args)
+
     def m_grouped_fp8_gemm_nt_masked(self, *args):
         if self.fail_if_called:
             raise AssertionError("the CUDA op was called for CPU tensors")
@@ -340,6 +345,9 @@ class _FakeOps(types.ModuleType):
     # The grouped calls' prepared launches (the API's fast path): none here, so the calls stay
     # one-shot (test_grouped_prepared_* fake them).
     def prepare_m_grouped_contiguous(self, *args):
+        return None
+
+    def prepare_m_grouped_contiguous_layout_checked(self, *args):
         return None
 
     def prepare_m_grouped_masked(self, *args):
@@ -736,10 +744,12 @@ def test_grouped_prepared_contiguous_routing(fake_cuda, monkeypatch, preparable,
     made, events, has_entry = [], [], [False]
 
     class FakePrepared:
-        def __init__(self, fn, gl, m, g, psum, alignment):
+        def __init__(self, fn, gl, m, g, psum, alignment, in_kernel=False):
+            assert not in_kernel  # the in-kernel layout check is gated until its GPU suite passes
             made.append((fn, gl, m, g, psum, alignment))
 
-        def add_stream(self, prepare_gemm):
+        def add_stream(self, prepare_gemm, prepare_checked=None):
+            assert prepare_checked is None
             gemm = prepare_gemm(torch.zeros(M, dtype=torch.int32))
             events.append(("add", gemm))
             has_entry[0] = gemm is not None
@@ -904,6 +914,7 @@ def test_unvalidated_kernels_are_gated(fake_cuda, monkeypatch):
 def test_every_built_kernel_is_validated():
     """Every CUDA kernel a function needs has passed its GPU suite: the shipped gate list holds only
     capabilities with a validated fallback, asked through the non-raising gpu_validated() (the fused
-    skip-head-mid epilogue: its function takes the scratch-and-copy path until the gate lifts)."""
+    skip-head-mid epilogue: its function takes the scratch-and-copy path until the gate lifts; the
+    FP8 contiguous GEMM checking its layout itself: the standalone check kernel runs before it)."""
     from finegemm.api import _validate
-    assert set(_validate.UNVALIDATED_ON_GPU) <= {"fp8_skip_head_mid_fused"}
+    assert set(_validate.UNVALIDATED_ON_GPU) <= {"fp8_skip_head_mid_fused", "fp8_contiguous_layout_in_gemm"}

@@ -90,23 +90,42 @@ def _m_grouped_contiguous(fn: str, b_kn: bool, a: object, b: object, d: object, 
             return _v.ONE_SHOT  # B's K-major copy runs per call
         from finegemm.ops import contiguous_layout, sm90_fp8_gemm  # lazy: the CUDA stack
 
+        prepare_checked = None
+        if _layout_checked_in_gemm(flags[3]):
+            def prepare_checked(check):
+                return sm90_fp8_gemm.prepare_m_grouped_contiguous_layout_checked(A, sfa, B, sfb, d, grouped_layout,
+                                                                                 check)
         return contiguous_layout.run_prepared(
             fn, prepared, grouped_layout, A.shape[0], B.shape[0], flags[3],
-            lambda ids: sm90_fp8_gemm.prepare_m_grouped_contiguous(A, sfa, B, sfb, d, ids))
+            lambda ids: sm90_fp8_gemm.prepare_m_grouped_contiguous(A, sfa, B, sfb, d, ids), prepare_checked)
 
     if not _validated_contiguous.run_kept(key, kept, prepare):
         _launch_contiguous(fn, b_kn, A, sfa, B, sfb, d, grouped_layout, flags[3])
 
 
+def _layout_checked_in_gemm(use_psum_layout: bool) -> bool:
+    """Whether a call's GEMM checks the layout itself (one launch): a plain layout, and the
+    capability past its GPU suite (or FINEGEMM_ENABLE_UNVALIDATED=1)."""
+    from finegemm.ops.contiguous_layout import IN_KERNEL_CAPABILITY
+
+    return not use_psum_layout and _v.gpu_validated(IN_KERNEL_CAPABILITY)
+
+
 def _launch_contiguous(fn: str, b_kn: bool, A: torch.Tensor, sfa: torch.Tensor, B: torch.Tensor, sfb: torch.Tensor,
                        d: torch.Tensor, grouped_layout: torch.Tensor, use_psum_layout: bool) -> None:
     """A validated CUDA call, one-shot: the layout checked on the GPU (ops/contiguous_layout.py),
-    then the GEMM."""
+    then the GEMM; or one launch of a GEMM that checks a plain layout itself."""
     from finegemm.ops import contiguous_layout, sm90_fp8_gemm  # lazy: the CUDA stack is only needed for CUDA
 
     M, G = A.shape[0], B.shape[0]
     alignment = quant.get_mk_alignment_for_contiguous_layout()
-    ids = contiguous_layout.api_group_ids(fn, grouped_layout, M, G, use_psum_layout, alignment)
+    in_gemm = _layout_checked_in_gemm(use_psum_layout)
+    if in_gemm:
+        contiguous_layout.check_pending(fn)
+        contiguous_layout.check_cuda_limits(fn, M, G, use_psum_layout)
+        ids = None
+    else:
+        ids = contiguous_layout.api_group_ids(fn, grouped_layout, M, G, use_psum_layout, alignment)
     # The K-major (nt) views of an nn B and its scales.
     B_nk = B.transpose(1, 2) if b_kn else B
     sfb_nk = sfb.transpose(1, 2) if b_kn else sfb
@@ -121,7 +140,11 @@ def _launch_contiguous(fn: str, b_kn: bool, A: torch.Tensor, sfa: torch.Tensor, 
             B_nk = k_major_batched(B)
         if B_nk.data_ptr() % 16 != 0:
             B_nk = B_nk.clone()
-    sm90_fp8_gemm.m_grouped_fp8_gemm_nt_contiguous(A, sfa, B_nk, sfb_nk, d, ids, checked_ids=True)
+    if in_gemm:
+        check = contiguous_layout.in_kernel_check(fn, M, G, alignment)
+        sm90_fp8_gemm.m_grouped_fp8_gemm_nt_contiguous_layout_checked(A, sfa, B_nk, sfb_nk, d, grouped_layout, check)
+    else:
+        sm90_fp8_gemm.m_grouped_fp8_gemm_nt_contiguous(A, sfa, B_nk, sfb_nk, d, ids, checked_ids=True)
 
 
 def _validate_contiguous(fn: str, b_kn: bool, a: object, b: object, d: object, grouped_layout: object,

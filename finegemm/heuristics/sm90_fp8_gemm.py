@@ -213,6 +213,9 @@ class Fp8GemmConfig:
     # (left, mid, right) of fp8_gemm_nt_skip_head_mid's fused epilogue (a bf16 TMA-store tile whose
     # boxes land around a gap of `mid` columns in every head of D); (0, 0, 0): a plain D
     head_splits: tuple = (0, 0, 0)
+    # m-grouped contiguous kind: the kernel reads the caller's plain grouped_layout and checks its
+    # rules itself (one launch per call; ops/contiguous_layout.py); False: the standalone check's ids
+    layout_check: bool = False
 
     @property
     def split_k(self) -> bool:
@@ -234,7 +237,7 @@ class Fp8GemmConfig:
                 self.num_multicast, self.multicast_on_a, self.half_promote, self.tma_store, self.gemm_kind,
                 self.one_d_one_d, self.k_batch, self.c_stage,
                 # recipe (1, 1, 128) builds two-CTA tiles with their own register split (kCtasPerSm)
-                self.one_d_one_d and self.ctas_per_sm == 2, self.head_splits)
+                self.one_d_one_d and self.ctas_per_sm == 2, self.head_splits, self.layout_check)
 
 
 def num_threads(block_m: int) -> int:

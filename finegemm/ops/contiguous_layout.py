@@ -41,13 +41,18 @@ from finegemm.api import _validate as _v
 from finegemm.ops._runtime import SplitKWorkspace, is_capturing, launch_driver, libcuda, loaded_function, raw_stream
 
 __all__ = ["render_contiguous_layout", "checked_group_ids", "check_pending", "check_errors", "MAX_GROUPS",
-           "MAX_ROWS", "PreparedContiguous", "run_prepared", "can_prepare", "check_cuda_limits"]
+           "MAX_ROWS", "PreparedContiguous", "run_prepared", "can_prepare", "check_cuda_limits", "in_kernel_check",
+           "IN_KERNEL_CAPABILITY"]
 
 THREADS = 1024
 ROWS_PER_CTA = 4 * THREADS  # rows per CTA and step (4 per thread: one 16-byte load)
 MAX_GROUPS = 49152  # psum: the ends in shared memory (192 KB)
 MAX_ROWS = 2**31 - 1 - ROWS_PER_CTA  # rows are int32 in the kernel
-_SCRATCH_HEAD = 4  # the scratch words before the runs per group (see the kernel)
+_SCRATCH_HEAD = 4  # the scratch words before the runs per group (see the kernel; mirrored by
+# scheduler::kLayoutScratchHead, include/finegemm/scheduler/contiguous_layout_check.cuh)
+# The FP8 GEMM checking a plain layout itself (one launch per call, that header): a kernel
+# capability, gated until its GPU suite passes (api/_validate.UNVALIDATED_ON_GPU).
+IN_KERNEL_CAPABILITY = "fp8_contiguous_layout_in_gemm"
 _RECORD_INTS = 8  # [code, function, a, b, c, G, alignment, M]
 
 _SOURCE = """\
@@ -394,11 +399,28 @@ def checked_group_ids(fn: str, grouped_layout: torch.Tensor, m: int, num_groups:
     return ids
 
 
+def in_kernel_check(fn: str, m: int, num_groups: int, alignment: int,
+                    capturing: Optional[bool] = None) -> tuple[int, int, int]:
+    """(scratch, record, layout_info) of a GEMM that checks a plain layout of m rows and num_groups
+    groups itself, on the current stream (a graph capture gets scratch of its own): the launcher's
+    last three arguments (scheduler/contiguous_layout_check.cuh). alignment: a power of two."""
+    if alignment <= 0 or alignment & (alignment - 1):
+        raise ValueError(f"{fn}: the mk alignment must be a power of two, got {alignment}")
+    _, record = _record_buffer()
+    device = torch.cuda.current_device()
+    stream = raw_stream(device)
+    _, scratch = _scratch.pointers(0, _SCRATCH_HEAD + num_groups, torch.device("cuda", device), stream,
+                                   capturing=capturing)
+    return scratch, record, (_function_id(fn) << 8) | (alignment.bit_length() - 1)
+
+
 def run_prepared(fn: str, prepared: Optional["PreparedContiguous"], grouped_layout: torch.Tensor, m: int,
-                 num_groups: int, use_psum_layout: bool, prepare_gemm) -> object:
+                 num_groups: int, use_psum_layout: bool, prepare_gemm, prepare_checked=None) -> object:
     """A validated call (M, N, K, G > 0) run through `prepared` (or a new PreparedContiguous) given an
     entry for the current stream here, the GEMM's launch made by prepare_gemm(ids) (None where it
-    cannot be prepared). Returns the PreparedContiguous that ran it; _v.ONE_SHOT (nothing
+    cannot be prepared). prepare_checked(check): the launch of a GEMM that checks a plain layout
+    itself (in_kernel_check's tuple), or None; a new PreparedContiguous takes it for a plain layout,
+    and a kept one keeps the kind it was made with. Returns the PreparedContiguous that ran it; _v.ONE_SHOT (nothing
     launched) where the GEMM cannot be prepared; None (nothing launched) where no entry can be
     added now (graph capture, another current device). ValidatedCalls.run_kept's `prepare`."""
     device = grouped_layout.device.index
@@ -408,8 +430,9 @@ def run_prepared(fn: str, prepared: Optional["PreparedContiguous"], grouped_layo
     check_cuda_limits(fn, m, num_groups, use_psum_layout)
     if prepared is None:
         prepared = PreparedContiguous(fn, grouped_layout, m, num_groups, use_psum_layout,
-                                      quant.get_mk_alignment_for_contiguous_layout())
-    if not prepared.add_stream(prepare_gemm):
+                                      quant.get_mk_alignment_for_contiguous_layout(),
+                                      in_kernel=prepare_checked is not None and not use_psum_layout)
+    if not prepared.add_stream(prepare_gemm, prepare_checked):
         return _v.ONE_SHOT
     if not prepared():
         raise RuntimeError(f"{fn}: the prepared launch refused a stream it was prepared for")  # a bug, never silent
@@ -425,8 +448,9 @@ def can_prepare(device_index: int) -> bool:
 class PreparedContiguous:
     """A validated m-grouped contiguous call on CUDA, prepared per stream (the API's host fast
     path): the layout check into the stream's ids buffer, then the GEMM's prepared launch reading
-    those ids. Holds addresses, not the caller's tensors (the fast-path key pins every address,
-    shape and stride).
+    those ids; or (in_kernel: a plain layout, a GEMM that checks it itself) the GEMM's launch alone,
+    with the stream's check scratch. Holds addresses, not the caller's tensors (the fast-path key
+    pins every address, shape and stride).
 
     The ids buffer is one per (device, stream), shared by every prepared call on that stream and
     grown on demand (replaced buffers are kept alive: entries hold their addresses). Sharing is
@@ -438,17 +462,22 @@ class PreparedContiguous:
     graph needs buffers of its own) answers False: the caller takes the one-shot path, which may
     add_stream() for the stream."""
 
-    __slots__ = ("fn", "_plan", "_device", "_streams")
+    __slots__ = ("fn", "in_kernel", "_plan", "_m", "_groups", "_alignment", "_device", "_streams")
     MAX_STREAMS = 8  # entries kept per call; more streams: the entries are cleared
 
     def __init__(self, fn: str, grouped_layout: torch.Tensor, m: int, num_groups: int, use_psum_layout: bool,
-                 alignment: int) -> None:
+                 alignment: int, in_kernel: bool = False) -> None:
+        if in_kernel and use_psum_layout:
+            raise ValueError(f"{fn}: the GEMM checks plain layouts only")
         self.fn = fn
-        self._plan = _Plan(fn, grouped_layout, m, num_groups, use_psum_layout, alignment)
+        self.in_kernel = in_kernel
+        # The standalone check's plan (its kernel is not even loaded for a GEMM that checks itself).
+        self._plan = None if in_kernel else _Plan(fn, grouped_layout, m, num_groups, use_psum_layout, alignment)
+        self._m, self._groups, self._alignment = m, num_groups, alignment
         self._device = grouped_layout.device
         self._streams: dict[int, tuple] = {}
 
-    def add_stream(self, prepare_gemm) -> bool:
+    def add_stream(self, prepare_gemm, prepare_checked=None) -> bool:
         """An entry for the current stream: the check's argument block and prepare_gemm(ids) (a
         prepared launch reading ids, the stream's buffer of at least M int32; or None where the
         GEMM cannot be prepared: then this call keeps the one-shot path). Whether the entry was
@@ -456,6 +485,15 @@ class PreparedContiguous:
         (can_prepare)."""
         index = self._device.index
         stream = raw_stream(index)
+        if self.in_kernel:
+            check = in_kernel_check(self.fn, self._m, self._groups, self._alignment, capturing=False)
+            gemm = prepare_checked(check) if prepare_checked is not None else None
+            if gemm is None:
+                return False
+            if len(self._streams) >= self.MAX_STREAMS:
+                self._streams.clear()
+            self._streams[stream] = (None, None, gemm)
+            return True
         m = self._plan.m
         held = _ids.buffers.get((index, stream))
         if held is not None and held[1].numel() < m:
@@ -482,7 +520,8 @@ class PreparedContiguous:
         entry = self._streams.get(stream)
         if entry is None or not can_prepare(index):
             return False
-        self._plan.launch(stream, entry[1])
+        if entry[1] is not None:  # the standalone check (a GEMM checking the layout itself has none)
+            self._plan.launch(stream, entry[1])
         entry[2]()
         return True
 

@@ -61,6 +61,27 @@ extern "C" __global__ void __launch_bounds__({threads}, 1) finegemm_entry(
 """
 
 
+# The m-grouped contiguous kind with the layout's rules checked inside the kernel (kLayoutCheck:
+# `grouped` is the caller's grouped_layout; scheduler/contiguous_layout_check.cuh): _TEMPLATE's
+# parameters, then the check's scratch, the error record and (function index << 8 | log2 alignment).
+_TEMPLATE_LAYOUT_CHECKED = """\
+#include <finegemm/impls/sm90_fp8_gemm_1d2d.cuh>
+
+extern "C" __global__ void __launch_bounds__({threads}, 1) finegemm_entry(
+    const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
+    const __grid_constant__ CUtensorMap tmap_sfa, const __grid_constant__ CUtensorMap tmap_d, const float* sfb, void* d, const float* c,
+    float* workspace, int* counters, uint32_t m, uint32_t n, uint32_t k, uint32_t ldd,
+    uint32_t flags, uint32_t num_splits, const int* grouped, uint32_t num_groups,
+    const __grid_constant__ CUtensorMap tmap_a_last, unsigned* layout_scratch, int* layout_record,
+    uint32_t layout_info) {{
+  finegemm::impls::sm90_fp8_gemm_1d2d<{block_m}, {block_n}, {stages}, false, false, false,
+                                      {num_multicast}, {multicast_on_a}, {half_promote}, {tma_store}, {gemm_kind}{k_batch}>(
+      &tmap_a, &tmap_b, &tmap_sfa, &tmap_d, sfb, d, c, workspace, counters, m, n, k, ldd, flags, num_splits,
+      grouped, num_groups, nullptr, nullptr, &tmap_a_last, layout_scratch, layout_record, layout_info);
+}}
+"""
+
+
 # Recipe (1, 1, 128): the same kernel with k1D1D; sfb comes through a tensor map (last parameter).
 _TEMPLATE_1D1D = """\
 #include <finegemm/impls/sm90_fp8_gemm_1d2d.cuh>
@@ -107,7 +128,7 @@ def render(block_m: int, block_n: int, num_stages: int, out_fp32: bool, has_c: b
            num_multicast: int = 1, multicast_on_a: bool = False, half_promote: bool = False,
            tma_store: bool = False, gemm_kind: int = GEMM_NORMAL, one_d_one_d: bool = False,
            k_batch: int = 1, c_stage: bool = False, ctas_per_sm: int = 1,
-           head_splits: tuple = (0, 0, 0)) -> str:
+           head_splits: tuple = (0, 0, 0), layout_check: bool = False) -> str:
     """The instantiation source of one kernel configuration (tma_store: the shared-memory + TMA
     store epilogue; bf16 out, no C, no split-K; gemm_kind: GEMM_NORMAL or an m-grouped kind,
     which has bf16 out, no C, no split-K, no half-promote and clusters sharing A only;
@@ -118,7 +139,9 @@ def render(block_m: int, block_n: int, num_stages: int, out_fp32: bool, has_c: b
     registers handed to the consumers (kCtasPerSm); the 1D2D kernels ignore it, their two-CTA
     tiles run on the registers they compile to); head_splits (left, mid, right) with mid > 0:
     fp8_gemm_nt_skip_head_mid's epilogue, dense kind, bf16 TMA-store tile, each store box within
-    one side of a head (the TMA box's columns divide left and right)."""
+    one side of a head (the TMA box's columns divide left and right); layout_check: the m-grouped
+    contiguous kind reading the caller's plain grouped_layout and checking its rules in a spare
+    producer warp (one launch per call instead of the check kernel and the GEMM)."""
     if k_batch not in (1, 2, 4) or (k_batch > 1 and half_promote):
         raise ValueError(f"k_batch must be 1, 2 or 4 (and 1 with half-promote), got {k_batch}")
     if c_stage and not (one_d_one_d and gemm_kind == GEMM_NORMAL and has_c and not tma_store and not split_k and
@@ -173,7 +196,13 @@ def render(block_m: int, block_n: int, num_stages: int, out_fp32: bool, has_c: b
             raise ValueError(f"head_splits {tuple(head_splits)}: the dense bf16 TMA-store tile, mid > 0, "
                              f"left and right multiples of its {box_cols}-column store box")
         tail = f", false, {k_batch}, false, 1, {left}, {mid}, {right}"
-    return _TEMPLATE.format(threads=(block_m // 64 + 1) * 128, block_m=block_m, block_n=block_n,
+    template = _TEMPLATE
+    if layout_check:
+        if gemm_kind != GEMM_GROUPED_CONTIGUOUS or tuple(head_splits) != (0, 0, 0):
+            raise ValueError("layout_check: the m-grouped contiguous kind only")
+        template = _TEMPLATE_LAYOUT_CHECKED
+        tail = f", false, {k_batch}, false, 1, 0, 0, 0, true"
+    return template.format(threads=(block_m // 64 + 1) * 128, block_m=block_m, block_n=block_n,
                             stages=num_stages, out_fp32=_b(out_fp32), has_c=_b(has_c), split_k=_b(split_k),
                             num_multicast=num_multicast, multicast_on_a=_b(num_multicast == 2 and multicast_on_a),
                             half_promote=_b(half_promote), tma_store=_b(tma_store), gemm_kind=gemm_kind,
@@ -190,7 +219,7 @@ def tma_store_box_cols(block_n: int) -> int:
 def _render_cfg(cfg: Fp8GemmConfig) -> str:
     return render(cfg.block_m, cfg.block_n, cfg.num_stages, cfg.out_fp32, cfg.has_c, cfg.split_k,
                   cfg.num_multicast, cfg.multicast_on_a, cfg.half_promote, cfg.tma_store, cfg.gemm_kind,
-                  cfg.one_d_one_d, cfg.k_batch, cfg.c_stage, cfg.ctas_per_sm, cfg.head_splits)
+                  cfg.one_d_one_d, cfg.k_batch, cfg.c_stage, cfg.ctas_per_sm, cfg.head_splits, cfg.layout_check)
 
 
 def _kernel_name(cfg: Fp8GemmConfig) -> str:
@@ -201,7 +230,8 @@ def _kernel_name(cfg: Fp8GemmConfig) -> str:
             f"{_KIND_SUFFIX[cfg.gemm_kind]}{'_1d1d' if cfg.one_d_one_d else ''}"
             f"{f'_kb{cfg.k_batch}' if cfg.k_batch > 1 else ''}{'_cst' if cfg.c_stage else ''}"
             f"{'_2cta' if cfg.one_d_one_d and cfg.ctas_per_sm == 2 else ''}"
-            f"{'_hs{}_{}_{}'.format(*cfg.head_splits) if tuple(cfg.head_splits) != (0, 0, 0) else ''}")
+            f"{'_hs{}_{}_{}'.format(*cfg.head_splits) if tuple(cfg.head_splits) != (0, 0, 0) else ''}"
+            f"{'_lchk' if cfg.layout_check else ''}")
 
 
 _KIND_SUFFIX = {GEMM_NORMAL: "", GEMM_GROUPED_CONTIGUOUS: "_gcont", GEMM_GROUPED_MASKED: "_gmask",
@@ -239,6 +269,13 @@ def _get_launcher():
                 fh = c_function(lib, "fg_launch_sm90_fp8_gemm_head_splits", f.argtypes[:-1] + [i, i, i, i, u64])
                 global _launcher_1d1d, _launcher_prepare, _launcher_prepare_1d1d, _launch_prepared, _free_prepared
                 global _launcher_head_splits, _launcher_prepare_head_splits
+                global _launcher_layout_checked, _launcher_prepare_layout_checked
+                # The m-grouped contiguous launch with the in-kernel layout check: the same arguments,
+                # then the check's scratch, the error record and layout_info, before the stream.
+                fl = c_function(lib, "fg_launch_sm90_fp8_gemm_layout_checked", f.argtypes[:-1] + [vp, vp, i, u64])
+                _launcher_layout_checked = fl
+                _launcher_prepare_layout_checked = prepare_function(lib, "fg_prepare_sm90_fp8_gemm_layout_checked",
+                                                                    fl.argtypes, 7)
                 _launcher_1d1d = f1
                 _launcher_head_splits = fh
                 _launcher_prepare_head_splits = prepare_function(lib, "fg_prepare_sm90_fp8_gemm_head_splits",
@@ -252,6 +289,7 @@ def _get_launcher():
 
 _launcher_prepare = _launcher_prepare_1d1d = _launch_prepared = _free_prepared = None
 _launcher_head_splits = _launcher_prepare_head_splits = None
+_launcher_layout_checked = _launcher_prepare_layout_checked = None
 
 
 # ----------------------------------------------------------------------------- plans
@@ -746,6 +784,73 @@ def _contiguous_arguments(a, sfa, b, sfb, d, ids, config=None) -> tuple:
                            quant.get_mk_alignment_for_contiguous_layout(), d.device.index, config=config)
     copied = sfa is not sfa_in or sfb is not sfb_in or b2.data_ptr() != b.data_ptr()
     return cfg, fn, (a, sfa, sfa_ld, b2, sfb, d, m, n, k, ids, num_groups), copied
+
+
+class PreparedLayoutCheckedCall(PreparedGroupedCall):
+    """An m-grouped contiguous launch of a kernel with the in-kernel layout check (its own host
+    launcher: the check's scratch, record and layout_info after the grouped arguments)."""
+
+    __slots__ = ()
+    _names = ("_launcher_layout_checked", "_launcher_prepare_layout_checked", "_launch_prepared", "_free_prepared")
+
+    def _describe(self) -> str:
+        cfg = self.cfg
+        m, n, k = self._tail[:3]
+        return (f"sm90_fp8_gemm grouped contiguous, layout checked in the kernel (G={cfg.num_groups}, m={m}, "
+                f"n={n}, k={k}, block_m={cfg.block_m}, block_n={cfg.block_n})")
+
+
+_layout_checked_functions: dict[tuple, int] = {}
+
+
+def _layout_checked(cfg: Fp8GemmConfig, device: int) -> tuple[Fp8GemmConfig, int]:
+    """The plan's configuration with the in-kernel layout check, and its function (compiled on
+    first use). Same tile, stages and grid: only a spare producer warp has work."""
+    checked = dataclasses.replace(cfg, layout_check=True)
+    key = (checked.kernel_key(), device)
+    fn = _layout_checked_functions.get(key)
+    if fn is None:
+        fn = _layout_checked_functions.setdefault(key, _load(checked, device))
+    return checked, fn
+
+
+def _layout_checked_arguments(a, sfa, b, sfb, d, grouped_layout, check: tuple) -> tuple:
+    """_contiguous_arguments for the in-kernel check: the config and function with the check, and
+    the launcher tail's extra (scratch, record, layout_info)."""
+    cfg, _fn, args, copied = _contiguous_arguments(a, sfa, b, sfb, d, grouped_layout)
+    cfg, fn = _layout_checked(cfg, d.device.index)
+    return cfg, fn, args, copied, tuple(check)
+
+
+def m_grouped_fp8_gemm_nt_contiguous_layout_checked(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor,
+                                                    sfb: torch.Tensor, d: torch.Tensor, grouped_layout: torch.Tensor,
+                                                    check: tuple) -> None:
+    """m_grouped_fp8_gemm_nt_contiguous in one launch: the kernel reads the caller's plain
+    grouped_layout (int32 [M]) and checks its rules itself. check: (scratch, record, layout_info)
+    from ops/contiguous_layout.in_kernel_check (the current stream's scratch). M, N, G > 0."""
+    _check_k(a.shape[1])
+    cfg, fn, args, _, extra = _layout_checked_arguments(a, sfa, b, sfb, d, grouped_layout, check)
+    _get_launcher()
+    head, tail = _grouped_arguments(cfg, fn, *args)
+    rc = _launcher_layout_checked(*head, None, None, *tail, *extra, _get_raw_stream(d.device.index))
+    if rc != 0:
+        raise RuntimeError(f"finegemm: sm90_fp8_gemm grouped contiguous launch (layout checked in the kernel) "
+                           f"failed (G={tail[-2]}, m={tail[0]}, n={tail[1]}, k={tail[2]}, block_m={cfg.block_m}, "
+                           f"block_n={cfg.block_n}): {jit.error_string(rc)}")
+
+
+def prepare_m_grouped_contiguous_layout_checked(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor,
+                                                sfb: torch.Tensor, d: torch.Tensor, grouped_layout: torch.Tensor,
+                                                check: tuple) -> Optional[PreparedLayoutCheckedCall]:
+    """prepare_m_grouped_contiguous for the in-kernel check (check: one stream's (scratch, record,
+    layout_info); the launch is kept per stream), or None where a launch needs a copy per call."""
+    _check_k(a.shape[1])
+    cfg, fn, args, copied, extra = _layout_checked_arguments(a, sfa, b, sfb, d, grouped_layout, check)
+    if copied:
+        return None
+    _get_launcher()
+    head, tail = _grouped_arguments(cfg, fn, *args)
+    return PreparedLayoutCheckedCall(cfg, head, tail + extra, args[5].device, True, [])
 
 
 def _prepared_grouped(cfg: Fp8GemmConfig, fn: int, args: tuple, copied: bool) -> Optional[PreparedGroupedCall]:

@@ -6,7 +6,10 @@
 - the public calls (FP8 and BF16, nt and nn) never synchronize (torch's sync debug mode), and a
   broken layout is raised by finegemm.check_errors() / the next call with the CPU call's message,
   its out-of-range rows written as zeros, the process healthy afterwards;
-- a captured call replays over changing layouts (values of the same tensor) like eager calls.
+- a captured call replays over changing layouts (values of the same tensor) like eager calls;
+- all of the above for the FP8 GEMM that checks a plain layout itself (kind / mode "in_gemm":
+  the gated capability cl.IN_KERNEL_CAPABILITY opened for the test), which is one launch per call
+  and leaves the stream's check scratch zeroed.
 """
 from __future__ import annotations
 
@@ -83,6 +86,15 @@ def test_kernel_on_long_layouts(m):
         assert tuple(rec[0:1] + rec[2:5]) == _v.grouped_layout_violation(bad.long(), m, g, False, alignment)
 
 
+def _open_in_gemm(monkeypatch) -> None:
+    """Route the FP8 plain-layout calls to the GEMM that checks the layout itself (the gated
+    capability, and a fresh fast-path cache so that no kept launch of the other kind is reused)."""
+    from finegemm.api import grouped_fp8 as api
+
+    monkeypatch.setenv(_v.ENABLE_UNVALIDATED_ENV, "1")
+    monkeypatch.setattr(api, "_validated_contiguous", _v.ValidatedCalls())
+
+
 def _fp8_problem(ms, n, k, seed, alignment=128):
     gen = torch.Generator(device="cuda").manual_seed(seed)
     starts, row = [], 0
@@ -136,8 +148,11 @@ def test_calls_never_synchronize():
     finegemm.check_errors()
 
 
+@pytest.mark.parametrize("mode", ["check_kernel", "in_gemm"])
 @pytest.mark.parametrize("what", ["id_too_big", "id_negative", "misaligned", "split", "psum_decreasing", "psum_gap"])
-def test_broken_layout_is_reported_and_safe(what):
+def test_broken_layout_is_reported_and_safe(what, mode, monkeypatch):
+    if mode == "in_gemm":
+        _open_in_gemm(monkeypatch)
     ms = [100, 0, 300, 129]
     a, sfa, b, sfb, ids, ends = _fp8_problem(ms, 576, 512, seed=2)
     psum = what.startswith("psum")
@@ -175,7 +190,10 @@ def test_broken_layout_is_reported_and_safe(what):
     assert calc_diff(d[real], ref[real]) <= 1e-5 and (d[~real] == 0).all()
 
 
-def test_next_call_raises_the_earlier_error():
+@pytest.mark.parametrize("mode", ["check_kernel", "in_gemm"])
+def test_next_call_raises_the_earlier_error(mode, monkeypatch):
+    if mode == "in_gemm":
+        _open_in_gemm(monkeypatch)
     a, sfa, b, sfb, ids, _ = _fp8_problem([64, 64], 256, 256, seed=3)
     bad = ids.clone()
     bad[0] = 9
@@ -190,6 +208,7 @@ def test_next_call_raises_the_earlier_error():
 
 _PLANS = [[100, 0, 300, 129], [0, 0, 640, 1], [128, 128, 128, 128], [1, 1, 1, 1], [0, 0, 0, 0]]
 _FUNCTIONS = {"fp8": "m_grouped_fp8_gemm_nt_contiguous", "fp8_psum": "m_grouped_fp8_gemm_nt_contiguous",
+              "fp8_in_gemm": "m_grouped_fp8_gemm_nt_contiguous",
               "bf16": "m_grouped_bf16_gemm_nt_contiguous", "bf16_nn": "m_grouped_bf16_gemm_nn_contiguous"}
 
 
@@ -246,8 +265,10 @@ class _LayoutCase:
             assert calc_diff(self.d[real], ref[real]) <= 1e-5, what
 
 
-@pytest.mark.parametrize("kind", ["fp8", "fp8_psum", "bf16", "bf16_nn"])
-def test_graph_replays_follow_the_layout(kind):
+@pytest.mark.parametrize("kind", ["fp8", "fp8_psum", "fp8_in_gemm", "bf16", "bf16_nn"])
+def test_graph_replays_follow_the_layout(kind, monkeypatch):
+    if kind == "fp8_in_gemm":
+        _open_in_gemm(monkeypatch)
     case = _LayoutCase(kind, seed=4)
     case.fill(_PLANS[0])
     case.call()
@@ -260,7 +281,7 @@ def test_graph_replays_follow_the_layout(kind):
     finegemm.check_errors()
 
 
-@pytest.mark.parametrize("kind", ["fp8", "fp8_psum", "bf16", "bf16_nn"])
+@pytest.mark.parametrize("kind", ["fp8", "fp8_psum", "fp8_in_gemm", "bf16", "bf16_nn"])
 def test_prepared_calls_follow_the_layout_on_every_stream(kind, monkeypatch):
     """The host fast path's prepared launches (ops/contiguous_layout.PreparedContiguous): repeated
     calls with the same tensors, the layout's values changed in place between calls, on the current
@@ -271,6 +292,8 @@ def test_prepared_calls_follow_the_layout_on_every_stream(kind, monkeypatch):
     from finegemm.api import grouped_fp8 as api_fp8
 
     api = api_fp8 if kind.startswith("fp8") else api_bf16
+    if kind == "fp8_in_gemm":
+        _open_in_gemm(monkeypatch)
     monkeypatch.setattr(api, "_validated_contiguous", _v.ValidatedCalls())
     case = _LayoutCase(kind, seed=6)
     side = torch.cuda.Stream()
@@ -288,6 +311,7 @@ def test_prepared_calls_follow_the_layout_on_every_stream(kind, monkeypatch):
             case.check(row_ids, (rnd, ms, "side stream"))
         (kept,) = api._validated_contiguous._keys.values()
         assert isinstance(kept, cl.PreparedContiguous) and len(kept._streams) == 2  # the fast path ran
+        assert kept.in_kernel == (kind == "fp8_in_gemm")
         if rnd == 0:
             case.fill(_PLANS[0])
             graph = capture_graph(case.call)
@@ -353,3 +377,61 @@ def test_prepared_masked_calls_follow_masked_m(family):
                 else (api_bf16, sm90_bf16_gemm.PreparedBf16GroupedCall))
     kept = [v for v in api._validated_masked._keys.values() if isinstance(v, cls)]
     assert kept and kept[-1]._handle, "the masked call was not prepared"
+
+
+def _kernels_per_call(fn) -> list[str]:
+    fn()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+@pytest.mark.parametrize("ms", [[1], [17, 0, 5], [4097, 0, 1, 300], [1000] * 64 + [0] * 3, [70001, 3]])
+def test_in_gemm_check_is_one_launch_and_leaves_the_scratch_zero(ms, monkeypatch):
+    """The GEMM that checks the layout itself: one kernel per call (the first call and the kept
+    launch), the reference's result on the groups' rows and zeros elsewhere, the stream's check
+    scratch back to zeros after every call (valid or broken: the next launch relies on it), and
+    a broken layout reported with the CPU call's message, also from a grid of many CTAs."""
+    _open_in_gemm(monkeypatch)
+    a, sfa, b, sfb, ids, _ = _fp8_problem(ms, 256, 512, seed=len(ms))
+    G = len(ms)
+    finegemm.check_errors()
+    d = torch.full((a.shape[0], 256), float("nan"), device="cuda", dtype=torch.bfloat16)
+
+    def call(layout):
+        finegemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, layout)
+
+    from finegemm.api import grouped_fp8 as api
+
+    names = _kernels_per_call(lambda: call(ids))  # the second call: the kept launch
+    assert len(names) == 1 and "finegemm_entry" in names[0], names  # no check kernel
+    (kept,) = api._validated_contiguous._keys.values()
+    assert kept.in_kernel and all(e[2].cfg.layout_check for e in kept._streams.values())
+    monkeypatch.setattr(api, "_validated_contiguous", _v.ValidatedCalls())  # the one-shot launch: one kernel too
+    monkeypatch.setattr(cl, "can_prepare", lambda index: False)
+    names = _kernels_per_call(lambda: call(ids))
+    assert len(names) == 1 and "finegemm_entry" in names[0], names
+    ref = reference.m_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, ids, out_dtype=torch.float64)
+    real = ids >= 0
+    assert calc_diff(d[real], ref[real]) <= 1e-5 and (d[~real] == 0).all()
+    scratch = cl._scratch.buffers[(torch.cuda.current_device(), cl.raw_stream(torch.cuda.current_device()))][1]
+    assert (scratch == 0).all()
+    bad = ids.clone()
+    bad[-1] = G  # out of range, in the last CTA's rows
+    bad[0] = -3
+    host = bad.cpu()
+    with pytest.raises(ValueError) as cpu_err:
+        _v.check_grouped_layout("m_grouped_fp8_gemm_nt_contiguous", host, a.shape[0], G, False, 128)
+    d.fill_(float("nan"))
+    call(bad)
+    with pytest.raises(ValueError) as gpu_err:
+        finegemm.check_errors()
+    assert str(gpu_err.value) == str(cpu_err.value)
+    assert not torch.isnan(d).any() and (d[0] == 0).all() and (d[-1] == 0).all()
+    assert (scratch == 0).all()
+    call(ids)  # the next valid call: right, nothing reported
+    torch.cuda.synchronize()
+    finegemm.check_errors()
+    assert calc_diff(d[real], ref[real]) <= 1e-5

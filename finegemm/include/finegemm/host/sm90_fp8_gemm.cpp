@@ -40,6 +40,12 @@ struct Sm90Fp8Launch {
   // with split-K sums through the workspace: its cluster of 2 is not a split cluster).
   unsigned grid = 0, threads = 0, smem_bytes = 0, cluster = 1;
   bool split_in_cluster = false;
+  // A kernel with the in-kernel layout check (m-grouped contiguous kind, kLayoutCheck): its three
+  // extra parameters (scheduler/contiguous_layout_check.cuh).
+  bool layout_check = false;
+  unsigned* layout_scratch = nullptr;
+  int* layout_record = nullptr;
+  uint32_t layout_info = 0;
 };
 
 int launch(const Sm90Fp8Launch& L, void* workspace, void* counters, uint64_t stream) {
@@ -55,8 +61,12 @@ int launch(const Sm90Fp8Launch& L, void* workspace, void* counters, uint64_t str
                     const_cast<uint32_t*>(&L.m), const_cast<uint32_t*>(&L.n), const_cast<uint32_t*>(&L.k),
                     const_cast<uint32_t*>(&L.ldd), const_cast<uint32_t*>(&L.flags),
                     const_cast<uint32_t*>(&L.num_splits), const_cast<const int**>(&L.grouped_p),
-                    const_cast<uint32_t*>(&L.num_groups), const_cast<CUtensorMap*>(&L.tmap_sfb)};
-  // Both entry points have 18 parameters: the 18th is tmap_a_last (1D2D) or tmap_sfb (1D1D).
+                    const_cast<uint32_t*>(&L.num_groups), const_cast<CUtensorMap*>(&L.tmap_sfb),
+                    // kLayoutCheck entries only (the others have 18 parameters and never read these)
+                    const_cast<unsigned**>(&L.layout_scratch), const_cast<int**>(&L.layout_record),
+                    const_cast<uint32_t*>(&L.layout_info)};
+  // The entry points have 18 parameters (the 18th: tmap_a_last for 1D2D, tmap_sfb for 1D1D), 21
+  // with the in-kernel layout check; cuLaunchKernelEx reads as many as the kernel has.
   return fg::launch(L.fn, L.grid, 1, 1, L.threads, 1, 1, L.smem_bytes, L.cluster, fg::as_stream(stream), params,
                     fg::pdl_enabled());
 }
@@ -273,6 +283,27 @@ int encode_head_splits(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sf
                                   block_n);
 }
 
+// The m-grouped contiguous launch of a kernel built with the in-kernel layout check: encode_1d2d
+// (gemm_kind 1, `grouped` = the caller's plain grouped_layout), then the check's buffers.
+int encode_layout_checked(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sfa, void* sfb, void* d, void* c,
+                          int m, int n, int k, int lda, int ldb, int ldd, int sfa_ld, int block_m, int block_n,
+                          int num_splits, int num_multicast, int multicast_on_a, int out_fp32, int tma_store, int grid,
+                          int smem_bytes, int gemm_kind, void* grouped, int num_groups, int l2_promotion,
+                          void* layout_scratch, void* layout_record, int layout_info) {
+  if (gemm_kind != 1 || layout_scratch == nullptr || layout_record == nullptr || layout_info < 0 ||
+      (layout_info & 0xff) > 30)
+    return fg::FG_ERROR_INVALID_ARGUMENT;
+  const int rc = encode_1d2d(L, fn, a, b, sfa, sfb, d, c, m, n, k, lda, ldb, ldd, sfa_ld, block_m, block_n,
+                             num_splits, num_multicast, multicast_on_a, out_fp32, tma_store, grid, smem_bytes,
+                             gemm_kind, grouped, num_groups, l2_promotion);
+  if (rc != CUDA_SUCCESS) return rc;
+  L->layout_check = true;
+  L->layout_scratch = static_cast<unsigned*>(layout_scratch);
+  L->layout_record = static_cast<int*>(layout_record);
+  L->layout_info = static_cast<uint32_t>(layout_info);
+  return CUDA_SUCCESS;
+}
+
 }  // namespace
 
 extern "C" {
@@ -360,6 +391,46 @@ int fg_prepare_sm90_fp8_gemm_head_splits(uint64_t* out, uint64_t fn, void* a, vo
                                                     block_m, block_n, num_splits, num_multicast, multicast_on_a,
                                                     out_fp32, tma_store, grid, smem_bytes, gemm_kind, grouped,
                                                     num_groups, l2_promotion, d_cols, left, mid, right),
+                              out);
+}
+
+// The m-grouped contiguous launch of a kernel built with the in-kernel layout check (kLayoutCheck):
+// fg_launch_sm90_fp8_gemm's arguments with gemm_kind 1 and grouped = the caller's plain
+// grouped_layout (int32 [m]; any values: the kernel takes ids outside [0, num_groups) as padding),
+// then layout_scratch (uint32 [4 + num_groups], zero before the launch; the kernel leaves it zero),
+// layout_record (int32 [8], device-mapped host memory: the first broken rule) and layout_info
+// (the record's function index << 8 | log2 of the mk alignment).
+int fg_launch_sm90_fp8_gemm_layout_checked(uint64_t fn, void* a, void* b, void* sfa, void* sfb, void* d, void* c,
+                                           void* workspace, void* counters, int m, int n, int k, int lda, int ldb,
+                                           int ldd, int sfa_ld, int block_m, int block_n, int num_splits,
+                                           int num_multicast, int multicast_on_a, int out_fp32, int tma_store,
+                                           int grid, int smem_bytes, int gemm_kind, void* grouped, int num_groups,
+                                           int l2_promotion, void* layout_scratch, void* layout_record,
+                                           int layout_info, uint64_t stream) {
+  Sm90Fp8Launch L;
+  const int rc = encode_layout_checked(&L, fn, a, b, sfa, sfb, d, c, m, n, k, lda, ldb, ldd, sfa_ld, block_m,
+                                       block_n, num_splits, num_multicast, multicast_on_a, out_fp32, tma_store, grid,
+                                       smem_bytes, gemm_kind, grouped, num_groups, l2_promotion, layout_scratch,
+                                       layout_record, layout_info);
+  return rc != CUDA_SUCCESS ? rc : launch(L, workspace, counters, stream);
+}
+
+// fg_prepare_sm90_fp8_gemm for fg_launch_sm90_fp8_gemm_layout_checked (the same handle functions;
+// the scratch is the stream's: a prepared launch is kept per stream).
+int fg_prepare_sm90_fp8_gemm_layout_checked(uint64_t* out, uint64_t fn, void* a, void* b, void* sfa, void* sfb,
+                                            void* d, void* c, int m, int n, int k, int lda, int ldb, int ldd,
+                                            int sfa_ld, int block_m, int block_n, int num_splits, int num_multicast,
+                                            int multicast_on_a, int out_fp32, int tma_store, int grid, int smem_bytes,
+                                            int gemm_kind, void* grouped, int num_groups, int l2_promotion,
+                                            void* layout_scratch, void* layout_record, int layout_info) {
+  if (out == nullptr) return fg::FG_ERROR_INVALID_ARGUMENT;
+  *out = 0;
+  Sm90Fp8Launch* L = new Sm90Fp8Launch();
+  return fg::publish_prepared(L, encode_layout_checked(L, fn, a, b, sfa, sfb, d, c, m, n, k, lda, ldb, ldd, sfa_ld,
+                                                       block_m, block_n, num_splits, num_multicast, multicast_on_a,
+                                                       out_fp32, tma_store, grid, smem_bytes, gemm_kind, grouped,
+                                                       num_groups, l2_promotion, layout_scratch, layout_record,
+                                                       layout_info),
                               out);
 }
 

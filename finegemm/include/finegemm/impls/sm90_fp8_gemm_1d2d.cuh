@@ -86,6 +86,7 @@
 #include <finegemm/ptx/trace.cuh>
 #include <finegemm/ptx/wgmma.cuh>
 #include <finegemm/ptx/wgmma_fp8.cuh>
+#include <finegemm/scheduler/contiguous_layout_check.cuh>
 #include <finegemm/scheduler/persistent.cuh>
 
 namespace finegemm {
@@ -288,7 +289,8 @@ __device__ __forceinline__ void with_static_offset(uint32_t off, F&& f) {
 template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages, bool kOutFp32, bool kHasC, bool kSplitK,
           uint32_t kNumMulticast = 1, bool kMulticastOnA = false, bool kHalfPromote = false, bool kTmaStore = false,
           uint32_t kGemmKind = scheduler::kGemmNormal, bool k1D1D = false, uint32_t kKBatch = 1, bool kCStage = false,
-          uint32_t kCtasPerSm = 1, uint32_t kHeadLeft = 0, uint32_t kHeadMid = 0, uint32_t kHeadRight = 0>
+          uint32_t kCtasPerSm = 1, uint32_t kHeadLeft = 0, uint32_t kHeadMid = 0, uint32_t kHeadRight = 0,
+          bool kLayoutCheck = false>
 __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, const CUtensorMap* tmap_b,
                                                    const CUtensorMap* tmap_sfa, const CUtensorMap* tmap_d,
                                                    const float* sfb, void* d_ptr,
@@ -298,7 +300,9 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
                                                    const int* grouped = nullptr, uint32_t num_groups = 1,
                                                    const CUtensorMap* tmap_sfb = nullptr,
                                                    const Sm90Fp8KGroupedParams* kgroups = nullptr,
-                                                   const CUtensorMap* tmap_a_last = nullptr) {
+                                                   const CUtensorMap* tmap_a_last = nullptr,
+                                                   unsigned* layout_scratch = nullptr, int* layout_record = nullptr,
+                                                   uint32_t layout_info = 0) {
   using Traits = Sm90Fp8Gemm1d2dTraits<BLOCK_M, BLOCK_N, kNumStages, kTmaStore, k1D1D, kCStage, kCtasPerSm>;
   // kCtasPerSm 2 (recipe (1, 1, 128) only): the entry is built with a launch bound of 2 CTAs per
   // SM (128 registers per thread) and the producer hands its registers to the one consumer
@@ -328,6 +332,12 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   // with it (kFlagTmaStore), so the direct stores below, which know nothing of the gap, never run.
   static_assert(kHeadMid == 0 || (kTmaStore && !k1D1D && kGemmKind == scheduler::kGemmNormal),
                 "head splits: dense bf16 TMA-store epilogue");
+  // kLayoutCheck (m-grouped contiguous kind, plain layout): `grouped` is the caller's grouped_layout
+  // itself, and a spare producer warp of every CTA checks its rules while the GEMM runs
+  // (scheduler/contiguous_layout_check.cuh: layout_scratch, layout_record, layout_info), so a call
+  // is one launch. Without it `grouped` holds the standalone check kernel's ids.
+  static_assert(!kLayoutCheck || kGemmKind == scheduler::kGemmGroupedContiguous,
+                "the in-kernel layout check: m-grouped contiguous kind");
   using EpiTma = epilogue::TmaStoreBf16<BLOCK_N, kHeadLeft, kHeadMid, kHeadRight>;
   // Recipe (1,1,128): fp32 boxes, reduce-added into D when the kernel has C (C is D then).
   using EpiTmaF32 = epilogue::TmaStoreFp32<BLOCK_N, kHasC>;
@@ -678,6 +688,9 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           }
         }
       }
+    } else if (kLayoutCheck && threadIdx.x / 32 == kNumConsumerThreads / 32 + 2) {
+      // The layout's rules (one warp per CTA; the producer warpgroup's third warp is idle otherwise).
+      scheduler::check_contiguous_layout_warp(grouped, M, num_groups, layout_scratch, layout_record, layout_info);
     } else if (kScaleWarp && threadIdx.x / 32 == kNumConsumerThreads / 32 + 1) {
       // The scale warp (1D2D): walks the producer's sequence of (unit, k-block) and writes each
       // stage's B scales into shared memory, then arrives on the stage's full barrier. Lane i
@@ -1214,12 +1227,14 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
 
       // ---------------------------------------------------------------- epilogue
       if constexpr (kGemmKind == scheduler::kGemmGroupedContiguous) {
-        // Padding rows (group id -1) of a mixed tile are written as zeros (select, not a
-        // multiply: garbage must not leak as NaN).
+        // Padding rows (group id -1; with kLayoutCheck any id outside [0, G), as the check kernel
+        // makes them) of a mixed tile are written as zeros (select, not a multiply: garbage must
+        // not leak as NaN).
 #pragma unroll
         for (uint32_t h = 0; h < 2; ++h) {
           const uint32_t row = m0 + r0 + 8 * h;
-          const bool pad = row < M && __ldg(grouped + row) < 0;
+          const int id = row < M ? __ldg(grouped + row) : 0;
+          const bool pad = id < 0 || (kLayoutCheck && static_cast<uint32_t>(id) >= num_groups);
 #pragma unroll
           for (uint32_t j = 0; j < kNumChunks; ++j) {
             fin[4 * j + 2 * h + 0] = pad ? 0.0f : fin[4 * j + 2 * h + 0];

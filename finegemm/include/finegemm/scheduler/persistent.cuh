@@ -192,8 +192,10 @@ struct TileWalker {
       t.sfa_kb0 = 0;
       t.b_row = n0;
     } else if constexpr (kGemmKind == kGemmGroupedContiguous) {
+      // An id outside [0, num_groups) is padding: the standalone check kernel's ids never hold one,
+      // the caller's layout (the FP8 kernel's in-kernel check) may.
       const int gid = m0 < M ? __ldg(grouped + m0) : -1;
-      t.skip = gid < 0;
+      t.skip = gid < 0 || static_cast<uint32_t>(gid) >= num_groups;
       t.group = t.skip ? 0u : static_cast<uint32_t>(gid);
       t.a_row = m0;
       t.row_limit = M;

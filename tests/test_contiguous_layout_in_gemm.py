@@ -1,0 +1,286 @@
+"""CPU tests of the FP8 m-grouped contiguous GEMM that checks a plain grouped_layout itself (one
+launch per call; scheduler/contiguous_layout_check.cuh, the kernel's kLayoutCheck): its constants
+against the Python ones, a model of the warp-per-CTA algorithm against the host validator, the
+rendered source, the host launcher's refusals, the routing behind the gate, and with nvcc: every
+contiguous tile compiles spill-free with the check, its consumers' k-loops unchanged.
+The kernel itself runs in tests/gpu/test_contiguous_layout_gpu.py.
+"""
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import random
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from finegemm.api import _validate as _v
+from finegemm.ops import contiguous_layout as cl
+
+from test_contiguous_layout import INT_MAX, INT_MIN, random_layout
+
+HEADER = Path(__file__).resolve().parents[1] / "finegemm/include/finegemm/scheduler/contiguous_layout_check.cuh"
+
+
+def test_header_constants_mirror_python():
+    text = HEADER.read_text()
+
+    def const(name):
+        m = re.search(rf"constexpr (?:int|uint32_t) {name} = (\d+);", text)
+        assert m, name
+        return int(m.group(1))
+
+    assert const("kLayoutRange") == _v.LAYOUT_RANGE
+    assert const("kLayoutMisaligned") == _v.LAYOUT_MISALIGNED
+    assert const("kLayoutSplit") == _v.LAYOUT_SPLIT
+    assert const("kLayoutScratchHead") == cl._SCRATCH_HEAD
+
+
+def in_kernel_model(layout: list[int], m: int, g: int, alignment: int, grid: int):
+    """The kernel's algorithm step for step: CTA c checks the 32-row chunks c, c + grid, ..., lane
+    l row l of each; maxima of keys, runs per group, then the last CTA's report.
+    Returns (rows visited, violation or None)."""
+    lo, hi, first = INT_MAX, INT_MIN, INT_MAX
+    runs = [0] * g
+    visited = []
+    for cta in range(grid):
+        for r0 in range(cta * 32, m, grid * 32):
+            for lane in range(32):
+                r = r0 + lane
+                if r >= m:
+                    continue
+                visited.append(r)
+                x = layout[r]
+                up = layout[r - 1] if r > 0 else INT_MIN
+                lo, hi = min(lo, x), max(hi, x)
+                if 0 <= x < g and up != x:
+                    if r % alignment:
+                        first = min(first, r)
+                    runs[x] += 1
+    split = min([i for i in range(g) if runs[i] > 1], default=INT_MAX)
+    if lo < -1 or hi >= g:
+        return visited, (_v.LAYOUT_RANGE, lo, hi, 0)
+    if first != INT_MAX:
+        return visited, (_v.LAYOUT_MISALIGNED, first, layout[first], 0)
+    if split != INT_MAX:
+        return visited, (_v.LAYOUT_SPLIT, split, runs[split], 0)
+    return visited, None
+
+
+@pytest.mark.parametrize("alignment", [64, 128])
+def test_in_kernel_model_matches_the_host_validator(alignment):
+    """On random valid and broken plain layouts and grids of 1 to 200 CTAs (more CTAs than rows
+    included): every row is visited once, and the first broken rule with its details is the host
+    validator's."""
+    rng = random.Random(alignment)
+    broken = 0
+    for _ in range(300):
+        values, m, g = random_layout(rng, alignment, psum=False)
+        if m == 0:
+            continue
+        grid = rng.choice([1, 2, 3, 7, 132, 200])
+        visited, got = in_kernel_model(values, m, g, alignment, grid)
+        assert sorted(visited) == list(range(m))
+        want = _v.grouped_layout_violation(torch.tensor(values, dtype=torch.int64), m, g, False, alignment)
+        assert got == (None if want is None else tuple(want)), (values, m, g, grid)
+        broken += want is not None
+    assert broken > 50  # both kinds of layout were drawn
+
+
+def test_layout_check_render_rules():
+    from finegemm.heuristics.sm90_fp8_gemm import (GEMM_GROUPED_CONTIGUOUS, GEMM_GROUPED_MASKED, GEMM_NORMAL,
+                                                   select_grouped_config)
+    from finegemm.ops import sm90_fp8_gemm as ops
+
+    src = ops.render(128, 128, 5, False, False, False, 2, True, False, True, GEMM_GROUPED_CONTIGUOUS,
+                     layout_check=True)
+    assert "unsigned* layout_scratch, int* layout_record,\n    uint32_t layout_info)" in src
+    assert "&tmap_a_last, layout_scratch, layout_record, layout_info);" in src
+    assert ", 1, false, 1, false, 1, 0, 0, 0, true>(" in src  # kLayoutCheck, the other tail at defaults
+    plain = ops.render(128, 128, 5, False, False, False, 2, True, False, True, GEMM_GROUPED_CONTIGUOUS)
+    assert "layout_scratch" not in plain
+    for kind in (GEMM_NORMAL, GEMM_GROUPED_MASKED):
+        with pytest.raises(ValueError, match="layout_check"):
+            ops.render(128, 128, 5, False, False, False, gemm_kind=kind, layout_check=True)
+    base = select_grouped_config(GEMM_GROUPED_CONTIGUOUS, 34048, 4096, 7168, 4, 132)
+    checked = dataclasses.replace(base, layout_check=True)
+    assert ops._kernel_name(checked) == ops._kernel_name(base) + "_lchk"
+    assert checked.kernel_key() != base.kernel_key() and checked.grid == base.grid
+    assert ops._render_cfg(checked) == ops.render(base.block_m, base.block_n, base.num_stages, False, False, False,
+                                                  base.num_multicast, base.multicast_on_a, base.half_promote,
+                                                  base.tma_store, GEMM_GROUPED_CONTIGUOUS, k_batch=base.k_batch,
+                                                  layout_check=True)
+
+
+def _contiguous_tiles():
+    """(label, source, unchecked twin's source) of every contiguous tile select_grouped_config may
+    return: block_m 64 / 128, every block_n, TMA or direct epilogue, with or without multicast A,
+    and the serial-halves tiles."""
+    from finegemm.heuristics.sm90_fp8_gemm import (GEMM_GROUPED_CONTIGUOUS, block_n_candidates, max_stages,
+                                                   serial_halves)
+    from finegemm.ops.sm90_fp8_gemm import render
+
+    out = []
+    for bm in (64, 128):
+        for bn in block_n_candidates(bm):
+            for tma in (True, False):
+                for mc in (1, 2):
+                    hp = serial_halves(bm, bn, True)
+                    st = max_stages(bm, bn, tma)
+                    args = (bm, bn, st, False, False, False, mc, mc == 2, hp, tma, GEMM_GROUPED_CONTIGUOUS)
+                    out.append((f"bm{bm}_bn{bn}_s{st}{'_tmas' if tma else ''}{'_mca' if mc == 2 else ''}"
+                                f"{'_hp' if hp else ''}", render(*args, layout_check=True), render(*args)))
+    return out
+
+
+@pytest.mark.nvcc
+def test_layout_checked_tiles_compile_clean():
+    """Every contiguous tile with the check compiles spill-free, and its consumers' wgmma k-loops
+    are the unchecked twin's (the check lives in a producer warp): as many loops, the same wgmmas
+    and barrier waits, lengths within 3 instructions (register allocation moves a few). A
+    broadcast of the last CTA's flag by __shfl_sync made the bm64 loops 15-20 instructions longer."""
+    from finegemm import jit
+    from sass_tools import sass, wgmma_k_loops
+
+    tiles = _contiguous_tiles()
+    jobs = [(f"{label}_lchk", src) for label, src, _ in tiles]
+    reports = jit.compile_check(jobs, raise_on_failure=False)
+    bad = [(r["label"], r["reasons"]) for r in reports if not r["ok"]]
+    assert len(reports) == len(jobs) and not bad, bad
+    # The k-loops of a sample of tiles against their twins (cuobjdump: Triton's, where present).
+    sample = tiles[:: max(1, len(tiles) // 12)]
+    twins = jit.compile_check([(label, twin) for label, _, twin in sample], raise_on_failure=False)
+    checked = {r["label"]: r for r in reports}
+    for twin in twins:
+        text_twin = sass(str(twin["cubin"]))
+        if text_twin is None:
+            pytest.skip("no cuobjdump")
+        text = sass(str(checked[twin["label"] + "_lchk"]["cubin"]))
+        assert "ATOMG" in text or "RED" in text, twin["label"]  # the check's atomics are there
+        loops, loops_twin = wgmma_k_loops(text), wgmma_k_loops(text_twin)
+        assert loops and len(loops) == len(loops_twin), twin["label"]
+        for loop, loop_twin in zip(loops, loops_twin):
+            for op in ("QGMMA", "SYNCS", "BAR", "WARPGROUP"):
+                assert sum(op in i for i in loop) == sum(op in i for i in loop_twin), (twin["label"], op)
+            assert abs(len(loop) - len(loop_twin)) <= 3, (twin["label"], len(loop), len(loop_twin))
+
+
+@pytest.fixture
+def cuda_driver_present():
+    try:
+        ctypes.CDLL("libcuda.so.1")
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.nvcc
+def test_host_launcher_refuses_bad_layout_check_arguments(cuda_driver_present):
+    from finegemm.ops import sm90_fp8_gemm as ops
+
+    ops._get_launcher()
+    launch, prep = ops._launcher_layout_checked, ops._launcher_prepare_layout_checked
+    args = dict(fn=1, a=16, b=16, sfa=16, sfb=16, d=16, c=None, ws=None, cnt=None, m=256, n=512, k=256,
+                lda=256, ldb=256, ldd=512, sfa_ld=256, block_m=128, block_n=128, splits=1, mc=1, mc_a=0,
+                out_fp32=0, tma=1, grid=8, smem=100000, kind=1, grouped=16, groups=2, l2=0x33,
+                scratch=16, record=16, info=(3 << 8) | 7, stream=0)
+    order = list(args)
+    out = ctypes.c_uint64(7)
+    invalid = 100001  # fg::FG_ERROR_INVALID_ARGUMENT
+
+    def call(**kw):
+        a = dict(args, **kw)
+        return launch(*(a[x] for x in order))
+
+    def prepare(**kw):
+        a = dict(args, **kw)
+        return prep(ctypes.byref(out), *(a[x] for x in order if x not in ("ws", "cnt", "stream")))
+
+    for bad in (dict(kind=0, grouped=None, groups=1), dict(kind=2), dict(scratch=None), dict(record=None),
+                dict(info=-1), dict(info=31), dict(grouped=None), dict(groups=0), dict(fn=0)):
+        assert call(**bad) == invalid, bad
+        out.value = 7
+        assert prepare(**bad) == invalid and out.value == 0, bad
+    if not cuda_driver_present:
+        assert call() == 100000  # valid: reaches the driver (fg::FG_ERROR_NO_DRIVER here)
+
+
+def test_api_routes_plain_layouts_to_the_checking_gemm_behind_the_gate(monkeypatch):
+    """On faked CUDA: with the gate closed a plain layout goes through the standalone check and the
+    GEMM on its ids; with it open (FINEGEMM_ENABLE_UNVALIDATED=1) the GEMM gets the caller's layout
+    and the stream's check buffers and no check kernel runs; psum layouts keep the check kernel; an
+    earlier call's recorded error is raised before anything is launched."""
+    import finegemm
+    from finegemm.api import grouped_fp8 as api
+    from test_api_cpu import _FakeOps, _install_fake_ops, rand_fp8, rand_sf
+
+    fake = _FakeOps()
+    _install_fake_ops(monkeypatch, fake)
+    layout_calls, checks = [], []
+    monkeypatch.setattr(_v, "on_cuda", lambda t: True)
+    monkeypatch.setattr(cl, "can_prepare", lambda index: False)  # one-shot calls
+    monkeypatch.setattr(cl, "api_group_ids", lambda fn, gl, m, g, psum, al: layout_calls.append((fn, psum)) or
+                        torch.zeros(m, dtype=torch.int32))
+    monkeypatch.setattr(cl, "in_kernel_check", lambda fn, m, g, al: checks.append((fn, m, g, al)) or (1, 2, 3))
+    M, N, K, G = 256, 128, 128, 2
+    layout = torch.zeros(M, dtype=torch.int32)
+    ends = torch.tensor([100, 256], dtype=torch.int32)
+    a, b = (rand_fp8(M, K), rand_sf(M, 1)), (rand_fp8(G, N, K), rand_sf(G, 1, 1))
+    b_kn = (rand_fp8(G, K, N), rand_sf(G, 1, 1))
+    d = torch.empty(M, N, dtype=torch.bfloat16)
+
+    def fresh():
+        monkeypatch.setattr(api, "_validated_contiguous", _v.ValidatedCalls())
+
+    monkeypatch.delenv(_v.ENABLE_UNVALIDATED_ENV, raising=False)
+    fresh()
+    finegemm.m_grouped_fp8_gemm_nt_contiguous(a, b, d, layout)
+    assert fake.calls[-1][0] == "contiguous" and layout_calls == [("m_grouped_fp8_gemm_nt_contiguous", False)]
+    assert not checks
+
+    monkeypatch.setenv(_v.ENABLE_UNVALIDATED_ENV, "1")
+    fresh()
+    finegemm.m_grouped_fp8_gemm_nt_contiguous(a, b, d, layout)
+    kind, A_, sfa_, B_, sfb_, d_, gl_, check_ = fake.calls[-1]
+    assert kind == "contiguous_layout_checked" and gl_ is layout and check_ == (1, 2, 3)
+    assert A_ is a[0] and B_ is b[0] and d_ is d and len(layout_calls) == 1
+    assert checks == [("m_grouped_fp8_gemm_nt_contiguous", M, G, 128)]
+    finegemm.m_grouped_fp8_gemm_nn_contiguous(a, b_kn, d, layout)  # B copied K-major, the same one launch
+    assert fake.calls[-1][0] == "contiguous_layout_checked" and fake.calls[-1][3].shape == (G, N, K)
+    assert len(layout_calls) == 1 and len(checks) == 2
+    finegemm.m_grouped_fp8_gemm_nt_contiguous(a, b, d, ends, use_psum_layout=True)  # psum: the check kernel
+    assert fake.calls[-1][0] == "contiguous" and layout_calls[-1] == ("m_grouped_fp8_gemm_nt_contiguous", True)
+    rec = (ctypes.c_int32 * 8)()
+    monkeypatch.setattr(cl, "_record", rec)
+    rec[1], rec[2], rec[3], rec[5], rec[6], rec[7] = cl._function_id("x"), -7, 3, G, 128, M
+    rec[0] = _v.LAYOUT_RANGE
+    n_calls = len(fake.calls)
+    with pytest.raises(ValueError, match="an earlier m-grouped contiguous call"):
+        finegemm.m_grouped_fp8_gemm_nt_contiguous(a, b, d, layout)
+    assert len(fake.calls) == n_calls
+
+
+def test_prepared_contiguous_in_kernel_entries(monkeypatch):
+    """PreparedContiguous for a GEMM that checks the layout itself: no check plan (its kernel is
+    never loaded), an entry per stream holding the GEMM prepared on that stream's check buffers,
+    and a call launches the GEMM alone; psum layouts are refused."""
+    stream = [11]
+    monkeypatch.setattr(cl, "_Plan", lambda *args: pytest.fail("the standalone check was planned"))
+    monkeypatch.setattr(cl, "raw_stream", lambda index: stream[0])
+    monkeypatch.setattr(cl, "can_prepare", lambda index: True)
+    monkeypatch.setattr(cl, "in_kernel_check", lambda fn, m, g, al, capturing=None: (1000 + stream[0], 5, al))
+    layout = torch.zeros(256, dtype=torch.int32)
+    with pytest.raises(ValueError, match="plain layouts only"):
+        cl.PreparedContiguous("f", layout, 256, 4, True, 128, in_kernel=True)
+    call = cl.PreparedContiguous("f", layout, 256, 4, False, 128, in_kernel=True)
+    launches = []
+    assert not call.add_stream(lambda ids: pytest.fail("the ids GEMM was prepared"))  # no checked preparer
+    assert call.add_stream(None, lambda check: lambda: launches.append(check))
+    assert call() and call()
+    assert launches == [(1011, 5, 128), (1011, 5, 128)]
+    stream[0] = 12
+    assert not call()
+    assert call.add_stream(None, lambda check: lambda: launches.append(check)) and call()
+    assert launches[-1] == (1012, 5, 128)
