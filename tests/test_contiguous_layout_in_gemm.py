@@ -1,8 +1,9 @@
 """CPU tests of the FP8 m-grouped contiguous GEMM that checks a plain grouped_layout itself (one
 launch per call; scheduler/contiguous_layout_check.cuh, the kernel's kLayoutCheck): its constants
 against the Python ones, a model of the warp-per-CTA algorithm against the host validator, the
-rendered source, the host launcher's refusals, the routing behind the gate, and with nvcc: every
-contiguous tile compiles spill-free with the check, its consumers' k-loops unchanged.
+rendered source, the routing behind the gate, and with nvcc: every contiguous tile compiles
+spill-free with the check, its consumers' k-loops unchanged (the host launcher's refusals:
+tests/test_fp8_kernel_compile.py).
 The kernel itself runs in tests/gpu/test_contiguous_layout_gpu.py.
 """
 from __future__ import annotations
@@ -165,46 +166,6 @@ def test_layout_checked_tiles_compile_clean():
             for op in ("QGMMA", "SYNCS", "BAR", "WARPGROUP"):
                 assert sum(op in i for i in loop) == sum(op in i for i in loop_twin), (twin["label"], op)
             assert abs(len(loop) - len(loop_twin)) <= 3, (twin["label"], len(loop), len(loop_twin))
-
-
-@pytest.fixture
-def cuda_driver_present():
-    try:
-        ctypes.CDLL("libcuda.so.1")
-        return True
-    except OSError:
-        return False
-
-
-@pytest.mark.nvcc
-def test_host_launcher_refuses_bad_layout_check_arguments(cuda_driver_present):
-    from finegemm.ops import sm90_fp8_gemm as ops
-
-    ops._get_launcher()
-    launch, prep = ops._launcher_layout_checked, ops._launcher_prepare_layout_checked
-    args = dict(fn=1, a=16, b=16, sfa=16, sfb=16, d=16, c=None, ws=None, cnt=None, m=256, n=512, k=256,
-                lda=256, ldb=256, ldd=512, sfa_ld=256, block_m=128, block_n=128, splits=1, mc=1, mc_a=0,
-                out_fp32=0, tma=1, grid=8, smem=100000, kind=1, grouped=16, groups=2, l2=0x33,
-                scratch=16, record=16, info=(3 << 8) | 7, stream=0)
-    order = list(args)
-    out = ctypes.c_uint64(7)
-    invalid = 100001  # fg::FG_ERROR_INVALID_ARGUMENT
-
-    def call(**kw):
-        a = dict(args, **kw)
-        return launch(*(a[x] for x in order))
-
-    def prepare(**kw):
-        a = dict(args, **kw)
-        return prep(ctypes.byref(out), *(a[x] for x in order if x not in ("ws", "cnt", "stream")))
-
-    for bad in (dict(kind=0, grouped=None, groups=1), dict(kind=2), dict(scratch=None), dict(record=None),
-                dict(info=-1), dict(info=31), dict(grouped=None), dict(groups=0), dict(fn=0)):
-        assert call(**bad) == invalid, bad
-        out.value = 7
-        assert prepare(**bad) == invalid and out.value == 0, bad
-    if not cuda_driver_present:
-        assert call() == 100000  # valid: reaches the driver (fg::FG_ERROR_NO_DRIVER here)
 
 
 def test_api_routes_plain_layouts_to_the_checking_gemm_behind_the_gate(monkeypatch):

@@ -545,20 +545,19 @@ def test_head_split_render_rules():
             ops._render_cfg(dataclasses.replace(cfg, **bad))
 
 
-@pytest.mark.nvcc
-def test_host_library_has_head_split_launcher(cuda_driver_present):
-    from finegemm.ops import sm90_fp8_gemm as ops
+# The FP8 launcher's arguments up to l2_promotion, as keywords in its order (a dense bf16 call on a
+# bm64 bn128 TMA-store tile); the tests of its variants add theirs before the stream.
+_FP8_LAUNCH_ARGS = dict(fn=1, a=16, b=16, sfa=16, sfb=16, d=16, c=None, ws=None, cnt=None, m=64, n=512, k=256,
+                        lda=256, ldb=256, ldd=512, sfa_ld=64, block_m=64, block_n=128, splits=1, mc=1, mc_a=0,
+                        out_fp32=0, tma=1, grid=2, smem=100000, kind=0, grouped=None, groups=1, l2=0x33)
+_INVALID, _NO_DRIVER = 100001, 100000  # fg::FG_ERROR_INVALID_ARGUMENT, fg::FG_ERROR_NO_DRIVER
 
-    ops._get_launcher()
-    launch, prep = ops._launcher_head_splits, ops._launcher_prepare_head_splits
-    # A dense bf16 call on a bn128 TMA-store tile (64-column boxes), heads of 128 + 128 with a gap of 64.
-    args = dict(fn=1, a=16, b=16, sfa=16, sfb=16, d=16, c=None, ws=None, cnt=None, m=64, n=512, k=256,
-                lda=256, ldb=256, ldd=640, sfa_ld=64, block_m=64, block_n=128, splits=1, mc=1, mc_a=0,
-                out_fp32=0, tma=1, grid=2, smem=100000, kind=0, grouped=None, groups=1, l2=0x33,
-                d_cols=640, left=128, mid=64, right=128, stream=0)
-    order = ["fn", "a", "b", "sfa", "sfb", "d", "c", "ws", "cnt", "m", "n", "k", "lda", "ldb", "ldd", "sfa_ld",
-             "block_m", "block_n", "splits", "mc", "mc_a", "out_fp32", "tma", "grid", "smem", "kind", "grouped",
-             "groups", "l2", "d_cols", "left", "mid", "right", "stream"]
+
+def _assert_launcher_refuses(launch, prep, args: dict, bad_cases, cuda_driver_present: bool, valid=({},)) -> None:
+    """Each bad case (keyword overrides of `args`, in the launcher's order, stream last) is refused
+    by the one-shot launcher and its preparer (no handle written) before the driver; without a
+    driver the valid ones get as far as it."""
+    order = list(args)
     out = ctypes.c_uint64(7)
 
     def call(**kw):
@@ -569,18 +568,44 @@ def test_host_library_has_head_split_launcher(cuda_driver_present):
         a = dict(args, **kw)
         return prep(ctypes.byref(out), *(a[x] for x in order if x not in ("ws", "cnt", "stream")))
 
-    invalid = 100001  # fg::FG_ERROR_INVALID_ARGUMENT
-    for bad in (dict(mid=0, d_cols=512), dict(left=96, right=160),  # no gap; a box across the sides
-                dict(n=500), dict(d_cols=632), dict(ldd=632), dict(left=0, right=0, d_cols=512),
-                dict(c=16), dict(out_fp32=1), dict(tma=0), dict(splits=2, ws=16, cnt=16), dict(kind=1, grouped=16),
-                dict(block_n=112, left=120, right=120, n=480, d_cols=608, ldd=608),  # 16-column boxes
-                dict(fn=0)):
-        assert call(**bad) == invalid, bad
+    for bad in bad_cases:
+        assert call(**bad) == _INVALID, bad
         out.value = 7
-        assert prepare(**bad) == invalid and out.value == 0, bad
+        assert prepare(**bad) == _INVALID and out.value == 0, bad
     if not cuda_driver_present:
-        assert call() == 100000  # valid: reaches the driver (fg::FG_ERROR_NO_DRIVER here)
-        assert call(left=0, right=256) == 100000  # one side only
+        for ok in valid:
+            assert call(**ok) == _NO_DRIVER, ok
+
+
+@pytest.mark.nvcc
+def test_host_library_has_head_split_launcher(cuda_driver_present):
+    from finegemm.ops import sm90_fp8_gemm as ops
+
+    ops._get_launcher()
+    # Heads of 128 + 128 with a gap of 64 (64-column store boxes).
+    args = dict(_FP8_LAUNCH_ARGS, ldd=640, d_cols=640, left=128, mid=64, right=128, stream=0)
+    bad = (dict(mid=0, d_cols=512), dict(left=96, right=160),  # no gap; a box across the sides
+           dict(n=500), dict(d_cols=632), dict(ldd=632), dict(left=0, right=0, d_cols=512),
+           dict(c=16), dict(out_fp32=1), dict(tma=0), dict(splits=2, ws=16, cnt=16), dict(kind=1, grouped=16),
+           dict(block_n=112, left=120, right=120, n=480, d_cols=608, ldd=608),  # 16-column boxes
+           dict(fn=0))
+    _assert_launcher_refuses(ops._launcher_head_splits, ops._launcher_prepare_head_splits, args, bad,
+                             cuda_driver_present, valid=({}, dict(left=0, right=256)))  # both sides; one only
+
+
+@pytest.mark.nvcc
+def test_host_library_has_layout_checked_launcher(cuda_driver_present):
+    """The m-grouped contiguous launcher of the kernels that check a plain layout themselves:
+    the grouped arguments, then scratch, record and layout_info (fn_id << 8 | log2 alignment)."""
+    from finegemm.ops import sm90_fp8_gemm as ops
+
+    ops._get_launcher()
+    args = dict(_FP8_LAUNCH_ARGS, m=256, sfa_ld=256, block_m=128, grid=8, kind=1, grouped=16, groups=2,
+                scratch=16, record=16, info=(3 << 8) | 7, stream=0)
+    bad = (dict(kind=0, grouped=None, groups=1), dict(kind=2), dict(scratch=None), dict(record=None),
+           dict(info=-1), dict(info=31), dict(grouped=None), dict(groups=0), dict(fn=0))
+    _assert_launcher_refuses(ops._launcher_layout_checked, ops._launcher_prepare_layout_checked, args, bad,
+                             cuda_driver_present)
 
 
 if __name__ == "__main__":

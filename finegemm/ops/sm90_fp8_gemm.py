@@ -64,22 +64,21 @@ extern "C" __global__ void __launch_bounds__({threads}, 1) finegemm_entry(
 # The m-grouped contiguous kind with the layout's rules checked inside the kernel (kLayoutCheck:
 # `grouped` is the caller's grouped_layout; scheduler/contiguous_layout_check.cuh): _TEMPLATE's
 # parameters, then the check's scratch, the error record and (function index << 8 | log2 alignment).
-_TEMPLATE_LAYOUT_CHECKED = """\
-#include <finegemm/impls/sm90_fp8_gemm_1d2d.cuh>
+def _with_layout_check(template: str) -> str:
+    """_TEMPLATE with the three parameters of the in-kernel layout check appended (each edit must
+    apply: a change of _TEMPLATE that breaks one fails at import)."""
+    edits = (("const __grid_constant__ CUtensorMap tmap_a_last) {{",
+              "const __grid_constant__ CUtensorMap tmap_a_last, unsigned* layout_scratch, int* layout_record,\n"
+              "    uint32_t layout_info) {{"),
+             ("&tmap_a_last);", "&tmap_a_last, layout_scratch, layout_record, layout_info);"))
+    for old, new in edits:
+        if template.count(old) != 1:
+            raise RuntimeError(f"sm90_fp8_gemm: _TEMPLATE no longer has {old!r} once")
+        template = template.replace(old, new)
+    return template
 
-extern "C" __global__ void __launch_bounds__({threads}, 1) finegemm_entry(
-    const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
-    const __grid_constant__ CUtensorMap tmap_sfa, const __grid_constant__ CUtensorMap tmap_d, const float* sfb, void* d, const float* c,
-    float* workspace, int* counters, uint32_t m, uint32_t n, uint32_t k, uint32_t ldd,
-    uint32_t flags, uint32_t num_splits, const int* grouped, uint32_t num_groups,
-    const __grid_constant__ CUtensorMap tmap_a_last, unsigned* layout_scratch, int* layout_record,
-    uint32_t layout_info) {{
-  finegemm::impls::sm90_fp8_gemm_1d2d<{block_m}, {block_n}, {stages}, false, false, false,
-                                      {num_multicast}, {multicast_on_a}, {half_promote}, {tma_store}, {gemm_kind}{k_batch}>(
-      &tmap_a, &tmap_b, &tmap_sfa, &tmap_d, sfb, d, c, workspace, counters, m, n, k, ldd, flags, num_splits,
-      grouped, num_groups, nullptr, nullptr, &tmap_a_last, layout_scratch, layout_record, layout_info);
-}}
-"""
+
+_TEMPLATE_LAYOUT_CHECKED = _with_layout_check(_TEMPLATE)
 
 
 # Recipe (1, 1, 128): the same kernel with k1D1D; sfb comes through a tensor map (last parameter).
