@@ -348,14 +348,16 @@ WGRAD_TILES = [
     ("fp8 wgrad bm64 bn176, separate c (direct)", (65, 600, 384, 64, 176, 1, False, "sep")),
 ]
 
-def _contiguous_layout_in_gemm(ms, n, k):
-    """The FP8 contiguous GEMM checking a plain layout itself (its gate lifted for the case): valid
-    calls one-shot and kept, then a layout with an id past G and a misaligned run (reported, its
-    out-of-range rows zeros), then a valid call again; the worst calc_diff of the valid calls."""
+def _contiguous_layout_in_gemm(ms, n, k, family):
+    """The contiguous GEMM (family "fp8" / "bf16") checking a plain layout itself (its gate lifted
+    for the case): valid calls one-shot and kept, then a layout with an id past G and a misaligned
+    run (reported, its out-of-range rows zeros), then a valid call again; the worst calc_diff of the
+    valid calls."""
     import os
 
     from finegemm import quant
     from finegemm.api import _validate as _v
+    from finegemm.api import bf16 as api_bf16
     from finegemm.api import grouped_fp8
 
     g = len(ms)
@@ -370,20 +372,32 @@ def _contiguous_layout_in_gemm(ms, n, k):
     qs = [quant.per_block_cast_to_fp8(w[i]) for i in range(g)]
     b, sfb = torch.stack([q for q, _ in qs]), torch.stack([s for _, s in qs])
     d = torch.empty(rows, n, device="cuda", dtype=torch.bfloat16)
-    ref = reference.m_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, ids, out_dtype=torch.float32)
-    saved = grouped_fp8._validated_contiguous
-    grouped_fp8._validated_contiguous = _v.ValidatedCalls()
+    x = a.to(torch.bfloat16)
+    if family == "fp8":
+        ref = reference.m_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, ids, out_dtype=torch.float32)
+    else:
+        ref = reference.m_grouped_bf16_gemm_nt_contiguous(x, w, ids, out_dtype=torch.float32)
+
+    def call(layout):
+        if family == "fp8":
+            finegemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, layout)
+        else:
+            finegemm.m_grouped_bf16_gemm_nt_contiguous(x, w, d, layout)
+
+    api = grouped_fp8 if family == "fp8" else api_bf16
+    saved = api._validated_contiguous
+    api._validated_contiguous = _v.ValidatedCalls()
     os.environ["FINEGEMM_ENABLE_UNVALIDATED"] = "1"
     worst = 0.0
     try:
         finegemm.check_errors()
         for _ in range(2):  # one-shot, then the kept launch
-            finegemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, ids)
+            call(ids)
             worst = max(worst, calc_diff(d.float(), ref))
         bad = ids.clone()
         bad[rows - 1] = g
         bad[383] = 2  # group 2 (rows 384..512) now starts off the alignment
-        finegemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, bad)
+        call(bad)
         try:
             finegemm.check_errors()
             worst = 1.0  # not reported
@@ -391,12 +405,12 @@ def _contiguous_layout_in_gemm(ms, n, k):
             pass
         if not bool((d[rows - 1] == 0).all()):
             worst = 1.0
-        finegemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, ids)
+        call(ids)
         worst = max(worst, calc_diff(d.float(), ref))
         finegemm.check_errors()
     finally:
         del os.environ["FINEGEMM_ENABLE_UNVALIDATED"]
-        grouped_fp8._validated_contiguous = saved
+        api._validated_contiguous = saved
     return worst
 
 
@@ -429,8 +443,9 @@ def _skip_head_mid_fused(m, heads, splits, k):
 CASES = [
     ("fp8 skip head mid, fused epilogue, partial M", lambda: _skip_head_mid_fused(130, 5, (128, 64, 128), 512)),
     ("grouped prepared launches, repeated calls on two streams", _prepared_repeats),
-    ("fp8 contiguous, layout checked in the GEMM", lambda: _contiguous_layout_in_gemm([300, 0, 129, 1, 640, 7, 256, 1,
-                                                                                       90], 576, 512)),
+    *[(f"{fam} contiguous, layout checked in the GEMM",
+       lambda f=fam: _contiguous_layout_in_gemm([300, 0, 129, 1, 640, 7, 256, 1, 90], 576, 512, f))
+      for fam in ("fp8", "bf16")],
     ("fp8 k-grouped one launch, c is d", lambda: _fp8_k_grouped([256, 0, 384, 128], 100, 136, True)),
     ("fp8 k-grouped one launch, no c", lambda: _fp8_k_grouped([0, 128, 256], 65, 200, False)),
     ("fp8 wgrad 1d1d, c is d", lambda: _fp8_wgrad(129, 576, 640)),

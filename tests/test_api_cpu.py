@@ -915,6 +915,8 @@ def test_every_built_kernel_is_validated():
     """Every CUDA kernel a function needs has passed its GPU suite: the shipped gate list holds only
     capabilities with a validated fallback, asked through the non-raising gpu_validated() (the fused
     skip-head-mid epilogue: its function takes the scratch-and-copy path until the gate lifts; the
-    FP8 contiguous GEMM checking its layout itself: the standalone check kernel runs before it)."""
+    FP8 and BF16 contiguous GEMMs checking their layout themselves: the standalone check kernel runs
+    before the GEMM)."""
     from finegemm.api import _validate
-    assert set(_validate.UNVALIDATED_ON_GPU) <= {"fp8_skip_head_mid_fused", "fp8_contiguous_layout_in_gemm"}
+    assert set(_validate.UNVALIDATED_ON_GPU) <= {"fp8_skip_head_mid_fused", "fp8_contiguous_layout_in_gemm",
+                                                 "bf16_contiguous_layout_in_gemm"}

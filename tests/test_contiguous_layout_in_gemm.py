@@ -1,5 +1,5 @@
-"""CPU tests of the FP8 m-grouped contiguous GEMM that checks a plain grouped_layout itself (one
-launch per call; scheduler/contiguous_layout_check.cuh, the kernel's kLayoutCheck): its constants
+"""CPU tests of the m-grouped contiguous GEMMs (FP8 and BF16) that check a plain grouped_layout
+themselves (one launch per call; scheduler/contiguous_layout_check.cuh, the kernels' kLayoutCheck): its constants
 against the Python ones, a model of the warp-per-CTA algorithm against the host validator, the
 rendered source, the routing behind the gate, and with nvcc: every contiguous tile compiles
 spill-free with the check, its consumers' k-loops unchanged (the host launcher's refusals:
@@ -115,6 +115,22 @@ def test_layout_check_render_rules():
                                                   layout_check=True)
 
 
+def test_bf16_layout_check_render_rules():
+    from finegemm.heuristics.sm90_bf16_gemm import GEMM_GROUPED_CONTIGUOUS, GEMM_GROUPED_MASKED
+    from finegemm.ops import sm90_bf16_gemm as ops
+
+    src = ops.render_grouped(128, 128, 6, GEMM_GROUPED_CONTIGUOUS, True, layout_check=True)
+    assert "const int* grouped, uint32_t num_groups, unsigned* layout_scratch, int* layout_record, uint32_t " \
+           "layout_info) {" in src
+    assert "false, true, false, true, 1, true>(" in src and "nullptr, nullptr, layout_scratch, layout_record, " \
+                                                            "layout_info);" in src
+    assert "layout_scratch" not in ops.render_grouped(128, 128, 6, GEMM_GROUPED_CONTIGUOUS, True)
+    with pytest.raises(ValueError, match="layout_check"):
+        ops.render_grouped(128, 128, 6, GEMM_GROUPED_MASKED, layout_check=True)
+    key = (128, 128, 6, GEMM_GROUPED_CONTIGUOUS, True)
+    assert ops.grouped_kernel_name(key + (True,)) == ops.grouped_kernel_name(key) + "_lchk"
+
+
 def _contiguous_tiles():
     """(label, source, unchecked twin's source) of every contiguous tile select_grouped_config may
     return: block_m 64 / 128, every block_n, TMA or direct epilogue, with or without multicast A,
@@ -133,7 +149,16 @@ def _contiguous_tiles():
                     args = (bm, bn, st, False, False, False, mc, mc == 2, hp, tma, GEMM_GROUPED_CONTIGUOUS)
                     out.append((f"bm{bm}_bn{bn}_s{st}{'_tmas' if tma else ''}{'_mca' if mc == 2 else ''}"
                                 f"{'_hp' if hp else ''}", render(*args, layout_check=True), render(*args)))
-    return out
+    return out + _bf16_contiguous_tiles()
+
+
+def _bf16_contiguous_tiles():
+    """The same for every BF16 contiguous kernel select_grouped_config may pick (nt and nn)."""
+    from finegemm.heuristics.sm90_bf16_gemm import GEMM_GROUPED_CONTIGUOUS, grouped_kernel_keys
+    from finegemm.ops.sm90_bf16_gemm import grouped_kernel_name, render_grouped
+
+    return [(grouped_kernel_name(key), render_grouped(*key, True), render_grouped(*key))
+            for key in grouped_kernel_keys() if key[3] == GEMM_GROUPED_CONTIGUOUS]
 
 
 @pytest.mark.nvcc
@@ -151,7 +176,7 @@ def test_layout_checked_tiles_compile_clean():
     bad = [(r["label"], r["reasons"]) for r in reports if not r["ok"]]
     assert len(reports) == len(jobs) and not bad, bad
     # The k-loops of a sample of tiles against their twins (cuobjdump: Triton's, where present).
-    sample = tiles[:: max(1, len(tiles) // 12)]
+    sample = tiles[:: max(1, len(tiles) // 12)] + _bf16_contiguous_tiles()[::3]
     twins = jit.compile_check([(label, twin) for label, _, twin in sample], raise_on_failure=False)
     checked = {r["label"]: r for r in reports}
     for twin in twins:
@@ -163,7 +188,7 @@ def test_layout_checked_tiles_compile_clean():
         loops, loops_twin = wgmma_k_loops(text), wgmma_k_loops(text_twin)
         assert loops and len(loops) == len(loops_twin), twin["label"]
         for loop, loop_twin in zip(loops, loops_twin):
-            for op in ("QGMMA", "SYNCS", "BAR", "WARPGROUP"):
+            for op in ("QGMMA", "HGMMA", "SYNCS", "BAR", "WARPGROUP"):
                 assert sum(op in i for i in loop) == sum(op in i for i in loop_twin), (twin["label"], op)
             assert abs(len(loop) - len(loop_twin)) <= 3, (twin["label"], len(loop), len(loop_twin))
 
@@ -221,6 +246,46 @@ def test_api_routes_plain_layouts_to_the_checking_gemm_behind_the_gate(monkeypat
     with pytest.raises(ValueError, match="an earlier m-grouped contiguous call"):
         finegemm.m_grouped_fp8_gemm_nt_contiguous(a, b, d, layout)
     assert len(fake.calls) == n_calls
+
+
+def test_bf16_api_routes_plain_layouts_to_the_checking_gemm_behind_the_gate(monkeypatch):
+    """The BF16 contiguous calls on faked CUDA: the gate closed, the check kernel and the GEMM on its
+    ids; open, one launch of the checking GEMM on the caller's layout (nt and nn, B read in place);
+    psum layouts keep the check kernel."""
+    import finegemm
+    from finegemm.api import bf16 as api
+    from finegemm.ops import sm90_bf16_gemm as bf16_ops
+
+    launched, layout_calls = [], []
+    monkeypatch.setattr(_v, "on_cuda", lambda t: True)
+    monkeypatch.setattr(cl, "can_prepare", lambda index: False)  # one-shot calls
+    monkeypatch.setattr(cl, "api_group_ids", lambda fn, gl, m, g, psum, al: layout_calls.append(psum) or
+                        torch.zeros(m, dtype=torch.int32))
+    monkeypatch.setattr(cl, "in_kernel_check", lambda fn, m, g, al: (7, 8, 9))
+    for name in ("m_grouped_bf16_gemm_nt_contiguous", "m_grouped_bf16_gemm_nn_contiguous",
+                 "m_grouped_bf16_gemm_contiguous_layout_checked"):
+        monkeypatch.setattr(bf16_ops, name, lambda *args, _n=name, **kw: launched.append((_n,) + args))
+    M, N, K, G = 256, 128, 128, 2
+    layout = torch.zeros(M, dtype=torch.int32)
+    a = torch.randn(M, K).to(torch.bfloat16)
+    b, b_kn = torch.randn(G, N, K).to(torch.bfloat16), torch.randn(G, K, N).to(torch.bfloat16)
+    d = torch.empty(M, N, dtype=torch.bfloat16)
+    monkeypatch.delenv(_v.ENABLE_UNVALIDATED_ENV, raising=False)
+    monkeypatch.setattr(api, "_validated_contiguous", _v.ValidatedCalls())
+    finegemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, layout)
+    assert launched[-1][0] == "m_grouped_bf16_gemm_nt_contiguous" and layout_calls == [False]
+    monkeypatch.setenv(_v.ENABLE_UNVALIDATED_ENV, "1")
+    monkeypatch.setattr(api, "_validated_contiguous", _v.ValidatedCalls())
+    for bb, b_kn_ in ((b, False), (b_kn, True)):
+        (finegemm.m_grouped_bf16_gemm_nn_contiguous if b_kn_ else finegemm.m_grouped_bf16_gemm_nt_contiguous)(
+            a, bb, d, layout)
+        name, a_, b_, d_, gl_, b_kn_got, check_ = launched[-1]
+        assert name == "m_grouped_bf16_gemm_contiguous_layout_checked" and gl_ is layout and b_ is bb
+        assert a_ is a and d_ is d and b_kn_got is b_kn_ and check_ == (7, 8, 9)
+    assert layout_calls == [False]
+    ends = torch.tensor([100, 256], dtype=torch.int32)
+    finegemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, ends, use_psum_layout=True)
+    assert launched[-1][0] == "m_grouped_bf16_gemm_nt_contiguous" and layout_calls == [False, True]
 
 
 def test_prepared_contiguous_in_kernel_entries(monkeypatch):

@@ -608,6 +608,22 @@ def test_host_library_has_layout_checked_launcher(cuda_driver_present):
                              cuda_driver_present)
 
 
+@pytest.mark.nvcc
+def test_host_library_has_bf16_layout_checked_launcher(cuda_driver_present):
+    """The BF16 family's twin: fg_launch_sm90_bf16_grouped's arguments, then scratch, record and
+    layout_info."""
+    from finegemm.ops import sm90_bf16_gemm as ops
+
+    ops._get_grouped_launcher()
+    args = dict(fn=1, a=16, b=16, d=16, grouped=16, m=256, n=512, k=256, lda=256, ldb=256, ldd=512, block_m=128,
+                block_n=128, grid=8, smem=100000, kind=1, groups=2, l2=0x33, b_mn=0, ldb_group=0, scratch=16,
+                record=16, info=(3 << 8) | 7, stream=0)
+    bad = (dict(kind=2), dict(scratch=None), dict(record=None), dict(info=-1), dict(info=31), dict(grouped=None),
+           dict(groups=0), dict(fn=0))
+    _assert_launcher_refuses(ops._grouped_launcher_layout_checked, ops._grouped_prepare_layout_checked, args, bad,
+                             cuda_driver_present)
+
+
 if __name__ == "__main__":
     if "--write-wgmma-header" in sys.argv:
         WGMMA_HEADER.write_text(render_wgmma_fp8_header())

@@ -674,6 +674,8 @@ UNVALIDATED_ON_GPU: dict[str, tuple[str, str, str]] = {
     # kernel before the GEMM (two launches per call).
     "fp8_contiguous_layout_in_gemm": ("the FP8 m-grouped contiguous GEMM checking a plain grouped_layout itself "
                                       "(one launch per call)", "#4", "tests/gpu/test_contiguous_layout_gpu.py"),
+    "bf16_contiguous_layout_in_gemm": ("the BF16 m-grouped contiguous GEMM checking a plain grouped_layout itself "
+                                       "(one launch per call)", "#5", "tests/gpu/test_contiguous_layout_gpu.py"),
 }
 ENABLE_UNVALIDATED_ENV = "FINEGEMM_ENABLE_UNVALIDATED"
 

@@ -186,12 +186,23 @@ def _m_grouped_contiguous(fn: str, b_kn: bool, a: object, b: object, d: object, 
         return  # CPU, or an empty product: done
     from finegemm.ops import contiguous_layout, sm90_bf16_gemm
 
+    # A plain layout checked by the GEMM itself (one launch per call) once the capability is past
+    # its GPU suite; else the check kernel, then the GEMM on its ids.
+    in_gemm = contiguous_layout.checks_in_kernel("bf16", flags[1])
+    prepare_checked = None
+    if in_gemm:
+        def prepare_checked(check):
+            return sm90_bf16_gemm.prepare_m_grouped_contiguous_layout_checked(a, b, d, grouped_layout, b_kn, check)
     if _validated_contiguous.run_kept(key, kept, lambda prepared: contiguous_layout.run_prepared(
             fn, prepared, grouped_layout, a.shape[0], b.shape[0], flags[1],
-            lambda ids: sm90_bf16_gemm.prepare_m_grouped_contiguous(a, b, d, ids, b_kn))):
+            lambda ids: sm90_bf16_gemm.prepare_m_grouped_contiguous(a, b, d, ids, b_kn), prepare_checked)):
         return
-    ids = contiguous_layout.api_group_ids(fn, grouped_layout, a.shape[0], b.shape[0], flags[1],
-                                          quant.get_mk_alignment_for_contiguous_layout())
+    alignment = quant.get_mk_alignment_for_contiguous_layout()
+    if in_gemm:
+        check = contiguous_layout.api_in_kernel_check(fn, a.shape[0], b.shape[0], alignment)
+        sm90_bf16_gemm.m_grouped_bf16_gemm_contiguous_layout_checked(a, b, d, grouped_layout, b_kn, check)
+        return
+    ids = contiguous_layout.api_group_ids(fn, grouped_layout, a.shape[0], b.shape[0], flags[1], alignment)
     run = sm90_bf16_gemm.m_grouped_bf16_gemm_nn_contiguous if b_kn else sm90_bf16_gemm.m_grouped_bf16_gemm_nt_contiguous
     run(a, b, d, ids, checked_ids=True)
 

@@ -91,7 +91,7 @@ def _m_grouped_contiguous(fn: str, b_kn: bool, a: object, b: object, d: object, 
         from finegemm.ops import contiguous_layout, sm90_fp8_gemm  # lazy: the CUDA stack
 
         prepare_checked = None
-        if _layout_checked_in_gemm(flags[3]):
+        if contiguous_layout.checks_in_kernel("fp8", flags[3]):
             def prepare_checked(check):
                 return sm90_fp8_gemm.prepare_m_grouped_contiguous_layout_checked(A, sfa, B, sfb, d, grouped_layout,
                                                                                  check)
@@ -103,14 +103,6 @@ def _m_grouped_contiguous(fn: str, b_kn: bool, a: object, b: object, d: object, 
         _launch_contiguous(fn, b_kn, A, sfa, B, sfb, d, grouped_layout, flags[3])
 
 
-def _layout_checked_in_gemm(use_psum_layout: bool) -> bool:
-    """Whether a call's GEMM checks the layout itself (one launch): a plain layout, and the
-    capability past its GPU suite (or FINEGEMM_ENABLE_UNVALIDATED=1)."""
-    from finegemm.ops.contiguous_layout import IN_KERNEL_CAPABILITY
-
-    return not use_psum_layout and _v.gpu_validated(IN_KERNEL_CAPABILITY)
-
-
 def _launch_contiguous(fn: str, b_kn: bool, A: torch.Tensor, sfa: torch.Tensor, B: torch.Tensor, sfb: torch.Tensor,
                        d: torch.Tensor, grouped_layout: torch.Tensor, use_psum_layout: bool) -> None:
     """A validated CUDA call, one-shot: the layout checked on the GPU (ops/contiguous_layout.py),
@@ -119,11 +111,9 @@ def _launch_contiguous(fn: str, b_kn: bool, A: torch.Tensor, sfa: torch.Tensor, 
 
     M, G = A.shape[0], B.shape[0]
     alignment = quant.get_mk_alignment_for_contiguous_layout()
-    in_gemm = _layout_checked_in_gemm(use_psum_layout)
+    in_gemm = contiguous_layout.checks_in_kernel("fp8", use_psum_layout)
     if in_gemm:
-        contiguous_layout.check_pending(fn)
-        contiguous_layout.check_cuda_limits(fn, M, G, use_psum_layout)
-        ids = None
+        check = contiguous_layout.api_in_kernel_check(fn, M, G, alignment)
     else:
         ids = contiguous_layout.api_group_ids(fn, grouped_layout, M, G, use_psum_layout, alignment)
     # The K-major (nt) views of an nn B and its scales.
@@ -141,7 +131,6 @@ def _launch_contiguous(fn: str, b_kn: bool, A: torch.Tensor, sfa: torch.Tensor, 
         if B_nk.data_ptr() % 16 != 0:
             B_nk = B_nk.clone()
     if in_gemm:
-        check = contiguous_layout.in_kernel_check(fn, M, G, alignment)
         sm90_fp8_gemm.m_grouped_fp8_gemm_nt_contiguous_layout_checked(A, sfa, B_nk, sfb_nk, d, grouped_layout, check)
     else:
         sm90_fp8_gemm.m_grouped_fp8_gemm_nt_contiguous(A, sfa, B_nk, sfb_nk, d, ids, checked_ids=True)

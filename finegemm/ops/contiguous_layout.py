@@ -42,7 +42,7 @@ from finegemm.ops._runtime import SplitKWorkspace, is_capturing, launch_driver, 
 
 __all__ = ["render_contiguous_layout", "checked_group_ids", "check_pending", "check_errors", "MAX_GROUPS",
            "MAX_ROWS", "PreparedContiguous", "run_prepared", "can_prepare", "check_cuda_limits", "in_kernel_check",
-           "IN_KERNEL_CAPABILITY"]
+           "IN_KERNEL_CAPABILITIES", "checks_in_kernel", "api_in_kernel_check"]
 
 THREADS = 1024
 ROWS_PER_CTA = 4 * THREADS  # rows per CTA and step (4 per thread: one 16-byte load)
@@ -50,9 +50,9 @@ MAX_GROUPS = 49152  # psum: the ends in shared memory (192 KB)
 MAX_ROWS = 2**31 - 1 - ROWS_PER_CTA  # rows are int32 in the kernel
 _SCRATCH_HEAD = 4  # the scratch words before the runs per group (see the kernel; mirrored by
 # scheduler::kLayoutScratchHead, include/finegemm/scheduler/contiguous_layout_check.cuh)
-# The FP8 GEMM checking a plain layout itself (one launch per call, that header): a kernel
-# capability, gated until its GPU suite passes (api/_validate.UNVALIDATED_ON_GPU).
-IN_KERNEL_CAPABILITY = "fp8_contiguous_layout_in_gemm"
+# The GEMMs checking a plain layout themselves (one launch per call, that header): a kernel
+# capability per family, gated until its GPU suite passes (api/_validate.UNVALIDATED_ON_GPU).
+IN_KERNEL_CAPABILITIES = {"fp8": "fp8_contiguous_layout_in_gemm", "bf16": "bf16_contiguous_layout_in_gemm"}
 _RECORD_INTS = 8  # [code, function, a, b, c, G, alignment, M]
 
 _SOURCE = """\
@@ -397,6 +397,20 @@ def checked_group_ids(fn: str, grouped_layout: torch.Tensor, m: int, num_groups:
     plan.fill(p, ids.data_ptr(), scratch)
     plan.launch(stream, params)
     return ids
+
+
+def checks_in_kernel(family: str, use_psum_layout: bool) -> bool:
+    """Whether a call of the family ("fp8", "bf16") runs the GEMM that checks its layout itself: a
+    plain layout, and the capability past its GPU suite (or FINEGEMM_ENABLE_UNVALIDATED=1)."""
+    return not use_psum_layout and _v.gpu_validated(IN_KERNEL_CAPABILITIES[family])
+
+
+def api_in_kernel_check(fn: str, m: int, num_groups: int, alignment: int) -> tuple[int, int, int]:
+    """The contiguous API's one-shot step for a GEMM that checks the layout itself (M > 0): raise
+    what an earlier call's check recorded, the CUDA limits, then in_kernel_check's tuple."""
+    check_pending(fn)
+    check_cuda_limits(fn, m, num_groups, False)
+    return in_kernel_check(fn, m, num_groups, alignment)
 
 
 def in_kernel_check(fn: str, m: int, num_groups: int, alignment: int,

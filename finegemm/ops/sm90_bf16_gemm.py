@@ -311,12 +311,32 @@ extern "C" __global__ void __launch_bounds__({threads}, 1) finegemm_entry(
 }}
 """
 
+# The contiguous kind checking a plain grouped_layout itself (kLayoutCheck, as the FP8 kernel's;
+# scheduler/contiguous_layout_check.cuh): the parameters above, then the check's scratch, the
+# error record and (function index << 8 | log2 alignment).
+_GROUPED_LAYOUT_CHECKED_TEMPLATE = """\
+#include <finegemm/impls/sm90_bf16_gemm.cuh>
+
+extern "C" __global__ void __launch_bounds__({threads}, 1) finegemm_entry(
+    const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
+    const __grid_constant__ CUtensorMap tmap_d, void* d, const float* c, float* workspace, int* counters,
+    uint32_t m, uint32_t n, uint32_t k, uint32_t ldd, uint32_t flags, uint32_t num_splits,
+    const int* grouped, uint32_t num_groups, unsigned* layout_scratch, int* layout_record, uint32_t layout_info) {{
+  finegemm::impls::sm90_bf16_gemm<{block_m}, {block_n}, {stages}, false, {b_mn_major}, false, true, {gemm_kind}, true>(
+      &tmap_a, &tmap_b, &tmap_d, d, c, workspace, counters, m, n, k, ldd, flags, num_splits, grouped, num_groups,
+      nullptr, nullptr, layout_scratch, layout_record, layout_info);
+}}
+"""
+
 _KIND_SUFFIX = {GEMM_GROUPED_CONTIGUOUS: "gcont", GEMM_GROUPED_MASKED: "gmask"}
 
 
-def render_grouped(block_m: int, block_n: int, num_stages: int, gemm_kind: int, b_mn_major: bool = False) -> str:
+def render_grouped(block_m: int, block_n: int, num_stages: int, gemm_kind: int, b_mn_major: bool = False,
+                   layout_check: bool = False) -> str:
     """The instantiation source of one m-grouped kernel (K-major A, bf16 D, TMA-store epilogue;
-    B K-major, or with b_mn_major N-major [G, K, N] in the contiguous kind)."""
+    B K-major, or with b_mn_major N-major [G, K, N] in the contiguous kind; layout_check: the
+    contiguous kind reading the caller's plain grouped_layout and checking its rules in a spare
+    producer warp, one launch per call)."""
     if gemm_kind not in _KIND_SUFFIX:
         raise ValueError(f"gemm_kind must be {GEMM_GROUPED_CONTIGUOUS} or {GEMM_GROUPED_MASKED}, got {gemm_kind}")
     # block_m 192 (three consumer warpgroups): the masked kind only.
@@ -325,14 +345,19 @@ def render_grouped(block_m: int, block_n: int, num_stages: int, gemm_kind: int, 
     if b_mn_major and (gemm_kind != GEMM_GROUPED_CONTIGUOUS or block_n % 64):
         raise ValueError(f"an N-major B is built for the contiguous kind with block_n % 64 == 0 (whole 64-column "
                          f"boxes), got kind {gemm_kind}, block_n {block_n}")
-    return _GROUPED_TEMPLATE.format(threads=(block_m // 64 + 1) * 128, block_m=block_m, block_n=block_n,
-                                    stages=num_stages, gemm_kind=gemm_kind, b_mn_major=str(bool(b_mn_major)).lower())
+    if layout_check and gemm_kind != GEMM_GROUPED_CONTIGUOUS:
+        raise ValueError("layout_check: the m-grouped contiguous kind only")
+    template = _GROUPED_LAYOUT_CHECKED_TEMPLATE if layout_check else _GROUPED_TEMPLATE
+    return template.format(threads=(block_m // 64 + 1) * 128, block_m=block_m, block_n=block_n, stages=num_stages,
+                           gemm_kind=gemm_kind, b_mn_major=str(bool(b_mn_major)).lower())
 
 
 def grouped_kernel_name(key: tuple) -> str:
+    """key: a grouped_kernel_key(), optionally followed by layout_check."""
     bm, bn, st, kind, *rest = key
     nn = "_nn" if rest and rest[0] else ""
-    return f"sm90_bf16_gemm_{_KIND_SUFFIX[kind]}{nn}_bm{bm}_bn{bn}_s{st}_tmas"
+    lchk = "_lchk" if len(rest) > 1 and rest[1] else ""
+    return f"sm90_bf16_gemm_{_KIND_SUFFIX[kind]}{nn}_bm{bm}_bn{bn}_s{st}_tmas{lchk}"
 
 
 _grouped_launcher = None
@@ -354,16 +379,26 @@ def _get_grouped_launcher():
                 _grouped_prepare = c_function(lib, "fg_prepare_sm90_bf16_grouped",
                                               [ctypes.POINTER(ctypes.c_uint64)] + f.argtypes[:-1])
                 _grouped_launch_prepared, _grouped_free_prepared = prepared_handle_functions(lib, "sm90_bf16_grouped")
+                # The contiguous launch with the in-kernel layout check: the same arguments, then the
+                # check's scratch, the error record and layout_info, before the stream.
+                global _grouped_launcher_layout_checked, _grouped_prepare_layout_checked
+                fl = c_function(lib, "fg_launch_sm90_bf16_grouped_layout_checked",
+                                f.argtypes[:-1] + [vp, vp, i, u64])
+                _grouped_launcher_layout_checked = fl
+                _grouped_prepare_layout_checked = c_function(lib, "fg_prepare_sm90_bf16_grouped_layout_checked",
+                                                             [ctypes.POINTER(ctypes.c_uint64)] + fl.argtypes[:-1])
                 _grouped_launcher = f
     return _grouped_launcher
 
 
 _grouped_prepare = _grouped_launch_prepared = _grouped_free_prepared = None
+_grouped_launcher_layout_checked = _grouped_prepare_layout_checked = None
 
 
-def load_grouped(cfg: Bf16GemmConfig, device: int) -> int:
-    """CUfunction of an m-grouped configuration's kernel on `device` (compiles on first use)."""
-    gkey = cfg.grouped_kernel_key()
+def load_grouped(cfg: Bf16GemmConfig, device: int, layout_check: bool = False) -> int:
+    """CUfunction of an m-grouped configuration's kernel on `device` (compiles on first use);
+    layout_check: its twin that checks a plain contiguous layout itself (same tile and grid)."""
+    gkey = cfg.grouped_kernel_key() + ((True,) if layout_check else ())
     with torch.cuda.device(device):
         return jit.load_kernel(grouped_kernel_name(gkey), render_grouped(*gkey), smem_bytes=cfg.smem_bytes).fn
 
@@ -446,6 +481,15 @@ class PreparedBf16GroupedCall(PreparedLaunch):
         return _describe_grouped(self.cfg, self._head)
 
 
+class PreparedBf16LayoutCheckedCall(PreparedBf16GroupedCall):
+    """A contiguous launch of a kernel that checks a plain layout itself (its own launcher: the check's
+    scratch, record and layout_info after the grouped arguments)."""
+
+    __slots__ = ()
+    _names = ("_grouped_launcher_layout_checked", "_grouped_prepare_layout_checked", "_grouped_launch_prepared",
+              "_grouped_free_prepared")
+
+
 def _prepared_grouped(cfg: Bf16GemmConfig, fn: int, *args) -> PreparedBf16GroupedCall:
     _get_grouped_launcher()
     return PreparedBf16GroupedCall(cfg, _grouped_arguments(cfg, fn, *args), (), args[2].device, True, [])
@@ -485,6 +529,41 @@ def _contiguous_arguments(a, b, d, ids, b_kn, config=None) -> tuple:
     cfg, fn = plan_grouped(GEMM_GROUPED_CONTIGUOUS, m, n, k, num_groups, 0,
                            quant.get_mk_alignment_for_contiguous_layout(), d.device.index, config, b_mn_major=b_kn)
     return cfg, fn, (a, b, d, m, n, k, ids, num_groups), b.data_ptr() != b_in.data_ptr()
+
+
+def _layout_checked_arguments(a, b, d, grouped_layout, b_kn, check) -> tuple:
+    """(function of the config's layout-checked twin, the launcher's arguments but the stream, whether
+    B was copied) of a contiguous call whose kernel checks the plain grouped_layout itself."""
+    cfg, _fn, args, copied = _contiguous_arguments(a, b, d, grouped_layout, b_kn)
+    fn = load_grouped(cfg, d.device.index, layout_check=True)
+    return cfg, _grouped_arguments(cfg, fn, *args) + tuple(check), copied
+
+
+def m_grouped_bf16_gemm_contiguous_layout_checked(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor,
+                                                  grouped_layout: torch.Tensor, b_kn: bool, check: tuple) -> None:
+    """m_grouped_bf16_gemm_n{n,t}_contiguous (b_kn: nn) in one launch: the kernel reads the caller's
+    plain grouped_layout (int32 [M]) and checks its rules itself. check: (scratch, record,
+    layout_info) from ops/contiguous_layout.in_kernel_check. M, N, G > 0."""
+    _check_k(a.shape[1])
+    cfg, args, _ = _layout_checked_arguments(a, b, d, grouped_layout, b_kn, check)
+    _get_grouped_launcher()
+    rc = _grouped_launcher_layout_checked(*args, _get_raw_stream(d.device.index))
+    if rc != 0:
+        raise RuntimeError(f"finegemm: {_describe_grouped(cfg, args)} launch (layout checked in the kernel) failed: "
+                           f"{jit.error_string(rc)}")
+
+
+def prepare_m_grouped_contiguous_layout_checked(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor,
+                                                grouped_layout: torch.Tensor, b_kn: bool,
+                                                check: tuple) -> Optional[PreparedBf16LayoutCheckedCall]:
+    """prepare_m_grouped_contiguous for the in-kernel check (check: one stream's (scratch, record,
+    layout_info); the launch is kept per stream), or None where a launch needs a copy of B."""
+    _check_k(a.shape[1])
+    cfg, args, copied = _layout_checked_arguments(a, b, d, grouped_layout, b_kn, check)
+    if copied:
+        return None
+    _get_grouped_launcher()
+    return PreparedBf16LayoutCheckedCall(cfg, args, (), d.device, True, [])
 
 
 def prepare_m_grouped_contiguous(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, ids: torch.Tensor,

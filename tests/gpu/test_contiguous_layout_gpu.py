@@ -7,9 +7,9 @@
   broken layout is raised by finegemm.check_errors() / the next call with the CPU call's message,
   its out-of-range rows written as zeros, the process healthy afterwards;
 - a captured call replays over changing layouts (values of the same tensor) like eager calls;
-- all of the above for the FP8 GEMM that checks a plain layout itself (kind / mode "in_gemm":
-  the gated capability cl.IN_KERNEL_CAPABILITY opened for the test), which is one launch per call
-  and leaves the stream's check scratch zeroed.
+- all of the above for the FP8 and BF16 GEMMs that check a plain layout themselves (kind / mode
+  "in_gemm": the gated capabilities cl.IN_KERNEL_CAPABILITIES opened for the test), which are one
+  launch per call and leave the stream's check scratch zeroed.
 """
 from __future__ import annotations
 
@@ -87,12 +87,14 @@ def test_kernel_on_long_layouts(m):
 
 
 def _open_in_gemm(monkeypatch) -> None:
-    """Route the FP8 plain-layout calls to the GEMM that checks the layout itself (the gated
-    capability, and a fresh fast-path cache so that no kept launch of the other kind is reused)."""
-    from finegemm.api import grouped_fp8 as api
+    """Route the plain-layout calls to the GEMMs that check the layout themselves (the gated
+    capabilities, and fresh fast-path caches so that no kept launch of the other kind is reused)."""
+    from finegemm.api import bf16 as api_bf16
+    from finegemm.api import grouped_fp8 as api_fp8
 
     monkeypatch.setenv(_v.ENABLE_UNVALIDATED_ENV, "1")
-    monkeypatch.setattr(api, "_validated_contiguous", _v.ValidatedCalls())
+    for api in (api_fp8, api_bf16):
+        monkeypatch.setattr(api, "_validated_contiguous", _v.ValidatedCalls())
 
 
 def _fp8_problem(ms, n, k, seed, alignment=128):
@@ -208,7 +210,8 @@ def test_next_call_raises_the_earlier_error(mode, monkeypatch):
 
 _PLANS = [[100, 0, 300, 129], [0, 0, 640, 1], [128, 128, 128, 128], [1, 1, 1, 1], [0, 0, 0, 0]]
 _FUNCTIONS = {"fp8": "m_grouped_fp8_gemm_nt_contiguous", "fp8_psum": "m_grouped_fp8_gemm_nt_contiguous",
-              "fp8_in_gemm": "m_grouped_fp8_gemm_nt_contiguous",
+              "fp8_in_gemm": "m_grouped_fp8_gemm_nt_contiguous", "bf16_in_gemm": "m_grouped_bf16_gemm_nt_contiguous",
+              "bf16_nn_in_gemm": "m_grouped_bf16_gemm_nn_contiguous",
               "bf16": "m_grouped_bf16_gemm_nt_contiguous", "bf16_nn": "m_grouped_bf16_gemm_nn_contiguous"}
 
 
@@ -234,7 +237,7 @@ class _LayoutCase:
         if self.kind.startswith("fp8"):
             finegemm.m_grouped_fp8_gemm_nt_contiguous((self.a, self.sfa), (self.b, self.sfb), self.d, self.layout,
                                                       use_psum_layout=self.psum)
-        elif self.kind == "bf16":
+        elif not self.kind.startswith("bf16_nn"):
             finegemm.m_grouped_bf16_gemm_nt_contiguous(self.x, self.bb, self.d, self.layout)
         else:
             finegemm.m_grouped_bf16_gemm_nn_contiguous(self.x, self.bkn, self.d, self.layout)
@@ -265,9 +268,12 @@ class _LayoutCase:
             assert calc_diff(self.d[real], ref[real]) <= 1e-5, what
 
 
-@pytest.mark.parametrize("kind", ["fp8", "fp8_psum", "fp8_in_gemm", "bf16", "bf16_nn"])
+_KINDS = ["fp8", "fp8_psum", "fp8_in_gemm", "bf16", "bf16_nn", "bf16_in_gemm", "bf16_nn_in_gemm"]
+
+
+@pytest.mark.parametrize("kind", _KINDS)
 def test_graph_replays_follow_the_layout(kind, monkeypatch):
-    if kind == "fp8_in_gemm":
+    if kind.endswith("in_gemm"):
         _open_in_gemm(monkeypatch)
     case = _LayoutCase(kind, seed=4)
     case.fill(_PLANS[0])
@@ -281,7 +287,7 @@ def test_graph_replays_follow_the_layout(kind, monkeypatch):
     finegemm.check_errors()
 
 
-@pytest.mark.parametrize("kind", ["fp8", "fp8_psum", "fp8_in_gemm", "bf16", "bf16_nn"])
+@pytest.mark.parametrize("kind", _KINDS)
 def test_prepared_calls_follow_the_layout_on_every_stream(kind, monkeypatch):
     """The host fast path's prepared launches (ops/contiguous_layout.PreparedContiguous): repeated
     calls with the same tensors, the layout's values changed in place between calls, on the current
@@ -292,7 +298,7 @@ def test_prepared_calls_follow_the_layout_on_every_stream(kind, monkeypatch):
     from finegemm.api import grouped_fp8 as api_fp8
 
     api = api_fp8 if kind.startswith("fp8") else api_bf16
-    if kind == "fp8_in_gemm":
+    if kind.endswith("in_gemm"):
         _open_in_gemm(monkeypatch)
     monkeypatch.setattr(api, "_validated_contiguous", _v.ValidatedCalls())
     case = _LayoutCase(kind, seed=6)
@@ -311,7 +317,7 @@ def test_prepared_calls_follow_the_layout_on_every_stream(kind, monkeypatch):
             case.check(row_ids, (rnd, ms, "side stream"))
         (kept,) = api._validated_contiguous._keys.values()
         assert isinstance(kept, cl.PreparedContiguous) and len(kept._streams) == 2  # the fast path ran
-        assert kept.in_kernel == (kind == "fp8_in_gemm")
+        assert kept.in_kernel == kind.endswith("in_gemm")
         if rnd == 0:
             case.fill(_PLANS[0])
             graph = capture_graph(case.call)
@@ -388,8 +394,9 @@ def _kernels_per_call(fn) -> list[str]:
     return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
 
 
+@pytest.mark.parametrize("family", ["fp8", "bf16"])
 @pytest.mark.parametrize("ms", [[1], [17, 0, 5], [4097, 0, 1, 300], [1000] * 64 + [0] * 3, [70001, 3]])
-def test_in_gemm_check_is_one_launch_and_leaves_the_scratch_zero(ms, monkeypatch):
+def test_in_gemm_check_is_one_launch_and_leaves_the_scratch_zero(ms, family, monkeypatch):
     """The GEMM that checks the layout itself: one kernel per call (the first call and the kept
     launch), the reference's result on the groups' rows and zeros elsewhere, the stream's check
     scratch back to zeros after every call (valid or broken: the next launch relies on it), and
@@ -399,21 +406,33 @@ def test_in_gemm_check_is_one_launch_and_leaves_the_scratch_zero(ms, monkeypatch
     G = len(ms)
     finegemm.check_errors()
     d = torch.full((a.shape[0], 256), float("nan"), device="cuda", dtype=torch.bfloat16)
+    if family == "bf16":
+        x, w = a.to(torch.bfloat16), b.to(torch.bfloat16)
+    fn = f"m_grouped_{family}_gemm_nt_contiguous"
 
     def call(layout):
-        finegemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, layout)
+        if family == "fp8":
+            finegemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, layout)
+        else:
+            finegemm.m_grouped_bf16_gemm_nt_contiguous(x, w, d, layout)
 
-    from finegemm.api import grouped_fp8 as api
+    if family == "fp8":
+        from finegemm.api import grouped_fp8 as api
+    else:
+        from finegemm.api import bf16 as api
 
     names = _kernels_per_call(lambda: call(ids))  # the second call: the kept launch
     assert len(names) == 1 and "finegemm_entry" in names[0], names  # no check kernel
     (kept,) = api._validated_contiguous._keys.values()
-    assert kept.in_kernel and all(e[2].cfg.layout_check for e in kept._streams.values())
+    assert kept.in_kernel and all("LayoutChecked" in type(e[2]).__name__ for e in kept._streams.values())
     monkeypatch.setattr(api, "_validated_contiguous", _v.ValidatedCalls())  # the one-shot launch: one kernel too
     monkeypatch.setattr(cl, "can_prepare", lambda index: False)
     names = _kernels_per_call(lambda: call(ids))
     assert len(names) == 1 and "finegemm_entry" in names[0], names
-    ref = reference.m_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, ids, out_dtype=torch.float64)
+    if family == "fp8":
+        ref = reference.m_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, ids, out_dtype=torch.float64)
+    else:
+        ref = reference.m_grouped_bf16_gemm_nt_contiguous(x, w, ids, out_dtype=torch.float64)
     real = ids >= 0
     assert calc_diff(d[real], ref[real]) <= 1e-5 and (d[~real] == 0).all()
     scratch = cl._scratch.buffers[(torch.cuda.current_device(), cl.raw_stream(torch.cuda.current_device()))][1]
@@ -423,7 +442,7 @@ def test_in_gemm_check_is_one_launch_and_leaves_the_scratch_zero(ms, monkeypatch
     bad[0] = -3
     host = bad.cpu()
     with pytest.raises(ValueError) as cpu_err:
-        _v.check_grouped_layout("m_grouped_fp8_gemm_nt_contiguous", host, a.shape[0], G, False, 128)
+        _v.check_grouped_layout(fn, host, a.shape[0], G, False, 128)
     d.fill_(float("nan"))
     call(bad)
     with pytest.raises(ValueError) as gpu_err:

@@ -190,6 +190,11 @@ struct Sm90Bf16GroupedLaunch {
   uint32_t m = 0, n = 0, k = 0, ldd = 0, flags = 0, num_groups = 0;
   CUfunction fn = nullptr;
   unsigned grid = 0, threads = 0, smem_bytes = 0;
+  // A contiguous kernel with the in-kernel layout check (kLayoutCheck): its three extra parameters
+  // (scheduler/contiguous_layout_check.cuh).
+  unsigned* layout_scratch = nullptr;
+  int* layout_record = nullptr;
+  uint32_t layout_info = 0;
 };
 
 // Validates the arguments of fg_launch_sm90_bf16_grouped (documented there) and encodes L.
@@ -270,9 +275,30 @@ int launch_grouped(const Sm90Bf16GroupedLaunch& L, uint64_t stream) {
                     const_cast<CUtensorMap*>(&L.tmap_d), const_cast<void**>(&L.d), &c_p, &ws_p, &cnt_p,
                     const_cast<uint32_t*>(&L.m), const_cast<uint32_t*>(&L.n), const_cast<uint32_t*>(&L.k),
                     const_cast<uint32_t*>(&L.ldd), const_cast<uint32_t*>(&L.flags), &splits,
-                    const_cast<const int**>(&L.grouped), const_cast<uint32_t*>(&L.num_groups)};
+                    const_cast<const int**>(&L.grouped), const_cast<uint32_t*>(&L.num_groups),
+                    // kLayoutCheck entries only (the others have 15 parameters and never read these)
+                    const_cast<unsigned**>(&L.layout_scratch), const_cast<int**>(&L.layout_record),
+                    const_cast<uint32_t*>(&L.layout_info)};
   return fg::launch(L.fn, L.grid, 1, 1, L.threads, 1, 1, L.smem_bytes, 1, fg::as_stream(stream), params,
                     fg::pdl_enabled());
+}
+
+// The contiguous launch of a kernel built with the in-kernel layout check: encode_grouped (kind 1,
+// `grouped` = the caller's plain grouped_layout), then the check's buffers.
+int encode_grouped_layout_checked(Sm90Bf16GroupedLaunch* L, uint64_t fn, void* a, void* b, void* d, void* grouped,
+                                  int m, int n, int k, int lda, int ldb, int ldd, int block_m, int block_n, int grid,
+                                  int smem_bytes, int gemm_kind, int num_groups, int l2_promotion, int b_mn_major,
+                                  int64_t ldb_group, void* layout_scratch, void* layout_record, int layout_info) {
+  if (gemm_kind != 1 || layout_scratch == nullptr || layout_record == nullptr || layout_info < 0 ||
+      (layout_info & 0xff) > 30)
+    return fg::FG_ERROR_INVALID_ARGUMENT;
+  const int rc = encode_grouped(L, fn, a, b, d, grouped, m, n, k, lda, ldb, ldd, block_m, block_n, grid, smem_bytes,
+                                gemm_kind, num_groups, l2_promotion, b_mn_major, ldb_group);
+  if (rc != CUDA_SUCCESS) return rc;
+  L->layout_scratch = static_cast<unsigned*>(layout_scratch);
+  L->layout_record = static_cast<int*>(layout_record);
+  L->layout_info = static_cast<uint32_t>(layout_info);
+  return CUDA_SUCCESS;
 }
 
 }  // namespace
@@ -377,6 +403,40 @@ int fg_prepare_sm90_bf16_grouped(uint64_t* out, uint64_t fn, void* a, void* b, v
   return fg::publish_prepared(L, encode_grouped(L, fn, a, b, d, grouped, m, n, k, lda, ldb, ldd, block_m, block_n,
                                                 grid, smem_bytes, gemm_kind, num_groups, l2_promotion, b_mn_major,
                                                 ldb_group),
+                              out);
+}
+
+// The contiguous launch of a kernel built with the in-kernel layout check (kLayoutCheck):
+// fg_launch_sm90_bf16_grouped's arguments with gemm_kind 1 and grouped = the caller's plain
+// grouped_layout (any values: ids outside [0, num_groups) are padding), then layout_scratch (uint32
+// [4 + num_groups], zero before the launch; left zero), layout_record (int32 [8], device-mapped host
+// memory) and layout_info (the record's function index << 8 | log2 of the mk alignment).
+int fg_launch_sm90_bf16_grouped_layout_checked(uint64_t fn, void* a, void* b, void* d, void* grouped, int m, int n,
+                                               int k, int lda, int ldb, int ldd, int block_m, int block_n, int grid,
+                                               int smem_bytes, int gemm_kind, int num_groups, int l2_promotion,
+                                               int b_mn_major, int64_t ldb_group, void* layout_scratch,
+                                               void* layout_record, int layout_info, uint64_t stream) {
+  Sm90Bf16GroupedLaunch L;
+  const int rc = encode_grouped_layout_checked(&L, fn, a, b, d, grouped, m, n, k, lda, ldb, ldd, block_m, block_n,
+                                               grid, smem_bytes, gemm_kind, num_groups, l2_promotion, b_mn_major,
+                                               ldb_group, layout_scratch, layout_record, layout_info);
+  return rc != CUDA_SUCCESS ? rc : launch_grouped(L, stream);
+}
+
+// fg_prepare_sm90_bf16_grouped for fg_launch_sm90_bf16_grouped_layout_checked (the same handle
+// functions; the scratch is the stream's: a prepared launch is kept per stream).
+int fg_prepare_sm90_bf16_grouped_layout_checked(uint64_t* out, uint64_t fn, void* a, void* b, void* d, void* grouped,
+                                                int m, int n, int k, int lda, int ldb, int ldd, int block_m,
+                                                int block_n, int grid, int smem_bytes, int gemm_kind, int num_groups,
+                                                int l2_promotion, int b_mn_major, int64_t ldb_group,
+                                                void* layout_scratch, void* layout_record, int layout_info) {
+  if (out == nullptr) return fg::FG_ERROR_INVALID_ARGUMENT;
+  *out = 0;
+  Sm90Bf16GroupedLaunch* L = new Sm90Bf16GroupedLaunch();
+  return fg::publish_prepared(L, encode_grouped_layout_checked(L, fn, a, b, d, grouped, m, n, k, lda, ldb, ldd,
+                                                               block_m, block_n, grid, smem_bytes, gemm_kind,
+                                                               num_groups, l2_promotion, b_mn_major, ldb_group,
+                                                               layout_scratch, layout_record, layout_info),
                               out);
 }
 

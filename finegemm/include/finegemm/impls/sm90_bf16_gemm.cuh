@@ -89,6 +89,7 @@
 #include <finegemm/ptx/tma.cuh>
 #include <finegemm/ptx/wgmma.cuh>
 #include <finegemm/ptx/wgmma_bf16.cuh>
+#include <finegemm/scheduler/contiguous_layout_check.cuh>
 #include <finegemm/scheduler/grouped_bf16.cuh>
 
 namespace finegemm {
@@ -186,14 +187,16 @@ struct Bf16TileScheduler {
 };
 
 template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages, bool kAMnMajor, bool kBMnMajor, bool kSplitK,
-          bool kTmaStore, uint32_t kGemmKind = scheduler::kBf16GemmNormal>
+          bool kTmaStore, uint32_t kGemmKind = scheduler::kBf16GemmNormal, bool kLayoutCheck = false>
 __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const CUtensorMap* tmap_b,
                                                const CUtensorMap* tmap_d, void* d_ptr, const float* c_ptr,
                                                float* workspace, int* counters, uint32_t M, uint32_t N, uint32_t K,
                                                uint32_t ldd, uint32_t flags, uint32_t num_splits,
                                                const int* grouped = nullptr, uint32_t num_groups = 1,
                                                const scheduler::Bf16KGroupedArgs* kgroups = nullptr,
-                                               const CUtensorMap* tmap_a_last = nullptr) {
+                                               const CUtensorMap* tmap_a_last = nullptr,
+                                               unsigned* layout_scratch = nullptr, int* layout_record = nullptr,
+                                               uint32_t layout_info = 0) {
   constexpr bool kKGrouped = kGemmKind == scheduler::kBf16GemmKGrouped;
   using Traits = Sm90Bf16GemmTraits<BLOCK_M, BLOCK_N, kNumStages, kTmaStore, kKGrouped>;
   using EpiTma = epilogue::TmaStoreBf16<BLOCK_N>;
@@ -215,6 +218,10 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
                 "m-grouped kinds: K-major A, no split-K; an N-major B in the contiguous kind only");
   static_assert(!kKGrouped || (kAMnMajor && kBMnMajor && !kSplitK && kTmaStore),
                 "k-grouped kind: tn layout, no split-K, the fp32 TMA epilogue built in");
+  // kLayoutCheck (contiguous kind, plain layout): `grouped` is the caller's grouped_layout, and
+  // the producer warpgroup's idle second warp checks its rules while the GEMM runs
+  // (scheduler/contiguous_layout_check.cuh, as the FP8 kernel's): one launch per call.
+  static_assert(!kLayoutCheck || kContiguous, "the in-kernel layout check: m-grouped contiguous kind");
   using Walker = scheduler::Bf16GroupedWalker<kGrouped ? kGemmKind : scheduler::kBf16GemmGroupedContiguous, BLOCK_M,
                                               BLOCK_N, 8>;
   using KWalker = scheduler::Bf16KGroupedWalker<BLOCK_M, BLOCK_N, 8>;
@@ -325,6 +332,9 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
           }
         }
       }
+    } else if (kLayoutCheck && threadIdx.x / 32 == kNumConsumerThreads / 32 + 1) {
+      // The layout's rules (one warp per CTA).
+      scheduler::check_contiguous_layout_warp(grouped, M, num_groups, layout_scratch, layout_record, layout_info);
     } else if (!kGrouped && threadIdx.x == kNumConsumerThreads) {
       // Dense kind, and the k-grouped kind (its tiles' absolute k-block ranges in the same maps).
       // Dense kind with K-major A: the last m-block loads through tmap_a_last, whose box holds only
@@ -620,8 +630,9 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
 
       // ---------------------------------------------------------------- epilogue
       // Rows stored as zeros (bit h: this thread's row r0 + 8 h): every row of a padding tile, and
-      // the padding rows (group id -1) of a mixed one. The stores mask them (garbage must not leak,
-      // not even as NaN); the accumulators are left as they are (rewriting them spilled bn256).
+      // the padding rows (group id -1; with kLayoutCheck any id outside [0, G)) of a mixed one. The
+      // stores mask them (garbage must not leak, not even as NaN); the accumulators are left as they
+      // are (rewriting them spilled bn256).
       uint32_t zero_rows = 0;
       if constexpr (kContiguous) {
         if (skip) {
@@ -630,7 +641,8 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
 #pragma unroll
           for (uint32_t h = 0; h < 2; ++h) {
             const uint32_t row = m0 + r0 + 8 * h;
-            if (row < M && __ldg(grouped + row) < 0) zero_rows |= 1u << h;
+            const int id = row < M ? __ldg(grouped + row) : 0;
+            if (id < 0 || (kLayoutCheck && static_cast<uint32_t>(id) >= num_groups)) zero_rows |= 1u << h;
           }
         }
       }

@@ -111,8 +111,10 @@ struct Bf16GroupedWalker {
       if (unit >= m_blocks * num_n_blocks) return false;
       order(unit, m_blocks, t.m_block, t.n_block);
       const uint32_t m0 = t.m_block * BLOCK_M;
+      // An id outside [0, num_groups) is padding: the check kernel's ids never hold one, the
+      // caller's layout (the in-kernel check, kLayoutCheck) may.
       const int gid = __ldg(grouped + m0);  // m0 < M: m_block < m_blocks
-      t.skip = gid < 0;
+      t.skip = gid < 0 || static_cast<uint32_t>(gid) >= num_groups;
       t.a_row = m0;
       t.group = t.skip ? 0u : static_cast<uint32_t>(gid);
       t.b_row = t.group * N + t.n_block * BLOCK_N;
