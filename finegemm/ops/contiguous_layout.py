@@ -434,9 +434,10 @@ def run_prepared(fn: str, prepared: Optional["PreparedContiguous"], grouped_layo
     entry for the current stream here, the GEMM's launch made by prepare_gemm(ids) (None where it
     cannot be prepared). prepare_checked(check): the launch of a GEMM that checks a plain layout
     itself (in_kernel_check's tuple), or None; a new PreparedContiguous takes it for a plain layout,
-    and a kept one keeps the kind it was made with. Returns the PreparedContiguous that ran it; _v.ONE_SHOT (nothing
-    launched) where the GEMM cannot be prepared; None (nothing launched) where no entry can be
-    added now (graph capture, another current device). ValidatedCalls.run_kept's `prepare`."""
+    and a kept one keeps the kind it was made with. Returns the PreparedContiguous that ran it;
+    _v.ONE_SHOT (nothing launched) where the GEMM cannot be prepared; None (nothing launched) where
+    no entry can be added now (graph capture, another current device). ValidatedCalls.run_kept's
+    `prepare`."""
     device = grouped_layout.device.index
     if not can_prepare(device):
         return None
@@ -494,7 +495,9 @@ class PreparedContiguous:
     def add_stream(self, prepare_gemm, prepare_checked=None) -> bool:
         """An entry for the current stream: the check's argument block and prepare_gemm(ids) (a
         prepared launch reading ids, the stream's buffer of at least M int32; or None where the
-        GEMM cannot be prepared: then this call keeps the one-shot path). Whether the entry was
+        GEMM cannot be prepared: then this call keeps the one-shot path); in_kernel, only
+        prepare_checked(check) (the GEMM checking the layout itself on the stream's check scratch,
+        in_kernel_check's tuple; None as before). Whether the entry was
         added; the caller's current device must be this call's, outside graph capture
         (can_prepare)."""
         index = self._device.index
