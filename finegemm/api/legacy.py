@@ -116,7 +116,11 @@ def k_grouped_wgrad_gemm_fp8_fp8_fp32_nt(lhs: tuple[torch.Tensor, torch.Tensor],
     if not isinstance(batch_sizes, (list, tuple)):
         raise TypeError(f"batch_sizes must be a list or tuple of ints, got {type(batch_sizes).__name__}")
     for g, k in enumerate(batch_sizes):  # before the int32 copy (which would truncate or overflow)
-        if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < 2**31:
+        # A wrong type is a TypeError, as k_grouped_fp8_gemm_nt_contiguous raises for its ks (the
+        # fuzz compares the exception types of the two names).
+        if isinstance(k, bool) or not isinstance(k, int):
+            raise TypeError(f"batch_sizes[{g}] must be an int in [0, 2**31), got {k!r} of type {type(k).__name__}")
+        if not 0 <= k < 2**31:
             raise ValueError(f"batch_sizes[{g}] must be an int in [0, 2**31), got {k!r}")
     device = out.device if isinstance(out, torch.Tensor) else "cpu"
     ks_tensor = torch.tensor(list(batch_sizes), dtype=torch.int32, device=device)
