@@ -54,11 +54,13 @@ def test_skip_head_mid_matches_the_dense_gemm(monkeypatch, fused, m, splits, hea
     left, mid, right = splits
     n = heads * (left + right)
     a, b = _fp8_operands(m, n, k, seed=m * 31 + n)
-    pad = 8
-    buf = torch.full((m, n + heads * mid + pad), float("nan"), dtype=dtype, device="cuda")
+    # A row pitch past d's width (8 columns more, rounded to TMA's 16 bytes: d must take it, as the
+    # API requires; the (3, 5, 2) heads are 30 columns wide).
+    pitch = finegemm.align(n + heads * mid + 8, 8)
+    buf = torch.full((m, pitch), float("nan"), dtype=dtype, device="cuda")
     d = buf[:, : n + heads * mid]
     finegemm.fp8_gemm_nt_skip_head_mid(a, b, d, splits)
-    plain = torch.empty(m, n, dtype=dtype, device="cuda")
+    plain = torch.empty(m, finegemm.align(n, 8), dtype=dtype, device="cuda")[:, :n]  # a 16-byte pitch (TMA)
     finegemm.fp8_gemm_nt(a, b, plain)
     torch.cuda.synchronize()
     got = d.view(m, heads, left + mid + right)
