@@ -187,18 +187,22 @@ def _m_grouped_contiguous(fn: str, b_kn: bool, a: object, b: object, d: object, 
     from finegemm.ops import contiguous_layout, sm90_bf16_gemm
 
     # A plain layout checked by the GEMM itself (one launch per call) once the capability is past
-    # its GPU suite; else the check kernel, then the GEMM on its ids.
-    in_gemm = contiguous_layout.checks_in_kernel("bf16", flags[1])
-    prepare_checked = None
-    if in_gemm:
-        def prepare_checked(check):
-            return sm90_bf16_gemm.prepare_m_grouped_contiguous_layout_checked(a, b, d, grouped_layout, b_kn, check)
-    if _validated_contiguous.run_kept(key, kept, lambda prepared: contiguous_layout.run_prepared(
+    # its GPU suite; else the check kernel, then the GEMM on its ids. The gate is asked only when a
+    # launch is prepared or taken one-shot, not on a kept call (the hot path).
+    def prepare(prepared):
+        prepare_checked = None
+        if contiguous_layout.checks_in_kernel("bf16", flags[1]):
+            def prepare_checked(check):
+                return sm90_bf16_gemm.prepare_m_grouped_contiguous_layout_checked(a, b, d, grouped_layout, b_kn,
+                                                                                  check)
+        return contiguous_layout.run_prepared(
             fn, prepared, grouped_layout, a.shape[0], b.shape[0], flags[1],
-            lambda ids: sm90_bf16_gemm.prepare_m_grouped_contiguous(a, b, d, ids, b_kn), prepare_checked)):
+            lambda ids: sm90_bf16_gemm.prepare_m_grouped_contiguous(a, b, d, ids, b_kn), prepare_checked)
+
+    if _validated_contiguous.run_kept(key, kept, prepare):
         return
     alignment = quant.get_mk_alignment_for_contiguous_layout()
-    if in_gemm:
+    if contiguous_layout.checks_in_kernel("bf16", flags[1]):
         check = contiguous_layout.api_in_kernel_check(fn, a.shape[0], b.shape[0], alignment)
         sm90_bf16_gemm.m_grouped_bf16_gemm_contiguous_layout_checked(a, b, d, grouped_layout, b_kn, check)
         return
