@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the H200 machine: GPU tests + benchmarks, logs and JSON under $OUT.
 # Usage (from the repo root on the GPU machine):
-#   bash scripts/device_run.sh [all|tests|bench|sanitize|tune|pending]      (default: all)
+#   bash scripts/device_run.sh [all|tests|bench|sanitize|tune|pending|ab]   (default: all)
 # "pending": what the commits built without a GPU still need, in one call (benchmarks/NOTES.md,
 # the newest State block): their GPU tests, compute-sanitizer on their cases, the fused
 # skip-head-mid timing, and the A/B of the diagnostic builds waiting for a measurement.
@@ -72,7 +72,10 @@ if [[ "$what" == pending ]]; then
   timeout 120 python3 scripts/probe_skip_head_mid.py --out "$OUT/skip_head_mid.json" 2>&1 \
     | tee "$OUT/probe_skip_head_mid.log"
   status=$(( status | ${PIPESTATUS[0]} ))
-  # 4. The k-block rotation (v0.95) on the 12 skinny anchors, interleaved with the default build.
+fi
+if [[ "$what" == pending || "$what" == ab ]]; then
+  # 4. ("ab" alone) The k-block rotation (v0.95) on the 12 skinny anchors, interleaved with the
+  #    default build.
   VARIANTS="${FINEGEMM_PENDING_VARIANTS:-base= rot1=-DFINEGEMM_DIAG_K_ROTATE=1 rot7=-DFINEGEMM_DIAG_K_ROTATE=7}" \
     ROUNDS="${FINEGEMM_PENDING_ROUNDS:-2}" SUITE=dense FINEGEMM_BENCH_TESTS=20 \
     bash scripts/ab_bench_variants.sh --shapes 64,2112,7168 64,24576,1536 64,32768,512 64,7168,16384 \

@@ -349,16 +349,15 @@ WGRAD_TILES = [
 ]
 
 def _contiguous_layout_in_gemm(ms, n, k, family):
-    """The contiguous GEMM (family "fp8" / "bf16") checking a plain layout itself (its gate lifted
-    for the case): valid calls one-shot and kept, then a layout with an id past G and a misaligned
+    """The contiguous GEMM (family "fp8" / "bf16") checking a plain layout itself (the shipped
+    path): valid calls one-shot and kept, then a layout with an id past G and a misaligned
     run (reported, its out-of-range rows zeros), then a valid call again; the worst calc_diff of the
     valid calls."""
-    import os
-
     from finegemm import quant
     from finegemm.api import _validate as _v
     from finegemm.api import bf16 as api_bf16
     from finegemm.api import grouped_fp8
+    from finegemm.ops import contiguous_layout
 
     g = len(ms)
     rows = sum(finegemm.align(m, 128) for m in ms)
@@ -387,7 +386,7 @@ def _contiguous_layout_in_gemm(ms, n, k, family):
     api = grouped_fp8 if family == "fp8" else api_bf16
     saved = api._validated_contiguous
     api._validated_contiguous = _v.ValidatedCalls()
-    os.environ["FINEGEMM_ENABLE_UNVALIDATED"] = "1"
+    assert contiguous_layout.checks_in_kernel(family, False), "the in-GEMM check is gated"
     worst = 0.0
     try:
         finegemm.check_errors()
@@ -409,16 +408,13 @@ def _contiguous_layout_in_gemm(ms, n, k, family):
         worst = max(worst, calc_diff(d.float(), ref))
         finegemm.check_errors()
     finally:
-        del os.environ["FINEGEMM_ENABLE_UNVALIDATED"]
         api._validated_contiguous = saved
     return worst
 
 
 def _skip_head_mid_fused(m, heads, splits, k):
-    """fp8_gemm_nt_skip_head_mid through the fused epilogue (its gate lifted for the call): the
-    written columns against the reference, the gap of every head untouched (else a diff of 1)."""
-    import os
-
+    """fp8_gemm_nt_skip_head_mid through the fused epilogue: the written columns against the
+    reference, the gap of every head untouched (else a diff of 1)."""
     from finegemm.ops import sm90_fp8_gemm as o8
 
     left, mid, right = splits
@@ -427,11 +423,7 @@ def _skip_head_mid_fused(m, heads, splits, k):
     b, sfb = finegemm.per_block_cast_to_fp8(torch.randn(n, k, device="cuda"))
     d = torch.full((m, n + heads * mid), 3.0, device="cuda", dtype=torch.bfloat16)
     assert o8.prepare_skip_head_mid(a, sfa, b, sfb, d, splits) is not None, "not the fused path"
-    os.environ["FINEGEMM_ENABLE_UNVALIDATED"] = "1"
-    try:
-        finegemm.fp8_gemm_nt_skip_head_mid((a, sfa), (b, sfb), d, splits)
-    finally:
-        del os.environ["FINEGEMM_ENABLE_UNVALIDATED"]
+    finegemm.fp8_gemm_nt_skip_head_mid((a, sfa), (b, sfb), d, splits)
     packed = d.float().view(m, heads, left + mid + right)
     if not bool((packed[:, :, left:left + mid] == 3.0).all()):
         return 1.0

@@ -400,7 +400,14 @@ def fake_cuda(monkeypatch):
         return ids if m else None
 
     fake.ids_for = lambda gl: fake.ids[id(gl)]
+    fake.in_kernel_checks = []
+
+    def in_kernel_check(fn, m, g, alignment):
+        fake.in_kernel_checks.append((fn, m, g, alignment))
+        return ("scratch", "record", "flags")
+
     monkeypatch.setattr(contiguous_layout, "api_group_ids", api_group_ids)
+    monkeypatch.setattr(contiguous_layout, "in_kernel_check", in_kernel_check)
     monkeypatch.setattr(contiguous_layout, "can_prepare", lambda device_index: False)  # as under graph capture
     _install_fake_ops(monkeypatch, fake)
     monkeypatch.setattr(_validate, "on_cuda", lambda t: True)
@@ -466,16 +473,24 @@ def test_cuda_routing_grouped(fake_cuda, monkeypatch):
     d = torch.full((M, N), 5.0, dtype=BF16)
     layout = torch.zeros(M, dtype=torch.int32)
     finegemm.m_grouped_fp8_gemm_nt_contiguous(a, b, d, layout)
-    kind, a_, sfa_, b_, sfb_, d_, gl_, checked_ = fake_cuda.calls[-1]
-    assert kind == "contiguous" and a_ is a[0] and sfa_ is a[1] and b_ is b[0] and sfb_ is b[1]
-    # The layout's values go to the GPU check (no host read), whose ids the op gets.
-    assert fake_cuda.layout_calls[-1] == ("m_grouped_fp8_gemm_nt_contiguous", layout, M, G, False, 128)
-    assert d_ is d and gl_ is fake_cuda.ids_for(layout) and checked_ is True
+    kind, a_, sfa_, b_, sfb_, d_, gl_, check_ = fake_cuda.calls[-1]
+    assert kind == "contiguous_layout_checked" and a_ is a[0] and sfa_ is a[1] and b_ is b[0] and sfb_ is b[1]
+    # A plain layout goes to the GEMM as given (no host read), with the stream's check buffers:
+    # the kernel checks it.
+    assert fake_cuda.in_kernel_checks[-1] == ("m_grouped_fp8_gemm_nt_contiguous", M, G, 128)
+    assert d_ is d and gl_ is layout and check_ == ("scratch", "record", "flags") and not fake_cuda.layout_calls
     assert torch.all(d == 5.0)  # nothing computed on the host
     # An invalid layout (id >= G) is not rejected on the host: the GPU check reports it.
     bad = torch.full((M,), 7, dtype=torch.int32)
     finegemm.m_grouped_fp8_gemm_nt_contiguous(a, b, d, bad)
-    assert fake_cuda.layout_calls[-1][1] is bad and fake_cuda.calls[-1][6] is fake_cuda.ids_for(bad)
+    assert fake_cuda.calls[-1][6] is bad and len(fake_cuda.in_kernel_checks) == 2
+    fake_cuda.calls.pop()
+    # A psum layout: the check kernel's ids go to the GEMM.
+    ends = torch.tensor([100, 128], dtype=torch.int32)
+    finegemm.m_grouped_fp8_gemm_nt_contiguous(a, b, d, ends, use_psum_layout=True)
+    kind, *_, gl_, checked_ = fake_cuda.calls[-1]
+    assert fake_cuda.layout_calls[-1] == ("m_grouped_fp8_gemm_nt_contiguous", ends, M, G, True, 128)
+    assert kind == "contiguous" and gl_ is fake_cuda.ids_for(ends) and checked_ is True
     fake_cuda.calls.pop()
     # masked_m is not read on CUDA (out-of-range values reach the kernel, which clamps).
     am = (rand_fp8(G, 16, K), rand_sf(G, 16, 1))
@@ -505,19 +520,21 @@ def test_cuda_routing_grouped_bf16(fake_cuda, monkeypatch):
     from finegemm.ops import sm90_bf16_gemm as bf16_ops
 
     calls = []
-    for name in ("m_grouped_bf16_gemm_nt_contiguous", "m_grouped_bf16_gemm_nt_masked",
-                 "k_grouped_bf16_gemm_tn_contiguous"):
+    for name in ("m_grouped_bf16_gemm_nt_contiguous", "m_grouped_bf16_gemm_contiguous_layout_checked",
+                 "m_grouped_bf16_gemm_nt_masked", "k_grouped_bf16_gemm_tn_contiguous"):
         monkeypatch.setattr(bf16_ops, name, lambda *args, _n=name, **kw: calls.append((_n,) + args + tuple(kw.items())))
-    for name in ("prepare_m_grouped_contiguous", "prepare_m_grouped_masked"):  # no prepared launches: one-shot
+    for name in ("prepare_m_grouped_contiguous", "prepare_m_grouped_contiguous_layout_checked",
+                 "prepare_m_grouped_masked"):  # no prepared launches: one-shot
         monkeypatch.setattr(bf16_ops, name, lambda *args: None)
     a, b = rand_bf16(128, 64), rand_bf16(2, 64, 64)
     d = torch.full((128, 64), 5.0, dtype=BF16)
     layout = torch.zeros(128, dtype=torch.int32)
-    finegemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, layout)
-    name, a_, b_, d_, gl_, checked_ = calls[-1]
-    assert name == "m_grouped_bf16_gemm_nt_contiguous" and a_ is a and b_ is b and d_ is d
-    assert fake_cuda.layout_calls[-1] == ("m_grouped_bf16_gemm_nt_contiguous", layout, 128, 2, False, 128)
-    assert gl_ is fake_cuda.ids_for(layout) and checked_ == ("checked_ids", True)
+    finegemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, layout)  # plain: the GEMM checks it
+    name, a_, b_, d_, gl_, b_kn_, check_ = calls[-1]
+    assert name == "m_grouped_bf16_gemm_contiguous_layout_checked" and a_ is a and b_ is b and d_ is d
+    assert gl_ is layout and b_kn_ is False and check_ == ("scratch", "record", "flags")
+    assert fake_cuda.in_kernel_checks[-1] == ("m_grouped_bf16_gemm_nt_contiguous", 128, 2, 128)
+    assert not fake_cuda.layout_calls
     psum = torch.tensor([100, 128], dtype=torch.int32)
     finegemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, psum, use_psum_layout=True)
     assert fake_cuda.layout_calls[-1][1:] == (psum, 128, 2, True, 128)
@@ -675,6 +692,10 @@ def _spy_fast_path(monkeypatch, family: str, kind: str) -> tuple[list, list]:
     monkeypatch.setattr(api, f"_validate_{kind}", lambda *args: validations.append(args[0]) or real(*args))
     monkeypatch.setattr(bf16_ops, f"m_grouped_bf16_gemm_nt_{kind}", lambda *args, **kw: launched.append(args))
     monkeypatch.setattr(bf16_ops, f"prepare_m_grouped_{kind}", lambda *args: None)  # one-shot (fake_cuda's too)
+    if kind == "contiguous":  # the GEMM that checks a plain layout itself
+        monkeypatch.setattr(bf16_ops, "m_grouped_bf16_gemm_contiguous_layout_checked",
+                            lambda *args, **kw: launched.append(args))
+        monkeypatch.setattr(bf16_ops, "prepare_m_grouped_contiguous_layout_checked", lambda *args: None)
     return validations, launched
 
 
@@ -695,14 +716,15 @@ def test_contiguous_fast_path_skips_only_the_argument_checks(fake_cuda, monkeypa
     d = torch.empty(M, N, dtype=BF16)
     for _ in range(3):
         call(a, b, d, layout)
-    assert len(validations) == 1 and len(fake_cuda.layout_calls) == 3
+    # Every call sets up the GEMM's own layout check (a plain layout: no check kernel).
+    assert len(validations) == 1 and len(fake_cuda.in_kernel_checks) == 3 and not fake_cuda.layout_calls
     assert len(fake_cuda.calls if family == "fp8" else launched) == 3
     call(a, b, d, layout, use_psum_layout=False)  # the default spelled out: the same call
     assert len(validations) == 1
     with pytest.raises(TypeError, match="use_psum_layout"):
         call(a, b, d, layout, use_psum_layout=0)
     call(a, b, torch.empty(M, N, dtype=BF16), layout)  # another d: checked again
-    assert len(validations) == 3 and len(fake_cuda.layout_calls) == 5
+    assert len(validations) == 3 and len(fake_cuda.in_kernel_checks) == 5
 
 
 @pytest.mark.parametrize("family", ["fp8", "bf16"])
@@ -736,16 +758,20 @@ def test_grouped_prepared_contiguous_routing(fake_cuda, monkeypatch, preparable,
     through a PreparedContiguous given this stream's entry (the GEMM prepared on the layout check's
     ids; no one-shot launch), repeats run it alone, a stream without an entry adds one. Where the
     GEMM cannot be prepared (an input copy per call) the call is kept one-shot and not prepared again;
-    FP8 nn calls are never prepared (B's K-major copy per call), BF16 nn calls are (B read in place)."""
+    FP8 nn calls are never prepared (B's K-major copy per call), BF16 nn calls are (B read in place).
+    The two-launch path: the family's in-GEMM layout check gated (test_grouped_prepared_in_gemm_routing
+    covers the shipped one-launch path)."""
     from finegemm.ops import contiguous_layout
     from finegemm.ops import sm90_bf16_gemm as bf16_ops
 
+    monkeypatch.delenv("FINEGEMM_ENABLE_UNVALIDATED", raising=False)
+    monkeypatch.setitem(_validate.UNVALIDATED_ON_GPU, contiguous_layout.IN_KERNEL_CAPABILITIES[family], ("", "", ""))
     validations, launched = _spy_fast_path(monkeypatch, family, "contiguous")
     made, events, has_entry = [], [], [False]
 
     class FakePrepared:
         def __init__(self, fn, gl, m, g, psum, alignment, in_kernel=False):
-            assert not in_kernel  # the in-kernel layout check is gated until its GPU suite passes
+            assert not in_kernel  # gated above
             made.append((fn, gl, m, g, psum, alignment))
 
         def add_stream(self, prepare_gemm, prepare_checked=None):
@@ -808,6 +834,61 @@ def test_grouped_prepared_contiguous_routing(fake_cuda, monkeypatch, preparable,
     else:
         assert len(made) == 2 and gemm_args[-1][1] is b_kn and gemm_args[-1][4] is True
         assert len(gemm_args) == (3 if preparable else 2) and len(launched) == (0 if preparable else 5)
+
+
+@pytest.mark.parametrize("family", ["fp8", "bf16"])
+def test_grouped_prepared_in_gemm_routing(fake_cuda, monkeypatch, family):
+    """The shipped contiguous path on faked CUDA: a plain layout's PreparedContiguous is made with
+    in_kernel=True and its stream entry is the GEMM that checks the caller's layout itself (prepared
+    on grouped_layout, not on check ids; no check kernel); a psum layout keeps the two launches."""
+    from finegemm.ops import contiguous_layout
+    from finegemm.ops import sm90_bf16_gemm as bf16_ops
+
+    monkeypatch.delenv("FINEGEMM_ENABLE_UNVALIDATED", raising=False)
+    assert contiguous_layout.IN_KERNEL_CAPABILITIES[family] not in _validate.UNVALIDATED_ON_GPU
+    _spy_fast_path(monkeypatch, family, "contiguous")
+    made, checked_args = [], []
+
+    class FakePrepared:
+        def __init__(self, fn, gl, m, g, psum, alignment, in_kernel=False):
+            made.append((psum, in_kernel))
+            self.in_kernel = in_kernel
+
+        def add_stream(self, prepare_gemm, prepare_checked=None):
+            assert (prepare_checked is not None) == self.in_kernel
+            return (prepare_checked("check") if self.in_kernel else prepare_gemm(torch.zeros(M, dtype=torch.int32))) \
+                is not None
+
+        def __call__(self):
+            return True
+
+    def prepare_checked(*args):
+        checked_args.append(args)
+        return "gemm"
+
+    monkeypatch.setattr(contiguous_layout, "can_prepare", lambda index: True)
+    monkeypatch.setattr(contiguous_layout, "PreparedContiguous", FakePrepared)
+    ops = fake_cuda if family == "fp8" else bf16_ops
+    monkeypatch.setattr(ops, "prepare_m_grouped_contiguous_layout_checked", prepare_checked)
+    monkeypatch.setattr(ops, "prepare_m_grouped_contiguous", lambda *args: "gemm")
+    M, N, K, G = 256, 128, 128, 2
+    layout = torch.zeros(M, dtype=torch.int32)
+    ends = torch.tensor([100, 256], dtype=torch.int32)
+    d = torch.empty(M, N, dtype=BF16)
+    if family == "fp8":
+        a, b = (rand_fp8(M, K), rand_sf(M, 1)), (rand_fp8(G, N, K), rand_sf(G, 1, 1))
+        call = finegemm.m_grouped_fp8_gemm_nt_contiguous
+    else:
+        a, b = rand_bf16(M, K), rand_bf16(G, N, K)
+        call = finegemm.m_grouped_bf16_gemm_nt_contiguous
+    for _ in range(2):
+        call(a, b, d, layout)
+    assert made == [(False, True)] and len(checked_args) == 1
+    gl_, check_ = checked_args[0][-2:] if family == "fp8" else (checked_args[0][3], checked_args[0][5])
+    assert gl_ is layout and check_ == "check"
+    call(a, b, d, ends, use_psum_layout=True)
+    assert made[-1] == (True, False) and len(checked_args) == 1
+    assert not fake_cuda.layout_calls
 
 
 @pytest.mark.parametrize("family", ["fp8", "bf16"])
@@ -912,11 +993,9 @@ def test_unvalidated_kernels_are_gated(fake_cuda, monkeypatch):
 
 
 def test_every_built_kernel_is_validated():
-    """Every CUDA kernel a function needs has passed its GPU suite: the shipped gate list holds only
-    capabilities with a validated fallback, asked through the non-raising gpu_validated() (the fused
-    skip-head-mid epilogue: its function takes the scratch-and-copy path until the gate lifts; the
-    FP8 and BF16 contiguous GEMMs checking their layout themselves: the standalone check kernel runs
-    before the GEMM)."""
+    """Every built CUDA kernel path has passed its GPU suite: the shipped gate list is empty (the
+    last three, the fused skip-head-mid epilogue and the FP8 / BF16 contiguous GEMMs checking their
+    layout themselves, passed on the H200 on 2026-12-05). A path built later is listed here until
+    its suite runs."""
     from finegemm.api import _validate
-    assert set(_validate.UNVALIDATED_ON_GPU) <= {"fp8_skip_head_mid_fused", "fp8_contiguous_layout_in_gemm",
-                                                 "bf16_contiguous_layout_in_gemm"}
+    assert not _validate.UNVALIDATED_ON_GPU

@@ -193,11 +193,28 @@ def test_layout_checked_tiles_compile_clean():
             assert abs(len(loop) - len(loop_twin)) <= 3, (twin["label"], len(loop), len(loop_twin))
 
 
+def _gate(monkeypatch, family: str, closed: bool) -> None:
+    """List the family's in-GEMM check capability as unvalidated (closed) or not (the shipped state)."""
+    monkeypatch.delenv(_v.ENABLE_UNVALIDATED_ENV, raising=False)
+    cap = cl.IN_KERNEL_CAPABILITIES[family]
+    if closed:
+        monkeypatch.setitem(_v.UNVALIDATED_ON_GPU, cap, ("x", "#4", "tests/gpu/test_contiguous_layout_gpu.py"))
+    elif cap in _v.UNVALIDATED_ON_GPU:
+        monkeypatch.delitem(_v.UNVALIDATED_ON_GPU, cap)
+
+
+def test_in_gemm_check_is_shipped_validated():
+    """Both families' in-GEMM layout checks passed their GPU suite: plain layouts take them by default."""
+    for family in ("fp8", "bf16"):
+        assert cl.IN_KERNEL_CAPABILITIES[family] not in _v.UNVALIDATED_ON_GPU
+        assert cl.checks_in_kernel(family, False) and not cl.checks_in_kernel(family, True)
+
+
 def test_api_routes_plain_layouts_to_the_checking_gemm_behind_the_gate(monkeypatch):
     """On faked CUDA: with the gate closed a plain layout goes through the standalone check and the
-    GEMM on its ids; with it open (FINEGEMM_ENABLE_UNVALIDATED=1) the GEMM gets the caller's layout
-    and the stream's check buffers and no check kernel runs; psum layouts keep the check kernel; an
-    earlier call's recorded error is raised before anything is launched."""
+    GEMM on its ids; with it open (the shipped state) the GEMM gets the caller's layout and the
+    stream's check buffers and no check kernel runs; psum layouts keep the check kernel; an earlier
+    call's recorded error is raised before anything is launched."""
     import finegemm
     from finegemm.api import grouped_fp8 as api
     from test_api_cpu import _FakeOps, _install_fake_ops, rand_fp8, rand_sf
@@ -220,13 +237,13 @@ def test_api_routes_plain_layouts_to_the_checking_gemm_behind_the_gate(monkeypat
     def fresh():
         monkeypatch.setattr(api, "_validated_contiguous", _v.ValidatedCalls())
 
-    monkeypatch.delenv(_v.ENABLE_UNVALIDATED_ENV, raising=False)
+    _gate(monkeypatch, "fp8", closed=True)
     fresh()
     finegemm.m_grouped_fp8_gemm_nt_contiguous(a, b, d, layout)
     assert fake.calls[-1][0] == "contiguous" and layout_calls == [("m_grouped_fp8_gemm_nt_contiguous", False)]
     assert not checks
 
-    monkeypatch.setenv(_v.ENABLE_UNVALIDATED_ENV, "1")
+    _gate(monkeypatch, "fp8", closed=False)
     fresh()
     finegemm.m_grouped_fp8_gemm_nt_contiguous(a, b, d, layout)
     kind, A_, sfa_, B_, sfb_, d_, gl_, check_ = fake.calls[-1]
@@ -250,7 +267,7 @@ def test_api_routes_plain_layouts_to_the_checking_gemm_behind_the_gate(monkeypat
 
 def test_bf16_api_routes_plain_layouts_to_the_checking_gemm_behind_the_gate(monkeypatch):
     """The BF16 contiguous calls on faked CUDA: the gate closed, the check kernel and the GEMM on its
-    ids; open, one launch of the checking GEMM on the caller's layout (nt and nn, B read in place);
+    ids; open (shipped), one launch of the checking GEMM on the caller's layout (nt and nn, B read in place);
     psum layouts keep the check kernel."""
     import finegemm
     from finegemm.api import bf16 as api
@@ -270,11 +287,11 @@ def test_bf16_api_routes_plain_layouts_to_the_checking_gemm_behind_the_gate(monk
     a = torch.randn(M, K).to(torch.bfloat16)
     b, b_kn = torch.randn(G, N, K).to(torch.bfloat16), torch.randn(G, K, N).to(torch.bfloat16)
     d = torch.empty(M, N, dtype=torch.bfloat16)
-    monkeypatch.delenv(_v.ENABLE_UNVALIDATED_ENV, raising=False)
+    _gate(monkeypatch, "bf16", closed=True)
     monkeypatch.setattr(api, "_validated_contiguous", _v.ValidatedCalls())
     finegemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, layout)
     assert launched[-1][0] == "m_grouped_bf16_gemm_nt_contiguous" and layout_calls == [False]
-    monkeypatch.setenv(_v.ENABLE_UNVALIDATED_ENV, "1")
+    _gate(monkeypatch, "bf16", closed=False)
     monkeypatch.setattr(api, "_validated_contiguous", _v.ValidatedCalls())
     for bb, b_kn_ in ((b, False), (b_kn, True)):
         (finegemm.m_grouped_bf16_gemm_nn_contiguous if b_kn_ else finegemm.m_grouped_bf16_gemm_nt_contiguous)(

@@ -294,16 +294,17 @@ def _routed(monkeypatch, fused=True, validated=False):
     monkeypatch.setattr(sm90_fp8_gemm, "prepare", rec.prepare)
     monkeypatch.setattr(sm90_fp8_gemm, "prepare_skip_head_mid", rec.prepare_skip_head_mid)
     monkeypatch.setattr(_v, "on_cuda", lambda t: True)
-    if validated:
-        monkeypatch.setenv("FINEGEMM_ENABLE_UNVALIDATED", "1")
-    else:
-        monkeypatch.delenv("FINEGEMM_ENABLE_UNVALIDATED", raising=False)
+    monkeypatch.delenv("FINEGEMM_ENABLE_UNVALIDATED", raising=False)
+    if not validated:  # gated again (the state before its GPU suite passed)
+        monkeypatch.setitem(_v.UNVALIDATED_ON_GPU, "fp8_skip_head_mid_fused", ("", "", ""))
+    elif "fp8_skip_head_mid_fused" in _v.UNVALIDATED_ON_GPU:
+        monkeypatch.delitem(_v.UNVALIDATED_ON_GPU, "fp8_skip_head_mid_fused")
     return rec
 
 
 def test_skip_head_mid_routing_on_cuda(monkeypatch):
-    """Gated (the shipped state): the scratch-and-copy path, the fused launch never asked for. Allowed:
-    the fused launch writes d itself; where it does not apply, the scratch path again. mid == 0: one
+    """Gated (as before its GPU suite passed): the scratch-and-copy path, the fused launch never asked
+    for. Validated (shipped): the fused launch writes d itself; where it does not apply, the scratch path again. mid == 0: one
     plain GEMM into d."""
     m, heads, (left, mid, right), k = 8, 2, (128, 64, 128), 256
     n = heads * (left + right)
@@ -355,10 +356,11 @@ def test_skip_head_mid_repeated_calls_keep_the_fused_launch(monkeypatch):
     assert [w for w, _ in rec.launched] == ["plain", "plain"] and all(x.shape == (m, n) for x in rec.prepared)
 
 
-def test_skip_head_mid_gate_is_shipped_closed():
-    """The fused epilogue has not run on a GPU yet: it is listed, and only this non-raising path uses
-    it (fp8_gemm_nt_skip_head_mid never raises NotImplementedError because of it)."""
-    assert "fp8_skip_head_mid_fused" in _v.UNVALIDATED_ON_GPU
+def test_skip_head_mid_fused_is_shipped_validated(monkeypatch):
+    """The fused epilogue passed its GPU suite (H200, 2026-12-05): not listed, so calls take it
+    without FINEGEMM_ENABLE_UNVALIDATED."""
+    monkeypatch.delenv("FINEGEMM_ENABLE_UNVALIDATED", raising=False)
+    assert "fp8_skip_head_mid_fused" not in _v.UNVALIDATED_ON_GPU and _v.gpu_validated("fp8_skip_head_mid_fused")
 
 
 def test_head_split_config_only_where_the_epilogue_serves(monkeypatch):

@@ -664,18 +664,10 @@ def check_gemm_shapes(fn: str, a_name: str, A: torch.Tensor, b_name: str, B: tor
 # serving process is the worst outcome, so CUDA calls raise until a GPU run validates them:
 # tests/gpu/<file> names the suite that lifts each entry (remove the entry when it passes).
 UNVALIDATED_ON_GPU: dict[str, tuple[str, str, str]] = {
-    # Entry format: capability -> (what, issue, "tests/gpu/<suite>.py"). Earlier entries (1D1D wgrad,
-    # k-grouped FP8, grouped BF16) passed on the H200, 2026-11-30 (_gated_gpu_tests_d71a433.log).
-    # Built 2026-12-04 in a session without a GPU; until it passes, skip_head_mid takes its
-    # scratch-and-copy path (gpu_validated() below), so nothing raises.
-    "fp8_skip_head_mid_fused": ("fp8_gemm_nt_skip_head_mid's fused epilogue (head splits in the TMA store)",
-                                "(DeepGEMM API parity)", "tests/gpu/test_deepgemm_extras_gpu.py"),
-    # Built 2026-12-05 without a GPU: until it passes, the plain layout keeps the standalone check
-    # kernel before the GEMM (two launches per call).
-    "fp8_contiguous_layout_in_gemm": ("the FP8 m-grouped contiguous GEMM checking a plain grouped_layout itself "
-                                      "(one launch per call)", "#4", "tests/gpu/test_contiguous_layout_gpu.py"),
-    "bf16_contiguous_layout_in_gemm": ("the BF16 m-grouped contiguous GEMM checking a plain grouped_layout itself "
-                                       "(one launch per call)", "#5", "tests/gpu/test_contiguous_layout_gpu.py"),
+    # Entry format: capability -> (what, issue, "tests/gpu/<suite>.py"). Lifted so far: 1D1D wgrad,
+    # k-grouped FP8, grouped BF16 (H200, 2026-11-30, _gated_gpu_tests_d71a433.log); the fused
+    # skip-head-mid epilogue and the FP8 / BF16 contiguous GEMMs checking their layout themselves
+    # (H200, 2026-12-05: 2026-12-05_h200_pending_gpu_tests_0ea216f.log, _gpu_tests_6e678d3.log).
 }
 ENABLE_UNVALIDATED_ENV = "FINEGEMM_ENABLE_UNVALIDATED"
 

@@ -186,8 +186,8 @@ def _m_grouped_contiguous(fn: str, b_kn: bool, a: object, b: object, d: object, 
         return  # CPU, or an empty product: done
     from finegemm.ops import contiguous_layout, sm90_bf16_gemm
 
-    # A plain layout checked by the GEMM itself (one launch per call) once the capability is past
-    # its GPU suite; else the check kernel, then the GEMM on its ids. The gate is asked only when a
+    # A plain layout checked by the GEMM itself (one launch per call) unless the capability is
+    # gated; psum layouts: the check kernel, then the GEMM on its ids. The gate is asked only when a
     # launch is prepared or taken one-shot, not on a kept call (the hot path).
     def prepare(prepared):
         prepare_checked = None

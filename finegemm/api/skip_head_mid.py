@@ -13,7 +13,8 @@ How it runs:
   head splits writes d directly; its TMA-store epilogue places each store box around the gap
   (epilogue/tma_store_bf16.cuh). It applies where the shape's plan is a bf16 TMA-store tile without
   split-K whose store box (16-64 columns) divides left and right, and d takes TMA stores (16-byte
-  base and row pitch). Gated until its GPU suite passes (tests/gpu/test_deepgemm_extras_gpu.py).
+  base and row pitch). Validated on the H200 (tests/gpu/test_deepgemm_extras_gpu.py); the gate
+  (api/_validate.UNVALIDATED_ON_GPU) is still asked, so that re-listing it restores the path below.
 - Otherwise (CPU, fp32 d, other plans): the GEMM writes a scratch [M, N] (the dense fp8_gemm_nt
   path) and one strided copy per side moves it into d: a write and a read of M x N outputs and two
   copy launches beyond the GEMM. The scratch comes from PyTorch's caching allocator, so a call can
@@ -134,7 +135,7 @@ def _kept_launch(A, sfa, B, sfb, d, splits: tuple) -> object:
 
 def _run(a, b, d, splits: tuple, recipe, compiled_dims, disable_ue8m0_cast) -> None:
     """A validated call with something to write, without a kept launch: one plain GEMM into d (mid
-    == 0), the fused launch (gate open, the plan allows it), else the GEMM into a scratch and a
+    == 0), the fused launch (its capability validated, the plan allows it), else the GEMM into a scratch and a
     strided copy per side (CPU calls take this path too)."""
     left, mid, right = splits
     A, sfa, B, sfb = a[0], a[1], b[0], b[1]

@@ -51,7 +51,8 @@ MAX_ROWS = 2**31 - 1 - ROWS_PER_CTA  # rows are int32 in the kernel
 _SCRATCH_HEAD = 4  # the scratch words before the runs per group (see the kernel; mirrored by
 # scheduler::kLayoutScratchHead, include/finegemm/scheduler/contiguous_layout_check.cuh)
 # The GEMMs checking a plain layout themselves (one launch per call, that header): a kernel
-# capability per family, gated until its GPU suite passes (api/_validate.UNVALIDATED_ON_GPU).
+# capability per family (validated on the H200; listing one in api/_validate.UNVALIDATED_ON_GPU
+# sends its calls back to the check kernel and the GEMM on its ids).
 IN_KERNEL_CAPABILITIES = {"fp8": "fp8_contiguous_layout_in_gemm", "bf16": "bf16_contiguous_layout_in_gemm"}
 _RECORD_INTS = 8  # [code, function, a, b, c, G, alignment, M]
 
@@ -401,7 +402,7 @@ def checked_group_ids(fn: str, grouped_layout: torch.Tensor, m: int, num_groups:
 
 def checks_in_kernel(family: str, use_psum_layout: bool) -> bool:
     """Whether a call of the family ("fp8", "bf16") runs the GEMM that checks its layout itself: a
-    plain layout, and the capability past its GPU suite (or FINEGEMM_ENABLE_UNVALIDATED=1)."""
+    plain layout, and the capability not gated (api/_validate.gpu_validated)."""
     return not use_psum_layout and _v.gpu_validated(IN_KERNEL_CAPABILITIES[family])
 
 

@@ -86,13 +86,20 @@ def test_kernel_on_long_layouts(m):
         assert tuple(rec[0:1] + rec[2:5]) == _v.grouped_layout_violation(bad.long(), m, g, False, alignment)
 
 
-def _open_in_gemm(monkeypatch) -> None:
-    """Route the plain-layout calls to the GEMMs that check the layout themselves (the gated
-    capabilities, and fresh fast-path caches so that no kept launch of the other kind is reused)."""
+def _route(monkeypatch, in_gemm: bool) -> None:
+    """Route the plain-layout calls to the GEMMs that check the layout themselves (the shipped path)
+    or to the check kernel and the GEMM on its ids (the capabilities gated again), with fresh
+    fast-path caches so that no kept launch of the other kind is reused."""
     from finegemm.api import bf16 as api_bf16
     from finegemm.api import grouped_fp8 as api_fp8
+    from finegemm.ops import contiguous_layout as cl
 
-    monkeypatch.setenv(_v.ENABLE_UNVALIDATED_ENV, "1")
+    monkeypatch.delenv(_v.ENABLE_UNVALIDATED_ENV, raising=False)
+    for cap in cl.IN_KERNEL_CAPABILITIES.values():
+        if not in_gemm:
+            monkeypatch.setitem(_v.UNVALIDATED_ON_GPU, cap, ("", "", ""))
+        elif cap in _v.UNVALIDATED_ON_GPU:
+            monkeypatch.delitem(_v.UNVALIDATED_ON_GPU, cap)
     for api in (api_fp8, api_bf16):
         monkeypatch.setattr(api, "_validated_contiguous", _v.ValidatedCalls())
 
@@ -130,7 +137,9 @@ def _bf16_call(a, b, layout, nn=False):
     return d
 
 
-def test_calls_never_synchronize():
+@pytest.mark.parametrize("mode", ["check_kernel", "in_gemm"])
+def test_calls_never_synchronize(mode, monkeypatch):
+    _route(monkeypatch, in_gemm=mode == "in_gemm")
     a, sfa, b, sfb, ids, ends = _fp8_problem([100, 0, 300, 129], 576, 512, seed=1)
     ab, bb = a.to(torch.bfloat16), torch.randn(4, 576, 512, device="cuda").to(torch.bfloat16)
     calls = [lambda: _fp8_call(a, sfa, b, sfb, ids), lambda: _fp8_call(a, sfa, b, sfb, ends, psum=True),
@@ -153,8 +162,7 @@ def test_calls_never_synchronize():
 @pytest.mark.parametrize("mode", ["check_kernel", "in_gemm"])
 @pytest.mark.parametrize("what", ["id_too_big", "id_negative", "misaligned", "split", "psum_decreasing", "psum_gap"])
 def test_broken_layout_is_reported_and_safe(what, mode, monkeypatch):
-    if mode == "in_gemm":
-        _open_in_gemm(monkeypatch)
+    _route(monkeypatch, in_gemm=mode == "in_gemm")
     ms = [100, 0, 300, 129]
     a, sfa, b, sfb, ids, ends = _fp8_problem(ms, 576, 512, seed=2)
     psum = what.startswith("psum")
@@ -194,8 +202,7 @@ def test_broken_layout_is_reported_and_safe(what, mode, monkeypatch):
 
 @pytest.mark.parametrize("mode", ["check_kernel", "in_gemm"])
 def test_next_call_raises_the_earlier_error(mode, monkeypatch):
-    if mode == "in_gemm":
-        _open_in_gemm(monkeypatch)
+    _route(monkeypatch, in_gemm=mode == "in_gemm")
     a, sfa, b, sfb, ids, _ = _fp8_problem([64, 64], 256, 256, seed=3)
     bad = ids.clone()
     bad[0] = 9
@@ -273,8 +280,7 @@ _KINDS = ["fp8", "fp8_psum", "fp8_in_gemm", "bf16", "bf16_nn", "bf16_in_gemm", "
 
 @pytest.mark.parametrize("kind", _KINDS)
 def test_graph_replays_follow_the_layout(kind, monkeypatch):
-    if kind.endswith("in_gemm"):
-        _open_in_gemm(monkeypatch)
+    _route(monkeypatch, in_gemm=kind.endswith("in_gemm"))
     case = _LayoutCase(kind, seed=4)
     case.fill(_PLANS[0])
     case.call()
@@ -298,8 +304,7 @@ def test_prepared_calls_follow_the_layout_on_every_stream(kind, monkeypatch):
     from finegemm.api import grouped_fp8 as api_fp8
 
     api = api_fp8 if kind.startswith("fp8") else api_bf16
-    if kind.endswith("in_gemm"):
-        _open_in_gemm(monkeypatch)
+    _route(monkeypatch, in_gemm=kind.endswith("in_gemm"))
     monkeypatch.setattr(api, "_validated_contiguous", _v.ValidatedCalls())
     case = _LayoutCase(kind, seed=6)
     side = torch.cuda.Stream()
@@ -401,7 +406,7 @@ def test_in_gemm_check_is_one_launch_and_leaves_the_scratch_zero(ms, family, mon
     launch), the reference's result on the groups' rows and zeros elsewhere, the stream's check
     scratch back to zeros after every call (valid or broken: the next launch relies on it), and
     a broken layout reported with the CPU call's message, also from a grid of many CTAs."""
-    _open_in_gemm(monkeypatch)
+    _route(monkeypatch, in_gemm=True)
     a, sfa, b, sfb, ids, _ = _fp8_problem(ms, 256, 512, seed=len(ms))
     G = len(ms)
     finegemm.check_errors()
