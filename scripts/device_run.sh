@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # One call on the H200 machine: GPU tests + benchmarks, logs and JSON under $OUT.
 # Usage (from the repo root on the GPU machine):
-#   bash scripts/device_run.sh [all|tests|bench|sanitize|tune|pending|ab]   (default: all)
-# "pending": what the commits built without a GPU still need, in one call (benchmarks/NOTES.md,
-# the newest State block): their GPU tests, compute-sanitizer on their cases, the fused
-# skip-head-mid timing, and the A/B of the diagnostic builds waiting for a measurement.
+#   bash scripts/device_run.sh [all|tests|bench|sanitize|tune|pending|ab_contiguous|ab_bf16_half_a|ab_rotate]
+# "pending": the same-run A/Bs waiting for a GPU (below; their variant kernels precompiled into the
+# carried cache by scripts/precompile_pending.sh).
 # Every later GPU claim in benchmarks/results/ comes from this script.
 # Pass the commit: FINEGEMM_COMMIT=<HEAD of the checkout that sent the run> (the JSONs
 # "commit"): the device copy's git metadata can lag the working tree it runs (NOTES v0.86).
@@ -55,33 +54,36 @@ if [[ "$what" == tune ]]; then
     status=$(( status | ${PIPESTATUS[0]} ))
   done
 fi
-if [[ "$what" == pending ]]; then
-  # 1. The GPU tests of the code built without a GPU (v0.93-v0.95).
-  timeout 300 python3 -m pytest -q -rs -m gpu tests/gpu/test_deepgemm_extras_gpu.py \
-    tests/gpu/test_contiguous_layout_gpu.py "tests/gpu/test_fuzz_gpu.py::test_variant_functions_by_name_match_cpu" \
-    -p no:cacheprovider --timeout 120 --timeout_method thread 2>&1 | tee "$OUT/pending_gpu_tests.log"
+# "pending": the measurements waiting for a GPU (benchmarks/NOTES.md, the newest State block), each
+# an interleaved same-run A/B (scripts/ab_bench_variants.sh) into its own folder under $OUT; a mode
+# of its name runs one alone.
+ab() {  # ab <folder> <SUITE> <VARIANTS> <bench args...>
+  local dir="$OUT/$1" suite="$2" variants="$3"; shift 3
+  mkdir -p "$dir"
+  OUT="$dir" VARIANTS="$variants" ROUNDS="${FINEGEMM_PENDING_ROUNDS:-2}" SUITE="$suite" FINEGEMM_BENCH_TESTS=20 \
+    bash scripts/ab_bench_variants.sh "$@" 2>&1 | tee "$dir/ab.log"
   status=$(( status | ${PIPESTATUS[0]} ))
-  # 2. Their sanitizer cases (the fused skip-head-mid epilogue; the kept grouped launches).
-  for tool in memcheck racecheck synccheck; do
-    timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 3 python3 scripts/sanitize_cases.py \
-      "skip head mid" "prepared" "layout checked in the GEMM" 2>&1 | tee "$OUT/pending_sanitize_$tool.log"
-    status=$(( status | ${PIPESTATUS[0]} ))
-  done
-  # 3. Fused against scratch at DeepGEMM's skip-head-mid shapes (FINEGEMM_ENABLE_UNVALIDATED is not
-  #    needed: the probe calls the fused launch itself, after checking it against the scratch path).
-  timeout 120 python3 scripts/probe_skip_head_mid.py --out "$OUT/skip_head_mid.json" 2>&1 \
-    | tee "$OUT/probe_skip_head_mid.log"
-  status=$(( status | ${PIPESTATUS[0]} ))
+  python3 scripts/ab_summary.py "$dir"/ab_*.json 2>&1 | tee "$dir/summary.txt"
+}
+SKINNY_FP8="64,2112,7168 64,24576,1536 64,32768,512 64,7168,16384 64,4096,7168 64,7168,2048 128,2112,7168
+  128,24576,1536 128,32768,512 128,7168,16384 128,4096,7168 128,7168,2048"
+if [[ "$what" == pending || "$what" == ab_contiguous ]]; then
+  # One launch per contiguous call (the GEMM checks the layout) against the check kernel + GEMM.
+  ab ab_contiguous grouped "one= two=env:FINEGEMM_DISABLE_PATHS=fp8_contiguous_layout_in_gemm" --kinds contiguous
+  ab ab_contiguous_bf16 bf16 "one= two=env:FINEGEMM_DISABLE_PATHS=bf16_contiguous_layout_in_gemm" \
+    --layouts --grouped-layouts grouped_contiguous grouped_contiguous_nn
 fi
-if [[ "$what" == pending || "$what" == ab ]]; then
-  # 4. ("ab" alone) The k-block rotation (v0.95) on the 12 skinny anchors, interleaved with the
-  #    default build.
-  VARIANTS="${FINEGEMM_PENDING_VARIANTS:-base= rot1=-DFINEGEMM_DIAG_K_ROTATE=1 rot7=-DFINEGEMM_DIAG_K_ROTATE=7}" \
-    ROUNDS="${FINEGEMM_PENDING_ROUNDS:-2}" SUITE=dense FINEGEMM_BENCH_TESTS=20 \
-    bash scripts/ab_bench_variants.sh --shapes 64,2112,7168 64,24576,1536 64,32768,512 64,7168,16384 \
-    64,4096,7168 64,7168,2048 128,2112,7168 128,24576,1536 128,32768,512 128,7168,16384 128,4096,7168 \
-    128,7168,2048 2>&1 | tee "$OUT/pending_ab.log"
-  python3 scripts/ab_summary.py "$OUT"/ab_*.json 2>&1 | tee "$OUT/pending_ab_summary.txt"
+if [[ "$what" == pending || "$what" == ab_bf16_half_a ]]; then
+  # The bound on a 2-CTA multicast of A for the BF16 skinny shapes: A's box loaded on even k-blocks
+  # only (wrong results; the time is what matters).
+  # shellcheck disable=SC2086
+  ab ab_bf16_half_a bf16 "base= halfA=-DFINEGEMM_DIAG_HALF_A_TMA" --layouts nt tn --no-grouped --shapes $SKINNY_FP8 \
+    64,256,7168,fp32 128,256,7168,fp32
+fi
+if [[ "$what" == pending || "$what" == ab_rotate ]]; then
+  # The FP8 k-block rotation (v0.95) on the 12 skinny anchors.
+  # shellcheck disable=SC2086
+  ab ab_rotate dense "base= rot1=-DFINEGEMM_DIAG_K_ROTATE=1 rot7=-DFINEGEMM_DIAG_K_ROTATE=7" --shapes $SKINNY_FP8
 fi
 if [[ "$what" == all || "$what" == bench ]]; then
   for suite in ${FINEGEMM_BENCH_SUITES:-dense grouped bf16}; do

@@ -327,3 +327,22 @@ def test_prepared_contiguous_in_kernel_entries(monkeypatch):
     assert not call()
     assert call.add_stream(None, lambda check: lambda: launches.append(check)) and call()
     assert launches[-1] == (1012, 5, 128)
+
+
+def test_disable_paths_switches_to_the_fallback(monkeypatch):
+    """FINEGEMM_DISABLE_PATHS names paths with a fallback (',' or ':' between them): those report
+    not validated (the contiguous calls then take the check kernel; skip-head-mid its scratch);
+    an unknown name raises ValueError naming the variable and the allowed names."""
+    monkeypatch.setenv(_v.DISABLE_PATHS_ENV, "fp8_contiguous_layout_in_gemm")
+    assert not cl.checks_in_kernel("fp8", False) and cl.checks_in_kernel("bf16", False)
+    assert _v.gpu_validated("fp8_skip_head_mid_fused")
+    monkeypatch.setenv(_v.DISABLE_PATHS_ENV, " bf16_contiguous_layout_in_gemm:fp8_skip_head_mid_fused ,")
+    assert cl.checks_in_kernel("fp8", False) and not cl.checks_in_kernel("bf16", False)
+    assert not _v.gpu_validated("fp8_skip_head_mid_fused")
+    monkeypatch.setenv(_v.DISABLE_PATHS_ENV, "fp8_contiguous_layout_in_gem")
+    with pytest.raises(ValueError, match=r"FINEGEMM_DISABLE_PATHS=.*fp8_contiguous_layout_in_gem'.*"
+                                         r"fp8_contiguous_layout_in_gemm"):
+        cl.checks_in_kernel("fp8", False)
+    monkeypatch.setenv(_v.DISABLE_PATHS_ENV, "")
+    assert all(_v.gpu_validated(c) for c in _v.FALLBACK_CAPABILITIES)
+    assert set(cl.IN_KERNEL_CAPABILITIES.values()) <= set(_v.FALLBACK_CAPABILITIES)

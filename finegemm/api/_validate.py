@@ -61,6 +61,9 @@ __all__ = [
     "require_gpu_validated",
     "gpu_validated",
     "UNVALIDATED_ON_GPU",
+    "FALLBACK_CAPABILITIES",
+    "DISABLE_PATHS_ENV",
+    "disabled_paths",
 ]
 
 FP8 = torch.float8_e4m3fn
@@ -672,10 +675,35 @@ UNVALIDATED_ON_GPU: dict[str, tuple[str, str, str]] = {
 ENABLE_UNVALIDATED_ENV = "FINEGEMM_ENABLE_UNVALIDATED"
 
 
+# The capabilities that have a fallback path (asked through gpu_validated): FINEGEMM_DISABLE_PATHS
+# can switch them off, e.g. to rule one out when a serving process misbehaves, or to time the
+# fallback in the same run (scripts/ab_bench_variants.sh).
+FALLBACK_CAPABILITIES = {
+    "fp8_skip_head_mid_fused": "fp8_gemm_nt_skip_head_mid writes a scratch [M, N] and copies it into d",
+    "fp8_contiguous_layout_in_gemm": "the FP8 contiguous calls run the layout-check kernel, then the GEMM on its ids",
+    "bf16_contiguous_layout_in_gemm": "the BF16 contiguous calls run the layout-check kernel, then the GEMM on its ids",
+}
+DISABLE_PATHS_ENV = "FINEGEMM_DISABLE_PATHS"
+
+
+def disabled_paths() -> frozenset:
+    """The capabilities FINEGEMM_DISABLE_PATHS names (separated by ',' or ':'); a name that is not
+    in FALLBACK_CAPABILITIES raises ValueError naming the variable and the allowed names."""
+    raw = os.environ.get(DISABLE_PATHS_ENV, "")
+    names = frozenset(x.strip() for x in raw.replace(":", ",").split(",") if x.strip())
+    unknown = sorted(names - FALLBACK_CAPABILITIES.keys())
+    if unknown:
+        raise ValueError(f"{DISABLE_PATHS_ENV}={raw!r}: unknown path(s) {unknown}; the paths with a fallback are "
+                         f"{sorted(FALLBACK_CAPABILITIES)}")
+    return names
+
+
 def gpu_validated(capability: str) -> bool:
-    """Whether a kernel capability may run on CUDA: it passed its GPU suite, or
-    FINEGEMM_ENABLE_UNVALIDATED=1 (for paths with a validated fallback; require_gpu_validated
-    raises instead)."""
+    """Whether a kernel capability with a fallback may run on CUDA: it passed its GPU suite (or
+    FINEGEMM_ENABLE_UNVALIDATED=1) and FINEGEMM_DISABLE_PATHS does not name it. Asked when a call
+    is planned, not on a kept call's hot path; require_gpu_validated raises instead."""
+    if capability in disabled_paths():
+        return False
     return capability not in UNVALIDATED_ON_GPU or os.environ.get(ENABLE_UNVALIDATED_ENV) == "1"
 
 

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Precompile (no GPU needed) the variant kernels of device_run.sh's "pending" A/Bs into the cache
+# that travels with the device call (FINEGEMM_CACHE_DIR, default ./.fgcache): a variant's nvcc flags
+# are part of its kernels' cache keys, and compiling them on the device one by one inside the
+# timed runs would spend the call's minutes in nvcc.
+#   bash scripts/precompile_pending.sh [--jobs N]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export FINEGEMM_CACHE_DIR="${FINEGEMM_CACHE_DIR:-$PWD/.fgcache}"
+jobs="${2:-2}"
+skinny="64,2112,7168 64,24576,1536 64,32768,512 64,7168,16384 64,4096,7168 64,7168,2048 128,2112,7168
+  128,24576,1536 128,32768,512 128,7168,16384 128,4096,7168 128,7168,2048"
+warm() {  # warm <nvcc flags> <warmup args...>
+  local flags="$1"; shift
+  FINEGEMM_EXTRA_NVCC_FLAGS="$flags" python3 -m finegemm warmup --sms 132 --jobs "$jobs" "$@"
+}
+# shellcheck disable=SC2086
+for flags in "" -DFINEGEMM_DIAG_HALF_A_TMA; do
+  warm "$flags" --shapes $skinny --kinds bf16_nt bf16_tn
+  warm "$flags" --shapes 64,256,7168 128,256,7168 --kinds bf16_nt_fp32 bf16_tn_fp32
+done
+# shellcheck disable=SC2086
+for flags in "" -DFINEGEMM_DIAG_K_ROTATE=1 -DFINEGEMM_DIAG_K_ROTATE=7; do
+  warm "$flags" --shapes $skinny --kinds fp8
+done
