@@ -699,6 +699,14 @@ def _spy_fast_path(monkeypatch, family: str, kind: str) -> tuple[list, list]:
     return validations, launched
 
 
+def _contiguous_nt_problem(family: str, M: int, N: int, K: int, G: int):
+    """(a, b, the family's m-grouped nt contiguous function) on random CPU operands."""
+    if family == "fp8":
+        return ((rand_fp8(M, K), rand_sf(M, 1)), (rand_fp8(G, N, K), rand_sf(G, 1, 1)),
+                finegemm.m_grouped_fp8_gemm_nt_contiguous)
+    return rand_bf16(M, K), rand_bf16(G, N, K), finegemm.m_grouped_bf16_gemm_nt_contiguous
+
+
 @pytest.mark.parametrize("family", ["fp8", "bf16"])
 def test_contiguous_fast_path_skips_only_the_argument_checks(fake_cuda, monkeypatch, family):
     """A repeated m-grouped contiguous call with identical tensors and arguments skips the
@@ -707,12 +715,7 @@ def test_contiguous_fast_path_skips_only_the_argument_checks(fake_cuda, monkeypa
     validations, launched = _spy_fast_path(monkeypatch, family, "contiguous")
     M, N, K, G = 256, 128, 128, 2
     layout = torch.zeros(M, dtype=torch.int32)
-    if family == "fp8":
-        a, b = (rand_fp8(M, K), rand_sf(M, 1)), (rand_fp8(G, N, K), rand_sf(G, 1, 1))
-        call = finegemm.m_grouped_fp8_gemm_nt_contiguous
-    else:
-        a, b = rand_bf16(M, K), rand_bf16(G, N, K)
-        call = finegemm.m_grouped_bf16_gemm_nt_contiguous
+    a, b, call = _contiguous_nt_problem(family, M, N, K, G)
     d = torch.empty(M, N, dtype=BF16)
     for _ in range(3):
         call(a, b, d, layout)
@@ -875,12 +878,7 @@ def test_grouped_prepared_in_gemm_routing(fake_cuda, monkeypatch, family):
     layout = torch.zeros(M, dtype=torch.int32)
     ends = torch.tensor([100, 256], dtype=torch.int32)
     d = torch.empty(M, N, dtype=BF16)
-    if family == "fp8":
-        a, b = (rand_fp8(M, K), rand_sf(M, 1)), (rand_fp8(G, N, K), rand_sf(G, 1, 1))
-        call = finegemm.m_grouped_fp8_gemm_nt_contiguous
-    else:
-        a, b = rand_bf16(M, K), rand_bf16(G, N, K)
-        call = finegemm.m_grouped_bf16_gemm_nt_contiguous
+    a, b, call = _contiguous_nt_problem(family, M, N, K, G)
     for _ in range(2):
         call(a, b, d, layout)
     assert made == [(False, True)] and len(checked_args) == 1
