@@ -71,7 +71,7 @@ if [[ "$what" == pending || "$what" == ab_contiguous ]]; then
   # One launch per contiguous call (the GEMM checks the layout) against the check kernel + GEMM.
   ab ab_contiguous grouped "one= two=env:FINEGEMM_DISABLE_PATHS=fp8_contiguous_layout_in_gemm" --kinds contiguous
   ab ab_contiguous_bf16 bf16 "one= two=env:FINEGEMM_DISABLE_PATHS=bf16_contiguous_layout_in_gemm" \
-    --layouts --grouped-layouts grouped_contiguous grouped_contiguous_nn
+    --layouts --grouped-layouts grouped_contiguous
 fi
 if [[ "$what" == pending || "$what" == ab_bf16_half_a ]]; then
   # The bound on a 2-CTA multicast of A for the BF16 skinny shapes: A's box loaded on even k-blocks
