@@ -76,6 +76,16 @@ def cmd_info(args) -> int:
     size = _dir_size(cache) if cache.exists() else 0
     nk = len(list((cache / "kernels").iterdir())) if (cache / "kernels").is_dir() else 0
     print(f"cache dir      {cache}  ({_human(size)}, {nk} kernels)")
+    from finegemm.api import _validate
+
+    gated = sorted(_validate.UNVALIDATED_ON_GPU)
+    print(f"gated paths    {', '.join(gated) if gated else 'none (every built kernel path passed its GPU suite)'}")
+    try:
+        off = sorted(_validate.disabled_paths())
+        print(f"paths off      {', '.join(off) if off else 'none'}  ({_validate.DISABLE_PATHS_ENV})")
+    except ValueError as exc:
+        print(f"paths off      {exc}")
+        return 1
     return 0
 
 

@@ -11,8 +11,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _run(args, cache, timeout=300):
-    env = dict(os.environ, FINEGEMM_CACHE_DIR=str(cache), PYTHONPATH=str(ROOT))
+def _run(args, cache, timeout=300, **extra_env):
+    env = dict(os.environ, FINEGEMM_CACHE_DIR=str(cache), PYTHONPATH=str(ROOT), **extra_env)
     return subprocess.run([sys.executable, "-m", "finegemm", *args], capture_output=True, text=True,
                           cwd=ROOT, env=env, timeout=timeout)
 
@@ -27,6 +27,13 @@ def test_info(tmp_path):
 
     if jit.have_nvcc():  # the prepared launches' shim is built into the cache (tests/test_jit.py calls it)
         assert "launch shim    built" in r.stdout
+    assert "gated paths    none" in r.stdout and "paths off      none" in r.stdout
+    # FINEGEMM_DISABLE_PATHS is shown; a wrong name fails the command with the allowed names.
+    r = _run(["info"], tmp_path / "c", FINEGEMM_DISABLE_PATHS="fp8_skip_head_mid_fused")
+    assert r.returncode == 0 and "paths off      fp8_skip_head_mid_fused" in r.stdout
+    r = _run(["info"], tmp_path / "c", FINEGEMM_DISABLE_PATHS="fp8_skip_head")
+    assert r.returncode == 1 and "unknown path(s) ['fp8_skip_head']" in r.stdout
+    assert "fp8_contiguous_layout_in_gemm" in r.stdout
 
 
 @pytest.mark.nvcc
