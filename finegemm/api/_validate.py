@@ -12,6 +12,7 @@ the element size must be a multiple of 16 bytes, and the base address must be 16
 """
 from __future__ import annotations
 
+import functools
 import os
 from typing import Iterable, Optional, Sequence
 
@@ -689,7 +690,12 @@ DISABLE_PATHS_ENV = "FINEGEMM_DISABLE_PATHS"
 def disabled_paths() -> frozenset:
     """The capabilities FINEGEMM_DISABLE_PATHS names (separated by ',' or ':'); a name that is not
     in FALLBACK_CAPABILITIES raises ValueError naming the variable and the allowed names."""
-    raw = os.environ.get(DISABLE_PATHS_ENV, "")
+    return _parse_disabled_paths(os.environ.get(DISABLE_PATHS_ENV, ""))
+
+
+@functools.lru_cache(maxsize=8)
+def _parse_disabled_paths(raw: str) -> frozenset:
+    """disabled_paths for one value of the variable (parsed once: one-shot calls ask per call)."""
     names = frozenset(x.strip() for x in raw.replace(":", ",").split(",") if x.strip())
     unknown = sorted(names - FALLBACK_CAPABILITIES.keys())
     if unknown:
