@@ -17,6 +17,7 @@ from finegemm.api import (
     cublaslt_gemm_tn,
     cublaslt_gemm_tt,
     einsum,
+    fp8_einsum,
     fp8_gemm_nn,
     fp8_gemm_nt,
     fp8_gemm_nt_skip_head_mid,
@@ -81,9 +82,10 @@ __all__ = [
     "m_grouped_bf16_gemm_nt_masked",
     "k_grouped_bf16_gemm_tn_contiguous",
     "check_errors",
-    # DeepGEMM's other products (finegemm.api.skip_head_mid / einsum / cublaslt)
+    # DeepGEMM's other products (finegemm.api.skip_head_mid / einsum / fp8_einsum / cublaslt)
     "fp8_gemm_nt_skip_head_mid",
     "einsum",
+    "fp8_einsum",
     "cublaslt_gemm_nt",
     "cublaslt_gemm_nn",
     "cublaslt_gemm_tn",

@@ -7,6 +7,8 @@ out_dtype and widens instead (the values a CUDA call gets, up to the fp32 summat
 """
 from __future__ import annotations
 
+import importlib
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -385,3 +387,165 @@ def test_head_split_config_only_where_the_epilogue_serves(monkeypatch):
     assert ops._head_split_config(4096, 32768, 512, (96, 64, 160), 0) is None  # 96 % 64
     plain[(1, 32768, 512)] = dataclasses.replace(cfg, m=1, num_splits=2, tma_store=False)
     assert ops._head_split_config(1, 32768, 512, (128, 64, 128), 0) is None
+
+
+# ----------------------------------------------------------------------------- fp8_einsum
+def _fp8_einsum_inputs(batch, heads, r, n, seed=0):
+    """(A, sfa), (B, sfb) of "bhr,hdr->bhd" (per-token scales of A, per-block of each head's B)
+    and the float64 product of their dequantized values (torch.einsum, not finegemm.reference)."""
+    g = torch.Generator().manual_seed(seed)
+    kb = -(-r // 128)
+    if batch * heads * r:
+        A, sfa = finegemm.per_token_cast_to_fp8(torch.randn(batch * heads, r, generator=g))
+    else:
+        A, sfa = torch.zeros(batch * heads, r).to(torch.float8_e4m3fn), torch.ones(batch * heads, kb)
+    A, sfa = A.view(batch, heads, r), sfa.view(batch, heads, kb)
+    if n * r:
+        per_head = [finegemm.per_block_cast_to_fp8(torch.randn(n, r, generator=g)) for _ in range(heads)]
+        B = torch.stack([p[0] for p in per_head])
+        sfb = torch.stack([p[1] for p in per_head])
+    else:
+        B, sfb = torch.zeros(heads, n, r).to(torch.float8_e4m3fn), torch.ones(heads, -(-n // 128), kb)
+    a_deq = A.double() * sfa.double().repeat_interleave(128, 2)[..., :r]
+    b_deq = B.double() * sfb.double().repeat_interleave(128, 1)[:, :n].repeat_interleave(128, 2)[..., :r]
+    return (A, sfa), (B, sfb), torch.einsum("bhr,hdr->bhd", a_deq, b_deq)
+
+
+def _poisoned_3d(shape, dtype, pad):
+    """A view of `shape` inside a NaN buffer whose rows are `pad` elements longer."""
+    buf = torch.full((*shape[:-1], shape[-1] + pad), float("nan"), dtype=dtype)
+    return buf, buf[..., : shape[-1]]
+
+
+@pytest.mark.parametrize("batch,heads,r,n", [(17, 3, 256, 136), (1, 1, 128, 8), (5, 4, 272, 64), (33, 2, 512, 128)])
+@pytest.mark.parametrize("dtype,c_kind", [(BF16, None), (F32, None), (F32, "separate"), (F32, "alias")])
+def test_fp8_einsum_equals_the_float64_product(batch, heads, r, n, dtype, c_kind):
+    a, b, exact = _fp8_einsum_inputs(batch, heads, r, n, seed=batch + heads + n)
+    # A strided (rows of a padded buffer: a view, as an engine's slice would be)
+    a_buf = torch.zeros(batch, heads, r + 16, dtype=torch.uint8).view(torch.float8_e4m3fn)
+    a_buf[..., :r] = a[0]
+    a = (a_buf[..., :r], a[1])
+    pad = 8 if dtype == BF16 else 4
+    buf, d = _poisoned_3d(exact.shape, dtype, pad)
+    c = None
+    if c_kind == "separate":
+        c = torch.randn(exact.shape)
+        exact = exact + c.double()
+    elif c_kind == "alias":
+        d.copy_(torch.randn(exact.shape))
+        exact = exact + d.double()
+        c = d
+    finegemm.fp8_einsum("bhr,hdr->bhd", a, b, d, c=c)
+    assert not torch.isnan(d).any()  # every element written
+    assert torch.isnan(buf[..., exact.shape[-1]:]).all()  # nothing past the rows
+    assert calc_diff(d, exact) < 1e-5
+    # Elementwise: the exact product rounded once (fp32 without c: exactly; bf16: within its ulp).
+    if dtype == F32 and c is None:
+        assert torch.equal(d, exact.to(F32))
+    else:
+        torch.testing.assert_close(d.double(), exact, rtol=1e-2 if dtype == BF16 else 1e-6, atol=1e-6)
+
+
+def test_fp8_einsum_routes_bf16_to_one_masked_call_and_fp32_to_one_call_per_head(monkeypatch):
+    """The composition the GPU runs: bf16 d is one masked grouped call over the heads (every
+    group full, into a head-major scratch); fp32 d is one dense call per head, on views."""
+    mod = importlib.import_module("finegemm.api.fp8_einsum")  # the module (finegemm.api.fp8_einsum is the function)
+    calls = []
+    monkeypatch.setattr(mod, "m_grouped_fp8_gemm_nt_masked",
+                        lambda a, b, d, masked_m, expected_m: calls.append(("masked", a, b, d, masked_m, expected_m)))
+    monkeypatch.setattr(mod, "fp8_gemm_nt", lambda a, b, d, c=None: calls.append(("dense", a, b, d, c)))
+    batch, heads, r, n = 6, 5, 256, 64
+    a, b, _ = _fp8_einsum_inputs(batch, heads, r, n)
+    finegemm.fp8_einsum("bhr,hdr->bhd", a, b, torch.zeros(batch, heads, n, dtype=BF16))
+    assert len(calls) == 1 and calls[0][0] == "masked"
+    _, (A, sfa), (B, sfb), scratch, masked_m, expected_m = calls[0]
+    assert A.shape == (heads, batch, r) and A.data_ptr() == a[0].data_ptr()  # a view: the op copies
+    assert sfa.shape == (heads, batch, 2) and B is b[0] and sfb is b[1]
+    assert scratch.shape == (heads, batch, n) and scratch.is_contiguous()
+    assert masked_m.dtype == torch.int32 and masked_m.tolist() == [batch] * heads and expected_m == batch
+    calls.clear()
+    d = torch.zeros(batch, heads, n)
+    finegemm.fp8_einsum("bhr,hdr->bhd", a, b, d, c=d)
+    assert [x[0] for x in calls] == ["dense"] * heads
+    for h, (_, (A_h, sfa_h), (B_h, sfb_h), d_h, c_h) in enumerate(calls):
+        assert A_h.data_ptr() == a[0][:, h].data_ptr() and A_h.stride() == (heads * r, 1)
+        assert torch.equal(sfa_h, a[1][:, h]) and torch.equal(sfb_h, b[1][h])
+        assert torch.equal(B_h.view(torch.uint8), b[0][h].view(torch.uint8))
+        assert d_h.data_ptr() == d[:, h].data_ptr() and c_h.data_ptr() == d_h.data_ptr()
+
+
+def test_fp8_einsum_empty_dimensions():
+    a, b, _ = _fp8_einsum_inputs(0, 3, 128, 16)
+    finegemm.fp8_einsum("bhr,hdr->bhd", a, b, torch.empty(0, 3, 16, dtype=BF16))
+    a, b, _ = _fp8_einsum_inputs(4, 2, 0, 16)  # r = 0: d = c, or zeros
+    d = torch.full((4, 2, 16), float("nan"))
+    finegemm.fp8_einsum("bhr,hdr->bhd", a, b, d)
+    assert torch.equal(d, torch.zeros_like(d))
+    c = torch.randn(4, 2, 16)
+    finegemm.fp8_einsum("bhr,hdr->bhd", a, b, d, c=c)
+    assert torch.equal(d, c)
+
+
+def _with(pair, i, t):
+    return (t, pair[1]) if i == 0 else (pair[0], t)
+
+
+@pytest.mark.parametrize("call,kind,match", [
+    (lambda a, b, d: finegemm.fp8_einsum("bhd,hdr->bhr", a, b, d), NotImplementedError, "SM100 only"),
+    (lambda a, b, d: finegemm.fp8_einsum("bhd,bhr->hdr", a, b, d), NotImplementedError, "SM100 only"),
+    (lambda a, b, d: finegemm.fp8_einsum("ij,jk->ik", a, b, d), ValueError, "expr must be one of bhr,hdr->bhd"),
+    (lambda a, b, d: finegemm.fp8_einsum(None, a, b, d), TypeError, "expr must be a str"),
+    (lambda a, b, d: finegemm.fp8_einsum("bhr,hdr->bhd", a[0], b, d), TypeError, "a must be a 2-tuple"),
+    (lambda a, b, d: finegemm.fp8_einsum("bhr,hdr->bhd", _with(a, 0, a[0].float()), b, d), TypeError,
+     r"a\[0\] \(A\) must be torch.float8_e4m3fn"),
+    (lambda a, b, d: finegemm.fp8_einsum("bhr,hdr->bhd", a, _with(b, 1, b[1].double()), d), TypeError,
+     r"b\[1\] \(sfb\) must be torch.float32"),
+    (lambda a, b, d: finegemm.fp8_einsum("bhr,hdr->bhd", a, b, d.half()), TypeError, "d must be"),
+    (lambda a, b, d: finegemm.fp8_einsum("bhr,hdr->bhd", a, b, d, c=d.float()), TypeError,
+     "d must be torch.float32 when c is given"),
+    (lambda a, b, d: finegemm.fp8_einsum("bhr,hdr->bhd", a, b, d, recipe=(1, 1, 128)), ValueError, "recipe must be"),
+    (lambda a, b, d: finegemm.fp8_einsum("bhr,hdr->bhd", _with(a, 0, a[0][0]), b, d), ValueError,
+     r"a\[0\] \(A\) must be a 3-D tensor \[b, h, r\]"),
+    (lambda a, b, d: finegemm.fp8_einsum("bhr,hdr->bhd", a, _with(b, 0, b[0][:2]), d), ValueError,
+     "dimensions 'h' and 'r'"),
+    (lambda a, b, d: finegemm.fp8_einsum("bhr,hdr->bhd", _with(a, 1, a[1][:, :, :1]), b, d), ValueError,
+     r"a\[1\] \(sfa\) must have shape \[b, h, ceil\(r/128\)\]"),
+    (lambda a, b, d: finegemm.fp8_einsum("bhr,hdr->bhd", a, _with(b, 1, b[1][:, :, :1]), d), ValueError,
+     r"b\[1\] \(sfb\) must have shape \[h, ceil\(d/128\), ceil\(r/128\)\]"),
+    (lambda a, b, d: finegemm.fp8_einsum("bhr,hdr->bhd", a, b, d[:, :, :8]), ValueError, r"d must have shape \[b, h, d\]"),
+    (lambda a, b, d: finegemm.fp8_einsum("bhr,hdr->bhd", a, b, d.float(), c=torch.zeros(5, 3)), ValueError,
+     r"c must be a 3-D tensor"),
+    (lambda a, b, d: finegemm.fp8_einsum("bhr,hdr->bhd", a, b, d.transpose(1, 2).contiguous().transpose(1, 2)),
+     ValueError, "d \\[b, h, d\\] must have a contiguous last dimension"),
+    (lambda a, b, d: finegemm.fp8_einsum("bhr,hdr->bhd", a, b, torch.zeros(5, 3, 48, dtype=BF16)[..., 2:42]),
+     ValueError, "16-byte aligned"),
+    (lambda a, b, d: finegemm.fp8_einsum("bhr,hdr->bhd", a, b, torch.zeros(5, 3, 44, dtype=BF16)[..., :40]),
+     ValueError, "multiple of 16 bytes"),
+    (lambda a, b, d: finegemm.fp8_einsum("bhr,hdr->bhd", a, b, d, c=None, recipe="x"), TypeError, "recipe must be"),
+])
+def test_fp8_einsum_bad_input_names_the_rule(call, kind, match):
+    a, b, _ = _fp8_einsum_inputs(5, 3, 256, 40)
+    d = torch.zeros(5, 3, 40, dtype=BF16)
+    with pytest.raises(kind, match=f"^fp8_einsum: .*{match}"):
+        call(a, b, d)
+
+
+def test_fp8_einsum_rule_of_the_bf16_scratch():
+    """A bf16 d needs d % 8 == 0 (its scratch rows are 16-byte TMA rows); fp32 d needs d % 4 only
+    through d's own strides, as any fp32 output."""
+    a, b, exact = _fp8_einsum_inputs(3, 2, 128, 12)
+    buf = torch.zeros(3, 2, 16, dtype=BF16)
+    with pytest.raises(ValueError, match="^fp8_einsum: the head dimension d must be a multiple of 8"):
+        finegemm.fp8_einsum("bhr,hdr->bhd", a, b, buf[..., :12])
+    d = torch.zeros(3, 2, 12)
+    finegemm.fp8_einsum("bhr,hdr->bhd", a, b, d)
+    assert calc_diff(d, exact) < 1e-5
+
+
+def test_fp8_einsum_rejects_d_over_an_input():
+    a, b, _ = _fp8_einsum_inputs(4, 2, 128, 16)
+    storage = torch.zeros(4 * 2 * 128, dtype=torch.uint8)
+    alias_a = (storage.view(torch.float8_e4m3fn).view(4, 2, 128), a[1])
+    d = storage[: 4 * 2 * 16 * 2].view(BF16).view(4, 2, 16)
+    with pytest.raises(ValueError, match="^fp8_einsum: d must not overlap a\\[0\\] \\(A\\)"):
+        finegemm.fp8_einsum("bhr,hdr->bhd", alias_a, b, d)

@@ -21,6 +21,7 @@ from finegemm.api.grouped_fp8 import (
 )
 from finegemm.api.cublaslt import cublaslt_gemm_nn, cublaslt_gemm_nt, cublaslt_gemm_tn, cublaslt_gemm_tt
 from finegemm.api.einsum import einsum
+from finegemm.api.fp8_einsum import fp8_einsum
 from finegemm.api.skip_head_mid import fp8_gemm_nt_skip_head_mid
 from finegemm.api import legacy  # noqa: E402  DeepGEMM v1 names, on the functions above
 
@@ -44,6 +45,7 @@ __all__ = [
     "k_grouped_bf16_gemm_tn_contiguous",
     "fp8_gemm_nt_skip_head_mid",
     "einsum",
+    "fp8_einsum",
     "cublaslt_gemm_nt",
     "cublaslt_gemm_nn",
     "cublaslt_gemm_tn",

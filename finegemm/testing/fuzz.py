@@ -357,7 +357,32 @@ def _dense_fp8(rng, g, layout: str) -> Case:
     # Drawn last, so that the cases drawn before this variant existed stay as they were.
     if layout == "nt" and not one_d_one_d and "c" not in args and rng.random() < 0.5:
         return _skip_head_mid(rng, case, m, n, d_dtype)
+    if layout == "nt" and rng.random() < 0.2:  # drawn after everything else, as skip_head_mid
+        return _fp8_einsum(rng, g)
     return case
+
+
+def _fp8_einsum(rng, g) -> Case:
+    """fp8_einsum("bhr,hdr->bhd"): A [b, h, r] with per-token scales, B [h, d, r] with per-block
+    ones; a bf16 d needs d % 8 == 0 (its rule), an fp32 d any d (and maybe c)."""
+    batch = rng.choice((0, 1, 3, 17, 40))
+    heads = rng.choice((1, 2, 3, 5))
+    r = rng.choice((0, 16, 128, 144, 256, 512)) if rng.random() < 0.9 else 16 * rng.randrange(1, 40)
+    d_dtype = rng.choice((BF16, F32))
+    n = rng.choice((8, 16, 64, 128, 136, 264) if d_dtype == BF16 else (1, 12, 64, 100, 136))
+    kb = ceil_div(r, 128)
+    A, sfa = _fp8_values(g, (batch, heads, r)), _scales(g, (batch, heads, kb))
+    B, sfb = _fp8_values(g, (heads, n, r)), _scales(g, (heads, ceil_div(n, 128), kb))
+    d = _out((batch, heads, n), d_dtype, rng)
+    args = {"expr": "bhr,hdr->bhd", "a": (_tma_in(A, rng), _any_in(sfa, rng)),
+            "b": (_tma_in(B, rng), _any_in(sfb, rng)), "d": d}
+    if d_dtype == F32:
+        c = _c_arg(rng, g, (batch, heads, n), d)
+        if c is not None:
+            args["c"] = c
+    if rng.random() < 0.3:
+        args["recipe"] = (1, 128, 128)
+    return Case("fp8_einsum", args, note=f"b={batch} h={heads} r={r} d={n} d={d_dtype}")
 
 
 def _skip_head_mid(rng, case: Case, m: int, n: int, d_dtype) -> Case:
@@ -561,6 +586,7 @@ VARIANTS: dict[str, Callable[[random.Random, torch.Generator], Case]] = {
     "k_grouped_fp8_gemm_tn_contiguous": lambda rng, g: _k_grouped(rng, g, True, tn=True),
     "fp8_gemm_nt_skip_head_mid": _drawn_as("fp8_gemm_nt_skip_head_mid", lambda rng, g: _dense_fp8(rng, g, "nt")),
     "einsum": _drawn_as("einsum", lambda rng, g: _dense_bf16(rng, g, "nt")),
+    "fp8_einsum": _drawn_as("fp8_einsum", lambda rng, g: _dense_fp8(rng, g, "nt")),
     **{f"cublaslt_gemm_{L}": _drawn_as(f"cublaslt_gemm_{L}", lambda rng, g, L=L: _dense_bf16(rng, g, L))
        for L in ("nt", "nn", "tn", "tt")},
 }
@@ -608,7 +634,7 @@ def multiply_adds(case: Case) -> int:
     if case.fn.startswith("k_grouped"):
         return d.numel() * sum(a["ks"])
     A = a["a"][0].values if isinstance(a["a"], tuple) else a["a"].values
-    k = A.shape[-1] if case.fn.startswith(("m_grouped", "fp8_gemm_n", "bf16_gemm_n")) else A.shape[0]
+    k = A.shape[-1] if case.fn.startswith(("m_grouped", "fp8_gemm_n", "bf16_gemm_n", "fp8_einsum")) else A.shape[0]
     return d.numel() * k
 
 
@@ -789,6 +815,12 @@ def bad_case(seed: int, fn: Optional[str] = None) -> Optional[Case]:
         if case.fn == "einsum":
             key, value = rng.choice((("expr", "ij,jk->ik"), ("expr", 3), ("expr", "bhr,hdr->bhr"),
                                      ("use_cublaslt", 1)))
+            case.args[key] = value
+            case.note += f" {key}={value!r}"
+            return case
+        if case.fn == "fp8_einsum":  # no compiled_dims / disable_ue8m0_cast (DeepGEMM's signature)
+            key, value = rng.choice((("expr", "ij,jk->ik"), ("expr", 3), ("expr", "bhd,hdr->bhr"),
+                                     ("recipe", (1, 2, 3)), ("recipe", (1, 1, 128)), ("recipe", "x")))
             case.args[key] = value
             case.note += f" {key}={value!r}"
             return case
@@ -1091,6 +1123,15 @@ def kernel_plans(case: Case) -> list[tuple]:
     has_c = "c" in a
     if fn == "einsum" or fn.startswith("cublaslt"):
         return []  # cuBLAS through PyTorch
+    if fn == "fp8_einsum":  # bf16 d: one masked call over the heads; fp32 d: one nt GEMM per head
+        A, B = a["a"][0].values, a["b"][0].values
+        batch, heads, r = A.shape
+        n = B.shape[1]
+        if 0 in (batch, heads, r, n):
+            return []
+        if a["d"].dtype == BF16:
+            return [("fp8_grouped", GEMM_GROUPED_MASKED, batch, n, r, heads, batch, 0)]
+        return [("fp8", batch, n, r, True, has_c, False)]
     if fn.startswith("fp8_gemm_"):  # fp8_gemm_nt_skip_head_mid too: the nt GEMM into a scratch
         A = a["a"][0].values
         B = a["b"][0].values

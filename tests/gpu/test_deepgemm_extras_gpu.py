@@ -1,5 +1,6 @@
 """DeepGEMM's other entry points on CUDA tensors: fp8_gemm_nt_skip_head_mid (the dense FP8 kernel
-plus a strided copy), einsum and cublaslt_gemm_* (cuBLAS through PyTorch).
+plus a strided copy), einsum and cublaslt_gemm_* (cuBLAS through PyTorch), fp8_einsum (the masked
+FP8 kernel over the heads, or the dense one per head).
 
 Properties: fresh random data, poisoned outputs inside padded buffers (nothing outside the
 written elements changes: the gap of every head and the row padding keep their NaNs),
@@ -161,3 +162,81 @@ def test_cublaslt_gemm_on_cuda(layout):
         d = c.clone()
         fn(a_in, b_in, d, c=d)
         assert calc_diff(d.cpu(), exact + c.cpu().double()) < 1e-5
+
+
+# ----------------------------------------------------------------------------- fp8_einsum
+def _fp8_einsum_operands(batch, heads, r, n, seed):
+    """(A, sfa), (B, sfb) of "bhr,hdr->bhd" on the GPU and the float64 product of their dequantized
+    values (torch.einsum on the CPU)."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    A, sfa = finegemm.per_token_cast_to_fp8(torch.randn(batch * heads, r, device="cuda", generator=g))
+    A, sfa = A.view(batch, heads, r), sfa.view(batch, heads, -1)
+    per_head = [finegemm.per_block_cast_to_fp8(torch.randn(n, r, device="cuda", generator=g)) for _ in range(heads)]
+    B, sfb = torch.stack([p[0] for p in per_head]), torch.stack([p[1] for p in per_head])
+    a_deq = A.cpu().double() * sfa.cpu().double().repeat_interleave(128, 2)[..., :r]
+    b_deq = (B.cpu().double() * sfb.cpu().double().repeat_interleave(128, 1)[:, :n].repeat_interleave(128, 2)[..., :r])
+    return (A, sfa), (B, sfb), torch.einsum("bhr,hdr->bhd", a_deq, b_deq)
+
+
+# (b, h, r, d): DeepSeek's MLA (h = 128 heads of d = 128, r = 512) at decode and prefill sizes,
+# and odd ones (b = 1 / 17 / 300, r not a multiple of 128, d not of 128).
+FP8_EINSUM_SHAPES = [(64, 128, 512, 128), (1, 16, 512, 128), (17, 3, 144, 40), (300, 2, 256, 136), (4097, 1, 128, 64)]
+
+
+@pytest.mark.parametrize("batch,heads,r,n", FP8_EINSUM_SHAPES)
+@pytest.mark.parametrize("dtype,c_kind", [(BF16, None), (F32, None), (F32, "d"), (F32, "separate")])
+def test_fp8_einsum_on_cuda(batch, heads, r, n, dtype, c_kind):
+    a, b, exact = _fp8_einsum_operands(batch, heads, r, n, seed=batch + heads + r + n)
+    buf = torch.full((batch, heads, n + 8), float("nan"), dtype=dtype, device="cuda")
+    d = buf[..., :n]
+    c = None
+    if c_kind is not None:
+        c0 = torch.randn(batch, heads, n, device="cuda")
+        exact = exact + c0.cpu().double()
+        if c_kind == "d":
+            d.copy_(c0)
+            c = d
+        else:
+            c = c0
+    finegemm.fp8_einsum("bhr,hdr->bhd", a, b, d, c=c)
+    torch.cuda.synchronize()
+    assert not torch.isnan(d).any()  # every element written
+    assert torch.isnan(buf[..., n:]).all()  # nothing past the rows
+    assert calc_diff(d.cpu(), exact) < 1e-5, (batch, heads, r, n)
+    if c_kind is None:  # the same bits on a second call (no race, no state)
+        again = torch.full_like(d, float("nan"))
+        finegemm.fp8_einsum("bhr,hdr->bhd", a, b, again)
+        assert torch.equal(again, d)
+
+
+def test_fp8_einsum_bf16_is_the_masked_kernel_bitwise():
+    """The bf16 route is m_grouped_fp8_gemm_nt_masked over the heads: the same bits as that call
+    on head-major copies."""
+    batch, heads, r, n = 40, 8, 512, 128
+    a, b, _ = _fp8_einsum_operands(batch, heads, r, n, seed=5)
+    d = torch.empty(batch, heads, n, dtype=BF16, device="cuda")
+    finegemm.fp8_einsum("bhr,hdr->bhd", a, b, d)
+    masked = torch.empty(heads, batch, n, dtype=BF16, device="cuda")
+    full = torch.full((heads,), batch, dtype=torch.int32, device="cuda")
+    finegemm.m_grouped_fp8_gemm_nt_masked((a[0].transpose(0, 1).contiguous(), a[1].transpose(0, 1).contiguous()),
+                                          b, masked, full, batch)
+    assert torch.equal(d, masked.transpose(0, 1))
+
+
+def test_fp8_einsum_in_a_cuda_graph():
+    batch, heads, r, n = 32, 16, 512, 128
+    a, b, _ = _fp8_einsum_operands(batch, heads, r, n, seed=8)
+    d = torch.full((batch, heads, n), float("nan"), dtype=BF16, device="cuda")
+    finegemm.fp8_einsum("bhr,hdr->bhd", a, b, d)  # warm: compile and plan
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        finegemm.fp8_einsum("bhr,hdr->bhd", a, b, d)
+    for seed in (21, 22):
+        a2, b2, exact = _fp8_einsum_operands(batch, heads, r, n, seed=seed)
+        for dst, src in ((a, a2), (b, b2)):
+            dst[0].copy_(src[0])
+            dst[1].copy_(src[1])
+        d.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert calc_diff(d.cpu(), exact) < 1e-5

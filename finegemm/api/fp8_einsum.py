@@ -1,0 +1,149 @@
+"""fp8_einsum (DeepGEMM name): the FP8 batched product of DeepSeek's MLA layers.
+
+On SM90 DeepGEMM runs one expression, and so does this:
+
+=================  =========================================  ===========================================
+expr               a = (A, sfa), b = (B, sfb)                 d (= c + the product)
+=================  =========================================  ===========================================
+bhr,hdr->bhd       A [b, h, r] fp8, sfa [b, h, ceil(r/128)]   [b, h, d]: per head h, a[:, h] @ b[h].T
+                   B [h, d, r] fp8, sfb [h, ceil(d/128),      (bf16, or fp32 with an optional fp32 c)
+                   ceil(r/128)]
+=================  =========================================  ===========================================
+
+Scales follow recipe (1, 128, 128) (the only one on SM90): one per row of A and 128-wide r block,
+one per 128x128 block of each head's B. The other two expressions of DeepGEMM's fp8_einsum
+(bhd,hdr->bhr and bhd,bhr->hdr) are SM100-only there and raise NotImplementedError here.
+
+How it runs (the same composition on CPU and CUDA tensors, through the public functions, so the
+CPU tests run the routing the GPU takes):
+- bf16 d: one m_grouped_fp8_gemm_nt_masked call with the heads as groups (every group full:
+  masked_m = b for all h). The SM90 kernel reads A as [h * b, r] rows, so A is first copied
+  head-major (b * h * r bytes) and the product written head-major into a scratch [h, b, d] that is
+  then copied into d (b * h * d * 2 bytes): two copies around one GEMM launch.
+- fp32 d (c optional): the masked kernel writes bf16 only, so each head is one fp8_gemm_nt call on
+  strided views (no copies; c may be d): h launches, i.e. host time grows with h (~10 us each).
+CPU tensors end in finegemm.reference (exact, fp64 accumulation) through those functions.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import torch
+
+from finegemm.api import _validate as _v
+from finegemm.api.dense_fp8 import fp8_gemm_nt
+from finegemm.api.grouped_fp8 import m_grouped_fp8_gemm_nt_masked
+from finegemm.utils import ceil_div
+
+__all__ = ["fp8_einsum", "SUPPORTED_FP8_EXPRESSIONS"]
+
+_FN = "fp8_einsum"
+SUPPORTED_FP8_EXPRESSIONS = ("bhr,hdr->bhd",)
+_SM100_ONLY = ("bhd,hdr->bhr", "bhd,bhr->hdr")  # DeepGEMM's other two: not on SM90 there either
+
+
+def fp8_einsum(expr: str, a: tuple[torch.Tensor, torch.Tensor], b: tuple[torch.Tensor, torch.Tensor],
+               d: torch.Tensor, c: Optional[torch.Tensor] = None, recipe: Optional[Sequence[int]] = None) -> None:
+    """d = c + einsum(expr, A * sfa, B * sfb) for expr "bhr,hdr->bhd" (see the module docstring).
+
+    Args:
+        expr: "bhr,hdr->bhd".
+        a: ``(A, sfa)``: A ``float8_e4m3fn`` [b, h, r]; sfa ``float32`` [b, h, ceil(r/128)] (any strides).
+        b: ``(B, sfb)``: B ``float8_e4m3fn`` [h, d, r]; sfb ``float32`` [h, ceil(d/128), ceil(r/128)]
+            (any strides).
+        d: ``bfloat16`` or ``float32`` [b, h, d], written in place.
+        c: optional ``float32`` [b, h, d] added (fp32 d only); may be d itself.
+        recipe: None or (1, 128, 128).
+
+    Constraints (TypeError for types/dtypes, ValueError for shapes/strides/values): r % 16 == 0;
+    A, B, d and c with a contiguous last dimension, every other stride a multiple of 16 bytes and
+    a 16-byte aligned base (TMA rules, as every FP8 function here); with a bf16 d, d % 8 == 0
+    (the scratch [h, b, d] rows are TMA rows of 16 bytes); one device; d must not overlap the
+    inputs nor itself. b, h or d == 0 returns at once after validation; r == 0 writes d = c (or 0).
+    """
+    A, sfa, B, sfb, d, c = _checked(expr, a, b, d, c, recipe)
+    batch, heads, r = A.shape
+    n = B.shape[1]
+    if batch == 0 or heads == 0 or n == 0:
+        return
+    if r == 0:
+        if c is None:
+            d.zero_()
+        elif c.data_ptr() != d.data_ptr():
+            d.copy_(c)
+        return
+    if d.dtype == torch.bfloat16:
+        # The heads as the masked kernel's groups, every group full. The scratch is head-major, so
+        # the kernel's [h * b, d] view of it exists; d itself is [b, h, d].
+        scratch = torch.empty((heads, batch, n), dtype=torch.bfloat16, device=d.device)
+        m_grouped_fp8_gemm_nt_masked((A.permute(1, 0, 2), sfa.permute(1, 0, 2)), (B, sfb), scratch,
+                                     _full_groups(heads, batch, d.device), batch)
+        d.copy_(scratch.permute(1, 0, 2))
+        return
+    for head in range(heads):
+        fp8_gemm_nt((A[:, head], sfa[:, head]), (B[head], sfb[head]), d[:, head],
+                    c=None if c is None else c[:, head])
+
+
+def _checked(expr, a, b, d, c, recipe) -> tuple:
+    """Every rule of a call (raises what is broken); returns (A, sfa, B, sfb, d, c)."""
+    if not isinstance(expr, str):
+        raise TypeError(f"{_FN}: expr must be a str, got {type(expr).__name__}")
+    if expr in _SM100_ONLY:
+        raise NotImplementedError(
+            f"{_FN}: expr {expr!r} is not provided: DeepGEMM runs it on SM100 only; on SM90 (finegemm) "
+            f"fp8_einsum takes {', '.join(SUPPORTED_FP8_EXPRESSIONS)} (finegemm.einsum has all four in BF16)")
+    if expr not in SUPPORTED_FP8_EXPRESSIONS:
+        raise ValueError(f"{_FN}: expr must be one of {', '.join(SUPPORTED_FP8_EXPRESSIONS)}, got {expr!r}")
+    A, sfa = _v.check_pair(_FN, "a", a, ("A", "sfa"))
+    B, sfb = _v.check_pair(_FN, "b", b, ("B", "sfb"))
+    d = _v.check_tensor(_FN, "d", d)
+    c = _v.check_optional_tensor(_FN, "c", c)
+    rec = _v.normalize_recipe(_FN, recipe, (_v.RECIPE_1D2D,), _v.RECIPE_1D2D)
+    del rec  # one recipe on SM90
+
+    _v.check_dtype(_FN, "a[0] (A)", A, (_v.FP8,))
+    _v.check_dtype(_FN, "b[0] (B)", B, (_v.FP8,))
+    _v.check_dtype(_FN, "a[1] (sfa)", sfa, (torch.float32,), " (SM90 scales are fp32)")
+    _v.check_dtype(_FN, "b[1] (sfb)", sfb, (torch.float32,), " (SM90 scales are fp32)")
+    _v.check_dtype(_FN, "d", d, (torch.bfloat16, torch.float32))
+    _v.check_out_dtype_with_c(_FN, d, c)
+
+    _v.check_rank(_FN, "a[0] (A)", A, 3, "[b, h, r]")
+    _v.check_rank(_FN, "b[0] (B)", B, 3, "[h, d, r]")
+    batch, heads, r = A.shape
+    heads_b, n, r_b = B.shape
+    if heads_b != heads or r_b != r:
+        raise ValueError(f"{_FN}: dimensions 'h' and 'r' of a[0] (A [b, h, r] = {_v.fmt_shape(A.shape)}) and "
+                         f"b[0] (B [h, d, r] = {_v.fmt_shape(B.shape)}) must agree")
+    kb = ceil_div(r, 128)
+    _v.check_rank(_FN, "a[1] (sfa)", sfa, 3, "[b, h, ceil(r/128)]")
+    _v.check_shape(_FN, "a[1] (sfa)", sfa, (batch, heads, kb), "[b, h, ceil(r/128)]")
+    _v.check_rank(_FN, "b[1] (sfb)", sfb, 3, "[h, ceil(d/128), ceil(r/128)]")
+    _v.check_shape(_FN, "b[1] (sfb)", sfb, (heads, ceil_div(n, 128), kb), "[h, ceil(d/128), ceil(r/128)]")
+    _v.check_rank(_FN, "d", d, 3, "[b, h, d]")
+    _v.check_shape(_FN, "d", d, (batch, heads, n), "[b, h, d]")
+    if c is not None:
+        _v.check_rank(_FN, "c", c, 3, "[b, h, d]")
+        _v.check_shape(_FN, "c", c, (batch, heads, n), "[b, h, d]")
+
+    _v.check_same_device(_FN, {"d": d, "a[0] (A)": A, "a[1] (sfa)": sfa, "b[0] (B)": B, "b[1] (sfb)": sfb,
+                               "c": c})
+    _v.check_k_alignment(_FN, r, 1, "FP8")
+    _v.check_tma_layout(_FN, "a[0] (A)", A, "[b, h, r]")
+    _v.check_tma_layout(_FN, "b[0] (B)", B, "[h, d, r]")
+    _v.check_tma_layout(_FN, "d", d, "[b, h, d]")
+    if c is not None:
+        _v.check_tma_layout(_FN, "c", c, "[b, h, d]")
+    if d.dtype == torch.bfloat16 and n % 8 != 0:
+        raise ValueError(f"{_FN}: the head dimension d must be a multiple of 8 with a bf16 d (the product is "
+                         f"written through a scratch [h, b, d] of 16-byte TMA rows), got d = {n}")
+    _v.check_no_overlap(_FN, "d", d, {"a[0] (A)": A, "b[0] (B)": B, "a[1] (sfa)": sfa, "b[1] (sfb)": sfb})
+    _v.check_c_alias(_FN, c, d)
+    return A, sfa, B, sfb, d, c
+
+
+def _full_groups(heads: int, batch: int, device: torch.device) -> torch.Tensor:
+    """masked_m of the bf16 route: every head's group full. Made per call (a tiny fill), not
+    cached: a tensor made during a CUDA graph capture belongs to that graph's pool."""
+    return torch.full((heads,), batch, dtype=torch.int32, device=device)
