@@ -305,6 +305,8 @@ def main() -> int:
             cfgs[ops._kernel_name(cfg)] = cfg
     for cfg in skip_head_mid_configs(args.sms):
         cfgs[ops._kernel_name(cfg)] = cfg
+    for cfg in fp8_einsum_configs(args.sms):
+        cfgs[ops._kernel_name(cfg)] = cfg
     # Every contiguous kernel's twin that checks a plain layout itself (the in-kernel check: its
     # GPU tests run the same calls with the capability opened).
     for cfg in [c for c in cfgs.values() if c.gemm_kind == GEMM_GROUPED_CONTIGUOUS and not c.layout_check]:
@@ -313,6 +315,21 @@ def main() -> int:
     if args.only_1d1d:
         cfgs = {name: cfg for name, cfg in cfgs.items() if cfg.one_d_one_d}
     return build(cfgs, args.jobs)
+
+
+def fp8_einsum_configs(sms: int) -> list:
+    """The kernels of tests/gpu/test_deepgemm_extras_gpu.py's fp8_einsum tests: the masked plan
+    over the heads (bf16 d) and the dense fp32 plans of one head (with and without c)."""
+    spec = importlib.util.spec_from_file_location("_extras_gpu_cases", Path(__file__).resolve().parents[1] / "tests"
+                                                  / "gpu" / "test_deepgemm_extras_gpu.py")
+    t = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(t)
+    out = []
+    for batch, heads, r, n in t.FP8_EINSUM_SHAPES + [(40, 8, 512, 128), (32, 16, 512, 128)]:
+        out.append(select_grouped_config(GEMM_GROUPED_MASKED, batch, n, r, heads, sms, batch, 0))
+        for has_c in (False, True):
+            out.append(select_config(batch, n, r, sms, True, has_c))
+    return out
 
 
 def fuzz_configs(sms: int) -> list:
