@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the H200 machine: GPU tests + benchmarks, logs and JSON under $OUT.
 # Usage (from the repo root on the GPU machine):
-#   bash scripts/device_run.sh [all|tests|bench|sanitize|tune|pending|ab_contiguous|ab_bf16_half_a|ab_rotate]
+#   bash scripts/device_run.sh [all|tests|bench|sanitize|tune|pending|ab_contiguous|ab_bf16_half_a|ab_rotate|fp8_einsum]
 # "pending": the same-run A/Bs waiting for a GPU (below; their variant kernels precompiled into the
 # carried cache by scripts/precompile_pending.sh).
 # Every later GPU claim in benchmarks/results/ comes from this script.
@@ -84,6 +84,12 @@ if [[ "$what" == pending || "$what" == ab_rotate ]]; then
   # The FP8 k-block rotation (v0.95) on the 12 skinny anchors.
   # shellcheck disable=SC2086
   ab ab_rotate dense "base= rot1=-DFINEGEMM_DIAG_K_ROTATE=1 rot7=-DFINEGEMM_DIAG_K_ROTATE=7" --shapes $SKINNY_FP8
+fi
+if [[ "$what" == pending || "$what" == fp8_einsum ]]; then
+  # fp8_einsum at DeepSeek's MLA sizes: the heads-packed kernel (gated) against the masked
+  # composition and torch's bf16 bmm, kernel-only and host time (scripts/probe_fp8_einsum.py).
+  python3 scripts/probe_fp8_einsum.py --out "$OUT/fp8_einsum.json" 2>&1 | tee "$OUT/fp8_einsum.log"
+  status=$(( status | ${PIPESTATUS[0]} ))
 fi
 if [[ "$what" == all || "$what" == bench ]]; then
   for suite in ${FINEGEMM_BENCH_SUITES:-dense grouped bf16}; do

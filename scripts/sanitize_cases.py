@@ -432,7 +432,36 @@ def _skip_head_mid_fused(m, heads, splits, k):
     return calc_diff(got, ref)
 
 
+def _fp8_einsum_heads_packed(batch, heads, r, n, pad_d):
+    """fp8_einsum's heads-packed kernel (gate opened here): A read as [b, h*r], d written as
+    [b, h*n] in place; d's row padding untouched (else a diff of 1)."""
+    import os
+
+    from finegemm.ops import sm90_fp8_gemm as o8
+
+    os.environ["FINEGEMM_ENABLE_UNVALIDATED"] = "1"
+    try:
+        a, sfa = finegemm.per_token_cast_to_fp8(torch.randn(batch * heads, r, device="cuda"))
+        a, sfa = a.view(batch, heads, r), sfa.view(batch, heads, -1)
+        ws = [finegemm.per_block_cast_to_fp8(torch.randn(n, r, device="cuda")) for _ in range(heads)]
+        b, sfb = torch.stack([w for w, _ in ws]), torch.stack([s for _, s in ws])
+        buf = torch.full((batch, heads * n + pad_d), 3.0, device="cuda", dtype=torch.bfloat16)
+        d = buf[:, :heads * n].view(batch, heads, n)
+        assert o8.heads_packed_layouts(a, d), "not the heads-packed layouts"
+        finegemm.fp8_einsum("bhr,hdr->bhd", (a, sfa), (b, sfb), d)
+        if not bool((buf[:, heads * n:] == 3.0).all()):
+            return 1.0
+        ref = torch.stack([reference.fp8_gemm_nt(a[:, h], sfa[:, h], b[h], sfb[h], out_dtype=torch.float32)
+                           for h in range(heads)], dim=1)
+        return calc_diff(d.float(), ref)
+    finally:
+        del os.environ["FINEGEMM_ENABLE_UNVALIDATED"]
+
+
 CASES = [
+    ("fp8 einsum heads packed, bm192 partial M and N tiles, padded d rows",
+     lambda: _fp8_einsum_heads_packed(130, 64, 256, 200, 8)),
+    ("fp8 einsum heads packed, multicast A tile", lambda: _fp8_einsum_heads_packed(5, 16, 512, 128, 0)),
     ("fp8 skip head mid, fused epilogue, partial M", lambda: _skip_head_mid_fused(130, 5, (128, 64, 128), 512)),
     ("grouped prepared launches, repeated calls on two streams", _prepared_repeats),
     *[(f"{fam} contiguous, layout checked in the GEMM",

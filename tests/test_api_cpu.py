@@ -991,9 +991,10 @@ def test_unvalidated_kernels_are_gated(fake_cuda, monkeypatch):
 
 
 def test_every_built_kernel_is_validated():
-    """Every built CUDA kernel path has passed its GPU suite: the shipped gate list is empty (the
-    last three, the fused skip-head-mid epilogue and the FP8 / BF16 contiguous GEMMs checking their
-    layout themselves, passed on the H200 on 2026-12-05). A path built later is listed here until
-    its suite runs."""
+    """Every built CUDA kernel path has passed its GPU suite but those listed here (the fused
+    skip-head-mid epilogue and the FP8 / BF16 contiguous GEMMs checking their layout themselves
+    passed on the H200 on 2026-12-05). A path built later is listed until its suite runs, and has
+    a fallback (so the calls it serves work meanwhile)."""
     from finegemm.api import _validate
-    assert not _validate.UNVALIDATED_ON_GPU
+    assert set(_validate.UNVALIDATED_ON_GPU) == {"fp8_einsum_heads_packed"}  # built 2026-12-05, no GPU yet
+    assert set(_validate.UNVALIDATED_ON_GPU) <= set(_validate.FALLBACK_CAPABILITIES)

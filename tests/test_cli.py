@@ -27,7 +27,10 @@ def test_info(tmp_path):
 
     if jit.have_nvcc():  # the prepared launches' shim is built into the cache (tests/test_jit.py calls it)
         assert "launch shim    built" in r.stdout
-    assert "gated paths    none" in r.stdout and "paths off      none" in r.stdout
+    from finegemm.api import _validate
+
+    gated = ", ".join(sorted(_validate.UNVALIDATED_ON_GPU)) or "none"
+    assert f"gated paths    {gated}" in r.stdout and "paths off      none" in r.stdout
     # FINEGEMM_DISABLE_PATHS is shown; a wrong name fails the command with the allowed names.
     r = _run(["info"], tmp_path / "c", FINEGEMM_DISABLE_PATHS="fp8_skip_head_mid_fused")
     assert r.returncode == 0 and "paths off      fp8_skip_head_mid_fused" in r.stdout

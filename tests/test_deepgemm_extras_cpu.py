@@ -549,3 +549,72 @@ def test_fp8_einsum_rejects_d_over_an_input():
     d = storage[: 4 * 2 * 16 * 2].view(BF16).view(4, 2, 16)
     with pytest.raises(ValueError, match="^fp8_einsum: d must not overlap a\\[0\\] \\(A\\)"):
         finegemm.fp8_einsum("bhr,hdr->bhd", alias_a, b, d)
+
+
+def _heads_packed_spies(monkeypatch, gate_open: bool):
+    """fp8_einsum's CUDA routing on CPU tensors: on_cuda patched, the heads-packed launch and the
+    masked composition replaced by recorders (the layout test is the real one)."""
+    from finegemm.ops import sm90_fp8_gemm as ops
+
+    mod = importlib.import_module("finegemm.api.fp8_einsum")
+    calls = []
+    monkeypatch.setattr(_v, "on_cuda", lambda t: True)
+    monkeypatch.setattr(ops, "fp8_einsum_heads_packed", lambda *args: calls.append("heads_packed"))
+    monkeypatch.setattr(mod, "m_grouped_fp8_gemm_nt_masked", lambda *args: calls.append("masked"))
+    monkeypatch.setattr(mod, "fp8_gemm_nt", lambda *args, **kwargs: calls.append("dense"))
+    monkeypatch.delenv(_v.DISABLE_PATHS_ENV, raising=False)
+    if gate_open:
+        monkeypatch.setenv(_v.ENABLE_UNVALIDATED_ENV, "1")
+    else:
+        monkeypatch.delenv(_v.ENABLE_UNVALIDATED_ENV, raising=False)
+        monkeypatch.setitem(_v.UNVALIDATED_ON_GPU, "fp8_einsum_heads_packed", ("", "", ""))
+    return calls
+
+
+@pytest.mark.parametrize("case,want", [
+    ("contiguous", "heads_packed"),        # A [b, h, r] and d [b, h, d] as stored: read and written in place
+    ("padded_rows", "heads_packed"),       # row pitches past h * r / h * d: still in place
+    ("one_row", "heads_packed"),
+    ("r_not_128", "masked"),               # a k-box would reach the next head's columns
+    ("a_head_major", "masked"),            # A stored [h, b, r]: the composition (its copy is a view then)
+    ("d_padded_heads", "masked"),          # d's heads not side by side
+    ("gate_closed", "masked"),
+    ("disabled", "masked"),
+])
+def test_fp8_einsum_takes_the_heads_packed_kernel_where_it_reads_in_place(monkeypatch, case, want):
+    calls = _heads_packed_spies(monkeypatch, gate_open=case != "gate_closed")
+    if case == "disabled":
+        monkeypatch.setenv(_v.DISABLE_PATHS_ENV, "fp8_einsum_heads_packed")
+    batch, heads, r, n = (1 if case == "one_row" else 6), 4, (144 if case == "r_not_128" else 256), 64
+    a, b, _ = _fp8_einsum_inputs(batch, heads, r, n)
+    A = a[0]
+    if case == "padded_rows":
+        A = torch.zeros(batch, heads * r + 64, dtype=torch.uint8).view(torch.float8_e4m3fn)[:, :heads * r]
+        A = A.view(batch, heads, r)
+    elif case == "a_head_major":
+        A = a[0].transpose(0, 1).contiguous().transpose(0, 1)
+    d = torch.zeros(batch, heads, n, dtype=BF16)
+    if case == "padded_rows":
+        d = torch.zeros(batch, heads * n + 8, dtype=BF16)[:, :heads * n].view(batch, heads, n)
+    elif case == "d_padded_heads":
+        d = torch.zeros(batch, heads, n + 8, dtype=BF16)[..., :n]
+    finegemm.fp8_einsum("bhr,hdr->bhd", (A, a[1]), b, d)
+    assert calls == [want]
+    calls.clear()
+    finegemm.fp8_einsum("bhr,hdr->bhd", (A, a[1]), b, torch.zeros(batch, heads, n))  # fp32 d: per head, always
+    assert calls == ["dense"] * heads
+
+
+def test_heads_packed_kernel_render_rules():
+    from finegemm.heuristics.sm90_fp8_gemm import GEMM_GROUPED_CONTIGUOUS, GEMM_GROUPED_MASKED
+    from finegemm.ops import sm90_fp8_gemm as ops
+
+    src = ops.render(64, 128, 6, False, False, False, gemm_kind=GEMM_GROUPED_MASKED, heads_packed=True)
+    assert "2, false, 1, false, 1, 0, 0, 0, false, true>" in src  # kHeadsPacked, the last template argument
+    plain = ops.render(64, 128, 6, False, False, False, gemm_kind=GEMM_GROUPED_MASKED)
+    assert plain != src and ", true>" not in plain  # the shipped masked source (and cache key) unchanged
+    for kwargs in ({"gemm_kind": GEMM_GROUPED_CONTIGUOUS}, {"gemm_kind": GEMM_GROUPED_MASKED, "tma_store": True}):
+        with pytest.raises(ValueError, match="heads_packed: the m-grouped masked kind with direct stores"):
+            ops.render(64, 128, 6, False, False, False, heads_packed=True, **kwargs)
+    cfgs = {label for label, _ in ops.representative_configs()}
+    assert {"bm64_bn208_s6_gmask_heads", "bm64_bn16_s8_mca_gmask_heads", "bm128_bn192_s5_gmask_heads"} <= cfgs

@@ -672,6 +672,8 @@ UNVALIDATED_ON_GPU: dict[str, tuple[str, str, str]] = {
     # k-grouped FP8, grouped BF16 (H200, 2026-11-30, _gated_gpu_tests_d71a433.log); the fused
     # skip-head-mid epilogue and the FP8 / BF16 contiguous GEMMs checking their layout themselves
     # (H200, 2026-12-05: 2026-12-05_h200_pending_gpu_tests_0ea216f.log, _gpu_tests_6e678d3.log).
+    "fp8_einsum_heads_packed": ("fp8_einsum's masked kernel reading A [b, h*r] and writing d [b, h*d] in place",
+                                "3", "tests/gpu/test_deepgemm_extras_gpu.py"),
 }
 ENABLE_UNVALIDATED_ENV = "FINEGEMM_ENABLE_UNVALIDATED"
 
@@ -683,6 +685,8 @@ FALLBACK_CAPABILITIES = {
     "fp8_skip_head_mid_fused": "fp8_gemm_nt_skip_head_mid writes a scratch [M, N] and copies it into d",
     "fp8_contiguous_layout_in_gemm": "the FP8 contiguous calls run the layout-check kernel, then the GEMM on its ids",
     "bf16_contiguous_layout_in_gemm": "the BF16 contiguous calls run the layout-check kernel, then the GEMM on its ids",
+    "fp8_einsum_heads_packed": "fp8_einsum (bf16 d) copies A head-major, runs the masked GEMM into a scratch, copies "
+                               "it into d",
 }
 DISABLE_PATHS_ENV = "FINEGEMM_DISABLE_PATHS"
 

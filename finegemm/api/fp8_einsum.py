@@ -14,8 +14,13 @@ Scales follow recipe (1, 128, 128) (the only one on SM90): one per row of A and 
 one per 128x128 block of each head's B. The other two expressions of DeepGEMM's fp8_einsum
 (bhd,hdr->bhr and bhd,bhr->hdr) are SM100-only there and raise NotImplementedError here.
 
-How it runs (the same composition on CPU and CUDA tensors, through the public functions, so the
-CPU tests run the routing the GPU takes):
+How it runs:
+- bf16 d on CUDA, r % 128 == 0, A and d with the heads side by side in each row (as [b, h, r] /
+  [b, h, d] tensors are stored): one launch of the masked FP8 kernel built with kHeadsPacked, the
+  heads as groups, reading A as [b, h*r] and writing d as [b, h*d] in place (no copies). Gated
+  (fp8_einsum_heads_packed) until its GPU suite passes; FINEGEMM_DISABLE_PATHS can turn it off.
+Otherwise the same composition on CPU and CUDA tensors, through the public functions (so the CPU
+tests run the routing the GPU takes):
 - bf16 d: one m_grouped_fp8_gemm_nt_masked call with the heads as groups (every group full:
   masked_m = b for all h). The SM90 kernel reads A as [h * b, r] rows, so A is first copied
   head-major (b * h * r bytes) and the product written head-major into a scratch [h, b, d] that is
@@ -40,6 +45,7 @@ __all__ = ["fp8_einsum", "SUPPORTED_FP8_EXPRESSIONS"]
 _FN = "fp8_einsum"
 SUPPORTED_FP8_EXPRESSIONS = ("bhr,hdr->bhd",)
 _SM100_ONLY = ("bhd,hdr->bhr", "bhd,bhr->hdr")  # DeepGEMM's other two: not on SM90 there either
+HEADS_PACKED = "fp8_einsum_heads_packed"  # the capability of the in-place kernel (api/_validate.py)
 
 
 def fp8_einsum(expr: str, a: tuple[torch.Tensor, torch.Tensor], b: tuple[torch.Tensor, torch.Tensor],
@@ -73,6 +79,12 @@ def fp8_einsum(expr: str, a: tuple[torch.Tensor, torch.Tensor], b: tuple[torch.T
             d.copy_(c)
         return
     if d.dtype == torch.bfloat16:
+        if _v.on_cuda(d) and _v.gpu_validated(HEADS_PACKED):
+            from finegemm.ops import sm90_fp8_gemm  # lazy: the CUDA stack is only needed for CUDA tensors
+
+            if sm90_fp8_gemm.heads_packed_layouts(A, d):  # in place: A [b, h*r] and d [b, h*d] row by row
+                sm90_fp8_gemm.fp8_einsum_heads_packed(A, sfa, B, sfb, d, _full_groups(heads, batch, d.device))
+                return
         # The heads as the masked kernel's groups, every group full. The scratch is head-major, so
         # the kernel's [h * b, d] view of it exists; d itself is [b, h, d].
         scratch = torch.empty((heads, batch, n), dtype=torch.bfloat16, device=d.device)

@@ -216,6 +216,9 @@ class Fp8GemmConfig:
     # m-grouped contiguous kind: the kernel reads the caller's plain grouped_layout and checks its
     # rules itself (one launch per call; ops/contiguous_layout.py); False: the standalone check's ids
     layout_check: bool = False
+    # masked kind: A [M, G*K] and D [M, G*N] with group g at columns g*K / g*N (fp8_einsum
+    # "bhr,hdr->bhd" with the heads as groups, no copies); direct stores
+    heads_packed: bool = False
 
     @property
     def split_k(self) -> bool:

@@ -29,6 +29,7 @@ from finegemm.heuristics.sm90_fp8_gemm import (
     FP8_BLOCK_MS,
     GEMM_NORMAL,
     Fp8GemmConfig,
+    make_grouped_config,
     select_config,
     select_grouped_config,
     serial_halves,
@@ -127,7 +128,7 @@ def render(block_m: int, block_n: int, num_stages: int, out_fp32: bool, has_c: b
            num_multicast: int = 1, multicast_on_a: bool = False, half_promote: bool = False,
            tma_store: bool = False, gemm_kind: int = GEMM_NORMAL, one_d_one_d: bool = False,
            k_batch: int = 1, c_stage: bool = False, ctas_per_sm: int = 1,
-           head_splits: tuple = (0, 0, 0), layout_check: bool = False) -> str:
+           head_splits: tuple = (0, 0, 0), layout_check: bool = False, heads_packed: bool = False) -> str:
     """The instantiation source of one kernel configuration (tma_store: the shared-memory + TMA
     store epilogue; bf16 out, no C, no split-K; gemm_kind: GEMM_NORMAL or an m-grouped kind,
     which has bf16 out, no C, no split-K, no half-promote and clusters sharing A only;
@@ -140,7 +141,8 @@ def render(block_m: int, block_n: int, num_stages: int, out_fp32: bool, has_c: b
     fp8_gemm_nt_skip_head_mid's epilogue, dense kind, bf16 TMA-store tile, each store box within
     one side of a head (the TMA box's columns divide left and right); layout_check: the m-grouped
     contiguous kind reading the caller's plain grouped_layout and checking its rules in a spare
-    producer warp (one launch per call instead of the check kernel and the GEMM)."""
+    producer warp (one launch per call instead of the check kernel and the GEMM); heads_packed: the
+    masked kind on A [M, G*K] and D [M, G*N] (fp8_einsum's heads as groups), direct stores."""
     if k_batch not in (1, 2, 4) or (k_batch > 1 and half_promote):
         raise ValueError(f"k_batch must be 1, 2 or 4 (and 1 with half-promote), got {k_batch}")
     if c_stage and not (one_d_one_d and gemm_kind == GEMM_NORMAL and has_c and not tma_store and not split_k and
@@ -201,6 +203,10 @@ def render(block_m: int, block_n: int, num_stages: int, out_fp32: bool, has_c: b
             raise ValueError("layout_check: the m-grouped contiguous kind only")
         template = _TEMPLATE_LAYOUT_CHECKED
         tail = f", false, {k_batch}, false, 1, 0, 0, 0, true"
+    if heads_packed:
+        if gemm_kind != GEMM_GROUPED_MASKED or tma_store or tuple(head_splits) != (0, 0, 0):
+            raise ValueError("heads_packed: the m-grouped masked kind with direct stores only")
+        tail = f", false, {k_batch}, false, 1, 0, 0, 0, false, true"
     return template.format(threads=(block_m // 64 + 1) * 128, block_m=block_m, block_n=block_n,
                             stages=num_stages, out_fp32=_b(out_fp32), has_c=_b(has_c), split_k=_b(split_k),
                             num_multicast=num_multicast, multicast_on_a=_b(num_multicast == 2 and multicast_on_a),
@@ -218,7 +224,8 @@ def tma_store_box_cols(block_n: int) -> int:
 def _render_cfg(cfg: Fp8GemmConfig) -> str:
     return render(cfg.block_m, cfg.block_n, cfg.num_stages, cfg.out_fp32, cfg.has_c, cfg.split_k,
                   cfg.num_multicast, cfg.multicast_on_a, cfg.half_promote, cfg.tma_store, cfg.gemm_kind,
-                  cfg.one_d_one_d, cfg.k_batch, cfg.c_stage, cfg.ctas_per_sm, cfg.head_splits, cfg.layout_check)
+                  cfg.one_d_one_d, cfg.k_batch, cfg.c_stage, cfg.ctas_per_sm, cfg.head_splits, cfg.layout_check,
+                  cfg.heads_packed)
 
 
 def _kernel_name(cfg: Fp8GemmConfig) -> str:
@@ -230,7 +237,7 @@ def _kernel_name(cfg: Fp8GemmConfig) -> str:
             f"{f'_kb{cfg.k_batch}' if cfg.k_batch > 1 else ''}{'_cst' if cfg.c_stage else ''}"
             f"{'_2cta' if cfg.one_d_one_d and cfg.ctas_per_sm == 2 else ''}"
             f"{'_hs{}_{}_{}'.format(*cfg.head_splits) if tuple(cfg.head_splits) != (0, 0, 0) else ''}"
-            f"{'_lchk' if cfg.layout_check else ''}")
+            f"{'_lchk' if cfg.layout_check else ''}{'_heads' if cfg.heads_packed else ''}")
 
 
 _KIND_SUFFIX = {GEMM_NORMAL: "", GEMM_GROUPED_CONTIGUOUS: "_gcont", GEMM_GROUPED_MASKED: "_gmask",
@@ -276,6 +283,9 @@ def _get_launcher():
                 _launcher_prepare_layout_checked = prepare_function(lib, "fg_prepare_sm90_fp8_gemm_layout_checked",
                                                                     fl.argtypes, 7)
                 _launcher_1d1d = f1
+                # fp8_einsum's masked launch with the heads packed along K and N (fg_launch_sm90_fp8_gemm's arguments).
+                global _launcher_heads_packed
+                _launcher_heads_packed = c_function(lib, "fg_launch_sm90_fp8_gemm_heads_packed", f.argtypes)
                 _launcher_head_splits = fh
                 _launcher_prepare_head_splits = prepare_function(lib, "fg_prepare_sm90_fp8_gemm_head_splits",
                                                                  fh.argtypes, 7)
@@ -289,6 +299,7 @@ def _get_launcher():
 _launcher_prepare = _launcher_prepare_1d1d = _launch_prepared = _free_prepared = None
 _launcher_head_splits = _launcher_prepare_head_splits = None
 _launcher_layout_checked = _launcher_prepare_layout_checked = None
+_launcher_heads_packed = None
 
 
 # ----------------------------------------------------------------------------- plans
@@ -929,6 +940,69 @@ def _masked_arguments(a, sfa, b, sfb, d2, masked_m, expected_m, config=None) -> 
     return cfg, fn, (a2, sfa, sfa_ld, b2, sfb, d2, m_max, n, k, masked_m, num_groups), copied
 
 
+# ----------------------------------------------------------------------------- fp8_einsum, heads packed
+_heads_packed_plans: dict[tuple, tuple[Fp8GemmConfig, int]] = {}
+
+
+def heads_packed_layouts(a: torch.Tensor, d: torch.Tensor) -> bool:
+    """Whether fp8_einsum's A [b, h, r] and d [b, h, n] are what the heads-packed kernel reads and
+    writes in place: each row holds every head side by side (stride(1) == r, resp. n; a row pitch
+    of at least h * r / h * n) and r % 128 == 0 (no k-box reaches the next head)."""
+    batch, heads, r = a.shape
+    n = d.shape[2]
+    if r % 128 != 0 or a.stride(2) != 1 or d.stride(2) != 1:
+        return False
+    if heads > 1 and (a.stride(1) != r or d.stride(1) != n):
+        return False
+    return batch == 1 or (a.stride(0) >= heads * r and d.stride(0) >= heads * n)
+
+
+def plan_heads_packed(batch: int, n: int, r: int, heads: int, device: int) -> tuple[Fp8GemmConfig, int]:
+    """(config, CUfunction) of fp8_einsum's heads-packed launch: the masked plan's tile for these
+    groups, with direct stores (cached; compiles on first use)."""
+    num_sms = runtime.get_num_sms()
+    key = (batch, n, r, heads, num_sms, device)
+    p = _heads_packed_plans.get(key)
+    if p is None:
+        base = select_grouped_config(GEMM_GROUPED_MASKED, batch, n, r, heads, num_sms, batch, 0)
+        cfg = make_grouped_config(GEMM_GROUPED_MASKED, batch, n, r, heads, num_sms, batch, 0, base.block_m,
+                                  base.block_n, base.num_stages, base.num_multicast, False)
+        cfg = dataclasses.replace(cfg, heads_packed=True, l2_promotion=base.l2_promotion)
+        fn = _load(cfg, device)
+        p = _heads_packed_plans.setdefault(key, (_fit_clusters(cfg, fn), fn))
+    return p
+
+
+def fp8_einsum_heads_packed(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.Tensor,
+                            d: torch.Tensor, full_groups: torch.Tensor) -> None:
+    """d[:, h] = A[:, h] @ B[h]^T for every head h, in place (fp8_einsum "bhr,hdr->bhd"), on the
+    current stream: the masked kernel with the heads as groups, reading A [b, h*r] and writing
+    D [b, h*n] row by row (heads_packed_layouts must hold). sfa [b, h, ceil(r/128)] (any strides),
+    B [h, n, r], sfb [h, ceil(n/128), ceil(r/128)], d bf16; full_groups: int32 [h] of b (each
+    group's rows, as the masked kernel reads them)."""
+    batch, heads, r = a.shape
+    n = b.shape[1]
+    if batch == 0 or heads == 0 or n == 0:
+        return
+    _check_k(r)
+    cfg, fn = plan_heads_packed(batch, n, r, heads, d.device.index)
+    sfa_t, sfa_ld = _sfa_masked_for_tma(sfa.permute(1, 0, 2), batch)
+    b2 = _rows_2d(b)
+    if sfb.dtype != torch.float32 or not sfb.is_contiguous():
+        sfb = sfb.float().contiguous()
+    lda = a.stride(0) if batch > 1 else heads * r  # a one-row view's pitch is never stepped over
+    ldd = d.stride(0) if batch > 1 else heads * n
+    _get_launcher()
+    rc = _launcher_heads_packed(fn, a.data_ptr(), b2.data_ptr(), sfa_t.data_ptr(), sfb.data_ptr(), d.data_ptr(),
+                                None, None, None, batch, n, r, lda, _row_pitch(b2, r, 16), ldd, sfa_ld, cfg.block_m,
+                                cfg.block_n, 1, cfg.num_multicast, 1 if cfg.multicast_on_a else 0, 0, 0, cfg.grid,
+                                cfg.smem_bytes, GEMM_GROUPED_MASKED, full_groups.data_ptr(), heads,
+                                l2_promotion_arg(cfg.l2_promotion), _get_raw_stream(d.device.index))
+    if rc != 0:
+        raise RuntimeError(f"finegemm: sm90_fp8_gemm heads-packed launch failed (b={batch}, h={heads}, r={r}, "
+                           f"d={n}, block_m={cfg.block_m}, block_n={cfg.block_n}): {jit.error_string(rc)}")
+
+
 def prepare_m_grouped_masked(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.Tensor,
                              d: torch.Tensor, masked_m: torch.Tensor,
                              expected_m: int) -> Optional[PreparedGroupedCall]:
@@ -1024,6 +1098,13 @@ def representative_configs() -> list[tuple[str, tuple]]:
         st = max_stages(bm, bn, tma)
         label = f"bm{bm}_bn{bn}_s{st}{'_mca' if mc == 2 else ''}{'_tmas' if tma else ''}{_KIND_SUFFIX[kind]}"
         out.append((label, (bm, bn, st, False, False, False, mc, mc == 2, False, tma, kind)))
+    # fp8_einsum's heads-packed masked kind (direct stores): the tiles plan_heads_packed takes on
+    # DeepSeek's MLA shapes (b = 64 / 4096 / 1-40, h = 128 / 16, r = 512, d = 128).
+    for bm, bn, mc in [(64, 208, 1), (64, 16, 2), (128, 192, 1)]:
+        st = max_stages(bm, bn, False)
+        label = f"bm{bm}_bn{bn}_s{st}{'_mca' if mc == 2 else ''}_gmask_heads"
+        out.append((label, (bm, bn, st, False, False, False, mc, mc == 2, False, False, GEMM_GROUPED_MASKED,
+                            False, 1, False, 1, (0, 0, 0), False, True)))
     # Recipe (1, 1, 128) (weight gradients): fp32 out, with and without C, split-K, multicast on
     # A and on B, both block_m, the widest block_n.
     for bm, bn, has_c, split, mc, mc_a in [

@@ -240,3 +240,78 @@ def test_fp8_einsum_in_a_cuda_graph():
         graph.replay()
         torch.cuda.synchronize()
         assert calc_diff(d.cpu(), exact) < 1e-5
+
+
+def _heads_packed(monkeypatch, on: bool) -> None:
+    """fp8_einsum's in-place heads-packed kernel (gated until this suite passes) or the masked
+    composition (copies around the masked kernel)."""
+    monkeypatch.delenv("FINEGEMM_DISABLE_PATHS", raising=False)
+    if on:
+        monkeypatch.setenv("FINEGEMM_ENABLE_UNVALIDATED", "1")
+    else:
+        monkeypatch.setenv("FINEGEMM_DISABLE_PATHS", "fp8_einsum_heads_packed")
+
+
+# (b, h, r, d, A row padding, d row padding): MLA decode / prefill, one row, odd b and d, padded rows.
+HEADS_PACKED_CASES = [(64, 128, 512, 128, 0, 0), (1, 16, 512, 128, 0, 0), (17, 3, 256, 40, 64, 8),
+                      (300, 2, 256, 136, 0, 24), (4097, 1, 128, 64, 16, 0), (2048, 16, 512, 128, 0, 0),
+                      (40, 8, 512, 128, 128, 64)]
+
+
+@pytest.mark.parametrize("batch,heads,r,n,pad_a,pad_d", HEADS_PACKED_CASES)
+def test_fp8_einsum_heads_packed_matches_the_composition(monkeypatch, batch, heads, r, n, pad_a, pad_d):
+    """The heads-packed kernel reads A and writes d in place: the same bits as the masked
+    composition (same tile, same k order), d's padding untouched, exact within 1e-5."""
+    from finegemm.ops import sm90_fp8_gemm as ops
+
+    a, b, exact = _fp8_einsum_operands(batch, heads, r, n, seed=batch * 7 + heads + n)
+    a_buf = torch.zeros(batch, heads * r + pad_a, dtype=torch.uint8, device="cuda").view(torch.float8_e4m3fn)
+    A = a_buf[:, :heads * r].view(batch, heads, r)
+    A.copy_(a[0])
+    a = (A, a[1])
+    outs = []
+    for on in (True, False):
+        _heads_packed(monkeypatch, on)
+        buf = torch.full((batch, heads * n + pad_d), float("nan"), dtype=BF16, device="cuda")
+        d = buf[:, :heads * n].view(batch, heads, n)
+        assert ops.heads_packed_layouts(A, d)
+        finegemm.fp8_einsum("bhr,hdr->bhd", a, b, d)
+        torch.cuda.synchronize()
+        assert not torch.isnan(d).any()
+        assert torch.isnan(buf[:, heads * n:]).all()
+        assert calc_diff(d.cpu(), exact) < 1e-5, (on, batch, heads, r, n)
+        outs.append(d.clone())
+    assert torch.equal(outs[0], outs[1])
+
+
+def test_fp8_einsum_heads_packed_path_is_taken(monkeypatch):
+    from finegemm.ops import sm90_fp8_gemm as ops
+
+    _heads_packed(monkeypatch, True)
+    seen = []
+    real = ops.fp8_einsum_heads_packed
+    monkeypatch.setattr(ops, "fp8_einsum_heads_packed", lambda *args: seen.append(1) or real(*args))
+    a, b, exact = _fp8_einsum_operands(8, 4, 256, 64, seed=1)
+    d = torch.empty(8, 4, 64, dtype=BF16, device="cuda")
+    finegemm.fp8_einsum("bhr,hdr->bhd", a, b, d)
+    assert seen == [1] and calc_diff(d.cpu(), exact) < 1e-5
+
+
+def test_fp8_einsum_heads_packed_in_a_cuda_graph(monkeypatch):
+    _heads_packed(monkeypatch, True)
+    batch, heads, r, n = 32, 16, 512, 128
+    a, b, _ = _fp8_einsum_operands(batch, heads, r, n, seed=9)
+    d = torch.full((batch, heads, n), float("nan"), dtype=BF16, device="cuda")
+    finegemm.fp8_einsum("bhr,hdr->bhd", a, b, d)  # warm: compile and plan
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        finegemm.fp8_einsum("bhr,hdr->bhd", a, b, d)
+    for seed in (31, 32):
+        a2, b2, exact = _fp8_einsum_operands(batch, heads, r, n, seed=seed)
+        for dst, src in ((a, a2), (b, b2)):
+            dst[0].copy_(src[0])
+            dst[1].copy_(src[1])
+        d.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert calc_diff(d.cpu(), exact) < 1e-5

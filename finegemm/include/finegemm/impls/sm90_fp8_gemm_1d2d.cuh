@@ -44,6 +44,10 @@
 // direct predicated stores otherwise). M is Mmax for the masked kind. Tiles of group g read B
 // rows g*N + n0 ..: rows past N (the next group's, or zero-filled) only feed columns >= N, which
 // are never stored. Grouped kinds: no split-K, clusters only share A (one m-block = one group).
+// kHeadsPacked (masked kind; fp8_einsum "bhr,hdr->bhd" with the heads as groups): A is [M, G*K]
+// (row m holds every group's K columns side by side: A [b, h, r] as stored) and D [M, G*N]
+// (D [b, h, d]); group g's tile reads A columns g*K + k and stores D columns g*N + n. K % 128 == 0
+// (the host's rule: a k-box never reaches the next group's columns); direct stores only.
 //
 // Recipe (1,1,128) ("1D1D", weight gradients; template flag k1D1D, dense kind, fp32 D, optional C):
 //   D[m, n] = C[m, n] + sum_kb sfa[m, kb] * sfb[n, kb] * (A[m, kb-block] . B[n, kb-block])
@@ -290,7 +294,7 @@ template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages, bool kOutFp32
           uint32_t kNumMulticast = 1, bool kMulticastOnA = false, bool kHalfPromote = false, bool kTmaStore = false,
           uint32_t kGemmKind = scheduler::kGemmNormal, bool k1D1D = false, uint32_t kKBatch = 1, bool kCStage = false,
           uint32_t kCtasPerSm = 1, uint32_t kHeadLeft = 0, uint32_t kHeadMid = 0, uint32_t kHeadRight = 0,
-          bool kLayoutCheck = false>
+          bool kLayoutCheck = false, bool kHeadsPacked = false>
 __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, const CUtensorMap* tmap_b,
                                                    const CUtensorMap* tmap_sfa, const CUtensorMap* tmap_d,
                                                    const float* sfb, void* d_ptr,
@@ -338,6 +342,8 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   // is one launch. Without it `grouped` holds the standalone check kernel's ids.
   static_assert(!kLayoutCheck || kGemmKind == scheduler::kGemmGroupedContiguous,
                 "the in-kernel layout check: m-grouped contiguous kind");
+  static_assert(!kHeadsPacked || (kGemmKind == scheduler::kGemmGroupedMasked && !kTmaStore),
+                "heads packed along K and N: the masked kind, direct stores");
   using EpiTma = epilogue::TmaStoreBf16<BLOCK_N, kHeadLeft, kHeadMid, kHeadRight>;
   // Recipe (1,1,128): fp32 boxes, reduce-added into D when the kernel has C (C is D then).
   using EpiTmaF32 = epilogue::TmaStoreFp32<BLOCK_N, kHasC>;
@@ -590,6 +596,9 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         }
         const int32_t m0 = static_cast<int32_t>(t.a_row);
         const int32_t n0 = static_cast<int32_t>(t.b_row);
+        // A's box: rows of the [G*M, K] view, or with kHeadsPacked rows of [M, G*K] at the group's columns.
+        const int32_t a_y = kHeadsPacked ? static_cast<int32_t>(t.sfa_m) : m0;
+        const int32_t a_x0 = kHeadsPacked ? static_cast<int32_t>(t.group * K) : 0;
         const bool last_a = kFitA && t.a_row == last_a_row;
         const uint32_t a_box_rows = last_a ? last_a_rows : first_a_rows;
         const uint32_t tx_bytes = base_tx_bytes - (BLOCK_M - a_box_rows) * Traits::BLOCK_K;
@@ -629,10 +638,10 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           const uint32_t dst_b = base + Traits::kOffB + stage * Traits::kSmemB;
           if constexpr (diag::kNoATma) {
           } else if constexpr (kMcA) {
-            ptx::tma_load_2d_multicast(dst_a + rank * kBoxRowsA * Traits::BLOCK_K, map_a, full_bar(stage), k0,
-                                       m0 + static_cast<int32_t>(rank * kBoxRowsA), 0x3);
+            ptx::tma_load_2d_multicast(dst_a + rank * kBoxRowsA * Traits::BLOCK_K, map_a, full_bar(stage), a_x0 + k0,
+                                       a_y + static_cast<int32_t>(rank * kBoxRowsA), 0x3);
           } else {
-            ptx::tma_load_2d_policy(dst_a, map_a, full_bar(stage), k0, m0, l2_hints, pol_a);
+            ptx::tma_load_2d_policy(dst_a, map_a, full_bar(stage), a_x0 + k0, a_y, l2_hints, pol_a);
           }
           if constexpr (diag::kNoBTma) {
           } else if constexpr (kMcB) {
@@ -1243,7 +1252,14 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         }
       }
       // Recomputed (not kept live across the main loop). K-grouped: the end of the tile's group.
-      const uint32_t row_limit = kKGrouped ? kgroups->slot[t.group].group * M + M : walker.row_limit();
+      uint32_t row_limit = kKGrouped ? kgroups->slot[t.group].group * M + M : walker.row_limit();
+      void* d_tile = d_ptr;
+      if constexpr (kHeadsPacked) {
+        // D [M, G*N]: the group's rows are 0 .. M-1 at columns g*N .. (g+1)*N - 1 (a moved base).
+        m0 -= t.group * M;
+        row_limit -= t.group * M;
+        d_tile = static_cast<__nv_bfloat16*>(d_ptr) + static_cast<size_t>(t.group) * N;
+      }
       if constexpr (kTmaStore && k1D1D) {
         // C (when the kernel has it) is D itself here: the boxes are reduce-added into it. D's map
         // is (N, rows per group, groups): rows past the group's M are dropped by TMA.
@@ -1294,7 +1310,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
       // Developer switch (ptx/diag.cuh FINEGEMM_DIAG_C_STREAM_HINTS): D stored evict-first in the
       // 1D1D epilogue with C. It measured slower (NOTES v0.75), so it is off.
       constexpr bool kStreamD = k1D1D && kHasC && diag::kCStreamHints;
-      epilogue::store_direct<kNumChunks, kStreamD>(fin, d_ptr, m0, r0, n0, col_in_chunk, ldd, N, row_limit, vec,
+      epilogue::store_direct<kNumChunks, kStreamD>(fin, d_tile, m0, r0, n0, col_in_chunk, ldd, N, row_limit, vec,
                                                    kOutFp32);
       FG_TRACE_TILE(wg_trace, wg, traced, 3);
     }

@@ -1,0 +1,120 @@
+"""fp8_einsum("bhr,hdr->bhd") on the GPU: the heads-packed kernel against the masked composition.
+
+DeepSeek's MLA sizes (h = 128 heads, r = 512, d = 128) at decode and prefill batch sizes, kernel-only
+with the 256 MB L2 flush (finegemm.bench._common.kernel_time_us: every kernel of a call counted, so
+the composition pays its copies), each record timing in one process:
+  heads_packed  the in-place kernel (A read as [b, h*r], d written as [b, h*d]; gate opened here)
+  composed      the path the gate keeps today: A copied head-major, the masked kernel into a
+                scratch [h, b, d], the scratch copied into d
+  torch_bf16    torch.bmm of the same products in bf16 ([h, b, r] x [h, r, d], inputs made
+                outside the timed call): what the layer costs without FP8
+and the host time per call of both finegemm paths. Before timing, both finegemm paths run on the
+same inputs into NaN-poisoned outputs: they must be bitwise equal and within calc_diff 1e-5 of the
+exact dequantized product; a record that is not is reported and not timed.
+Usage: python scripts/probe_fp8_einsum.py [--out FILE] [--num-tests N] [--batches 1 64 ...]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+import finegemm  # noqa: E402
+from finegemm.bench._common import host_time_us, kernel_time_us, write_probe_json  # noqa: E402
+from finegemm.testing.numeric import calc_diff  # noqa: E402
+
+HEADS, R, D = 128, 512, 128
+BATCHES = [1, 16, 64, 128, 512, 4096]
+EXPR = "bhr,hdr->bhd"
+
+
+class _path:
+    """The heads-packed kernel (gate opened) or the composition (the path turned off)."""
+
+    def __init__(self, heads_packed: bool):
+        self.env = {"FINEGEMM_ENABLE_UNVALIDATED": "1"} if heads_packed else \
+            {"FINEGEMM_DISABLE_PATHS": "fp8_einsum_heads_packed"}
+
+    def __enter__(self):
+        self.saved = {k: os.environ.get(k) for k in ("FINEGEMM_ENABLE_UNVALIDATED", "FINEGEMM_DISABLE_PATHS")}
+        for k in self.saved:
+            os.environ.pop(k, None)
+        os.environ.update(self.env)
+
+    def __exit__(self, *exc):
+        for k, v in self.saved.items():
+            os.environ.pop(k, None)
+            if v is not None:
+                os.environ[k] = v
+
+
+def one_record(batch: int, num_tests: int) -> dict:
+    g = torch.Generator(device="cuda").manual_seed(batch)
+    A, sfa = finegemm.per_token_cast_to_fp8(torch.randn(batch * HEADS, R, device="cuda", generator=g))
+    A, sfa = A.view(batch, HEADS, R), sfa.view(batch, HEADS, -1)
+    ws = [finegemm.per_block_cast_to_fp8(torch.randn(D, R, device="cuda", generator=g)) for _ in range(HEADS)]
+    B, sfb = torch.stack([w for w, _ in ws]), torch.stack([s for _, s in ws])
+    a, b = (A, sfa), (B, sfb)
+    rec = {"b": batch, "h": HEADS, "r": R, "d": D, "us": {}, "host_us": {}}
+
+    outs = {}
+    for name, packed in (("heads_packed", True), ("composed", False)):
+        d = torch.full((batch, HEADS, D), float("nan"), dtype=torch.bfloat16, device="cuda")
+        with _path(packed):
+            finegemm.fp8_einsum(EXPR, a, b, d)
+        outs[name] = d
+    torch.cuda.synchronize()
+    a_deq = A.float() * sfa.repeat_interleave(128, 2)[..., :R]
+    b_deq = B.float() * sfb.repeat_interleave(128, 1)[:, :D].repeat_interleave(128, 2)[..., :R]
+    exact = torch.einsum(EXPR, a_deq.double(), b_deq.double())
+    rec["bitwise_equal"] = bool(torch.equal(outs["heads_packed"].view(torch.int16), outs["composed"].view(torch.int16)))
+    rec["calc_diff"] = float(calc_diff(outs["heads_packed"].double(), exact))
+    rec["fully_written"] = not bool(torch.isnan(outs["heads_packed"]).any())
+    del exact
+    if not (rec["bitwise_equal"] and rec["fully_written"] and rec["calc_diff"] <= 1e-5):
+        rec["error"] = "the heads-packed output differs from the composition (not timed)"
+        return rec
+
+    d = outs["heads_packed"]
+    for name, packed in (("heads_packed", True), ("composed", False)):
+        with _path(packed):
+            rec["us"][name] = kernel_time_us(lambda: finegemm.fp8_einsum(EXPR, a, b, d), num_tests)
+            rec["host_us"][name] = host_time_us(lambda: finegemm.fp8_einsum(EXPR, a, b, d))
+    a_bf = a_deq.to(torch.bfloat16).transpose(0, 1).contiguous()  # [h, b, r]
+    w_bf = b_deq.to(torch.bfloat16).transpose(1, 2).contiguous()  # [h, r, d]
+    out_bf = torch.empty(HEADS, batch, D, dtype=torch.bfloat16, device="cuda")
+    rec["us"]["torch_bf16"] = kernel_time_us(lambda: torch.bmm(a_bf, w_bf, out=out_bf), num_tests)
+    flops = 2.0 * batch * HEADS * R * D
+    rec["tflops_heads_packed"] = flops / rec["us"]["heads_packed"] / 1e6
+    rec["speedup_vs_composed"] = rec["us"]["composed"] / rec["us"]["heads_packed"]
+    return rec
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default="fp8_einsum.json")
+    p.add_argument("--num-tests", type=int, default=20)
+    p.add_argument("--batches", type=int, nargs="+", default=BATCHES)
+    args = p.parse_args()
+    records = []
+    for batch in args.batches:
+        rec = one_record(batch, args.num_tests)
+        records.append(rec)
+        us = rec["us"]
+        print(f"b={batch:5d} h={HEADS} r={R} d={D}: "
+              + (rec.get("error") or
+                 f"heads_packed {us['heads_packed']:8.1f} us  composed {us['composed']:8.1f} us  "
+                 f"torch bf16 {us['torch_bf16']:8.1f} us  ({rec['speedup_vs_composed']:.2f}x the composition, "
+                 f"{rec['tflops_heads_packed']:.0f} TFLOPS; host {rec['host_us']['heads_packed']:.1f} / "
+                 f"{rec['host_us']['composed']:.1f} us; calc_diff {rec['calc_diff']:.1e})"), flush=True)
+    write_probe_json(args.out, records)
+    return 0 if all("error" not in r for r in records) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
