@@ -324,11 +324,24 @@ def fp8_einsum_configs(sms: int) -> list:
                                                   / "gpu" / "test_deepgemm_extras_gpu.py")
     t = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(t)
+    spec = importlib.util.spec_from_file_location("_probe_fp8_einsum", Path(__file__).resolve().parent
+                                                  / "probe_fp8_einsum.py")
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
     out = []
     for batch, heads, r, n in t.FP8_EINSUM_SHAPES + [(40, 8, 512, 128), (32, 16, 512, 128)]:
         out.append(select_grouped_config(GEMM_GROUPED_MASKED, batch, n, r, heads, sms, batch, 0))
         for has_c in (False, True):
             out.append(select_config(batch, n, r, sms, True, has_c))
+    # The heads-packed kernel (its GPU tests, the sanitizer cases, scripts/probe_fp8_einsum.py),
+    # and the masked plan the probe's composition takes.
+    packed = [(b, h, r, n) for b, h, r, n, _, _ in t.HEADS_PACKED_CASES]
+    packed += [(8, 4, 256, 64), (32, 16, 512, 128), (130, 64, 256, 200), (5, 16, 512, 128)]
+    packed += [(b, probe.HEADS, probe.R, probe.D) for b in probe.BATCHES]
+    for batch, heads, r, n in packed:
+        if r % 128 == 0:
+            out.append(ops.heads_packed_config(batch, n, r, heads, sms))
+        out.append(select_grouped_config(GEMM_GROUPED_MASKED, batch, n, r, heads, sms, batch, 0))
     return out
 
 

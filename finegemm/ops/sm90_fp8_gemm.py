@@ -957,17 +957,22 @@ def heads_packed_layouts(a: torch.Tensor, d: torch.Tensor) -> bool:
     return batch == 1 or (a.stride(0) >= heads * r and d.stride(0) >= heads * n)
 
 
+def heads_packed_config(batch: int, n: int, r: int, heads: int, num_sms: int) -> Fp8GemmConfig:
+    """The configuration of fp8_einsum's heads-packed launch: the masked plan's tile for these
+    groups (b rows each), with direct stores."""
+    base = select_grouped_config(GEMM_GROUPED_MASKED, batch, n, r, heads, num_sms, batch, 0)
+    cfg = make_grouped_config(GEMM_GROUPED_MASKED, batch, n, r, heads, num_sms, batch, 0, base.block_m,
+                              base.block_n, base.num_stages, base.num_multicast, False)
+    return dataclasses.replace(cfg, heads_packed=True, l2_promotion=base.l2_promotion)
+
+
 def plan_heads_packed(batch: int, n: int, r: int, heads: int, device: int) -> tuple[Fp8GemmConfig, int]:
-    """(config, CUfunction) of fp8_einsum's heads-packed launch: the masked plan's tile for these
-    groups, with direct stores (cached; compiles on first use)."""
+    """(config, CUfunction) of fp8_einsum's heads-packed launch (cached; compiles on first use)."""
     num_sms = runtime.get_num_sms()
     key = (batch, n, r, heads, num_sms, device)
     p = _heads_packed_plans.get(key)
     if p is None:
-        base = select_grouped_config(GEMM_GROUPED_MASKED, batch, n, r, heads, num_sms, batch, 0)
-        cfg = make_grouped_config(GEMM_GROUPED_MASKED, batch, n, r, heads, num_sms, batch, 0, base.block_m,
-                                  base.block_n, base.num_stages, base.num_multicast, False)
-        cfg = dataclasses.replace(cfg, heads_packed=True, l2_promotion=base.l2_promotion)
+        cfg = heads_packed_config(batch, n, r, heads, num_sms)
         fn = _load(cfg, device)
         p = _heads_packed_plans.setdefault(key, (_fit_clusters(cfg, fn), fn))
     return p
