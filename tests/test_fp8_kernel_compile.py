@@ -1365,3 +1365,26 @@ def test_every_shipped_table_kernel_compiles_clean():
     reports = jit.compile_check([(name, ops._render_cfg(c)) for name, c in cfgs.items()], raise_on_failure=False)
     bad = [r for r in reports if not r["ok"]]
     assert len(reports) == len(cfgs) and not bad, [(r["label"], r["reasons"]) for r in bad]
+
+
+@pytest.mark.nvcc
+def test_host_library_has_heads_packed_launcher(cuda_driver_present):
+    """fp8_einsum's heads-packed launcher: fg_launch_sm90_fp8_gemm's arguments for a masked call
+    (kind 2) with A [m, G*k] and d [m, G*n]: refused before the driver for another kind, a TMA
+    store, k % 128 != 0 (a k-box would reach the next head), pitches short of G*k / G*n."""
+    from finegemm.ops import sm90_fp8_gemm as ops
+
+    ops._get_launcher()
+    args = dict(_FP8_LAUNCH_ARGS, kind=2, grouped=16, groups=4, tma=0, lda=1024, ldd=2048, stream=0)
+    order = list(args)
+
+    def call(**kw):
+        a = dict(args, **kw)
+        return ops._launcher_heads_packed(*(a[x] for x in order))
+
+    for bad in (dict(kind=1), dict(kind=0, grouped=None, groups=1), dict(tma=1), dict(k=144, lda=576),
+                dict(lda=1008), dict(ldd=2040), dict(groups=0), dict(fn=0), dict(out_fp32=1), dict(mc=2, mc_a=0)):
+        assert call(**bad) == _INVALID, bad
+    if not cuda_driver_present:
+        assert call() == _NO_DRIVER
+        assert call(mc=2, mc_a=1) == _NO_DRIVER
