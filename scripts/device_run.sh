@@ -29,9 +29,11 @@ if [[ "$what" == all || "$what" == tests ]]; then
 fi
 if [[ "$what" == sanitize ]]; then
   # compute-sanitizer over small calls of every validated kernel (slow: not part of "all").
+  # FINEGEMM_SANITIZE_ONLY: substrings of the case names to run alone (e.g. "einsum").
   for tool in memcheck racecheck synccheck; do
-    timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 3 python3 scripts/sanitize_cases.py 2>&1 \
-      | tee "$OUT/sanitize_$tool.log"
+    # shellcheck disable=SC2086
+    timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 3 python3 scripts/sanitize_cases.py \
+      ${FINEGEMM_SANITIZE_ONLY:-} 2>&1 | tee "$OUT/sanitize_$tool.log"
     status=$(( status | ${PIPESTATUS[0]} ))
   done
 fi
