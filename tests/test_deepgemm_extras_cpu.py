@@ -618,3 +618,23 @@ def test_heads_packed_kernel_render_rules():
             ops.render(64, 128, 6, False, False, False, heads_packed=True, **kwargs)
     cfgs = {label for label, _ in ops.representative_configs()}
     assert {"bm64_bn208_s6_gmask_heads", "bm64_bn16_s8_mca_gmask_heads", "bm128_bn192_s5_gmask_heads"} <= cfgs
+
+
+def test_fp8_einsum_head_major_tensors_need_no_copies(monkeypatch):
+    """A and d stored head-major ([h, b, *] underneath): the masked call reads A and writes d
+    through views (no scratch), with the same values."""
+    batch, heads, r, n = 5, 3, 256, 16
+    a, b, exact = _fp8_einsum_inputs(batch, heads, r, n, seed=4)
+    A_hm = a[0].transpose(0, 1).contiguous().transpose(0, 1)  # [b, h, r] view of a [h, b, r] tensor
+    d_hm = torch.full((heads, batch, n), float("nan"), dtype=BF16).transpose(0, 1)
+    mod = importlib.import_module("finegemm.api.fp8_einsum")
+    real, seen = mod.m_grouped_fp8_gemm_nt_masked, []
+
+    def spy(a_, b_, d_, masked_m, expected_m):
+        seen.append((a_[0].data_ptr() == A_hm.data_ptr() and a_[0].is_contiguous(), d_.data_ptr() == d_hm.data_ptr()))
+        real(a_, b_, d_, masked_m, expected_m)
+
+    monkeypatch.setattr(mod, "m_grouped_fp8_gemm_nt_masked", spy)
+    finegemm.fp8_einsum("bhr,hdr->bhd", (A_hm, a[1]), b, d_hm)
+    assert seen == [(True, True)]
+    assert calc_diff(d_hm, exact) < 1e-5 and not torch.isnan(d_hm).any()

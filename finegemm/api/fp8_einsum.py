@@ -23,8 +23,9 @@ Otherwise the same composition on CPU and CUDA tensors, through the public funct
 tests run the routing the GPU takes):
 - bf16 d: one m_grouped_fp8_gemm_nt_masked call with the heads as groups (every group full:
   masked_m = b for all h). The SM90 kernel reads A as [h * b, r] rows, so A is first copied
-  head-major (b * h * r bytes) and the product written head-major into a scratch [h, b, d] that is
-  then copied into d (b * h * d * 2 bytes): two copies around one GEMM launch.
+  head-major (b * h * r bytes; none where A is stored head-major) and the product written
+  head-major: into d where d is stored so, else into a scratch [h, b, d] then copied into d
+  (b * h * d * 2 bytes): up to two copies around one GEMM launch.
 - fp32 d (c optional): the masked kernel writes bf16 only, so each head is one fp8_gemm_nt call on
   strided views (no copies; c may be d): h launches, i.e. host time grows with h (~10 us each).
 CPU tensors end in finegemm.reference (exact, fp64 accumulation) through those functions.
@@ -85,12 +86,15 @@ def fp8_einsum(expr: str, a: tuple[torch.Tensor, torch.Tensor], b: tuple[torch.T
             if sm90_fp8_gemm.heads_packed_layouts(A, d):  # in place: A [b, h*r] and d [b, h*d] row by row
                 sm90_fp8_gemm.fp8_einsum_heads_packed(A, sfa, B, sfb, d, _full_groups(heads, batch, d.device))
                 return
-        # The heads as the masked kernel's groups, every group full. The scratch is head-major, so
-        # the kernel's [h * b, d] view of it exists; d itself is [b, h, d].
-        scratch = torch.empty((heads, batch, n), dtype=torch.bfloat16, device=d.device)
-        m_grouped_fp8_gemm_nt_masked((A.permute(1, 0, 2), sfa.permute(1, 0, 2)), (B, sfb), scratch,
+        # The heads as the masked kernel's groups, every group full. The kernel writes D as
+        # [h * b, d] rows: d itself where it is stored head-major, else a head-major scratch.
+        out = d.permute(1, 0, 2)
+        if not _rows_view_exists(out):
+            out = torch.empty((heads, batch, n), dtype=torch.bfloat16, device=d.device)
+        m_grouped_fp8_gemm_nt_masked((A.permute(1, 0, 2), sfa.permute(1, 0, 2)), (B, sfb), out,
                                      _full_groups(heads, batch, d.device), batch)
-        d.copy_(scratch.permute(1, 0, 2))
+        if out.data_ptr() != d.data_ptr():
+            d.copy_(out.permute(1, 0, 2))
         return
     for head in range(heads):
         fp8_gemm_nt((A[:, head], sfa[:, head]), (B[head], sfb[head]), d[:, head],
@@ -153,6 +157,15 @@ def _checked(expr, a, b, d, c, recipe) -> tuple:
     _v.check_no_overlap(_FN, "d", d, {"a[0] (A)": A, "b[0] (B)": B, "a[1] (sfa)": sfa, "b[1] (sfb)": sfb})
     _v.check_c_alias(_FN, c, d)
     return A, sfa, B, sfb, d, c
+
+
+def _rows_view_exists(t: torch.Tensor) -> bool:
+    """Whether [G, R, N] t has the [G * R, N] view the masked kernel writes through."""
+    try:
+        t.view(-1, t.shape[-1])
+    except RuntimeError:
+        return False
+    return True
 
 
 def _full_groups(heads: int, batch: int, device: torch.device) -> torch.Tensor:
