@@ -9,8 +9,9 @@ the composition pays its copies), each record timing in one process:
   torch_bf16    torch.bmm of the same products in bf16 ([h, b, r] x [h, r, d], inputs made
                 outside the timed call): what the layer costs without FP8
 and the host time per call of both finegemm paths. Before timing, both finegemm paths run on the
-same inputs into NaN-poisoned outputs: they must be bitwise equal and within calc_diff 1e-5 of the
-exact dequantized product; a record that is not is reported and not timed.
+same inputs into NaN-poisoned outputs: both must be fully written and within calc_diff 1e-5 of
+the exact dequantized product (a record that is not is reported and not timed); whether they are
+bitwise equal is recorded (they take different tiles where the masked plan is wider than d).
 Usage: python scripts/probe_fp8_einsum.py [--out FILE] [--num-tests N] [--batches 1 64 ...]
 """
 from __future__ import annotations
@@ -72,12 +73,14 @@ def one_record(batch: int, num_tests: int) -> dict:
     a_deq = A.float() * sfa.repeat_interleave(128, 2)[..., :R]
     b_deq = B.float() * sfb.repeat_interleave(128, 1)[:, :D].repeat_interleave(128, 2)[..., :R]
     exact = torch.einsum(EXPR, a_deq.double(), b_deq.double())
+    # The same bits where both plans take the same tile (the heads-packed plan is no wider than d).
     rec["bitwise_equal"] = bool(torch.equal(outs["heads_packed"].view(torch.int16), outs["composed"].view(torch.int16)))
     rec["calc_diff"] = float(calc_diff(outs["heads_packed"].double(), exact))
+    rec["calc_diff_composed"] = float(calc_diff(outs["composed"].double(), exact))
     rec["fully_written"] = not bool(torch.isnan(outs["heads_packed"]).any())
     del exact
-    if not (rec["bitwise_equal"] and rec["fully_written"] and rec["calc_diff"] <= 1e-5):
-        rec["error"] = "the heads-packed output differs from the composition (not timed)"
+    if not (rec["fully_written"] and rec["calc_diff"] <= 1e-5 and rec["calc_diff_composed"] <= 1e-5):
+        rec["error"] = "an output is not the exact product within 1e-5 (not timed)"
         return rec
 
     d = outs["heads_packed"]

@@ -959,10 +959,13 @@ def heads_packed_layouts(a: torch.Tensor, d: torch.Tensor) -> bool:
 
 def heads_packed_config(batch: int, n: int, r: int, heads: int, num_sms: int) -> Fp8GemmConfig:
     """The configuration of fp8_einsum's heads-packed launch: the masked plan's tile for these
-    groups (b rows each), with direct stores."""
+    groups (b rows each), with direct stores, and no wider than d: where the model's estimates tie
+    it takes the widest tile, and columns past d (DeepSeek's d = 128 against block_n 208) would
+    only read the next head's B rows."""
     base = select_grouped_config(GEMM_GROUPED_MASKED, batch, n, r, heads, num_sms, batch, 0)
+    block_n = min(base.block_n, align(n, 16))
     cfg = make_grouped_config(GEMM_GROUPED_MASKED, batch, n, r, heads, num_sms, batch, 0, base.block_m,
-                              base.block_n, base.num_stages, base.num_multicast, False)
+                              block_n, base.num_stages, base.num_multicast, False)
     return dataclasses.replace(cfg, heads_packed=True, l2_promotion=base.l2_promotion)
 
 
