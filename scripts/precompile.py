@@ -342,6 +342,12 @@ def fp8_einsum_configs(sms: int) -> list:
         if r % 128 == 0:
             out.append(ops.heads_packed_config(batch, n, r, heads, sms))
         out.append(select_grouped_config(GEMM_GROUPED_MASKED, batch, n, r, heads, sms, batch, 0))
+    # fp32 d with and without c on the heads-packed tile (test_fp8_einsum_heads_packed_fp32, the
+    # sanitizer case), and the per-head dense plans of the composition they are compared with.
+    for batch, heads, r, n in [(b, h, r, n) for b, h, r, n, _, _ in t.HEADS_PACKED_CASES[:4]] + [(70, 4, 256, 40)]:
+        for has_c in (False, True):
+            out.append(ops.heads_packed_config(batch, n, r, heads, sms, True, has_c))
+            out.append(select_config(batch, n, r, sms, True, has_c))
     return out
 
 

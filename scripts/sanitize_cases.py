@@ -432,9 +432,10 @@ def _skip_head_mid_fused(m, heads, splits, k):
     return calc_diff(got, ref)
 
 
-def _fp8_einsum_heads_packed(batch, heads, r, n, pad_d):
+def _fp8_einsum_heads_packed(batch, heads, r, n, pad_d, f32_c=False):
     """fp8_einsum's heads-packed kernel (gate opened here): A read as [b, h*r], d written as
-    [b, h*n] in place; d's row padding untouched (else a diff of 1)."""
+    [b, h*n] in place (bf16, or fp32 accumulating into itself: c = d); d's row padding untouched
+    (else a diff of 1)."""
     import os
 
     from finegemm.ops import sm90_fp8_gemm as o8
@@ -445,14 +446,21 @@ def _fp8_einsum_heads_packed(batch, heads, r, n, pad_d):
         a, sfa = a.view(batch, heads, r), sfa.view(batch, heads, -1)
         ws = [finegemm.per_block_cast_to_fp8(torch.randn(n, r, device="cuda")) for _ in range(heads)]
         b, sfb = torch.stack([w for w, _ in ws]), torch.stack([s for _, s in ws])
-        buf = torch.full((batch, heads * n + pad_d), 3.0, device="cuda", dtype=torch.bfloat16)
+        buf = torch.full((batch, heads * n + pad_d), 3.0, device="cuda",
+                         dtype=torch.float32 if f32_c else torch.bfloat16)
         d = buf[:, :heads * n].view(batch, heads, n)
-        assert o8.heads_packed_layouts(a, d), "not the heads-packed layouts"
-        finegemm.fp8_einsum("bhr,hdr->bhd", (a, sfa), (b, sfb), d)
+        c = d if f32_c else None
+        if f32_c:
+            d.copy_(torch.randn(batch, heads, n, device="cuda"))
+        c0 = d.float().clone()
+        assert o8.heads_packed_layouts(a, d, c), "not the heads-packed layouts"
+        finegemm.fp8_einsum("bhr,hdr->bhd", (a, sfa), (b, sfb), d, c=c)
         if not bool((buf[:, heads * n:] == 3.0).all()):
             return 1.0
         ref = torch.stack([reference.fp8_gemm_nt(a[:, h], sfa[:, h], b[h], sfb[h], out_dtype=torch.float32)
                            for h in range(heads)], dim=1)
+        if f32_c:
+            ref = ref + c0
         return calc_diff(d.float(), ref)
     finally:
         del os.environ["FINEGEMM_ENABLE_UNVALIDATED"]
@@ -462,6 +470,8 @@ CASES = [
     ("fp8 einsum heads packed, bm192 partial M and N tiles, padded d rows",
      lambda: _fp8_einsum_heads_packed(130, 64, 256, 200, 8)),
     ("fp8 einsum heads packed, multicast A tile", lambda: _fp8_einsum_heads_packed(5, 16, 512, 128, 0)),
+    ("fp8 einsum heads packed, fp32 d += c (c is d), padded rows",
+     lambda: _fp8_einsum_heads_packed(70, 4, 256, 40, 4, f32_c=True)),
     ("fp8 skip head mid, fused epilogue, partial M", lambda: _skip_head_mid_fused(130, 5, (128, 64, 128), 512)),
     ("grouped prepared launches, repeated calls on two streams", _prepared_repeats),
     *[(f"{fam} contiguous, layout checked in the GEMM",

@@ -582,6 +582,8 @@ def _heads_packed_spies(monkeypatch, gate_open: bool):
     ("disabled", "masked"),
 ])
 def test_fp8_einsum_takes_the_heads_packed_kernel_where_it_reads_in_place(monkeypatch, case, want):
+    """bf16 d: the heads-packed kernel or the masked composition; fp32 d (with c = d, or a c of
+    other strides): the heads-packed kernel or one dense call per head."""
     calls = _heads_packed_spies(monkeypatch, gate_open=case != "gate_closed")
     if case == "disabled":
         monkeypatch.setenv(_v.DISABLE_PATHS_ENV, "fp8_einsum_heads_packed")
@@ -593,16 +595,23 @@ def test_fp8_einsum_takes_the_heads_packed_kernel_where_it_reads_in_place(monkey
         A = A.view(batch, heads, r)
     elif case == "a_head_major":
         A = a[0].transpose(0, 1).contiguous().transpose(0, 1)
-    d = torch.zeros(batch, heads, n, dtype=BF16)
-    if case == "padded_rows":
-        d = torch.zeros(batch, heads * n + 8, dtype=BF16)[:, :heads * n].view(batch, heads, n)
-    elif case == "d_padded_heads":
-        d = torch.zeros(batch, heads, n + 8, dtype=BF16)[..., :n]
-    finegemm.fp8_einsum("bhr,hdr->bhd", (A, a[1]), b, d)
+
+    def out(dtype):
+        if case == "padded_rows":
+            return torch.zeros(batch, heads * n + 8, dtype=dtype)[:, :heads * n].view(batch, heads, n)
+        if case == "d_padded_heads":
+            return torch.zeros(batch, heads, n + 8, dtype=dtype)[..., :n]
+        return torch.zeros(batch, heads, n, dtype=dtype)
+
+    finegemm.fp8_einsum("bhr,hdr->bhd", (A, a[1]), b, out(BF16))
     assert calls == [want]
-    calls.clear()
-    finegemm.fp8_einsum("bhr,hdr->bhd", (A, a[1]), b, torch.zeros(batch, heads, n))  # fp32 d: per head, always
-    assert calls == ["dense"] * heads
+    fp32_want = ["heads_packed"] if want == "heads_packed" else ["dense"] * heads
+    for c_kind in ("none", "d", "other_strides"):
+        calls.clear()
+        d = out(F32)
+        c = {"none": None, "d": d, "other_strides": torch.zeros(batch, heads, n + 4)[..., :n]}[c_kind]
+        finegemm.fp8_einsum("bhr,hdr->bhd", (A, a[1]), b, d, c=c)
+        assert calls == (["dense"] * heads if c_kind == "other_strides" else fp32_want), c_kind
 
 
 def test_heads_packed_kernel_render_rules():
@@ -616,6 +625,11 @@ def test_heads_packed_kernel_render_rules():
     for kwargs in ({"gemm_kind": GEMM_GROUPED_CONTIGUOUS}, {"gemm_kind": GEMM_GROUPED_MASKED, "tma_store": True}):
         with pytest.raises(ValueError, match="heads_packed: the m-grouped masked kind with direct stores"):
             ops.render(64, 128, 6, False, False, False, heads_packed=True, **kwargs)
+    # fp32 d and C: the heads-packed masked kind only.
+    assert "<64, 128, 6, true, true, false," in ops.render(64, 128, 6, True, True, False, gemm_kind=GEMM_GROUPED_MASKED,
+                                                           heads_packed=True)
+    with pytest.raises(ValueError, match="grouped kinds: bf16 out, no C"):
+        ops.render(64, 128, 6, True, True, False, gemm_kind=GEMM_GROUPED_MASKED)
     cfgs = {label for label, _ in ops.representative_configs()}
     assert {"bm64_bn208_s6_gmask_heads", "bm64_bn16_s8_mca_gmask_heads", "bm128_bn192_s5_gmask_heads"} <= cfgs
 

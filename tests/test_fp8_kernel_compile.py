@@ -1370,8 +1370,9 @@ def test_every_shipped_table_kernel_compiles_clean():
 @pytest.mark.nvcc
 def test_host_library_has_heads_packed_launcher(cuda_driver_present):
     """fp8_einsum's heads-packed launcher: fg_launch_sm90_fp8_gemm's arguments for a masked call
-    (kind 2) with A [m, G*k] and d [m, G*n]: refused before the driver for another kind, a TMA
-    store, k % 128 != 0 (a k-box would reach the next head), pitches short of G*k / G*n."""
+    (kind 2) with A [m, G*k] and d [m, G*n] (bf16, or fp32 with an optional c): refused before the
+    driver for another kind, a TMA store, k % 128 != 0 (a k-box would reach the next head), pitches
+    short of G*k / G*n, c with a bf16 d."""
     from finegemm.ops import sm90_fp8_gemm as ops
 
     ops._get_launcher()
@@ -1383,8 +1384,8 @@ def test_host_library_has_heads_packed_launcher(cuda_driver_present):
         return ops._launcher_heads_packed(*(a[x] for x in order))
 
     for bad in (dict(kind=1), dict(kind=0, grouped=None, groups=1), dict(tma=1), dict(k=144, lda=576),
-                dict(lda=1008), dict(ldd=2040), dict(groups=0), dict(fn=0), dict(out_fp32=1), dict(mc=2, mc_a=0)):
-        assert call(**bad) == _INVALID, bad
+                dict(lda=1008), dict(ldd=2040), dict(groups=0), dict(fn=0), dict(c=16), dict(mc=2, mc_a=0)):
+        assert call(**bad) == _INVALID, bad  # c only with an fp32 d
     if not cuda_driver_present:
-        assert call() == _NO_DRIVER
-        assert call(mc=2, mc_a=1) == _NO_DRIVER
+        for ok in ({}, dict(mc=2, mc_a=1), dict(out_fp32=1), dict(out_fp32=1, c=16)):
+            assert call(**ok) == _NO_DRIVER, ok

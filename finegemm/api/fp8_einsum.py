@@ -15,10 +15,11 @@ one per 128x128 block of each head's B. The other two expressions of DeepGEMM's 
 (bhd,hdr->bhr and bhd,bhr->hdr) are SM100-only there and raise NotImplementedError here.
 
 How it runs:
-- bf16 d on CUDA, r % 128 == 0, A and d with the heads side by side in each row (as [b, h, r] /
-  [b, h, d] tensors are stored): one launch of the masked FP8 kernel built with kHeadsPacked, the
-  heads as groups, reading A as [b, h*r] and writing d as [b, h*d] in place (no copies). Gated
-  (fp8_einsum_heads_packed) until its GPU suite passes; FINEGEMM_DISABLE_PATHS can turn it off.
+- CUDA, r % 128 == 0, A and d (and c: d's strides) with the heads side by side in each row (as
+  [b, h, r] / [b, h, d] tensors are stored): one launch of the masked FP8 kernel built with
+  kHeadsPacked, the heads as groups, reading A as [b, h*r] and writing d as [b, h*d] in place (no
+  copies; bf16 d, or fp32 d with or without c). Gated (fp8_einsum_heads_packed) until its GPU
+  suite passes; FINEGEMM_DISABLE_PATHS can turn it off.
 Otherwise the same composition on CPU and CUDA tensors, through the public functions (so the CPU
 tests run the routing the GPU takes):
 - bf16 d: one m_grouped_fp8_gemm_nt_masked call with the heads as groups (every group full:
@@ -79,13 +80,13 @@ def fp8_einsum(expr: str, a: tuple[torch.Tensor, torch.Tensor], b: tuple[torch.T
         elif c.data_ptr() != d.data_ptr():
             d.copy_(c)
         return
-    if d.dtype == torch.bfloat16:
-        if _v.on_cuda(d) and _v.gpu_validated(HEADS_PACKED):
-            from finegemm.ops import sm90_fp8_gemm  # lazy: the CUDA stack is only needed for CUDA tensors
+    if _v.on_cuda(d) and _v.gpu_validated(HEADS_PACKED):
+        from finegemm.ops import sm90_fp8_gemm  # lazy: the CUDA stack is only needed for CUDA tensors
 
-            if sm90_fp8_gemm.heads_packed_layouts(A, d):  # in place: A [b, h*r] and d [b, h*d] row by row
-                sm90_fp8_gemm.fp8_einsum_heads_packed(A, sfa, B, sfb, d, _full_groups(heads, batch, d.device))
-                return
+        if sm90_fp8_gemm.heads_packed_layouts(A, d, c):  # in place: A [b, h*r], d (and c) [b, h*d] row by row
+            sm90_fp8_gemm.fp8_einsum_heads_packed(A, sfa, B, sfb, d, _full_groups(heads, batch, d.device), c)
+            return
+    if d.dtype == torch.bfloat16:
         # The heads as the masked kernel's groups, every group full. The kernel writes D as
         # [h * b, d] rows: d itself where it is stored head-major, else a head-major scratch.
         out = d.permute(1, 0, 2)

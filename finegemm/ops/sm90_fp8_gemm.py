@@ -176,11 +176,12 @@ def render(block_m: int, block_n: int, num_stages: int, out_fp32: bool, has_c: b
                                tma_store=_b(tma_store), half_promote=_b(half_promote), k_batch=tail)
     if gemm_kind not in (GEMM_NORMAL, GEMM_GROUPED_CONTIGUOUS, GEMM_GROUPED_MASKED):
         raise ValueError(f"gemm_kind must be 0, 1 or 2, got {gemm_kind}")
-    if gemm_kind != GEMM_NORMAL and (out_fp32 or has_c or split_k or
+    if gemm_kind != GEMM_NORMAL and (((out_fp32 or has_c) and not heads_packed) or split_k or
                                      (half_promote and not serial_halves(block_m, block_n, half_promote)) or
                                      (num_multicast == 2 and not multicast_on_a)):
-        raise ValueError("grouped kinds: bf16 out, no C, no split-K, multicast on A only, half-promote only as "
-                         "serial halves (block_m 128, block_n > 208)")
+        raise ValueError("grouped kinds: bf16 out, no C (fp32 out and C: the heads-packed masked kind only), no "
+                         "split-K, multicast on A only, half-promote only as serial halves (block_m 128, "
+                         "block_n > 208)")
     if num_multicast not in (1, 2):
         raise ValueError(f"num_multicast must be 1 or 2, got {num_multicast}")
     check_tile(block_m, block_n, block_ms=FP8_BLOCK_MS)
@@ -944,20 +945,24 @@ def _masked_arguments(a, sfa, b, sfb, d2, masked_m, expected_m, config=None) -> 
 _heads_packed_plans: dict[tuple, tuple[Fp8GemmConfig, int]] = {}
 
 
-def heads_packed_layouts(a: torch.Tensor, d: torch.Tensor) -> bool:
-    """Whether fp8_einsum's A [b, h, r] and d [b, h, n] are what the heads-packed kernel reads and
-    writes in place: each row holds every head side by side (stride(1) == r, resp. n; a row pitch
-    of at least h * r / h * n) and r % 128 == 0 (no k-box reaches the next head)."""
+def heads_packed_layouts(a: torch.Tensor, d: torch.Tensor, c: Optional[torch.Tensor] = None) -> bool:
+    """Whether fp8_einsum's A [b, h, r] and d [b, h, n] (and c) are what the heads-packed kernel
+    reads and writes in place: each row holds every head side by side (stride(1) == r, resp. n; a
+    row pitch of at least h * r / h * n), r % 128 == 0 (no k-box reaches the next head), and c
+    with d's strides (the kernel reads C at D's pitch)."""
     batch, heads, r = a.shape
     n = d.shape[2]
     if r % 128 != 0 or a.stride(2) != 1 or d.stride(2) != 1:
+        return False
+    if c is not None and (batch > 1 or heads > 1) and c.stride() != d.stride():
         return False
     if heads > 1 and (a.stride(1) != r or d.stride(1) != n):
         return False
     return batch == 1 or (a.stride(0) >= heads * r and d.stride(0) >= heads * n)
 
 
-def heads_packed_config(batch: int, n: int, r: int, heads: int, num_sms: int) -> Fp8GemmConfig:
+def heads_packed_config(batch: int, n: int, r: int, heads: int, num_sms: int, out_fp32: bool = False,
+                        has_c: bool = False) -> Fp8GemmConfig:
     """The configuration of fp8_einsum's heads-packed launch: the masked plan's tile for these
     groups (b rows each), with direct stores, and no wider than d: where the model's estimates tie
     it takes the widest tile, and columns past d (DeepSeek's d = 128 against block_n 208) would
@@ -966,34 +971,37 @@ def heads_packed_config(batch: int, n: int, r: int, heads: int, num_sms: int) ->
     block_n = min(base.block_n, align(n, 16))
     cfg = make_grouped_config(GEMM_GROUPED_MASKED, batch, n, r, heads, num_sms, batch, 0, base.block_m,
                               block_n, base.num_stages, base.num_multicast, False)
-    return dataclasses.replace(cfg, heads_packed=True, l2_promotion=base.l2_promotion)
+    return dataclasses.replace(cfg, heads_packed=True, l2_promotion=base.l2_promotion, out_fp32=out_fp32,
+                               has_c=has_c)
 
 
-def plan_heads_packed(batch: int, n: int, r: int, heads: int, device: int) -> tuple[Fp8GemmConfig, int]:
+def plan_heads_packed(batch: int, n: int, r: int, heads: int, device: int, out_fp32: bool = False,
+                      has_c: bool = False) -> tuple[Fp8GemmConfig, int]:
     """(config, CUfunction) of fp8_einsum's heads-packed launch (cached; compiles on first use)."""
     num_sms = runtime.get_num_sms()
-    key = (batch, n, r, heads, num_sms, device)
+    key = (batch, n, r, heads, out_fp32, has_c, num_sms, device)
     p = _heads_packed_plans.get(key)
     if p is None:
-        cfg = heads_packed_config(batch, n, r, heads, num_sms)
+        cfg = heads_packed_config(batch, n, r, heads, num_sms, out_fp32, has_c)
         fn = _load(cfg, device)
         p = _heads_packed_plans.setdefault(key, (_fit_clusters(cfg, fn), fn))
     return p
 
 
 def fp8_einsum_heads_packed(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.Tensor,
-                            d: torch.Tensor, full_groups: torch.Tensor) -> None:
-    """d[:, h] = A[:, h] @ B[h]^T for every head h, in place (fp8_einsum "bhr,hdr->bhd"), on the
-    current stream: the masked kernel with the heads as groups, reading A [b, h*r] and writing
-    D [b, h*n] row by row (heads_packed_layouts must hold). sfa [b, h, ceil(r/128)] (any strides),
-    B [h, n, r], sfb [h, ceil(n/128), ceil(r/128)], d bf16; full_groups: int32 [h] of b (each
-    group's rows, as the masked kernel reads them)."""
+                            d: torch.Tensor, full_groups: torch.Tensor, c: Optional[torch.Tensor] = None) -> None:
+    """d[:, h] = c[:, h] + A[:, h] @ B[h]^T for every head h, in place (fp8_einsum "bhr,hdr->bhd"),
+    on the current stream: the masked kernel with the heads as groups, reading A [b, h*r] and
+    writing D [b, h*n] row by row (heads_packed_layouts(a, d, c) must hold). sfa [b, h, ceil(r/128)]
+    (any strides), B [h, n, r], sfb [h, ceil(n/128), ceil(r/128)], d bf16 or fp32, c (fp32 d only;
+    may be d); full_groups: int32 [h] of b (each group's rows, as the masked kernel reads them)."""
     batch, heads, r = a.shape
     n = b.shape[1]
     if batch == 0 or heads == 0 or n == 0:
         return
     _check_k(r)
-    cfg, fn = plan_heads_packed(batch, n, r, heads, d.device.index)
+    out_fp32 = d.dtype == torch.float32
+    cfg, fn = plan_heads_packed(batch, n, r, heads, d.device.index, out_fp32, c is not None)
     sfa_t, sfa_ld = _sfa_masked_for_tma(sfa.permute(1, 0, 2), batch)
     b2 = _rows_2d(b)
     if sfb.dtype != torch.float32 or not sfb.is_contiguous():
@@ -1002,8 +1010,9 @@ def fp8_einsum_heads_packed(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor,
     ldd = d.stride(0) if batch > 1 else heads * n
     _get_launcher()
     rc = _launcher_heads_packed(fn, a.data_ptr(), b2.data_ptr(), sfa_t.data_ptr(), sfb.data_ptr(), d.data_ptr(),
-                                None, None, None, batch, n, r, lda, _row_pitch(b2, r, 16), ldd, sfa_ld, cfg.block_m,
-                                cfg.block_n, 1, cfg.num_multicast, 1 if cfg.multicast_on_a else 0, 0, 0, cfg.grid,
+                                None if c is None else c.data_ptr(), None, None, batch, n, r, lda,
+                                _row_pitch(b2, r, 16), ldd, sfa_ld, cfg.block_m, cfg.block_n, 1, cfg.num_multicast,
+                                1 if cfg.multicast_on_a else 0, int(out_fp32), 0, cfg.grid,
                                 cfg.smem_bytes, GEMM_GROUPED_MASKED, full_groups.data_ptr(), heads,
                                 l2_promotion_arg(cfg.l2_promotion), _get_raw_stream(d.device.index))
     if rc != 0:
@@ -1108,10 +1117,13 @@ def representative_configs() -> list[tuple[str, tuple]]:
         out.append((label, (bm, bn, st, False, False, False, mc, mc == 2, False, tma, kind)))
     # fp8_einsum's heads-packed masked kind (direct stores): the tiles plan_heads_packed takes on
     # DeepSeek's MLA shapes (b = 64 / 4096 / 1-40, h = 128 / 16, r = 512, d = 128).
-    for bm, bn, mc in [(64, 208, 1), (64, 16, 2), (128, 192, 1)]:
+    # bf16 d, and fp32 d with and without C (the same tiles' fp32 epilogue).
+    for bm, bn, mc, f32, has_c in [(64, 208, 1, False, False), (64, 16, 2, False, False), (128, 192, 1, False, False),
+                                   (64, 128, 1, True, True), (128, 128, 1, True, False), (64, 16, 2, True, True)]:
         st = max_stages(bm, bn, False)
-        label = f"bm{bm}_bn{bn}_s{st}{'_mca' if mc == 2 else ''}_gmask_heads"
-        out.append((label, (bm, bn, st, False, False, False, mc, mc == 2, False, False, GEMM_GROUPED_MASKED,
+        label = (f"bm{bm}_bn{bn}_s{st}{'_f32' if f32 else ''}{'_c' if has_c else ''}{'_mca' if mc == 2 else ''}"
+                 f"_gmask_heads")
+        out.append((label, (bm, bn, st, f32, has_c, False, mc, mc == 2, False, False, GEMM_GROUPED_MASKED,
                             False, 1, False, 1, (0, 0, 0), False, True)))
     # Recipe (1, 1, 128) (weight gradients): fp32 out, with and without C, split-K, multicast on
     # A and on B, both block_m, the widest block_n.

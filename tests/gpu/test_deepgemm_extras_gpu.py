@@ -271,6 +271,39 @@ def test_fp8_einsum_heads_packed_matches_the_composition(monkeypatch, batch, hea
         assert torch.equal(outs[0], outs[1])
 
 
+@pytest.mark.parametrize("batch,heads,r,n,pad_a,pad_d", HEADS_PACKED_CASES[:4])
+@pytest.mark.parametrize("c_kind", [None, "d", "separate"])
+def test_fp8_einsum_heads_packed_fp32(monkeypatch, batch, heads, r, n, pad_a, pad_d, c_kind):
+    """fp32 d on the heads-packed tile, with c = d, a separate c of d's strides, or none: exact
+    within 1e-5, d's padding untouched, and within 1e-5 of the per-head dense calls."""
+    from finegemm.ops import sm90_fp8_gemm as ops
+
+    a, b, exact = _fp8_einsum_operands(batch, heads, r, n, seed=batch * 5 + heads + n)
+    outs = []
+    for on in (True, False):
+        _heads_packed(monkeypatch, on)
+        g = torch.Generator(device="cuda").manual_seed(3)
+        c0 = torch.randn(batch, heads * n + pad_d, device="cuda", generator=g)
+        buf = torch.full((batch, heads * n + pad_d), float("nan"), device="cuda")
+        d = buf[:, :heads * n].view(batch, heads, n)
+        c, want = None, exact
+        if c_kind is not None:
+            c_view = c0[:, :heads * n].view(batch, heads, n)
+            want = exact + c_view.cpu().double()
+            if c_kind == "d":
+                d.copy_(c_view)
+                c = d
+            else:
+                c = c_view
+        assert ops.heads_packed_layouts(a[0], d, c)
+        finegemm.fp8_einsum("bhr,hdr->bhd", a, b, d, c=c)
+        torch.cuda.synchronize()
+        assert not torch.isnan(d).any() and torch.isnan(buf[:, heads * n:]).all()
+        assert calc_diff(d.cpu(), want) < 1e-5, (on, c_kind)
+        outs.append(d.clone())
+    assert calc_diff(outs[0], outs[1]) < 1e-5
+
+
 def test_fp8_einsum_heads_packed_path_is_taken(monkeypatch):
     from finegemm.ops import sm90_fp8_gemm as ops
 

@@ -284,22 +284,31 @@ int encode_head_splits(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sf
 }
 
 // fp8_einsum's masked launch with the heads packed along K and N (a kernel built with
-// kHeadsPacked): encode_1d2d for a masked call (gemm_kind 2, m = rows per group, direct stores),
-// then A's map re-encoded over [m, num_groups * k] (pitch lda): group g reads A columns g*k ..
-// and the kernel stores D [m, num_groups * n] (pitch ldd) at columns g*n ... k % 128 == 0, so no
-// k-box reaches the next group's columns.
+// kHeadsPacked): encode_1d2d for a masked bf16 call (gemm_kind 2, m = rows per group, direct
+// stores), then A's map re-encoded over [m, num_groups * k] (pitch lda): group g reads A columns
+// g*k .. and the kernel stores D [m, num_groups * n] (pitch ldd) at columns g*n ... k % 128 == 0,
+// so no k-box reaches the next group's columns. out_fp32: fp32 D, and then optionally C (fp32,
+// D's pitch ldd, the same columns; c may be d).
 int encode_heads_packed(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sfa, void* sfb, void* d, void* c,
                         int m, int n, int k, int lda, int ldb, int ldd, int sfa_ld, int block_m, int block_n,
                         int num_splits, int num_multicast, int multicast_on_a, int out_fp32, int tma_store, int grid,
                         int smem_bytes, int gemm_kind, void* grouped, int num_groups, int l2_promotion) {
   if (gemm_kind != 2 || tma_store != 0 || num_groups < 1 || k <= 0 || k % kBlockK != 0)
     return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (c != nullptr && out_fp32 == 0) return fg::FG_ERROR_INVALID_ARGUMENT;
   const int64_t a_cols = static_cast<int64_t>(k) * num_groups, d_cols = static_cast<int64_t>(n) * num_groups;
   if (static_cast<int64_t>(lda) < a_cols || static_cast<int64_t>(ldd) < d_cols) return fg::FG_ERROR_INVALID_ARGUMENT;
-  const int rc = encode_1d2d(L, fn, a, b, sfa, sfb, d, c, m, n, k, lda, ldb, ldd, sfa_ld, block_m, block_n,
-                             num_splits, num_multicast, multicast_on_a, out_fp32, tma_store, grid, smem_bytes,
+  // encode_1d2d knows the masked kind as bf16 without C: validate and encode that, then set D's type and C.
+  const int rc = encode_1d2d(L, fn, a, b, sfa, sfb, d, nullptr, m, n, k, lda, ldb, ldd, sfa_ld, block_m, block_n,
+                             num_splits, num_multicast, multicast_on_a, 0, tma_store, grid, smem_bytes,
                              gemm_kind, grouped, num_groups, l2_promotion);
   if (rc != CUDA_SUCCESS) return rc;
+  if (out_fp32 != 0) {  // float2 stores (and C loads): even n and ldd, 8-byte aligned bases
+    bool vec = (n % 2 == 0) && (ldd % 2 == 0) && (reinterpret_cast<uintptr_t>(d) % 8u == 0);
+    if (c != nullptr) vec = vec && (reinterpret_cast<uintptr_t>(c) % 8u == 0);
+    L->flags = vec ? kFlagVectorStores : 0u;
+    L->c_p = static_cast<const float*>(c);
+  }
   CUtensorMapL2promotion promo_a, promo_b;
   (void)fg::unpack_l2_promotion(l2_promotion, &promo_a, &promo_b);  // valid: encode_1d2d checked it
   const bool mc_a = num_multicast == 2 && multicast_on_a != 0;
@@ -466,7 +475,8 @@ int fg_prepare_sm90_fp8_gemm_layout_checked(uint64_t* out, uint64_t fn, void* a,
 // fp8_einsum "bhr,hdr->bhd" on a kernel built with kHeadsPacked: fg_launch_sm90_fp8_gemm's
 // arguments for a masked call (gemm_kind 2, m = b, n = d, k = r per head, num_groups = h,
 // tma_store 0) with a [m, num_groups * k] (pitch lda >= num_groups * k) and d [m, num_groups * n]
-// (pitch ldd >= num_groups * n); k % 128 == 0 (encode_heads_packed).
+// (pitch ldd >= num_groups * n); k % 128 == 0; out_fp32 as the kernel, c (fp32 d only) with d's
+// pitch (encode_heads_packed).
 int fg_launch_sm90_fp8_gemm_heads_packed(uint64_t fn, void* a, void* b, void* sfa, void* sfb, void* d, void* c,
                                          void* workspace, void* counters, int m, int n, int k, int lda, int ldb,
                                          int ldd, int sfa_ld, int block_m, int block_n, int num_splits,

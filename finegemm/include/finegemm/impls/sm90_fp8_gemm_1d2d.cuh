@@ -47,7 +47,8 @@
 // kHeadsPacked (masked kind; fp8_einsum "bhr,hdr->bhd" with the heads as groups): A is [M, G*K]
 // (row m holds every group's K columns side by side: A [b, h, r] as stored) and D [M, G*N]
 // (D [b, h, d]); group g's tile reads A columns g*K + k and stores D columns g*N + n. K % 128 == 0
-// (the host's rule: a k-box never reaches the next group's columns); direct stores only.
+// (the host's rule: a k-box never reaches the next group's columns); direct stores only; bf16 or
+// fp32 D, and C (fp32, the same pitch as D, at the same columns) with an fp32 D.
 //
 // Recipe (1,1,128) ("1D1D", weight gradients; template flag k1D1D, dense kind, fp32 D, optional C):
 //   D[m, n] = C[m, n] + sum_kb sfa[m, kb] * sfb[n, kb] * (A[m, kb-block] . B[n, kb-block])
@@ -422,8 +423,9 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   constexpr bool kMcB = kNumMulticast == 2 && !kMulticastOnA;
   // kGrouped: the work units come from the TileWalker (every kind but the dense one).
   constexpr bool kGrouped = kGemmKind != scheduler::kGemmNormal;
-  static_assert(!kGrouped || kKGrouped || (!kSplitK && !kMcB && (!kHalfPromote || kSerialHalves) && !kHasC),
-                "m-grouped GEMMs: no split-K, no C, no half-promote; clusters only share A");
+  static_assert(!kGrouped || kKGrouped || (!kSplitK && !kMcB && (!kHalfPromote || kSerialHalves) &&
+                                           (!kHasC || kHeadsPacked)),
+                "m-grouped GEMMs: no split-K, no C (but with the heads packed), no half-promote; clusters only share A");
 
   constexpr uint32_t kBoxRowsA = kMcA ? BLOCK_M / 2 : BLOCK_M;
   constexpr uint32_t kBoxRowsB = kMcB ? BLOCK_N / 2 : BLOCK_N;
@@ -1254,11 +1256,18 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
       // Recomputed (not kept live across the main loop). K-grouped: the end of the tile's group.
       uint32_t row_limit = kKGrouped ? kgroups->slot[t.group].group * M + M : walker.row_limit();
       void* d_tile = d_ptr;
+      [[maybe_unused]] const float* c_tile = c_ptr;
       if constexpr (kHeadsPacked) {
-        // D [M, G*N]: the group's rows are 0 .. M-1 at columns g*N .. (g+1)*N - 1 (a moved base).
+        // D (and C) [M, G*N]: the group's rows are 0 .. M-1 at columns g*N .. (g+1)*N - 1 (a moved base).
         m0 -= t.group * M;
         row_limit -= t.group * M;
-        d_tile = static_cast<__nv_bfloat16*>(d_ptr) + static_cast<size_t>(t.group) * N;
+        const size_t col0 = static_cast<size_t>(t.group) * N;
+        if constexpr (kOutFp32) {
+          d_tile = static_cast<float*>(d_ptr) + col0;
+        } else {
+          d_tile = static_cast<__nv_bfloat16*>(d_ptr) + col0;
+        }
+        if constexpr (kHasC) c_tile = c_ptr + col0;
       }
       if constexpr (kTmaStore && k1D1D) {
         // C (when the kernel has it) is D itself here: the boxes are reduce-added into it. D's map
@@ -1303,7 +1312,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           }
         }
         if (!c_added) {
-          epilogue::add_c_fp32<BLOCK_N, kNumChunks>(fin, c_ptr, m0, r0, m0 + wg * 64 + 64, n0, col_in_chunk, ldd, N,
+          epilogue::add_c_fp32<BLOCK_N, kNumChunks>(fin, c_tile, m0, r0, m0 + wg * 64 + 64, n0, col_in_chunk, ldd, N,
                                                    row_limit, vec);
         }
       }
