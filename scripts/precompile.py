@@ -380,6 +380,9 @@ def fuzz_configs(sms: int) -> list:
                                      allow_two_cta=n_sms >= sms))
         elif kind == "fp8_grouped":
             out.append(select_grouped_config(*args[:5], n_sms, *args[5:]))
+        elif kind == "fp8_heads":
+            batch, n, r, heads, out_fp32, has_c = args
+            out.append(ops.heads_packed_config(batch, n, r, heads, n_sms, out_fp32, has_c))
         elif kind == "fp8_k_grouped":
             m, n, ks, has_c = args
             out.append(select_k_grouped_config(m, n, list(ks), n_sms, has_c))

@@ -1115,7 +1115,7 @@ def kernel_plans(case: Case) -> list[tuple]:
     parallel warm-up): ("fp8", m, n, k, out_fp32, has_c, one_d_one_d), ("fp8_grouped", kind, m, n,
     k, G, expected_m, alignment), ("fp8_k_grouped", m, n, ks, has_c), ("bf16", m, n, k, layout,
     out_fp32, has_c), ("bf16_grouped", kind, m, n, k, G, expected_m, alignment, b_mn_major),
-    ("bf16_k_grouped", m, n, sum_k, G, has_c)."""
+    ("bf16_k_grouped", m, n, sum_k, G, has_c), ("fp8_heads", b, d, r, h, out_fp32, has_c)."""
     from finegemm.heuristics.sm90_fp8_gemm import GEMM_GROUPED_CONTIGUOUS, GEMM_GROUPED_MASKED
 
     a = case.args
@@ -1123,15 +1123,20 @@ def kernel_plans(case: Case) -> list[tuple]:
     has_c = "c" in a
     if fn == "einsum" or fn.startswith("cublaslt"):
         return []  # cuBLAS through PyTorch
-    if fn == "fp8_einsum":  # bf16 d: one masked call over the heads; fp32 d: one nt GEMM per head
+    if fn == "fp8_einsum":
+        # The heads-packed kernel where r % 128 == 0 (whether the placements let it read in place
+        # is decided at the call: both plans are warmed), else (and as its fallback) the bf16 d's
+        # masked call over the heads, the fp32 d's nt GEMM per head.
         A, B = a["a"][0].values, a["b"][0].values
         batch, heads, r = A.shape
         n = B.shape[1]
         if 0 in (batch, heads, r, n):
             return []
-        if a["d"].dtype == BF16:
-            return [("fp8_grouped", GEMM_GROUPED_MASKED, batch, n, r, heads, batch, 0)]
-        return [("fp8", batch, n, r, True, has_c, False)]
+        out_fp32 = a["d"].dtype == F32
+        plans = [("fp8_heads", batch, n, r, heads, out_fp32, has_c)] if r % 128 == 0 else []
+        if out_fp32:
+            return plans + [("fp8", batch, n, r, True, has_c, False)]
+        return plans + [("fp8_grouped", GEMM_GROUPED_MASKED, batch, n, r, heads, batch, 0)]
     if fn.startswith("fp8_gemm_"):  # fp8_gemm_nt_skip_head_mid too: the nt GEMM into a scratch
         A = a["a"][0].values
         B = a["b"][0].values
@@ -1196,6 +1201,11 @@ def warm_plan(p: tuple, device: int) -> None:
         from finegemm.ops import sm90_fp8_gemm
 
         sm90_fp8_gemm.plan_grouped(*args, device)
+    elif kind == "fp8_heads":  # fp8_einsum's heads-packed kernel
+        from finegemm.ops import sm90_fp8_gemm
+
+        batch, n, r, heads, out_fp32, has_c = args
+        sm90_fp8_gemm.plan_heads_packed(batch, n, r, heads, device, out_fp32, has_c)
     elif kind == "fp8_k_grouped":
         from finegemm.ops import sm90_fp8_k_grouped
 
