@@ -652,3 +652,23 @@ def test_fp8_einsum_head_major_tensors_need_no_copies(monkeypatch):
     finegemm.fp8_einsum("bhr,hdr->bhd", (A_hm, a[1]), b, d_hm)
     assert seen == [(True, True)]
     assert calc_diff(d_hm, exact) < 1e-5 and not torch.isnan(d_hm).any()
+
+
+def test_fp8_einsum_host_fast_path_skips_the_checks_of_a_seen_call(monkeypatch):
+    """A CUDA call whose tensors (addresses, shapes, strides, dtypes) and other arguments were
+    validated before skips the checks; any of them changed, the call is checked again."""
+    calls = _heads_packed_spies(monkeypatch, gate_open=True)
+    mod = importlib.import_module("finegemm.api.fp8_einsum")
+    real, checked = mod._checked, []
+    monkeypatch.setattr(mod, "_checked", lambda *args: checked.append(1) or real(*args))
+    monkeypatch.setattr(mod, "_validated", _v.ValidatedCalls())
+    a, b, _ = _fp8_einsum_inputs(6, 4, 256, 64)
+    d = torch.zeros(6, 4, 64, dtype=BF16)
+    for _ in range(3):
+        finegemm.fp8_einsum("bhr,hdr->bhd", a, b, d)
+    assert len(checked) == 1 and calls == ["heads_packed"] * 3
+    finegemm.fp8_einsum("bhr,hdr->bhd", a, b, torch.zeros(6, 4, 64, dtype=BF16))  # another d
+    finegemm.fp8_einsum("bhr,hdr->bhd", a, b, d, recipe=(1, 128, 128))  # another argument
+    assert len(checked) == 3
+    with pytest.raises(ValueError, match="^fp8_einsum: .*must have shape"):  # a seen call's tensors, one changed
+        finegemm.fp8_einsum("bhr,hdr->bhd", a, b, d[:, :, :32])

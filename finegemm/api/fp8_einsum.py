@@ -69,17 +69,41 @@ def fp8_einsum(expr: str, a: tuple[torch.Tensor, torch.Tensor], b: tuple[torch.T
     (the scratch [h, b, d] rows are TMA rows of 16 bytes); one device; d must not overlap the
     inputs nor itself. b, h or d == 0 returns at once after validation; r == 0 writes d = c (or 0).
     """
+    # Host fast path (as the grouped calls'): a CUDA call whose tensors' addresses, shapes,
+    # strides and dtypes and whose other arguments were validated before skips the checks.
+    key = _validated.key(_FN, d, lambda: (a[0], a[1], b[0], b[1], d) + (() if c is None else (c,)),
+                         (expr, recipe, c is None))
+    if _validated.launch(key, _validate_and_run_cpu, expr, a, b, d, c, recipe):
+        _run(a[0], a[1], b[0], b[1], d, c)
+
+
+_validated = _v.ValidatedCalls()
+
+
+def _validate_and_run_cpu(expr, a, b, d, c, recipe) -> bool:
+    """Every argument check; runs the CPU calls and the empty or r = 0 products itself (False),
+    True for a CUDA call _run is to launch."""
     A, sfa, B, sfb, d, c = _checked(expr, a, b, d, c, recipe)
     batch, heads, r = A.shape
     n = B.shape[1]
     if batch == 0 or heads == 0 or n == 0:
-        return
+        return False
     if r == 0:
         if c is None:
             d.zero_()
         elif c.data_ptr() != d.data_ptr():
             d.copy_(c)
-        return
+        return False
+    if _v.on_cuda(d):
+        return True
+    _run(A, sfa, B, sfb, d, c)
+    return False
+
+
+def _run(A, sfa, B, sfb, d, c) -> None:
+    """A validated call with b, h, d, r > 0 (the routes of the module docstring)."""
+    batch, heads, r = A.shape
+    n = B.shape[1]
     if _v.on_cuda(d) and _v.gpu_validated(HEADS_PACKED):
         from finegemm.ops import sm90_fp8_gemm  # lazy: the CUDA stack is only needed for CUDA tensors
 
