@@ -108,7 +108,7 @@ def _run(A, sfa, B, sfb, d, c) -> None:
         from finegemm.ops import sm90_fp8_gemm  # lazy: the CUDA stack is only needed for CUDA tensors
 
         if sm90_fp8_gemm.heads_packed_layouts(A, d, c):  # in place: A [b, h*r], d (and c) [b, h*d] row by row
-            sm90_fp8_gemm.fp8_einsum_heads_packed(A, sfa, B, sfb, d, _full_groups(heads, batch, d.device), c)
+            sm90_fp8_gemm.fp8_einsum_heads_packed(A, sfa, B, sfb, d, c)
             return
     if d.dtype == torch.bfloat16:
         # The heads as the masked kernel's groups, every group full. The kernel writes D as

@@ -988,13 +988,31 @@ def plan_heads_packed(batch: int, n: int, r: int, heads: int, device: int, out_f
     return p
 
 
+# The heads-packed launch's masked_m: every group full. The kernel clamps each value to [0, b], so
+# one buffer of INT32_MAX serves every b: kept per device (never freed: a captured graph may hold
+# its address), grown by a new buffer when more heads come; made per call under capture.
+_ALL_ROWS: dict[int, torch.Tensor] = {}
+_ALL_ROWS_KEEP: list[torch.Tensor] = []
+
+
+def _all_rows(heads: int, device: torch.device) -> torch.Tensor:
+    if _is_capturing():
+        return torch.full((heads,), 2 ** 31 - 1, dtype=torch.int32, device=device)
+    t = _ALL_ROWS.get(device.index)
+    if t is None or t.numel() < heads:
+        t = torch.full((max(heads, 256),), 2 ** 31 - 1, dtype=torch.int32, device=device)
+        _ALL_ROWS_KEEP.append(t)
+        _ALL_ROWS[device.index] = t
+    return t
+
+
 def fp8_einsum_heads_packed(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.Tensor,
-                            d: torch.Tensor, full_groups: torch.Tensor, c: Optional[torch.Tensor] = None) -> None:
+                            d: torch.Tensor, c: Optional[torch.Tensor] = None) -> None:
     """d[:, h] = c[:, h] + A[:, h] @ B[h]^T for every head h, in place (fp8_einsum "bhr,hdr->bhd"),
     on the current stream: the masked kernel with the heads as groups, reading A [b, h*r] and
     writing D [b, h*n] row by row (heads_packed_layouts(a, d, c) must hold). sfa [b, h, ceil(r/128)]
     (any strides), B [h, n, r], sfb [h, ceil(n/128), ceil(r/128)], d bf16 or fp32, c (fp32 d only;
-    may be d); full_groups: int32 [h] of b (each group's rows, as the masked kernel reads them)."""
+    may be d)."""
     batch, heads, r = a.shape
     n = b.shape[1]
     if batch == 0 or heads == 0 or n == 0:
@@ -1013,7 +1031,7 @@ def fp8_einsum_heads_packed(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor,
                                 None if c is None else c.data_ptr(), None, None, batch, n, r, lda,
                                 _row_pitch(b2, r, 16), ldd, sfa_ld, cfg.block_m, cfg.block_n, 1, cfg.num_multicast,
                                 1 if cfg.multicast_on_a else 0, int(out_fp32), 0, cfg.grid,
-                                cfg.smem_bytes, GEMM_GROUPED_MASKED, full_groups.data_ptr(), heads,
+                                cfg.smem_bytes, GEMM_GROUPED_MASKED, _all_rows(heads, d.device).data_ptr(), heads,
                                 l2_promotion_arg(cfg.l2_promotion), _get_raw_stream(d.device.index))
     if rc != 0:
         raise RuntimeError(f"finegemm: sm90_fp8_gemm heads-packed launch failed (b={batch}, h={heads}, r={r}, "
