@@ -989,8 +989,9 @@ def plan_heads_packed(batch: int, n: int, r: int, heads: int, device: int, out_f
 
 
 # The heads-packed launch's masked_m: every group full. The kernel clamps each value to [0, b], so
-# one buffer of INT32_MAX serves every b: kept per device (never freed: a captured graph may hold
-# its address), grown by a new buffer when more heads come; made per call under capture.
+# one buffer of INT32_MAX serves every b and stream: kept per device (never freed: a captured graph
+# may hold its address), filled before any launch reads it (one synchronization per buffer), grown
+# by a new buffer when more heads come; made per call under capture.
 _ALL_ROWS: dict[int, torch.Tensor] = {}
 _ALL_ROWS_KEEP: list[torch.Tensor] = []
 
@@ -1001,6 +1002,7 @@ def _all_rows(heads: int, device: torch.device) -> torch.Tensor:
     t = _ALL_ROWS.get(device.index)
     if t is None or t.numel() < heads:
         t = torch.full((max(heads, 256),), 2 ** 31 - 1, dtype=torch.int32, device=device)
+        torch.cuda.synchronize(device)  # once per buffer: a launch on another stream may read it next
         _ALL_ROWS_KEEP.append(t)
         _ALL_ROWS[device.index] = t
     return t
