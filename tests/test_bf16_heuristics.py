@@ -386,3 +386,14 @@ def test_model_takes_one_128_row_block_for_m_65_to_128(m, n, k, a_mn_major, monk
         assert cfg.block_m == 64
     cands = h.candidate_configs(m, n, k, SMS, a_mn_major)
     assert cands[0] == cfg and {c.block_m for c in cands} == {64, 128}
+
+
+def test_grouped_model_tile_no_wider_than_n():
+    """As the FP8 model: where N fits one n-block the tile is the narrowest candidate covering it
+    (N = 128: bn128, not bn256)."""
+    from finegemm.heuristics.sm90_bf16_gemm import GEMM_GROUPED_MASKED, grouped_block_ns, select_grouped_config
+
+    for m, n, k, g in [(64, 128, 512, 128), (4096, 128, 512, 128), (64, 100, 512, 16)]:
+        cfg = select_grouped_config(GEMM_GROUPED_MASKED, m, n, k, g, 132, m)
+        covering = [x for x in grouped_block_ns(GEMM_GROUPED_MASKED, cfg.block_m) if x >= n]
+        assert cfg.block_n < n or cfg.block_n == min(covering), (m, n, cfg.block_n)

@@ -294,3 +294,16 @@ def test_split_k_with_multicast_is_recipe_1d2d_only():
         h.make_config(128, 4096, 7168, 132, True, False, 128, 64, 4, 2, num_multicast=2, one_d_one_d=True)
     with pytest.raises(ValueError, match="split-K and multicast"):
         ops.render(128, 64, 4, True, False, True, 2, True, one_d_one_d=True)
+
+
+def test_grouped_model_tile_no_wider_than_n():
+    """Where N fits one n-block, the m-grouped model's tile is no wider than N (rounded to 16): the
+    widest tile of tied estimates would only read the next group's B rows (N = 128: not bn208)."""
+    from finegemm.heuristics.sm90_fp8_gemm import GEMM_GROUPED_CONTIGUOUS, GEMM_GROUPED_MASKED, select_grouped_config
+
+    for kind, m, n, k, g, em in [(GEMM_GROUPED_MASKED, 64, 128, 512, 128, 64), (GEMM_GROUPED_MASKED, 4096, 128, 512,
+                                                                                 128, 4096),
+                                 (GEMM_GROUPED_MASKED, 100, 136, 256, 128, 100),
+                                 (GEMM_GROUPED_CONTIGUOUS, 128 * 64, 40, 512, 64, 0)]:
+        cfg = select_grouped_config(kind, m, n, k, g, 132, em, 128 if kind == GEMM_GROUPED_CONTIGUOUS else 0)
+        assert cfg.block_n <= -(-n // 16) * 16, (kind, m, n, cfg.block_n)

@@ -547,6 +547,9 @@ def _grouped_model_tile(kind: int, m: int, n: int, k: int, num_groups: int, num_
         (bm, bn, 1, *_estimate(grouped_model_rows(contiguous, m, num_groups, em, bm), n, k, bm, bn, 1, num_sms, 2,
                                False, b_groups=num_groups))
         for bm in bms for bn in grouped_block_ns(kind, bm))
+    # One n-block either way: where the estimates tie the model takes the widest tile, whose columns
+    # past N only read the next group's B rows (N = 128: bn256 -> bn128).
+    bn = min([x for x in grouped_block_ns(kind, bm) if x >= n] + [bn])
     return bm, bn
 
 

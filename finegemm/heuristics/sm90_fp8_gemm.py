@@ -45,7 +45,7 @@ from finegemm.heuristics import tuned
 from finegemm.heuristics._common import (DEFAULT_L2_PROMOTION, THREE_WG_BLOCK_M, grouped_block_m_options,
                                          grouped_model_rows, grouped_tuned_key, l2_promotion_note,
                                          print_configs_enabled, with_entry_promotion)
-from finegemm.utils import ceil_div
+from finegemm.utils import align, ceil_div
 
 __all__ = [
     "Fp8GemmConfig",
@@ -1014,8 +1014,15 @@ def select_grouped_config(kind: int, m: int, n: int, k: int, num_groups: int, nu
     if cfg is None:
         _, bm, bn, mc, mc_on_a, tma, est, tiles, units = min(
             _grouped_model_candidates(kind, m, n, k, num_groups, num_sms, expected_m, alignment))
-        cfg = make_grouped_config(kind, m, n, k, num_groups, num_sms, expected_m, alignment, bm, bn,
-                                  max_stages(bm, bn, tma), mc, tma, est_us=est)
+        if bn > align(n, 16):
+            # One n-block either way: where the estimates tie the model takes the widest tile, whose
+            # columns past N only read the next group's B rows (N = 128: bn208 -> bn128).
+            bn = align(n, 16)
+            cfg = make_grouped_config(kind, m, n, k, num_groups, num_sms, expected_m, alignment, bm, bn,
+                                      max_stages(bm, bn, tma), mc, tma)
+        else:
+            cfg = make_grouped_config(kind, m, n, k, num_groups, num_sms, expected_m, alignment, bm, bn,
+                                      max_stages(bm, bn, tma), mc, tma, est_us=est)
     with _cache_lock:
         _cache[key] = cfg
     if print_configs_enabled():
