@@ -964,9 +964,8 @@ def heads_packed_layouts(a: torch.Tensor, d: torch.Tensor, c: Optional[torch.Ten
 def heads_packed_config(batch: int, n: int, r: int, heads: int, num_sms: int, out_fp32: bool = False,
                         has_c: bool = False) -> Fp8GemmConfig:
     """The configuration of fp8_einsum's heads-packed launch: the masked plan's tile for these
-    groups (b rows each), with direct stores, and no wider than d: where the model's estimates tie
-    it takes the widest tile, and columns past d (DeepSeek's d = 128 against block_n 208) would
-    only read the next head's B rows."""
+    groups (b rows each), with direct stores, and no wider than d (as the model's; a tuned entry
+    could be: columns past d would only read the next head's B rows)."""
     base = select_grouped_config(GEMM_GROUPED_MASKED, batch, n, r, heads, num_sms, batch, 0)
     block_n = min(base.block_n, align(n, 16))
     cfg = make_grouped_config(GEMM_GROUPED_MASKED, batch, n, r, heads, num_sms, batch, 0, base.block_m,
