@@ -572,7 +572,8 @@ def test_public_surface():
         "get_deterministic_algorithms",
         "ceil_div", "align",
         "per_token_cast_to_fp8", "per_block_cast_to_fp8", "per_channel_cast_to_fp8", "get_tma_aligned_size",
-        "get_mn_major_tma_aligned_tensor", "transform_sf_into_required_layout",
+        "get_mn_major_tma_aligned_tensor", "get_mn_major_tma_aligned_packed_ue8m0_tensor",
+        "transform_sf_into_required_layout", "fp8_einsum",
         "get_mk_alignment_for_contiguous_layout", "set_mk_alignment_for_contiguous_layout",
         "get_k_alignment_for_contiguous_layout", "ceil_to_ue8m0",
         "testing", "reference",
@@ -588,7 +589,7 @@ def test_public_surface():
     for name in ("per_token_cast_to_fp8", "per_block_cast_to_fp8", "per_channel_cast_to_fp8", "ceil_to_ue8m0"):
         assert getattr(finegemm.utils, name) is getattr(utils_math, name) is getattr(finegemm, name)
     for name in ("get_tma_aligned_size", "get_mn_major_tma_aligned_tensor", "get_mk_alignment_for_contiguous_layout",
-                 "get_k_alignment_for_contiguous_layout"):
+                 "get_k_alignment_for_contiguous_layout", "get_mn_major_tma_aligned_packed_ue8m0_tensor"):
         assert getattr(finegemm.utils, name) is getattr(utils_layout, name) is getattr(finegemm, name)
     assert utils_layout.transform_sf_into_required_layout is finegemm.transform_sf_into_required_layout
     with pytest.raises(AttributeError, match="no attribute 'per_tensor_cast'"):

@@ -278,3 +278,41 @@ def test_mk_alignment_setter():
                 quant.set_mk_alignment_for_contiguous_layout(bad)
     finally:
         quant.set_mk_alignment_for_contiguous_layout(saved)
+
+
+# ----------------------------------------------------------------------------- packed UE8M0 scales
+@pytest.mark.parametrize("shape", [(5, 7), (130, 4), (1, 1), (3, 17, 9), (2, 0, 5), (4, 0)])
+def test_packed_ue8m0_tensor_bytes_and_layout(shape):
+    """Each int32 holds the biased exponents of four consecutive K entries (entry 4 j + i in byte
+    i, zeros past K); MN-major with the MN stride padded to 16 bytes; non-powers of two keep their
+    exponent (rounded down), the sign is dropped."""
+    g = torch.Generator().manual_seed(sum(shape))
+    sf = torch.exp2(torch.randint(-40, 40, shape, generator=g).float())
+    if sf.numel():
+        sf.view(-1)[0] = -3.0  # exponent 1 (the sign dropped), mantissa 1.5 dropped
+    out = quant.get_mn_major_tma_aligned_packed_ue8m0_tensor(sf)
+    mn, k = shape[-2], shape[-1]
+    kp = -(-k // 4)
+    assert out.dtype == torch.int32 and out.shape == (*shape[:-1], kp)
+    aligned = -(-mn // 4) * 4
+    assert out.stride()[-2:] == (1, aligned) or out.numel() == 0
+    lead = shape[0] if len(shape) == 3 else 1
+    flat_sf, flat_out = sf.reshape(lead, mn, k), out.reshape(lead, mn, kp)
+    for b in range(flat_sf.shape[0]):
+        for i in range(mn):
+            for j in range(kp):
+                want = 0
+                for t in range(4):
+                    if 4 * j + t < k:
+                        want |= (int(torch.frexp(flat_sf[b, i, 4 * j + t].abs()).exponent) - 1 + 127) << (8 * t)
+                want = want - (1 << 32) if want >= 1 << 31 else want
+                assert int(flat_out[b, i, j]) == want, (b, i, j)
+
+
+def test_packed_ue8m0_tensor_rules():
+    with pytest.raises(TypeError, match="^get_mn_major_tma_aligned_packed_ue8m0_tensor: sf must be torch.float32"):
+        quant.get_mn_major_tma_aligned_packed_ue8m0_tensor(torch.ones(4, 4, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="^get_mn_major_tma_aligned_packed_ue8m0_tensor: sf must be 2-D or 3-D"):
+        quant.get_mn_major_tma_aligned_packed_ue8m0_tensor(torch.ones(4))
+    with pytest.raises(TypeError, match="get_mn_major_tma_aligned_packed_ue8m0_tensor: sf must be a torch.Tensor"):
+        quant.get_mn_major_tma_aligned_packed_ue8m0_tensor([1.0])

@@ -40,7 +40,7 @@ import torch
 from finegemm.api import _validate as _v
 from finegemm.api.dense_fp8 import fp8_gemm_nt
 from finegemm.api.grouped_fp8 import m_grouped_fp8_gemm_nt_masked
-from finegemm.utils import ceil_div
+from finegemm.utils import ceil_div, write_empty_product
 
 __all__ = ["fp8_einsum", "SUPPORTED_FP8_EXPRESSIONS"]
 
@@ -89,10 +89,7 @@ def _validate_and_run_cpu(expr, a, b, d, c, recipe) -> bool:
     if batch == 0 or heads == 0 or n == 0:
         return False
     if r == 0:
-        if c is None:
-            d.zero_()
-        elif c.data_ptr() != d.data_ptr():
-            d.copy_(c)
+        write_empty_product(d, c)
         return False
     if _v.on_cuda(d):
         return True

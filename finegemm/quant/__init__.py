@@ -13,6 +13,7 @@ from finegemm.quant.layout import (
     get_k_alignment_for_contiguous_layout,
     get_m_alignment_for_contiguous_layout,
     get_mk_alignment_for_contiguous_layout,
+    get_mn_major_tma_aligned_packed_ue8m0_tensor,
     get_mn_major_tma_aligned_tensor,
     get_theoretical_mk_alignment_for_contiguous_layout,
     get_tma_aligned_size,
@@ -37,5 +38,6 @@ __all__ = [
     "get_theoretical_mk_alignment_for_contiguous_layout",
     "get_tma_aligned_size",
     "get_mn_major_tma_aligned_tensor",
+    "get_mn_major_tma_aligned_packed_ue8m0_tensor",
     "transform_sf_into_required_layout",
 ]

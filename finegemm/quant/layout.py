@@ -22,6 +22,7 @@ __all__ = [
     "get_theoretical_mk_alignment_for_contiguous_layout",
     "get_tma_aligned_size",
     "get_mn_major_tma_aligned_tensor",
+    "get_mn_major_tma_aligned_packed_ue8m0_tensor",
     "transform_sf_into_required_layout",
 ]
 
@@ -108,6 +109,32 @@ def get_mn_major_tma_aligned_tensor(sf: torch.Tensor) -> torch.Tensor:
     out = storage[..., :mn].transpose(-1, -2)
     out.copy_(sf)
     return out
+
+
+def get_mn_major_tma_aligned_packed_ue8m0_tensor(sf: torch.Tensor) -> torch.Tensor:
+    """fp32 scales as packed UE8M0 (DeepGEMM's SM100 scale layout), MN-major and TMA-aligned.
+
+    sf: fp32 [MN, Kb] or [G, MN, Kb]. Each value keeps its 8-bit biased exponent only (2^e -> e +
+    127: exact for the powers of two that ceil_to_ue8m0 / the casts' ue8m0 option produce; other
+    positive values are rounded down to a power of two; the sign is dropped). Four consecutive Kb
+    entries share one int32, entry 4 j + i in byte i (little-endian; entries past Kb are 0).
+    Returns int32 [MN, ceil(Kb/4)] (or [G, ...]) with strides (1, aligned_mn) (or (ceil(Kb/4) *
+    aligned_mn, 1, aligned_mn)), aligned_mn = get_tma_aligned_size(MN, 4). finegemm's SM90 kernels
+    read fp32 scales; this serves code shared with SM100 DeepGEMM callers.
+    """
+    fn = "get_mn_major_tma_aligned_packed_ue8m0_tensor"
+    check_tensor(fn, "sf", sf)
+    if sf.dtype != torch.float32:
+        raise TypeError(f"{fn}: sf must be torch.float32, got {sf.dtype}")
+    if sf.dim() not in (2, 3):
+        raise ValueError(f"{fn}: sf must be 2-D or 3-D, got shape {tuple(sf.shape)}")
+    kb = sf.shape[-1]
+    if kb == 0:  # nothing to pack (an empty last dimension cannot be viewed as int32)
+        return get_mn_major_tma_aligned_tensor(torch.zeros(sf.shape, dtype=torch.int32, device=sf.device))
+    exponents = ((sf.contiguous().view(torch.int32) >> 23) & 0xFF).to(torch.uint8)
+    padded = torch.zeros(tuple(sf.shape[:-1]) + (4 * ceil_div(kb, 4),), dtype=torch.uint8, device=sf.device)
+    padded[..., :kb] = exponents
+    return get_mn_major_tma_aligned_tensor(padded.view(torch.int32))
 
 
 def _granularity(fn: str, recipe: object, recipe_ab: object, is_sfa: bool) -> tuple[int, int]:

@@ -54,7 +54,8 @@ def write_empty_product(d, c) -> None:
 # DeepGEMM's utils names served by finegemm.quant (resolved on first use, PEP 562).
 _QUANT_NAMES = (
     "ceil_to_ue8m0", "per_token_cast_to_fp8", "per_block_cast_to_fp8", "per_channel_cast_to_fp8",
-    "get_tma_aligned_size", "get_mn_major_tma_aligned_tensor", "get_mk_alignment_for_contiguous_layout",
+    "get_tma_aligned_size", "get_mn_major_tma_aligned_tensor", "get_mn_major_tma_aligned_packed_ue8m0_tensor",
+    "get_mk_alignment_for_contiguous_layout",
     "get_m_alignment_for_contiguous_layout", "get_k_alignment_for_contiguous_layout",
     "set_mk_alignment_for_contiguous_layout",
 )
