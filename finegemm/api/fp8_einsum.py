@@ -191,6 +191,11 @@ def _rows_view_exists(t: torch.Tensor) -> bool:
 
 
 def _full_groups(heads: int, batch: int, device: torch.device) -> torch.Tensor:
-    """masked_m of the bf16 route: every head's group full. Made per call (a tiny fill), not
-    cached: a tensor made during a CUDA graph capture belongs to that graph's pool."""
+    """masked_m of the bf16 composition: every head's group full. On CUDA the heads-packed
+    launch's kept buffer (values the kernel clamps to b: no fill per call); on CPU, where the
+    values are checked, b itself."""
+    if device.type == "cuda":
+        from finegemm.ops import sm90_fp8_gemm
+
+        return sm90_fp8_gemm.all_rows(heads, device)[:heads]
     return torch.full((heads,), batch, dtype=torch.int32, device=device)

@@ -1017,12 +1017,9 @@ def select_grouped_config(kind: int, m: int, n: int, k: int, num_groups: int, nu
         if bn > align(n, 16):
             # One n-block either way: where the estimates tie the model takes the widest tile, whose
             # columns past N only read the next group's B rows (N = 128: bn208 -> bn128).
-            bn = align(n, 16)
-            cfg = make_grouped_config(kind, m, n, k, num_groups, num_sms, expected_m, alignment, bm, bn,
-                                      max_stages(bm, bn, tma), mc, tma)
-        else:
-            cfg = make_grouped_config(kind, m, n, k, num_groups, num_sms, expected_m, alignment, bm, bn,
-                                      max_stages(bm, bn, tma), mc, tma, est_us=est)
+            bn, est = align(n, 16), None  # make_grouped_config estimates the narrower tile
+        cfg = make_grouped_config(kind, m, n, k, num_groups, num_sms, expected_m, alignment, bm, bn,
+                                  max_stages(bm, bn, tma), mc, tma, est_us=est)
     with _cache_lock:
         _cache[key] = cfg
     if print_configs_enabled():

@@ -457,8 +457,9 @@ def _launch_arguments(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: 
     sfa, sfa_ld = _sfa_for_tma(sfa, m)
     if sfa is not sfa_in:
         keepalive.append(sfa)
-    if sfb.dtype != torch.float32 or not sfb.is_contiguous():
-        sfb = sfb.float().contiguous()
+    sfb_in = sfb
+    sfb = _sfb_for_kernel(sfb)
+    if sfb is not sfb_in:
         keepalive.append(sfb)
     if has_c:
         c = _c_like_d(c, d, m, keepalive)
@@ -703,6 +704,12 @@ def plan_grouped(kind: int, m: int, n: int, k: int, num_groups: int, expected_m:
     return p
 
 
+def _sfb_for_kernel(sfb: torch.Tensor) -> torch.Tensor:
+    """The 128x128 B scales as the kernels read them through a pointer: fp32, contiguous (a copy
+    only where sfb is not)."""
+    return sfb if sfb.dtype == torch.float32 and sfb.is_contiguous() else sfb.float().contiguous()
+
+
 def _rows_2d(t: torch.Tensor) -> torch.Tensor:
     """[G, R, K] -> the [G*R, K] view the tensor maps cover (a contiguous copy when the group
     stride is not R rows)."""
@@ -789,8 +796,7 @@ def _contiguous_arguments(a, sfa, b, sfb, d, ids, config=None) -> tuple:
     sfa_in, sfb_in = sfa, sfb
     sfa, sfa_ld = _sfa_for_tma(sfa, m)
     b2 = _rows_2d(b)
-    if sfb.dtype != torch.float32 or not sfb.is_contiguous():
-        sfb = sfb.float().contiguous()
+    sfb = _sfb_for_kernel(sfb)
     cfg, fn = plan_grouped(GEMM_GROUPED_CONTIGUOUS, m, n, k, num_groups, 0,
                            quant.get_mk_alignment_for_contiguous_layout(), d.device.index, config=config)
     copied = sfa is not sfa_in or sfb is not sfb_in or b2.data_ptr() != b.data_ptr()
@@ -930,8 +936,7 @@ def _masked_arguments(a, sfa, b, sfb, d2, masked_m, expected_m, config=None) -> 
     a2, b2 = _rows_2d(a), _rows_2d(b)
     sfa_in, sfb_in, masked_in = sfa, sfb, masked_m
     sfa, sfa_ld = _sfa_masked_for_tma(sfa, m_max)
-    if sfb.dtype != torch.float32 or not sfb.is_contiguous():
-        sfb = sfb.float().contiguous()
+    sfb = _sfb_for_kernel(sfb)
     if masked_m.dtype != torch.int32 or not masked_m.is_contiguous():
         masked_m = masked_m.to(torch.int32).contiguous()
     cfg, fn = plan_grouped(GEMM_GROUPED_MASKED, m_max, n, k, num_groups, int(expected_m), 0, d2.device.index,
@@ -964,12 +969,10 @@ def heads_packed_layouts(a: torch.Tensor, d: torch.Tensor, c: Optional[torch.Ten
 def heads_packed_config(batch: int, n: int, r: int, heads: int, num_sms: int, out_fp32: bool = False,
                         has_c: bool = False) -> Fp8GemmConfig:
     """The configuration of fp8_einsum's heads-packed launch: the masked plan's tile for these
-    groups (b rows each), with direct stores, and no wider than d (as the model's; a tuned entry
-    could be: columns past d would only read the next head's B rows)."""
+    groups (b rows each), with direct stores."""
     base = select_grouped_config(GEMM_GROUPED_MASKED, batch, n, r, heads, num_sms, batch, 0)
-    block_n = min(base.block_n, align(n, 16))
     cfg = make_grouped_config(GEMM_GROUPED_MASKED, batch, n, r, heads, num_sms, batch, 0, base.block_m,
-                              block_n, base.num_stages, base.num_multicast, False)
+                              base.block_n, base.num_stages, base.num_multicast, False)
     return dataclasses.replace(cfg, heads_packed=True, l2_promotion=base.l2_promotion, out_fp32=out_fp32,
                                has_c=has_c)
 
@@ -995,7 +998,9 @@ _ALL_ROWS: dict[int, torch.Tensor] = {}
 _ALL_ROWS_KEEP: list[torch.Tensor] = []
 
 
-def _all_rows(heads: int, device: torch.device) -> torch.Tensor:
+def all_rows(heads: int, device: torch.device) -> torch.Tensor:
+    """int32 [>= heads] of INT32_MAX on `device`: the masked kernel's masked_m of groups that are
+    all full (fp8_einsum's heads; slice [:heads] for a [G] argument)."""
     if _is_capturing():
         return torch.full((heads,), 2 ** 31 - 1, dtype=torch.int32, device=device)
     t = _ALL_ROWS.get(device.index)
@@ -1023,8 +1028,7 @@ def fp8_einsum_heads_packed(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor,
     cfg, fn = plan_heads_packed(batch, n, r, heads, d.device.index, out_fp32, c is not None)
     sfa_t, sfa_ld = _sfa_masked_for_tma(sfa.permute(1, 0, 2), batch)
     b2 = _rows_2d(b)
-    if sfb.dtype != torch.float32 or not sfb.is_contiguous():
-        sfb = sfb.float().contiguous()
+    sfb = _sfb_for_kernel(sfb)
     lda = a.stride(0) if batch > 1 else heads * r  # a one-row view's pitch is never stepped over
     ldd = d.stride(0) if batch > 1 else heads * n
     _get_launcher()
@@ -1032,7 +1036,7 @@ def fp8_einsum_heads_packed(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor,
                                 None if c is None else c.data_ptr(), None, None, batch, n, r, lda,
                                 _row_pitch(b2, r, 16), ldd, sfa_ld, cfg.block_m, cfg.block_n, 1, cfg.num_multicast,
                                 1 if cfg.multicast_on_a else 0, int(out_fp32), 0, cfg.grid,
-                                cfg.smem_bytes, GEMM_GROUPED_MASKED, _all_rows(heads, d.device).data_ptr(), heads,
+                                cfg.smem_bytes, GEMM_GROUPED_MASKED, all_rows(heads, d.device).data_ptr(), heads,
                                 l2_promotion_arg(cfg.l2_promotion), _get_raw_stream(d.device.index))
     if rc != 0:
         raise RuntimeError(f"finegemm: sm90_fp8_gemm heads-packed launch failed (b={batch}, h={heads}, r={r}, "
