@@ -332,10 +332,10 @@ class _FakeOps(types.ModuleType):
             raise AssertionError("the CUDA op was called for CPU tensors")
         self.calls.append(("contiguous",) + args + (checked_ids,))
 
-    def m_grouped_fp8_gemm_nt_contiguous_layout_checked(self, *args):
+    def m_grouped_fp8_gemm_nt_contiguous_layout_checked(self, *args, psum=False):
         if self.fail_if_called:
             raise AssertionError("the CUDA op was called for CPU tensors")
-        self.calls.append(("contiguous_layout_checked",) + args)
+        self.calls.append(("contiguous_psum_checked" if psum else "contiguous_layout_checked",) + args)
 
     def m_grouped_fp8_gemm_nt_masked(self, *args):
         if self.fail_if_called:
@@ -347,7 +347,7 @@ class _FakeOps(types.ModuleType):
     def prepare_m_grouped_contiguous(self, *args):
         return None
 
-    def prepare_m_grouped_contiguous_layout_checked(self, *args):
+    def prepare_m_grouped_contiguous_layout_checked(self, *args, psum=False):
         return None
 
     def prepare_m_grouped_masked(self, *args):
@@ -844,14 +844,15 @@ def test_grouped_prepared_contiguous_routing(fake_cuda, monkeypatch, preparable,
 def test_grouped_prepared_in_gemm_routing(fake_cuda, monkeypatch, family):
     """The shipped contiguous path on faked CUDA: a plain layout's PreparedContiguous is made with
     in_kernel=True and its stream entry is the GEMM that checks the caller's layout itself (prepared
-    on grouped_layout, not on check ids; no check kernel); a psum layout keeps the two launches."""
+    on grouped_layout, not on check ids; no check kernel); a psum layout keeps the two launches while
+    its in-GEMM path is gated, and FP8 takes the GEMM reading the ends with the gate open."""
     from finegemm.ops import contiguous_layout
     from finegemm.ops import sm90_bf16_gemm as bf16_ops
 
     monkeypatch.delenv("FINEGEMM_ENABLE_UNVALIDATED", raising=False)
     assert contiguous_layout.IN_KERNEL_CAPABILITIES[family] not in _validate.UNVALIDATED_ON_GPU
     _spy_fast_path(monkeypatch, family, "contiguous")
-    made, checked_args = [], []
+    made, checked_args, psums = [], [], []
 
     class FakePrepared:
         def __init__(self, fn, gl, m, g, psum, alignment, in_kernel=False):
@@ -866,8 +867,9 @@ def test_grouped_prepared_in_gemm_routing(fake_cuda, monkeypatch, family):
         def __call__(self):
             return True
 
-    def prepare_checked(*args):
+    def prepare_checked(*args, **kw):
         checked_args.append(args)
+        psums.append(kw.get("psum", False))
         return "gemm"
 
     monkeypatch.setattr(contiguous_layout, "can_prepare", lambda index: True)
@@ -888,6 +890,15 @@ def test_grouped_prepared_in_gemm_routing(fake_cuda, monkeypatch, family):
     call(a, b, d, ends, use_psum_layout=True)
     assert made[-1] == (True, False) and len(checked_args) == 1
     assert not fake_cuda.layout_calls
+    assert contiguous_layout.IN_KERNEL_PSUM_CAPABILITIES["fp8"] in _validate.UNVALIDATED_ON_GPU  # gated
+    monkeypatch.setenv("FINEGEMM_ENABLE_UNVALIDATED", "1")
+    ends2 = ends.clone()  # a new fast-path key
+    call(a, b, d, ends2, use_psum_layout=True)
+    if family == "fp8":
+        assert made[-1] == (True, True) and len(checked_args) == 2 and psums == [False, True]
+        assert checked_args[-1][-2] is ends2
+    else:  # the BF16 family has no GEMM reading psum ends: the check kernel still
+        assert made[-1] == (True, False) and len(checked_args) == 1
 
 
 @pytest.mark.parametrize("family", ["fp8", "bf16"])
@@ -997,5 +1008,6 @@ def test_every_built_kernel_is_validated():
     passed on the H200 on 2026-12-05). A path built later is listed until its suite runs, and has
     a fallback (so the calls it serves work meanwhile)."""
     from finegemm.api import _validate
-    assert set(_validate.UNVALIDATED_ON_GPU) == {"fp8_einsum_heads_packed"}  # built 2026-12-05, no GPU yet
+    # Built 2026-12-05 without a GPU: fp8_einsum's heads-packed kernel, the FP8 GEMM reading psum ends.
+    assert set(_validate.UNVALIDATED_ON_GPU) == {"fp8_einsum_heads_packed", "fp8_contiguous_psum_in_gemm"}
     assert set(_validate.UNVALIDATED_ON_GPU) <= set(_validate.FALLBACK_CAPABILITIES)

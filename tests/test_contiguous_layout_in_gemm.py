@@ -3,7 +3,9 @@ themselves (one launch per call; scheduler/contiguous_layout_check.cuh, the kern
 against the Python ones, a model of the warp-per-CTA algorithm against the host validator, the
 rendered source, the routing behind the gate, and with nvcc: every contiguous tile compiles
 spill-free with the check, its consumers' k-loops unchanged (the host launcher's refusals:
-tests/test_fp8_kernel_compile.py).
+tests/test_fp8_kernel_compile.py). The same for the FP8 GEMM reading a psum layout's ends itself
+(kPsumLayout: models of the walkers' search and of CTA 0's check against the reference expansion
+and the host validator).
 The kernel itself runs in tests/gpu/test_contiguous_layout_gpu.py.
 """
 from __future__ import annotations
@@ -37,6 +39,109 @@ def test_header_constants_mirror_python():
     assert const("kLayoutMisaligned") == _v.LAYOUT_MISALIGNED
     assert const("kLayoutSplit") == _v.LAYOUT_SPLIT
     assert const("kLayoutScratchHead") == cl._SCRATCH_HEAD
+    assert const("kLayoutPsumNegative") == _v.LAYOUT_PSUM_NEGATIVE
+    assert const("kLayoutPsumDecreasing") == _v.LAYOUT_PSUM_DECREASING
+    assert const("kLayoutPsumPastM") == _v.LAYOUT_PSUM_PAST_M
+    assert const("kLayoutPsumGap") == _v.LAYOUT_PSUM_GAP
+
+
+def psum_group_model(ends: list[int], m0: int, align_log2: int) -> int:
+    """scheduler::TileWalker::psum_group step for step (32-bit ints): the group of the tile whose
+    first row is m0, or G where m0 lies in no group."""
+    g = len(ends)
+    lo, step = 0, (1 << (g.bit_length() - 1)) if g else 0
+    while step:
+        probe = lo + step
+        end = ends[min(probe, g) - 1]
+        lo = probe if probe <= g and end <= m0 else lo
+        step >>= 1
+    prev = 0 if lo == 0 else ends[lo - 1]
+    mask = (1 << align_log2) - 1
+    start = 0 if prev <= 0 else ((prev % 2**32) + mask) & ~mask & 0xFFFFFFFF
+    return lo if lo < g and m0 >= start else g
+
+
+def psum_tile_rows_model(ends: list[int], m: int, block_m: int, align_log2: int) -> list[int]:
+    """The group id each row of D gets from the psum GEMM's walkers and epilogue: per tile, the
+    walker's group (or skip), and the epilogue pads rows at or past that group's end."""
+    g = len(ends)
+    out = []
+    for m0 in range(0, m, block_m):
+        grp = psum_group_model(ends, m0, align_log2)
+        skip = grp >= g
+        assert 0 <= grp <= g  # the GEMM never reads weights of a group it does not have
+        end = 0 if skip else ends[grp]
+        out += [-1 if (skip or row >= end) else grp for row in range(m0, min(m0 + block_m, m))]
+    return out
+
+
+def psum_check_model(ends: list[int], m: int, alignment: int):
+    """scheduler::check_psum_layout_warp: lanes stride over the ends (minimum, first decreasing
+    index, first index ending in the gap), then lane 0 reports the first broken rule."""
+    g = len(ends)
+    if g == 0:
+        return None
+    lo, dec, gap = INT_MAX, None, None
+    for i in range(g):
+        lo = min(lo, ends[i])
+        if i > 0:
+            prev = ends[i - 1]
+            if ends[i] < prev and dec is None:
+                dec = i
+            # C++ (prev + step - 1) / step * step in 64 bits, truncating toward zero (a negative prev
+            # never reaches the gap rule: the negative rule comes first)
+            x = prev + alignment - 1
+            start = (abs(x) // alignment) * alignment * (1 if x >= 0 else -1)
+            if ends[i] != prev and ends[i] < start and gap is None:
+                gap = i
+    if lo < 0:
+        return (_v.LAYOUT_PSUM_NEGATIVE, lo, 0, 0)
+    if dec is not None:
+        return (_v.LAYOUT_PSUM_DECREASING, dec, ends[dec - 1], ends[dec])
+    if ends[-1] > m:
+        return (_v.LAYOUT_PSUM_PAST_M, ends[-1], 0, 0)
+    if gap is not None:
+        return (_v.LAYOUT_PSUM_GAP, gap, ends[gap - 1], ends[gap])
+    return None
+
+
+@pytest.mark.parametrize("alignment", [64, 128])
+def test_psum_models_match_the_reference_and_the_host_validator(alignment):
+    """On random valid and broken psum layouts: CTA 0's check reports the host validator's first
+    broken rule with its details; on valid ones the rows the walkers and the epilogue give every
+    group (and the zeros of gaps and rows past the last end) are the reference expansion's, for
+    every block_m that divides the alignment; on broken ones no group outside [0, G) is read."""
+    from finegemm.reference._common import psum_layout_to_group_ids
+
+    rng = random.Random(7 * alignment)
+    broken = 0
+    for trial in range(500):
+        values, m, g = random_layout(rng, alignment, psum=True)
+        if trial % 7 == 0:  # wide values: the 32-bit arithmetic at its limits
+            values[rng.randrange(g)] = rng.choice([INT_MAX, INT_MAX - 5, INT_MIN, 2**30 + 1])
+        want = _v.grouped_layout_violation(torch.tensor(values, dtype=torch.int64), m, g, True, alignment)
+        assert psum_check_model(values, m, alignment) == want, (values, m, g)
+        broken += want is not None
+        for block_m in (64, 128):
+            if block_m > alignment or m == 0:
+                continue
+            rows = psum_tile_rows_model(values, m, block_m, alignment.bit_length() - 1)
+            if want is None:
+                assert rows == psum_layout_to_group_ids(torch.tensor(values), m, alignment).tolist(), (values, m)
+    assert broken > 100
+
+
+def test_psum_group_model_mirrors_the_header():
+    """The model above is the header's function: the same steps, in the same order (a guard
+    against the two drifting apart silently)."""
+    text = Path(__file__).resolve().parents[1].joinpath("finegemm/include/finegemm/scheduler/persistent.cuh").read_text()
+    body = text[text.index("uint32_t psum_group(uint32_t m0) const {"):]
+    body = body[:body.index("\n  }\n")]
+    for piece in ("1u << (31 - __clz(num_groups))", "const uint32_t probe = lo + step;",
+                  "__ldg(grouped + (probe < num_groups ? probe : num_groups) - 1)",
+                  "lo = (probe <= num_groups && end <= row) ? probe : lo;",
+                  "(static_cast<uint32_t>(prev) + mask) & ~mask", "(lo < num_groups && m0 >= start) ? lo : num_groups"):
+        assert piece in body, piece
 
 
 def in_kernel_model(layout: list[int], m: int, g: int, alignment: int, grid: int):
@@ -113,6 +218,20 @@ def test_layout_check_render_rules():
                                                   base.num_multicast, base.multicast_on_a, base.half_promote,
                                                   base.tma_store, GEMM_GROUPED_CONTIGUOUS, k_batch=base.k_batch,
                                                   layout_check=True)
+    # The psum twin: one more template argument (kPsumLayout), its own name and key, the same grid.
+    psum_src = ops.render(128, 128, 5, False, False, False, 2, True, False, True, GEMM_GROUPED_CONTIGUOUS,
+                          layout_check=True, psum_layout=True)
+    assert ", 1, false, 1, false, 1, 0, 0, 0, true, false, true>(" in psum_src
+    assert psum_src.replace(", false, true>(", ">(") == src
+    with pytest.raises(ValueError, match="psum_layout"):
+        ops.render(128, 128, 5, False, False, False, gemm_kind=GEMM_GROUPED_CONTIGUOUS, psum_layout=True)
+    psum_cfg = dataclasses.replace(base, layout_check=True, psum_layout=True)
+    assert ops._kernel_name(psum_cfg) == ops._kernel_name(base) + "_lchk_psum"
+    assert psum_cfg.kernel_key() != checked.kernel_key() and psum_cfg.grid == base.grid
+    assert ops._render_cfg(psum_cfg) == ops.render(base.block_m, base.block_n, base.num_stages, False, False, False,
+                                                   base.num_multicast, base.multicast_on_a, base.half_promote,
+                                                   base.tma_store, GEMM_GROUPED_CONTIGUOUS, k_batch=base.k_batch,
+                                                   layout_check=True, psum_layout=True)
 
 
 def test_bf16_layout_check_render_rules():
@@ -193,6 +312,38 @@ def test_layout_checked_tiles_compile_clean():
             assert abs(len(loop) - len(loop_twin)) <= 3, (twin["label"], len(loop), len(loop_twin))
 
 
+@pytest.mark.nvcc
+def test_psum_tiles_compile_clean():
+    """Every FP8 contiguous tile reading psum ends compiles spill-free, and its consumers' k-loops are
+    the plain checked twin's (the search is branch-free, in 32 bits: with 64-bit alignment arithmetic
+    the bm64 loops lost their uniform-datapath addressing, +16 instructions per k-block)."""
+    from finegemm import jit
+    from sass_tools import sass, wgmma_k_loops
+
+    tiles = [(label, src) for label, src, _ in _contiguous_tiles() if label.startswith("bm")]  # the FP8 ones
+    jobs = [(f"{label}_lchk_psum", src.replace(", true>(", ", true, false, true>(", 1)) for label, src in tiles]
+    assert all(", true, false, true>(" in src for _, src in jobs)
+    reports = jit.compile_check(jobs, raise_on_failure=False)
+    bad = [(r["label"], r["reasons"]) for r in reports if not r["ok"]]
+    assert len(reports) == len(jobs) and not bad, bad
+    sample = tiles[:: max(1, len(tiles) // 12)]
+    twins = jit.compile_check([(f"{label}_lchk", src) for label, src in sample], raise_on_failure=False)
+    psum = {r["label"]: r for r in reports}
+    for twin in twins:
+        text_twin = sass(str(twin["cubin"]))
+        if text_twin is None:
+            pytest.skip("no cuobjdump")
+        loops = wgmma_k_loops(sass(str(psum[twin["label"] + "_psum"]["cubin"])))
+        loops_twin = wgmma_k_loops(text_twin)
+        assert loops and len(loops) == len(loops_twin), twin["label"]
+        for loop, loop_twin in zip(loops, loops_twin):
+            for op in ("QGMMA", "SYNCS", "BAR", "WARPGROUP"):
+                assert sum(op in i for i in loop) == sum(op in i for i in loop_twin), (twin["label"], op)
+            # Not longer (a few of register allocation's moves aside); shorter happens: ptxas kept
+            # bm64 bn16's stage base in a uniform register here and re-derived it in the plain twin.
+            assert len(loop) <= len(loop_twin) + 3, (twin["label"], len(loop), len(loop_twin))
+
+
 def _gate(monkeypatch, family: str, closed: bool) -> None:
     """List the family's in-GEMM check capability as unvalidated (closed) or not (the shipped state)."""
     monkeypatch.delenv(_v.ENABLE_UNVALIDATED_ENV, raising=False)
@@ -204,10 +355,21 @@ def _gate(monkeypatch, family: str, closed: bool) -> None:
 
 
 def test_in_gemm_check_is_shipped_validated():
-    """Both families' in-GEMM layout checks passed their GPU suite: plain layouts take them by default."""
+    """Both families' in-GEMM layout checks passed their GPU suite: plain layouts take them by default.
+    psum layouts keep the check kernel: BF16 has no GEMM reading the ends, FP8's is gated until its
+    GPU suite runs (and opens with FINEGEMM_ENABLE_UNVALIDATED=1)."""
     for family in ("fp8", "bf16"):
         assert cl.IN_KERNEL_CAPABILITIES[family] not in _v.UNVALIDATED_ON_GPU
         assert cl.checks_in_kernel(family, False) and not cl.checks_in_kernel(family, True)
+    assert set(cl.IN_KERNEL_PSUM_CAPABILITIES) == {"fp8"}
+    assert set(cl.IN_KERNEL_PSUM_CAPABILITIES.values()) <= set(_v.UNVALIDATED_ON_GPU) & set(_v.FALLBACK_CAPABILITIES)
+
+
+def test_unvalidated_opens_the_psum_gemm(monkeypatch):
+    monkeypatch.setenv(_v.ENABLE_UNVALIDATED_ENV, "1")
+    assert cl.checks_in_kernel("fp8", True) and not cl.checks_in_kernel("bf16", True)
+    monkeypatch.setenv(_v.DISABLE_PATHS_ENV, "fp8_contiguous_psum_in_gemm")
+    assert not cl.checks_in_kernel("fp8", True) and cl.checks_in_kernel("fp8", False)
 
 
 def test_api_routes_plain_layouts_to_the_checking_gemm_behind_the_gate(monkeypatch):
@@ -255,6 +417,17 @@ def test_api_routes_plain_layouts_to_the_checking_gemm_behind_the_gate(monkeypat
     assert len(layout_calls) == 1 and len(checks) == 2
     finegemm.m_grouped_fp8_gemm_nt_contiguous(a, b, d, ends, use_psum_layout=True)  # psum: the check kernel
     assert fake.calls[-1][0] == "contiguous" and layout_calls[-1] == ("m_grouped_fp8_gemm_nt_contiguous", True)
+    # The GEMM reading the ends itself (gated until its GPU suite passes): opened, one launch on the ends.
+    psum_cap = cl.IN_KERNEL_PSUM_CAPABILITIES["fp8"]
+    assert psum_cap in _v.UNVALIDATED_ON_GPU
+    monkeypatch.delitem(_v.UNVALIDATED_ON_GPU, psum_cap)
+    fresh()
+    n_layout = len(layout_calls)
+    finegemm.m_grouped_fp8_gemm_nt_contiguous(a, b, d, ends, use_psum_layout=True)
+    kind, A_, _, B_, _, d_, gl_, check_ = fake.calls[-1]
+    assert kind == "contiguous_psum_checked" and gl_ is ends and check_ == (1, 2, 3) and A_ is a[0] and d_ is d
+    assert len(layout_calls) == n_layout and checks[-1] == ("m_grouped_fp8_gemm_nt_contiguous", M, G, 128)
+    monkeypatch.setitem(_v.UNVALIDATED_ON_GPU, psum_cap, ("x", "#4", "tests/gpu/test_contiguous_layout_gpu.py"))
     rec = (ctypes.c_int32 * 8)()
     monkeypatch.setattr(cl, "_record", rec)
     rec[1], rec[2], rec[3], rec[5], rec[6], rec[7] = cl._function_id("x"), -7, 3, G, 128, M
@@ -308,15 +481,18 @@ def test_bf16_api_routes_plain_layouts_to_the_checking_gemm_behind_the_gate(monk
 def test_prepared_contiguous_in_kernel_entries(monkeypatch):
     """PreparedContiguous for a GEMM that checks the layout itself: no check plan (its kernel is
     never loaded), an entry per stream holding the GEMM prepared on that stream's check buffers,
-    and a call launches the GEMM alone; psum layouts are refused."""
+    and a call launches the GEMM alone (a psum layout's too: the FP8 GEMM reading the ends)."""
     stream = [11]
     monkeypatch.setattr(cl, "_Plan", lambda *args: pytest.fail("the standalone check was planned"))
     monkeypatch.setattr(cl, "raw_stream", lambda index: stream[0])
     monkeypatch.setattr(cl, "can_prepare", lambda index: True)
     monkeypatch.setattr(cl, "in_kernel_check", lambda fn, m, g, al, capturing=None: (1000 + stream[0], 5, al))
     layout = torch.zeros(256, dtype=torch.int32)
-    with pytest.raises(ValueError, match="plain layouts only"):
-        cl.PreparedContiguous("f", layout, 256, 4, True, 128, in_kernel=True)
+    psum_call = cl.PreparedContiguous("f", torch.tensor([0, 100, 200, 256], dtype=torch.int32), 256, 4, True, 128,
+                                      in_kernel=True)
+    psum_launches = []
+    assert psum_call.add_stream(None, lambda check: lambda: psum_launches.append(check)) and psum_call()
+    assert psum_launches == [(1011, 5, 128)]
     call = cl.PreparedContiguous("f", layout, 256, 4, False, 128, in_kernel=True)
     launches = []
     assert not call.add_stream(lambda ids: pytest.fail("the ids GEMM was prepared"))  # no checked preparer

@@ -789,12 +789,13 @@ def test_1d1d_configs():
             assert 2 <= cfg.num_stages <= max_stages(cfg.block_m, cfg.block_n, cfg.tma_store, True, cap=16)
             assert cfg.smem_bytes == smem_bytes(cfg.block_m, cfg.block_n, cfg.num_stages, cfg.tma_store,
                                                 True) <= SMEM_LIMIT
-            # (..., one_d_one_d, k_batch, c_stage, two-CTA build, head splits, layout check)
-            assert cfg.kernel_key()[-6] is True
-            assert cfg.kernel_key()[-4] is cfg.c_stage is False  # the model never stages C (tables do)
-            assert cfg.kernel_key()[-3] is False and cfg.ctas_per_sm == 1  # nor runs two CTAs per SM
-            assert cfg.kernel_key()[-2] == (0, 0, 0)  # a plain D
-            assert cfg.kernel_key()[-1] is False  # a dense kind: no grouped layout
+            # (..., one_d_one_d, k_batch, c_stage, two-CTA build, head splits, layout check, heads packed,
+            # psum layout)
+            assert cfg.kernel_key()[-8] is True
+            assert cfg.kernel_key()[-6] is cfg.c_stage is False  # the model never stages C (tables do)
+            assert cfg.kernel_key()[-5] is False and cfg.ctas_per_sm == 1  # nor runs two CTAs per SM
+            assert cfg.kernel_key()[-4] == (0, 0, 0)  # a plain D
+            assert cfg.kernel_key()[-3:] == (False, False, False)  # a dense kind: no grouped layout, no heads
             assert not (cfg.split_k and cfg.num_multicast == 2)
     # Per stage: block_n fp32 padded to 128 bytes in place of 1D2D's 16-byte B-scale slot.
     assert smem_bytes(128, 144, 4, False, True) - smem_bytes(128, 144, 4) == 4 * (640 - 16)

@@ -674,6 +674,8 @@ UNVALIDATED_ON_GPU: dict[str, tuple[str, str, str]] = {
     # (H200, 2026-12-05: 2026-12-05_h200_pending_gpu_tests_0ea216f.log, _gpu_tests_6e678d3.log).
     "fp8_einsum_heads_packed": ("fp8_einsum's masked kernel reading A [b, h*r] and writing d [b, h*d] in place",
                                 "3", "tests/gpu/test_deepgemm_extras_gpu.py"),
+    "fp8_contiguous_psum_in_gemm": ("the FP8 m-grouped contiguous GEMM reading and checking a psum layout itself",
+                                    "4", "tests/gpu/test_contiguous_layout_gpu.py"),
 }
 ENABLE_UNVALIDATED_ENV = "FINEGEMM_ENABLE_UNVALIDATED"
 
@@ -687,6 +689,8 @@ FALLBACK_CAPABILITIES = {
     "bf16_contiguous_layout_in_gemm": "the BF16 contiguous calls run the layout-check kernel, then the GEMM on its ids",
     "fp8_einsum_heads_packed": "fp8_einsum (bf16 d) copies A head-major, runs the masked GEMM into a scratch, copies "
                                "it into d",
+    "fp8_contiguous_psum_in_gemm": "the FP8 contiguous calls with use_psum_layout run the layout-check kernel (the ends "
+                                   "into per-row ids), then the GEMM on its ids",
 }
 DISABLE_PATHS_ENV = "FINEGEMM_DISABLE_PATHS"
 

@@ -94,7 +94,7 @@ def _m_grouped_contiguous(fn: str, b_kn: bool, a: object, b: object, d: object, 
         if contiguous_layout.checks_in_kernel("fp8", flags[3]):
             def prepare_checked(check):
                 return sm90_fp8_gemm.prepare_m_grouped_contiguous_layout_checked(A, sfa, B, sfb, d, grouped_layout,
-                                                                                 check)
+                                                                                 check, psum=flags[3])
         return contiguous_layout.run_prepared(
             fn, prepared, grouped_layout, A.shape[0], B.shape[0], flags[3],
             lambda ids: sm90_fp8_gemm.prepare_m_grouped_contiguous(A, sfa, B, sfb, d, ids), prepare_checked)
@@ -106,14 +106,14 @@ def _m_grouped_contiguous(fn: str, b_kn: bool, a: object, b: object, d: object, 
 def _launch_contiguous(fn: str, b_kn: bool, A: torch.Tensor, sfa: torch.Tensor, B: torch.Tensor, sfb: torch.Tensor,
                        d: torch.Tensor, grouped_layout: torch.Tensor, use_psum_layout: bool) -> None:
     """A validated CUDA call, one-shot: the layout checked on the GPU (ops/contiguous_layout.py),
-    then the GEMM; or one launch of a GEMM that checks a plain layout itself."""
+    then the GEMM; or one launch of a GEMM that checks the layout itself (plain; psum behind its gate)."""
     from finegemm.ops import contiguous_layout, sm90_fp8_gemm  # lazy: the CUDA stack is only needed for CUDA
 
     M, G = A.shape[0], B.shape[0]
     alignment = quant.get_mk_alignment_for_contiguous_layout()
     in_gemm = contiguous_layout.checks_in_kernel("fp8", use_psum_layout)
     if in_gemm:
-        check = contiguous_layout.api_in_kernel_check(fn, M, G, alignment)
+        check = contiguous_layout.api_in_kernel_check(fn, M, G, alignment, use_psum_layout)
     else:
         ids = contiguous_layout.api_group_ids(fn, grouped_layout, M, G, use_psum_layout, alignment)
     # The K-major (nt) views of an nn B and its scales.
@@ -131,7 +131,8 @@ def _launch_contiguous(fn: str, b_kn: bool, A: torch.Tensor, sfa: torch.Tensor, 
         if B_nk.data_ptr() % 16 != 0:
             B_nk = B_nk.clone()
     if in_gemm:
-        sm90_fp8_gemm.m_grouped_fp8_gemm_nt_contiguous_layout_checked(A, sfa, B_nk, sfb_nk, d, grouped_layout, check)
+        sm90_fp8_gemm.m_grouped_fp8_gemm_nt_contiguous_layout_checked(A, sfa, B_nk, sfb_nk, d, grouped_layout, check,
+                                                                      psum=use_psum_layout)
     else:
         sm90_fp8_gemm.m_grouped_fp8_gemm_nt_contiguous(A, sfa, B_nk, sfb_nk, d, ids, checked_ids=True)
 

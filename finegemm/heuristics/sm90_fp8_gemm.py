@@ -219,6 +219,9 @@ class Fp8GemmConfig:
     # masked kind: A [M, G*K] and D [M, G*N] with group g at columns g*K / g*N (fp8_einsum
     # "bhr,hdr->bhd" with the heads as groups, no copies); direct stores
     heads_packed: bool = False
+    # with layout_check: the caller's grouped_layout is a psum layout (int32 [G] cumulative row
+    # ends), read by the kernel's tile walkers and checked by CTA 0's spare warp
+    psum_layout: bool = False
 
     @property
     def split_k(self) -> bool:
@@ -240,7 +243,8 @@ class Fp8GemmConfig:
                 self.num_multicast, self.multicast_on_a, self.half_promote, self.tma_store, self.gemm_kind,
                 self.one_d_one_d, self.k_batch, self.c_stage,
                 # recipe (1, 1, 128) builds two-CTA tiles with their own register split (kCtasPerSm)
-                self.one_d_one_d and self.ctas_per_sm == 2, self.head_splits, self.layout_check)
+                self.one_d_one_d and self.ctas_per_sm == 2, self.head_splits, self.layout_check, self.heads_packed,
+                self.psum_layout)
 
 
 def num_threads(block_m: int) -> int:

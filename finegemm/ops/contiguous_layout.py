@@ -42,7 +42,7 @@ from finegemm.ops._runtime import SplitKWorkspace, is_capturing, launch_driver, 
 
 __all__ = ["render_contiguous_layout", "checked_group_ids", "check_pending", "check_errors", "MAX_GROUPS",
            "MAX_ROWS", "PreparedContiguous", "run_prepared", "can_prepare", "check_cuda_limits", "in_kernel_check",
-           "IN_KERNEL_CAPABILITIES", "checks_in_kernel", "api_in_kernel_check"]
+           "IN_KERNEL_CAPABILITIES", "IN_KERNEL_PSUM_CAPABILITIES", "checks_in_kernel", "api_in_kernel_check"]
 
 THREADS = 1024
 ROWS_PER_CTA = 4 * THREADS  # rows per CTA and step (4 per thread: one 16-byte load)
@@ -54,6 +54,9 @@ _SCRATCH_HEAD = 4  # the scratch words before the runs per group (see the kernel
 # capability per family (validated on the H200; listing one in api/_validate.UNVALIDATED_ON_GPU
 # sends its calls back to the check kernel and the GEMM on its ids).
 IN_KERNEL_CAPABILITIES = {"fp8": "fp8_contiguous_layout_in_gemm", "bf16": "bf16_contiguous_layout_in_gemm"}
+# The GEMMs reading a psum layout's ends themselves (the FP8 kernel's kPsumLayout: the tile walkers
+# search the ends, CTA 0's spare warp checks their rules); the BF16 family keeps the check kernel.
+IN_KERNEL_PSUM_CAPABILITIES = {"fp8": "fp8_contiguous_psum_in_gemm"}
 _RECORD_INTS = 8  # [code, function, a, b, c, G, alignment, M]
 
 _SOURCE = """\
@@ -401,24 +404,29 @@ def checked_group_ids(fn: str, grouped_layout: torch.Tensor, m: int, num_groups:
 
 
 def checks_in_kernel(family: str, use_psum_layout: bool) -> bool:
-    """Whether a call of the family ("fp8", "bf16") runs the GEMM that checks its layout itself: a
-    plain layout, and the capability not gated (api/_validate.gpu_validated)."""
-    return not use_psum_layout and _v.gpu_validated(IN_KERNEL_CAPABILITIES[family])
+    """Whether a call of the family ("fp8", "bf16") runs the GEMM that checks its layout itself:
+    the family has such a GEMM for the layout's form (plain, psum), and the capability is not gated
+    (api/_validate.gpu_validated)."""
+    caps = IN_KERNEL_PSUM_CAPABILITIES if use_psum_layout else IN_KERNEL_CAPABILITIES
+    cap = caps.get(family)
+    return cap is not None and _v.gpu_validated(cap)
 
 
-def api_in_kernel_check(fn: str, m: int, num_groups: int, alignment: int) -> tuple[int, int, int]:
+def api_in_kernel_check(fn: str, m: int, num_groups: int, alignment: int,
+                        use_psum_layout: bool = False) -> tuple[int, int, int]:
     """The contiguous API's one-shot step for a GEMM that checks the layout itself (M > 0): raise
     what an earlier call's check recorded, the CUDA limits, then in_kernel_check's tuple."""
     check_pending(fn)
-    check_cuda_limits(fn, m, num_groups, False)
+    check_cuda_limits(fn, m, num_groups, use_psum_layout)
     return in_kernel_check(fn, m, num_groups, alignment)
 
 
 def in_kernel_check(fn: str, m: int, num_groups: int, alignment: int,
                     capturing: Optional[bool] = None) -> tuple[int, int, int]:
-    """(scratch, record, layout_info) of a GEMM that checks a plain layout of m rows and num_groups
-    groups itself, on the current stream (a graph capture gets scratch of its own): the launcher's
-    last three arguments (scheduler/contiguous_layout_check.cuh). alignment: a power of two."""
+    """(scratch, record, layout_info) of a GEMM that checks a layout of m rows and num_groups groups
+    itself, on the current stream (a graph capture gets scratch of its own): the launcher's last
+    three arguments (scheduler/contiguous_layout_check.cuh; a psum check uses only the record and
+    layout_info). alignment: a power of two."""
     if alignment <= 0 or alignment & (alignment - 1):
         raise ValueError(f"{fn}: the mk alignment must be a power of two, got {alignment}")
     _, record = _record_buffer()
@@ -433,9 +441,9 @@ def run_prepared(fn: str, prepared: Optional["PreparedContiguous"], grouped_layo
                  num_groups: int, use_psum_layout: bool, prepare_gemm, prepare_checked=None) -> object:
     """A validated call (M, N, K, G > 0) run through `prepared` (or a new PreparedContiguous) given an
     entry for the current stream here, the GEMM's launch made by prepare_gemm(ids) (None where it
-    cannot be prepared). prepare_checked(check): the launch of a GEMM that checks a plain layout
-    itself (in_kernel_check's tuple), or None; a new PreparedContiguous takes it for a plain layout,
-    and a kept one keeps the kind it was made with. Returns the PreparedContiguous that ran it;
+    cannot be prepared). prepare_checked(check): the launch of a GEMM that checks the layout itself
+    (in_kernel_check's tuple; the caller passes one where checks_in_kernel holds), or None; a new
+    PreparedContiguous takes it, and a kept one keeps the kind it was made with. Returns the PreparedContiguous that ran it;
     _v.ONE_SHOT (nothing launched) where the GEMM cannot be prepared; None (nothing launched) where
     no entry can be added now (graph capture, another current device). ValidatedCalls.run_kept's
     `prepare`."""
@@ -447,7 +455,7 @@ def run_prepared(fn: str, prepared: Optional["PreparedContiguous"], grouped_layo
     if prepared is None:
         prepared = PreparedContiguous(fn, grouped_layout, m, num_groups, use_psum_layout,
                                       quant.get_mk_alignment_for_contiguous_layout(),
-                                      in_kernel=prepare_checked is not None and not use_psum_layout)
+                                      in_kernel=prepare_checked is not None)
     if not prepared.add_stream(prepare_gemm, prepare_checked):
         return _v.ONE_SHOT
     if not prepared():
@@ -464,7 +472,7 @@ def can_prepare(device_index: int) -> bool:
 class PreparedContiguous:
     """A validated m-grouped contiguous call on CUDA, prepared per stream (the API's host fast
     path): the layout check into the stream's ids buffer, then the GEMM's prepared launch reading
-    those ids; or (in_kernel: a plain layout, a GEMM that checks it itself) the GEMM's launch alone,
+    those ids; or (in_kernel: a GEMM that checks the layout itself) the GEMM's launch alone,
     with the stream's check scratch. Holds addresses, not the caller's tensors (the fast-path key
     pins every address, shape and stride).
 
@@ -483,8 +491,6 @@ class PreparedContiguous:
 
     def __init__(self, fn: str, grouped_layout: torch.Tensor, m: int, num_groups: int, use_psum_layout: bool,
                  alignment: int, in_kernel: bool = False) -> None:
-        if in_kernel and use_psum_layout:
-            raise ValueError(f"{fn}: the GEMM checks plain layouts only")
         self.fn = fn
         self.in_kernel = in_kernel
         # The standalone check's plan (its kernel is not even loaded for a GEMM that checks itself).

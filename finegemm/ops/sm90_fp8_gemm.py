@@ -128,7 +128,8 @@ def render(block_m: int, block_n: int, num_stages: int, out_fp32: bool, has_c: b
            num_multicast: int = 1, multicast_on_a: bool = False, half_promote: bool = False,
            tma_store: bool = False, gemm_kind: int = GEMM_NORMAL, one_d_one_d: bool = False,
            k_batch: int = 1, c_stage: bool = False, ctas_per_sm: int = 1,
-           head_splits: tuple = (0, 0, 0), layout_check: bool = False, heads_packed: bool = False) -> str:
+           head_splits: tuple = (0, 0, 0), layout_check: bool = False, heads_packed: bool = False,
+           psum_layout: bool = False) -> str:
     """The instantiation source of one kernel configuration (tma_store: the shared-memory + TMA
     store epilogue; bf16 out, no C, no split-K; gemm_kind: GEMM_NORMAL or an m-grouped kind,
     which has bf16 out, no C, no split-K, no half-promote and clusters sharing A only;
@@ -141,8 +142,10 @@ def render(block_m: int, block_n: int, num_stages: int, out_fp32: bool, has_c: b
     fp8_gemm_nt_skip_head_mid's epilogue, dense kind, bf16 TMA-store tile, each store box within
     one side of a head (the TMA box's columns divide left and right); layout_check: the m-grouped
     contiguous kind reading the caller's plain grouped_layout and checking its rules in a spare
-    producer warp (one launch per call instead of the check kernel and the GEMM); heads_packed: the
-    masked kind on A [M, G*K] and D [M, G*N] (fp8_einsum's heads as groups), direct stores."""
+    producer warp (one launch per call instead of the check kernel and the GEMM); psum_layout (with
+    layout_check): the caller's grouped_layout is a psum layout (int32 [G] row ends), searched per
+    tile and checked by CTA 0's spare warp; heads_packed: the masked kind on A [M, G*K] and D
+    [M, G*N] (fp8_einsum's heads as groups), direct stores."""
     if k_batch not in (1, 2, 4) or (k_batch > 1 and half_promote):
         raise ValueError(f"k_batch must be 1, 2 or 4 (and 1 with half-promote), got {k_batch}")
     if c_stage and not (one_d_one_d and gemm_kind == GEMM_NORMAL and has_c and not tma_store and not split_k and
@@ -203,7 +206,9 @@ def render(block_m: int, block_n: int, num_stages: int, out_fp32: bool, has_c: b
         if gemm_kind != GEMM_GROUPED_CONTIGUOUS or tuple(head_splits) != (0, 0, 0):
             raise ValueError("layout_check: the m-grouped contiguous kind only")
         template = _TEMPLATE_LAYOUT_CHECKED
-        tail = f", false, {k_batch}, false, 1, 0, 0, 0, true"
+        tail = f", false, {k_batch}, false, 1, 0, 0, 0, true" + (", false, true" if psum_layout else "")
+    elif psum_layout:
+        raise ValueError("psum_layout: with layout_check (the m-grouped contiguous kind)")
     if heads_packed:
         if gemm_kind != GEMM_GROUPED_MASKED or tma_store or tuple(head_splits) != (0, 0, 0):
             raise ValueError("heads_packed: the m-grouped masked kind with direct stores only")
@@ -226,7 +231,7 @@ def _render_cfg(cfg: Fp8GemmConfig) -> str:
     return render(cfg.block_m, cfg.block_n, cfg.num_stages, cfg.out_fp32, cfg.has_c, cfg.split_k,
                   cfg.num_multicast, cfg.multicast_on_a, cfg.half_promote, cfg.tma_store, cfg.gemm_kind,
                   cfg.one_d_one_d, cfg.k_batch, cfg.c_stage, cfg.ctas_per_sm, cfg.head_splits, cfg.layout_check,
-                  cfg.heads_packed)
+                  cfg.heads_packed, cfg.psum_layout)
 
 
 def _kernel_name(cfg: Fp8GemmConfig) -> str:
@@ -238,7 +243,8 @@ def _kernel_name(cfg: Fp8GemmConfig) -> str:
             f"{f'_kb{cfg.k_batch}' if cfg.k_batch > 1 else ''}{'_cst' if cfg.c_stage else ''}"
             f"{'_2cta' if cfg.one_d_one_d and cfg.ctas_per_sm == 2 else ''}"
             f"{'_hs{}_{}_{}'.format(*cfg.head_splits) if tuple(cfg.head_splits) != (0, 0, 0) else ''}"
-            f"{'_lchk' if cfg.layout_check else ''}{'_heads' if cfg.heads_packed else ''}")
+            f"{'_lchk' if cfg.layout_check else ''}{'_psum' if cfg.psum_layout else ''}"
+            f"{'_heads' if cfg.heads_packed else ''}")
 
 
 _KIND_SUFFIX = {GEMM_NORMAL: "", GEMM_GROUPED_CONTIGUOUS: "_gcont", GEMM_GROUPED_MASKED: "_gmask",
@@ -820,10 +826,11 @@ class PreparedLayoutCheckedCall(PreparedGroupedCall):
 _layout_checked_functions: dict[tuple, int] = {}
 
 
-def _layout_checked(cfg: Fp8GemmConfig, device: int) -> tuple[Fp8GemmConfig, int]:
-    """The plan's configuration with the in-kernel layout check, and its function (compiled on
-    first use). Same tile, stages and grid: only a spare producer warp has work."""
-    checked = dataclasses.replace(cfg, layout_check=True)
+def _layout_checked(cfg: Fp8GemmConfig, device: int, psum: bool = False) -> tuple[Fp8GemmConfig, int]:
+    """The plan's configuration with the in-kernel layout check (psum: of a psum layout), and its
+    function (compiled on first use). Same tile, stages and grid: only a spare producer warp has
+    work (and, psum, the walkers search the ends)."""
+    checked = dataclasses.replace(cfg, layout_check=True, psum_layout=psum)
     key = (checked.kernel_key(), device)
     fn = _layout_checked_functions.get(key)
     if fn is None:
@@ -831,22 +838,28 @@ def _layout_checked(cfg: Fp8GemmConfig, device: int) -> tuple[Fp8GemmConfig, int
     return checked, fn
 
 
-def _layout_checked_arguments(a, sfa, b, sfb, d, grouped_layout, check: tuple) -> tuple:
+def _layout_checked_arguments(a, sfa, b, sfb, d, grouped_layout, check: tuple, psum: bool) -> tuple:
     """_contiguous_arguments for the in-kernel check: the config and function with the check, and
     the launcher tail's extra (scratch, record, layout_info)."""
+    # The kernel reads G ends (psum) or M ids (plain): a layout of the other form would be read past its end.
+    rows = b.shape[0] if psum else a.shape[0]
+    if grouped_layout.dim() != 1 or grouped_layout.numel() != rows or grouped_layout.dtype != torch.int32:
+        raise ValueError(f"sm90_fp8_gemm: an in-kernel checked {'psum' if psum else 'plain'} layout must be int32 "
+                         f"[{rows}], got {grouped_layout.dtype} {tuple(grouped_layout.shape)}")
     cfg, _fn, args, copied = _contiguous_arguments(a, sfa, b, sfb, d, grouped_layout)
-    cfg, fn = _layout_checked(cfg, d.device.index)
+    cfg, fn = _layout_checked(cfg, d.device.index, psum)
     return cfg, fn, args, copied, tuple(check)
 
 
 def m_grouped_fp8_gemm_nt_contiguous_layout_checked(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor,
                                                     sfb: torch.Tensor, d: torch.Tensor, grouped_layout: torch.Tensor,
-                                                    check: tuple) -> None:
+                                                    check: tuple, psum: bool = False) -> None:
     """m_grouped_fp8_gemm_nt_contiguous in one launch: the kernel reads the caller's plain
-    grouped_layout (int32 [M]) and checks its rules itself. check: (scratch, record, layout_info)
-    from ops/contiguous_layout.in_kernel_check (the current stream's scratch). M, N, G > 0."""
+    grouped_layout (int32 [M]; psum: int32 [G] row ends) and checks its rules itself. check:
+    (scratch, record, layout_info) from ops/contiguous_layout.in_kernel_check (the current
+    stream's scratch). M, N, G > 0."""
     _check_k(a.shape[1])
-    cfg, fn, args, _, extra = _layout_checked_arguments(a, sfa, b, sfb, d, grouped_layout, check)
+    cfg, fn, args, _, extra = _layout_checked_arguments(a, sfa, b, sfb, d, grouped_layout, check, psum)
     _get_launcher()
     head, tail = _grouped_arguments(cfg, fn, *args)
     rc = _launcher_layout_checked(*head, None, None, *tail, *extra, _get_raw_stream(d.device.index))
@@ -858,11 +871,11 @@ def m_grouped_fp8_gemm_nt_contiguous_layout_checked(a: torch.Tensor, sfa: torch.
 
 def prepare_m_grouped_contiguous_layout_checked(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor,
                                                 sfb: torch.Tensor, d: torch.Tensor, grouped_layout: torch.Tensor,
-                                                check: tuple) -> Optional[PreparedLayoutCheckedCall]:
+                                                check: tuple, psum: bool = False) -> Optional[PreparedLayoutCheckedCall]:
     """prepare_m_grouped_contiguous for the in-kernel check (check: one stream's (scratch, record,
     layout_info); the launch is kept per stream), or None where a launch needs a copy per call."""
     _check_k(a.shape[1])
-    cfg, fn, args, copied, extra = _layout_checked_arguments(a, sfa, b, sfb, d, grouped_layout, check)
+    cfg, fn, args, copied, extra = _layout_checked_arguments(a, sfa, b, sfb, d, grouped_layout, check, psum)
     if copied:
         return None
     _get_launcher()

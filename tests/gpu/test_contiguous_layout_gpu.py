@@ -8,8 +8,10 @@
   its out-of-range rows written as zeros, the process healthy afterwards;
 - a captured call replays over changing layouts (values of the same tensor) like eager calls;
 - all of the above for the FP8 and BF16 GEMMs that check a plain layout themselves (kind / mode
-  "in_gemm": the gated capabilities cl.IN_KERNEL_CAPABILITIES opened for the test), which are one
-  launch per call and leave the stream's check scratch zeroed.
+  "in_gemm": the capabilities cl.IN_KERNEL_CAPABILITIES opened for the test), which are one
+  launch per call and leave the stream's check scratch zeroed; and for the FP8 GEMM that reads and
+  checks a psum layout's ends itself (cl.IN_KERNEL_PSUM_CAPABILITIES, gated: opened the same way),
+  on random valid and broken ends at alignments 64 and 128.
 """
 from __future__ import annotations
 
@@ -95,7 +97,7 @@ def _route(monkeypatch, in_gemm: bool) -> None:
     from finegemm.ops import contiguous_layout as cl
 
     monkeypatch.delenv(_v.ENABLE_UNVALIDATED_ENV, raising=False)
-    for cap in cl.IN_KERNEL_CAPABILITIES.values():
+    for cap in list(cl.IN_KERNEL_CAPABILITIES.values()) + list(cl.IN_KERNEL_PSUM_CAPABILITIES.values()):
         if not in_gemm:
             monkeypatch.setitem(_v.UNVALIDATED_ON_GPU, cap, ("", "", ""))
         elif cap in _v.UNVALIDATED_ON_GPU:
@@ -217,6 +219,7 @@ def test_next_call_raises_the_earlier_error(mode, monkeypatch):
 
 _PLANS = [[100, 0, 300, 129], [0, 0, 640, 1], [128, 128, 128, 128], [1, 1, 1, 1], [0, 0, 0, 0]]
 _FUNCTIONS = {"fp8": "m_grouped_fp8_gemm_nt_contiguous", "fp8_psum": "m_grouped_fp8_gemm_nt_contiguous",
+              "fp8_psum_in_gemm": "m_grouped_fp8_gemm_nt_contiguous",
               "fp8_in_gemm": "m_grouped_fp8_gemm_nt_contiguous", "bf16_in_gemm": "m_grouped_bf16_gemm_nt_contiguous",
               "bf16_nn_in_gemm": "m_grouped_bf16_gemm_nn_contiguous",
               "bf16": "m_grouped_bf16_gemm_nt_contiguous", "bf16_nn": "m_grouped_bf16_gemm_nn_contiguous"}
@@ -228,7 +231,7 @@ class _LayoutCase:
     reference (every row written, rows of no group zeros, calc_diff <= 1e-5)."""
 
     def __init__(self, kind: str, seed: int, n: int = 384, k: int = 512) -> None:
-        self.kind, self.psum = kind, kind == "fp8_psum"
+        self.kind, self.psum = kind, kind.startswith("fp8_psum")
         self.fn = _FUNCTIONS[kind]
         self.rows = rows = max(sum(finegemm.align(m, 128) for m in ms) for ms in _PLANS)
         _, _, self.b, self.sfb, _, _ = _fp8_problem(_PLANS[0], n, k, seed=seed)  # the experts
@@ -275,7 +278,7 @@ class _LayoutCase:
             assert calc_diff(self.d[real], ref[real]) <= 1e-5, what
 
 
-_KINDS = ["fp8", "fp8_psum", "fp8_in_gemm", "bf16", "bf16_nn", "bf16_in_gemm", "bf16_nn_in_gemm"]
+_KINDS = ["fp8", "fp8_psum", "fp8_in_gemm", "fp8_psum_in_gemm", "bf16", "bf16_nn", "bf16_in_gemm", "bf16_nn_in_gemm"]
 
 
 @pytest.mark.parametrize("kind", _KINDS)
@@ -459,3 +462,89 @@ def test_in_gemm_check_is_one_launch_and_leaves_the_scratch_zero(ms, family, mon
     torch.cuda.synchronize()
     finegemm.check_errors()
     assert calc_diff(d[real], ref[real]) <= 1e-5
+
+
+def _psum_problem(ms, n, k, seed, alignment):
+    """An FP8 contiguous problem whose groups of ms rows start at multiples of `alignment`, as psum
+    ends; returns (a, sfa, b, sfb, ends, per-row ids by the reference expansion)."""
+    rows, ends = 0, []
+    for m in ms:
+        start = finegemm.align(rows, alignment) if rows else 0
+        rows = start + m
+        ends.append(rows)
+    total = finegemm.align(max(rows, 1), alignment) + alignment  # rows past the last end: padding too
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(total, k, device="cuda", generator=gen).to(torch.bfloat16)
+    a, sfa = quant.per_token_cast_to_fp8(x)
+    _, _, b, sfb, _, _ = _fp8_problem([1] * len(ms), n, k, seed=seed + 1)
+    ends_t = torch.tensor(ends, dtype=torch.int32)
+    return a, sfa, b, sfb, ends_t.cuda(), psum_layout_to_group_ids(ends_t, total, alignment).cuda()
+
+
+@pytest.mark.parametrize("alignment", [64, 128])
+@pytest.mark.parametrize("ms", [[1], [17, 0, 5], [4097, 0, 1, 300], [100] * 33 + [0] * 3, [0, 0, 0]])
+def test_psum_in_gemm_is_one_launch_and_matches_the_reference(ms, alignment, monkeypatch):
+    """The FP8 GEMM reading psum ends itself (gate opened): one kernel per call (kept and one-shot),
+    the reference's result on the groups' rows and zeros on every other row (alignment gaps, rows
+    past the last end), bitwise the check-kernel path's result, and broken ends (each rule) reported
+    with the CPU call's message, d fully written, the next valid call right."""
+    from finegemm.api import grouped_fp8 as api
+
+    quant.set_mk_alignment_for_contiguous_layout(alignment)
+    try:
+        a, sfa, b, sfb, ends, ids = _psum_problem(ms, 384, 512, seed=len(ms) + alignment, alignment=alignment)
+        G, M, fn = len(ms), a.shape[0], "m_grouped_fp8_gemm_nt_contiguous"
+        d = torch.full((M, 384), float("nan"), device="cuda", dtype=torch.bfloat16)
+
+        def call(layout):
+            finegemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, layout, use_psum_layout=True)
+
+        _route(monkeypatch, in_gemm=False)
+        call(ends)
+        torch.cuda.synchronize()
+        via_check_kernel = d.clone()
+        _route(monkeypatch, in_gemm=True)
+        finegemm.check_errors()
+        d.fill_(float("nan"))
+        names = _kernels_per_call(lambda: call(ends))  # the second call: the kept launch
+        assert len(names) == 1 and "finegemm_entry" in names[0], names
+        (kept,) = api._validated_contiguous._keys.values()
+        assert kept.in_kernel
+        monkeypatch.setattr(api, "_validated_contiguous", _v.ValidatedCalls())
+        monkeypatch.setattr(cl, "can_prepare", lambda index: False)
+        d.fill_(float("nan"))
+        names = _kernels_per_call(lambda: call(ends))
+        assert len(names) == 1 and "finegemm_entry" in names[0], names
+        ref = reference.m_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, ids, out_dtype=torch.float64)
+        real = ids >= 0
+        assert not torch.isnan(d).any() and (d[~real] == 0).all()
+        if real.any():
+            assert calc_diff(d[real], ref[real]) <= 1e-5
+        assert torch.equal(d, via_check_kernel)  # the same tiles, the same sums
+        finegemm.check_errors()
+        host = ends.cpu()
+        breaks = [(0, -1)]
+        if G > 1:
+            breaks += [(1, int(host[0]) - 1 if int(host[0]) > 0 else -5),  # decreasing (or negative)
+                       (G - 1, M + 1)]  # past M
+            prev = int(host[G - 2])
+            if prev % alignment:
+                breaks.append((G - 1, prev + 1))  # ends inside the gap after group G - 2
+        for i, value in breaks:
+            bad = host.clone()
+            bad[i] = value
+            with pytest.raises(ValueError) as cpu_err:
+                _v.check_grouped_layout(fn, bad, M, G, True, alignment)
+            d.fill_(float("nan"))
+            call(bad.cuda())
+            with pytest.raises(ValueError) as gpu_err:
+                finegemm.check_errors()
+            assert str(gpu_err.value) == str(cpu_err.value)
+            assert not torch.isnan(d).any(), "d must still be written in full"
+        d.fill_(float("nan"))
+        call(ends)  # the next valid call: right, nothing reported
+        torch.cuda.synchronize()
+        finegemm.check_errors()
+        assert torch.equal(d, via_check_kernel)
+    finally:
+        quant.set_mk_alignment_for_contiguous_layout(128)

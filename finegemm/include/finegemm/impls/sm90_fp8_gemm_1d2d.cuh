@@ -295,7 +295,7 @@ template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages, bool kOutFp32
           uint32_t kNumMulticast = 1, bool kMulticastOnA = false, bool kHalfPromote = false, bool kTmaStore = false,
           uint32_t kGemmKind = scheduler::kGemmNormal, bool k1D1D = false, uint32_t kKBatch = 1, bool kCStage = false,
           uint32_t kCtasPerSm = 1, uint32_t kHeadLeft = 0, uint32_t kHeadMid = 0, uint32_t kHeadRight = 0,
-          bool kLayoutCheck = false, bool kHeadsPacked = false>
+          bool kLayoutCheck = false, bool kHeadsPacked = false, bool kPsumLayout = false>
 __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, const CUtensorMap* tmap_b,
                                                    const CUtensorMap* tmap_sfa, const CUtensorMap* tmap_d,
                                                    const float* sfb, void* d_ptr,
@@ -343,6 +343,11 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   // is one launch. Without it `grouped` holds the standalone check kernel's ids.
   static_assert(!kLayoutCheck || kGemmKind == scheduler::kGemmGroupedContiguous,
                 "the in-kernel layout check: m-grouped contiguous kind");
+  // kPsumLayout (with kLayoutCheck): `grouped` is the caller's psum layout (int32 [G] cumulative row
+  // ends) itself. The walkers find each tile's group by a search over the ends, the epilogue pads
+  // the rows past the group's end, and the spare warp of CTA 0 checks the ends' rules: no
+  // standalone kernel expanding them into per-row ids first.
+  static_assert(!kPsumLayout || kLayoutCheck, "psum ends read by the GEMM: with the in-kernel layout check");
   static_assert(!kHeadsPacked || (kGemmKind == scheduler::kGemmGroupedMasked && !kTmaStore),
                 "heads packed along K and N: the masked kind, direct stores");
   using EpiTma = epilogue::TmaStoreBf16<BLOCK_N, kHeadLeft, kHeadMid, kHeadRight>;
@@ -451,7 +456,8 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   const uint32_t num_n_blocks = (N + BLOCK_N - 1) / BLOCK_N;
   const scheduler::PersistentScheduler<kMcB ? 2 : 1, kMcA ? 2 : 1, diag::kSchedGroupN> sched(num_m_blocks, num_n_blocks,
                                                                               kSplitK ? num_splits : 1u);
-  using Walker = scheduler::TileWalker<kGemmKind, BLOCK_M, BLOCK_N, kMcB ? 2 : 1, kMcA ? 2 : 1, diag::kSchedGroupN>;
+  using Walker =
+      scheduler::TileWalker<kGemmKind, BLOCK_M, BLOCK_N, kMcB ? 2 : 1, kMcA ? 2 : 1, diag::kSchedGroupN, kPsumLayout>;
   const uint32_t rank = kNumMulticast > 1 ? ptx::cluster_ctarank() : 0u;
   const uint32_t cluster_id = blockIdx.x / kNumMulticast;
   // FINEGEMM_TRACE_TILES (ptx/trace.cuh): the trace follows the split-K partial slabs in the
@@ -575,7 +581,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
       uint32_t stage = 0, phase = 0;
       [[maybe_unused]] uint32_t c_phase = 0;  // kCStage: parity of the C buffers' current use
       FG_TRACE_ONLY(uint32_t traced_tile = 0;)
-      Walker walker(M, N, num_kb, kSplitK ? num_splits : 1u, grouped, num_groups);
+      Walker walker(M, N, num_kb, kSplitK ? num_splits : 1u, grouped, num_groups, layout_info & 0xffu);
       scheduler::TileCoords t;
       for (uint32_t unit = cluster_id; kGrouped || unit < sched.num_units; unit += num_clusters) {
         if (!next_tile(walker, unit, t)) break;
@@ -701,7 +707,11 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
       }
     } else if (kLayoutCheck && threadIdx.x / 32 == kNumConsumerThreads / 32 + 2) {
       // The layout's rules (one warp per CTA; the producer warpgroup's third warp is idle otherwise).
-      scheduler::check_contiguous_layout_warp(grouped, M, num_groups, layout_scratch, layout_record, layout_info);
+      if constexpr (kPsumLayout) {
+        scheduler::check_psum_layout_warp(grouped, M, num_groups, layout_record, layout_info);
+      } else {
+        scheduler::check_contiguous_layout_warp(grouped, M, num_groups, layout_scratch, layout_record, layout_info);
+      }
     } else if (kScaleWarp && threadIdx.x / 32 == kNumConsumerThreads / 32 + 1) {
       // The scale warp (1D2D): walks the producer's sequence of (unit, k-block) and writes each
       // stage's B scales into shared memory, then arrives on the stage's full barrier. Lane i
@@ -711,7 +721,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
       const uint32_t num_sfb_blocks = (N + 127) / 128;
       float* sfb_smem = reinterpret_cast<float*>(smem + Traits::kOffSfb);
       uint32_t stage = 0, phase = 0;
-      Walker walker(M, N, num_kb, kSplitK ? num_splits : 1u, grouped, num_groups);
+      Walker walker(M, N, num_kb, kSplitK ? num_splits : 1u, grouped, num_groups, layout_info & 0xffu);
       scheduler::TileCoords t;
       for (uint32_t unit = cluster_id; kGrouped || unit < sched.num_units; unit += num_clusters) {
         if (!next_tile(walker, unit, t)) break;
@@ -815,7 +825,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
       }
     };
     FG_TRACE_ONLY(uint32_t traced_tile = 0; void* const wg_trace = threadIdx.x % 128 == 0 ? trace_buf : nullptr;)
-    Walker walker(M, N, num_kb, kSplitK ? num_splits : 1u, grouped, num_groups);
+    Walker walker(M, N, num_kb, kSplitK ? num_splits : 1u, grouped, num_groups, layout_info & 0xffu);
     scheduler::TileCoords t;
     for (uint32_t unit = cluster_id; kGrouped || unit < sched.num_units; unit += num_clusters) {
       FG_TRACE_ONLY(const uint32_t traced = traced_tile++;)
@@ -1241,11 +1251,18 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         // Padding rows (group id -1; with kLayoutCheck any id outside [0, G), as the check kernel
         // makes them) of a mixed tile are written as zeros (select, not a multiply: garbage must
         // not leak as NaN).
+        // psum: the rows at or past the group's end (a skipped tile's accumulators are zeros anyway).
+        [[maybe_unused]] const int psum_end = kPsumLayout && !t.skip ? __ldg(grouped + t.group) : 0;
 #pragma unroll
         for (uint32_t h = 0; h < 2; ++h) {
           const uint32_t row = m0 + r0 + 8 * h;
-          const int id = row < M ? __ldg(grouped + row) : 0;
-          const bool pad = id < 0 || (kLayoutCheck && static_cast<uint32_t>(id) >= num_groups);
+          bool pad;
+          if constexpr (kPsumLayout) {
+            pad = static_cast<int>(row) >= psum_end;  // row < M <= INT32_MAX
+          } else {
+            const int id = row < M ? __ldg(grouped + row) : 0;
+            pad = id < 0 || (kLayoutCheck && static_cast<uint32_t>(id) >= num_groups);
+          }
 #pragma unroll
           for (uint32_t j = 0; j < kNumChunks; ++j) {
             fin[4 * j + 2 * h + 0] = pad ? 0.0f : fin[4 * j + 2 * h + 0];

@@ -31,6 +31,10 @@ namespace scheduler {
 constexpr int kLayoutRange = 1;
 constexpr int kLayoutMisaligned = 2;
 constexpr int kLayoutSplit = 3;
+constexpr int kLayoutPsumNegative = 4;
+constexpr int kLayoutPsumDecreasing = 5;
+constexpr int kLayoutPsumPastM = 6;
+constexpr int kLayoutPsumGap = 7;
 constexpr uint32_t kLayoutScratchHead = 4;
 
 // layout_info as the host packs it: the record's function index << 8 | log2(mk alignment).
@@ -126,6 +130,75 @@ __device__ __forceinline__ void check_contiguous_layout_warp(const int* __restri
     }
     __syncwarp();  // lane 0 has read runs[a]
     for (uint32_t i = lane; i < g; i += 32) runs[i] = 0u;
+  }
+}
+
+// The psum layout's rules (int32 [g] cumulative row ends; the standalone kernel's psum branch, the
+// host validator's order and details):
+//   kLayoutPsumNegative    every end >= 0                          details: (minimum)
+//   kLayoutPsumDecreasing  ends[i - 1] <= ends[i]                  details: (first such i, ends[i - 1], ends[i])
+//   kLayoutPsumPastM       ends[g - 1] <= m                        details: (ends[g - 1])
+//   kLayoutPsumGap         a non-empty group ends at or past its   details: (first such i, ends[i - 1], ends[i])
+//                          start align(ends[i - 1])
+// They concern the g ends only, so CTA 0's warp checks them all (no scratch, no ticket); the other
+// CTAs' warps return at once. As with the plain layout the GEMM never depends on them (the walker's
+// psum_group keeps every group < g), so broken ends give unspecified rows, never an out-of-bounds
+// access. Called after griddepcontrol.wait (it reads the layout).
+__device__ __forceinline__ void check_psum_layout_warp(const int* __restrict__ ends, uint32_t m, uint32_t g,
+                                                       int* record, uint32_t info) {
+  if (blockIdx.x != 0 || g == 0) return;
+  const uint32_t lane = threadIdx.x % 32;
+  const uint32_t align_log2 = info & 0xffu;
+  const long long step = 1ll << align_log2;
+  int lo = INT_MAX;
+  unsigned dec = 0, gap = 0;  // keys ~index: the first broken index wins a maximum
+  for (uint32_t i = lane; i < g; i += 32) {
+    const int end = __ldg(ends + i);
+    lo = min(lo, end);
+    if (i > 0) {
+      const int prev = __ldg(ends + i - 1);
+      if (end < prev) dec = max(dec, ~i);
+      const long long start = (static_cast<long long>(prev) + step - 1) / step * step;  // prev >= 0 when it matters
+      if (end != prev && static_cast<long long>(end) < start) gap = max(gap, ~i);
+    }
+  }
+  lo = __reduce_min_sync(0xffffffffu, lo);
+  dec = __reduce_max_sync(0xffffffffu, dec);
+  gap = __reduce_max_sync(0xffffffffu, gap);
+  if (lane != 0) return;
+  const int last = __ldg(ends + g - 1);
+  int code = 0, a = 0, b = 0, c = 0;
+  if (lo < 0) {
+    code = kLayoutPsumNegative;
+    a = lo;
+  } else if (dec) {
+    const uint32_t i = ~dec;
+    code = kLayoutPsumDecreasing;
+    a = static_cast<int>(i);
+    b = __ldg(ends + i - 1);
+    c = __ldg(ends + i);
+  } else if (static_cast<long long>(last) > static_cast<long long>(m)) {
+    code = kLayoutPsumPastM;
+    a = last;
+  } else if (gap) {
+    const uint32_t i = ~gap;
+    code = kLayoutPsumGap;
+    a = static_cast<int>(i);
+    b = __ldg(ends + i - 1);
+    c = __ldg(ends + i);
+  }
+  volatile int* rec = record;
+  if (code != 0 && rec[0] == 0) {  // the first broken rule since the host last read the record
+    rec[1] = static_cast<int>(info >> 8);
+    rec[2] = a;
+    rec[3] = b;
+    rec[4] = c;
+    rec[5] = static_cast<int>(g);
+    rec[6] = 1 << align_log2;
+    rec[7] = static_cast<int>(m);
+    __threadfence_system();
+    rec[0] = code;
+    __threadfence_system();
   }
 }
 

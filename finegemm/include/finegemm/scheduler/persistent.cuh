@@ -110,6 +110,11 @@ struct TileCoords {
 //     its first row (segments start at multiples of the mk alignment, which BLOCK_M divides, so
 //     a tile holds one group's rows then possibly padding rows; a first row of -1 means the whole
 //     tile is padding: `skip`).
+//     kPsum (the FP8 kernel checking a psum layout itself): `grouped` holds the G cumulative row
+//     ends; group g owns rows [align(end[g-1]), end[g]). A tile's group is the first whose end is
+//     past the tile's first row (a binary search: log2(G) loads, which stay in L1 after the first
+//     tile); a first row in no group (an alignment gap, or past the last end) makes the tile
+//     padding. Whatever the ends hold, the group is < G or the tile is skipped.
 //   GroupedMasked: group after group, each with ceil(clamp(masked_m[g], 0, Mmax) / BLOCK_M)
 //     m-blocks, in the PersistentScheduler's swizzled order inside the group. masked_m is read
 //     on the GPU (never by the host), once per group and walker: the walk is monotonic (units of
@@ -124,9 +129,10 @@ struct TileCoords {
 //     k_g, longest first, so with the round-robin unit assignment the last, partial wave holds
 //     the shortest tiles (longest-processing-time-first at no cost on the GPU).
 template <uint32_t kGemmKind, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kClusterM, uint32_t kClusterN,
-          uint32_t kGroupN = 16>
+          uint32_t kGroupN = 16, bool kPsum = false>
 struct TileWalker {
   static_assert(kGemmKind <= kGemmKGrouped, "unknown GEMM kind");
+  static_assert(!kPsum || kGemmKind == kGemmGroupedContiguous, "psum ends: the contiguous kind");
   static_assert(kGemmKind == kGemmNormal || kGemmKind == kGemmKGrouped || kClusterM == 1,
                 "grouped GEMMs: clusters only share A (two n-blocks of one m-block: one group)");
   using Sched = PersistentScheduler<kClusterM, kClusterN, kGroupN>;
@@ -137,13 +143,15 @@ struct TileWalker {
   uint32_t M, N, num_kb, num_groups;
   uint32_t g, base;  // masked walk: current group, units of the groups before it
   uint32_t rows_g;   // masked walk: group_rows(g)
+  uint32_t align_log2;  // kPsum: log2 of the mk alignment
 
-  // m: rows (M, or Mmax per group for masked); num_groups >= 1 for masked.
+  // m: rows (M, or Mmax per group for masked); num_groups >= 1 for masked. psum_align_log2: kPsum only.
   __device__ __forceinline__ TileWalker(uint32_t m, uint32_t n, uint32_t kb, uint32_t splits, const int* gl,
-                                        uint32_t groups)
+                                        uint32_t groups, uint32_t psum_align_log2 = 0)
       : sched(kGemmKind == kGemmGroupedMasked ? 0u : (m + BLOCK_M - 1) / BLOCK_M, (n + BLOCK_N - 1) / BLOCK_N,
               splits),
-        grouped(gl), M(m), N(n), num_kb(kb), num_groups(groups), g(0), base(0), rows_g(0) {
+        grouped(gl), M(m), N(n), num_kb(kb), num_groups(groups), g(0), base(0), rows_g(0),
+        align_log2(psum_align_log2) {
     if constexpr (kGemmKind == kGemmGroupedMasked) rows_g = group_rows(0);
   }
 
@@ -151,6 +159,27 @@ struct TileWalker {
   __device__ __forceinline__ uint32_t group_rows(uint32_t grp) const {
     const int v = __ldg(grouped + grp);
     return v <= 0 ? 0u : (static_cast<uint32_t>(v) < M ? static_cast<uint32_t>(v) : M);
+  }
+
+  // kPsum: the group of the tile whose first row is m0, or num_groups where m0 lies in no group
+  // (an alignment gap, past the last end). lo = the number of ends <= m0 (upper bound): ends[lo] is
+  // the first end past m0, and m0 lies in group lo iff it is not before lo's start align(ends[lo-1]).
+  // Branch-free, a trip count that depends on G only, 32-bit arithmetic: with the alignment in 64
+  // bits ptxas moved the bm64 consumers' k-loop address arithmetic off the uniform datapath (+16
+  // instructions per k-block; tests/test_contiguous_layout_in_gemm.py compares the loops).
+  __device__ __forceinline__ uint32_t psum_group(uint32_t m0) const {
+    const int row = static_cast<int>(m0);  // m0 < M <= INT32_MAX (the host's limit)
+    uint32_t lo = 0;
+    for (uint32_t step = num_groups == 0 ? 0u : 1u << (31 - __clz(num_groups)); step > 0; step >>= 1) {
+      const uint32_t probe = lo + step;
+      const int end = __ldg(grouped + (probe < num_groups ? probe : num_groups) - 1);  // in bounds
+      lo = (probe <= num_groups && end <= row) ? probe : lo;
+    }
+    const int prev = lo == 0 ? 0 : __ldg(grouped + (lo == 0 ? 0u : lo - 1));
+    // align(prev) in 32 bits (prev < 2^31, the alignment <= 2^30: no wrap); > m0 only for broken ends.
+    const uint32_t mask = (1u << align_log2) - 1u;
+    const uint32_t start = prev <= 0 ? 0u : (static_cast<uint32_t>(prev) + mask) & ~mask;
+    return (lo < num_groups && m0 >= start) ? lo : num_groups;
   }
 
   // Rows >= this (2-D view index) of the tile last returned by next() are never stored.
@@ -194,7 +223,7 @@ struct TileWalker {
     } else if constexpr (kGemmKind == kGemmGroupedContiguous) {
       // An id outside [0, num_groups) is padding: the standalone check kernel's ids never hold one,
       // the caller's layout (the FP8 kernel's in-kernel check) may.
-      const int gid = m0 < M ? __ldg(grouped + m0) : -1;
+      const int gid = m0 >= M ? -1 : kPsum ? static_cast<int>(psum_group(m0)) : __ldg(grouped + m0);
       t.skip = gid < 0 || static_cast<uint32_t>(gid) >= num_groups;
       t.group = t.skip ? 0u : static_cast<uint32_t>(gid);
       t.a_row = m0;
