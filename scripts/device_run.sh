@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the H200 machine: GPU tests + benchmarks, logs and JSON under $OUT.
 # Usage (from the repo root on the GPU machine):
-#   bash scripts/device_run.sh [all|tests|bench|sanitize|tune|pending|ab_contiguous|ab_bf16_half_a|ab_rotate|fp8_einsum]
+#   bash scripts/device_run.sh [all|tests|bench|sanitize|tune|pending|ab_contiguous|ab_bf16_half_a|ab_rotate|fp8_einsum|psum]
 # "pending": the same-run A/Bs waiting for a GPU (below; their variant kernels precompiled into the
 # carried cache by scripts/precompile_pending.sh).
 # Every later GPU claim in benchmarks/results/ comes from this script.
@@ -91,6 +91,15 @@ if [[ "$what" == pending || "$what" == fp8_einsum ]]; then
   # fp8_einsum at DeepSeek's MLA sizes: the heads-packed kernel (gated) against the masked
   # composition and torch's bf16 bmm, kernel-only and host time (scripts/probe_fp8_einsum.py).
   python3 scripts/probe_fp8_einsum.py --out "$OUT/fp8_einsum.json" 2>&1 | tee "$OUT/fp8_einsum.log"
+  status=$(( status | ${PIPESTATUS[0]} ))
+fi
+if [[ "$what" == pending || "$what" == psum ]]; then
+  # The FP8 GEMM reading psum ends itself (gated, v0.99): its GPU tests (the gate opened by the tests),
+  # then one launch against the check kernel + GEMM per psum call (scripts/probe_psum_in_gemm.py).
+  timeout 300 python3 -m pytest -q -rs -m gpu tests/gpu/test_contiguous_layout_gpu.py -k psum -p no:cacheprovider \
+    --timeout 120 --timeout_method thread 2>&1 | tee "$OUT/psum_gpu_tests.log"
+  status=$(( status | ${PIPESTATUS[0]} ))
+  python3 scripts/probe_psum_in_gemm.py --out "$OUT/psum_in_gemm.json" 2>&1 | tee "$OUT/psum_in_gemm.log"
   status=$(( status | ${PIPESTATUS[0]} ))
 fi
 if [[ "$what" == all || "$what" == bench ]]; then

@@ -412,6 +412,68 @@ def _contiguous_layout_in_gemm(ms, n, k, family):
     return worst
 
 
+def _contiguous_psum_in_gemm(ms, n, k, alignment):
+    """The FP8 contiguous GEMM reading psum ends itself (gate opened here) at an mk alignment:
+    valid calls one-shot and kept (rows of no group zeros), then ends past M and decreasing ends
+    (each reported, d written in full), then a valid call again; the worst calc_diff of the valid
+    calls (1.0 for a broken rule not reported or a row left unwritten)."""
+    import os
+
+    from finegemm import quant
+    from finegemm.api import _validate as _v
+    from finegemm.api import grouped_fp8
+    from finegemm.reference._common import psum_layout_to_group_ids
+
+    quant.set_mk_alignment_for_contiguous_layout(alignment)
+    os.environ[_v.ENABLE_UNVALIDATED_ENV] = "1"
+    saved = grouped_fp8._validated_contiguous
+    grouped_fp8._validated_contiguous = _v.ValidatedCalls()
+    try:
+        ends, row = [], 0
+        for m in ms:
+            row = (finegemm.align(row, alignment) if row else 0) + m
+            ends.append(row)
+        rows = finegemm.align(row, alignment) + alignment
+        host = torch.tensor(ends, dtype=torch.int32)
+        ids = psum_layout_to_group_ids(host, rows, alignment).cuda()
+        g = len(ms)
+        a, sfa = quant.per_token_cast_to_fp8(torch.randn(rows, k, device="cuda").to(torch.bfloat16))
+        w = torch.randn(g, n, k, device="cuda").to(torch.bfloat16)
+        qs = [quant.per_block_cast_to_fp8(w[i]) for i in range(g)]
+        b, sfb = torch.stack([q for q, _ in qs]), torch.stack([s for _, s in qs])
+        d = torch.empty(rows, n, device="cuda", dtype=torch.bfloat16)
+        ref = reference.m_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, ids, out_dtype=torch.float32)
+
+        def call(layout):
+            d.fill_(float("nan"))
+            finegemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, layout, use_psum_layout=True)
+
+        worst = 0.0
+        finegemm.check_errors()
+        for _ in range(2):  # one-shot, then the kept launch
+            call(host.cuda())
+            worst = max(worst, calc_diff(d.float(), ref))
+        for i, value in ((g - 1, rows + 1), (1, ends[0] - 1)):
+            bad = host.clone()
+            bad[i] = value
+            call(bad.cuda())
+            try:
+                finegemm.check_errors()
+                worst = 1.0  # not reported
+            except ValueError:
+                pass
+            if bool(torch.isnan(d).any()):
+                worst = 1.0
+        call(host.cuda())
+        worst = max(worst, calc_diff(d.float(), ref))
+        finegemm.check_errors()
+        return worst
+    finally:
+        grouped_fp8._validated_contiguous = saved
+        os.environ.pop(_v.ENABLE_UNVALIDATED_ENV, None)
+        quant.set_mk_alignment_for_contiguous_layout(128)
+
+
 def _skip_head_mid_fused(m, heads, splits, k):
     """fp8_gemm_nt_skip_head_mid through the fused epilogue: the written columns against the
     reference, the gap of every head untouched (else a diff of 1)."""
@@ -467,6 +529,10 @@ def _fp8_einsum_heads_packed(batch, heads, r, n, pad_d, f32_c=False):
 
 
 CASES = [
+    ("fp8 contiguous psum, ends read in the GEMM, alignment 64",
+     lambda: _contiguous_psum_in_gemm([300, 0, 129, 1, 640, 7, 256, 1, 90], 576, 512, 64)),
+    ("fp8 contiguous psum, ends read in the GEMM, alignment 128",
+     lambda: _contiguous_psum_in_gemm([1, 17, 0, 4097, 5], 2112, 512, 128)),
     ("fp8 einsum heads packed, bm192 partial M and N tiles, padded d rows",
      lambda: _fp8_einsum_heads_packed(130, 64, 256, 200, 8)),
     ("fp8 einsum heads packed, multicast A tile", lambda: _fp8_einsum_heads_packed(5, 16, 512, 128, 0)),
