@@ -307,14 +307,45 @@ def main() -> int:
         cfgs[ops._kernel_name(cfg)] = cfg
     for cfg in fp8_einsum_configs(args.sms):
         cfgs[ops._kernel_name(cfg)] = cfg
-    # Every contiguous kernel's twin that checks a plain layout itself (the in-kernel check: its
-    # GPU tests run the same calls with the capability opened).
+    for cfg in psum_in_gemm_plans(args.sms):
+        cfgs[ops._kernel_name(cfg)] = cfg
+    # Every contiguous kernel's twins that check a plain layout / read psum ends themselves (the
+    # in-kernel checks: their GPU tests run the same calls with the capabilities opened).
     for cfg in [c for c in cfgs.values() if c.gemm_kind == GEMM_GROUPED_CONTIGUOUS and not c.layout_check]:
-        twin = dataclasses.replace(cfg, layout_check=True)
-        cfgs[ops._kernel_name(twin)] = twin
+        for psum in (False, True):
+            twin = dataclasses.replace(cfg, layout_check=True, psum_layout=psum)
+            cfgs[ops._kernel_name(twin)] = twin
     if args.only_1d1d:
         cfgs = {name: cfg for name, cfg in cfgs.items() if cfg.one_d_one_d}
     return build(cfgs, args.jobs)
+
+
+def psum_in_gemm_plans(sms: int) -> list:
+    """The contiguous plans of tests/gpu/test_contiguous_layout_gpu.py's psum-in-GEMM test (its
+    groups at alignments 64 and 128) and of scripts/probe_psum_in_gemm.py (the twins that read the
+    ends are added with every contiguous plan's)."""
+    import importlib.util
+    import random
+
+    tests = Path(__file__).resolve().parents[1] / "tests"
+    sys.path.insert(0, str(tests))
+    spec = importlib.util.spec_from_file_location("_contiguous_layout_gpu_cases", tests / "gpu" /
+                                                  "test_contiguous_layout_gpu.py")
+    t = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(t)
+    out = []
+    for ms in t.PSUM_IN_GEMM_MS:
+        for al in (64, 128):
+            rows = t.psum_rows(ms, al)[1]
+            out.append(select_grouped_config(GEMM_GROUPED_CONTIGUOUS, rows, t.PSUM_IN_GEMM_N, t.PSUM_IN_GEMM_K,
+                                             len(ms), sms, 0, al))
+    spec = importlib.util.spec_from_file_location("_probe_psum", Path(__file__).resolve().parent /
+                                                  "probe_psum_in_gemm.py")
+    p = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(p)
+    for g, m_total in p.problem_rows(random.Random(0)):
+        out.append(select_grouped_config(GEMM_GROUPED_CONTIGUOUS, m_total, p.N, p.K, g, sms, 0, p.ALIGNMENT))
+    return out
 
 
 def fp8_einsum_configs(sms: int) -> list:

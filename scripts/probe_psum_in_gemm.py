@@ -27,6 +27,28 @@ PROBLEMS = [(8, 32), (8, 128), (8, 512), (32, 64), (4, 8192)]  # (G, rows per gr
 N, K, ALIGNMENT = 4096, 7168, 128
 
 
+def problem_ms(rng: random.Random) -> list[tuple[int, list[int], list[int], int]]:
+    """(G, group sizes, psum ends, rows of A) of each problem, drawn in PROBLEMS' order."""
+    out = []
+    for g, per in PROBLEMS:
+        ms = [max(0, int(per * rng.uniform(0.7, 1.3))) for _ in range(g)]
+        ends, row = [], 0
+        for m in ms:
+            row = (_align(row) if row else 0) + m
+            ends.append(row)
+        out.append((g, ms, ends, _align(row)))
+    return out
+
+
+def problem_rows(rng: random.Random) -> list[tuple[int, int]]:
+    """(G, rows of A) of each problem (scripts/precompile.py plans them)."""
+    return [(g, rows) for g, _, _, rows in problem_ms(rng)]
+
+
+def _align(x: int) -> int:
+    return (x + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
+
+
 def _gpu_us(fn, reps: int) -> tuple[float, int]:
     """Mean GPU time of one call (all of its kernels), L2 flushed before each call."""
     import torch
@@ -73,15 +95,8 @@ def main() -> int:
         api._validated_contiguous = _v.ValidatedCalls()  # no kept launch of the other path
 
     out = {"gpu": torch.cuda.get_device_name(), "n": N, "k": K, "alignment": ALIGNMENT, "records": []}
-    rng = random.Random(0)
     gen = torch.Generator(device="cuda").manual_seed(0)
-    for g, per in PROBLEMS:
-        ms = [max(0, int(per * rng.uniform(0.7, 1.3))) for _ in range(g)]
-        ends, row = [], 0
-        for m in ms:
-            row = (finegemm.align(row, ALIGNMENT) if row else 0) + m
-            ends.append(row)
-        rows = finegemm.align(row, ALIGNMENT)
+    for (g, per), (_, ms, ends, rows) in zip(PROBLEMS, problem_ms(random.Random(0))):
         x = torch.randn(rows, K, device="cuda", generator=gen).to(torch.bfloat16)
         a, sfa = quant.per_token_cast_to_fp8(x)
         w = torch.randn(g, N, K, device="cuda", generator=gen).to(torch.bfloat16)

@@ -464,15 +464,25 @@ def test_in_gemm_check_is_one_launch_and_leaves_the_scratch_zero(ms, family, mon
     assert calc_diff(d[real], ref[real]) <= 1e-5
 
 
-def _psum_problem(ms, n, k, seed, alignment):
-    """An FP8 contiguous problem whose groups of ms rows start at multiples of `alignment`, as psum
-    ends; returns (a, sfa, b, sfb, ends, per-row ids by the reference expansion)."""
+PSUM_IN_GEMM_MS = [[1], [17, 0, 5], [4097, 0, 1, 300], [100] * 33 + [0] * 3, [0, 0, 0]]
+PSUM_IN_GEMM_N, PSUM_IN_GEMM_K = 384, 512
+
+
+def psum_rows(ms, alignment) -> tuple[list[int], int]:
+    """The psum ends of groups of ms rows, each starting at a multiple of `alignment`, and the rows
+    of A (the last group's end aligned, plus one block of rows past it)."""
     rows, ends = 0, []
     for m in ms:
         start = finegemm.align(rows, alignment) if rows else 0
         rows = start + m
         ends.append(rows)
-    total = finegemm.align(max(rows, 1), alignment) + alignment  # rows past the last end: padding too
+    return ends, finegemm.align(max(rows, 1), alignment) + alignment
+
+
+def _psum_problem(ms, n, k, seed, alignment):
+    """An FP8 contiguous problem whose groups of ms rows start at multiples of `alignment`, as psum
+    ends; returns (a, sfa, b, sfb, ends, per-row ids by the reference expansion)."""
+    ends, total = psum_rows(ms, alignment)  # rows past the last end: padding too
     gen = torch.Generator(device="cuda").manual_seed(seed)
     x = torch.randn(total, k, device="cuda", generator=gen).to(torch.bfloat16)
     a, sfa = quant.per_token_cast_to_fp8(x)
@@ -482,7 +492,7 @@ def _psum_problem(ms, n, k, seed, alignment):
 
 
 @pytest.mark.parametrize("alignment", [64, 128])
-@pytest.mark.parametrize("ms", [[1], [17, 0, 5], [4097, 0, 1, 300], [100] * 33 + [0] * 3, [0, 0, 0]])
+@pytest.mark.parametrize("ms", PSUM_IN_GEMM_MS)
 def test_psum_in_gemm_is_one_launch_and_matches_the_reference(ms, alignment, monkeypatch):
     """The FP8 GEMM reading psum ends itself (gate opened): one kernel per call (kept and one-shot),
     the reference's result on the groups' rows and zeros on every other row (alignment gaps, rows
@@ -492,9 +502,10 @@ def test_psum_in_gemm_is_one_launch_and_matches_the_reference(ms, alignment, mon
 
     quant.set_mk_alignment_for_contiguous_layout(alignment)
     try:
-        a, sfa, b, sfb, ends, ids = _psum_problem(ms, 384, 512, seed=len(ms) + alignment, alignment=alignment)
+        a, sfa, b, sfb, ends, ids = _psum_problem(ms, PSUM_IN_GEMM_N, PSUM_IN_GEMM_K, seed=len(ms) + alignment,
+                                                  alignment=alignment)
         G, M, fn = len(ms), a.shape[0], "m_grouped_fp8_gemm_nt_contiguous"
-        d = torch.full((M, 384), float("nan"), device="cuda", dtype=torch.bfloat16)
+        d = torch.full((M, PSUM_IN_GEMM_N), float("nan"), device="cuda", dtype=torch.bfloat16)
 
         def call(layout):
             finegemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, layout, use_psum_layout=True)
