@@ -119,8 +119,9 @@ def kernel_sources(sms: int, shapes_only: bool = False) -> dict[str, str]:
     gkeys = set(grouped_kernel_keys()) | {cfg.grouped_kernel_key() for cfg in bench_grouped_configs(sms)}
     for key in sorted(gkeys):
         sources[ops.grouped_kernel_name(key)] = ops.render_grouped(*key)
-        if key[3] == GEMM_GROUPED_CONTIGUOUS:  # the twin that checks a plain layout itself
+        if key[3] == GEMM_GROUPED_CONTIGUOUS:  # the twins that check a plain layout / read psum ends themselves
             sources[ops.grouped_kernel_name(key + (True,))] = ops.render_grouped(*key, True)
+            sources[ops.grouped_kernel_name(key + (True, True))] = ops.render_grouped(*key, True, True)
     kkeys = set(k_grouped_kernel_keys()) | {cfg.k_grouped_kernel_key() for cfg in bench_k_grouped_configs(sms)}
     for key in sorted(kkeys):
         sources[ops.k_grouped_kernel_name(key)] = ops.render_k_grouped(*key)

@@ -1,4 +1,4 @@
-"""What reading psum ends inside the FP8 GEMM saves per m-grouped contiguous call (benchmarks/NOTES.md
+"""What reading psum ends inside the GEMM (FP8 and BF16) saves per m-grouped contiguous call (benchmarks/NOTES.md
 v0.99). GPU machine:
 
   python3 scripts/probe_psum_in_gemm.py --out $OUT/psum_in_gemm.json
@@ -7,7 +7,7 @@ For MoE problems from a decode-sized prefill to the bench's size (G experts of N
 group sizes drawn around `per`, psum ends with the 128-row alignment gaps), two paths of the same
 public call (`use_psum_layout=True`), interleaved, two rounds:
 - "check_kernel": the shipped path (the layout kernel expands the ends into per-row ids, then the GEMM);
-- "in_gemm": the GEMM reading the ends itself (the gated `fp8_contiguous_psum_in_gemm`, opened here).
+- "in_gemm": the GEMM reading the ends itself (the gated `{fp8,bf16}_contiguous_psum_in_gemm`, opened here).
 Before timing, each problem's outputs of the two paths are compared bitwise (the same tiles, so the
 same sums). Per path: GPU time per call (the sum of its kernels, profiler, L2 flushed before each
 call), host time per call (calls issued back to back, no sync) and wall time per call of that loop.
@@ -81,18 +81,18 @@ def main() -> int:
     import finegemm
     from finegemm import quant
     from finegemm.api import _validate as _v
-    from finegemm.api import grouped_fp8 as api
+    from finegemm.api import bf16 as api_bf16
+    from finegemm.api import grouped_fp8 as api_fp8
     from finegemm.ops import contiguous_layout as cl
 
-    cap = cl.IN_KERNEL_PSUM_CAPABILITIES["fp8"]
-
-    def route(in_gemm: bool) -> None:
+    def route(family: str, in_gemm: bool) -> None:
         if in_gemm:
             os.environ[_v.ENABLE_UNVALIDATED_ENV] = "1"
         else:
             os.environ.pop(_v.ENABLE_UNVALIDATED_ENV, None)
-        assert cl.checks_in_kernel("fp8", True) == in_gemm, cap
-        api._validated_contiguous = _v.ValidatedCalls()  # no kept launch of the other path
+        assert cl.checks_in_kernel(family, True) == in_gemm, cl.IN_KERNEL_PSUM_CAPABILITIES[family]
+        for api in (api_fp8, api_bf16):
+            api._validated_contiguous = _v.ValidatedCalls()  # no kept launch of the other path
 
     out = {"gpu": torch.cuda.get_device_name(), "n": N, "k": K, "alignment": ALIGNMENT, "records": []}
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -102,48 +102,53 @@ def main() -> int:
         w = torch.randn(g, N, K, device="cuda", generator=gen).to(torch.bfloat16)
         qs = [quant.per_block_cast_to_fp8(w[i]) for i in range(g)]
         b, sfb = torch.stack([q for q, _ in qs]), torch.stack([s for _, s in qs])
-        del w, qs
+        del qs
         layout = torch.tensor(ends, dtype=torch.int32, device="cuda")
         d = torch.empty(rows, N, device="cuda", dtype=torch.bfloat16)
+        for family in ("fp8", "bf16"):
+            def call():
+                if family == "fp8":
+                    finegemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, layout, use_psum_layout=True)
+                else:
+                    finegemm.m_grouped_bf16_gemm_nt_contiguous(x, w, d, layout, use_psum_layout=True)
 
-        def call():
-            finegemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, layout, use_psum_layout=True)
-
-        outs = {}
-        for in_gemm in (False, True):
-            route(in_gemm)
-            d.fill_(float("nan"))
-            call()
-            torch.cuda.synchronize()
-            outs[in_gemm] = d.clone()
-        finegemm.check_errors()
-        same = bool(torch.equal(outs[False], outs[True]))
-        rec = {"groups": g, "ms": ms, "m": rows, "bitwise_equal": same}
-        print(f"G={g} rows={rows} ms~{per}: bitwise equal {same}")
-        for rnd in range(2):
+            outs = {}
             for in_gemm in (False, True):
-                route(in_gemm)
-                name = "in_gemm" if in_gemm else "check_kernel"
-                gpu_us, events = _gpu_us(call, args.reps)
-                for _ in range(3):
-                    call()
+                route(family, in_gemm)
+                d.fill_(float("nan"))
+                call()
                 torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                for _ in range(args.calls):
-                    call()
-                t1 = time.perf_counter()
-                torch.cuda.synchronize()
-                t2 = time.perf_counter()
-                host_us, wall_us = (t1 - t0) / args.calls * 1e6, (t2 - t0) / args.calls * 1e6
-                rec.setdefault(name, []).append({"round": rnd, "gpu_us": gpu_us, "kernels_per_call": events / args.reps,
-                                                 "host_us_per_call": host_us, "wall_us_per_call": wall_us})
-                print(f"  round {rnd} {name:12s}: GPU {gpu_us:8.2f} us/call ({events / args.reps:.0f} kernels), "
-                      f"host {host_us:6.1f}, wall {wall_us:8.1f} us/call")
-        out["records"].append(rec)
-        finegemm.check_errors()
-        del a, sfa, b, sfb, d, x, outs
+                outs[in_gemm] = d.clone()
+            finegemm.check_errors()
+            same = bool(torch.equal(outs[False], outs[True]))
+            rec = {"family": family, "groups": g, "ms": ms, "m": rows, "bitwise_equal": same}
+            print(f"{family} G={g} rows={rows} ms~{per}: bitwise equal {same}")
+            del outs
+            for rnd in range(2):
+                for in_gemm in (False, True):
+                    route(family, in_gemm)
+                    name = "in_gemm" if in_gemm else "check_kernel"
+                    gpu_us, events = _gpu_us(call, args.reps)
+                    for _ in range(3):
+                        call()
+                    torch.cuda.synchronize()
+                    t0 = time.perf_counter()
+                    for _ in range(args.calls):
+                        call()
+                    t1 = time.perf_counter()
+                    torch.cuda.synchronize()
+                    t2 = time.perf_counter()
+                    host_us, wall_us = (t1 - t0) / args.calls * 1e6, (t2 - t0) / args.calls * 1e6
+                    rec.setdefault(name, []).append({"round": rnd, "gpu_us": gpu_us,
+                                                     "kernels_per_call": events / args.reps,
+                                                     "host_us_per_call": host_us, "wall_us_per_call": wall_us})
+                    print(f"  round {rnd} {name:12s}: GPU {gpu_us:8.2f} us/call ({events / args.reps:.0f} kernels), "
+                          f"host {host_us:6.1f}, wall {wall_us:8.1f} us/call")
+            out["records"].append(rec)
+            finegemm.check_errors()
+        del a, sfa, b, sfb, d, x, w
         torch.cuda.empty_cache()
-    route(False)
+    os.environ.pop(_v.ENABLE_UNVALIDATED_ENV, None)
     if args.out:
         Path(args.out).write_text(json.dumps(out, indent=1))
     return 0

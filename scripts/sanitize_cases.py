@@ -412,8 +412,8 @@ def _contiguous_layout_in_gemm(ms, n, k, family):
     return worst
 
 
-def _contiguous_psum_in_gemm(ms, n, k, alignment):
-    """The FP8 contiguous GEMM reading psum ends itself (gate opened here) at an mk alignment:
+def _contiguous_psum_in_gemm(ms, n, k, alignment, family="fp8"):
+    """The contiguous GEMM (family "fp8" / "bf16") reading psum ends itself (gate opened here) at an mk alignment:
     valid calls one-shot and kept (rows of no group zeros), then ends past M and decreasing ends
     (each reported, d written in full), then a valid call again; the worst calc_diff of the valid
     calls (1.0 for a broken rule not reported or a row left unwritten)."""
@@ -421,13 +421,15 @@ def _contiguous_psum_in_gemm(ms, n, k, alignment):
 
     from finegemm import quant
     from finegemm.api import _validate as _v
+    from finegemm.api import bf16 as api_bf16
     from finegemm.api import grouped_fp8
     from finegemm.reference._common import psum_layout_to_group_ids
 
     quant.set_mk_alignment_for_contiguous_layout(alignment)
     os.environ[_v.ENABLE_UNVALIDATED_ENV] = "1"
-    saved = grouped_fp8._validated_contiguous
-    grouped_fp8._validated_contiguous = _v.ValidatedCalls()
+    api = grouped_fp8 if family == "fp8" else api_bf16
+    saved = api._validated_contiguous
+    api._validated_contiguous = _v.ValidatedCalls()
     try:
         ends, row = [], 0
         for m in ms:
@@ -442,11 +444,18 @@ def _contiguous_psum_in_gemm(ms, n, k, alignment):
         qs = [quant.per_block_cast_to_fp8(w[i]) for i in range(g)]
         b, sfb = torch.stack([q for q, _ in qs]), torch.stack([s for _, s in qs])
         d = torch.empty(rows, n, device="cuda", dtype=torch.bfloat16)
-        ref = reference.m_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, ids, out_dtype=torch.float32)
+        x = a.to(torch.bfloat16)
+        if family == "fp8":
+            ref = reference.m_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, ids, out_dtype=torch.float32)
+        else:
+            ref = reference.m_grouped_bf16_gemm_nt_contiguous(x, w, ids, out_dtype=torch.float32)
 
         def call(layout):
             d.fill_(float("nan"))
-            finegemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, layout, use_psum_layout=True)
+            if family == "fp8":
+                finegemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, layout, use_psum_layout=True)
+            else:
+                finegemm.m_grouped_bf16_gemm_nt_contiguous(x, w, d, layout, use_psum_layout=True)
 
         worst = 0.0
         finegemm.check_errors()
@@ -469,7 +478,7 @@ def _contiguous_psum_in_gemm(ms, n, k, alignment):
         finegemm.check_errors()
         return worst
     finally:
-        grouped_fp8._validated_contiguous = saved
+        api._validated_contiguous = saved
         os.environ.pop(_v.ENABLE_UNVALIDATED_ENV, None)
         quant.set_mk_alignment_for_contiguous_layout(128)
 
@@ -533,6 +542,8 @@ CASES = [
      lambda: _contiguous_psum_in_gemm([300, 0, 129, 1, 640, 7, 256, 1, 90], 576, 512, 64)),
     ("fp8 contiguous psum, ends read in the GEMM, alignment 128",
      lambda: _contiguous_psum_in_gemm([1, 17, 0, 4097, 5], 2112, 512, 128)),
+    ("bf16 contiguous psum, ends read in the GEMM, alignment 64",
+     lambda: _contiguous_psum_in_gemm([300, 0, 129, 1, 640, 7], 576, 512, 64, "bf16")),
     ("fp8 einsum heads packed, bm192 partial M and N tiles, padded d rows",
      lambda: _fp8_einsum_heads_packed(130, 64, 256, 200, 8)),
     ("fp8 einsum heads packed, multicast A tile", lambda: _fp8_einsum_heads_packed(5, 16, 512, 128, 0)),

@@ -530,9 +530,9 @@ def test_cuda_routing_grouped_bf16(fake_cuda, monkeypatch):
     d = torch.full((128, 64), 5.0, dtype=BF16)
     layout = torch.zeros(128, dtype=torch.int32)
     finegemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, layout)  # plain: the GEMM checks it
-    name, a_, b_, d_, gl_, b_kn_, check_ = calls[-1]
+    name, a_, b_, d_, gl_, b_kn_, check_, psum_ = calls[-1]
     assert name == "m_grouped_bf16_gemm_contiguous_layout_checked" and a_ is a and b_ is b and d_ is d
-    assert gl_ is layout and b_kn_ is False and check_ == ("scratch", "record", "flags")
+    assert gl_ is layout and b_kn_ is False and check_ == ("scratch", "record", "flags") and psum_ == ("psum", False)
     assert fake_cuda.in_kernel_checks[-1] == ("m_grouped_bf16_gemm_nt_contiguous", 128, 2, 128)
     assert not fake_cuda.layout_calls
     psum = torch.tensor([100, 128], dtype=torch.int32)
@@ -890,15 +890,12 @@ def test_grouped_prepared_in_gemm_routing(fake_cuda, monkeypatch, family):
     call(a, b, d, ends, use_psum_layout=True)
     assert made[-1] == (True, False) and len(checked_args) == 1
     assert not fake_cuda.layout_calls
-    assert contiguous_layout.IN_KERNEL_PSUM_CAPABILITIES["fp8"] in _validate.UNVALIDATED_ON_GPU  # gated
+    assert contiguous_layout.IN_KERNEL_PSUM_CAPABILITIES[family] in _validate.UNVALIDATED_ON_GPU  # gated
     monkeypatch.setenv("FINEGEMM_ENABLE_UNVALIDATED", "1")
     ends2 = ends.clone()  # a new fast-path key
     call(a, b, d, ends2, use_psum_layout=True)
-    if family == "fp8":
-        assert made[-1] == (True, True) and len(checked_args) == 2 and psums == [False, True]
-        assert checked_args[-1][-2] is ends2
-    else:  # the BF16 family has no GEMM reading psum ends: the check kernel still
-        assert made[-1] == (True, False) and len(checked_args) == 1
+    assert made[-1] == (True, True) and len(checked_args) == 2 and psums == [False, True]
+    assert (checked_args[-1][-2] if family == "fp8" else checked_args[-1][3]) is ends2
 
 
 @pytest.mark.parametrize("family", ["fp8", "bf16"])
@@ -1008,6 +1005,7 @@ def test_every_built_kernel_is_validated():
     passed on the H200 on 2026-12-05). A path built later is listed until its suite runs, and has
     a fallback (so the calls it serves work meanwhile)."""
     from finegemm.api import _validate
-    # Built 2026-12-05 without a GPU: fp8_einsum's heads-packed kernel, the FP8 GEMM reading psum ends.
-    assert set(_validate.UNVALIDATED_ON_GPU) == {"fp8_einsum_heads_packed", "fp8_contiguous_psum_in_gemm"}
+    # Built 2026-12-05 without a GPU: fp8_einsum's heads-packed kernel, the GEMMs reading psum ends.
+    assert set(_validate.UNVALIDATED_ON_GPU) == {"fp8_einsum_heads_packed", "fp8_contiguous_psum_in_gemm",
+                                                 "bf16_contiguous_psum_in_gemm"}
     assert set(_validate.UNVALIDATED_ON_GPU) <= set(_validate.FALLBACK_CAPABILITIES)

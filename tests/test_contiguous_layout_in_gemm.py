@@ -132,16 +132,18 @@ def test_psum_models_match_the_reference_and_the_host_validator(alignment):
 
 
 def test_psum_group_model_mirrors_the_header():
-    """The model above is the header's function: the same steps, in the same order (a guard
-    against the two drifting apart silently)."""
-    text = Path(__file__).resolve().parents[1].joinpath("finegemm/include/finegemm/scheduler/persistent.cuh").read_text()
-    body = text[text.index("uint32_t psum_group(uint32_t m0) const {"):]
-    body = body[:body.index("\n  }\n")]
-    for piece in ("1u << (31 - __clz(num_groups))", "const uint32_t probe = lo + step;",
-                  "__ldg(grouped + (probe < num_groups ? probe : num_groups) - 1)",
-                  "lo = (probe <= num_groups && end <= row) ? probe : lo;",
-                  "(static_cast<uint32_t>(prev) + mask) & ~mask", "(lo < num_groups && m0 >= start) ? lo : num_groups"):
-        assert piece in body, piece
+    """The model above is the header's function (both families' walkers call it): the same steps,
+    in the same order (a guard against the two drifting apart silently)."""
+    text = HEADER.read_text()
+    body = text[text.index("uint32_t psum_layout_group(const int* __restrict__ ends"):]
+    body = body[:body.index("\n}\n")]
+    pieces = ("1u << (31 - __clz(g))", "const uint32_t probe = lo + step;", "__ldg(ends + (probe < g ? probe : g) - 1)",
+              "lo = (probe <= g && end <= row) ? probe : lo;", "__ldg(ends + (lo == 0 ? 0u : lo - 1))",
+              "(static_cast<uint32_t>(prev) + mask) & ~mask", "(lo < g && m0 >= start) ? lo : g")
+    at = [body.find(p) for p in pieces]
+    assert -1 not in at and at == sorted(at), list(zip(pieces, at))
+    for walker in ("persistent.cuh", "grouped_bf16.cuh"):
+        assert "psum_layout_group(grouped, num_groups, m0, align_log2)" in (HEADER.parent / walker).read_text()
 
 
 def in_kernel_model(layout: list[int], m: int, g: int, alignment: int, grid: int):
@@ -314,19 +316,26 @@ def test_layout_checked_tiles_compile_clean():
 
 @pytest.mark.nvcc
 def test_psum_tiles_compile_clean():
-    """Every FP8 contiguous tile reading psum ends compiles spill-free, and its consumers' k-loops are
-    the plain checked twin's (the search is branch-free, in 32 bits: with 64-bit alignment arithmetic
+    """Every FP8 and BF16 contiguous tile reading psum ends compiles spill-free, and its consumers'
+    k-loops are the plain checked twin's (the search is branch-free, in 32 bits: with 64-bit alignment arithmetic
     the bm64 loops lost their uniform-datapath addressing, +16 instructions per k-block)."""
     from finegemm import jit
+    from finegemm.heuristics.sm90_bf16_gemm import GEMM_GROUPED_CONTIGUOUS, grouped_kernel_keys
+    from finegemm.ops.sm90_bf16_gemm import grouped_kernel_name, render_grouped
     from sass_tools import sass, wgmma_k_loops
 
     tiles = [(label, src) for label, src, _ in _contiguous_tiles() if label.startswith("bm")]  # the FP8 ones
     jobs = [(f"{label}_lchk_psum", src.replace(", true>(", ", true, false, true>(", 1)) for label, src in tiles]
     assert all(", true, false, true>(" in src for _, src in jobs)
+    bf16 = [(grouped_kernel_name(key), render_grouped(*key, True)) for key in grouped_kernel_keys()
+            if key[3] == GEMM_GROUPED_CONTIGUOUS]
+    tiles += bf16
+    jobs += [(f"{label}_lchk_psum", render_grouped(*key, True, True)) for key in grouped_kernel_keys()
+             if key[3] == GEMM_GROUPED_CONTIGUOUS for label in [grouped_kernel_name(key)]]
     reports = jit.compile_check(jobs, raise_on_failure=False)
     bad = [(r["label"], r["reasons"]) for r in reports if not r["ok"]]
     assert len(reports) == len(jobs) and not bad, bad
-    sample = tiles[:: max(1, len(tiles) // 12)]
+    sample = tiles[:-len(bf16)][:: max(1, len(tiles) // 12)] + bf16[::3]
     twins = jit.compile_check([(f"{label}_lchk", src) for label, src in sample], raise_on_failure=False)
     psum = {r["label"]: r for r in reports}
     for twin in twins:
@@ -337,7 +346,7 @@ def test_psum_tiles_compile_clean():
         loops_twin = wgmma_k_loops(text_twin)
         assert loops and len(loops) == len(loops_twin), twin["label"]
         for loop, loop_twin in zip(loops, loops_twin):
-            for op in ("QGMMA", "SYNCS", "BAR", "WARPGROUP"):
+            for op in ("QGMMA", "HGMMA", "SYNCS", "BAR", "WARPGROUP"):
                 assert sum(op in i for i in loop) == sum(op in i for i in loop_twin), (twin["label"], op)
             # Not longer (a few of register allocation's moves aside); shorter happens: ptxas kept
             # bm64 bn16's stage base in a uniform register here and re-derived it in the plain twin.
@@ -356,20 +365,21 @@ def _gate(monkeypatch, family: str, closed: bool) -> None:
 
 def test_in_gemm_check_is_shipped_validated():
     """Both families' in-GEMM layout checks passed their GPU suite: plain layouts take them by default.
-    psum layouts keep the check kernel: BF16 has no GEMM reading the ends, FP8's is gated until its
-    GPU suite runs (and opens with FINEGEMM_ENABLE_UNVALIDATED=1)."""
+    psum layouts keep the check kernel: the GEMMs reading the ends are gated until their GPU suite
+    runs (and open with FINEGEMM_ENABLE_UNVALIDATED=1)."""
     for family in ("fp8", "bf16"):
         assert cl.IN_KERNEL_CAPABILITIES[family] not in _v.UNVALIDATED_ON_GPU
         assert cl.checks_in_kernel(family, False) and not cl.checks_in_kernel(family, True)
-    assert set(cl.IN_KERNEL_PSUM_CAPABILITIES) == {"fp8"}
+    assert set(cl.IN_KERNEL_PSUM_CAPABILITIES) == {"fp8", "bf16"}
     assert set(cl.IN_KERNEL_PSUM_CAPABILITIES.values()) <= set(_v.UNVALIDATED_ON_GPU) & set(_v.FALLBACK_CAPABILITIES)
 
 
 def test_unvalidated_opens_the_psum_gemm(monkeypatch):
     monkeypatch.setenv(_v.ENABLE_UNVALIDATED_ENV, "1")
-    assert cl.checks_in_kernel("fp8", True) and not cl.checks_in_kernel("bf16", True)
+    assert cl.checks_in_kernel("fp8", True) and cl.checks_in_kernel("bf16", True)
     monkeypatch.setenv(_v.DISABLE_PATHS_ENV, "fp8_contiguous_psum_in_gemm")
     assert not cl.checks_in_kernel("fp8", True) and cl.checks_in_kernel("fp8", False)
+    assert cl.checks_in_kernel("bf16", True)
 
 
 def test_api_routes_plain_layouts_to_the_checking_gemm_behind_the_gate(monkeypatch):
@@ -446,7 +456,7 @@ def test_bf16_api_routes_plain_layouts_to_the_checking_gemm_behind_the_gate(monk
     from finegemm.api import bf16 as api
     from finegemm.ops import sm90_bf16_gemm as bf16_ops
 
-    launched, layout_calls = [], []
+    launched, layout_calls, kws = [], [], []
     monkeypatch.setattr(_v, "on_cuda", lambda t: True)
     monkeypatch.setattr(cl, "can_prepare", lambda index: False)  # one-shot calls
     monkeypatch.setattr(cl, "api_group_ids", lambda fn, gl, m, g, psum, al: layout_calls.append(psum) or
@@ -454,7 +464,8 @@ def test_bf16_api_routes_plain_layouts_to_the_checking_gemm_behind_the_gate(monk
     monkeypatch.setattr(cl, "in_kernel_check", lambda fn, m, g, al: (7, 8, 9))
     for name in ("m_grouped_bf16_gemm_nt_contiguous", "m_grouped_bf16_gemm_nn_contiguous",
                  "m_grouped_bf16_gemm_contiguous_layout_checked"):
-        monkeypatch.setattr(bf16_ops, name, lambda *args, _n=name, **kw: launched.append((_n,) + args))
+        monkeypatch.setattr(bf16_ops, name, lambda *args, _n=name, **kw: launched.append((_n,) + args) or
+                            kws.append(kw))
     M, N, K, G = 256, 128, 128, 2
     layout = torch.zeros(M, dtype=torch.int32)
     a = torch.randn(M, K).to(torch.bfloat16)
@@ -476,6 +487,15 @@ def test_bf16_api_routes_plain_layouts_to_the_checking_gemm_behind_the_gate(monk
     ends = torch.tensor([100, 256], dtype=torch.int32)
     finegemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, ends, use_psum_layout=True)
     assert launched[-1][0] == "m_grouped_bf16_gemm_nt_contiguous" and layout_calls == [False, True]
+    # The GEMM reading the ends itself (gated until its GPU suite passes): opened, one launch on the ends.
+    psum_cap = cl.IN_KERNEL_PSUM_CAPABILITIES["bf16"]
+    assert psum_cap in _v.UNVALIDATED_ON_GPU
+    monkeypatch.delitem(_v.UNVALIDATED_ON_GPU, psum_cap)
+    monkeypatch.setattr(api, "_validated_contiguous", _v.ValidatedCalls())
+    finegemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, ends, use_psum_layout=True)
+    name, a_, b_, d_, gl_, b_kn_got, check_ = launched[-1]
+    assert name == "m_grouped_bf16_gemm_contiguous_layout_checked" and gl_ is ends and check_ == (7, 8, 9)
+    assert layout_calls == [False, True] and kws[-1] == {"psum": True}
 
 
 def test_prepared_contiguous_in_kernel_entries(monkeypatch):

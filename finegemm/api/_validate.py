@@ -676,6 +676,8 @@ UNVALIDATED_ON_GPU: dict[str, tuple[str, str, str]] = {
                                 "3", "tests/gpu/test_deepgemm_extras_gpu.py"),
     "fp8_contiguous_psum_in_gemm": ("the FP8 m-grouped contiguous GEMM reading and checking a psum layout itself",
                                     "4", "tests/gpu/test_contiguous_layout_gpu.py"),
+    "bf16_contiguous_psum_in_gemm": ("the BF16 m-grouped contiguous GEMM reading and checking a psum layout itself",
+                                     "5", "tests/gpu/test_contiguous_layout_gpu.py"),
 }
 ENABLE_UNVALIDATED_ENV = "FINEGEMM_ENABLE_UNVALIDATED"
 
@@ -691,6 +693,8 @@ FALLBACK_CAPABILITIES = {
                                "it into d",
     "fp8_contiguous_psum_in_gemm": "the FP8 contiguous calls with use_psum_layout run the layout-check kernel (the ends "
                                    "into per-row ids), then the GEMM on its ids",
+    "bf16_contiguous_psum_in_gemm": "the BF16 contiguous calls with use_psum_layout run the layout-check kernel, then "
+                                    "the GEMM on its ids",
 }
 DISABLE_PATHS_ENV = "FINEGEMM_DISABLE_PATHS"
 

@@ -186,15 +186,16 @@ def _m_grouped_contiguous(fn: str, b_kn: bool, a: object, b: object, d: object, 
         return  # CPU, or an empty product: done
     from finegemm.ops import contiguous_layout, sm90_bf16_gemm
 
-    # A plain layout checked by the GEMM itself (one launch per call) unless the capability is
-    # gated; psum layouts: the check kernel, then the GEMM on its ids. The gate is asked only when a
+    # The layout checked by the GEMM itself (one launch per call) unless the capability is gated
+    # (plain layouts: shipped; psum ends: gated until its GPU suite passes); otherwise the check
+    # kernel, then the GEMM on its ids. The gate is asked only when a
     # launch is prepared or taken one-shot, not on a kept call (the hot path).
     def prepare(prepared):
         prepare_checked = None
         if contiguous_layout.checks_in_kernel("bf16", flags[1]):
             def prepare_checked(check):
                 return sm90_bf16_gemm.prepare_m_grouped_contiguous_layout_checked(a, b, d, grouped_layout, b_kn,
-                                                                                  check)
+                                                                                  check, psum=flags[1])
         return contiguous_layout.run_prepared(
             fn, prepared, grouped_layout, a.shape[0], b.shape[0], flags[1],
             lambda ids: sm90_bf16_gemm.prepare_m_grouped_contiguous(a, b, d, ids, b_kn), prepare_checked)
@@ -203,8 +204,9 @@ def _m_grouped_contiguous(fn: str, b_kn: bool, a: object, b: object, d: object, 
         return
     alignment = quant.get_mk_alignment_for_contiguous_layout()
     if contiguous_layout.checks_in_kernel("bf16", flags[1]):
-        check = contiguous_layout.api_in_kernel_check(fn, a.shape[0], b.shape[0], alignment)
-        sm90_bf16_gemm.m_grouped_bf16_gemm_contiguous_layout_checked(a, b, d, grouped_layout, b_kn, check)
+        check = contiguous_layout.api_in_kernel_check(fn, a.shape[0], b.shape[0], alignment, flags[1])
+        sm90_bf16_gemm.m_grouped_bf16_gemm_contiguous_layout_checked(a, b, d, grouped_layout, b_kn, check,
+                                                                     psum=flags[1])
         return
     ids = contiguous_layout.api_group_ids(fn, grouped_layout, a.shape[0], b.shape[0], flags[1], alignment)
     run = sm90_bf16_gemm.m_grouped_bf16_gemm_nn_contiguous if b_kn else sm90_bf16_gemm.m_grouped_bf16_gemm_nt_contiguous

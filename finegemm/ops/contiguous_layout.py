@@ -54,9 +54,9 @@ _SCRATCH_HEAD = 4  # the scratch words before the runs per group (see the kernel
 # capability per family (validated on the H200; listing one in api/_validate.UNVALIDATED_ON_GPU
 # sends its calls back to the check kernel and the GEMM on its ids).
 IN_KERNEL_CAPABILITIES = {"fp8": "fp8_contiguous_layout_in_gemm", "bf16": "bf16_contiguous_layout_in_gemm"}
-# The GEMMs reading a psum layout's ends themselves (the FP8 kernel's kPsumLayout: the tile walkers
-# search the ends, CTA 0's spare warp checks their rules); the BF16 family keeps the check kernel.
-IN_KERNEL_PSUM_CAPABILITIES = {"fp8": "fp8_contiguous_psum_in_gemm"}
+# The GEMMs reading a psum layout's ends themselves (the kernels' kPsumLayout: the tile walkers
+# search the ends, CTA 0's spare warp checks their rules).
+IN_KERNEL_PSUM_CAPABILITIES = {"fp8": "fp8_contiguous_psum_in_gemm", "bf16": "bf16_contiguous_psum_in_gemm"}
 _RECORD_INTS = 8  # [code, function, a, b, c, G, alignment, M]
 
 _SOURCE = """\

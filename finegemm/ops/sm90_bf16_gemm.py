@@ -332,11 +332,12 @@ _KIND_SUFFIX = {GEMM_GROUPED_CONTIGUOUS: "gcont", GEMM_GROUPED_MASKED: "gmask"}
 
 
 def render_grouped(block_m: int, block_n: int, num_stages: int, gemm_kind: int, b_mn_major: bool = False,
-                   layout_check: bool = False) -> str:
+                   layout_check: bool = False, psum_layout: bool = False) -> str:
     """The instantiation source of one m-grouped kernel (K-major A, bf16 D, TMA-store epilogue;
     B K-major, or with b_mn_major N-major [G, K, N] in the contiguous kind; layout_check: the
     contiguous kind reading the caller's plain grouped_layout and checking its rules in a spare
-    producer warp, one launch per call)."""
+    producer warp, one launch per call; psum_layout (with layout_check): reading a psum layout's
+    ends instead, searched per tile, checked by CTA 0's spare warp)."""
     if gemm_kind not in _KIND_SUFFIX:
         raise ValueError(f"gemm_kind must be {GEMM_GROUPED_CONTIGUOUS} or {GEMM_GROUPED_MASKED}, got {gemm_kind}")
     # block_m 192 (three consumer warpgroups): the masked kind only.
@@ -347,17 +348,24 @@ def render_grouped(block_m: int, block_n: int, num_stages: int, gemm_kind: int, 
                          f"boxes), got kind {gemm_kind}, block_n {block_n}")
     if layout_check and gemm_kind != GEMM_GROUPED_CONTIGUOUS:
         raise ValueError("layout_check: the m-grouped contiguous kind only")
+    if psum_layout and not layout_check:
+        raise ValueError("psum_layout: with layout_check (the m-grouped contiguous kind)")
     template = _GROUPED_LAYOUT_CHECKED_TEMPLATE if layout_check else _GROUPED_TEMPLATE
+    if psum_layout:  # kPsumLayout after kLayoutCheck
+        if template.count("{gemm_kind}, true>(") != 1:
+            raise RuntimeError("sm90_bf16_gemm: the layout-checked template no longer ends its arguments at kLayoutCheck")
+        template = template.replace("{gemm_kind}, true>(", "{gemm_kind}, true, true>(")
     return template.format(threads=(block_m // 64 + 1) * 128, block_m=block_m, block_n=block_n, stages=num_stages,
                            gemm_kind=gemm_kind, b_mn_major=str(bool(b_mn_major)).lower())
 
 
 def grouped_kernel_name(key: tuple) -> str:
-    """key: a grouped_kernel_key(), optionally followed by layout_check."""
+    """key: a grouped_kernel_key(), optionally followed by layout_check and psum_layout."""
     bm, bn, st, kind, *rest = key
     nn = "_nn" if rest and rest[0] else ""
     lchk = "_lchk" if len(rest) > 1 and rest[1] else ""
-    return f"sm90_bf16_gemm_{_KIND_SUFFIX[kind]}{nn}_bm{bm}_bn{bn}_s{st}_tmas{lchk}"
+    psum = "_psum" if len(rest) > 2 and rest[2] else ""
+    return f"sm90_bf16_gemm_{_KIND_SUFFIX[kind]}{nn}_bm{bm}_bn{bn}_s{st}_tmas{lchk}{psum}"
 
 
 _grouped_launcher = None
@@ -395,10 +403,11 @@ _grouped_prepare = _grouped_launch_prepared = _grouped_free_prepared = None
 _grouped_launcher_layout_checked = _grouped_prepare_layout_checked = None
 
 
-def load_grouped(cfg: Bf16GemmConfig, device: int, layout_check: bool = False) -> int:
+def load_grouped(cfg: Bf16GemmConfig, device: int, layout_check: bool = False, psum_layout: bool = False) -> int:
     """CUfunction of an m-grouped configuration's kernel on `device` (compiles on first use);
-    layout_check: its twin that checks a plain contiguous layout itself (same tile and grid)."""
-    gkey = cfg.grouped_kernel_key() + ((True,) if layout_check else ())
+    layout_check: its twin that checks a plain contiguous layout itself (same tile and grid);
+    psum_layout too: the twin reading a psum layout's ends."""
+    gkey = cfg.grouped_kernel_key() + ((True,) if layout_check else ()) + ((True,) if psum_layout else ())
     with torch.cuda.device(device):
         return jit.load_kernel(grouped_kernel_name(gkey), render_grouped(*gkey), smem_bytes=cfg.smem_bytes).fn
 
@@ -531,21 +540,27 @@ def _contiguous_arguments(a, b, d, ids, b_kn, config=None) -> tuple:
     return cfg, fn, (a, b, d, m, n, k, ids, num_groups), b.data_ptr() != b_in.data_ptr()
 
 
-def _layout_checked_arguments(a, b, d, grouped_layout, b_kn, check) -> tuple:
+def _layout_checked_arguments(a, b, d, grouped_layout, b_kn, check, psum) -> tuple:
     """(function of the config's layout-checked twin, the launcher's arguments but the stream, whether
-    B was copied) of a contiguous call whose kernel checks the plain grouped_layout itself."""
+    B was copied) of a contiguous call whose kernel checks the grouped_layout (psum: its ends) itself."""
+    # The kernel reads G ends (psum) or M ids (plain): a layout of the other form would be read past its end.
+    rows = b.shape[0] if psum else a.shape[0]
+    if grouped_layout.dim() != 1 or grouped_layout.numel() != rows or grouped_layout.dtype != torch.int32:
+        raise ValueError(f"sm90_bf16_gemm: an in-kernel checked {'psum' if psum else 'plain'} layout must be int32 "
+                         f"[{rows}], got {grouped_layout.dtype} {tuple(grouped_layout.shape)}")
     cfg, _fn, args, copied = _contiguous_arguments(a, b, d, grouped_layout, b_kn)
-    fn = load_grouped(cfg, d.device.index, layout_check=True)
+    fn = load_grouped(cfg, d.device.index, layout_check=True, psum_layout=psum)
     return cfg, _grouped_arguments(cfg, fn, *args) + tuple(check), copied
 
 
 def m_grouped_bf16_gemm_contiguous_layout_checked(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor,
-                                                  grouped_layout: torch.Tensor, b_kn: bool, check: tuple) -> None:
+                                                  grouped_layout: torch.Tensor, b_kn: bool, check: tuple,
+                                                  psum: bool = False) -> None:
     """m_grouped_bf16_gemm_n{n,t}_contiguous (b_kn: nn) in one launch: the kernel reads the caller's
-    plain grouped_layout (int32 [M]) and checks its rules itself. check: (scratch, record,
-    layout_info) from ops/contiguous_layout.in_kernel_check. M, N, G > 0."""
+    plain grouped_layout (int32 [M]; psum: int32 [G] row ends) and checks its rules itself. check:
+    (scratch, record, layout_info) from ops/contiguous_layout.in_kernel_check. M, N, G > 0."""
     _check_k(a.shape[1])
-    cfg, args, _ = _layout_checked_arguments(a, b, d, grouped_layout, b_kn, check)
+    cfg, args, _ = _layout_checked_arguments(a, b, d, grouped_layout, b_kn, check, psum)
     _get_grouped_launcher()
     rc = _grouped_launcher_layout_checked(*args, _get_raw_stream(d.device.index))
     if rc != 0:
@@ -554,12 +569,12 @@ def m_grouped_bf16_gemm_contiguous_layout_checked(a: torch.Tensor, b: torch.Tens
 
 
 def prepare_m_grouped_contiguous_layout_checked(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor,
-                                                grouped_layout: torch.Tensor, b_kn: bool,
-                                                check: tuple) -> Optional[PreparedBf16LayoutCheckedCall]:
+                                                grouped_layout: torch.Tensor, b_kn: bool, check: tuple,
+                                                psum: bool = False) -> Optional[PreparedBf16LayoutCheckedCall]:
     """prepare_m_grouped_contiguous for the in-kernel check (check: one stream's (scratch, record,
     layout_info); the launch is kept per stream), or None where a launch needs a copy of B."""
     _check_k(a.shape[1])
-    cfg, args, copied = _layout_checked_arguments(a, b, d, grouped_layout, b_kn, check)
+    cfg, args, copied = _layout_checked_arguments(a, b, d, grouped_layout, b_kn, check, psum)
     if copied:
         return None
     _get_grouped_launcher()

@@ -220,6 +220,7 @@ def test_next_call_raises_the_earlier_error(mode, monkeypatch):
 _PLANS = [[100, 0, 300, 129], [0, 0, 640, 1], [128, 128, 128, 128], [1, 1, 1, 1], [0, 0, 0, 0]]
 _FUNCTIONS = {"fp8": "m_grouped_fp8_gemm_nt_contiguous", "fp8_psum": "m_grouped_fp8_gemm_nt_contiguous",
               "fp8_psum_in_gemm": "m_grouped_fp8_gemm_nt_contiguous",
+              "bf16_psum": "m_grouped_bf16_gemm_nt_contiguous", "bf16_psum_in_gemm": "m_grouped_bf16_gemm_nt_contiguous",
               "fp8_in_gemm": "m_grouped_fp8_gemm_nt_contiguous", "bf16_in_gemm": "m_grouped_bf16_gemm_nt_contiguous",
               "bf16_nn_in_gemm": "m_grouped_bf16_gemm_nn_contiguous",
               "bf16": "m_grouped_bf16_gemm_nt_contiguous", "bf16_nn": "m_grouped_bf16_gemm_nn_contiguous"}
@@ -231,7 +232,7 @@ class _LayoutCase:
     reference (every row written, rows of no group zeros, calc_diff <= 1e-5)."""
 
     def __init__(self, kind: str, seed: int, n: int = 384, k: int = 512) -> None:
-        self.kind, self.psum = kind, kind.startswith("fp8_psum")
+        self.kind, self.psum = kind, "psum" in kind
         self.fn = _FUNCTIONS[kind]
         self.rows = rows = max(sum(finegemm.align(m, 128) for m in ms) for ms in _PLANS)
         _, _, self.b, self.sfb, _, _ = _fp8_problem(_PLANS[0], n, k, seed=seed)  # the experts
@@ -248,7 +249,7 @@ class _LayoutCase:
             finegemm.m_grouped_fp8_gemm_nt_contiguous((self.a, self.sfa), (self.b, self.sfb), self.d, self.layout,
                                                       use_psum_layout=self.psum)
         elif not self.kind.startswith("bf16_nn"):
-            finegemm.m_grouped_bf16_gemm_nt_contiguous(self.x, self.bb, self.d, self.layout)
+            finegemm.m_grouped_bf16_gemm_nt_contiguous(self.x, self.bb, self.d, self.layout, use_psum_layout=self.psum)
         else:
             finegemm.m_grouped_bf16_gemm_nn_contiguous(self.x, self.bkn, self.d, self.layout)
 
@@ -278,7 +279,8 @@ class _LayoutCase:
             assert calc_diff(self.d[real], ref[real]) <= 1e-5, what
 
 
-_KINDS = ["fp8", "fp8_psum", "fp8_in_gemm", "fp8_psum_in_gemm", "bf16", "bf16_nn", "bf16_in_gemm", "bf16_nn_in_gemm"]
+_KINDS = ["fp8", "fp8_psum", "fp8_in_gemm", "fp8_psum_in_gemm", "bf16", "bf16_psum", "bf16_nn", "bf16_in_gemm",
+          "bf16_psum_in_gemm", "bf16_nn_in_gemm"]
 
 
 @pytest.mark.parametrize("kind", _KINDS)
@@ -491,24 +493,32 @@ def _psum_problem(ms, n, k, seed, alignment):
     return a, sfa, b, sfb, ends_t.cuda(), psum_layout_to_group_ids(ends_t, total, alignment).cuda()
 
 
+@pytest.mark.parametrize("family", ["fp8", "bf16"])
 @pytest.mark.parametrize("alignment", [64, 128])
 @pytest.mark.parametrize("ms", PSUM_IN_GEMM_MS)
-def test_psum_in_gemm_is_one_launch_and_matches_the_reference(ms, alignment, monkeypatch):
-    """The FP8 GEMM reading psum ends itself (gate opened): one kernel per call (kept and one-shot),
-    the reference's result on the groups' rows and zeros on every other row (alignment gaps, rows
-    past the last end), bitwise the check-kernel path's result, and broken ends (each rule) reported
-    with the CPU call's message, d fully written, the next valid call right."""
-    from finegemm.api import grouped_fp8 as api
+def test_psum_in_gemm_is_one_launch_and_matches_the_reference(ms, alignment, family, monkeypatch):
+    """The GEMM reading psum ends itself (FP8 and BF16, gates opened): one kernel per call (kept and
+    one-shot), the reference's result on the groups' rows and zeros on every other row (alignment
+    gaps, rows past the last end), bitwise the check-kernel path's result, and broken ends (each
+    rule) reported with the CPU call's message, d fully written, the next valid call right."""
+    if family == "fp8":
+        from finegemm.api import grouped_fp8 as api
+    else:
+        from finegemm.api import bf16 as api
 
     quant.set_mk_alignment_for_contiguous_layout(alignment)
     try:
         a, sfa, b, sfb, ends, ids = _psum_problem(ms, PSUM_IN_GEMM_N, PSUM_IN_GEMM_K, seed=len(ms) + alignment,
                                                   alignment=alignment)
-        G, M, fn = len(ms), a.shape[0], "m_grouped_fp8_gemm_nt_contiguous"
+        G, M, fn = len(ms), a.shape[0], f"m_grouped_{family}_gemm_nt_contiguous"
         d = torch.full((M, PSUM_IN_GEMM_N), float("nan"), device="cuda", dtype=torch.bfloat16)
+        x, w = a.to(torch.bfloat16), b.to(torch.bfloat16)
 
         def call(layout):
-            finegemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, layout, use_psum_layout=True)
+            if family == "fp8":
+                finegemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, layout, use_psum_layout=True)
+            else:
+                finegemm.m_grouped_bf16_gemm_nt_contiguous(x, w, d, layout, use_psum_layout=True)
 
         _route(monkeypatch, in_gemm=False)
         call(ends)
@@ -526,7 +536,10 @@ def test_psum_in_gemm_is_one_launch_and_matches_the_reference(ms, alignment, mon
         d.fill_(float("nan"))
         names = _kernels_per_call(lambda: call(ends))
         assert len(names) == 1 and "finegemm_entry" in names[0], names
-        ref = reference.m_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, ids, out_dtype=torch.float64)
+        if family == "fp8":
+            ref = reference.m_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, ids, out_dtype=torch.float64)
+        else:
+            ref = reference.m_grouped_bf16_gemm_nt_contiguous(x, w, ids, out_dtype=torch.float64)
         real = ids >= 0
         assert not torch.isnan(d).any() and (d[~real] == 0).all()
         if real.any():

@@ -187,7 +187,8 @@ struct Bf16TileScheduler {
 };
 
 template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages, bool kAMnMajor, bool kBMnMajor, bool kSplitK,
-          bool kTmaStore, uint32_t kGemmKind = scheduler::kBf16GemmNormal, bool kLayoutCheck = false>
+          bool kTmaStore, uint32_t kGemmKind = scheduler::kBf16GemmNormal, bool kLayoutCheck = false,
+          bool kPsumLayout = false>
 __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const CUtensorMap* tmap_b,
                                                const CUtensorMap* tmap_d, void* d_ptr, const float* c_ptr,
                                                float* workspace, int* counters, uint32_t M, uint32_t N, uint32_t K,
@@ -222,8 +223,12 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
   // the producer warpgroup's idle second warp checks its rules while the GEMM runs
   // (scheduler/contiguous_layout_check.cuh, as the FP8 kernel's): one launch per call.
   static_assert(!kLayoutCheck || kContiguous, "the in-kernel layout check: m-grouped contiguous kind");
+  // kPsumLayout (with kLayoutCheck): `grouped` is the caller's psum layout (int32 [G] row ends); the
+  // walkers search it, the epilogue zeroes the rows past the tile's group's end, CTA 0's spare warp
+  // checks the ends' rules (as the FP8 kernel's kPsumLayout).
+  static_assert(!kPsumLayout || kLayoutCheck, "psum ends read by the GEMM: with the in-kernel layout check");
   using Walker = scheduler::Bf16GroupedWalker<kGrouped ? kGemmKind : scheduler::kBf16GemmGroupedContiguous, BLOCK_M,
-                                              BLOCK_N, 8>;
+                                              BLOCK_N, 8, kPsumLayout>;
   using KWalker = scheduler::Bf16KGroupedWalker<BLOCK_M, BLOCK_N, 8>;
   constexpr uint32_t BLOCK_K = Traits::BLOCK_K;
   constexpr uint32_t kNumConsumerWG = Traits::kNumConsumerWG;
@@ -302,7 +307,7 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
       ptx::tma_prefetch_desc(tmap_a);
       ptx::tma_prefetch_desc(tmap_b);
       uint32_t stage = 0, phase = 0;
-      Walker walker(M, N, grouped, num_groups);
+      Walker walker(M, N, grouped, num_groups, layout_info & 0xffu);
       scheduler::Bf16GroupedTile t;
       for (uint32_t unit = blockIdx.x;; unit += gridDim.x) {
         if (!walker.next(unit, t)) break;
@@ -333,8 +338,12 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
         }
       }
     } else if (kLayoutCheck && threadIdx.x / 32 == kNumConsumerThreads / 32 + 1) {
-      // The layout's rules (one warp per CTA).
-      scheduler::check_contiguous_layout_warp(grouped, M, num_groups, layout_scratch, layout_record, layout_info);
+      // The layout's rules (one warp per CTA; psum: CTA 0's).
+      if constexpr (kPsumLayout) {
+        scheduler::check_psum_layout_warp(grouped, M, num_groups, layout_record, layout_info);
+      } else {
+        scheduler::check_contiguous_layout_warp(grouped, M, num_groups, layout_scratch, layout_record, layout_info);
+      }
     } else if (!kGrouped && threadIdx.x == kNumConsumerThreads) {
       // Dense kind, and the k-grouped kind (its tiles' absolute k-block ranges in the same maps).
       // Dense kind with K-major A: the last m-block loads through tmap_a_last, whose box holds only
@@ -444,7 +453,7 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
     };
 
     uint32_t stage = 0, phase = 0;
-    [[maybe_unused]] Walker walker(M, N, grouped, num_groups);
+    [[maybe_unused]] Walker walker(M, N, grouped, num_groups, layout_info & 0xffu);
     [[maybe_unused]] const KWalker kwalk(M, N, kgroups, kKGrouped ? kgroups->num_slots : 0u);
     for (uint32_t unit = blockIdx.x; kGrouped || unit < (kKGrouped ? kwalk.num_units : sched.num_units);
          unit += gridDim.x) {
@@ -637,6 +646,15 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
       if constexpr (kContiguous) {
         if (skip) {
           zero_rows = 3u;
+        } else if constexpr (kPsumLayout) {
+          // The rows at or past the group's end (the group searched again: not kept live across the
+          // main loop, where bn256 has no register to spare).
+          const uint32_t grp = walker.psum_group(m0);  // < G: the tile was not skipped
+          const int end = grp < num_groups ? __ldg(grouped + grp) : 0;
+#pragma unroll
+          for (uint32_t h = 0; h < 2; ++h) {
+            if (static_cast<int>(m0 + r0 + 8 * h) >= end) zero_rows |= 1u << h;
+          }
         } else {
 #pragma unroll
           for (uint32_t h = 0; h < 2; ++h) {

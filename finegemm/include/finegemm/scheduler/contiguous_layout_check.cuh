@@ -133,6 +133,31 @@ __device__ __forceinline__ void check_contiguous_layout_warp(const int* __restri
   }
 }
 
+// The group of the tile whose first row is m0 under a psum layout (int32 [g] cumulative row ends;
+// group i owns rows [align(ends[i-1]), ends[i])), or g where m0 lies in no group (an alignment gap,
+// past the last end): the FP8 and BF16 tile walkers' search (kPsumLayout). lo = the number of ends
+// <= m0 (upper bound): ends[lo] is the first end past m0, and m0 lies in group lo iff it is not
+// before lo's start align(ends[lo - 1]). Whatever the ends hold, the result is in [0, g].
+// Branch-free, a trip count that depends on g only, 32-bit arithmetic: with the alignment in 64
+// bits ptxas moved the bm64 consumers' k-loop address arithmetic off the uniform datapath (+16
+// instructions per k-block; tests/test_contiguous_layout_in_gemm.py compares the loops). The ends
+// are read through L1 (log2(g) + 1 loads per tile, hits after the first tile).
+__device__ __forceinline__ uint32_t psum_layout_group(const int* __restrict__ ends, uint32_t g, uint32_t m0,
+                                                      uint32_t align_log2) {
+  const int row = static_cast<int>(m0);  // m0 < M <= INT32_MAX (the host's limit)
+  uint32_t lo = 0;
+  for (uint32_t step = g == 0 ? 0u : 1u << (31 - __clz(g)); step > 0; step >>= 1) {
+    const uint32_t probe = lo + step;
+    const int end = __ldg(ends + (probe < g ? probe : g) - 1);  // in bounds
+    lo = (probe <= g && end <= row) ? probe : lo;
+  }
+  const int prev = lo == 0 ? 0 : __ldg(ends + (lo == 0 ? 0u : lo - 1));
+  // align(prev) in 32 bits (prev < 2^31, the alignment <= 2^30: no wrap); > m0 only for broken ends.
+  const uint32_t mask = (1u << align_log2) - 1u;
+  const uint32_t start = prev <= 0 ? 0u : (static_cast<uint32_t>(prev) + mask) & ~mask;
+  return (lo < g && m0 >= start) ? lo : g;
+}
+
 // The psum layout's rules (int32 [g] cumulative row ends; the standalone kernel's psum branch, the
 // host validator's order and details):
 //   kLayoutPsumNegative    every end >= 0                          details: (minimum)

@@ -9,6 +9,8 @@
 //     is the id of its first row: group segments start at multiples of the mk alignment, which
 //     BLOCK_M divides, so a tile holds one group's rows and then possibly padding rows; a first
 //     row of -1 means the whole tile is padding (`skip`: no main loop, zeros are stored).
+//     kPsum: `grouped` = the G cumulative row ends of a psum layout instead, searched per tile
+//     (psum_layout_group, scheduler/contiguous_layout_check.cuh; as the FP8 TileWalker).
 //   GroupedMasked: A viewed as [G*Mmax, K], B as [G*N, K], D as [G*Mmax, N]; `grouped` =
 //     masked_m [G], read on the GPU (never by the host) and clamped to [0, Mmax]. Units walk
 //     group after group, each with ceil(rows_g / BLOCK_M) x ceil(N / BLOCK_N) tiles in the dense
@@ -28,6 +30,7 @@
 
 #include <cstdint>
 
+#include <finegemm/scheduler/contiguous_layout_check.cuh>
 #include <finegemm/scheduler/k_grouped_bf16_args.h>
 
 namespace finegemm {
@@ -50,18 +53,21 @@ struct Bf16GroupedTile {
   bool skip;                  // contiguous padding tile: no main loop, zeros are stored
 };
 
-template <uint32_t kKind, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kGroupN = 8>
+template <uint32_t kKind, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kGroupN = 8, bool kPsum = false>
 struct Bf16GroupedWalker {
   static_assert(kKind == kBf16GemmGroupedContiguous || kKind == kBf16GemmGroupedMasked, "grouped kinds only");
-  const int* grouped;  // contiguous: group id per row; masked: masked_m per group
+  static_assert(!kPsum || kKind == kBf16GemmGroupedContiguous, "psum ends: the contiguous kind");
+  const int* grouped;  // contiguous: group id per row (kPsum: the G row ends); masked: masked_m per group
   uint32_t M;          // contiguous: total rows; masked: Mmax
   uint32_t N, num_groups, num_n_blocks;
   uint32_t g, base;  // masked walk: current group, units of the groups before it
   uint32_t rows_g;   // masked walk: group_rows(g), read once per group (as the FP8 TileWalker)
+  uint32_t align_log2;  // kPsum: log2 of the mk alignment
 
-  __device__ __forceinline__ Bf16GroupedWalker(uint32_t m, uint32_t n, const int* gl, uint32_t groups)
+  __device__ __forceinline__ Bf16GroupedWalker(uint32_t m, uint32_t n, const int* gl, uint32_t groups,
+                                               uint32_t psum_align_log2 = 0)
       : grouped(gl), M(m), N(n), num_groups(groups), num_n_blocks((n + BLOCK_N - 1) / BLOCK_N), g(0), base(0),
-        rows_g(0) {
+        rows_g(0), align_log2(psum_align_log2) {
     if constexpr (kKind == kBf16GemmGroupedMasked) rows_g = group_rows(0);
   }
 
@@ -90,6 +96,11 @@ struct Bf16GroupedWalker {
     return M;
   }
 
+  // kPsum: the group of the tile whose first row is m0, num_groups for none.
+  __device__ __forceinline__ uint32_t psum_group(uint32_t m0) const {
+    return psum_layout_group(grouped, num_groups, m0, align_log2);
+  }
+
   // The tile of `unit`; false when the unit is past the last one (the caller's loop ends).
   __device__ __forceinline__ bool next(uint32_t unit, Bf16GroupedTile& t) {
     if constexpr (kKind == kBf16GemmGroupedMasked) {
@@ -113,7 +124,7 @@ struct Bf16GroupedWalker {
       const uint32_t m0 = t.m_block * BLOCK_M;
       // An id outside [0, num_groups) is padding: the check kernel's ids never hold one, the
       // caller's layout (the in-kernel check, kLayoutCheck) may.
-      const int gid = __ldg(grouped + m0);  // m0 < M: m_block < m_blocks
+      const int gid = kPsum ? static_cast<int>(psum_group(m0)) : __ldg(grouped + m0);  // m0 < M
       t.skip = gid < 0 || static_cast<uint32_t>(gid) >= num_groups;
       t.a_row = m0;
       t.group = t.skip ? 0u : static_cast<uint32_t>(gid);

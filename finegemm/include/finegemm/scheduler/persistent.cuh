@@ -23,6 +23,8 @@
 
 #include <cstdint>
 
+#include <finegemm/scheduler/contiguous_layout_check.cuh>
+
 namespace finegemm {
 namespace scheduler {
 
@@ -110,9 +112,9 @@ struct TileCoords {
 //     its first row (segments start at multiples of the mk alignment, which BLOCK_M divides, so
 //     a tile holds one group's rows then possibly padding rows; a first row of -1 means the whole
 //     tile is padding: `skip`).
-//     kPsum (the FP8 kernel checking a psum layout itself): `grouped` holds the G cumulative row
-//     ends; group g owns rows [align(end[g-1]), end[g]). A tile's group is the first whose end is
-//     past the tile's first row (a binary search: log2(G) loads, which stay in L1 after the first
+//     kPsum (the kernel reading a psum layout itself): `grouped` holds the G cumulative row ends;
+//     group g owns rows [align(end[g-1]), end[g]). A tile's group is the first whose end is past
+//     the tile's first row (psum_layout_group: a search of log2(G) loads, L1 hits after the first
 //     tile); a first row in no group (an alignment gap, or past the last end) makes the tile
 //     padding. Whatever the ends hold, the group is < G or the tile is skipped.
 //   GroupedMasked: group after group, each with ceil(clamp(masked_m[g], 0, Mmax) / BLOCK_M)
@@ -161,25 +163,9 @@ struct TileWalker {
     return v <= 0 ? 0u : (static_cast<uint32_t>(v) < M ? static_cast<uint32_t>(v) : M);
   }
 
-  // kPsum: the group of the tile whose first row is m0, or num_groups where m0 lies in no group
-  // (an alignment gap, past the last end). lo = the number of ends <= m0 (upper bound): ends[lo] is
-  // the first end past m0, and m0 lies in group lo iff it is not before lo's start align(ends[lo-1]).
-  // Branch-free, a trip count that depends on G only, 32-bit arithmetic: with the alignment in 64
-  // bits ptxas moved the bm64 consumers' k-loop address arithmetic off the uniform datapath (+16
-  // instructions per k-block; tests/test_contiguous_layout_in_gemm.py compares the loops).
+  // kPsum: the group of the tile whose first row is m0 (scheduler/contiguous_layout_check.cuh).
   __device__ __forceinline__ uint32_t psum_group(uint32_t m0) const {
-    const int row = static_cast<int>(m0);  // m0 < M <= INT32_MAX (the host's limit)
-    uint32_t lo = 0;
-    for (uint32_t step = num_groups == 0 ? 0u : 1u << (31 - __clz(num_groups)); step > 0; step >>= 1) {
-      const uint32_t probe = lo + step;
-      const int end = __ldg(grouped + (probe < num_groups ? probe : num_groups) - 1);  // in bounds
-      lo = (probe <= num_groups && end <= row) ? probe : lo;
-    }
-    const int prev = lo == 0 ? 0 : __ldg(grouped + (lo == 0 ? 0u : lo - 1));
-    // align(prev) in 32 bits (prev < 2^31, the alignment <= 2^30: no wrap); > m0 only for broken ends.
-    const uint32_t mask = (1u << align_log2) - 1u;
-    const uint32_t start = prev <= 0 ? 0u : (static_cast<uint32_t>(prev) + mask) & ~mask;
-    return (lo < num_groups && m0 >= start) ? lo : num_groups;
+    return psum_layout_group(grouped, num_groups, m0, align_log2);
   }
 
   // Rows >= this (2-D view index) of the tile last returned by next() are never stored.
