@@ -374,6 +374,26 @@ def test_in_gemm_check_is_shipped_validated():
     assert set(cl.IN_KERNEL_PSUM_CAPABILITIES.values()) <= set(_v.UNVALIDATED_ON_GPU) & set(_v.FALLBACK_CAPABILITIES)
 
 
+def test_layout_checked_launch_refuses_a_layout_of_the_other_form():
+    """The kernel reads G ends (psum) or M ids (plain): the ops refuse a layout whose length is the
+    other form's before planning or launching anything (a psum kernel handed M ids, or a plain
+    kernel handed G ends, would read past the tensor)."""
+    from finegemm.ops import sm90_bf16_gemm as bf16_ops
+    from finegemm.ops import sm90_fp8_gemm as fp8_ops
+
+    M, N, K, G = 256, 128, 128, 4
+    a, sfa = torch.zeros(M, K, dtype=torch.float8_e4m3fn), torch.ones(M, 1)
+    b, sfb = torch.zeros(G, N, K, dtype=torch.float8_e4m3fn), torch.ones(G, 1, 1)
+    d = torch.empty(M, N, dtype=torch.bfloat16)
+    ids, ends = torch.zeros(M, dtype=torch.int32), torch.tensor([64, 128, 192, 256], dtype=torch.int32)
+    for layout, psum in ((ids, True), (ends, False), (ends.to(torch.int64), True)):
+        with pytest.raises(ValueError, match=f"in-kernel checked {'psum' if psum else 'plain'} layout must be int32"):
+            fp8_ops._layout_checked_arguments(a, sfa, b, sfb, d, layout, (0, 0, 0), psum)
+        with pytest.raises(ValueError, match=f"in-kernel checked {'psum' if psum else 'plain'} layout must be int32"):
+            bf16_ops._layout_checked_arguments(a.to(torch.bfloat16), b.to(torch.bfloat16), d, layout, False, (0, 0, 0),
+                                               psum)
+
+
 def test_unvalidated_opens_the_psum_gemm(monkeypatch):
     monkeypatch.setenv(_v.ENABLE_UNVALIDATED_ENV, "1")
     assert cl.checks_in_kernel("fp8", True) and cl.checks_in_kernel("bf16", True)
