@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import os
 import platform
@@ -163,6 +164,73 @@ def warmup_sources(shapes, kinds, num_sms: int) -> dict:
     return sources
 
 
+# `warmup --grouped G,M,N,K[,E]`: the MoE GEMMs. Contiguous kinds: M = all groups' rows (the
+# contiguous layout's length); masked kinds: M = Mmax per group and E the expected rows per group
+# (default M). bf16_nn_contiguous: B stored [G, K, N].
+WARMUP_GROUPED_KINDS = ("fp8_contiguous", "fp8_masked", "bf16_contiguous", "bf16_nn_contiguous", "bf16_masked")
+
+
+def _parse_grouped_shape(text: str) -> tuple[int, int, int, int, int]:
+    try:
+        dims = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        dims = ()
+    if len(dims) not in (4, 5):
+        raise argparse.ArgumentTypeError(f"grouped shape must be G,M,N,K or G,M,N,K,E (integers), got {text!r}")
+    if min(dims[:4]) <= 0 or (len(dims) == 5 and dims[4] < 0):
+        raise argparse.ArgumentTypeError(f"grouped shape dims must be positive (E >= 0), got {text!r}")
+    return dims if len(dims) == 5 else dims + (dims[1],)
+
+
+def warmup_grouped_sources(shapes, kinds, num_sms: int, alignment: int) -> dict:
+    """name -> rendered source of every kernel the m-grouped calls of each (G, M, N, K, E) and kind
+    would compile on first use, as the shipped routing stands (ops/contiguous_layout.checks_in_kernel):
+    a contiguous call with a plain layout runs the GEMM that checks it, or the check kernel and the
+    plain GEMM; with psum ends the GEMM reading them, or the check kernel and the plain GEMM. Both
+    layouts' kernels are built (a call may pass either)."""
+    from finegemm.heuristics import sm90_bf16_gemm as bf16_heur
+    from finegemm.heuristics import sm90_fp8_gemm as fp8_heur
+    from finegemm.ops import contiguous_layout
+    from finegemm.ops import sm90_bf16_gemm as bf16_ops
+    from finegemm.ops import sm90_fp8_gemm as fp8_ops
+
+    if alignment not in (64, 128):
+        raise ValueError(f"warmup: the contiguous kernels take an mk alignment of 64 or 128, got {alignment}")
+    sources = {}
+    for (g, m, n, k, e) in shapes:
+        for kind in kinds:
+            family = kind.split("_")[0]
+            if k % (16 if family == "fp8" else 8):
+                raise ValueError(f"warmup: {'FP8 needs K % 16' if family == 'fp8' else 'BF16 needs K % 8'} == 0, "
+                                 f"got G,M,N,K={g},{m},{n},{k}")
+            if kind.endswith("masked"):
+                if family == "fp8":
+                    cfg = fp8_heur.select_grouped_config(fp8_heur.GEMM_GROUPED_MASKED, m, n, k, g, num_sms, e, 0)
+                    sources[fp8_ops._kernel_name(cfg)] = fp8_ops._render_cfg(cfg)
+                else:
+                    cfg = bf16_heur.select_grouped_config(bf16_heur.GEMM_GROUPED_MASKED, m, n, k, g, num_sms, e, 0)
+                    key = cfg.grouped_kernel_key()
+                    sources[bf16_ops.grouped_kernel_name(key)] = bf16_ops.render_grouped(*key)
+                continue
+            # Contiguous: per layout form, the GEMM checking it itself or the check kernel + the plain GEMM.
+            twins = [(psum, contiguous_layout.checks_in_kernel(family, psum)) for psum in (False, True)]
+            if family == "fp8":
+                base = fp8_heur.select_grouped_config(fp8_heur.GEMM_GROUPED_CONTIGUOUS, m, n, k, g, num_sms, 0, alignment)
+                variants = [dataclasses.replace(base, layout_check=True, psum_layout=psum) if in_gemm else base
+                            for psum, in_gemm in twins]
+                sources.update({fp8_ops._kernel_name(c): fp8_ops._render_cfg(c) for c in variants})
+            else:
+                base = bf16_heur.select_grouped_config(bf16_heur.GEMM_GROUPED_CONTIGUOUS, m, n, k, g, num_sms, 0,
+                                                       alignment, kind == "bf16_nn_contiguous")
+                key = base.grouped_kernel_key()
+                for psum, in_gemm in twins:
+                    full = key + ((True,) + ((True,) if psum else ()) if in_gemm else ())
+                    sources[bf16_ops.grouped_kernel_name(full)] = bf16_ops.render_grouped(*full)
+            if not all(in_gemm for _, in_gemm in twins):
+                sources["contiguous_layout"] = contiguous_layout.render_contiguous_layout()
+    return sources
+
+
 def _positive_int(text: str) -> int:
     try:
         v = int(text)
@@ -183,8 +251,23 @@ def cmd_warmup(args) -> int:
         num_sms = runtime._device_sm_count()  # this GPU's, else 132 (H100 / H200 SXM)
         if not torch.cuda.is_available():
             print(f"warmup: no GPU here; planning for {num_sms} SMs (H100 / H200 SXM; --sms to change)")
+    kinds = args.kinds or (["fp8"] if args.shapes else []) + (["fp8_contiguous", "fp8_masked"] if args.grouped else [])
+    dense = [k for k in kinds if k in WARMUP_KINDS]
+    grouped = [k for k in kinds if k in WARMUP_GROUPED_KINDS]
+    if not args.shapes and not args.grouped:
+        print("warmup: give --shapes M,N,K and/or --grouped G,M,N,K[,E]", file=sys.stderr)
+        return 2
+    if (dense and not args.shapes) or (grouped and not args.grouped):
+        print(f"warmup: kinds {dense if dense and not args.shapes else grouped} need "
+              f"{'--shapes M,N,K' if dense and not args.shapes else '--grouped G,M,N,K[,E]'}", file=sys.stderr)
+        return 2
     try:
-        sources = warmup_sources(args.shapes, args.kinds, num_sms)
+        sources = warmup_sources(args.shapes or [], dense, num_sms)
+        if grouped:
+            from finegemm import quant
+
+            alignment = args.alignment or quant.get_mk_alignment_for_contiguous_layout()
+            sources.update(warmup_grouped_sources(args.grouped, grouped, num_sms, alignment))
     except ValueError as exc:
         print(exc, file=sys.stderr)
         return 2
@@ -194,11 +277,13 @@ def cmd_warmup(args) -> int:
     t0 = time.time()
     try:
         jit.build_many(sources, jobs)
+        jit.build_host_library()  # the launchers (a first call would build them too)
     except Exception as exc:  # a compile error: its nvcc output is in the message
         print(f"warmup failed: {exc}", file=sys.stderr)
         return 1
-    print(f"warmup: {len(sources)} kernels for {len(args.shapes)} shapes x {len(args.kinds)} kinds "
-          f"({num_sms} SMs) in the cache ({time.time() - t0:.1f} s)")
+    print(f"warmup: {len(sources)} kernels for {len(args.shapes or [])} shapes x {len(dense)} kinds, "
+          f"{len(args.grouped or [])} grouped shapes x {len(grouped)} kinds ({num_sms} SMs) in the cache "
+          f"({time.time() - t0:.1f} s)")
     return 0
 
 
@@ -244,10 +329,18 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_compile_check)
 
     s = sub.add_parser("warmup", help="compile ahead of time the kernels GEMM shapes use (no GPU needed)")
-    s.add_argument("--shapes", nargs="+", type=_parse_shape, required=True, metavar="M,N,K")
-    s.add_argument("--kinds", nargs="+", choices=WARMUP_KINDS, default=["fp8"], metavar="KIND",
-                   help="which GEMMs of each shape: fp8 (bf16 D, the default), fp8_fp32, fp8_fp32_c, wgrad (recipe "
-                        "(1, 1, 128), fp32 D + C), wgrad_no_c, bf16_<nt|nn|tn|tt> (bf16 D), bf16_<layout>_fp32")
+    s.add_argument("--shapes", nargs="+", type=_parse_shape, default=None, metavar="M,N,K")
+    s.add_argument("--grouped", nargs="+", type=_parse_grouped_shape, default=None, metavar="G,M,N,K[,E]",
+                   help="m-grouped (MoE) problems: G groups; M = all rows (contiguous) or Mmax per group "
+                        "(masked, E = the expected rows per group, default M)")
+    s.add_argument("--kinds", nargs="+", choices=WARMUP_KINDS + WARMUP_GROUPED_KINDS, default=None, metavar="KIND",
+                   help="which GEMMs: for --shapes fp8 (bf16 D, the default), fp8_fp32, fp8_fp32_c, wgrad (recipe "
+                        "(1, 1, 128), fp32 D + C), wgrad_no_c, bf16_<nt|nn|tn|tt> (bf16 D), bf16_<layout>_fp32; for "
+                        "--grouped fp8_contiguous, fp8_masked (the default two), bf16_contiguous, bf16_nn_contiguous, "
+                        "bf16_masked")
+    s.add_argument("--alignment", type=int, choices=(64, 128), default=None,
+                   help="the contiguous layout's mk alignment the calls use (default: "
+                        "get_mk_alignment_for_contiguous_layout(), 128)")
     s.add_argument("--sms", type=_positive_int, default=None,
                    help="plan for this many SMs (default: this GPU's count, else 132)")
     s.add_argument("--jobs", type=int, default=0, help="parallel compiles (default min(8, cpus))")

@@ -82,6 +82,73 @@ def test_warmup_rejects_k_the_kernels_cannot_take():
         cli.warmup_sources([(128, 256, 4)], ["bf16_nt"], 132)
 
 
+def test_warmup_grouped_sources_follow_the_routing(monkeypatch):
+    """`warmup --grouped` builds what the m-grouped calls would load on first use: the masked plan's
+    kernel; for a contiguous call the GEMM that checks a plain layout itself (shipped), and for psum
+    ends the check kernel + the plain GEMM while the GEMM reading them is gated, that GEMM once open."""
+    import dataclasses
+
+    from finegemm import cli
+    from finegemm.api import _validate as _v
+    from finegemm.heuristics import sm90_bf16_gemm as bh
+    from finegemm.heuristics import sm90_fp8_gemm as fh
+    from finegemm.ops import sm90_bf16_gemm as bo
+    from finegemm.ops import sm90_fp8_gemm as fo
+
+    monkeypatch.delenv(_v.ENABLE_UNVALIDATED_ENV, raising=False)
+    g, m, n, k, e = 8, 4096, 4096, 7168, 512
+    masked = fh.select_grouped_config(fh.GEMM_GROUPED_MASKED, m, n, k, g, 132, e, 0)
+    cont = fh.select_grouped_config(fh.GEMM_GROUPED_CONTIGUOUS, m, n, k, g, 132, 0, 64)
+    got = cli.warmup_grouped_sources([(g, m, n, k, e)], ["fp8_masked", "fp8_contiguous"], 132, 64)
+    plain_checked = dataclasses.replace(cont, layout_check=True)
+    assert set(got) == {fo._kernel_name(masked), fo._kernel_name(plain_checked), fo._kernel_name(cont),
+                        "contiguous_layout"}
+    assert got[fo._kernel_name(plain_checked)] == fo._render_cfg(plain_checked)
+    bkey = bh.select_grouped_config(bh.GEMM_GROUPED_CONTIGUOUS, m, n, k, g, 132, 0, 128, True).grouped_kernel_key()
+    got = cli.warmup_grouped_sources([(g, m, n, k, e)], ["bf16_nn_contiguous"], 132, 128)
+    assert set(got) == {bo.grouped_kernel_name(bkey + (True,)), bo.grouped_kernel_name(bkey), "contiguous_layout"}
+    assert bkey[4] is True  # B stored [G, K, N]
+    monkeypatch.setenv(_v.ENABLE_UNVALIDATED_ENV, "1")  # the psum GEMMs open: no check kernel at all
+    got = cli.warmup_grouped_sources([(g, m, n, k, e)], ["fp8_contiguous", "bf16_nn_contiguous"], 132, 128)
+    cont = fh.select_grouped_config(fh.GEMM_GROUPED_CONTIGUOUS, m, n, k, g, 132, 0, 128)
+    assert set(got) == {fo._kernel_name(dataclasses.replace(cont, layout_check=True, psum_layout=psum))
+                        for psum in (False, True)} | {bo.grouped_kernel_name(bkey + (True,)),
+                                                      bo.grouped_kernel_name(bkey + (True, True))}
+
+
+def test_warmup_grouped_rejects_what_the_kernels_cannot_take(tmp_path):
+    from finegemm import cli
+
+    with pytest.raises(ValueError, match="K % 16"):
+        cli.warmup_grouped_sources([(4, 256, 256, 520, 256)], ["fp8_masked"], 132, 128)
+    with pytest.raises(ValueError, match="K % 8"):
+        cli.warmup_grouped_sources([(4, 256, 256, 4, 256)], ["bf16_contiguous"], 132, 128)
+    with pytest.raises(ValueError, match="alignment of 64 or 128"):
+        cli.warmup_grouped_sources([(4, 256, 256, 512, 256)], ["fp8_contiguous"], 132, 32)
+    for args, err in ((["warmup"], "give --shapes"), (["warmup", "--grouped", "4,256,256,512", "--kinds", "fp8"],
+                                                       "need --shapes"),
+                      (["warmup", "--shapes", "1,2,3", "--kinds", "bf16_masked"], "need --grouped"),
+                      (["warmup", "--grouped", "4,256,256"], "G,M,N,K or G,M,N,K,E"),
+                      (["warmup", "--grouped", "0,256,256,512"], "must be positive")):
+        r = _run(args, tmp_path / "c")
+        assert r.returncode == 2 and err in r.stderr, (args, r.stderr)
+
+
+@pytest.mark.nvcc
+def test_warmup_grouped_compiles_what_the_plans_pick(tmp_path):
+    """`warmup --grouped` fills the cache with the planned kernels and the launchers' library."""
+    from finegemm import cli
+
+    want = set(cli.warmup_grouped_sources([(4, 256, 512, 512, 64)], ["fp8_masked"], 132, 128))
+    r = _run(["warmup", "--grouped", "4,256,512,512,64", "--kinds", "fp8_masked", "--sms", "132", "--jobs", "2"],
+             tmp_path / "c")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "1 kernels" in r.stdout and len(want) == 1
+    cached = {p.name for p in (tmp_path / "c").rglob("*") if p.is_dir()}
+    assert all(any(name in c for c in cached) for name in want), (want, sorted(cached)[:20])
+    assert list((tmp_path / "c").rglob("host.so")), "the launchers' library was not built"
+
+
 def test_bad_shape(tmp_path):
     r = _run(["warmup", "--shapes", "1,2"], tmp_path / "c")
     assert r.returncode == 2
