@@ -485,13 +485,23 @@ def test_cuda_routing_grouped(fake_cuda, monkeypatch):
     finegemm.m_grouped_fp8_gemm_nt_contiguous(a, b, d, bad)
     assert fake_cuda.calls[-1][6] is bad and len(fake_cuda.in_kernel_checks) == 2
     fake_cuda.calls.pop()
-    # A psum layout: the check kernel's ids go to the GEMM.
+    # A psum layout: the GEMM reads the ends itself (one launch, the stream's check buffers).
     ends = torch.tensor([100, 128], dtype=torch.int32)
+    finegemm.m_grouped_fp8_gemm_nt_contiguous(a, b, d, ends, use_psum_layout=True)
+    kind, *_, gl_, check_ = fake_cuda.calls[-1]
+    assert kind == "contiguous_psum_checked" and gl_ is ends and check_ == ("scratch", "record", "flags")
+    assert not fake_cuda.layout_calls and fake_cuda.in_kernel_checks[-1] == ("m_grouped_fp8_gemm_nt_contiguous", M, G,
+                                                                              128)
+    fake_cuda.calls.pop()
+    # With that path disabled: the check kernel's ids go to the GEMM.
+    monkeypatch.setenv("FINEGEMM_DISABLE_PATHS", "fp8_contiguous_psum_in_gemm")
+    ends = ends.clone()  # a new fast-path key
     finegemm.m_grouped_fp8_gemm_nt_contiguous(a, b, d, ends, use_psum_layout=True)
     kind, *_, gl_, checked_ = fake_cuda.calls[-1]
     assert fake_cuda.layout_calls[-1] == ("m_grouped_fp8_gemm_nt_contiguous", ends, M, G, True, 128)
     assert kind == "contiguous" and gl_ is fake_cuda.ids_for(ends) and checked_ is True
     fake_cuda.calls.pop()
+    monkeypatch.delenv("FINEGEMM_DISABLE_PATHS")
     # masked_m is not read on CUDA (out-of-range values reach the kernel, which clamps).
     am = (rand_fp8(G, 16, K), rand_sf(G, 16, 1))
     dm = torch.full((G, 16, N), 5.0, dtype=BF16)
@@ -536,9 +546,16 @@ def test_cuda_routing_grouped_bf16(fake_cuda, monkeypatch):
     assert fake_cuda.in_kernel_checks[-1] == ("m_grouped_bf16_gemm_nt_contiguous", 128, 2, 128)
     assert not fake_cuda.layout_calls
     psum = torch.tensor([100, 128], dtype=torch.int32)
+    finegemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, psum, use_psum_layout=True)  # the GEMM reads the ends
+    name, a_, b_, d_, gl_, b_kn_, check_, psum_ = calls[-1]
+    assert name == "m_grouped_bf16_gemm_contiguous_layout_checked" and gl_ is psum and psum_ == ("psum", True)
+    assert not fake_cuda.layout_calls
+    monkeypatch.setenv("FINEGEMM_DISABLE_PATHS", "bf16_contiguous_psum_in_gemm")  # its fallback: the check kernel
+    psum = psum.clone()
     finegemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, psum, use_psum_layout=True)
     assert fake_cuda.layout_calls[-1][1:] == (psum, 128, 2, True, 128)
     assert calls[-1][4] is fake_cuda.ids_for(psum) and calls[-1][5] == ("checked_ids", True)
+    monkeypatch.delenv("FINEGEMM_DISABLE_PATHS")
     # masked_m is not read on CUDA (out-of-range values reach the kernel, which clamps).
     a, b = rand_bf16(2, 16, 64), rand_bf16(2, 64, 64)
     d = torch.full((2, 16, 64), 5.0, dtype=BF16)
@@ -555,7 +572,7 @@ def test_cuda_routing_grouped_bf16(fake_cuda, monkeypatch):
     name, a_, b_, d_, ks_, c_ = calls[-1]
     assert name == "k_grouped_bf16_gemm_tn_contiguous" and a_ is a and b_ is b and d_ is d and c_ is c
     assert ks_ == [128, 0, 128]
-    assert len(calls) == 4
+    assert len(calls) == 5
     assert torch.all(d == 5.0)  # nothing computed on the host
     assert not fake_cuda.calls  # the FP8 op was never involved
 
@@ -844,8 +861,8 @@ def test_grouped_prepared_contiguous_routing(fake_cuda, monkeypatch, preparable,
 def test_grouped_prepared_in_gemm_routing(fake_cuda, monkeypatch, family):
     """The shipped contiguous path on faked CUDA: a plain layout's PreparedContiguous is made with
     in_kernel=True and its stream entry is the GEMM that checks the caller's layout itself (prepared
-    on grouped_layout, not on check ids; no check kernel); a psum layout keeps the two launches while
-    its in-GEMM path is gated, and FP8 takes the GEMM reading the ends with the gate open."""
+    on grouped_layout, not on check ids; no check kernel); a psum layout takes the GEMM reading the
+    ends (shipped), and the two launches where its path is gated."""
     from finegemm.ops import contiguous_layout
     from finegemm.ops import sm90_bf16_gemm as bf16_ops
 
@@ -887,11 +904,13 @@ def test_grouped_prepared_in_gemm_routing(fake_cuda, monkeypatch, family):
     assert made == [(False, True)] and len(checked_args) == 1
     gl_, check_ = checked_args[0][-2:] if family == "fp8" else (checked_args[0][3], checked_args[0][5])
     assert gl_ is layout and check_ == "check"
-    call(a, b, d, ends, use_psum_layout=True)
+    psum_cap = contiguous_layout.IN_KERNEL_PSUM_CAPABILITIES[family]
+    assert psum_cap not in _validate.UNVALIDATED_ON_GPU  # shipped
+    monkeypatch.setitem(_validate.UNVALIDATED_ON_GPU, psum_cap, ("x", "#4", "tests/gpu/test_contiguous_layout_gpu.py"))
+    call(a, b, d, ends, use_psum_layout=True)  # gated: the two launches
     assert made[-1] == (True, False) and len(checked_args) == 1
     assert not fake_cuda.layout_calls
-    assert contiguous_layout.IN_KERNEL_PSUM_CAPABILITIES[family] in _validate.UNVALIDATED_ON_GPU  # gated
-    monkeypatch.setenv("FINEGEMM_ENABLE_UNVALIDATED", "1")
+    monkeypatch.delitem(_validate.UNVALIDATED_ON_GPU, psum_cap)  # the shipped state
     ends2 = ends.clone()  # a new fast-path key
     call(a, b, d, ends2, use_psum_layout=True)
     assert made[-1] == (True, True) and len(checked_args) == 2 and psums == [False, True]
@@ -1005,7 +1024,6 @@ def test_every_built_kernel_is_validated():
     passed on the H200 on 2026-12-05). A path built later is listed until its suite runs, and has
     a fallback (so the calls it serves work meanwhile)."""
     from finegemm.api import _validate
-    # Built 2026-12-05 without a GPU: fp8_einsum's heads-packed kernel, the GEMMs reading psum ends.
-    assert set(_validate.UNVALIDATED_ON_GPU) == {"fp8_einsum_heads_packed", "fp8_contiguous_psum_in_gemm",
-                                                 "bf16_contiguous_psum_in_gemm"}
+    # The last three (fp8_einsum's heads-packed kernel, the GEMMs reading psum ends) passed on an H100, 2026-12-05.
+    assert set(_validate.UNVALIDATED_ON_GPU) == set()
     assert set(_validate.UNVALIDATED_ON_GPU) <= set(_validate.FALLBACK_CAPABILITIES)

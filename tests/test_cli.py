@@ -84,8 +84,8 @@ def test_warmup_rejects_k_the_kernels_cannot_take():
 
 def test_warmup_grouped_sources_follow_the_routing(monkeypatch):
     """`warmup --grouped` builds what the m-grouped calls would load on first use: the masked plan's
-    kernel; for a contiguous call the GEMM that checks a plain layout itself (shipped), and for psum
-    ends the check kernel + the plain GEMM while the GEMM reading them is gated, that GEMM once open."""
+    kernel; for a contiguous call the GEMMs that check a plain layout / read psum ends themselves
+    (shipped), or, where FINEGEMM_DISABLE_PATHS turns one off, the check kernel + the plain GEMM."""
     import dataclasses
 
     from finegemm import cli
@@ -95,25 +95,24 @@ def test_warmup_grouped_sources_follow_the_routing(monkeypatch):
     from finegemm.ops import sm90_bf16_gemm as bo
     from finegemm.ops import sm90_fp8_gemm as fo
 
-    monkeypatch.delenv(_v.ENABLE_UNVALIDATED_ENV, raising=False)
+    monkeypatch.delenv(_v.DISABLE_PATHS_ENV, raising=False)
     g, m, n, k, e = 8, 4096, 4096, 7168, 512
     masked = fh.select_grouped_config(fh.GEMM_GROUPED_MASKED, m, n, k, g, 132, e, 0)
     cont = fh.select_grouped_config(fh.GEMM_GROUPED_CONTIGUOUS, m, n, k, g, 132, 0, 64)
     got = cli.warmup_grouped_sources([(g, m, n, k, e)], ["fp8_masked", "fp8_contiguous"], 132, 64)
-    plain_checked = dataclasses.replace(cont, layout_check=True)
-    assert set(got) == {fo._kernel_name(masked), fo._kernel_name(plain_checked), fo._kernel_name(cont),
-                        "contiguous_layout"}
-    assert got[fo._kernel_name(plain_checked)] == fo._render_cfg(plain_checked)
+    twins = [dataclasses.replace(cont, layout_check=True, psum_layout=psum) for psum in (False, True)]
+    assert set(got) == {fo._kernel_name(masked)} | {fo._kernel_name(c) for c in twins}
+    assert got[fo._kernel_name(twins[1])] == fo._render_cfg(twins[1])
     bkey = bh.select_grouped_config(bh.GEMM_GROUPED_CONTIGUOUS, m, n, k, g, 132, 0, 128, True).grouped_kernel_key()
-    got = cli.warmup_grouped_sources([(g, m, n, k, e)], ["bf16_nn_contiguous"], 132, 128)
-    assert set(got) == {bo.grouped_kernel_name(bkey + (True,)), bo.grouped_kernel_name(bkey), "contiguous_layout"}
     assert bkey[4] is True  # B stored [G, K, N]
-    monkeypatch.setenv(_v.ENABLE_UNVALIDATED_ENV, "1")  # the psum GEMMs open: no check kernel at all
-    got = cli.warmup_grouped_sources([(g, m, n, k, e)], ["fp8_contiguous", "bf16_nn_contiguous"], 132, 128)
-    cont = fh.select_grouped_config(fh.GEMM_GROUPED_CONTIGUOUS, m, n, k, g, 132, 0, 128)
-    assert set(got) == {fo._kernel_name(dataclasses.replace(cont, layout_check=True, psum_layout=psum))
-                        for psum in (False, True)} | {bo.grouped_kernel_name(bkey + (True,)),
-                                                      bo.grouped_kernel_name(bkey + (True, True))}
+    got = cli.warmup_grouped_sources([(g, m, n, k, e)], ["bf16_nn_contiguous"], 132, 128)
+    assert set(got) == {bo.grouped_kernel_name(bkey + (True,)), bo.grouped_kernel_name(bkey + (True, True))}
+    # The psum GEMM turned off: psum calls take the check kernel and the plain GEMM.
+    monkeypatch.setenv(_v.DISABLE_PATHS_ENV, "fp8_contiguous_psum_in_gemm,bf16_contiguous_psum_in_gemm")
+    got = cli.warmup_grouped_sources([(g, m, n, k, e)], ["fp8_contiguous", "bf16_nn_contiguous"], 132, 64)
+    bkey64 = bh.select_grouped_config(bh.GEMM_GROUPED_CONTIGUOUS, m, n, k, g, 132, 0, 64, True).grouped_kernel_key()
+    assert set(got) == {fo._kernel_name(twins[0]), fo._kernel_name(cont), bo.grouped_kernel_name(bkey64 + (True,)),
+                        bo.grouped_kernel_name(bkey64), "contiguous_layout"}
 
 
 def test_warmup_grouped_rejects_what_the_kernels_cannot_take(tmp_path):

@@ -364,14 +364,14 @@ def _gate(monkeypatch, family: str, closed: bool) -> None:
 
 
 def test_in_gemm_check_is_shipped_validated():
-    """Both families' in-GEMM layout checks passed their GPU suite: plain layouts take them by default.
-    psum layouts keep the check kernel: the GEMMs reading the ends are gated until their GPU suite
-    runs (and open with FINEGEMM_ENABLE_UNVALIDATED=1)."""
+    """Both families' in-GEMM layout checks passed their GPU suite (plain layouts on the H200, psum
+    ends on an H100, 2026-12-05): both layout forms take them by default, and each has its fallback
+    (the check kernel + the GEMM on its ids) for FINEGEMM_DISABLE_PATHS."""
     for family in ("fp8", "bf16"):
         assert cl.IN_KERNEL_CAPABILITIES[family] not in _v.UNVALIDATED_ON_GPU
-        assert cl.checks_in_kernel(family, False) and not cl.checks_in_kernel(family, True)
+        assert cl.checks_in_kernel(family, False) and cl.checks_in_kernel(family, True)
     assert set(cl.IN_KERNEL_PSUM_CAPABILITIES) == {"fp8", "bf16"}
-    assert set(cl.IN_KERNEL_PSUM_CAPABILITIES.values()) <= set(_v.UNVALIDATED_ON_GPU) & set(_v.FALLBACK_CAPABILITIES)
+    assert set(cl.IN_KERNEL_PSUM_CAPABILITIES.values()) <= set(_v.FALLBACK_CAPABILITIES) - set(_v.UNVALIDATED_ON_GPU)
 
 
 def test_layout_checked_launch_refuses_a_layout_of_the_other_form():
@@ -394,9 +394,7 @@ def test_layout_checked_launch_refuses_a_layout_of_the_other_form():
                                                psum)
 
 
-def test_unvalidated_opens_the_psum_gemm(monkeypatch):
-    monkeypatch.setenv(_v.ENABLE_UNVALIDATED_ENV, "1")
-    assert cl.checks_in_kernel("fp8", True) and cl.checks_in_kernel("bf16", True)
+def test_disable_paths_closes_the_psum_gemm_alone(monkeypatch):
     monkeypatch.setenv(_v.DISABLE_PATHS_ENV, "fp8_contiguous_psum_in_gemm")
     assert not cl.checks_in_kernel("fp8", True) and cl.checks_in_kernel("fp8", False)
     assert cl.checks_in_kernel("bf16", True)
@@ -445,11 +443,12 @@ def test_api_routes_plain_layouts_to_the_checking_gemm_behind_the_gate(monkeypat
     finegemm.m_grouped_fp8_gemm_nn_contiguous(a, b_kn, d, layout)  # B copied K-major, the same one launch
     assert fake.calls[-1][0] == "contiguous_layout_checked" and fake.calls[-1][3].shape == (G, N, K)
     assert len(layout_calls) == 1 and len(checks) == 2
-    finegemm.m_grouped_fp8_gemm_nt_contiguous(a, b, d, ends, use_psum_layout=True)  # psum: the check kernel
-    assert fake.calls[-1][0] == "contiguous" and layout_calls[-1] == ("m_grouped_fp8_gemm_nt_contiguous", True)
-    # The GEMM reading the ends itself (gated until its GPU suite passes): opened, one launch on the ends.
     psum_cap = cl.IN_KERNEL_PSUM_CAPABILITIES["fp8"]
-    assert psum_cap in _v.UNVALIDATED_ON_GPU
+    assert psum_cap not in _v.UNVALIDATED_ON_GPU  # shipped (GPU suite passed, 2026-12-05)
+    monkeypatch.setitem(_v.UNVALIDATED_ON_GPU, psum_cap, ("x", "#4", "tests/gpu/test_contiguous_layout_gpu.py"))
+    finegemm.m_grouped_fp8_gemm_nt_contiguous(a, b, d, ends, use_psum_layout=True)  # gated psum: the check kernel
+    assert fake.calls[-1][0] == "contiguous" and layout_calls[-1] == ("m_grouped_fp8_gemm_nt_contiguous", True)
+    # The GEMM reading the ends itself (the shipped state): one launch on the ends.
     monkeypatch.delitem(_v.UNVALIDATED_ON_GPU, psum_cap)
     fresh()
     n_layout = len(layout_calls)
@@ -457,7 +456,6 @@ def test_api_routes_plain_layouts_to_the_checking_gemm_behind_the_gate(monkeypat
     kind, A_, _, B_, _, d_, gl_, check_ = fake.calls[-1]
     assert kind == "contiguous_psum_checked" and gl_ is ends and check_ == (1, 2, 3) and A_ is a[0] and d_ is d
     assert len(layout_calls) == n_layout and checks[-1] == ("m_grouped_fp8_gemm_nt_contiguous", M, G, 128)
-    monkeypatch.setitem(_v.UNVALIDATED_ON_GPU, psum_cap, ("x", "#4", "tests/gpu/test_contiguous_layout_gpu.py"))
     rec = (ctypes.c_int32 * 8)()
     monkeypatch.setattr(cl, "_record", rec)
     rec[1], rec[2], rec[3], rec[5], rec[6], rec[7] = cl._function_id("x"), -7, 3, G, 128, M
@@ -505,11 +503,12 @@ def test_bf16_api_routes_plain_layouts_to_the_checking_gemm_behind_the_gate(monk
         assert a_ is a and d_ is d and b_kn_got is b_kn_ and check_ == (7, 8, 9)
     assert layout_calls == [False]
     ends = torch.tensor([100, 256], dtype=torch.int32)
-    finegemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, ends, use_psum_layout=True)
-    assert launched[-1][0] == "m_grouped_bf16_gemm_nt_contiguous" and layout_calls == [False, True]
-    # The GEMM reading the ends itself (gated until its GPU suite passes): opened, one launch on the ends.
     psum_cap = cl.IN_KERNEL_PSUM_CAPABILITIES["bf16"]
-    assert psum_cap in _v.UNVALIDATED_ON_GPU
+    assert psum_cap not in _v.UNVALIDATED_ON_GPU  # shipped (GPU suite passed, 2026-12-05)
+    monkeypatch.setitem(_v.UNVALIDATED_ON_GPU, psum_cap, ("x", "#5", "tests/gpu/test_contiguous_layout_gpu.py"))
+    finegemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, ends, use_psum_layout=True)  # gated: the check kernel
+    assert launched[-1][0] == "m_grouped_bf16_gemm_nt_contiguous" and layout_calls == [False, True]
+    # The GEMM reading the ends itself (the shipped state): one launch on the ends.
     monkeypatch.delitem(_v.UNVALIDATED_ON_GPU, psum_cap)
     monkeypatch.setattr(api, "_validated_contiguous", _v.ValidatedCalls())
     finegemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, ends, use_psum_layout=True)
