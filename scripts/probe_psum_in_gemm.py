@@ -5,7 +5,8 @@ v0.99). GPU machine:
 
 For MoE problems from a decode-sized prefill to the bench's size (G experts of N = 4096, K = 7168,
 group sizes drawn around `per`, psum ends with the 128-row alignment gaps), two paths of the same
-public call (`use_psum_layout=True`), interleaved, two rounds:
+public call (`use_psum_layout=True`), interleaved, two rounds (the order alternates between rounds:
+at ~1.5 ms per call the GPU's clock drifts within a round):
 - "check_kernel": the shipped path (the layout kernel expands the ends into per-row ids, then the GEMM);
 - "in_gemm": the GEMM reading the ends itself (the gated `{fp8,bf16}_contiguous_psum_in_gemm`, opened here).
 Before timing, each problem's outputs of the two paths are compared bitwise (the same tiles, so the
@@ -73,6 +74,9 @@ def main() -> int:
     ap.add_argument("--out")
     ap.add_argument("--calls", type=int, default=50)
     ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--only", default=None, help="G,PER: time only that problem of PROBLEMS")
+    ap.add_argument("--families", nargs="+", default=["fp8", "bf16"], choices=["fp8", "bf16"])
     args = ap.parse_args()
     import os
 
@@ -97,6 +101,8 @@ def main() -> int:
     out = {"gpu": torch.cuda.get_device_name(), "n": N, "k": K, "alignment": ALIGNMENT, "records": []}
     gen = torch.Generator(device="cuda").manual_seed(0)
     for (g, per), (_, ms, ends, rows) in zip(PROBLEMS, problem_ms(random.Random(0))):
+        if args.only and args.only != f"{g},{per}":
+            continue
         x = torch.randn(rows, K, device="cuda", generator=gen).to(torch.bfloat16)
         a, sfa = quant.per_token_cast_to_fp8(x)
         w = torch.randn(g, N, K, device="cuda", generator=gen).to(torch.bfloat16)
@@ -105,7 +111,7 @@ def main() -> int:
         del qs
         layout = torch.tensor(ends, dtype=torch.int32, device="cuda")
         d = torch.empty(rows, N, device="cuda", dtype=torch.bfloat16)
-        for family in ("fp8", "bf16"):
+        for family in args.families:
             def call():
                 if family == "fp8":
                     finegemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, layout, use_psum_layout=True)
@@ -124,8 +130,8 @@ def main() -> int:
             rec = {"family": family, "groups": g, "ms": ms, "m": rows, "bitwise_equal": same}
             print(f"{family} G={g} rows={rows} ms~{per}: bitwise equal {same}")
             del outs
-            for rnd in range(2):
-                for in_gemm in (False, True):
+            for rnd in range(args.rounds):
+                for in_gemm in ((False, True) if rnd % 2 == 0 else (True, False)):  # the order alternates
                     route(family, in_gemm)
                     name = "in_gemm" if in_gemm else "check_kernel"
                     gpu_us, events = _gpu_us(call, args.reps)
