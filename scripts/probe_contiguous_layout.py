@@ -17,25 +17,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from finegemm.bench._common import loop_us, profiled_kernel_us  # noqa: E402
+
 
 def _kernel_us(fn, reps=30):
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    flush = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device="cuda")
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(reps):
-            flush.zero_()
-            fn()
-        torch.cuda.synchronize()
-    times = [e.device_time for e in prof.events() if "finegemm_entry" in e.name or "contiguous_layout" in e.name]
+    """Mean device time of one kernel (per kernel, not per call) and the number of kernels seen."""
+    times = profiled_kernel_us(fn, reps)
     return sum(times) / max(len(times), 1), len(times)
 
 
@@ -95,17 +86,7 @@ def main() -> int:
              ("gemm_only", lambda: ops.m_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, d, layout, checked_ids=True)))
     for rnd in range(2):
         for name, call in (("host", host_path), ("gpu", gpu_path)) + parts:
-            for _ in range(3):
-                call()
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            for _ in range(args.calls):
-                call()
-            t1 = time.perf_counter()
-            torch.cuda.synchronize()
-            t2 = time.perf_counter()
-            host_us = (t1 - t0) / args.calls * 1e6
-            wall_us = (t2 - t0) / args.calls * 1e6
+            host_us, wall_us = loop_us(call, args.calls)
             out["records"].append({"what": "call", "path": name, "round": rnd, "m": m, "n": n, "k": k, "groups": g,
                                    "host_us_per_call": host_us, "wall_us_per_call": wall_us})
             print(f"round {rnd} {name:4s}: host {host_us:8.1f} us/call, wall {wall_us:8.1f} us/call")

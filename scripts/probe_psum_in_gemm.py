@@ -19,10 +19,11 @@ import argparse
 import json
 import random
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from finegemm.bench._common import loop_us, profiled_kernel_us  # noqa: E402
 
 PROBLEMS = [(8, 32), (8, 128), (8, 512), (32, 64), (4, 8192)]  # (G, rows per group, expected)
 N, K, ALIGNMENT = 4096, 7168, 128
@@ -52,20 +53,7 @@ def _align(x: int) -> int:
 
 def _gpu_us(fn, reps: int) -> tuple[float, int]:
     """Mean GPU time of one call (all of its kernels), L2 flushed before each call."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    flush = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device="cuda")
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(reps):
-            flush.zero_()
-            fn()
-        torch.cuda.synchronize()
-    times = [e.device_time for e in prof.events()
-             if e.device_type == torch.autograd.DeviceType.CUDA and ("finegemm_entry" in e.name or
-                                                                       "contiguous_layout" in e.name)]
+    times = profiled_kernel_us(fn, reps)
     return sum(times) / reps, len(times)
 
 
@@ -135,16 +123,7 @@ def main() -> int:
                     route(family, in_gemm)
                     name = "in_gemm" if in_gemm else "check_kernel"
                     gpu_us, events = _gpu_us(call, args.reps)
-                    for _ in range(3):
-                        call()
-                    torch.cuda.synchronize()
-                    t0 = time.perf_counter()
-                    for _ in range(args.calls):
-                        call()
-                    t1 = time.perf_counter()
-                    torch.cuda.synchronize()
-                    t2 = time.perf_counter()
-                    host_us, wall_us = (t1 - t0) / args.calls * 1e6, (t2 - t0) / args.calls * 1e6
+                    host_us, wall_us = loop_us(call, args.calls)
                     rec.setdefault(name, []).append({"round": rnd, "gpu_us": gpu_us,
                                                      "kernels_per_call": events / args.reps,
                                                      "host_us_per_call": host_us, "wall_us_per_call": wall_us})

@@ -348,12 +348,30 @@ WGRAD_TILES = [
     ("fp8 wgrad bm64 bn176, separate c (direct)", (65, 600, 384, 64, 176, 1, False, "sep")),
 ]
 
+def _contiguous_problem(rows, ids, g, n, k, family):
+    """Random FP8 operands of an m-grouped contiguous call (rows of A, g groups) and the
+    exact fp32 product of the family's call on per-row ids: (a, sfa, b, sfb, x, w, d, ref); x and w
+    are A and B as bf16 (the BF16 call's operands)."""
+    from finegemm import quant
+
+    a, sfa = quant.per_token_cast_to_fp8(torch.randn(rows, k, device="cuda").to(torch.bfloat16))
+    w = torch.randn(g, n, k, device="cuda").to(torch.bfloat16)
+    qs = [quant.per_block_cast_to_fp8(w[i]) for i in range(g)]
+    b, sfb = torch.stack([q for q, _ in qs]), torch.stack([s for _, s in qs])
+    d = torch.empty(rows, n, device="cuda", dtype=torch.bfloat16)
+    x = a.to(torch.bfloat16)
+    if family == "fp8":
+        ref = reference.m_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, ids, out_dtype=torch.float32)
+    else:
+        ref = reference.m_grouped_bf16_gemm_nt_contiguous(x, w, ids, out_dtype=torch.float32)
+    return a, sfa, b, sfb, x, w, d, ref
+
+
 def _contiguous_layout_in_gemm(ms, n, k, family):
     """The contiguous GEMM (family "fp8" / "bf16") checking a plain layout itself (the shipped
     path): valid calls one-shot and kept, then a layout with an id past G and a misaligned
     run (reported, its out-of-range rows zeros), then a valid call again; the worst calc_diff of the
     valid calls."""
-    from finegemm import quant
     from finegemm.api import _validate as _v
     from finegemm.api import bf16 as api_bf16
     from finegemm.api import grouped_fp8
@@ -366,16 +384,7 @@ def _contiguous_layout_in_gemm(ms, n, k, family):
         host[row:row + m] = i
         row += finegemm.align(m, 128)
     ids = host.cuda()
-    a, sfa = quant.per_token_cast_to_fp8(torch.randn(rows, k, device="cuda").to(torch.bfloat16))
-    w = torch.randn(g, n, k, device="cuda").to(torch.bfloat16)
-    qs = [quant.per_block_cast_to_fp8(w[i]) for i in range(g)]
-    b, sfb = torch.stack([q for q, _ in qs]), torch.stack([s for _, s in qs])
-    d = torch.empty(rows, n, device="cuda", dtype=torch.bfloat16)
-    x = a.to(torch.bfloat16)
-    if family == "fp8":
-        ref = reference.m_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, ids, out_dtype=torch.float32)
-    else:
-        ref = reference.m_grouped_bf16_gemm_nt_contiguous(x, w, ids, out_dtype=torch.float32)
+    a, sfa, b, sfb, x, w, d, ref = _contiguous_problem(rows, ids, g, n, k, family)
 
     def call(layout):
         if family == "fp8":
@@ -439,16 +448,7 @@ def _contiguous_psum_in_gemm(ms, n, k, alignment, family="fp8"):
         host = torch.tensor(ends, dtype=torch.int32)
         ids = psum_layout_to_group_ids(host, rows, alignment).cuda()
         g = len(ms)
-        a, sfa = quant.per_token_cast_to_fp8(torch.randn(rows, k, device="cuda").to(torch.bfloat16))
-        w = torch.randn(g, n, k, device="cuda").to(torch.bfloat16)
-        qs = [quant.per_block_cast_to_fp8(w[i]) for i in range(g)]
-        b, sfb = torch.stack([q for q, _ in qs]), torch.stack([s for _, s in qs])
-        d = torch.empty(rows, n, device="cuda", dtype=torch.bfloat16)
-        x = a.to(torch.bfloat16)
-        if family == "fp8":
-            ref = reference.m_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, ids, out_dtype=torch.float32)
-        else:
-            ref = reference.m_grouped_bf16_gemm_nt_contiguous(x, w, ids, out_dtype=torch.float32)
+        a, sfa, b, sfb, x, w, d, ref = _contiguous_problem(rows, ids, g, n, k, family)
 
         def call(layout):
             d.fill_(float("nan"))

@@ -134,6 +134,39 @@ def host_time_us(fn, iters: int = 200) -> float:
     return best
 
 
+def profiled_kernel_us(fn, reps: int, names=("finegemm_entry", "contiguous_layout")) -> list[float]:
+    """Device times (us) of the kernels whose name contains one of `names` over `reps` calls of fn,
+    the L2 flushed (a 256 MB write) before each call (torch's profiler; one warm-up call first)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    flush = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device="cuda")
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            flush.zero_()
+            fn()
+        torch.cuda.synchronize()
+    return [e.device_time for e in prof.events()
+            if e.device_type == torch.autograd.DeviceType.CUDA and any(n in e.name for n in names)]
+
+
+def loop_us(fn, calls: int, warmup: int = 3) -> tuple[float, float]:
+    """(host, wall) us per call of `calls` back-to-back calls (no sync between them): the host time
+    to issue each with the GPU queue kept busy, and the whole loop's time to the last kernel's end
+    per call (what a serving loop sees)."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    t2 = time.perf_counter()
+    return (t1 - t0) / calls * 1e6, (t2 - t0) / calls * 1e6
+
+
 def commit_id() -> str:
     env = os.environ.get("FINEGEMM_COMMIT")
     if env:

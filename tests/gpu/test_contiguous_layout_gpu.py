@@ -395,6 +395,13 @@ def test_prepared_masked_calls_follow_masked_m(family):
     assert kept and kept[-1]._handle, "the masked call was not prepared"
 
 
+def _reference(family, a, sfa, b, sfb, x, w, ids):
+    """The exact product of the family's contiguous call on per-row ids (x, w: the BF16 operands)."""
+    if family == "fp8":
+        return reference.m_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, ids, out_dtype=torch.float64)
+    return reference.m_grouped_bf16_gemm_nt_contiguous(x, w, ids, out_dtype=torch.float64)
+
+
 def _kernels_per_call(fn) -> list[str]:
     fn()
     torch.cuda.synchronize()
@@ -416,8 +423,7 @@ def test_in_gemm_check_is_one_launch_and_leaves_the_scratch_zero(ms, family, mon
     G = len(ms)
     finegemm.check_errors()
     d = torch.full((a.shape[0], 256), float("nan"), device="cuda", dtype=torch.bfloat16)
-    if family == "bf16":
-        x, w = a.to(torch.bfloat16), b.to(torch.bfloat16)
+    x, w = a.to(torch.bfloat16), b.to(torch.bfloat16)  # the BF16 call's operands
     fn = f"m_grouped_{family}_gemm_nt_contiguous"
 
     def call(layout):
@@ -439,10 +445,7 @@ def test_in_gemm_check_is_one_launch_and_leaves_the_scratch_zero(ms, family, mon
     monkeypatch.setattr(cl, "can_prepare", lambda index: False)
     names = _kernels_per_call(lambda: call(ids))
     assert len(names) == 1 and "finegemm_entry" in names[0], names
-    if family == "fp8":
-        ref = reference.m_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, ids, out_dtype=torch.float64)
-    else:
-        ref = reference.m_grouped_bf16_gemm_nt_contiguous(x, w, ids, out_dtype=torch.float64)
+    ref = _reference(family, a, sfa, b, sfb, x, w, ids)
     real = ids >= 0
     assert calc_diff(d[real], ref[real]) <= 1e-5 and (d[~real] == 0).all()
     scratch = cl._scratch.buffers[(torch.cuda.current_device(), cl.raw_stream(torch.cuda.current_device()))][1]
@@ -536,10 +539,7 @@ def test_psum_in_gemm_is_one_launch_and_matches_the_reference(ms, alignment, fam
         d.fill_(float("nan"))
         names = _kernels_per_call(lambda: call(ends))
         assert len(names) == 1 and "finegemm_entry" in names[0], names
-        if family == "fp8":
-            ref = reference.m_grouped_fp8_gemm_nt_contiguous(a, sfa, b, sfb, ids, out_dtype=torch.float64)
-        else:
-            ref = reference.m_grouped_bf16_gemm_nt_contiguous(x, w, ids, out_dtype=torch.float64)
+        ref = _reference(family, a, sfa, b, sfb, x, w, ids)
         real = ids >= 0
         assert not torch.isnan(d).any() and (d[~real] == 0).all()
         if real.any():
