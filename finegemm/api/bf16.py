@@ -186,10 +186,9 @@ def _m_grouped_contiguous(fn: str, b_kn: bool, a: object, b: object, d: object, 
         return  # CPU, or an empty product: done
     from finegemm.ops import contiguous_layout, sm90_bf16_gemm
 
-    # The layout checked by the GEMM itself (one launch per call) unless the capability is gated
-    # (plain layouts: shipped; psum ends: gated until its GPU suite passes); otherwise the check
-    # kernel, then the GEMM on its ids. The gate is asked only when a
-    # launch is prepared or taken one-shot, not on a kept call (the hot path).
+    # The layout (plain ids or psum ends) checked by the GEMM itself, one launch per call, unless
+    # FINEGEMM_DISABLE_PATHS (or a gate) turns that capability off: then the check kernel, then the
+    # GEMM on its ids. Asked only when a launch is prepared or taken one-shot, not on a kept call.
     def prepare(prepared):
         prepare_checked = None
         if contiguous_layout.checks_in_kernel("bf16", flags[1]):

@@ -106,7 +106,7 @@ def _m_grouped_contiguous(fn: str, b_kn: bool, a: object, b: object, d: object, 
 def _launch_contiguous(fn: str, b_kn: bool, A: torch.Tensor, sfa: torch.Tensor, B: torch.Tensor, sfb: torch.Tensor,
                        d: torch.Tensor, grouped_layout: torch.Tensor, use_psum_layout: bool) -> None:
     """A validated CUDA call, one-shot: the layout checked on the GPU (ops/contiguous_layout.py),
-    then the GEMM; or one launch of a GEMM that checks the layout itself (plain; psum behind its gate)."""
+    then the GEMM; or (the shipped path) one launch of a GEMM that checks the layout itself."""
     from finegemm.ops import contiguous_layout, sm90_fp8_gemm  # lazy: the CUDA stack is only needed for CUDA
 
     M, G = A.shape[0], B.shape[0]

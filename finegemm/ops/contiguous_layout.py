@@ -2,8 +2,11 @@
 
 Reading grouped_layout on the host would synchronize the stream on every MoE GEMM (and a call
 could not be captured in a CUDA graph): an inference engine or a training step would stall on
-each one. So on CUDA one small kernel does what the host validator (api/_validate.py,
-grouped_layout_violation) does on CPU tensors, in the same stream, before the GEMM:
+each one. So on CUDA the check runs on the GPU. The shipped path is the GEMM checking the layout
+itself, plain ids or psum ends (one launch: in_kernel_check below, scheduler/contiguous_layout_check.cuh).
+Its fallback, where FINEGEMM_DISABLE_PATHS names that capability, is this module's small kernel,
+which does what the host validator (api/_validate.py, grouped_layout_violation) does on CPU
+tensors, in the same stream, before the GEMM:
 
 - plain layout (int32 [M], group id per row, -1 = padding): copies the ids for the GEMM, an id
   outside [-1, G) as -1 (its row is written as zeros: no group's weights are ever read out of
@@ -51,11 +54,11 @@ MAX_ROWS = 2**31 - 1 - ROWS_PER_CTA  # rows are int32 in the kernel
 _SCRATCH_HEAD = 4  # the scratch words before the runs per group (see the kernel; mirrored by
 # scheduler::kLayoutScratchHead, include/finegemm/scheduler/contiguous_layout_check.cuh)
 # The GEMMs checking a plain layout themselves (one launch per call, that header): a kernel
-# capability per family (validated on the H200; listing one in api/_validate.UNVALIDATED_ON_GPU
-# sends its calls back to the check kernel and the GEMM on its ids).
+# capability per family (validated on the H200; listing one in api/_validate.UNVALIDATED_ON_GPU, or
+# naming it in FINEGEMM_DISABLE_PATHS, sends its calls back to the check kernel and the GEMM on its ids).
 IN_KERNEL_CAPABILITIES = {"fp8": "fp8_contiguous_layout_in_gemm", "bf16": "bf16_contiguous_layout_in_gemm"}
 # The GEMMs reading a psum layout's ends themselves (the kernels' kPsumLayout: the tile walkers
-# search the ends, CTA 0's spare warp checks their rules).
+# search the ends, CTA 0's spare warp checks their rules; validated on an H100, 2026-12-05).
 IN_KERNEL_PSUM_CAPABILITIES = {"fp8": "fp8_contiguous_psum_in_gemm", "bf16": "bf16_contiguous_psum_in_gemm"}
 _RECORD_INTS = 8  # [code, function, a, b, c, G, alignment, M]
 
