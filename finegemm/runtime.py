@@ -15,12 +15,26 @@ _deterministic: bool = False
 _block_size_multiple_of: tuple[int, int] = (1, 1)
 
 
+_sm_counts: dict[int, int] = {}  # device index -> its SM count (a property that never changes)
+
+
+def device_sm_count(device: int) -> int:
+    """The SM count of CUDA device `device`, read once per device (planning asks on every one-shot
+    call: the host path of a GEMM call)."""
+    n = _sm_counts.get(device)
+    if n is None:
+        import torch
+
+        n = _sm_counts.setdefault(device, torch.cuda.get_device_properties(device).multi_processor_count)
+    return n
+
+
 def _device_sm_count() -> int:
     import torch
 
     if not torch.cuda.is_available():
         return 132  # H100/H200 SXM; only used for planning when no GPU is present
-    return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    return device_sm_count(torch.cuda.current_device())
 
 
 def set_num_sms(num_sms: int) -> None:

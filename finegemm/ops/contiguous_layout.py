@@ -39,7 +39,7 @@ from typing import Optional
 
 import torch
 
-from finegemm import jit, quant
+from finegemm import jit, quant, runtime
 from finegemm.api import _validate as _v
 from finegemm.ops._runtime import SplitKWorkspace, is_capturing, launch_driver, libcuda, loaded_function, raw_stream
 
@@ -342,7 +342,6 @@ def _launch_params() -> tuple[_Params, ctypes.Array]:
 
 _scratch = SplitKWorkspace()  # the CTAs' meeting point, per (device, stream); every word 0 between launches
 _ids = SplitKWorkspace()  # the prepared calls' ids buffers (its int32 "counters"), per (device, stream)
-_sm_counts: dict[int, int] = {}
 _driver_launch_address = 0  # cuLaunchKernel's address, for the launch shim
 
 
@@ -360,9 +359,7 @@ class _Plan:
             raise ValueError(f"{fn}: the mk alignment must be a power of two, got {alignment}")
         _, self.record = _record_buffer()
         self.func = loaded_function("contiguous_layout", render_contiguous_layout, device, _set_max_smem)
-        sms = _sm_counts.get(device)
-        if sms is None:
-            sms = _sm_counts.setdefault(device, torch.cuda.get_device_properties(device).multi_processor_count)
+        sms = runtime.device_sm_count(device)
         if not _driver_launch_address:
             _driver_launch_address = ctypes.cast(launch_driver(), ctypes.c_void_p).value
         self.grid = min(-(-m // ROWS_PER_CTA), sms)

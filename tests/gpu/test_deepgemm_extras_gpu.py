@@ -183,21 +183,25 @@ def _fp8_einsum_operands(batch, heads, r, n, seed):
 FP8_EINSUM_SHAPES = [(64, 128, 512, 128), (1, 16, 512, 128), (17, 3, 144, 40), (300, 2, 256, 136), (4097, 1, 128, 64)]
 
 
+def _einsum_c(c_kind, d, c_values, exact):
+    """(c, the exact result) of an fp32 fp8_einsum with c_kind None (no c), "d" (d holds c_values and
+    is c: in-place accumulation) or "separate" (c_values itself)."""
+    if c_kind is None:
+        return None, exact
+    want = exact + c_values.cpu().double()
+    if c_kind == "d":
+        d.copy_(c_values)
+        return d, want
+    return c_values, want
+
+
 @pytest.mark.parametrize("batch,heads,r,n", FP8_EINSUM_SHAPES)
 @pytest.mark.parametrize("dtype,c_kind", [(BF16, None), (F32, None), (F32, "d"), (F32, "separate")])
 def test_fp8_einsum_on_cuda(batch, heads, r, n, dtype, c_kind):
     a, b, exact = _fp8_einsum_operands(batch, heads, r, n, seed=batch + heads + r + n)
     buf = torch.full((batch, heads, n + 8), float("nan"), dtype=dtype, device="cuda")
     d = buf[..., :n]
-    c = None
-    if c_kind is not None:
-        c0 = torch.randn(batch, heads, n, device="cuda")
-        exact = exact + c0.cpu().double()
-        if c_kind == "d":
-            d.copy_(c0)
-            c = d
-        else:
-            c = c0
+    c, exact = _einsum_c(c_kind, d, torch.randn(batch, heads, n, device="cuda"), exact)
     finegemm.fp8_einsum("bhr,hdr->bhd", a, b, d, c=c)
     torch.cuda.synchronize()
     assert not torch.isnan(d).any()  # every element written
@@ -286,15 +290,7 @@ def test_fp8_einsum_heads_packed_fp32(monkeypatch, batch, heads, r, n, pad_a, pa
         c0 = torch.randn(batch, heads * n + pad_d, device="cuda", generator=g)
         buf = torch.full((batch, heads * n + pad_d), float("nan"), device="cuda")
         d = buf[:, :heads * n].view(batch, heads, n)
-        c, want = None, exact
-        if c_kind is not None:
-            c_view = c0[:, :heads * n].view(batch, heads, n)
-            want = exact + c_view.cpu().double()
-            if c_kind == "d":
-                d.copy_(c_view)
-                c = d
-            else:
-                c = c_view
+        c, want = _einsum_c(c_kind, d, c0[:, :heads * n].view(batch, heads, n), exact)
         assert ops.heads_packed_layouts(a[0], d, c)
         finegemm.fp8_einsum("bhr,hdr->bhd", a, b, d, c=c)
         torch.cuda.synchronize()
