@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 import finegemm  # noqa: E402
-from finegemm.bench._common import host_time_us, kernel_time_us, write_probe_json  # noqa: E402
+from finegemm.bench._common import host_time_us, kernel_time_us, profiled_kernels, write_probe_json  # noqa: E402
 from finegemm.testing.numeric import calc_diff  # noqa: E402
 
 HEADS, R, D = 128, 512, 128
@@ -52,6 +52,15 @@ class _path:
             os.environ.pop(k, None)
             if v is not None:
                 os.environ[k] = v
+
+
+def kernels_us(fn, reps: int) -> dict:
+    """Mean device time per call of each kernel fn launches (short names), the L2 flushed before each."""
+    per = {}
+    for name, us in profiled_kernels(fn, reps):
+        short = name.split("<")[0].split("(")[0][:60]
+        per[short] = per.get(short, 0.0) + us / reps
+    return per
 
 
 def one_record(batch: int, num_tests: int) -> dict:
@@ -88,6 +97,8 @@ def one_record(batch: int, num_tests: int) -> dict:
         with _path(packed):
             rec["us"][name] = kernel_time_us(lambda: finegemm.fp8_einsum(EXPR, a, b, d), num_tests)
             rec["host_us"][name] = host_time_us(lambda: finegemm.fp8_einsum(EXPR, a, b, d))
+            # Which kernels the kernel-only time is made of (name -> mean us per call).
+            rec.setdefault("kernels", {})[name] = kernels_us(lambda: finegemm.fp8_einsum(EXPR, a, b, d), num_tests)
     a_bf = a_deq.to(torch.bfloat16).transpose(0, 1).contiguous()  # [h, b, r]
     w_bf = b_deq.to(torch.bfloat16).transpose(1, 2).contiguous()  # [h, r, d]
     out_bf = torch.empty(HEADS, batch, D, dtype=torch.bfloat16, device="cuda")
@@ -115,6 +126,8 @@ def main() -> int:
                  f"torch bf16 {us['torch_bf16']:8.1f} us  ({rec['speedup_vs_composed']:.2f}x the composition, "
                  f"{rec['tflops_heads_packed']:.0f} TFLOPS; host {rec['host_us']['heads_packed']:.1f} / "
                  f"{rec['host_us']['composed']:.1f} us; calc_diff {rec['calc_diff']:.1e})"), flush=True)
+        for name, per in rec.get("kernels", {}).items():
+            print(f"    {name}: " + ", ".join(f"{k} {v:.2f}" for k, v in per.items()), flush=True)
     write_probe_json(args.out, records)
     return 0 if all("error" not in r for r in records) else 1
 

@@ -137,6 +137,12 @@ def host_time_us(fn, iters: int = 200) -> float:
 def profiled_kernel_us(fn, reps: int, names=("finegemm_entry", "contiguous_layout")) -> list[float]:
     """Device times (us) of the kernels whose name contains one of `names` over `reps` calls of fn,
     the L2 flushed (a 256 MB write) before each call (torch's profiler; one warm-up call first)."""
+    return [us for name, us in profiled_kernels(fn, reps) if any(n in name for n in names)]
+
+
+def profiled_kernels(fn, reps: int) -> list[tuple[str, float]]:
+    """(name, device us) of every kernel `reps` calls of fn launch, the flush excluded (as
+    profiled_kernel_us)."""
     from torch.profiler import ProfilerActivity, profile
 
     flush = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device="cuda")
@@ -147,8 +153,9 @@ def profiled_kernel_us(fn, reps: int, names=("finegemm_entry", "contiguous_layou
             flush.zero_()
             fn()
         torch.cuda.synchronize()
-    return [e.device_time for e in prof.events()
-            if e.device_type == torch.autograd.DeviceType.CUDA and any(n in e.name for n in names)]
+    return [(e.name, e.device_time) for e in prof.events()
+            if e.device_type == torch.autograd.DeviceType.CUDA and _FLUSH_KERNEL_MARK not in e.name
+            and "Memset" not in e.name]
 
 
 def loop_us(fn, calls: int, warmup: int = 3) -> tuple[float, float]:
