@@ -503,10 +503,10 @@ def _skip_head_mid_fused(m, heads, splits, k):
     return calc_diff(got, ref)
 
 
-def _fp8_einsum_heads_packed(batch, heads, r, n, pad_d, f32_c=False):
-    """fp8_einsum's heads-packed kernel (gate opened here): A read as [b, h*r], d written as
-    [b, h*n] in place (bf16, or fp32 accumulating into itself: c = d); d's row padding untouched
-    (else a diff of 1)."""
+def _fp8_einsum_heads_packed(batch, heads, r, n, pad_d, f32_c=False, sfa_mn_major=False):
+    """fp8_einsum's heads-packed kernel (gate opened here): A read as [b, h*r], sfa gathered in
+    place (sfa_mn_major: a [b, h, kb] view of an MN-major tensor), d written as [b, h*n] in place
+    (bf16, or fp32 accumulating into itself: c = d); d's row padding untouched (else a diff of 1)."""
     import os
 
     from finegemm.ops import sm90_fp8_gemm as o8
@@ -515,6 +515,8 @@ def _fp8_einsum_heads_packed(batch, heads, r, n, pad_d, f32_c=False):
     try:
         a, sfa = finegemm.per_token_cast_to_fp8(torch.randn(batch * heads, r, device="cuda"))
         a, sfa = a.view(batch, heads, r), sfa.view(batch, heads, -1)
+        if sfa_mn_major:
+            sfa = sfa.permute(2, 0, 1).contiguous().permute(1, 2, 0)
         ws = [finegemm.per_block_cast_to_fp8(torch.randn(n, r, device="cuda")) for _ in range(heads)]
         b, sfb = torch.stack([w for w, _ in ws]), torch.stack([s for _, s in ws])
         buf = torch.full((batch, heads * n + pad_d), 3.0, device="cuda",
@@ -544,8 +546,10 @@ CASES = [
      lambda: _contiguous_psum_in_gemm([1, 17, 0, 4097, 5], 2112, 512, 128)),
     ("bf16 contiguous psum, ends read in the GEMM, alignment 64",
      lambda: _contiguous_psum_in_gemm([300, 0, 129, 1, 640, 7], 576, 512, 64, "bf16")),
-    ("fp8 einsum heads packed, bm192 partial M and N tiles, padded d rows",
+    ("fp8 einsum heads packed, partial M and N tiles, padded d rows",
      lambda: _fp8_einsum_heads_packed(130, 64, 256, 200, 8)),
+    ("fp8 einsum heads packed, sfa gathered from an MN-major tensor, partial M tile",
+     lambda: _fp8_einsum_heads_packed(33, 8, 512, 128, 0, sfa_mn_major=True)),
     ("fp8 einsum heads packed, multicast A tile", lambda: _fp8_einsum_heads_packed(5, 16, 512, 128, 0)),
     ("fp8 einsum heads packed, fp32 d += c (c is d), padded rows",
      lambda: _fp8_einsum_heads_packed(70, 4, 256, 40, 4, f32_c=True)),

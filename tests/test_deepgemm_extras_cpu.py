@@ -560,6 +560,7 @@ def _heads_packed_spies(monkeypatch, gate_open: bool):
     calls = []
     monkeypatch.setattr(_v, "on_cuda", lambda t: True)
     monkeypatch.setattr(ops, "fp8_einsum_heads_packed", lambda *args: calls.append("heads_packed"))
+    monkeypatch.setattr(ops, "prepare_fp8_einsum_heads_packed", lambda *args: None)  # one-shot launches
     monkeypatch.setattr(mod, "m_grouped_fp8_gemm_nt_masked", lambda *args: calls.append("masked"))
     monkeypatch.setattr(mod, "fp8_gemm_nt", lambda *args, **kwargs: calls.append("dense"))
     monkeypatch.delenv(_v.DISABLE_PATHS_ENV, raising=False)
@@ -614,6 +615,36 @@ def test_fp8_einsum_takes_the_heads_packed_kernel_where_it_reads_in_place(monkey
         assert calls == (["dense"] * heads if c_kind == "other_strides" else fp32_want), c_kind
 
 
+def test_fp8_einsum_keeps_a_prepared_heads_packed_launch(monkeypatch):
+    """A seen heads-packed call re-launches the prepared launch made at its first call (every input
+    is read in place, so the launch serves every call of the key); where none can be made (an input
+    copied per call) every call is one-shot."""
+    from finegemm.ops import sm90_fp8_gemm as ops
+
+    calls = _heads_packed_spies(monkeypatch, gate_open=True)
+    mod = importlib.import_module("finegemm.api.fp8_einsum")
+    made = []
+
+    def prepare(*args):
+        made.append(args)
+        return lambda: calls.append("prepared")
+
+    monkeypatch.setattr(ops, "prepare_fp8_einsum_heads_packed", prepare)
+    monkeypatch.setattr(mod, "_validated", _v.ValidatedCalls())
+    a, b, _ = _fp8_einsum_inputs(6, 4, 256, 64)
+    d = torch.zeros(6, 4, 64, dtype=BF16)
+    for _ in range(3):
+        finegemm.fp8_einsum("bhr,hdr->bhd", a, b, d)
+    assert len(made) == 1 and calls == ["prepared"] * 3
+    assert made[0][0] is a[0] and made[0][4] is d
+    monkeypatch.setattr(ops, "prepare_fp8_einsum_heads_packed", lambda *args: made.append(args) and None)
+    calls.clear()
+    d2 = torch.zeros(6, 4, 64, dtype=BF16)  # another key, which cannot be prepared: asked once
+    for _ in range(3):
+        finegemm.fp8_einsum("bhr,hdr->bhd", a, b, d2)
+    assert len(made) == 2 and calls == ["heads_packed"] * 3
+
+
 def test_heads_packed_kernel_render_rules():
     from finegemm.heuristics.sm90_fp8_gemm import GEMM_GROUPED_CONTIGUOUS, GEMM_GROUPED_MASKED
     from finegemm.ops import sm90_fp8_gemm as ops
@@ -632,6 +663,14 @@ def test_heads_packed_kernel_render_rules():
         ops.render(64, 128, 6, True, True, False, gemm_kind=GEMM_GROUPED_MASKED)
     cfgs = {label for label, _ in ops.representative_configs()}
     assert {"bm64_bn208_s6_gmask_heads", "bm64_bn16_s8_mca_gmask_heads", "bm128_bn192_s5_gmask_heads"} <= cfgs
+    # sfa is gathered by a producer warp of the lean tiles: none wider than 208 columns or taller than 128 rows.
+    assert "sfa_gather, sfa_ld_m, sfa_ld_g, sfa_ld_k);" in src
+    for bm, bn in ((128, 224), (192, 128)):
+        with pytest.raises(ValueError, match="heads_packed: block_m <= 128 and block_n <= 208"):
+            ops.render(bm, bn, 4, False, False, False, gemm_kind=GEMM_GROUPED_MASKED, heads_packed=True)
+    for shape in ((1, 128, 512, 128), (4096, 128, 512, 128), (4096, 512, 512, 16), (300, 640, 256, 2)):
+        cfg = ops.heads_packed_config(*shape, 132)
+        assert cfg.block_m <= 128 and cfg.block_n <= 208 and cfg.heads_packed, (shape, cfg)
 
 
 def test_fp8_einsum_head_major_tensors_need_no_copies(monkeypatch):

@@ -674,7 +674,11 @@ UNVALIDATED_ON_GPU: dict[str, tuple[str, str, str]] = {
     # (H200, 2026-12-05: 2026-12-05_h200_pending_gpu_tests_0ea216f.log, _gpu_tests_6e678d3.log);
     # fp8_einsum's heads-packed kernel and the FP8 / BF16 contiguous GEMMs reading psum ends
     # themselves (H100, the lent card, 2026-12-05: 2026-12-05_h100_gpu_tests_a59da10.log, 2529
-    # passed; sanitizers _h100_sanitize_*_einsum_psum_a59da10.log). Nothing is gated now.
+    # passed; sanitizers _h100_sanitize_*_einsum_psum_a59da10.log).
+    # Gated again (forty-fifth session): the heads-packed kernel now reads sfa [b, h, r/128] in
+    # place (its scale warp gathers the row scales) and finds a unit's head by one division.
+    "fp8_einsum_heads_packed": ("fp8_einsum's masked kernel reading A [b, h*r], sfa [b, h, r/128] and writing "
+                                "d [b, h*d] in place", "3", "tests/gpu/test_deepgemm_extras_gpu.py"),
 }
 ENABLE_UNVALIDATED_ENV = "FINEGEMM_ENABLE_UNVALIDATED"
 

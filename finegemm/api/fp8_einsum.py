@@ -17,9 +17,10 @@ one per 128x128 block of each head's B. The other two expressions of DeepGEMM's 
 How it runs:
 - CUDA, r % 128 == 0, A and d (and c: d's strides) with the heads side by side in each row (as
   [b, h, r] / [b, h, d] tensors are stored): one launch of the masked FP8 kernel built with
-  kHeadsPacked, the heads as groups, reading A as [b, h*r] and writing d as [b, h*d] in place (no
-  copies; bf16 d, or fp32 d with or without c). Gated (fp8_einsum_heads_packed) until its GPU
-  suite passes; FINEGEMM_DISABLE_PATHS can turn it off.
+  kHeadsPacked, the heads as groups, reading A as [b, h*r], sfa [b, h, r/128] at its strides and
+  writing d as [b, h*d] in place (no copies; bf16 d, or fp32 d with or without c). A seen call
+  re-launches its prepared launch (the host fast path). Gated (fp8_einsum_heads_packed) until its
+  GPU suite passes; FINEGEMM_DISABLE_PATHS can turn it off.
 Otherwise the same composition on CPU and CUDA tensors, through the public functions (so the CPU
 tests run the routing the GPU takes):
 - bf16 d: one m_grouped_fp8_gemm_nt_masked call with the heads as groups (every group full:
@@ -73,8 +74,9 @@ def fp8_einsum(expr: str, a: tuple[torch.Tensor, torch.Tensor], b: tuple[torch.T
     # strides and dtypes and whose other arguments were validated before skips the checks.
     key = _validated.key(_FN, d, lambda: (a[0], a[1], b[0], b[1], d) + (() if c is None else (c,)),
                          (expr, recipe, c is None))
-    if _validated.launch(key, _validate_and_run_cpu, expr, a, b, d, c, recipe):
-        _run(a[0], a[1], b[0], b[1], d, c)
+    kept = _validated.launch(key, _validate_and_run_cpu, expr, a, b, d, c, recipe)
+    if kept:
+        _run(a[0], a[1], b[0], b[1], d, c, key, kept)
 
 
 _validated = _v.ValidatedCalls()
@@ -97,15 +99,19 @@ def _validate_and_run_cpu(expr, a, b, d, c, recipe) -> bool:
     return False
 
 
-def _run(A, sfa, B, sfb, d, c) -> None:
-    """A validated call with b, h, d, r > 0 (the routes of the module docstring)."""
+def _run(A, sfa, B, sfb, d, c, key=None, kept=True) -> None:
+    """A validated call with b, h, d, r > 0 (the routes of the module docstring). key, kept: the
+    fast path's (a CUDA call's kept prepared launch, when it has one)."""
     batch, heads, r = A.shape
     n = B.shape[1]
     if _v.on_cuda(d) and _v.gpu_validated(HEADS_PACKED):
         from finegemm.ops import sm90_fp8_gemm  # lazy: the CUDA stack is only needed for CUDA tensors
 
         if sm90_fp8_gemm.heads_packed_layouts(A, d, c):  # in place: A [b, h*r], d (and c) [b, h*d] row by row
-            sm90_fp8_gemm.fp8_einsum_heads_packed(A, sfa, B, sfb, d, c)
+            # Every input is read in place, so a seen call re-launches its prepared launch.
+            if not _validated.run_kept(key, kept, lambda _: _v.run_prepared_launch(
+                    sm90_fp8_gemm.prepare_fp8_einsum_heads_packed(A, sfa, B, sfb, d, c))):
+                sm90_fp8_gemm.fp8_einsum_heads_packed(A, sfa, B, sfb, d, c)
             return
     if d.dtype == torch.bfloat16:
         # The heads as the masked kernel's groups, every group full. The kernel writes D as

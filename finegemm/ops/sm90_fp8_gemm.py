@@ -28,6 +28,7 @@ from finegemm.heuristics.sm90_fp8_gemm import (
     GEMM_K_GROUPED,
     FP8_BLOCK_MS,
     GEMM_NORMAL,
+    MAX_BLOCK_N_LEAN_LOOP,
     Fp8GemmConfig,
     make_grouped_config,
     select_config,
@@ -80,6 +81,25 @@ def _with_layout_check(template: str) -> str:
 
 
 _TEMPLATE_LAYOUT_CHECKED = _with_layout_check(_TEMPLATE)
+
+
+# fp8_einsum's heads-packed masked kernel (kHeadsPacked): _TEMPLATE's parameters, then sfa where the
+# caller keeps it ([M, G, Kb] fp32) and its three strides in elements; the scale warp gathers the
+# row scales from there (tmap_sfa is not encoded).
+def _with_sfa_gather(template: str) -> str:
+    """_TEMPLATE with the heads-packed kernel's four sfa parameters appended (as _with_layout_check)."""
+    edits = (("const __grid_constant__ CUtensorMap tmap_a_last) {{",
+              "const __grid_constant__ CUtensorMap tmap_a_last, const float* sfa_gather, uint32_t sfa_ld_m,\n"
+              "    uint32_t sfa_ld_g, uint32_t sfa_ld_k) {{"),
+             ("&tmap_a_last);", "&tmap_a_last, nullptr, nullptr, 0u, sfa_gather, sfa_ld_m, sfa_ld_g, sfa_ld_k);"))
+    for old, new in edits:
+        if template.count(old) != 1:
+            raise RuntimeError(f"sm90_fp8_gemm: _TEMPLATE no longer has {old!r} once")
+        template = template.replace(old, new)
+    return template
+
+
+_TEMPLATE_HEADS_PACKED = _with_sfa_gather(_TEMPLATE)
 
 
 # Recipe (1, 1, 128): the same kernel with k1D1D; sfb comes through a tensor map (last parameter).
@@ -212,6 +232,10 @@ def render(block_m: int, block_n: int, num_stages: int, out_fp32: bool, has_c: b
     if heads_packed:
         if gemm_kind != GEMM_GROUPED_MASKED or tma_store or tuple(head_splits) != (0, 0, 0):
             raise ValueError("heads_packed: the m-grouped masked kind with direct stores only")
+        if block_m > 128 or block_n > MAX_BLOCK_N_LEAN_LOOP:
+            raise ValueError(f"heads_packed: block_m <= 128 and block_n <= {MAX_BLOCK_N_LEAN_LOOP} (the scale warp "
+                             f"gathers sfa), got {block_m} x {block_n}")
+        template = _TEMPLATE_HEADS_PACKED
         tail = f", false, {k_batch}, false, 1, 0, 0, 0, false, true"
     return template.format(threads=(block_m // 64 + 1) * 128, block_m=block_m, block_n=block_n,
                             stages=num_stages, out_fp32=_b(out_fp32), has_c=_b(has_c), split_k=_b(split_k),
@@ -290,9 +314,13 @@ def _get_launcher():
                 _launcher_prepare_layout_checked = prepare_function(lib, "fg_prepare_sm90_fp8_gemm_layout_checked",
                                                                     fl.argtypes, 7)
                 _launcher_1d1d = f1
-                # fp8_einsum's masked launch with the heads packed along K and N (fg_launch_sm90_fp8_gemm's arguments).
-                global _launcher_heads_packed
-                _launcher_heads_packed = c_function(lib, "fg_launch_sm90_fp8_gemm_heads_packed", f.argtypes)
+                # fp8_einsum's masked launch with the heads packed along K and N: fg_launch_sm90_fp8_gemm's
+                # arguments (sfa_ld: sfa's row stride), then sfa's head and k-block strides, before the stream.
+                global _launcher_heads_packed, _launcher_prepare_heads_packed
+                fhp = c_function(lib, "fg_launch_sm90_fp8_gemm_heads_packed", f.argtypes[:-1] + [i, i, u64])
+                _launcher_heads_packed = fhp
+                _launcher_prepare_heads_packed = prepare_function(lib, "fg_prepare_sm90_fp8_gemm_heads_packed",
+                                                                  fhp.argtypes, 7)
                 _launcher_head_splits = fh
                 _launcher_prepare_head_splits = prepare_function(lib, "fg_prepare_sm90_fp8_gemm_head_splits",
                                                                  fh.argtypes, 7)
@@ -306,7 +334,7 @@ def _get_launcher():
 _launcher_prepare = _launcher_prepare_1d1d = _launch_prepared = _free_prepared = None
 _launcher_head_splits = _launcher_prepare_head_splits = None
 _launcher_layout_checked = _launcher_prepare_layout_checked = None
-_launcher_heads_packed = None
+_launcher_heads_packed = _launcher_prepare_heads_packed = None
 
 
 # ----------------------------------------------------------------------------- plans
@@ -982,10 +1010,15 @@ def heads_packed_layouts(a: torch.Tensor, d: torch.Tensor, c: Optional[torch.Ten
 def heads_packed_config(batch: int, n: int, r: int, heads: int, num_sms: int, out_fp32: bool = False,
                         has_c: bool = False) -> Fp8GemmConfig:
     """The configuration of fp8_einsum's heads-packed launch: the masked plan's tile for these
-    groups (b rows each), with direct stores."""
+    groups (b rows each), with direct stores, at most 128 x MAX_BLOCK_N_LEAN_LOOP (the tiles with
+    the scale warp, which gathers sfa in place)."""
+    from finegemm.heuristics.sm90_fp8_gemm import MAX_STAGES, max_stages
+
     base = select_grouped_config(GEMM_GROUPED_MASKED, batch, n, r, heads, num_sms, batch, 0)
-    cfg = make_grouped_config(GEMM_GROUPED_MASKED, batch, n, r, heads, num_sms, batch, 0, base.block_m,
-                              base.block_n, base.num_stages, base.num_multicast, False)
+    block_m, block_n = min(base.block_m, 128), min(base.block_n, MAX_BLOCK_N_LEAN_LOOP)
+    stages = min(base.num_stages, max_stages(block_m, block_n, False, cap=MAX_STAGES))
+    cfg = make_grouped_config(GEMM_GROUPED_MASKED, batch, n, r, heads, num_sms, batch, 0, block_m,
+                              block_n, stages, base.num_multicast if block_m == base.block_m else 1, False)
     return dataclasses.replace(cfg, heads_packed=True, l2_promotion=base.l2_promotion, out_fp32=out_fp32,
                                has_c=has_c)
 
@@ -1025,35 +1058,86 @@ def all_rows(heads: int, device: torch.device) -> torch.Tensor:
     return t
 
 
+class PreparedHeadsPackedCall(PreparedCall):
+    """A PreparedCall of fp8_einsum's heads-packed launch (its own host launcher: sfa's strides)."""
+
+    __slots__ = ()
+    _names = ("_launcher_heads_packed", "_launcher_prepare_heads_packed", "_launch_prepared", "_free_prepared")
+
+    def _describe(self) -> str:
+        cfg = self.cfg
+        m, n, k = self._tail[:3]
+        return (f"sm90_fp8_gemm heads-packed (b={m}, h={cfg.num_groups}, r={k}, d={n}, block_m={cfg.block_m}, "
+                f"block_n={cfg.block_n})")
+
+
+# sfa's strides are 32-bit kernel parameters.
+_MAX_STRIDE = 2 ** 31 - 1
+
+
+def _heads_packed_arguments(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.Tensor,
+                            d: torch.Tensor, c: Optional[torch.Tensor]) -> tuple:
+    """(config, launcher head, launcher tail, temporaries) of a heads-packed call with b, h, d > 0."""
+    batch, heads, r = a.shape
+    n = b.shape[1]
+    _check_k(r)
+    out_fp32 = d.dtype == torch.float32
+    cfg, fn = plan_heads_packed(batch, n, r, heads, d.device.index, out_fp32, c is not None)
+    keepalive = []
+    # The kernel reads sfa in place ([b, h, kb] at its strides): a copy only for another dtype or a
+    # stride past 32 bits.
+    if sfa.dtype != torch.float32 or max(sfa.stride()) > _MAX_STRIDE:
+        sfa = sfa.float().contiguous()
+        keepalive.append(sfa)
+    b2 = _rows_2d(b)
+    if b2.data_ptr() != b.data_ptr():
+        keepalive.append(b2)
+    sfb_in = sfb
+    sfb = _sfb_for_kernel(sfb)
+    if sfb is not sfb_in:
+        keepalive.append(sfb)
+    lda = a.stride(0) if batch > 1 else heads * r  # a one-row view's pitch is never stepped over
+    ldd = d.stride(0) if batch > 1 else heads * n
+    sfa_ld = sfa.stride(0) if batch > 1 else 0
+    sfa_ld_g = sfa.stride(1) if heads > 1 else 0
+    sfa_ld_k = sfa.stride(2) if sfa.shape[2] > 1 else 0
+    head = (fn, a.data_ptr(), b2.data_ptr(), sfa.data_ptr(), sfb.data_ptr(), d.data_ptr(),
+            None if c is None else c.data_ptr())
+    tail = (batch, n, r, lda, _row_pitch(b2, r, 16), ldd, sfa_ld, cfg.block_m, cfg.block_n, 1, cfg.num_multicast,
+            1 if cfg.multicast_on_a else 0, int(out_fp32), 0, cfg.grid, cfg.smem_bytes, GEMM_GROUPED_MASKED,
+            None, heads, l2_promotion_arg(cfg.l2_promotion), sfa_ld_g, sfa_ld_k)  # no masked_m: every group full
+    return cfg, head, tail, keepalive
+
+
 def fp8_einsum_heads_packed(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.Tensor,
                             d: torch.Tensor, c: Optional[torch.Tensor] = None) -> None:
     """d[:, h] = c[:, h] + A[:, h] @ B[h]^T for every head h, in place (fp8_einsum "bhr,hdr->bhd"),
     on the current stream: the masked kernel with the heads as groups, reading A [b, h*r] and
     writing D [b, h*n] row by row (heads_packed_layouts(a, d, c) must hold). sfa [b, h, ceil(r/128)]
-    (any strides), B [h, n, r], sfb [h, ceil(n/128), ceil(r/128)], d bf16 or fp32, c (fp32 d only;
-    may be d)."""
-    batch, heads, r = a.shape
-    n = b.shape[1]
-    if batch == 0 or heads == 0 or n == 0:
+    fp32 read in place (any strides), B [h, n, r], sfb [h, ceil(n/128), ceil(r/128)], d bf16 or
+    fp32, c (fp32 d only; may be d)."""
+    batch, heads, _ = a.shape
+    if batch == 0 or heads == 0 or b.shape[1] == 0:
         return
-    _check_k(r)
-    out_fp32 = d.dtype == torch.float32
-    cfg, fn = plan_heads_packed(batch, n, r, heads, d.device.index, out_fp32, c is not None)
-    sfa_t, sfa_ld = _sfa_masked_for_tma(sfa.permute(1, 0, 2), batch)
-    b2 = _rows_2d(b)
-    sfb = _sfb_for_kernel(sfb)
-    lda = a.stride(0) if batch > 1 else heads * r  # a one-row view's pitch is never stepped over
-    ldd = d.stride(0) if batch > 1 else heads * n
+    cfg, head, tail, _keep = _heads_packed_arguments(a, sfa, b, sfb, d, c)
     _get_launcher()
-    rc = _launcher_heads_packed(fn, a.data_ptr(), b2.data_ptr(), sfa_t.data_ptr(), sfb.data_ptr(), d.data_ptr(),
-                                None if c is None else c.data_ptr(), None, None, batch, n, r, lda,
-                                _row_pitch(b2, r, 16), ldd, sfa_ld, cfg.block_m, cfg.block_n, 1, cfg.num_multicast,
-                                1 if cfg.multicast_on_a else 0, int(out_fp32), 0, cfg.grid,
-                                cfg.smem_bytes, GEMM_GROUPED_MASKED, all_rows(heads, d.device).data_ptr(), heads,
-                                l2_promotion_arg(cfg.l2_promotion), _get_raw_stream(d.device.index))
+    rc = _launcher_heads_packed(*head, None, None, *tail, _get_raw_stream(d.device.index))
     if rc != 0:
-        raise RuntimeError(f"finegemm: sm90_fp8_gemm heads-packed launch failed (b={batch}, h={heads}, r={r}, "
-                           f"d={n}, block_m={cfg.block_m}, block_n={cfg.block_n}): {jit.error_string(rc)}")
+        raise RuntimeError(f"finegemm: sm90_fp8_gemm heads-packed launch failed (b={batch}, h={heads}, r={tail[2]}, "
+                           f"d={tail[1]}, block_m={cfg.block_m}, block_n={cfg.block_n}): {jit.error_string(rc)}")
+
+
+def prepare_fp8_einsum_heads_packed(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.Tensor,
+                                    d: torch.Tensor, c: Optional[torch.Tensor] = None
+                                    ) -> Optional[PreparedHeadsPackedCall]:
+    """The prepared launch of fp8_einsum_heads_packed for a kept call (api fast path); None where a
+    launch needs a copy of an input per call (then the call stays one-shot). Holds addresses, as
+    prepare_m_grouped_contiguous. b, h, d > 0."""
+    cfg, head, tail, keepalive = _heads_packed_arguments(a, sfa, b, sfb, d, c)
+    if keepalive:
+        return None
+    _get_launcher()
+    return PreparedHeadsPackedCall(cfg, head, tail, d.device, True, [])
 
 
 def prepare_m_grouped_masked(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.Tensor,

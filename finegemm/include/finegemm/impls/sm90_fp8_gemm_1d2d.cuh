@@ -307,7 +307,9 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
                                                    const Sm90Fp8KGroupedParams* kgroups = nullptr,
                                                    const CUtensorMap* tmap_a_last = nullptr,
                                                    unsigned* layout_scratch = nullptr, int* layout_record = nullptr,
-                                                   uint32_t layout_info = 0) {
+                                                   uint32_t layout_info = 0, const float* sfa_gather = nullptr,
+                                                   uint32_t sfa_ld_m = 0, uint32_t sfa_ld_g = 0,
+                                                   uint32_t sfa_ld_k = 0) {
   using Traits = Sm90Fp8Gemm1d2dTraits<BLOCK_M, BLOCK_N, kNumStages, kTmaStore, k1D1D, kCStage, kCtasPerSm>;
   // kCtasPerSm 2 (recipe (1, 1, 128) only): the entry is built with a launch bound of 2 CTAs per
   // SM (128 registers per thread) and the producer hands its registers to the one consumer
@@ -406,6 +408,14 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   // 1D2D B scales through the stages (the scale warp) with the lean loop; the wide loop (bn224)
   // keeps loading them from global one k-block ahead: with the scale warp ptxas spills there.
   constexpr bool kScaleWarp = !k1D1D && kLeanLoop;
+  // kHeadsPacked: sfa is read where the caller keeps it, [M, G, Kb] at any strides (sfa_gather,
+  // sfa_ld_m / _g / _k elements; fp8_einsum's [b, h, r/128]): the sfa warp (the producer
+  // warpgroup's third) gathers each stage's BLOCK_M row scales with plain loads and arrives on the
+  // stage's full barrier as a third party; tmap_sfa is neither encoded nor read. Through a map the
+  // call needed an MN-major copy of sfa first (a kernel and ~10 us of host time per call).
+  constexpr bool kSfaGather = kHeadsPacked;
+  static_assert(!kSfaGather || (kScaleWarp && !kLayoutCheck && BLOCK_M <= 128),
+                "sfa gather: lean tiles of at most 128 rows, the producer warpgroup's third warp free");
   // 1D1D: how many 8-column chunks' column scales (2 registers each) the plain loop loads before
   // issuing the wgmmas: what the consumer's register cap leaves beside the 2 x BLOCK_N / 2
   // accumulators and kSfbRegSlack others. Measured with ptxas 13.0 (tests/test_fp8_kernel_compile.py
@@ -457,7 +467,8 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   const scheduler::PersistentScheduler<kMcB ? 2 : 1, kMcA ? 2 : 1, diag::kSchedGroupN> sched(num_m_blocks, num_n_blocks,
                                                                               kSplitK ? num_splits : 1u);
   using Walker =
-      scheduler::TileWalker<kGemmKind, BLOCK_M, BLOCK_N, kMcB ? 2 : 1, kMcA ? 2 : 1, diag::kSchedGroupN, kPsumLayout>;
+      scheduler::TileWalker<kGemmKind, BLOCK_M, BLOCK_N, kMcB ? 2 : 1, kMcA ? 2 : 1, diag::kSchedGroupN, kPsumLayout,
+                            kHeadsPacked>;
   const uint32_t rank = kNumMulticast > 1 ? ptx::cluster_ctarank() : 0u;
   const uint32_t cluster_id = blockIdx.x / kNumMulticast;
   // FINEGEMM_TRACE_TILES (ptx/trace.cuh): the trace follows the split-K partial slabs in the
@@ -523,7 +534,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
     if (split_cluster && (ptx::cluster_nctarank() != num_splits || sched.num_units != gridDim.x)) __trap();
 #pragma unroll
     for (uint32_t s = 0; s < kNumStages; ++s) {
-      ptx::mbar_init(full_bar(s), kScaleWarp ? 2 : 1);
+      ptx::mbar_init(full_bar(s), 1 + (kScaleWarp ? 1 : 0) + (kSfaGather ? 1 : 0));
       // Every consumer warp of every CTA of the cluster releases the stage (the peer's
       // multicast writes into this CTA's stage too).
       ptx::mbar_init(empty_bar(s), kNumConsumerWG * 4 * kNumMulticast);
@@ -560,7 +571,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         if constexpr (kFitA) ptx::tma_prefetch_desc(tmap_a_last);
         ptx::tma_prefetch_desc(tmap_b);
       }
-      ptx::tma_prefetch_desc(tmap_sfa);
+      if constexpr (!kSfaGather) ptx::tma_prefetch_desc(tmap_sfa);
       if constexpr (k1D1D) ptx::tma_prefetch_desc(tmap_sfb);
       // L2 policy of the A / B loads (ptx::use_skinny_l2_hints); multicast loads keep the default.
       const uint64_t a_rows = static_cast<uint64_t>(M) * (kGemmKind == scheduler::kGemmGroupedMasked ? num_groups : 1u);
@@ -573,7 +584,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
       const uint32_t first_a_rows = first_a_box_rows(M, BLOCK_M, kFitA, false);  // and the sfa box's
       const uint32_t last_a_rows = last_a_box_rows(M, BLOCK_M, kFitA, false);
       const uint32_t last_a_row = (M - 1u) / BLOCK_M * BLOCK_M;  // first row of the last m-block
-      const uint32_t base_tx_bytes = Traits::kTxBytes - (BLOCK_M - first_a_rows) * 4u;
+      const uint32_t base_tx_bytes = Traits::kTxBytes - (kSfaGather ? BLOCK_M : BLOCK_M - first_a_rows) * 4u;
       // C's boxes go to L2 ahead of each tile's epilogue: through D's map for the reduce-add (C is
       // D), through the host's map over C for the direct epilogue.
       constexpr bool kPrefetchC = kHasC && k1D1D && !kSplitK && !diag::kNoCPrefetch;
@@ -637,7 +648,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
             ptx::mbar_arrive(full_bar(stage));
           } else {  // (kept at its original indentation)
           // The full boxes' bytes, whichever CTA of the cluster issues which half.
-          ptx::mbar_arrive_expect_tx(full_bar(stage), tx_bytes - (diag::kNoSfaTma ? first_a_rows * 4u : 0u) -
+          ptx::mbar_arrive_expect_tx(full_bar(stage), tx_bytes - (diag::kNoSfaTma && !kSfaGather ? first_a_rows * 4u : 0u) -
                                                           (diag::kNoATma ? a_box_rows * Traits::BLOCK_K : 0u) -
                                                           (diag::kNoBTma ? Traits::kSmemB : 0u));
           const uint32_t kb_read = k_block_at(kb, kb_begin, kb_end);
@@ -658,7 +669,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           } else {
             ptx::tma_load_2d_policy(dst_b, map_b, full_bar(stage), k0, n0, l2_hints, pol_b);
           }
-          if constexpr (!diag::kNoSfaTma) {
+          if constexpr (!diag::kNoSfaTma && !kSfaGather) {
             ptx::tma_load_2d(base + Traits::kOffSfa + stage * Traits::kSmemSfa, tmap_sfa, full_bar(stage),
                              static_cast<int32_t>(t.sfa_m), static_cast<int32_t>(t.sfa_kb0 + kb_read));
           }
@@ -711,6 +722,41 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         scheduler::check_psum_layout_warp(grouped, M, num_groups, layout_record, layout_info);
       } else {
         scheduler::check_contiguous_layout_warp(grouped, M, num_groups, layout_scratch, layout_record, layout_info);
+      }
+    } else if (kSfaGather && threadIdx.x / 32 == kNumConsumerThreads / 32 + 2) {
+      // The sfa warp (kHeadsPacked): walks the producer's sequence of (unit, k-block) and writes
+      // each stage's BLOCK_M row scales (lane + 32 j) from sfa [M, G, Kb] in place, rows past M as
+      // zeros (as a TMA box's fill). Each k-block's loads leave before the wait for its stage; a
+      // row's k-blocks share a sector, so after a tile's first k-block they hit L1.
+      constexpr uint32_t kRowsPerLane = BLOCK_M / 32;
+      const uint32_t lane = threadIdx.x % 32;
+      float* sfa_stages = reinterpret_cast<float*>(smem + Traits::kOffSfa);
+      uint32_t stage = 0, phase = 0;
+      Walker walker(M, N, num_kb, 1u, grouped, num_groups);
+      scheduler::TileCoords t;
+      for (uint32_t unit = cluster_id;; unit += num_clusters) {
+        if (!next_tile(walker, unit, t)) break;
+        uint32_t kb_begin, kb_end;
+        unit_k_blocks(t.split, t.skip, kb_begin, kb_end);
+        const float* rows = sfa_gather + static_cast<size_t>(t.group) * sfa_ld_g;
+        for (uint32_t kb = kb_begin; kb < kb_end; ++kb) {
+          const size_t k_off = static_cast<size_t>(k_block_at(kb, kb_begin, kb_end)) * sfa_ld_k;
+          float v[kRowsPerLane];
+#pragma unroll
+          for (uint32_t j = 0; j < kRowsPerLane; ++j) {
+            const uint32_t row = t.sfa_m + lane + 32 * j;
+            v[j] = row < M ? __ldg(rows + static_cast<size_t>(row) * sfa_ld_m + k_off) : 0.0f;
+          }
+          ptx::mbar_wait(empty_bar(stage), phase ^ 1u);
+#pragma unroll
+          for (uint32_t j = 0; j < kRowsPerLane; ++j) sfa_stages[stage * BLOCK_M + lane + 32 * j] = v[j];
+          __syncwarp();  // every lane's stores before the one (release) arrive
+          if (lane == 0) ptx::mbar_arrive(full_bar(stage));
+          if (++stage == kNumStages) {
+            stage = 0;
+            phase ^= 1u;
+          }
+        }
       }
     } else if (kScaleWarp && threadIdx.x / 32 == kNumConsumerThreads / 32 + 1) {
       // The scale warp (1D2D): walks the producer's sequence of (unit, k-block) and writes each

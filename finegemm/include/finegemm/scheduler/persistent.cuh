@@ -123,6 +123,10 @@ struct TileCoords {
 //     a CTA increase), so its cost is O(G + units) per CTA, and the current group's row count
 //     stays in a register (re-reading it per tile put a global-load round trip in front of every
 //     tile's main loop and epilogue). Tiles of rows >= masked_m are never visited.
+//     kFullGroups (fp8_einsum's heads-packed kernel, whose groups are all M rows): masked_m is
+//     never read and a unit's group is one division. The walk cost one dependent load per group
+//     before a CTA's first tile: with 128 heads of one tile each, the last CTA's first tile waited
+//     for 127 of them.
 //   KGrouped: num_groups slots (the host's group table) of the same [M, N] tile grid, slot after
 //     slot, each in the PersistentScheduler's order; `group` is the SLOT (the kernel reads its
 //     tensor maps, k-blocks and D group from the table); a_row / sfa_m / b_row are coordinates
@@ -131,10 +135,11 @@ struct TileCoords {
 //     k_g, longest first, so with the round-robin unit assignment the last, partial wave holds
 //     the shortest tiles (longest-processing-time-first at no cost on the GPU).
 template <uint32_t kGemmKind, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kClusterM, uint32_t kClusterN,
-          uint32_t kGroupN = 16, bool kPsum = false>
+          uint32_t kGroupN = 16, bool kPsum = false, bool kFullGroups = false>
 struct TileWalker {
   static_assert(kGemmKind <= kGemmKGrouped, "unknown GEMM kind");
   static_assert(!kPsum || kGemmKind == kGemmGroupedContiguous, "psum ends: the contiguous kind");
+  static_assert(!kFullGroups || kGemmKind == kGemmGroupedMasked, "full groups: the masked kind");
   static_assert(kGemmKind == kGemmNormal || kGemmKind == kGemmKGrouped || kClusterM == 1,
                 "grouped GEMMs: clusters only share A (two n-blocks of one m-block: one group)");
   using Sched = PersistentScheduler<kClusterM, kClusterN, kGroupN>;
@@ -154,7 +159,7 @@ struct TileWalker {
               splits),
         grouped(gl), M(m), N(n), num_kb(kb), num_groups(groups), g(0), base(0), rows_g(0),
         align_log2(psum_align_log2) {
-    if constexpr (kGemmKind == kGemmGroupedMasked) rows_g = group_rows(0);
+    if constexpr (kGemmKind == kGemmGroupedMasked) rows_g = kFullGroups ? m : group_rows(0);
   }
 
   // masked_m[g] clamped to [0, Mmax] (a bad value never reads or writes out of bounds).
@@ -178,7 +183,12 @@ struct TileWalker {
   __device__ __forceinline__ bool next(uint32_t unit, uint32_t rank, TileCoords& t) {
     uint32_t local = unit;
     Sched s = sched;
-    if constexpr (kGemmKind == kGemmGroupedMasked) {
+    if constexpr (kGemmKind == kGemmGroupedMasked && kFullGroups) {
+      s = Sched((M + BLOCK_M - 1) / BLOCK_M, (N + BLOCK_N - 1) / BLOCK_N, 1u);
+      g = unit / s.num_units;
+      if (g >= num_groups) return false;
+      local = unit - g * s.num_units;
+    } else if constexpr (kGemmKind == kGemmGroupedMasked) {
       const uint32_t num_n_blocks = (N + BLOCK_N - 1) / BLOCK_N;
       while (true) {
         s = Sched((rows_g + BLOCK_M - 1) / BLOCK_M, num_n_blocks, 1u);
