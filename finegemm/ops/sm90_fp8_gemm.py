@@ -84,8 +84,8 @@ _TEMPLATE_LAYOUT_CHECKED = _with_layout_check(_TEMPLATE)
 
 
 # fp8_einsum's heads-packed masked kernel (kHeadsPacked): _TEMPLATE's parameters, then sfa where the
-# caller keeps it ([M, G, Kb] fp32) and its three strides in elements; the scale warp gathers the
-# row scales from there (tmap_sfa is not encoded).
+# caller keeps it ([M, G, Kb] fp32) and its three strides in elements; the kernel's sfa warp gathers
+# the row scales from there (tmap_sfa is not encoded).
 def _with_sfa_gather(template: str) -> str:
     """_TEMPLATE with the heads-packed kernel's four sfa parameters appended (as _with_layout_check)."""
     edits = (("const __grid_constant__ CUtensorMap tmap_a_last) {{",
@@ -233,8 +233,8 @@ def render(block_m: int, block_n: int, num_stages: int, out_fp32: bool, has_c: b
         if gemm_kind != GEMM_GROUPED_MASKED or tma_store or tuple(head_splits) != (0, 0, 0):
             raise ValueError("heads_packed: the m-grouped masked kind with direct stores only")
         if block_m > 128 or block_n > MAX_BLOCK_N_LEAN_LOOP:
-            raise ValueError(f"heads_packed: block_m <= 128 and block_n <= {MAX_BLOCK_N_LEAN_LOOP} (the scale warp "
-                             f"gathers sfa), got {block_m} x {block_n}")
+            raise ValueError(f"heads_packed: block_m <= 128 and block_n <= {MAX_BLOCK_N_LEAN_LOOP} (the lean tiles, "
+                             f"whose spare producer warp gathers sfa), got {block_m} x {block_n}")
         template = _TEMPLATE_HEADS_PACKED
         tail = f", false, {k_batch}, false, 1, 0, 0, 0, false, true"
     return template.format(threads=(block_m // 64 + 1) * 128, block_m=block_m, block_n=block_n,
@@ -1010,8 +1010,8 @@ def heads_packed_layouts(a: torch.Tensor, d: torch.Tensor, c: Optional[torch.Ten
 def heads_packed_config(batch: int, n: int, r: int, heads: int, num_sms: int, out_fp32: bool = False,
                         has_c: bool = False) -> Fp8GemmConfig:
     """The configuration of fp8_einsum's heads-packed launch: the masked plan's tile for these
-    groups (b rows each), with direct stores, at most 128 x MAX_BLOCK_N_LEAN_LOOP (the tiles with
-    the scale warp, which gathers sfa in place)."""
+    groups (b rows each), with direct stores, at most 128 x MAX_BLOCK_N_LEAN_LOOP (the lean tiles,
+    whose spare producer warp gathers sfa in place)."""
     from finegemm.heuristics.sm90_fp8_gemm import MAX_STAGES, max_stages
 
     base = select_grouped_config(GEMM_GROUPED_MASKED, batch, n, r, heads, num_sms, batch, 0)
@@ -1036,7 +1036,8 @@ def plan_heads_packed(batch: int, n: int, r: int, heads: int, device: int, out_f
     return p
 
 
-# The heads-packed launch's masked_m: every group full. The kernel clamps each value to [0, b], so
+# fp8_einsum's masked composition's masked_m (the heads-packed kernel reads none): every group full.
+# The kernel clamps each value to [0, b], so
 # one buffer of INT32_MAX serves every b and stream: kept per device (never freed: a captured graph
 # may hold its address), filled before any launch reads it (one synchronization per buffer), grown
 # by a new buffer when more heads come; made per call under capture.
