@@ -615,6 +615,16 @@ def test_fp8_einsum_takes_the_heads_packed_kernel_where_it_reads_in_place(monkey
         assert calls == (["dense"] * heads if c_kind == "other_strides" else fp32_want), c_kind
 
 
+def _three_calls_of_one_key(monkeypatch, mod):
+    """Three bf16 fp8_einsum calls on the same tensors, from an empty fast-path cache; (a, b, d)."""
+    monkeypatch.setattr(mod, "_validated", _v.ValidatedCalls())
+    a, b, _ = _fp8_einsum_inputs(6, 4, 256, 64)
+    d = torch.zeros(6, 4, 64, dtype=BF16)
+    for _ in range(3):
+        finegemm.fp8_einsum("bhr,hdr->bhd", a, b, d)
+    return a, b, d
+
+
 def test_fp8_einsum_keeps_a_prepared_heads_packed_launch(monkeypatch):
     """A seen heads-packed call re-launches the prepared launch made at its first call (every input
     is read in place, so the launch serves every call of the key); where none can be made (an input
@@ -630,11 +640,7 @@ def test_fp8_einsum_keeps_a_prepared_heads_packed_launch(monkeypatch):
         return lambda: calls.append("prepared")
 
     monkeypatch.setattr(ops, "prepare_fp8_einsum_heads_packed", prepare)
-    monkeypatch.setattr(mod, "_validated", _v.ValidatedCalls())
-    a, b, _ = _fp8_einsum_inputs(6, 4, 256, 64)
-    d = torch.zeros(6, 4, 64, dtype=BF16)
-    for _ in range(3):
-        finegemm.fp8_einsum("bhr,hdr->bhd", a, b, d)
+    a, b, d = _three_calls_of_one_key(monkeypatch, mod)
     assert len(made) == 1 and calls == ["prepared"] * 3
     assert made[0][0] is a[0] and made[0][4] is d
     monkeypatch.setattr(ops, "prepare_fp8_einsum_heads_packed", lambda *args: made.append(args) and None)
@@ -700,11 +706,7 @@ def test_fp8_einsum_host_fast_path_skips_the_checks_of_a_seen_call(monkeypatch):
     mod = importlib.import_module("finegemm.api.fp8_einsum")
     real, checked = mod._checked, []
     monkeypatch.setattr(mod, "_checked", lambda *args: checked.append(1) or real(*args))
-    monkeypatch.setattr(mod, "_validated", _v.ValidatedCalls())
-    a, b, _ = _fp8_einsum_inputs(6, 4, 256, 64)
-    d = torch.zeros(6, 4, 64, dtype=BF16)
-    for _ in range(3):
-        finegemm.fp8_einsum("bhr,hdr->bhd", a, b, d)
+    a, b, d = _three_calls_of_one_key(monkeypatch, mod)
     assert len(checked) == 1 and calls == ["heads_packed"] * 3
     finegemm.fp8_einsum("bhr,hdr->bhd", a, b, torch.zeros(6, 4, 64, dtype=BF16))  # another d
     finegemm.fp8_einsum("bhr,hdr->bhd", a, b, d, recipe=(1, 128, 128))  # another argument

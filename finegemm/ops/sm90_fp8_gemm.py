@@ -63,16 +63,13 @@ extern "C" __global__ void __launch_bounds__({threads}, 1) finegemm_entry(
 """
 
 
-# The m-grouped contiguous kind with the layout's rules checked inside the kernel (kLayoutCheck:
-# `grouped` is the caller's grouped_layout; scheduler/contiguous_layout_check.cuh): _TEMPLATE's
-# parameters, then the check's scratch, the error record and (function index << 8 | log2 alignment).
-def _with_layout_check(template: str) -> str:
-    """_TEMPLATE with the three parameters of the in-kernel layout check appended (each edit must
-    apply: a change of _TEMPLATE that breaks one fails at import)."""
+def _with_parameters(template: str, declared: str, passed: str) -> str:
+    """_TEMPLATE with kernel parameters appended: `declared` to the entry's list, `passed` (the
+    device function's trailing arguments) to its call (each edit must apply: a change of
+    _TEMPLATE that breaks one fails at import)."""
     edits = (("const __grid_constant__ CUtensorMap tmap_a_last) {{",
-              "const __grid_constant__ CUtensorMap tmap_a_last, unsigned* layout_scratch, int* layout_record,\n"
-              "    uint32_t layout_info) {{"),
-             ("&tmap_a_last);", "&tmap_a_last, layout_scratch, layout_record, layout_info);"))
+              "const __grid_constant__ CUtensorMap tmap_a_last, " + declared + ") {{"),
+             ("&tmap_a_last);", "&tmap_a_last, " + passed + ");"))
     for old, new in edits:
         if template.count(old) != 1:
             raise RuntimeError(f"sm90_fp8_gemm: _TEMPLATE no longer has {old!r} once")
@@ -80,26 +77,19 @@ def _with_layout_check(template: str) -> str:
     return template
 
 
-_TEMPLATE_LAYOUT_CHECKED = _with_layout_check(_TEMPLATE)
-
+# The m-grouped contiguous kind with the layout's rules checked inside the kernel (kLayoutCheck:
+# `grouped` is the caller's grouped_layout; scheduler/contiguous_layout_check.cuh): _TEMPLATE's
+# parameters, then the check's scratch, the error record and (function index << 8 | log2 alignment).
+_TEMPLATE_LAYOUT_CHECKED = _with_parameters(
+    _TEMPLATE, "unsigned* layout_scratch, int* layout_record,\n    uint32_t layout_info",
+    "layout_scratch, layout_record, layout_info")
 
 # fp8_einsum's heads-packed masked kernel (kHeadsPacked): _TEMPLATE's parameters, then sfa where the
 # caller keeps it ([M, G, Kb] fp32) and its three strides in elements; the kernel's sfa warp gathers
 # the row scales from there (tmap_sfa is not encoded).
-def _with_sfa_gather(template: str) -> str:
-    """_TEMPLATE with the heads-packed kernel's four sfa parameters appended (as _with_layout_check)."""
-    edits = (("const __grid_constant__ CUtensorMap tmap_a_last) {{",
-              "const __grid_constant__ CUtensorMap tmap_a_last, const float* sfa_gather, uint32_t sfa_ld_m,\n"
-              "    uint32_t sfa_ld_g, uint32_t sfa_ld_k) {{"),
-             ("&tmap_a_last);", "&tmap_a_last, nullptr, nullptr, 0u, sfa_gather, sfa_ld_m, sfa_ld_g, sfa_ld_k);"))
-    for old, new in edits:
-        if template.count(old) != 1:
-            raise RuntimeError(f"sm90_fp8_gemm: _TEMPLATE no longer has {old!r} once")
-        template = template.replace(old, new)
-    return template
-
-
-_TEMPLATE_HEADS_PACKED = _with_sfa_gather(_TEMPLATE)
+_TEMPLATE_HEADS_PACKED = _with_parameters(
+    _TEMPLATE, "const float* sfa_gather, uint32_t sfa_ld_m,\n    uint32_t sfa_ld_g, uint32_t sfa_ld_k",
+    "nullptr, nullptr, 0u, sfa_gather, sfa_ld_m, sfa_ld_g, sfa_ld_k")
 
 
 # Recipe (1, 1, 128): the same kernel with k1D1D; sfb comes through a tensor map (last parameter).
@@ -1064,12 +1054,7 @@ class PreparedHeadsPackedCall(PreparedCall):
 
     __slots__ = ()
     _names = ("_launcher_heads_packed", "_launcher_prepare_heads_packed", "_launch_prepared", "_free_prepared")
-
-    def _describe(self) -> str:
-        cfg = self.cfg
-        m, n, k = self._tail[:3]
-        return (f"sm90_fp8_gemm heads-packed (b={m}, h={cfg.num_groups}, r={k}, d={n}, block_m={cfg.block_m}, "
-                f"block_n={cfg.block_n})")
+    _what = "sm90_fp8_gemm heads-packed (fp8_einsum: m = b, n = d, k = r per head)"
 
 
 # sfa's strides are 32-bit kernel parameters.
