@@ -370,14 +370,14 @@ def fp8_einsum_configs(sms: int) -> list:
     packed += [(8, 4, 256, 64), (32, 16, 512, 128), (130, 64, 256, 200), (5, 16, 512, 128)]
     packed += [(b, probe.HEADS, probe.R, probe.D) for b in probe.BATCHES]
     for batch, heads, r, n in packed:
-        if r % 128 == 0:
-            out.append(ops.heads_packed_config(batch, n, r, heads, sms))
+        if r % 128 == 0:  # sfa through its MN-major copy, and gathered in place
+            out += [ops.heads_packed_config(batch, n, r, heads, sms, sfa_gather=g) for g in (False, True)]
         out.append(select_grouped_config(GEMM_GROUPED_MASKED, batch, n, r, heads, sms, batch, 0))
     # fp32 d with and without c on the heads-packed tile (test_fp8_einsum_heads_packed_fp32, the
     # sanitizer case), and the per-head dense plans of the composition they are compared with.
     for batch, heads, r, n in [(b, h, r, n) for b, h, r, n, _, _ in t.HEADS_PACKED_CASES[:4]] + [(70, 4, 256, 40)]:
         for has_c in (False, True):
-            out.append(ops.heads_packed_config(batch, n, r, heads, sms, True, has_c))
+            out += [ops.heads_packed_config(batch, n, r, heads, sms, True, has_c, sfa_gather=g) for g in (False, True)]
             out.append(select_config(batch, n, r, sms, True, has_c))
     return out
 
@@ -413,7 +413,8 @@ def fuzz_configs(sms: int) -> list:
             out.append(select_grouped_config(*args[:5], n_sms, *args[5:]))
         elif kind == "fp8_heads":
             batch, n, r, heads, out_fp32, has_c = args
-            out.append(ops.heads_packed_config(batch, n, r, heads, n_sms, out_fp32, has_c))
+            out += [ops.heads_packed_config(batch, n, r, heads, n_sms, out_fp32, has_c, sfa_gather=g)
+                    for g in (False, True)]
         elif kind == "fp8_k_grouped":
             m, n, ks, has_c = args
             out.append(select_k_grouped_config(m, n, list(ks), n_sms, has_c))

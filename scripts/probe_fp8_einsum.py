@@ -1,17 +1,21 @@
-"""fp8_einsum("bhr,hdr->bhd") on the GPU: the heads-packed kernel against the masked composition.
+"""fp8_einsum("bhr,hdr->bhd") on the GPU: the heads-packed kernels against the masked composition.
 
 DeepSeek's MLA sizes (h = 128 heads, r = 512, d = 128) at decode and prefill batch sizes, kernel-only
 with the 256 MB L2 flush (finegemm.bench._common.kernel_time_us: every kernel of a call counted, so
 the composition pays its copies), each record timing in one process:
-  heads_packed  the in-place kernel (A read as [b, h*r], d written as [b, h*d]; gate opened here)
-  composed      the path the gate keeps today: A copied head-major, the masked kernel into a
-                scratch [h, b, d], the scratch copied into d
+  heads_packed  the in-place kernel (A read as [b, h*r], d written as [b, h*d]) reading sfa in
+                place too, prepared per seen call (gate fp8_einsum_sfa_in_place opened here)
+  heads_packed_map  the same kernel reading an MN-major copy of sfa (made per call) through a TMA
+                map, one-shot launches (the shipped path while that gate is closed)
+  composed      A copied head-major, the masked kernel into a scratch [h, b, d], the scratch
+                copied into d
   torch_bf16    torch.bmm of the same products in bf16 ([h, b, r] x [h, r, d], inputs made
                 outside the timed call): what the layer costs without FP8
-and the host time per call of both finegemm paths. Before timing, both finegemm paths run on the
-same inputs into NaN-poisoned outputs: both must be fully written and within calc_diff 1e-5 of
-the exact dequantized product (a record that is not is reported and not timed); whether they are
-bitwise equal is recorded (they take different tiles where the masked plan is wider than d).
+and the host time per call of the finegemm paths, with the kernels each path's time is made of.
+Before timing, the finegemm paths run on the same inputs into NaN-poisoned outputs: each must be
+fully written and within calc_diff 1e-5 of the exact dequantized product (a record that is not is
+reported and not timed); whether they are bitwise equal is recorded (they take different tiles
+where the masked plan is wider than d).
 Usage: python scripts/probe_fp8_einsum.py [--out FILE] [--num-tests N] [--batches 1 64 ...]
 """
 from __future__ import annotations
@@ -35,11 +39,14 @@ EXPR = "bhr,hdr->bhd"
 
 
 class _path:
-    """The heads-packed kernel (gate opened) or the composition (the path turned off)."""
+    """One finegemm path of fp8_einsum, by the gates and switches that select it."""
 
-    def __init__(self, heads_packed: bool):
-        self.env = {"FINEGEMM_ENABLE_UNVALIDATED": "1"} if heads_packed else \
-            {"FINEGEMM_DISABLE_PATHS": "fp8_einsum_heads_packed"}
+    ENV = {"heads_packed": {"FINEGEMM_ENABLE_UNVALIDATED": "1"},
+           "heads_packed_map": {"FINEGEMM_ENABLE_UNVALIDATED": "1", "FINEGEMM_DISABLE_PATHS": "fp8_einsum_sfa_in_place"},
+           "composed": {"FINEGEMM_DISABLE_PATHS": "fp8_einsum_heads_packed"}}
+
+    def __init__(self, name: str):
+        self.env = self.ENV[name]
 
     def __enter__(self):
         self.saved = {k: os.environ.get(k) for k in ("FINEGEMM_ENABLE_UNVALIDATED", "FINEGEMM_DISABLE_PATHS")}
@@ -73,9 +80,9 @@ def one_record(batch: int, num_tests: int) -> dict:
     rec = {"b": batch, "h": HEADS, "r": R, "d": D, "us": {}, "host_us": {}}
 
     outs = {}
-    for name, packed in (("heads_packed", True), ("composed", False)):
+    for name in _path.ENV:
         d = torch.full((batch, HEADS, D), float("nan"), dtype=torch.bfloat16, device="cuda")
-        with _path(packed):
+        with _path(name):
             finegemm.fp8_einsum(EXPR, a, b, d)
         outs[name] = d
     torch.cuda.synchronize()
@@ -85,16 +92,18 @@ def one_record(batch: int, num_tests: int) -> dict:
     # The same bits where both plans take the same tile (the heads-packed plan is no wider than d).
     rec["bitwise_equal"] = bool(torch.equal(outs["heads_packed"].view(torch.int16), outs["composed"].view(torch.int16)))
     rec["calc_diff"] = float(calc_diff(outs["heads_packed"].double(), exact))
+    rec["bitwise_equal_map"] = bool(torch.equal(outs["heads_packed"], outs["heads_packed_map"]))
     rec["calc_diff_composed"] = float(calc_diff(outs["composed"].double(), exact))
-    rec["fully_written"] = not bool(torch.isnan(outs["heads_packed"]).any())
+    rec["calc_diff_map"] = float(calc_diff(outs["heads_packed_map"].double(), exact))
+    rec["fully_written"] = not any(bool(torch.isnan(o).any()) for o in outs.values())
     del exact
-    if not (rec["fully_written"] and rec["calc_diff"] <= 1e-5 and rec["calc_diff_composed"] <= 1e-5):
+    if not (rec["fully_written"] and max(rec["calc_diff"], rec["calc_diff_composed"], rec["calc_diff_map"]) <= 1e-5):
         rec["error"] = "an output is not the exact product within 1e-5 (not timed)"
         return rec
 
     d = outs["heads_packed"]
-    for name, packed in (("heads_packed", True), ("composed", False)):
-        with _path(packed):
+    for name in _path.ENV:
+        with _path(name):
             rec["us"][name] = kernel_time_us(lambda: finegemm.fp8_einsum(EXPR, a, b, d), num_tests)
             rec["host_us"][name] = host_time_us(lambda: finegemm.fp8_einsum(EXPR, a, b, d))
             # Which kernels the kernel-only time is made of (name -> mean us per call).
@@ -106,6 +115,7 @@ def one_record(batch: int, num_tests: int) -> dict:
     flops = 2.0 * batch * HEADS * R * D
     rec["tflops_heads_packed"] = flops / rec["us"]["heads_packed"] / 1e6
     rec["speedup_vs_composed"] = rec["us"]["composed"] / rec["us"]["heads_packed"]
+    rec["speedup_vs_map"] = rec["us"]["heads_packed_map"] / rec["us"]["heads_packed"]
     return rec
 
 
@@ -122,10 +132,12 @@ def main() -> int:
         us = rec["us"]
         print(f"b={batch:5d} h={HEADS} r={R} d={D}: "
               + (rec.get("error") or
-                 f"heads_packed {us['heads_packed']:8.1f} us  composed {us['composed']:8.1f} us  "
-                 f"torch bf16 {us['torch_bf16']:8.1f} us  ({rec['speedup_vs_composed']:.2f}x the composition, "
+                 f"heads_packed {us['heads_packed']:8.1f} us  map {us['heads_packed_map']:8.1f} us  "
+                 f"composed {us['composed']:8.1f} us  torch bf16 {us['torch_bf16']:8.1f} us  "
+                 f"({rec['speedup_vs_map']:.2f}x the map path, {rec['speedup_vs_composed']:.2f}x the composition, "
                  f"{rec['tflops_heads_packed']:.0f} TFLOPS; host {rec['host_us']['heads_packed']:.1f} / "
-                 f"{rec['host_us']['composed']:.1f} us; calc_diff {rec['calc_diff']:.1e})"), flush=True)
+                 f"{rec['host_us']['heads_packed_map']:.1f} / {rec['host_us']['composed']:.1f} us; "
+                 f"calc_diff {rec['calc_diff']:.1e})"), flush=True)
         for name, per in rec.get("kernels", {}).items():
             print(f"    {name}: " + ", ".join(f"{k} {v:.2f}" for k, v in per.items()), flush=True)
     write_probe_json(args.out, records)

@@ -559,7 +559,7 @@ def _heads_packed_spies(monkeypatch, gate_open: bool):
     mod = importlib.import_module("finegemm.api.fp8_einsum")
     calls = []
     monkeypatch.setattr(_v, "on_cuda", lambda t: True)
-    monkeypatch.setattr(ops, "fp8_einsum_heads_packed", lambda *args: calls.append("heads_packed"))
+    monkeypatch.setattr(ops, "fp8_einsum_heads_packed", lambda *args, **kw: calls.append("heads_packed"))
     monkeypatch.setattr(ops, "prepare_fp8_einsum_heads_packed", lambda *args: None)  # one-shot launches
     monkeypatch.setattr(mod, "m_grouped_fp8_gemm_nt_masked", lambda *args: calls.append("masked"))
     monkeypatch.setattr(mod, "fp8_gemm_nt", lambda *args, **kwargs: calls.append("dense"))
@@ -613,6 +613,28 @@ def test_fp8_einsum_takes_the_heads_packed_kernel_where_it_reads_in_place(monkey
         c = {"none": None, "d": d, "other_strides": torch.zeros(batch, heads, n + 4)[..., :n]}[c_kind]
         finegemm.fp8_einsum("bhr,hdr->bhd", (A, a[1]), b, d, c=c)
         assert calls == (["dense"] * heads if c_kind == "other_strides" else fp32_want), c_kind
+
+
+@pytest.mark.parametrize("in_place", [True, False])
+def test_fp8_einsum_heads_packed_reads_sfa_in_place_where_open(monkeypatch, in_place):
+    """With fp8_einsum_sfa_in_place open, the heads-packed call is prepared (sfa read in place);
+    turned off (FINEGEMM_DISABLE_PATHS) or gated, it is the one-shot launch reading sfa through
+    its copy, prepared never."""
+    from finegemm.ops import sm90_fp8_gemm as ops
+
+    calls = _heads_packed_spies(monkeypatch, gate_open=True)
+    mod = importlib.import_module("finegemm.api.fp8_einsum")
+    monkeypatch.setattr(mod, "_validated", _v.ValidatedCalls())
+    seen = []
+    monkeypatch.setattr(ops, "prepare_fp8_einsum_heads_packed", lambda *args: seen.append("prepare") and None)
+    monkeypatch.setattr(ops, "fp8_einsum_heads_packed", lambda *args, sfa_gather=False: seen.append(sfa_gather))
+    if not in_place:
+        monkeypatch.setenv(_v.DISABLE_PATHS_ENV, "fp8_einsum_sfa_in_place")
+    a, b, _ = _fp8_einsum_inputs(6, 4, 256, 64)
+    d = torch.zeros(6, 4, 64, dtype=BF16)
+    for _ in range(2):
+        finegemm.fp8_einsum("bhr,hdr->bhd", a, b, d)
+    assert seen == (["prepare", True, True] if in_place else [False, False]) and calls == []
 
 
 def _three_calls_of_one_key(monkeypatch, mod):
@@ -670,13 +692,23 @@ def test_heads_packed_kernel_render_rules():
     cfgs = {label for label, _ in ops.representative_configs()}
     assert {"bm64_bn208_s6_gmask_heads", "bm64_bn16_s8_mca_gmask_heads", "bm128_bn192_s5_gmask_heads"} <= cfgs
     # sfa is gathered by a producer warp of the lean tiles: none wider than 208 columns or taller than 128 rows.
-    assert "sfa_gather, sfa_ld_m, sfa_ld_g, sfa_ld_k);" in src
+    assert "sfa_gather" not in src  # the kernel validated with sfa through its map: the same source
+    gather = ops.render(64, 128, 6, False, False, False, gemm_kind=GEMM_GROUPED_MASKED, heads_packed=True,
+                        sfa_gather=True)
+    assert "false, true, false, true>" in gather and "sfa_gather, sfa_ld_m, sfa_ld_g, sfa_ld_k);" in gather
     for bm, bn in ((128, 224), (192, 128)):
-        with pytest.raises(ValueError, match="heads_packed: block_m <= 128 and block_n <= 208"):
-            ops.render(bm, bn, 4, False, False, False, gemm_kind=GEMM_GROUPED_MASKED, heads_packed=True)
+        ops.render(bm, bn, 4, False, False, False, gemm_kind=GEMM_GROUPED_MASKED, heads_packed=True)
+        with pytest.raises(ValueError, match="sfa_gather: block_m <= 128 and block_n <= 208"):
+            ops.render(bm, bn, 4, False, False, False, gemm_kind=GEMM_GROUPED_MASKED, heads_packed=True,
+                       sfa_gather=True)
+    with pytest.raises(ValueError, match="sfa_gather: with heads_packed only"):
+        ops.render(64, 128, 6, False, False, False, gemm_kind=GEMM_GROUPED_MASKED, sfa_gather=True)
     for shape in ((1, 128, 512, 128), (4096, 128, 512, 128), (4096, 512, 512, 16), (300, 640, 256, 2)):
-        cfg = ops.heads_packed_config(*shape, 132)
-        assert cfg.block_m <= 128 and cfg.block_n <= 208 and cfg.heads_packed, (shape, cfg)
+        cfg = ops.heads_packed_config(*shape, 132, sfa_gather=True)
+        assert cfg.block_m <= 128 and cfg.block_n <= 208 and cfg.heads_packed and cfg.sfa_gather, (shape, cfg)
+        assert ops._kernel_name(cfg).endswith("_heads_sfag")
+        plain = ops.heads_packed_config(*shape, 132)
+        assert not plain.sfa_gather and plain.kernel_key() != cfg.kernel_key()
 
 
 def test_fp8_einsum_head_major_tensors_need_no_copies(monkeypatch):

@@ -791,11 +791,11 @@ def test_1d1d_configs():
                                                 True) <= SMEM_LIMIT
             # (..., one_d_one_d, k_batch, c_stage, two-CTA build, head splits, layout check, heads packed,
             # psum layout)
-            assert cfg.kernel_key()[-8] is True
-            assert cfg.kernel_key()[-6] is cfg.c_stage is False  # the model never stages C (tables do)
-            assert cfg.kernel_key()[-5] is False and cfg.ctas_per_sm == 1  # nor runs two CTAs per SM
-            assert cfg.kernel_key()[-4] == (0, 0, 0)  # a plain D
-            assert cfg.kernel_key()[-3:] == (False, False, False)  # a dense kind: no grouped layout, no heads
+            assert cfg.kernel_key()[-9] is True
+            assert cfg.kernel_key()[-7] is cfg.c_stage is False  # the model never stages C (tables do)
+            assert cfg.kernel_key()[-6] is False and cfg.ctas_per_sm == 1  # nor runs two CTAs per SM
+            assert cfg.kernel_key()[-5] == (0, 0, 0)  # a plain D
+            assert cfg.kernel_key()[-4:] == (False, False, False, False)  # a dense kind: no grouped layout, no heads
             assert not (cfg.split_k and cfg.num_multicast == 2)
     # Per stage: block_n fp32 padded to 128 bytes in place of 1D2D's 16-byte B-scale slot.
     assert smem_bytes(128, 144, 4, False, True) - smem_bytes(128, 144, 4) == 4 * (640 - 16)
@@ -1370,13 +1370,36 @@ def test_every_shipped_table_kernel_compiles_clean():
 
 @pytest.mark.nvcc
 def test_host_library_has_heads_packed_launcher(cuda_driver_present):
-    """fp8_einsum's heads-packed launcher and its preparer: fg_launch_sm90_fp8_gemm's arguments for a
-    masked call (kind 2) with A [m, G*k] and d [m, G*n] (bf16, or fp32 with an optional c), sfa read
-    in place (sfa_ld, then its head and k-block strides before the stream; any strides >= 0, 4-byte
-    aligned, no MN-major rule), masked_m unused (may be null): refused before the driver for another
-    kind, a TMA store, k % 128 != 0 (a k-box would reach the next head), pitches short of G*k / G*n,
-    c with a bf16 d, a tile without the sfa warp (block_m 192, block_n > 208), a negative or
-    misaligned sfa."""
+    """fp8_einsum's heads-packed launcher: fg_launch_sm90_fp8_gemm's arguments for a masked call
+    (kind 2) with A [m, G*k] and d [m, G*n] (bf16, or fp32 with an optional c): refused before the
+    driver for another kind, a TMA store, k % 128 != 0 (a k-box would reach the next head), pitches
+    short of G*k / G*n, c with a bf16 d, sfa's pitch short of m (its map)."""
+    from finegemm.ops import sm90_fp8_gemm as ops
+
+    ops._get_launcher()
+    args = dict(_FP8_LAUNCH_ARGS, kind=2, grouped=16, groups=4, tma=0, lda=1024, ldd=2048, stream=0)
+    order = list(args)
+
+    def call(**kw):
+        a = dict(args, **kw)
+        return ops._launcher_heads_packed(*(a[x] for x in order))
+
+    for bad in (dict(kind=1), dict(kind=0, grouped=None, groups=1), dict(tma=1), dict(k=144, lda=576),
+                dict(lda=1008), dict(ldd=2040), dict(groups=0), dict(fn=0), dict(c=16), dict(mc=2, mc_a=0),
+                dict(grouped=None), dict(sfa_ld=60)):
+        assert call(**bad) == _INVALID, bad  # c only with an fp32 d
+    if not cuda_driver_present:
+        for ok in ({}, dict(mc=2, mc_a=1), dict(out_fp32=1), dict(out_fp32=1, c=16)):
+            assert call(**ok) == _NO_DRIVER, ok
+
+
+@pytest.mark.nvcc
+def test_host_library_has_heads_packed_gather_launcher(cuda_driver_present):
+    """The launcher of the heads-packed kernel gathering sfa in place, and its preparer: the same
+    arguments, sfa_ld being sfa's row stride, then its head and k-block strides before the stream
+    (any strides >= 0, 4-byte aligned, no MN-major rule), masked_m unused (may be null). Refused
+    before the driver as the heads-packed launcher, and for a tile without the sfa warp (block_m
+    192, block_n > 208), a null, negative or misaligned sfa."""
     from finegemm.ops import sm90_fp8_gemm as ops
 
     ops._get_launcher()
@@ -1389,5 +1412,5 @@ def test_host_library_has_heads_packed_launcher(cuda_driver_present):
                  dict(sfa_ld_g=-4), dict(sfa_ld_k=-1))
     valid = ({}, dict(mc=2, mc_a=1), dict(out_fp32=1), dict(out_fp32=1, c=16), dict(grouped=None),
              dict(sfa_ld=0, sfa_ld_g=0, sfa_ld_k=0), dict(sfa=20, sfa_ld=3))
-    _assert_launcher_refuses(ops._launcher_heads_packed, ops._launcher_prepare_heads_packed, args, bad_cases,
-                             cuda_driver_present, valid)
+    _assert_launcher_refuses(ops._launcher_heads_packed_gather, ops._launcher_prepare_heads_packed_gather, args,
+                             bad_cases, cuda_driver_present, valid)

@@ -675,10 +675,9 @@ UNVALIDATED_ON_GPU: dict[str, tuple[str, str, str]] = {
     # fp8_einsum's heads-packed kernel and the FP8 / BF16 contiguous GEMMs reading psum ends
     # themselves (H100, the lent card, 2026-12-05: 2026-12-05_h100_gpu_tests_a59da10.log, 2529
     # passed; sanitizers _h100_sanitize_*_einsum_psum_a59da10.log).
-    # Gated again (forty-fifth session): the heads-packed kernel now reads sfa [b, h, r/128] in
-    # place (its scale warp gathers the row scales) and finds a unit's head by one division.
-    "fp8_einsum_heads_packed": ("fp8_einsum's masked kernel reading A [b, h*r], sfa [b, h, r/128] and writing "
-                                "d [b, h*d] in place", "3", "tests/gpu/test_deepgemm_extras_gpu.py"),
+    "fp8_einsum_sfa_in_place": ("fp8_einsum's heads-packed kernel gathering sfa [b, h, r/128] in place (no copy, "
+                                "no masked walk; a prepared launch per seen call)", "3",
+                                "tests/gpu/test_deepgemm_extras_gpu.py"),
 }
 ENABLE_UNVALIDATED_ENV = "FINEGEMM_ENABLE_UNVALIDATED"
 
@@ -692,6 +691,8 @@ FALLBACK_CAPABILITIES = {
     "bf16_contiguous_layout_in_gemm": "the BF16 contiguous calls run the layout-check kernel, then the GEMM on its ids",
     "fp8_einsum_heads_packed": "fp8_einsum (bf16 d) copies A head-major, runs the masked GEMM into a scratch, copies "
                                "it into d",
+    "fp8_einsum_sfa_in_place": "fp8_einsum's heads-packed kernel reads an MN-major copy of sfa (made per call) through "
+                               "a TMA map, one-shot launches",
     "fp8_contiguous_psum_in_gemm": "the FP8 contiguous calls with use_psum_layout run the layout-check kernel (the ends "
                                    "into per-row ids), then the GEMM on its ids",
     "bf16_contiguous_psum_in_gemm": "the BF16 contiguous calls with use_psum_layout run the layout-check kernel, then "

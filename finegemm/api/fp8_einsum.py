@@ -17,10 +17,11 @@ one per 128x128 block of each head's B. The other two expressions of DeepGEMM's 
 How it runs:
 - CUDA, r % 128 == 0, A and d (and c: d's strides) with the heads side by side in each row (as
   [b, h, r] / [b, h, d] tensors are stored): one launch of the masked FP8 kernel built with
-  kHeadsPacked, the heads as groups, reading A as [b, h*r], sfa [b, h, r/128] at its strides and
-  writing d as [b, h*d] in place (no copies; bf16 d, or fp32 d with or without c). A seen call
-  re-launches its prepared launch (the host fast path). Gated (fp8_einsum_heads_packed) until its
-  GPU suite passes; FINEGEMM_DISABLE_PATHS can turn it off.
+  kHeadsPacked, the heads as groups, reading A as [b, h*r] and writing d as [b, h*d] in place (no
+  copies of them; bf16 d, or fp32 d with or without c); sfa through an MN-major copy made per call.
+  FINEGEMM_DISABLE_PATHS=fp8_einsum_heads_packed turns it off. The kernel reading sfa
+  [b, h, r/128] in place as well (kSfaGather: no copy, and a prepared launch per seen call) is
+  gated (fp8_einsum_sfa_in_place) until its GPU suite passes.
 Otherwise the same composition on CPU and CUDA tensors, through the public functions (so the CPU
 tests run the routing the GPU takes):
 - bf16 d: one m_grouped_fp8_gemm_nt_masked call with the heads as groups (every group full:
@@ -49,6 +50,7 @@ _FN = "fp8_einsum"
 SUPPORTED_FP8_EXPRESSIONS = ("bhr,hdr->bhd",)
 _SM100_ONLY = ("bhd,hdr->bhr", "bhd,bhr->hdr")  # DeepGEMM's other two: not on SM90 there either
 HEADS_PACKED = "fp8_einsum_heads_packed"  # the capability of the in-place kernel (api/_validate.py)
+SFA_IN_PLACE = "fp8_einsum_sfa_in_place"  # that kernel gathering sfa in place, prepared per seen call
 
 
 def fp8_einsum(expr: str, a: tuple[torch.Tensor, torch.Tensor], b: tuple[torch.Tensor, torch.Tensor],
@@ -108,10 +110,12 @@ def _run(A, sfa, B, sfb, d, c, key=None, kept=True) -> None:
         from finegemm.ops import sm90_fp8_gemm  # lazy: the CUDA stack is only needed for CUDA tensors
 
         if sm90_fp8_gemm.heads_packed_layouts(A, d, c):  # in place: A [b, h*r], d (and c) [b, h*d] row by row
-            # Every input is read in place, so a seen call re-launches its prepared launch.
-            if not _validated.run_kept(key, kept, lambda _: _v.run_prepared_launch(
+            if not _v.gpu_validated(SFA_IN_PLACE):
+                sm90_fp8_gemm.fp8_einsum_heads_packed(A, sfa, B, sfb, d, c)  # sfa through an MN-major copy
+            # sfa read in place too: a seen call re-launches its prepared launch.
+            elif not _validated.run_kept(key, kept, lambda _: _v.run_prepared_launch(
                     sm90_fp8_gemm.prepare_fp8_einsum_heads_packed(A, sfa, B, sfb, d, c))):
-                sm90_fp8_gemm.fp8_einsum_heads_packed(A, sfa, B, sfb, d, c)
+                sm90_fp8_gemm.fp8_einsum_heads_packed(A, sfa, B, sfb, d, c, sfa_gather=True)
             return
     if d.dtype == torch.bfloat16:
         # The heads as the masked kernel's groups, every group full. The kernel writes D as

@@ -222,6 +222,9 @@ class Fp8GemmConfig:
     # with layout_check: the caller's grouped_layout is a psum layout (int32 [G] cumulative row
     # ends), read by the kernel's tile walkers and checked by CTA 0's spare warp
     psum_layout: bool = False
+    # with heads_packed: sfa [M, G, Kb] read in place by a spare producer warp (no TMA map, no copy
+    # of sfa per call), every group M rows (masked_m not read)
+    sfa_gather: bool = False
 
     @property
     def split_k(self) -> bool:
@@ -244,7 +247,7 @@ class Fp8GemmConfig:
                 self.one_d_one_d, self.k_batch, self.c_stage,
                 # recipe (1, 1, 128) builds two-CTA tiles with their own register split (kCtasPerSm)
                 self.one_d_one_d and self.ctas_per_sm == 2, self.head_splits, self.layout_check, self.heads_packed,
-                self.psum_layout)
+                self.psum_layout, self.sfa_gather)
 
 
 def num_threads(block_m: int) -> int:

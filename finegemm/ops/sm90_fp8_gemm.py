@@ -139,7 +139,7 @@ def render(block_m: int, block_n: int, num_stages: int, out_fp32: bool, has_c: b
            tma_store: bool = False, gemm_kind: int = GEMM_NORMAL, one_d_one_d: bool = False,
            k_batch: int = 1, c_stage: bool = False, ctas_per_sm: int = 1,
            head_splits: tuple = (0, 0, 0), layout_check: bool = False, heads_packed: bool = False,
-           psum_layout: bool = False) -> str:
+           psum_layout: bool = False, sfa_gather: bool = False) -> str:
     """The instantiation source of one kernel configuration (tma_store: the shared-memory + TMA
     store epilogue; bf16 out, no C, no split-K; gemm_kind: GEMM_NORMAL or an m-grouped kind,
     which has bf16 out, no C, no split-K, no half-promote and clusters sharing A only;
@@ -155,7 +155,8 @@ def render(block_m: int, block_n: int, num_stages: int, out_fp32: bool, has_c: b
     producer warp (one launch per call instead of the check kernel and the GEMM); psum_layout (with
     layout_check): the caller's grouped_layout is a psum layout (int32 [G] row ends), searched per
     tile and checked by CTA 0's spare warp; heads_packed: the masked kind on A [M, G*K] and D
-    [M, G*N] (fp8_einsum's heads as groups), direct stores."""
+    [M, G*N] (fp8_einsum's heads as groups), direct stores; sfa_gather (with heads_packed): sfa
+    read in place by a spare producer warp (no map), groups all M rows."""
     if k_batch not in (1, 2, 4) or (k_batch > 1 and half_promote):
         raise ValueError(f"k_batch must be 1, 2 or 4 (and 1 with half-promote), got {k_batch}")
     if c_stage and not (one_d_one_d and gemm_kind == GEMM_NORMAL and has_c and not tma_store and not split_k and
@@ -222,11 +223,15 @@ def render(block_m: int, block_n: int, num_stages: int, out_fp32: bool, has_c: b
     if heads_packed:
         if gemm_kind != GEMM_GROUPED_MASKED or tma_store or tuple(head_splits) != (0, 0, 0):
             raise ValueError("heads_packed: the m-grouped masked kind with direct stores only")
-        if block_m > 128 or block_n > MAX_BLOCK_N_LEAN_LOOP:
-            raise ValueError(f"heads_packed: block_m <= 128 and block_n <= {MAX_BLOCK_N_LEAN_LOOP} (the lean tiles, "
-                             f"whose spare producer warp gathers sfa), got {block_m} x {block_n}")
-        template = _TEMPLATE_HEADS_PACKED
         tail = f", false, {k_batch}, false, 1, 0, 0, 0, false, true"
+        if sfa_gather:
+            if block_m > 128 or block_n > MAX_BLOCK_N_LEAN_LOOP:
+                raise ValueError(f"sfa_gather: block_m <= 128 and block_n <= {MAX_BLOCK_N_LEAN_LOOP} (the lean "
+                                 f"tiles, whose spare producer warp gathers sfa), got {block_m} x {block_n}")
+            template = _TEMPLATE_HEADS_PACKED
+            tail += ", false, true"
+    elif sfa_gather:
+        raise ValueError("sfa_gather: with heads_packed only")
     return template.format(threads=(block_m // 64 + 1) * 128, block_m=block_m, block_n=block_n,
                             stages=num_stages, out_fp32=_b(out_fp32), has_c=_b(has_c), split_k=_b(split_k),
                             num_multicast=num_multicast, multicast_on_a=_b(num_multicast == 2 and multicast_on_a),
@@ -245,7 +250,7 @@ def _render_cfg(cfg: Fp8GemmConfig) -> str:
     return render(cfg.block_m, cfg.block_n, cfg.num_stages, cfg.out_fp32, cfg.has_c, cfg.split_k,
                   cfg.num_multicast, cfg.multicast_on_a, cfg.half_promote, cfg.tma_store, cfg.gemm_kind,
                   cfg.one_d_one_d, cfg.k_batch, cfg.c_stage, cfg.ctas_per_sm, cfg.head_splits, cfg.layout_check,
-                  cfg.heads_packed, cfg.psum_layout)
+                  cfg.heads_packed, cfg.psum_layout, cfg.sfa_gather)
 
 
 def _kernel_name(cfg: Fp8GemmConfig) -> str:
@@ -258,7 +263,7 @@ def _kernel_name(cfg: Fp8GemmConfig) -> str:
             f"{'_2cta' if cfg.one_d_one_d and cfg.ctas_per_sm == 2 else ''}"
             f"{'_hs{}_{}_{}'.format(*cfg.head_splits) if tuple(cfg.head_splits) != (0, 0, 0) else ''}"
             f"{'_lchk' if cfg.layout_check else ''}{'_psum' if cfg.psum_layout else ''}"
-            f"{'_heads' if cfg.heads_packed else ''}")
+            f"{'_heads' if cfg.heads_packed else ''}{'_sfag' if cfg.sfa_gather else ''}")
 
 
 _KIND_SUFFIX = {GEMM_NORMAL: "", GEMM_GROUPED_CONTIGUOUS: "_gcont", GEMM_GROUPED_MASKED: "_gmask",
@@ -304,13 +309,15 @@ def _get_launcher():
                 _launcher_prepare_layout_checked = prepare_function(lib, "fg_prepare_sm90_fp8_gemm_layout_checked",
                                                                     fl.argtypes, 7)
                 _launcher_1d1d = f1
-                # fp8_einsum's masked launch with the heads packed along K and N: fg_launch_sm90_fp8_gemm's
-                # arguments (sfa_ld: sfa's row stride), then sfa's head and k-block strides, before the stream.
-                global _launcher_heads_packed, _launcher_prepare_heads_packed
-                fhp = c_function(lib, "fg_launch_sm90_fp8_gemm_heads_packed", f.argtypes[:-1] + [i, i, u64])
-                _launcher_heads_packed = fhp
-                _launcher_prepare_heads_packed = prepare_function(lib, "fg_prepare_sm90_fp8_gemm_heads_packed",
-                                                                  fhp.argtypes, 7)
+                # fp8_einsum's masked launch with the heads packed along K and N (fg_launch_sm90_fp8_gemm's
+                # arguments); with sfa gathered in place (sfa_ld: sfa's row stride), then sfa's head and
+                # k-block strides, before the stream.
+                global _launcher_heads_packed, _launcher_heads_packed_gather, _launcher_prepare_heads_packed_gather
+                _launcher_heads_packed = c_function(lib, "fg_launch_sm90_fp8_gemm_heads_packed", f.argtypes)
+                fhg = c_function(lib, "fg_launch_sm90_fp8_gemm_heads_packed_gather", f.argtypes[:-1] + [i, i, u64])
+                _launcher_heads_packed_gather = fhg
+                _launcher_prepare_heads_packed_gather = prepare_function(
+                    lib, "fg_prepare_sm90_fp8_gemm_heads_packed_gather", fhg.argtypes, 7)
                 _launcher_head_splits = fh
                 _launcher_prepare_head_splits = prepare_function(lib, "fg_prepare_sm90_fp8_gemm_head_splits",
                                                                  fh.argtypes, 7)
@@ -324,7 +331,7 @@ def _get_launcher():
 _launcher_prepare = _launcher_prepare_1d1d = _launch_prepared = _free_prepared = None
 _launcher_head_splits = _launcher_prepare_head_splits = None
 _launcher_layout_checked = _launcher_prepare_layout_checked = None
-_launcher_heads_packed = _launcher_prepare_heads_packed = None
+_launcher_heads_packed = _launcher_heads_packed_gather = _launcher_prepare_heads_packed_gather = None
 
 
 # ----------------------------------------------------------------------------- plans
@@ -998,39 +1005,42 @@ def heads_packed_layouts(a: torch.Tensor, d: torch.Tensor, c: Optional[torch.Ten
 
 
 def heads_packed_config(batch: int, n: int, r: int, heads: int, num_sms: int, out_fp32: bool = False,
-                        has_c: bool = False) -> Fp8GemmConfig:
+                        has_c: bool = False, sfa_gather: bool = False) -> Fp8GemmConfig:
     """The configuration of fp8_einsum's heads-packed launch: the masked plan's tile for these
-    groups (b rows each), with direct stores, at most 128 x MAX_BLOCK_N_LEAN_LOOP (the lean tiles,
-    whose spare producer warp gathers sfa in place)."""
+    groups (b rows each), with direct stores; sfa_gather: at most 128 x MAX_BLOCK_N_LEAN_LOOP (the
+    lean tiles, whose spare producer warp gathers sfa in place)."""
     from finegemm.heuristics.sm90_fp8_gemm import MAX_STAGES, max_stages
 
     base = select_grouped_config(GEMM_GROUPED_MASKED, batch, n, r, heads, num_sms, batch, 0)
-    block_m, block_n = min(base.block_m, 128), min(base.block_n, MAX_BLOCK_N_LEAN_LOOP)
-    stages = min(base.num_stages, max_stages(block_m, block_n, False, cap=MAX_STAGES))
-    cfg = make_grouped_config(GEMM_GROUPED_MASKED, batch, n, r, heads, num_sms, batch, 0, block_m,
-                              block_n, stages, base.num_multicast if block_m == base.block_m else 1, False)
-    return dataclasses.replace(cfg, heads_packed=True, l2_promotion=base.l2_promotion, out_fp32=out_fp32,
-                               has_c=has_c)
+    block_m, block_n, stages, mc = base.block_m, base.block_n, base.num_stages, base.num_multicast
+    if sfa_gather:
+        block_m, block_n = min(block_m, 128), min(block_n, MAX_BLOCK_N_LEAN_LOOP)
+        stages = min(stages, max_stages(block_m, block_n, False, cap=MAX_STAGES))
+        mc = mc if block_m == base.block_m else 1
+    cfg = make_grouped_config(GEMM_GROUPED_MASKED, batch, n, r, heads, num_sms, batch, 0, block_m, block_n, stages,
+                              mc, False)
+    return dataclasses.replace(cfg, heads_packed=True, sfa_gather=sfa_gather, l2_promotion=base.l2_promotion,
+                               out_fp32=out_fp32, has_c=has_c)
 
 
 def plan_heads_packed(batch: int, n: int, r: int, heads: int, device: int, out_fp32: bool = False,
-                      has_c: bool = False) -> tuple[Fp8GemmConfig, int]:
+                      has_c: bool = False, sfa_gather: bool = False) -> tuple[Fp8GemmConfig, int]:
     """(config, CUfunction) of fp8_einsum's heads-packed launch (cached; compiles on first use)."""
     num_sms = runtime.get_num_sms()
-    key = (batch, n, r, heads, out_fp32, has_c, num_sms, device)
+    key = (batch, n, r, heads, out_fp32, has_c, sfa_gather, num_sms, device)
     p = _heads_packed_plans.get(key)
     if p is None:
-        cfg = heads_packed_config(batch, n, r, heads, num_sms, out_fp32, has_c)
+        cfg = heads_packed_config(batch, n, r, heads, num_sms, out_fp32, has_c, sfa_gather)
         fn = _load(cfg, device)
         p = _heads_packed_plans.setdefault(key, (_fit_clusters(cfg, fn), fn))
     return p
 
 
-# fp8_einsum's masked composition's masked_m (the heads-packed kernel reads none): every group full.
-# The kernel clamps each value to [0, b], so
-# one buffer of INT32_MAX serves every b and stream: kept per device (never freed: a captured graph
-# may hold its address), filled before any launch reads it (one synchronization per buffer), grown
-# by a new buffer when more heads come; made per call under capture.
+# The masked_m of fp8_einsum's masked composition and of its heads-packed kernel reading sfa through
+# a map (the one gathering sfa reads none): every group full. The kernel clamps each value to
+# [0, b], so one buffer of INT32_MAX serves every b and stream: kept per device (never freed: a
+# captured graph may hold its address), filled before any launch reads it (one synchronization per
+# buffer), grown by a new buffer when more heads come; made per call under capture.
 _ALL_ROWS: dict[int, torch.Tensor] = {}
 _ALL_ROWS_KEEP: list[torch.Tensor] = []
 
@@ -1050,10 +1060,12 @@ def all_rows(heads: int, device: torch.device) -> torch.Tensor:
 
 
 class PreparedHeadsPackedCall(PreparedCall):
-    """A PreparedCall of fp8_einsum's heads-packed launch (its own host launcher: sfa's strides)."""
+    """A PreparedCall of fp8_einsum's heads-packed launch with sfa read in place (its own host
+    launcher: sfa's strides)."""
 
     __slots__ = ()
-    _names = ("_launcher_heads_packed", "_launcher_prepare_heads_packed", "_launch_prepared", "_free_prepared")
+    _names = ("_launcher_heads_packed_gather", "_launcher_prepare_heads_packed_gather", "_launch_prepared",
+              "_free_prepared")
     _what = "sm90_fp8_gemm heads-packed (fp8_einsum: m = b, n = d, k = r per head)"
 
 
@@ -1062,18 +1074,22 @@ _MAX_STRIDE = 2 ** 31 - 1
 
 
 def _heads_packed_arguments(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.Tensor,
-                            d: torch.Tensor, c: Optional[torch.Tensor]) -> tuple:
-    """(config, launcher head, launcher tail, temporaries) of a heads-packed call with b, h, d > 0."""
+                            d: torch.Tensor, c: Optional[torch.Tensor], sfa_gather: bool) -> tuple:
+    """(config, launcher head, launcher tail, temporaries) of a heads-packed call with b, h, d > 0.
+    sfa_gather: sfa read in place (the tail ends with its head and k-block strides); otherwise an
+    MN-major TMA-aligned copy of it, read through its map (the tail's sfa_ld: that copy's pitch)."""
     batch, heads, r = a.shape
     n = b.shape[1]
     _check_k(r)
     out_fp32 = d.dtype == torch.float32
-    cfg, fn = plan_heads_packed(batch, n, r, heads, d.device.index, out_fp32, c is not None)
+    cfg, fn = plan_heads_packed(batch, n, r, heads, d.device.index, out_fp32, c is not None, sfa_gather)
     keepalive = []
-    # The kernel reads sfa in place ([b, h, kb] at its strides): a copy only for another dtype or a
-    # stride past 32 bits.
-    if sfa.dtype != torch.float32 or max(sfa.stride()) > _MAX_STRIDE:
+    sfa_in = sfa
+    if not sfa_gather:
+        sfa, sfa_ld = _sfa_masked_for_tma(sfa.permute(1, 0, 2), batch)
+    elif sfa.dtype != torch.float32 or max(sfa.stride()) > _MAX_STRIDE:  # the kernel reads fp32, 32-bit strides
         sfa = sfa.float().contiguous()
+    if sfa is not sfa_in:
         keepalive.append(sfa)
     b2 = _rows_2d(b)
     if b2.data_ptr() != b.data_ptr():
@@ -1084,42 +1100,46 @@ def _heads_packed_arguments(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor,
         keepalive.append(sfb)
     lda = a.stride(0) if batch > 1 else heads * r  # a one-row view's pitch is never stepped over
     ldd = d.stride(0) if batch > 1 else heads * n
-    sfa_ld = sfa.stride(0) if batch > 1 else 0
-    sfa_ld_g = sfa.stride(1) if heads > 1 else 0
-    sfa_ld_k = sfa.stride(2) if sfa.shape[2] > 1 else 0
     head = (fn, a.data_ptr(), b2.data_ptr(), sfa.data_ptr(), sfb.data_ptr(), d.data_ptr(),
             None if c is None else c.data_ptr())
+    if sfa_gather:  # no masked_m: every group full; strides of size-1 dimensions are never used
+        sfa_ld = sfa.stride(0) if batch > 1 else 0
+        masked_m, strides = None, (sfa.stride(1) if heads > 1 else 0, sfa.stride(2) if sfa.shape[2] > 1 else 0)
+    else:
+        masked_m, strides = all_rows(heads, d.device).data_ptr(), ()
     tail = (batch, n, r, lda, _row_pitch(b2, r, 16), ldd, sfa_ld, cfg.block_m, cfg.block_n, 1, cfg.num_multicast,
             1 if cfg.multicast_on_a else 0, int(out_fp32), 0, cfg.grid, cfg.smem_bytes, GEMM_GROUPED_MASKED,
-            None, heads, l2_promotion_arg(cfg.l2_promotion), sfa_ld_g, sfa_ld_k)  # no masked_m: every group full
+            masked_m, heads, l2_promotion_arg(cfg.l2_promotion)) + strides
     return cfg, head, tail, keepalive
 
 
 def fp8_einsum_heads_packed(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.Tensor,
-                            d: torch.Tensor, c: Optional[torch.Tensor] = None) -> None:
+                            d: torch.Tensor, c: Optional[torch.Tensor] = None, sfa_gather: bool = False) -> None:
     """d[:, h] = c[:, h] + A[:, h] @ B[h]^T for every head h, in place (fp8_einsum "bhr,hdr->bhd"),
     on the current stream: the masked kernel with the heads as groups, reading A [b, h*r] and
     writing D [b, h*n] row by row (heads_packed_layouts(a, d, c) must hold). sfa [b, h, ceil(r/128)]
-    fp32 read in place (any strides), B [h, n, r], sfb [h, ceil(n/128), ceil(r/128)], d bf16 or
-    fp32, c (fp32 d only; may be d)."""
+    (any strides; sfa_gather: read in place, else through an MN-major copy), B [h, n, r], sfb
+    [h, ceil(n/128), ceil(r/128)], d bf16 or fp32, c (fp32 d only; may be d)."""
     batch, heads, _ = a.shape
     if batch == 0 or heads == 0 or b.shape[1] == 0:
         return
-    cfg, head, tail, _keep = _heads_packed_arguments(a, sfa, b, sfb, d, c)
+    cfg, head, tail, _keep = _heads_packed_arguments(a, sfa, b, sfb, d, c, sfa_gather)
     _get_launcher()
-    rc = _launcher_heads_packed(*head, None, None, *tail, _get_raw_stream(d.device.index))
+    launcher = _launcher_heads_packed_gather if sfa_gather else _launcher_heads_packed
+    rc = launcher(*head, None, None, *tail, _get_raw_stream(d.device.index))
     if rc != 0:
         raise RuntimeError(f"finegemm: sm90_fp8_gemm heads-packed launch failed (b={batch}, h={heads}, r={tail[2]}, "
-                           f"d={tail[1]}, block_m={cfg.block_m}, block_n={cfg.block_n}): {jit.error_string(rc)}")
+                           f"d={tail[1]}, block_m={cfg.block_m}, block_n={cfg.block_n}, sfa_gather={sfa_gather}): "
+                           f"{jit.error_string(rc)}")
 
 
 def prepare_fp8_einsum_heads_packed(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.Tensor,
                                     d: torch.Tensor, c: Optional[torch.Tensor] = None
                                     ) -> Optional[PreparedHeadsPackedCall]:
-    """The prepared launch of fp8_einsum_heads_packed for a kept call (api fast path); None where a
-    launch needs a copy of an input per call (then the call stays one-shot). Holds addresses, as
-    prepare_m_grouped_contiguous. b, h, d > 0."""
-    cfg, head, tail, keepalive = _heads_packed_arguments(a, sfa, b, sfb, d, c)
+    """The prepared launch of fp8_einsum_heads_packed with sfa read in place, for a kept call (api
+    fast path); None where a launch needs a copy of an input per call (then the call stays
+    one-shot). Holds addresses, as prepare_m_grouped_contiguous. b, h, d > 0."""
+    cfg, head, tail, keepalive = _heads_packed_arguments(a, sfa, b, sfb, d, c, True)
     if keepalive:
         return None
     _get_launcher()
@@ -1231,6 +1251,14 @@ def representative_configs() -> list[tuple[str, tuple]]:
                  f"_gmask_heads")
         out.append((label, (bm, bn, st, f32, has_c, False, mc, mc == 2, False, False, GEMM_GROUPED_MASKED,
                             False, 1, False, 1, (0, 0, 0), False, True)))
+    # ... and with sfa gathered in place (the lean tiles of at most 128 rows: a producer warp gathers).
+    for bm, bn, mc, f32, has_c in [(64, 208, 1, False, False), (64, 16, 2, False, False), (128, 192, 1, False, False),
+                                   (64, 128, 1, True, True), (128, 128, 1, True, False), (128, 128, 1, False, False)]:
+        st = max_stages(bm, bn, False)
+        label = (f"bm{bm}_bn{bn}_s{st}{'_f32' if f32 else ''}{'_c' if has_c else ''}{'_mca' if mc == 2 else ''}"
+                 f"_gmask_heads_sfag")
+        out.append((label, (bm, bn, st, f32, has_c, False, mc, mc == 2, False, False, GEMM_GROUPED_MASKED,
+                            False, 1, False, 1, (0, 0, 0), False, True, False, True)))
     # Recipe (1, 1, 128) (weight gradients): fp32 out, with and without C, split-K, multicast on
     # A and on B, both block_m, the widest block_n.
     for bm, bn, has_c, split, mc, mc_a in [

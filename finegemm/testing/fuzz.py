@@ -1205,7 +1205,8 @@ def warm_plan(p: tuple, device: int) -> None:
         from finegemm.ops import sm90_fp8_gemm
 
         batch, n, r, heads, out_fp32, has_c = args
-        sm90_fp8_gemm.plan_heads_packed(batch, n, r, heads, device, out_fp32, has_c)
+        for sfa_gather in (False, True):  # sfa through its copy, and gathered in place
+            sm90_fp8_gemm.plan_heads_packed(batch, n, r, heads, device, out_fp32, has_c, sfa_gather)
     elif kind == "fp8_k_grouped":
         from finegemm.ops import sm90_fp8_k_grouped
 

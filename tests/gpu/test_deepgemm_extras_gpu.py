@@ -228,12 +228,15 @@ def test_fp8_einsum_bf16_is_the_masked_kernel_bitwise(monkeypatch):
     assert torch.equal(d, masked.transpose(0, 1))
 
 
-def _heads_packed(monkeypatch, on: bool) -> None:
-    """fp8_einsum's in-place heads-packed kernel (gated until this suite passes) or the masked
-    composition (copies around the masked kernel)."""
+def _heads_packed(monkeypatch, on: bool, sfa_in_place: bool = True) -> None:
+    """fp8_einsum's in-place heads-packed kernel, reading sfa in place too (gated until this suite
+    passes) or through its MN-major copy, or the masked composition (copies around the masked
+    kernel)."""
     monkeypatch.delenv("FINEGEMM_DISABLE_PATHS", raising=False)
     if on:
         monkeypatch.setenv("FINEGEMM_ENABLE_UNVALIDATED", "1")
+        if not sfa_in_place:
+            monkeypatch.setenv("FINEGEMM_DISABLE_PATHS", "fp8_einsum_sfa_in_place")
     else:
         monkeypatch.setenv("FINEGEMM_DISABLE_PATHS", "fp8_einsum_heads_packed")
 
@@ -244,11 +247,13 @@ HEADS_PACKED_CASES = [(64, 128, 512, 128, 0, 0), (1, 16, 512, 128, 0, 0), (17, 3
                       (40, 8, 512, 128, 128, 64)]
 
 
+@pytest.mark.parametrize("sfa_in_place", [True, False])
 @pytest.mark.parametrize("batch,heads,r,n,pad_a,pad_d", HEADS_PACKED_CASES)
-def test_fp8_einsum_heads_packed_matches_the_composition(monkeypatch, batch, heads, r, n, pad_a, pad_d):
-    """The heads-packed kernel reads A and writes d in place: d's padding untouched, exact within
-    1e-5, and the same bits as the masked composition where both take the same tile (the
-    heads-packed plan is no wider than d, the masked plan may be)."""
+def test_fp8_einsum_heads_packed_matches_the_composition(monkeypatch, batch, heads, r, n, pad_a, pad_d, sfa_in_place):
+    """The heads-packed kernel reads A and writes d in place (sfa in place too, or through its
+    copy): d's padding untouched, exact within 1e-5, and the same bits as the masked composition
+    where both take the same tile width (the heads-packed plan is no wider than d, the masked plan
+    may be)."""
     from finegemm.heuristics.sm90_fp8_gemm import GEMM_GROUPED_MASKED, select_grouped_config
     from finegemm.ops import sm90_fp8_gemm as ops
 
@@ -259,7 +264,7 @@ def test_fp8_einsum_heads_packed_matches_the_composition(monkeypatch, batch, hea
     a = (A, a[1])
     outs = []
     for on in (True, False):
-        _heads_packed(monkeypatch, on)
+        _heads_packed(monkeypatch, on, sfa_in_place)
         buf = torch.full((batch, heads * n + pad_d), float("nan"), dtype=BF16, device="cuda")
         d = buf[:, :heads * n].view(batch, heads, n)
         assert ops.heads_packed_layouts(A, d)
@@ -270,14 +275,15 @@ def test_fp8_einsum_heads_packed_matches_the_composition(monkeypatch, batch, hea
         assert calc_diff(d.cpu(), exact) < 1e-5, (on, batch, heads, r, n)
         outs.append(d.clone())
     sms = finegemm.get_num_sms()
-    if ops.heads_packed_config(batch, n, r, heads, sms).block_n == \
+    if ops.heads_packed_config(batch, n, r, heads, sms, sfa_gather=sfa_in_place).block_n == \
             select_grouped_config(GEMM_GROUPED_MASKED, batch, n, r, heads, sms, batch, 0).block_n:
         assert torch.equal(outs[0], outs[1])
 
 
+@pytest.mark.parametrize("sfa_in_place", [True, False])
 @pytest.mark.parametrize("batch,heads,r,n,pad_a,pad_d", HEADS_PACKED_CASES[:4])
 @pytest.mark.parametrize("c_kind", [None, "d", "separate"])
-def test_fp8_einsum_heads_packed_fp32(monkeypatch, batch, heads, r, n, pad_a, pad_d, c_kind):
+def test_fp8_einsum_heads_packed_fp32(monkeypatch, batch, heads, r, n, pad_a, pad_d, c_kind, sfa_in_place):
     """fp32 d on the heads-packed tile, with c = d, a separate c of d's strides, or none: exact
     within 1e-5, d's padding untouched, and within 1e-5 of the per-head dense calls."""
     from finegemm.ops import sm90_fp8_gemm as ops
@@ -285,7 +291,7 @@ def test_fp8_einsum_heads_packed_fp32(monkeypatch, batch, heads, r, n, pad_a, pa
     a, b, exact = _fp8_einsum_operands(batch, heads, r, n, seed=batch * 5 + heads + n)
     outs = []
     for on in (True, False):
-        _heads_packed(monkeypatch, on)
+        _heads_packed(monkeypatch, on, sfa_in_place)
         g = torch.Generator(device="cuda").manual_seed(3)
         c0 = torch.randn(batch, heads * n + pad_d, device="cuda", generator=g)
         buf = torch.full((batch, heads * n + pad_d), float("nan"), device="cuda")
@@ -318,10 +324,10 @@ def test_fp8_einsum_heads_packed_path_is_taken(monkeypatch):
         finegemm.fp8_einsum("bhr,hdr->bhd", a, b, d)
         assert not torch.isnan(d).any() and calc_diff(d.cpu(), exact) < 1e-5
     first = d.clone()
-    for _ in range(3):
+    for sfa_gather in (True, False, True):  # the one-shot launches, sfa in place or through its copy
         again = torch.full_like(d, float("nan"))
-        ops.fp8_einsum_heads_packed(a[0], a[1], b[0], b[1], again)
-        assert torch.equal(again, first)
+        ops.fp8_einsum_heads_packed(a[0], a[1], b[0], b[1], again, sfa_gather=sfa_gather)
+        assert torch.equal(again, first), sfa_gather
     assert seen == [1]
 
 
@@ -364,11 +370,11 @@ def test_fp8_einsum_heads_packed_reads_sfa_at_any_strides(monkeypatch, sfa_layou
     assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2])
 
 
-@pytest.mark.parametrize("heads_packed", [False, True])
-def test_fp8_einsum_in_a_cuda_graph(monkeypatch, heads_packed):
-    """Captured once (the composition's copies and scratch, or the heads-packed launch), replayed
-    on refilled inputs."""
-    _heads_packed(monkeypatch, heads_packed)
+@pytest.mark.parametrize("heads_packed,sfa_in_place", [(False, False), (True, False), (True, True)])
+def test_fp8_einsum_in_a_cuda_graph(monkeypatch, heads_packed, sfa_in_place):
+    """Captured once (the composition's copies and scratch, or the heads-packed launch: sfa's copy
+    then the kernel, or the kept prepared launch), replayed on refilled inputs."""
+    _heads_packed(monkeypatch, heads_packed, sfa_in_place)
     batch, heads, r, n = 32, 16, 512, 128
     a, b, _ = _fp8_einsum_operands(batch, heads, r, n, seed=8 + heads_packed)
     d = torch.full((batch, heads, n), float("nan"), dtype=BF16, device="cuda")

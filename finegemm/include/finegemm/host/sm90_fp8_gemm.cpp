@@ -84,19 +84,20 @@ int launch(const Sm90Fp8Launch& L, void* workspace, void* counters, uint64_t str
                     fg::pdl_enabled());
 }
 
-// Validates the arguments of fg_launch_sm90_fp8_gemm (documented there) and encodes L. heads_packed
-// (encode_heads_packed's masked call): sfa is read in place (sfa_ld is not used, tmap_sfa is
-// zeros) and `grouped` may be null (every group is full: the kernel never reads masked_m).
+// Validates the arguments of fg_launch_sm90_fp8_gemm (documented there) and encodes L. sfa_gather
+// (encode_heads_packed's masked call on a kernel built with kSfaGather): sfa is read in place
+// (sfa_ld is not checked here, tmap_sfa is zeros) and `grouped` may be null (every group is full:
+// that kernel never reads masked_m).
 int encode_1d2d(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sfa, void* sfb, void* d, void* c, int m,
                 int n, int k, int lda, int ldb, int ldd, int sfa_ld, int block_m, int block_n, int num_splits,
                 int num_multicast, int multicast_on_a, int out_fp32, int tma_store, int grid, int smem_bytes,
-                int gemm_kind, void* grouped, int num_groups, int l2_promotion, bool heads_packed = false) {
+                int gemm_kind, void* grouped, int num_groups, int l2_promotion, bool sfa_gather = false) {
   if (fn == 0 || a == nullptr || b == nullptr || sfa == nullptr || sfb == nullptr || d == nullptr)
     return fg::FG_ERROR_INVALID_ARGUMENT;
   CUtensorMapL2promotion promo_a, promo_b;
   if (!fg::unpack_l2_promotion(l2_promotion, &promo_a, &promo_b)) return fg::FG_ERROR_INVALID_ARGUMENT;
   if (gemm_kind < 0 || gemm_kind > 2) return fg::FG_ERROR_INVALID_ARGUMENT;
-  if (gemm_kind != 0 && ((grouped == nullptr && !heads_packed) || num_groups < 1 || num_splits != 1 || c != nullptr ||
+  if (gemm_kind != 0 && ((grouped == nullptr && !sfa_gather) || num_groups < 1 || num_splits != 1 || c != nullptr ||
                          out_fp32 != 0 || (num_multicast == 2 && multicast_on_a == 0)))
     return fg::FG_ERROR_INVALID_ARGUMENT;
   if (gemm_kind == 0) num_groups = 1;
@@ -105,7 +106,7 @@ int encode_1d2d(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sfa, void
   const uint64_t rows_b = static_cast<uint64_t>(n) * (gemm_kind != 0 ? num_groups : 1);
   if (m <= 0 || n <= 0 || k <= 0 || k % 16 != 0) return fg::FG_ERROR_INVALID_ARGUMENT;
   if (lda % 16 != 0 || ldb % 16 != 0 || lda < k || ldb < k || ldd < n) return fg::FG_ERROR_INVALID_ARGUMENT;
-  if (!heads_packed && (sfa_ld % 4 != 0 || sfa_ld < m)) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (!sfa_gather && (sfa_ld % 4 != 0 || sfa_ld < m)) return fg::FG_ERROR_INVALID_ARGUMENT;
   if ((block_m != 64 && block_m != 128 && block_m != 192) || block_n < 16 || block_n > 256 || block_n % 16 != 0)
     return fg::FG_ERROR_INVALID_ARGUMENT;
   const int num_kb = (k + kBlockK - 1) / kBlockK;
@@ -145,7 +146,7 @@ int encode_1d2d(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sfa, void
                        static_cast<uint32_t>(mc_b ? block_n / 2 : block_n), CU_TENSOR_MAP_SWIZZLE_128B,
                        promo_b);
   if (r != CUDA_SUCCESS) return r;
-  if (!heads_packed) {
+  if (!sfa_gather) {
     r = fg::make_tmap_2d(&L->tmap_sfa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, sfa, static_cast<uint64_t>(m),
                          static_cast<uint64_t>(num_kb) * (gemm_kind == 2 ? num_groups : 1),
                          static_cast<uint64_t>(sfa_ld) * 4u, first_rows, 1, CU_TENSOR_MAP_SWIZZLE_NONE);
@@ -303,20 +304,22 @@ int encode_head_splits(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sf
 
 // fp8_einsum's masked launch with the heads packed along K and N (a kernel built with
 // kHeadsPacked): encode_1d2d for a masked bf16 call (gemm_kind 2, m = rows per group, direct
-// stores; no sfa map), then A's map re-encoded over [m, num_groups * k] (pitch lda): group g reads
-// A columns g*k .. and the kernel stores D [m, num_groups * n] (pitch ldd) at columns g*n ...
-// k % 128 == 0, so no k-box reaches the next group's columns. sfa is read in place: fp32, element
-// (row, g, kb) at row * sfa_ld + g * sfa_ld_g + kb * sfa_ld_k (4-byte aligned; strides >= 0).
-// out_fp32: fp32 D, and then optionally C (fp32, D's pitch ldd, the same columns; c may be d).
+// stores), then A's map re-encoded over [m, num_groups * k] (pitch lda): group g reads A columns
+// g*k .. and the kernel stores D [m, num_groups * n] (pitch ldd) at columns g*n ... k % 128 == 0,
+// so no k-box reaches the next group's columns. out_fp32: fp32 D, and then optionally C (fp32,
+// D's pitch ldd, the same columns; c may be d). sfa_gather (a kernel built with kSfaGather): no sfa
+// map; sfa is read in place, fp32 element (row, g, kb) at row * sfa_ld + g * sfa_ld_g + kb *
+// sfa_ld_k (4-byte aligned, strides >= 0), block_m <= 128 and block_n <= 208 (the tiles with the
+// sfa warp), `grouped` unused (may be null). Otherwise sfa through its map as encode_1d2d's.
 int encode_heads_packed(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sfa, void* sfb, void* d, void* c,
                         int m, int n, int k, int lda, int ldb, int ldd, int sfa_ld, int block_m, int block_n,
                         int num_splits, int num_multicast, int multicast_on_a, int out_fp32, int tma_store, int grid,
                         int smem_bytes, int gemm_kind, void* grouped, int num_groups, int l2_promotion,
-                        int sfa_ld_g, int sfa_ld_k) {
+                        bool sfa_gather, int sfa_ld_g, int sfa_ld_k) {
   if (gemm_kind != 2 || tma_store != 0 || num_groups < 1 || k <= 0 || k % kBlockK != 0)
     return fg::FG_ERROR_INVALID_ARGUMENT;
-  if (block_m > 128 || block_n > kMaxBlockNLeanLoop) return fg::FG_ERROR_INVALID_ARGUMENT;  // the scale warp
-  if (sfa == nullptr || reinterpret_cast<uintptr_t>(sfa) % 4u != 0 || sfa_ld < 0 || sfa_ld_g < 0 || sfa_ld_k < 0)
+  if (sfa_gather && (block_m > 128 || block_n > kMaxBlockNLeanLoop || sfa == nullptr ||
+                     reinterpret_cast<uintptr_t>(sfa) % 4u != 0 || sfa_ld < 0 || sfa_ld_g < 0 || sfa_ld_k < 0))
     return fg::FG_ERROR_INVALID_ARGUMENT;
   if (c != nullptr && out_fp32 == 0) return fg::FG_ERROR_INVALID_ARGUMENT;
   const int64_t a_cols = static_cast<int64_t>(k) * num_groups, d_cols = static_cast<int64_t>(n) * num_groups;
@@ -324,13 +327,15 @@ int encode_heads_packed(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* s
   // encode_1d2d knows the masked kind as bf16 without C: validate and encode that, then set D's type and C.
   const int rc = encode_1d2d(L, fn, a, b, sfa, sfb, d, nullptr, m, n, k, lda, ldb, ldd, sfa_ld, block_m, block_n,
                              num_splits, num_multicast, multicast_on_a, 0, tma_store, grid, smem_bytes,
-                             gemm_kind, grouped, num_groups, l2_promotion, /*heads_packed=*/true);
+                             gemm_kind, grouped, num_groups, l2_promotion, sfa_gather);
   if (rc != CUDA_SUCCESS) return rc;
-  L->sfa_gather = true;
-  L->sfa_p = static_cast<const float*>(sfa);
-  L->sfa_ld_m = static_cast<uint32_t>(sfa_ld);
-  L->sfa_ld_g = static_cast<uint32_t>(sfa_ld_g);
-  L->sfa_ld_k = static_cast<uint32_t>(sfa_ld_k);
+  if (sfa_gather) {
+    L->sfa_gather = true;
+    L->sfa_p = static_cast<const float*>(sfa);
+    L->sfa_ld_m = static_cast<uint32_t>(sfa_ld);
+    L->sfa_ld_g = static_cast<uint32_t>(sfa_ld_g);
+    L->sfa_ld_k = static_cast<uint32_t>(sfa_ld_k);
+  }
   if (out_fp32 != 0) {  // float2 stores (and C loads): even n and ldd, 8-byte aligned bases
     bool vec = (n % 2 == 0) && (ldd % 2 == 0) && (reinterpret_cast<uintptr_t>(d) % 8u == 0);
     if (c != nullptr) vec = vec && (reinterpret_cast<uintptr_t>(c) % 8u == 0);
@@ -503,38 +508,54 @@ int fg_prepare_sm90_fp8_gemm_layout_checked(uint64_t* out, uint64_t fn, void* a,
 // fp8_einsum "bhr,hdr->bhd" on a kernel built with kHeadsPacked: fg_launch_sm90_fp8_gemm's
 // arguments for a masked call (gemm_kind 2, m = b, n = d, k = r per head, num_groups = h,
 // tma_store 0) with a [m, num_groups * k] (pitch lda >= num_groups * k) and d [m, num_groups * n]
-// (pitch ldd >= num_groups * n); k % 128 == 0; block_m <= 128, block_n <= 208; grouped unused (may
-// be null: every group has m rows); out_fp32 as the kernel, c (fp32 d only) with d's pitch. sfa is fp32 [m, num_groups, ceil(k/128)] read in place:
-// sfa_ld is its row stride, then sfa_ld_g and sfa_ld_k (before the stream) its head and k-block
-// strides, all in elements (encode_heads_packed).
+// (pitch ldd >= num_groups * n); k % 128 == 0; out_fp32 as the kernel, c (fp32 d only) with d's
+// pitch (encode_heads_packed).
 int fg_launch_sm90_fp8_gemm_heads_packed(uint64_t fn, void* a, void* b, void* sfa, void* sfb, void* d, void* c,
                                          void* workspace, void* counters, int m, int n, int k, int lda, int ldb,
                                          int ldd, int sfa_ld, int block_m, int block_n, int num_splits,
                                          int num_multicast, int multicast_on_a, int out_fp32, int tma_store, int grid,
                                          int smem_bytes, int gemm_kind, void* grouped, int num_groups,
-                                         int l2_promotion, int sfa_ld_g, int sfa_ld_k, uint64_t stream) {
+                                         int l2_promotion, uint64_t stream) {
   Sm90Fp8Launch L;
   const int rc = encode_heads_packed(&L, fn, a, b, sfa, sfb, d, c, m, n, k, lda, ldb, ldd, sfa_ld, block_m, block_n,
                                      num_splits, num_multicast, multicast_on_a, out_fp32, tma_store, grid, smem_bytes,
-                                     gemm_kind, grouped, num_groups, l2_promotion, sfa_ld_g, sfa_ld_k);
+                                     gemm_kind, grouped, num_groups, l2_promotion, false, 0, 0);
   return rc != CUDA_SUCCESS ? rc : launch(L, workspace, counters, stream);
 }
 
-// fg_prepare_sm90_fp8_gemm for fg_launch_sm90_fp8_gemm_heads_packed (the same handle functions):
-// every input is read in place, so a kept call re-launches the handle as it is.
-int fg_prepare_sm90_fp8_gemm_heads_packed(uint64_t* out, uint64_t fn, void* a, void* b, void* sfa, void* sfb,
-                                          void* d, void* c, int m, int n, int k, int lda, int ldb, int ldd,
-                                          int sfa_ld, int block_m, int block_n, int num_splits, int num_multicast,
-                                          int multicast_on_a, int out_fp32, int tma_store, int grid, int smem_bytes,
-                                          int gemm_kind, void* grouped, int num_groups, int l2_promotion,
-                                          int sfa_ld_g, int sfa_ld_k) {
+// The same on a kernel built with kSfaGather too: sfa fp32 [m, num_groups, ceil(k/128)] read in
+// place, sfa_ld its row stride, then sfa_ld_g and sfa_ld_k (before the stream) its head and k-block
+// strides, all in elements; block_m <= 128, block_n <= 208; grouped unused (may be null: every
+// group has m rows).
+int fg_launch_sm90_fp8_gemm_heads_packed_gather(uint64_t fn, void* a, void* b, void* sfa, void* sfb, void* d, void* c,
+                                                void* workspace, void* counters, int m, int n, int k, int lda,
+                                                int ldb, int ldd, int sfa_ld, int block_m, int block_n,
+                                                int num_splits, int num_multicast, int multicast_on_a, int out_fp32,
+                                                int tma_store, int grid, int smem_bytes, int gemm_kind, void* grouped,
+                                                int num_groups, int l2_promotion, int sfa_ld_g, int sfa_ld_k,
+                                                uint64_t stream) {
+  Sm90Fp8Launch L;
+  const int rc = encode_heads_packed(&L, fn, a, b, sfa, sfb, d, c, m, n, k, lda, ldb, ldd, sfa_ld, block_m, block_n,
+                                     num_splits, num_multicast, multicast_on_a, out_fp32, tma_store, grid, smem_bytes,
+                                     gemm_kind, grouped, num_groups, l2_promotion, true, sfa_ld_g, sfa_ld_k);
+  return rc != CUDA_SUCCESS ? rc : launch(L, workspace, counters, stream);
+}
+
+// fg_prepare_sm90_fp8_gemm for fg_launch_sm90_fp8_gemm_heads_packed_gather (the same handle
+// functions): every input is read in place, so a kept call re-launches the handle as it is.
+int fg_prepare_sm90_fp8_gemm_heads_packed_gather(uint64_t* out, uint64_t fn, void* a, void* b, void* sfa, void* sfb,
+                                                 void* d, void* c, int m, int n, int k, int lda, int ldb, int ldd,
+                                                 int sfa_ld, int block_m, int block_n, int num_splits,
+                                                 int num_multicast, int multicast_on_a, int out_fp32, int tma_store,
+                                                 int grid, int smem_bytes, int gemm_kind, void* grouped,
+                                                 int num_groups, int l2_promotion, int sfa_ld_g, int sfa_ld_k) {
   if (out == nullptr) return fg::FG_ERROR_INVALID_ARGUMENT;
   *out = 0;
   Sm90Fp8Launch* L = new Sm90Fp8Launch();
   return fg::publish_prepared(L, encode_heads_packed(L, fn, a, b, sfa, sfb, d, c, m, n, k, lda, ldb, ldd, sfa_ld,
                                                      block_m, block_n, num_splits, num_multicast, multicast_on_a,
                                                      out_fp32, tma_store, grid, smem_bytes, gemm_kind, grouped,
-                                                     num_groups, l2_promotion, sfa_ld_g, sfa_ld_k),
+                                                     num_groups, l2_promotion, true, sfa_ld_g, sfa_ld_k),
                               out);
 }
 

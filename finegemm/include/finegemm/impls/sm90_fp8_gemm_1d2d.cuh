@@ -295,7 +295,7 @@ template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages, bool kOutFp32
           uint32_t kNumMulticast = 1, bool kMulticastOnA = false, bool kHalfPromote = false, bool kTmaStore = false,
           uint32_t kGemmKind = scheduler::kGemmNormal, bool k1D1D = false, uint32_t kKBatch = 1, bool kCStage = false,
           uint32_t kCtasPerSm = 1, uint32_t kHeadLeft = 0, uint32_t kHeadMid = 0, uint32_t kHeadRight = 0,
-          bool kLayoutCheck = false, bool kHeadsPacked = false, bool kPsumLayout = false>
+          bool kLayoutCheck = false, bool kHeadsPacked = false, bool kPsumLayout = false, bool kSfaGather = false>
 __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, const CUtensorMap* tmap_b,
                                                    const CUtensorMap* tmap_sfa, const CUtensorMap* tmap_d,
                                                    const float* sfb, void* d_ptr,
@@ -408,14 +408,15 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   // 1D2D B scales through the stages (the scale warp) with the lean loop; the wide loop (bn224)
   // keeps loading them from global one k-block ahead: with the scale warp ptxas spills there.
   constexpr bool kScaleWarp = !k1D1D && kLeanLoop;
-  // kHeadsPacked: sfa is read where the caller keeps it, [M, G, Kb] at any strides (sfa_gather,
-  // sfa_ld_m / _g / _k elements; fp8_einsum's [b, h, r/128]): the sfa warp (the producer
-  // warpgroup's third) gathers each stage's BLOCK_M row scales with plain loads and arrives on the
-  // stage's full barrier as a third party; tmap_sfa is neither encoded nor read. Through a map the
-  // call needed an MN-major copy of sfa first (a kernel and ~10 us of host time per call).
-  constexpr bool kSfaGather = kHeadsPacked;
-  static_assert(!kSfaGather || (kScaleWarp && !kLayoutCheck && BLOCK_M <= 128),
-                "sfa gather: lean tiles of at most 128 rows, the producer warpgroup's third warp free");
+  // kSfaGather (with kHeadsPacked): sfa is read where the caller keeps it, [M, G, Kb] at any
+  // strides (sfa_gather, sfa_ld_m / _g / _k elements; fp8_einsum's [b, h, r/128]): the sfa warp
+  // (the producer warpgroup's third) gathers each stage's BLOCK_M row scales with plain loads and
+  // arrives on the stage's full barrier as a third party; tmap_sfa is neither encoded nor read.
+  // Through the map the call needs an MN-major copy of sfa first (a kernel and ~10 us of host time
+  // per call). Its groups are all M rows, so the walkers find a unit's group by one division
+  // (TileWalker kFullGroups) instead of one load of masked_m per group.
+  static_assert(!kSfaGather || (kHeadsPacked && kScaleWarp && !kLayoutCheck && BLOCK_M <= 128),
+                "sfa gather: heads packed, lean tiles of at most 128 rows, the producer warpgroup's third warp free");
   // 1D1D: how many 8-column chunks' column scales (2 registers each) the plain loop loads before
   // issuing the wgmmas: what the consumer's register cap leaves beside the 2 x BLOCK_N / 2
   // accumulators and kSfbRegSlack others. Measured with ptxas 13.0 (tests/test_fp8_kernel_compile.py
@@ -468,7 +469,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
                                                                               kSplitK ? num_splits : 1u);
   using Walker =
       scheduler::TileWalker<kGemmKind, BLOCK_M, BLOCK_N, kMcB ? 2 : 1, kMcA ? 2 : 1, diag::kSchedGroupN, kPsumLayout,
-                            kHeadsPacked>;
+                            kSfaGather>;
   const uint32_t rank = kNumMulticast > 1 ? ptx::cluster_ctarank() : 0u;
   const uint32_t cluster_id = blockIdx.x / kNumMulticast;
   // FINEGEMM_TRACE_TILES (ptx/trace.cuh): the trace follows the split-K partial slabs in the
@@ -724,7 +725,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         scheduler::check_contiguous_layout_warp(grouped, M, num_groups, layout_scratch, layout_record, layout_info);
       }
     } else if (kSfaGather && threadIdx.x / 32 == kNumConsumerThreads / 32 + 2) {
-      // The sfa warp (kHeadsPacked): walks the producer's sequence of (unit, k-block) and writes
+      // The sfa warp (kSfaGather): walks the producer's sequence of (unit, k-block) and writes
       // each stage's BLOCK_M row scales (lane + 32 j) from sfa [M, G, Kb] in place, rows past M as
       // zeros (as a TMA box's fill). Each k-block's loads leave before the wait for its stage; a
       // row's k-blocks share a sector, so after a tile's first k-block they hit L1.

@@ -123,8 +123,8 @@ struct TileCoords {
 //     a CTA increase), so its cost is O(G + units) per CTA, and the current group's row count
 //     stays in a register (re-reading it per tile put a global-load round trip in front of every
 //     tile's main loop and epilogue). Tiles of rows >= masked_m are never visited.
-//     kFullGroups (fp8_einsum's heads-packed kernel, whose groups are all M rows): masked_m is
-//     never read and a unit's group is one division. The walk cost one dependent load per group
+//     kFullGroups (fp8_einsum's heads-packed kernel reading sfa in place, whose groups are all M
+//     rows): masked_m is never read and a unit's group is one division. The walk cost one dependent load per group
 //     before a CTA's first tile: with 128 heads of one tile each, the last CTA's first tile waited
 //     for 127 of them.
 //   KGrouped: num_groups slots (the host's group table) of the same [M, N] tile grid, slot after
