@@ -78,10 +78,11 @@ def main() -> int:
     from finegemm.ops import contiguous_layout as cl
 
     def route(family: str, in_gemm: bool) -> None:
+        # The path is shipped: its fallback (the check kernel, then the GEMM) is the switch's.
         if in_gemm:
-            os.environ[_v.ENABLE_UNVALIDATED_ENV] = "1"
+            os.environ.pop(_v.DISABLE_PATHS_ENV, None)
         else:
-            os.environ.pop(_v.ENABLE_UNVALIDATED_ENV, None)
+            os.environ[_v.DISABLE_PATHS_ENV] = cl.IN_KERNEL_PSUM_CAPABILITIES[family]
         assert cl.checks_in_kernel(family, True) == in_gemm, cl.IN_KERNEL_PSUM_CAPABILITIES[family]
         for api in (api_fp8, api_bf16):
             api._validated_contiguous = _v.ValidatedCalls()  # no kept launch of the other path
