@@ -1243,22 +1243,19 @@ def representative_configs() -> list[tuple[str, tuple]]:
         out.append((label, (bm, bn, st, False, False, False, mc, mc == 2, False, tma, kind)))
     # fp8_einsum's heads-packed masked kind (direct stores): the tiles plan_heads_packed takes on
     # DeepSeek's MLA shapes (b = 64 / 4096 / 1-40, h = 128 / 16, r = 512, d = 128).
-    # bf16 d, and fp32 d with and without C (the same tiles' fp32 epilogue).
-    for bm, bn, mc, f32, has_c in [(64, 208, 1, False, False), (64, 16, 2, False, False), (128, 192, 1, False, False),
-                                   (64, 128, 1, True, True), (128, 128, 1, True, False), (64, 16, 2, True, True)]:
-        st = max_stages(bm, bn, False)
-        label = (f"bm{bm}_bn{bn}_s{st}{'_f32' if f32 else ''}{'_c' if has_c else ''}{'_mca' if mc == 2 else ''}"
-                 f"_gmask_heads")
-        out.append((label, (bm, bn, st, f32, has_c, False, mc, mc == 2, False, False, GEMM_GROUPED_MASKED,
-                            False, 1, False, 1, (0, 0, 0), False, True)))
-    # ... and with sfa gathered in place (the lean tiles of at most 128 rows: a producer warp gathers).
-    for bm, bn, mc, f32, has_c in [(64, 208, 1, False, False), (64, 16, 2, False, False), (128, 192, 1, False, False),
-                                   (64, 128, 1, True, True), (128, 128, 1, True, False), (128, 128, 1, False, False)]:
-        st = max_stages(bm, bn, False)
-        label = (f"bm{bm}_bn{bn}_s{st}{'_f32' if f32 else ''}{'_c' if has_c else ''}{'_mca' if mc == 2 else ''}"
-                 f"_gmask_heads_sfag")
-        out.append((label, (bm, bn, st, f32, has_c, False, mc, mc == 2, False, False, GEMM_GROUPED_MASKED,
-                            False, 1, False, 1, (0, 0, 0), False, True, False, True)))
+    # bf16 d, and fp32 d with and without C (the same tiles' fp32 epilogue); then with sfa gathered
+    # in place (_sfag: the lean tiles of at most 128 rows, where a spare producer warp gathers).
+    heads_tiles = {False: [(64, 208, 1, False, False), (64, 16, 2, False, False), (128, 192, 1, False, False),
+                           (64, 128, 1, True, True), (128, 128, 1, True, False), (64, 16, 2, True, True)],
+                   True: [(64, 208, 1, False, False), (64, 16, 2, False, False), (128, 192, 1, False, False),
+                          (64, 128, 1, True, True), (128, 128, 1, True, False), (128, 128, 1, False, False)]}
+    for gather, tiles in heads_tiles.items():
+        for bm, bn, mc, f32, has_c in tiles:
+            st = max_stages(bm, bn, False)
+            label = (f"bm{bm}_bn{bn}_s{st}{'_f32' if f32 else ''}{'_c' if has_c else ''}{'_mca' if mc == 2 else ''}"
+                     f"_gmask_heads{'_sfag' if gather else ''}")
+            out.append((label, (bm, bn, st, f32, has_c, False, mc, mc == 2, False, False, GEMM_GROUPED_MASKED,
+                                False, 1, False, 1, (0, 0, 0), False, True) + ((False, True) if gather else ())))
     # Recipe (1, 1, 128) (weight gradients): fp32 out, with and without C, split-K, multicast on
     # A and on B, both block_m, the widest block_n.
     for bm, bn, has_c, split, mc, mc_a in [
