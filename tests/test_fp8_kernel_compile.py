@@ -1414,3 +1414,27 @@ def test_host_library_has_heads_packed_gather_launcher(cuda_driver_present):
              dict(sfa_ld=0, sfa_ld_g=0, sfa_ld_k=0), dict(sfa=20, sfa_ld=3))
     _assert_launcher_refuses(ops._launcher_heads_packed_gather, ops._launcher_prepare_heads_packed_gather, args,
                              bad_cases, cuda_driver_present, valid)
+
+
+@pytest.mark.nvcc
+def test_sfa_gather_copies_with_cp_async():
+    """The heads-packed kernel's sfa warp copies each stage's row scales with cp.async (LDGSTS,
+    no registers) and its lanes arrive on the stage's full barrier when their copies land
+    (ARRIVES.LDGSTSBAR): the warp is not held for a load round trip per k-block (v1.01). The
+    diagnostic build FINEGEMM_DIAG_SFA_GATHER_LDG (the A/B's baseline) loads into registers
+    (LDG) and stores (STS) instead; kernels without the gather have neither copy."""
+    from finegemm import jit
+    from finegemm.ops import sm90_fp8_gemm as ops
+
+    for batch in (1, 4096):  # bm64 and bm128 tiles
+        cfg = ops.heads_packed_config(batch, 128, 512, 128, 132, sfa_gather=True)
+        name, src = ops._kernel_name(cfg), ops._render_cfg(cfg)
+        sass = _sass(str(jit.build_cubin(name, src)))
+        if sass is None:
+            pytest.skip("no cuobjdump")
+        assert sass.count("LDGSTS.E ") == cfg.block_m // 32, (cfg.block_m, sass.count("LDGSTS"))
+        assert "ARRIVES.LDGSTSBAR" in sass
+        ldg = _sass(str(jit.build_cubin(name, src, ["-DFINEGEMM_DIAG_SFA_GATHER_LDG"])))
+        assert "LDGSTS" not in ldg and "ARRIVES.LDGSTSBAR" not in ldg
+        plain = ops.heads_packed_config(batch, 128, 512, 128, 132)
+        assert "LDGSTS" not in _sass(str(jit.build_cubin(ops._kernel_name(plain), ops._render_cfg(plain))))

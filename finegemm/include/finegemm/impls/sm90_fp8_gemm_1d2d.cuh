@@ -85,6 +85,7 @@
 #include <finegemm/impls/fitted_box_rows.h>
 #include <finegemm/impls/sm90_fp8_k_grouped_params.h>
 #include <finegemm/ptx/common.cuh>
+#include <finegemm/ptx/cp_async.cuh>
 #include <finegemm/ptx/diag.cuh>
 #include <finegemm/ptx/mbarrier.cuh>
 #include <finegemm/ptx/tma.cuh>
@@ -410,11 +411,13 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   constexpr bool kScaleWarp = !k1D1D && kLeanLoop;
   // kSfaGather (with kHeadsPacked): sfa is read where the caller keeps it, [M, G, Kb] at any
   // strides (sfa_gather, sfa_ld_m / _g / _k elements; fp8_einsum's [b, h, r/128]): the sfa warp
-  // (the producer warpgroup's third) gathers each stage's BLOCK_M row scales with plain loads and
-  // arrives on the stage's full barrier as a third party; tmap_sfa is neither encoded nor read.
+  // (the producer warpgroup's third) copies each stage's BLOCK_M row scales with cp.async and its
+  // 32 lanes arrive on the stage's full barrier when they land (kSfaWarpArrivals; one arrival in
+  // the diag::kSfaGatherLdg build); tmap_sfa is neither encoded nor read.
   // Through the map the call needs an MN-major copy of sfa first (a kernel and ~10 us of host time
   // per call). Its groups are all M rows, so the walkers find a unit's group by one division
   // (TileWalker kFullGroups) instead of one load of masked_m per group.
+  constexpr uint32_t kSfaWarpArrivals = diag::kSfaGatherLdg ? 1u : 32u;
   static_assert(!kSfaGather || (kHeadsPacked && kScaleWarp && !kLayoutCheck && BLOCK_M <= 128),
                 "sfa gather: heads packed, lean tiles of at most 128 rows, the producer warpgroup's third warp free");
   // 1D1D: how many 8-column chunks' column scales (2 registers each) the plain loop loads before
@@ -535,7 +538,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
     if (split_cluster && (ptx::cluster_nctarank() != num_splits || sched.num_units != gridDim.x)) __trap();
 #pragma unroll
     for (uint32_t s = 0; s < kNumStages; ++s) {
-      ptx::mbar_init(full_bar(s), 1 + (kScaleWarp ? 1 : 0) + (kSfaGather ? 1 : 0));
+      ptx::mbar_init(full_bar(s), 1 + (kScaleWarp ? 1 : 0) + (kSfaGather ? kSfaWarpArrivals : 0));
       // Every consumer warp of every CTA of the cluster releases the stage (the peer's
       // multicast writes into this CTA's stage too).
       ptx::mbar_init(empty_bar(s), kNumConsumerWG * 4 * kNumMulticast);
@@ -727,8 +730,11 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
     } else if (kSfaGather && threadIdx.x / 32 == kNumConsumerThreads / 32 + 2) {
       // The sfa warp (kSfaGather): walks the producer's sequence of (unit, k-block) and writes
       // each stage's BLOCK_M row scales (lane + 32 j) from sfa [M, G, Kb] in place, rows past M as
-      // zeros (as a TMA box's fill). Each k-block's loads leave before the wait for its stage; a
-      // row's k-blocks share a sector, so after a tile's first k-block they hit L1.
+      // zeros (as a TMA box's fill). Each lane copies its rows with cp.async once the stage is
+      // free and arrives when they land, so like the TMA producer this warp runs up to the ring's
+      // depth ahead of the consumers; loading into registers first cost a load round trip per
+      // k-block on the critical path (diag::kSfaGatherLdg, v1.01). A row's k-blocks share a
+      // sector in the head-major layout, so after a tile's first k-block they hit L1 (.ca).
       constexpr uint32_t kRowsPerLane = BLOCK_M / 32;
       const uint32_t lane = threadIdx.x % 32;
       float* sfa_stages = reinterpret_cast<float*>(smem + Traits::kOffSfa);
@@ -742,17 +748,29 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         const float* rows = sfa_gather + static_cast<size_t>(t.group) * sfa_ld_g;
         for (uint32_t kb = kb_begin; kb < kb_end; ++kb) {
           const size_t k_off = static_cast<size_t>(k_block_at(kb, kb_begin, kb_end)) * sfa_ld_k;
-          float v[kRowsPerLane];
+          if constexpr (diag::kSfaGatherLdg) {
+            float v[kRowsPerLane];
 #pragma unroll
-          for (uint32_t j = 0; j < kRowsPerLane; ++j) {
-            const uint32_t row = t.sfa_m + lane + 32 * j;
-            v[j] = row < M ? __ldg(rows + static_cast<size_t>(row) * sfa_ld_m + k_off) : 0.0f;
+            for (uint32_t j = 0; j < kRowsPerLane; ++j) {
+              const uint32_t row = t.sfa_m + lane + 32 * j;
+              v[j] = row < M ? __ldg(rows + static_cast<size_t>(row) * sfa_ld_m + k_off) : 0.0f;
+            }
+            ptx::mbar_wait(empty_bar(stage), phase ^ 1u);
+#pragma unroll
+            for (uint32_t j = 0; j < kRowsPerLane; ++j) sfa_stages[stage * BLOCK_M + lane + 32 * j] = v[j];
+            __syncwarp();  // every lane's stores before the one (release) arrive
+            if (lane == 0) ptx::mbar_arrive(full_bar(stage));
+          } else {
+            ptx::mbar_wait(empty_bar(stage), phase ^ 1u);
+#pragma unroll
+            for (uint32_t j = 0; j < kRowsPerLane; ++j) {
+              const uint32_t row = t.sfa_m + lane + 32 * j;
+              // A row past M reads nothing (src-size 0); its address is kept in bounds anyway.
+              const float* src = rows + static_cast<size_t>(row < M ? row : 0u) * sfa_ld_m + k_off;
+              ptx::cp_async_4(ptx::smem_addr(sfa_stages + stage * BLOCK_M + lane + 32 * j), src, row < M);
+            }
+            ptx::cp_async_mbar_arrive(full_bar(stage));
           }
-          ptx::mbar_wait(empty_bar(stage), phase ^ 1u);
-#pragma unroll
-          for (uint32_t j = 0; j < kRowsPerLane; ++j) sfa_stages[stage * BLOCK_M + lane + 32 * j] = v[j];
-          __syncwarp();  // every lane's stores before the one (release) arrive
-          if (lane == 0) ptx::mbar_arrive(full_bar(stage));
           if (++stage == kNumStages) {
             stage = 0;
             phase ^= 1u;

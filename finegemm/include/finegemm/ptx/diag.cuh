@@ -96,6 +96,12 @@
 //   FINEGEMM_SFB_REG_SLACK=<n>  (correct results) the 1D1D prefetch's register slack instead of the
 //                         measured 24 (impls/sm90_fp8_gemm_1d2d.cuh; 20 / 28 / 32: benchmarks/NOTES.md
 //                         v0.37): more or fewer chunks' column scales loaded before the wgmmas.
+//   FINEGEMM_DIAG_SFA_GATHER_LDG  (FP8 heads-packed kernel with the sfa gather, correct results)
+//                         the sfa warp loads each stage's row scales into registers before the
+//                         stage's wait and stores them after it, one load round trip per k-block
+//                         (v1.00),
+//                         instead of cp.async copies tracked by the stage's barrier: the A/B
+//                         baseline of v1.01.
 #pragma once
 
 namespace finegemm {
@@ -268,6 +274,12 @@ constexpr unsigned kCPrefetchMaxKBlocks = 64;
 constexpr bool kCStreamHints = true;
 #else
 constexpr bool kCStreamHints = false;
+#endif
+
+#ifdef FINEGEMM_DIAG_SFA_GATHER_LDG
+constexpr bool kSfaGatherLdg = true;
+#else
+constexpr bool kSfaGatherLdg = false;
 #endif
 
 #ifdef FINEGEMM_SCHED_GROUP_N
