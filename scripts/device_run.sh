@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the H200 machine: GPU tests + benchmarks, logs and JSON under $OUT.
 # Usage (from the repo root on the GPU machine):
-#   bash scripts/device_run.sh [all|tests|bench|sanitize|tune|pending|ab_contiguous|ab_bf16_half_a|ab_rotate|fp8_einsum|psum]
+#   bash scripts/device_run.sh [all|tests|bench|sanitize|tune|pending|ab_contiguous|ab_bf16_half_a|ab_rotate|fp8_einsum|ab_einsum|psum]
 # "pending": the same-run A/Bs waiting for a GPU (below; their variant kernels precompiled into the
 # carried cache by scripts/precompile_pending.sh).
 # Every later GPU claim in benchmarks/results/ comes from this script.
@@ -92,6 +92,20 @@ if [[ "$what" == pending || "$what" == fp8_einsum ]]; then
   # composition and torch's bf16 bmm, kernel-only and host time (scripts/probe_fp8_einsum.py).
   python3 scripts/probe_fp8_einsum.py --out "$OUT/fp8_einsum.json" 2>&1 | tee "$OUT/fp8_einsum.log"
   status=$(( status | ${PIPESTATUS[0]} ))
+fi
+if [[ "$what" == ab_einsum ]]; then
+  # v1.01: the sfa warp's cp.async copies against v1.00's loads into registers
+  # (FINEGEMM_DIAG_SFA_GATHER_LDG), the heads-packed path alone, builds alternating in their own
+  # processes (FINEGEMM_PENDING_ROUNDS rounds; the variant's kernels precompiled with the flag).
+  mkdir -p "$OUT/ab_einsum"
+  for round in $(seq "${FINEGEMM_PENDING_ROUNDS:-3}"); do
+    for variant in cp_async ldg; do
+      flags=""; [[ "$variant" == ldg ]] && flags="-DFINEGEMM_DIAG_SFA_GATHER_LDG"
+      FINEGEMM_EXTRA_NVCC_FLAGS="$flags" python3 scripts/probe_fp8_einsum.py --paths heads_packed \
+        --out "$OUT/ab_einsum/${variant}_$round.json" 2>&1 | tee "$OUT/ab_einsum/${variant}_$round.log"
+      status=$(( status | ${PIPESTATUS[0]} ))
+    done
+  done
 fi
 if [[ "$what" == pending || "$what" == psum ]]; then
   # The FP8 GEMM reading psum ends itself (gated, v0.99): its GPU tests (the gate opened by the tests),

@@ -16,7 +16,10 @@ Before timing, the finegemm paths run on the same inputs into NaN-poisoned outpu
 fully written and within calc_diff 1e-5 of the exact dequantized product (a record that is not is
 reported and not timed); whether they are bitwise equal is recorded (they take different tiles
 where the masked plan is wider than d).
-Usage: python scripts/probe_fp8_einsum.py [--out FILE] [--num-tests N] [--batches 1 64 ...]
+--paths narrows the finegemm paths (the correctness check then compares those with the exact
+product only): an A/B of builds runs `--paths heads_packed` once per build, each in its own
+process (scripts/device_run.sh ab_einsum).
+Usage: python scripts/probe_fp8_einsum.py [--out FILE] [--num-tests N] [--batches 1 64 ...] [--paths ...]
 """
 from __future__ import annotations
 
@@ -70,7 +73,7 @@ def kernels_us(fn, reps: int) -> dict:
     return per
 
 
-def one_record(batch: int, num_tests: int) -> dict:
+def one_record(batch: int, num_tests: int, paths: list) -> dict:
     g = torch.Generator(device="cuda").manual_seed(batch)
     A, sfa = finegemm.per_token_cast_to_fp8(torch.randn(batch * HEADS, R, device="cuda", generator=g))
     A, sfa = A.view(batch, HEADS, R), sfa.view(batch, HEADS, -1)
@@ -80,7 +83,7 @@ def one_record(batch: int, num_tests: int) -> dict:
     rec = {"b": batch, "h": HEADS, "r": R, "d": D, "us": {}, "host_us": {}}
 
     outs = {}
-    for name in _path.ENV:
+    for name in paths:
         d = torch.full((batch, HEADS, D), float("nan"), dtype=torch.bfloat16, device="cuda")
         with _path(name):
             finegemm.fp8_einsum(EXPR, a, b, d)
@@ -90,19 +93,22 @@ def one_record(batch: int, num_tests: int) -> dict:
     b_deq = B.float() * sfb.repeat_interleave(128, 1)[:, :D].repeat_interleave(128, 2)[..., :R]
     exact = torch.einsum(EXPR, a_deq.double(), b_deq.double())
     # The same bits where both plans take the same tile (the heads-packed plan is no wider than d).
-    rec["bitwise_equal"] = bool(torch.equal(outs["heads_packed"].view(torch.int16), outs["composed"].view(torch.int16)))
-    rec["calc_diff"] = float(calc_diff(outs["heads_packed"].double(), exact))
-    rec["bitwise_equal_map"] = bool(torch.equal(outs["heads_packed"], outs["heads_packed_map"]))
-    rec["calc_diff_composed"] = float(calc_diff(outs["composed"].double(), exact))
-    rec["calc_diff_map"] = float(calc_diff(outs["heads_packed_map"].double(), exact))
+    if "composed" in outs:
+        rec["bitwise_equal"] = bool(torch.equal(outs["heads_packed"].view(torch.int16),
+                                                outs["composed"].view(torch.int16)))
+    if "heads_packed_map" in outs:
+        rec["bitwise_equal_map"] = bool(torch.equal(outs["heads_packed"], outs["heads_packed_map"]))
+    suffix = {"heads_packed": "", "composed": "_composed", "heads_packed_map": "_map"}
+    for name, o in outs.items():
+        rec["calc_diff" + suffix[name]] = float(calc_diff(o.double(), exact))
     rec["fully_written"] = not any(bool(torch.isnan(o).any()) for o in outs.values())
     del exact
-    if not (rec["fully_written"] and max(rec["calc_diff"], rec["calc_diff_composed"], rec["calc_diff_map"]) <= 1e-5):
+    if not (rec["fully_written"] and max(rec["calc_diff" + suffix[name]] for name in outs) <= 1e-5):
         rec["error"] = "an output is not the exact product within 1e-5 (not timed)"
         return rec
 
     d = outs["heads_packed"]
-    for name in _path.ENV:
+    for name in paths:
         with _path(name):
             rec["us"][name] = kernel_time_us(lambda: finegemm.fp8_einsum(EXPR, a, b, d), num_tests)
             rec["host_us"][name] = host_time_us(lambda: finegemm.fp8_einsum(EXPR, a, b, d))
@@ -114,8 +120,9 @@ def one_record(batch: int, num_tests: int) -> dict:
     rec["us"]["torch_bf16"] = kernel_time_us(lambda: torch.bmm(a_bf, w_bf, out=out_bf), num_tests)
     flops = 2.0 * batch * HEADS * R * D
     rec["tflops_heads_packed"] = flops / rec["us"]["heads_packed"] / 1e6
-    rec["speedup_vs_composed"] = rec["us"]["composed"] / rec["us"]["heads_packed"]
-    rec["speedup_vs_map"] = rec["us"]["heads_packed_map"] / rec["us"]["heads_packed"]
+    for name, key in (("composed", "speedup_vs_composed"), ("heads_packed_map", "speedup_vs_map")):
+        if name in rec["us"]:
+            rec[key] = rec["us"][name] / rec["us"]["heads_packed"]
     return rec
 
 
@@ -124,20 +131,21 @@ def main() -> int:
     p.add_argument("--out", default="fp8_einsum.json")
     p.add_argument("--num-tests", type=int, default=20)
     p.add_argument("--batches", type=int, nargs="+", default=BATCHES)
+    p.add_argument("--paths", nargs="+", default=list(_path.ENV), choices=list(_path.ENV),
+                   help="the finegemm paths to check and time (heads_packed always)")
     args = p.parse_args()
+    paths = ["heads_packed"] + [x for x in args.paths if x != "heads_packed"]
     records = []
     for batch in args.batches:
-        rec = one_record(batch, args.num_tests)
+        rec = one_record(batch, args.num_tests, paths)
         records.append(rec)
-        us = rec["us"]
+        us, host = rec["us"], rec["host_us"]
         print(f"b={batch:5d} h={HEADS} r={R} d={D}: "
               + (rec.get("error") or
-                 f"heads_packed {us['heads_packed']:8.1f} us  map {us['heads_packed_map']:8.1f} us  "
-                 f"composed {us['composed']:8.1f} us  torch bf16 {us['torch_bf16']:8.1f} us  "
-                 f"({rec['speedup_vs_map']:.2f}x the map path, {rec['speedup_vs_composed']:.2f}x the composition, "
-                 f"{rec['tflops_heads_packed']:.0f} TFLOPS; host {rec['host_us']['heads_packed']:.1f} / "
-                 f"{rec['host_us']['heads_packed_map']:.1f} / {rec['host_us']['composed']:.1f} us; "
-                 f"calc_diff {rec['calc_diff']:.1e})"), flush=True)
+                 "  ".join(f"{name} {us[name]:8.1f} us" for name in paths + ["torch_bf16"])
+                 + f"  ({rec['tflops_heads_packed']:.0f} TFLOPS; host "
+                 + " / ".join(f"{host[name]:.1f}" for name in paths)
+                 + f" us; calc_diff {rec['calc_diff']:.1e})"), flush=True)
         for name, per in rec.get("kernels", {}).items():
             print(f"    {name}: " + ", ".join(f"{k} {v:.2f}" for k, v in per.items()), flush=True)
     write_probe_json(args.out, records)
