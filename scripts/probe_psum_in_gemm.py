@@ -65,6 +65,9 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--only", default=None, help="G,PER: time only that problem of PROBLEMS")
     ap.add_argument("--families", nargs="+", default=["fp8", "bf16"], choices=["fp8", "bf16"])
+    ap.add_argument("--plain-calls", type=int, default=0,
+                    help="instead of timing, N plain calls of each path per round (for a profiler such as "
+                         "ncu to time: scripts/device_run.sh psum_ncu)")
     args = ap.parse_args()
     import os
 
@@ -123,6 +126,12 @@ def main() -> int:
                 for in_gemm in ((False, True) if rnd % 2 == 0 else (True, False)):  # the order alternates
                     route(family, in_gemm)
                     name = "in_gemm" if in_gemm else "check_kernel"
+                    if args.plain_calls:
+                        for _ in range(args.plain_calls):
+                            call()
+                        torch.cuda.synchronize()
+                        print(f"  round {rnd} {name}: {args.plain_calls} calls")
+                        continue
                     gpu_us, events = _gpu_us(call, args.reps)
                     host_us, wall_us = loop_us(call, args.calls)
                     rec.setdefault(name, []).append({"round": rnd, "gpu_us": gpu_us,
