@@ -52,6 +52,12 @@ class _path:
         self.env = self.ENV[name]
 
     def __enter__(self):
+        # A seen call keeps the route it was planned with: plan every path's calls anew.
+        import importlib
+
+        from finegemm.api import _validate as _v
+
+        importlib.import_module("finegemm.api.fp8_einsum")._validated = _v.ValidatedCalls()
         self.saved = {k: os.environ.get(k) for k in ("FINEGEMM_ENABLE_UNVALIDATED", "FINEGEMM_DISABLE_PATHS")}
         for k in self.saved:
             os.environ.pop(k, None)

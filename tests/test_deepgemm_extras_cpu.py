@@ -673,6 +673,34 @@ def test_fp8_einsum_keeps_a_prepared_heads_packed_launch(monkeypatch):
     assert len(made) == 2 and calls == ["heads_packed"] * 3
 
 
+def test_fp8_einsum_seen_call_relaunches_without_replanning(monkeypatch):
+    """A seen call with a kept prepared launch re-launches it at once: neither the gates nor the
+    layout test are asked again (host time per call, v1.01 on the GPU), so a path switched off
+    afterwards applies to calls planned afterwards (README: a kept call keeps its path). A kept
+    launch that answers False (it cannot run now) is re-planned: the one-shot launch runs."""
+    from finegemm.ops import sm90_fp8_gemm as ops
+
+    calls = _heads_packed_spies(monkeypatch, gate_open=True)
+    mod = importlib.import_module("finegemm.api.fp8_einsum")
+    runs, asked = [], []
+    monkeypatch.setattr(ops, "prepare_fp8_einsum_heads_packed", lambda *args: lambda: runs.append("prepared"))
+    real_layouts = ops.heads_packed_layouts
+    monkeypatch.setattr(ops, "heads_packed_layouts", lambda *args: asked.append(1) or real_layouts(*args))
+    a, b, d = _three_calls_of_one_key(monkeypatch, mod)
+    assert runs == ["prepared"] * 3 and len(asked) == 1 and calls == []
+    monkeypatch.setenv(_v.DISABLE_PATHS_ENV, "fp8_einsum_sfa_in_place")
+    finegemm.fp8_einsum("bhr,hdr->bhd", a, b, d)  # planned before the switch: its launch
+    assert runs == ["prepared"] * 4 and calls == []
+    d2 = torch.zeros(6, 4, 64, dtype=BF16)
+    finegemm.fp8_einsum("bhr,hdr->bhd", a, b, d2)  # planned after it: sfa through its copy
+    assert calls == ["heads_packed"] and len(asked) == 2
+    monkeypatch.delenv(_v.DISABLE_PATHS_ENV)
+    key = mod._fast_key("bhr,hdr->bhd", a, b, d, None, None)
+    mod._validated.keep(key, lambda: runs.append("refused") or False)
+    finegemm.fp8_einsum("bhr,hdr->bhd", a, b, d)  # asked again by the planning path, then prepared anew
+    assert runs[-3:] == ["refused", "refused", "prepared"] and len(asked) == 3
+
+
 def test_heads_packed_kernel_render_rules():
     from finegemm.heuristics.sm90_fp8_gemm import GEMM_GROUPED_CONTIGUOUS, GEMM_GROUPED_MASKED
     from finegemm.ops import sm90_fp8_gemm as ops

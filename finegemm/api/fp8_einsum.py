@@ -21,8 +21,9 @@ How it runs:
   (kSfaGather) and writing d as [b, h*d] in place (no copies; bf16 d, or fp32 d with or without
   c); a seen call re-launches its prepared launch. FINEGEMM_DISABLE_PATHS=fp8_einsum_sfa_in_place
   falls back to the same kernel reading an MN-major copy of sfa made per call (one-shot), and
-  =fp8_einsum_heads_packed to the composition below. On an H100 (MLA h = 128, r = 512, d = 128):
-  8.0 / 10.4 / 215 us at b = 1 / 64 / 4096, ~20-29 us of host time per call (NOTES v1.00).
+  =fp8_einsum_heads_packed to the composition below (for calls planned after it is set: a seen
+  call keeps its launch). On an H200 (MLA h = 128, r = 512, d = 128): 6.7 / 7.8 / 171 us at
+  b = 1 / 64 / 4096 (benchmarks/NOTES.md v1.01).
 Otherwise the same composition on CPU and CUDA tensors, through the public functions (so the CPU
 tests run the routing the GPU takes):
 - bf16 d: one m_grouped_fp8_gemm_nt_masked call with the heads as groups (every group full:
@@ -40,6 +41,7 @@ from typing import Optional, Sequence
 
 import torch
 
+from finegemm import runtime
 from finegemm.api import _validate as _v
 from finegemm.api.dense_fp8 import fp8_gemm_nt
 from finegemm.api.grouped_fp8 import m_grouped_fp8_gemm_nt_masked
@@ -74,12 +76,36 @@ def fp8_einsum(expr: str, a: tuple[torch.Tensor, torch.Tensor], b: tuple[torch.T
     inputs nor itself. b, h or d == 0 returns at once after validation; r == 0 writes d = c (or 0).
     """
     # Host fast path (as the grouped calls'): a CUDA call whose tensors' addresses, shapes,
-    # strides and dtypes and whose other arguments were validated before skips the checks.
-    key = _validated.key(_FN, d, lambda: (a[0], a[1], b[0], b[1], d) + (() if c is None else (c,)),
-                         (expr, recipe, c is None))
+    # strides and dtypes and whose other arguments were validated before skips the checks, and a
+    # seen call with a prepared launch re-launches it at once: its route was chosen when the call
+    # was first planned (FINEGEMM_DISABLE_PATHS is read then, as for every kept call).
+    key = _fast_key(expr, a, b, d, c, recipe)
     kept = _validated.launch(key, _validate_and_run_cpu, expr, a, b, d, c, recipe)
-    if kept:
+    if kept is True or kept is _v.ONE_SHOT:
         _run(a[0], a[1], b[0], b[1], d, c, key, kept)
+    elif kept and kept() is False:  # a prepared launch that cannot run now (e.g. another device)
+        _run(a[0], a[1], b[0], b[1], d, c, key, kept)
+
+
+def _fast_key(expr, a, b, d, c, recipe) -> Optional[tuple]:
+    """The fast path's key of a CUDA call, or None (CPU tensors, odd argument types: the validating
+    path raises what is wrong). Flat and built inline, as dense_fp8._fast_key: through
+    ValidatedCalls.key's generic helpers it cost ~1 us more per call."""
+    try:
+        if type(a) is not tuple or type(b) is not tuple or len(a) != 2 or len(b) != 2 or not _v.on_cuda(d):
+            return None
+        A, sfa = a
+        B, sfb = b
+        key = (_FN, A.data_ptr(), A.shape, A.stride(), A.dtype, sfa.data_ptr(), sfa.shape, sfa.stride(), sfa.dtype,
+               B.data_ptr(), B.shape, B.stride(), B.dtype, sfb.data_ptr(), sfb.shape, sfb.stride(), sfb.dtype,
+               d.data_ptr(), d.shape, d.stride(), d.dtype,
+               # typed: an argument the checks reject must not match a validated one by equality
+               type(expr), expr, None if recipe is None else (type(recipe),) + tuple([(type(x), x) for x in recipe]),
+               runtime.get_num_sms_setting())
+        # c last: with and without it the keys differ in length, so they never compare equal.
+        return key if c is None else key + (c.data_ptr(), c.shape, c.stride(), c.dtype)
+    except Exception:
+        return None
 
 
 _validated = _v.ValidatedCalls()

@@ -231,7 +231,12 @@ def test_fp8_einsum_bf16_is_the_masked_kernel_bitwise(monkeypatch):
 def _heads_packed(monkeypatch, on: bool, sfa_in_place: bool = True) -> None:
     """fp8_einsum's in-place heads-packed kernel, reading sfa in place too (gated until this suite
     passes) or through its MN-major copy, or the masked composition (copies around the masked
-    kernel)."""
+    kernel). A seen call keeps the route it was planned with, so the fast path starts empty."""
+    import importlib
+
+    from finegemm.api import _validate as _v
+
+    monkeypatch.setattr(importlib.import_module("finegemm.api.fp8_einsum"), "_validated", _v.ValidatedCalls())
     monkeypatch.delenv("FINEGEMM_DISABLE_PATHS", raising=False)
     if on:
         monkeypatch.setenv("FINEGEMM_ENABLE_UNVALIDATED", "1")
