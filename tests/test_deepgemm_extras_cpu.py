@@ -709,9 +709,18 @@ def test_heads_packed_kernel_render_rules():
     assert "2, false, 1, false, 1, 0, 0, 0, false, true>" in src  # kHeadsPacked, the last template argument
     plain = ops.render(64, 128, 6, False, False, False, gemm_kind=GEMM_GROUPED_MASKED)
     assert plain != src and ", true>" not in plain  # the shipped masked source (and cache key) unchanged
-    for kwargs in ({"gemm_kind": GEMM_GROUPED_CONTIGUOUS}, {"gemm_kind": GEMM_GROUPED_MASKED, "tma_store": True}):
-        with pytest.raises(ValueError, match="heads_packed: the m-grouped masked kind with direct stores"):
-            ops.render(64, 128, 6, False, False, False, heads_packed=True, **kwargs)
+    with pytest.raises(ValueError, match="heads_packed: the m-grouped masked kind only"):
+        ops.render(64, 128, 6, False, False, False, heads_packed=True, gemm_kind=GEMM_GROUPED_CONTIGUOUS)
+    # TMA stores: only on the shipped kernel (sfa gathered), bf16 d without c.
+    with pytest.raises(ValueError, match="heads_packed with tma_store: bf16 d, no c, sfa gathered"):
+        ops.render(64, 128, 6, False, False, False, gemm_kind=GEMM_GROUPED_MASKED, heads_packed=True, tma_store=True)
+    for f32, has_c in ((True, False), (True, True)):
+        with pytest.raises(ValueError, match="tma_store"):
+            ops.render(64, 128, 6, f32, has_c, False, gemm_kind=GEMM_GROUPED_MASKED, heads_packed=True,
+                       tma_store=True, sfa_gather=True)
+    tmas = ops.render(64, 128, 6, False, False, False, gemm_kind=GEMM_GROUPED_MASKED, heads_packed=True,
+                      tma_store=True, sfa_gather=True)
+    assert "1, false, false, true, 2, false, 1, false, 1, 0, 0, 0, false, true, false, true>" in tmas  # kTmaStore
     # fp32 d and C: the heads-packed masked kind only.
     assert "<64, 128, 6, true, true, false," in ops.render(64, 128, 6, True, True, False, gemm_kind=GEMM_GROUPED_MASKED,
                                                            heads_packed=True)
@@ -731,12 +740,20 @@ def test_heads_packed_kernel_render_rules():
                        sfa_gather=True)
     with pytest.raises(ValueError, match="sfa_gather: with heads_packed only"):
         ops.render(64, 128, 6, False, False, False, gemm_kind=GEMM_GROUPED_MASKED, sfa_gather=True)
-    for shape in ((1, 128, 512, 128), (4096, 128, 512, 128), (4096, 512, 512, 16), (300, 640, 256, 2)):
+    for shape in ((1, 128, 512, 128), (4096, 128, 512, 128), (4096, 512, 512, 16), (300, 640, 256, 2),
+                  (130, 200, 256, 64)):
         cfg = ops.heads_packed_config(*shape, 132, sfa_gather=True)
         assert cfg.block_m <= 128 and cfg.block_n <= 208 and cfg.heads_packed and cfg.sfa_gather, (shape, cfg)
         assert ops._kernel_name(cfg).endswith("_heads_sfag")
+        # bf16 d through TMA where no store box reaches the next head's columns; fp32 d (with or
+        # without c) and the kernel reading sfa's copy store directly.
+        assert cfg.tma_store == (shape[1] % cfg.block_n == 0), (shape, cfg)
+        for f32, has_c in ((True, False), (True, True)):
+            assert not ops.heads_packed_config(*shape, 132, f32, has_c, sfa_gather=True).tma_store
         plain = ops.heads_packed_config(*shape, 132)
-        assert not plain.sfa_gather and plain.kernel_key() != cfg.kernel_key()
+        assert not plain.sfa_gather and not plain.tma_store and plain.kernel_key() != cfg.kernel_key()
+    assert ops.heads_packed_config(4096, 128, 512, 128, 132, sfa_gather=True).tma_store  # MLA's d = 128
+    assert not ops.heads_packed_config(130, 200, 256, 64, 132, sfa_gather=True).tma_store  # bn 144
 
 
 def test_fp8_einsum_head_major_tensors_need_no_copies(monkeypatch):

@@ -1399,19 +1399,23 @@ def test_host_library_has_heads_packed_gather_launcher(cuda_driver_present):
     arguments, sfa_ld being sfa's row stride, then its head and k-block strides before the stream
     (any strides >= 0, 4-byte aligned, no MN-major rule), masked_m unused (may be null). Refused
     before the driver as the heads-packed launcher, and for a tile without the sfa warp (block_m
-    192, block_n > 208), a null, negative or misaligned sfa."""
+    192, block_n > 208), a null, negative or misaligned sfa, TMA stores of an fp32 d or where n %
+    block_n != 0 (a box would reach the next head's columns); TMA stores of a bf16 d are taken."""
     from finegemm.ops import sm90_fp8_gemm as ops
 
     ops._get_launcher()
     # sfa [m = 64, G = 4, 2] contiguous: row stride 8, head stride 2, k-block stride 1 (not MN-major).
     args = dict(_FP8_LAUNCH_ARGS, kind=2, grouped=16, groups=4, tma=0, lda=1024, ldd=2048, sfa_ld=8,
                 sfa_ld_g=2, sfa_ld_k=1, stream=0)
-    bad_cases = (dict(kind=1), dict(kind=0, grouped=None, groups=1), dict(tma=1), dict(k=144, lda=576),
+    bad_cases = (dict(kind=1), dict(kind=0, grouped=None, groups=1), dict(k=144, lda=576),
                  dict(lda=1008), dict(ldd=2040), dict(groups=0), dict(fn=0), dict(c=16), dict(mc=2, mc_a=0),
                  dict(block_m=192), dict(block_n=224), dict(sfa=None), dict(sfa=18), dict(sfa_ld=-1),
-                 dict(sfa_ld_g=-4), dict(sfa_ld_k=-1))
+                 dict(sfa_ld_g=-4), dict(sfa_ld_k=-1),
+                 # TMA stores: bf16 d only, and no box may reach the next head (n % block_n == 0)
+                 dict(tma=1, out_fp32=1), dict(tma=1, out_fp32=1, c=16), dict(tma=1, n=496))
     valid = ({}, dict(mc=2, mc_a=1), dict(out_fp32=1), dict(out_fp32=1, c=16), dict(grouped=None),
-             dict(sfa_ld=0, sfa_ld_g=0, sfa_ld_k=0), dict(sfa=20, sfa_ld=3))
+             dict(sfa_ld=0, sfa_ld_g=0, sfa_ld_k=0), dict(sfa=20, sfa_ld=3), dict(tma=1), dict(n=496),
+             dict(tma=1, d=24))  # d off 16 bytes: direct stores
     _assert_launcher_refuses(ops._launcher_heads_packed_gather, ops._launcher_prepare_heads_packed_gather, args,
                              bad_cases, cuda_driver_present, valid)
 

@@ -155,8 +155,9 @@ def render(block_m: int, block_n: int, num_stages: int, out_fp32: bool, has_c: b
     producer warp (one launch per call instead of the check kernel and the GEMM); psum_layout (with
     layout_check): the caller's grouped_layout is a psum layout (int32 [G] row ends), searched per
     tile and checked by CTA 0's spare warp; heads_packed: the masked kind on A [M, G*K] and D
-    [M, G*N] (fp8_einsum's heads as groups), direct stores; sfa_gather (with heads_packed): sfa
-    read in place by a spare producer warp (no map), groups all M rows."""
+    [M, G*N] (fp8_einsum's heads as groups), direct stores, or with sfa_gather TMA stores of a bf16
+    d without c; sfa_gather (with heads_packed): sfa read in place by a spare producer warp (no
+    map), groups all M rows."""
     if k_batch not in (1, 2, 4) or (k_batch > 1 and half_promote):
         raise ValueError(f"k_batch must be 1, 2 or 4 (and 1 with half-promote), got {k_batch}")
     if c_stage and not (one_d_one_d and gemm_kind == GEMM_NORMAL and has_c and not tma_store and not split_k and
@@ -221,8 +222,10 @@ def render(block_m: int, block_n: int, num_stages: int, out_fp32: bool, has_c: b
     elif psum_layout:
         raise ValueError("psum_layout: with layout_check (the m-grouped contiguous kind)")
     if heads_packed:
-        if gemm_kind != GEMM_GROUPED_MASKED or tma_store or tuple(head_splits) != (0, 0, 0):
-            raise ValueError("heads_packed: the m-grouped masked kind with direct stores only")
+        if gemm_kind != GEMM_GROUPED_MASKED or tuple(head_splits) != (0, 0, 0):
+            raise ValueError("heads_packed: the m-grouped masked kind only")
+        if tma_store and (not sfa_gather or out_fp32 or has_c):
+            raise ValueError("heads_packed with tma_store: bf16 d, no c, sfa gathered (the shipped kernel)")
         tail = f", false, {k_batch}, false, 1, 0, 0, 0, false, true"
         if sfa_gather:
             if block_m > 128 or block_n > MAX_BLOCK_N_LEAN_LOOP:
@@ -1008,17 +1011,22 @@ def heads_packed_config(batch: int, n: int, r: int, heads: int, num_sms: int, ou
                         has_c: bool = False, sfa_gather: bool = False) -> Fp8GemmConfig:
     """The configuration of fp8_einsum's heads-packed launch: the masked plan's tile for these
     groups (b rows each), with direct stores; sfa_gather: at most 128 x MAX_BLOCK_N_LEAN_LOOP (the
-    lean tiles, whose spare producer warp gathers sfa in place)."""
+    lean tiles, whose spare producer warp gathers sfa in place), and a bf16 d without c whose d is
+    a multiple of the tile's width (no store box reaches the next head) is stored through TMA, which
+    overlaps a tile's stores with the next tile's loop (a CTA runs b / block_m * h / SMs tiles of
+    only r / 128 k-blocks each)."""
     from finegemm.heuristics.sm90_fp8_gemm import MAX_STAGES, max_stages
 
     base = select_grouped_config(GEMM_GROUPED_MASKED, batch, n, r, heads, num_sms, batch, 0)
     block_m, block_n, stages, mc = base.block_m, base.block_n, base.num_stages, base.num_multicast
+    tma_store = False
     if sfa_gather:
         block_m, block_n = min(block_m, 128), min(block_n, MAX_BLOCK_N_LEAN_LOOP)
-        stages = min(stages, max_stages(block_m, block_n, False, cap=MAX_STAGES))
+        tma_store = not out_fp32 and not has_c and n % block_n == 0
+        stages = min(stages, max_stages(block_m, block_n, tma_store, cap=MAX_STAGES))
         mc = mc if block_m == base.block_m else 1
     cfg = make_grouped_config(GEMM_GROUPED_MASKED, batch, n, r, heads, num_sms, batch, 0, block_m, block_n, stages,
-                              mc, False)
+                              mc, tma_store)
     return dataclasses.replace(cfg, heads_packed=True, sfa_gather=sfa_gather, l2_promotion=base.l2_promotion,
                                out_fp32=out_fp32, has_c=has_c)
 
@@ -1108,7 +1116,7 @@ def _heads_packed_arguments(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor,
     else:
         masked_m, strides = all_rows(heads, d.device).data_ptr(), ()
     tail = (batch, n, r, lda, _row_pitch(b2, r, 16), ldd, sfa_ld, cfg.block_m, cfg.block_n, 1, cfg.num_multicast,
-            1 if cfg.multicast_on_a else 0, int(out_fp32), 0, cfg.grid, cfg.smem_bytes, GEMM_GROUPED_MASKED,
+            1 if cfg.multicast_on_a else 0, int(out_fp32), int(cfg.tma_store), cfg.grid, cfg.smem_bytes, GEMM_GROUPED_MASKED,
             masked_m, heads, l2_promotion_arg(cfg.l2_promotion)) + strides
     return cfg, head, tail, keepalive
 
@@ -1244,17 +1252,21 @@ def representative_configs() -> list[tuple[str, tuple]]:
     # fp8_einsum's heads-packed masked kind (direct stores): the tiles plan_heads_packed takes on
     # DeepSeek's MLA shapes (b = 64 / 4096 / 1-40, h = 128 / 16, r = 512, d = 128).
     # bf16 d, and fp32 d with and without C (the same tiles' fp32 epilogue); then with sfa gathered
-    # in place (_sfag: the lean tiles of at most 128 rows, where a spare producer warp gathers).
-    heads_tiles = {False: [(64, 208, 1, False, False), (64, 16, 2, False, False), (128, 192, 1, False, False),
-                           (64, 128, 1, True, True), (128, 128, 1, True, False), (64, 16, 2, True, True)],
-                   True: [(64, 208, 1, False, False), (64, 16, 2, False, False), (128, 192, 1, False, False),
-                          (64, 128, 1, True, True), (128, 128, 1, True, False), (128, 128, 1, False, False)]}
+    # in place (_sfag: the lean tiles of at most 128 rows, where a spare producer warp gathers),
+    # whose bf16 d is stored through TMA where d is a multiple of the tile's width (_tmas).
+    heads_tiles = {False: [(64, 208, 1, False, False, False), (64, 16, 2, False, False, False),
+                           (128, 192, 1, False, False, False), (64, 128, 1, True, True, False),
+                           (128, 128, 1, True, False, False), (64, 16, 2, True, True, False)],
+                   True: [(64, 208, 1, False, False, True), (64, 16, 2, False, False, True),
+                          (128, 192, 1, False, False, True), (64, 128, 1, True, True, False),
+                          (128, 128, 1, True, False, False), (128, 128, 1, False, False, True),
+                          (128, 144, 1, False, False, False)]}
     for gather, tiles in heads_tiles.items():
-        for bm, bn, mc, f32, has_c in tiles:
-            st = max_stages(bm, bn, False)
+        for bm, bn, mc, f32, has_c, tma in tiles:
+            st = max_stages(bm, bn, tma)
             label = (f"bm{bm}_bn{bn}_s{st}{'_f32' if f32 else ''}{'_c' if has_c else ''}{'_mca' if mc == 2 else ''}"
-                     f"_gmask_heads{'_sfag' if gather else ''}")
-            out.append((label, (bm, bn, st, f32, has_c, False, mc, mc == 2, False, False, GEMM_GROUPED_MASKED,
+                     f"{'_tmas' if tma else ''}_gmask_heads{'_sfag' if gather else ''}")
+            out.append((label, (bm, bn, st, f32, has_c, False, mc, mc == 2, False, tma, GEMM_GROUPED_MASKED,
                                 False, 1, False, 1, (0, 0, 0), False, True) + ((False, True) if gather else ())))
     # Recipe (1, 1, 128) (weight gradients): fp32 out, with and without C, split-K, multicast on
     # A and on B, both block_m, the widest block_n.

@@ -310,13 +310,17 @@ int encode_head_splits(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sf
 // D's pitch ldd, the same columns; c may be d). sfa_gather (a kernel built with kSfaGather): no sfa
 // map; sfa is read in place, fp32 element (row, g, kb) at row * sfa_ld + g * sfa_ld_g + kb *
 // sfa_ld_k (4-byte aligned, strides >= 0), block_m <= 128 and block_n <= 208 (the tiles with the
-// sfa warp), `grouped` unused (may be null). Otherwise sfa through its map as encode_1d2d's.
+// sfa warp), `grouped` unused (may be null); with tma_store (bf16 D, n % block_n == 0, so no store
+// box reaches the next group's columns) D is stored through a map over [m, num_groups * n], or
+// directly where the map cannot take d (base or pitch off 16 bytes). Otherwise sfa through its map
+// as encode_1d2d's, direct stores only.
 int encode_heads_packed(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sfa, void* sfb, void* d, void* c,
                         int m, int n, int k, int lda, int ldb, int ldd, int sfa_ld, int block_m, int block_n,
                         int num_splits, int num_multicast, int multicast_on_a, int out_fp32, int tma_store, int grid,
                         int smem_bytes, int gemm_kind, void* grouped, int num_groups, int l2_promotion,
                         bool sfa_gather, int sfa_ld_g, int sfa_ld_k) {
-  if (gemm_kind != 2 || tma_store != 0 || num_groups < 1 || k <= 0 || k % kBlockK != 0)
+  if (gemm_kind != 2 || num_groups < 1 || k <= 0 || k % kBlockK != 0) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (tma_store != 0 && (!sfa_gather || out_fp32 != 0 || block_n <= 0 || n % block_n != 0))
     return fg::FG_ERROR_INVALID_ARGUMENT;
   if (sfa_gather && (block_m > 128 || block_n > kMaxBlockNLeanLoop || sfa == nullptr ||
                      reinterpret_cast<uintptr_t>(sfa) % 4u != 0 || sfa_ld < 0 || sfa_ld_g < 0 || sfa_ld_k < 0))
@@ -329,6 +333,16 @@ int encode_heads_packed(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* s
                              num_splits, num_multicast, multicast_on_a, 0, tma_store, grid, smem_bytes,
                              gemm_kind, grouped, num_groups, l2_promotion, sfa_gather);
   if (rc != CUDA_SUCCESS) return rc;
+  if ((L->flags & kFlagTmaStore) != 0) {  // encode_1d2d's map is the masked kind's [G*m, n]: D's instead
+    if (fg::tma_store_fits(d, d_cols, ldd, 2)) {
+      const CUresult r = fg::make_bf16_store_tmap(&L->tmap_d, d, static_cast<uint64_t>(d_cols),
+                                                  static_cast<uint64_t>(m), ldd, block_n);
+      if (r != CUDA_SUCCESS) return r;
+    } else {
+      L->flags &= ~kFlagTmaStore;
+      std::memset(&L->tmap_d, 0, sizeof(L->tmap_d));
+    }
+  }
   if (sfa_gather) {
     L->sfa_gather = true;
     L->sfa_p = static_cast<const float*>(sfa);
@@ -526,7 +540,8 @@ int fg_launch_sm90_fp8_gemm_heads_packed(uint64_t fn, void* a, void* b, void* sf
 // The same on a kernel built with kSfaGather too: sfa fp32 [m, num_groups, ceil(k/128)] read in
 // place, sfa_ld its row stride, then sfa_ld_g and sfa_ld_k (before the stream) its head and k-block
 // strides, all in elements; block_m <= 128, block_n <= 208; grouped unused (may be null: every
-// group has m rows).
+// group has m rows); tma_store: bf16 d stored through its map (a kernel built with kTmaStore),
+// n % block_n == 0.
 int fg_launch_sm90_fp8_gemm_heads_packed_gather(uint64_t fn, void* a, void* b, void* sfa, void* sfb, void* d, void* c,
                                                 void* workspace, void* counters, int m, int n, int k, int lda,
                                                 int ldb, int ldd, int sfa_ld, int block_m, int block_n,

@@ -47,8 +47,9 @@
 // kHeadsPacked (masked kind; fp8_einsum "bhr,hdr->bhd" with the heads as groups): A is [M, G*K]
 // (row m holds every group's K columns side by side: A [b, h, r] as stored) and D [M, G*N]
 // (D [b, h, d]); group g's tile reads A columns g*K + k and stores D columns g*N + n. K % 128 == 0
-// (the host's rule: a k-box never reaches the next group's columns); direct stores only; bf16 or
-// fp32 D, and C (fp32, the same pitch as D, at the same columns) with an fp32 D.
+// (the host's rule: a k-box never reaches the next group's columns); bf16 D through D's map over
+// [M, G*N] (kTmaStore, N % BLOCK_N == 0) or direct stores; fp32 D with direct stores, and C
+// (fp32, the same pitch as D, at the same columns) with an fp32 D.
 //
 // Recipe (1,1,128) ("1D1D", weight gradients; template flag k1D1D, dense kind, fp32 D, optional C):
 //   D[m, n] = C[m, n] + sum_kb sfa[m, kb] * sfb[n, kb] * (A[m, kb-block] . B[n, kb-block])
@@ -351,8 +352,10 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   // the rows past the group's end, and the spare warp of CTA 0 checks the ends' rules: no
   // standalone kernel expanding them into per-row ids first.
   static_assert(!kPsumLayout || kLayoutCheck, "psum ends read by the GEMM: with the in-kernel layout check");
-  static_assert(!kHeadsPacked || (kGemmKind == scheduler::kGemmGroupedMasked && !kTmaStore),
-                "heads packed along K and N: the masked kind, direct stores");
+  // With kTmaStore (bf16 D; the host's rule: N % BLOCK_N == 0, so no box reaches the next group's
+  // columns) D's map is [M, G*N]: rows past M are dropped by TMA, so every warpgroup may use it.
+  static_assert(!kHeadsPacked || (kGemmKind == scheduler::kGemmGroupedMasked && (!kTmaStore || !kOutFp32)),
+                "heads packed along K and N: the masked kind, TMA stores for bf16 D only");
   using EpiTma = epilogue::TmaStoreBf16<BLOCK_N, kHeadLeft, kHeadMid, kHeadRight>;
   // Recipe (1,1,128): fp32 boxes, reduce-added into D when the kernel has C (C is D then).
   using EpiTmaF32 = epilogue::TmaStoreFp32<BLOCK_N, kHasC>;
@@ -1364,12 +1367,15 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         }
       } else if constexpr (kTmaStore) {
         // Masked: only a warpgroup whose 64 rows are all valid may TMA-store (the box would
-        // otherwise overwrite rows >= masked_m, which must stay untouched).
-        const bool tma_rows_ok = kGemmKind != scheduler::kGemmGroupedMasked || m0 + wg * 64 + 64 <= row_limit;
+        // otherwise overwrite rows >= masked_m, which must stay untouched). Heads packed: every
+        // group is M rows, the map's rows (TMA drops the rest), at the group's columns.
+        const bool tma_rows_ok =
+            kHeadsPacked || kGemmKind != scheduler::kGemmGroupedMasked || m0 + wg * 64 + 64 <= row_limit;
         if ((flags & kFlagTmaStore) != 0 && tma_rows_ok) {
           if constexpr (diag::kNoEpilogue) continue;  // developer bound (ptx/diag.cuh): D never written
+          const uint32_t d_col0 = kHeadsPacked ? t.group * N + n0 : n0;
           EpiTma::store(fin, base + Traits::kOffD + wg * EpiTma::kBytes, tmap_d, 2 + wg,
-                        static_cast<int32_t>(n0), static_cast<int32_t>(m0 + wg * 64));
+                        static_cast<int32_t>(d_col0), static_cast<int32_t>(m0 + wg * 64));
           FG_TRACE_TILE(wg_trace, wg, traced, 3);
           continue;
         }
