@@ -560,7 +560,7 @@ def _heads_packed_spies(monkeypatch, gate_open: bool):
     calls = []
     monkeypatch.setattr(_v, "on_cuda", lambda t: True)
     monkeypatch.setattr(ops, "fp8_einsum_heads_packed", lambda *args, **kw: calls.append("heads_packed"))
-    monkeypatch.setattr(ops, "prepare_fp8_einsum_heads_packed", lambda *args: None)  # one-shot launches
+    monkeypatch.setattr(ops, "prepare_fp8_einsum_heads_packed", lambda *args, **kw: None)  # one-shot launches
     monkeypatch.setattr(mod, "m_grouped_fp8_gemm_nt_masked", lambda *args: calls.append("masked"))
     monkeypatch.setattr(mod, "fp8_gemm_nt", lambda *args, **kwargs: calls.append("dense"))
     monkeypatch.delenv(_v.DISABLE_PATHS_ENV, raising=False)
@@ -626,8 +626,9 @@ def test_fp8_einsum_heads_packed_reads_sfa_in_place_where_open(monkeypatch, in_p
     mod = importlib.import_module("finegemm.api.fp8_einsum")
     monkeypatch.setattr(mod, "_validated", _v.ValidatedCalls())
     seen = []
-    monkeypatch.setattr(ops, "prepare_fp8_einsum_heads_packed", lambda *args: seen.append("prepare") and None)
-    monkeypatch.setattr(ops, "fp8_einsum_heads_packed", lambda *args, sfa_gather=False: seen.append(sfa_gather))
+    monkeypatch.setattr(ops, "prepare_fp8_einsum_heads_packed", lambda *args, **kw: seen.append("prepare") and None)
+    monkeypatch.setattr(ops, "fp8_einsum_heads_packed",
+                        lambda *args, sfa_gather=False, tma_store=True: seen.append(sfa_gather))
     if not in_place:
         monkeypatch.setenv(_v.DISABLE_PATHS_ENV, "fp8_einsum_sfa_in_place")
     a, b, _ = _fp8_einsum_inputs(6, 4, 256, 64)
@@ -635,6 +636,27 @@ def test_fp8_einsum_heads_packed_reads_sfa_in_place_where_open(monkeypatch, in_p
     for _ in range(2):
         finegemm.fp8_einsum("bhr,hdr->bhd", a, b, d)
     assert seen == (["prepare", True, True] if in_place else [False, False]) and calls == []
+
+
+@pytest.mark.parametrize("switched_off", [False, True])
+def test_fp8_einsum_tma_store_switch(monkeypatch, switched_off):
+    """The in-place kernel is planned with TMA stores unless FINEGEMM_DISABLE_PATHS names
+    fp8_einsum_tma_store (the prepared launch and the one-shot launch alike)."""
+    from finegemm.ops import sm90_fp8_gemm as ops
+
+    _heads_packed_spies(monkeypatch, gate_open=True)
+    mod = importlib.import_module("finegemm.api.fp8_einsum")
+    monkeypatch.setattr(mod, "_validated", _v.ValidatedCalls())
+    seen = []
+    monkeypatch.setattr(ops, "prepare_fp8_einsum_heads_packed",
+                        lambda *args, tma_store=True: seen.append(("prepare", tma_store)) and None)
+    monkeypatch.setattr(ops, "fp8_einsum_heads_packed",
+                        lambda *args, sfa_gather=False, tma_store=True: seen.append(("launch", tma_store)))
+    if switched_off:
+        monkeypatch.setenv(_v.DISABLE_PATHS_ENV, "fp8_einsum_tma_store")
+    a, b, _ = _fp8_einsum_inputs(6, 4, 256, 64)
+    finegemm.fp8_einsum("bhr,hdr->bhd", a, b, torch.zeros(6, 4, 64, dtype=BF16))
+    assert seen == [("prepare", not switched_off), ("launch", not switched_off)]
 
 
 def _three_calls_of_one_key(monkeypatch, mod):
@@ -657,7 +679,7 @@ def test_fp8_einsum_keeps_a_prepared_heads_packed_launch(monkeypatch):
     mod = importlib.import_module("finegemm.api.fp8_einsum")
     made = []
 
-    def prepare(*args):
+    def prepare(*args, tma_store=True):
         made.append(args)
         return lambda: calls.append("prepared")
 
@@ -665,7 +687,7 @@ def test_fp8_einsum_keeps_a_prepared_heads_packed_launch(monkeypatch):
     a, b, d = _three_calls_of_one_key(monkeypatch, mod)
     assert len(made) == 1 and calls == ["prepared"] * 3
     assert made[0][0] is a[0] and made[0][4] is d
-    monkeypatch.setattr(ops, "prepare_fp8_einsum_heads_packed", lambda *args: made.append(args) and None)
+    monkeypatch.setattr(ops, "prepare_fp8_einsum_heads_packed", lambda *args, **kw: made.append(args) and None)
     calls.clear()
     d2 = torch.zeros(6, 4, 64, dtype=BF16)  # another key, which cannot be prepared: asked once
     for _ in range(3):
@@ -683,7 +705,7 @@ def test_fp8_einsum_seen_call_relaunches_without_replanning(monkeypatch):
     calls = _heads_packed_spies(monkeypatch, gate_open=True)
     mod = importlib.import_module("finegemm.api.fp8_einsum")
     runs, asked = [], []
-    monkeypatch.setattr(ops, "prepare_fp8_einsum_heads_packed", lambda *args: lambda: runs.append("prepared"))
+    monkeypatch.setattr(ops, "prepare_fp8_einsum_heads_packed", lambda *args, **kw: lambda: runs.append("prepared"))
     real_layouts = ops.heads_packed_layouts
     monkeypatch.setattr(ops, "heads_packed_layouts", lambda *args: asked.append(1) or real_layouts(*args))
     a, b, d = _three_calls_of_one_key(monkeypatch, mod)

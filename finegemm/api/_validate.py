@@ -692,6 +692,8 @@ FALLBACK_CAPABILITIES = {
                                "it into d",
     "fp8_einsum_sfa_in_place": "fp8_einsum's heads-packed kernel reads an MN-major copy of sfa (made per call) through "
                                "a TMA map, one-shot launches",
+    "fp8_einsum_tma_store": "fp8_einsum's heads-packed kernel (sfa read in place) stores a bf16 d directly from "
+                            "registers instead of through TMA",
     "fp8_contiguous_psum_in_gemm": "the FP8 contiguous calls with use_psum_layout run the layout-check kernel (the ends "
                                    "into per-row ids), then the GEMM on its ids",
     "bf16_contiguous_psum_in_gemm": "the BF16 contiguous calls with use_psum_layout run the layout-check kernel, then "

@@ -19,9 +19,10 @@ How it runs:
   [b, h, r] / [b, h, d] tensors are stored): one launch of the masked FP8 kernel built with
   kHeadsPacked, the heads as groups, reading A as [b, h*r], sfa [b, h, r/128] at its strides
   (kSfaGather) and writing d as [b, h*d] in place (no copies; bf16 d, or fp32 d with or without
-  c); a seen call re-launches its prepared launch. FINEGEMM_DISABLE_PATHS=fp8_einsum_sfa_in_place
-  falls back to the same kernel reading an MN-major copy of sfa made per call (one-shot), and
-  =fp8_einsum_heads_packed to the composition below (for calls planned after it is set: a seen
+  c; a bf16 d through TMA where d is a multiple of the tile's width); a seen call re-launches its
+  prepared launch. FINEGEMM_DISABLE_PATHS=fp8_einsum_tma_store stores d directly instead,
+  =fp8_einsum_sfa_in_place falls back to the same kernel reading an MN-major copy of sfa made per
+  call (one-shot, direct stores), and =fp8_einsum_heads_packed to the composition below (for calls planned after it is set: a seen
   call keeps its launch). On an H200 (MLA h = 128, r = 512, d = 128): 6.7 / 7.8 / 171 us at
   b = 1 / 64 / 4096 (benchmarks/NOTES.md v1.01).
 Otherwise the same composition on CPU and CUDA tensors, through the public functions (so the CPU
@@ -54,6 +55,7 @@ SUPPORTED_FP8_EXPRESSIONS = ("bhr,hdr->bhd",)
 _SM100_ONLY = ("bhd,hdr->bhr", "bhd,bhr->hdr")  # DeepGEMM's other two: not on SM90 there either
 HEADS_PACKED = "fp8_einsum_heads_packed"  # the capability of the in-place kernel (api/_validate.py)
 SFA_IN_PLACE = "fp8_einsum_sfa_in_place"  # that kernel gathering sfa in place, prepared per seen call
+TMA_STORE = "fp8_einsum_tma_store"  # that kernel storing a bf16 d through TMA (where no box crosses a head)
 
 
 def fp8_einsum(expr: str, a: tuple[torch.Tensor, torch.Tensor], b: tuple[torch.Tensor, torch.Tensor],
@@ -140,9 +142,11 @@ def _run(A, sfa, B, sfb, d, c, key=None, kept=True) -> None:
             if not _v.gpu_validated(SFA_IN_PLACE):
                 sm90_fp8_gemm.fp8_einsum_heads_packed(A, sfa, B, sfb, d, c)  # sfa through an MN-major copy
             # sfa read in place too: a seen call re-launches its prepared launch.
-            elif not _validated.run_kept(key, kept, lambda _: _v.run_prepared_launch(
-                    sm90_fp8_gemm.prepare_fp8_einsum_heads_packed(A, sfa, B, sfb, d, c))):
-                sm90_fp8_gemm.fp8_einsum_heads_packed(A, sfa, B, sfb, d, c, sfa_gather=True)
+            else:
+                tma = _v.gpu_validated(TMA_STORE)
+                if not _validated.run_kept(key, kept, lambda _: _v.run_prepared_launch(
+                        sm90_fp8_gemm.prepare_fp8_einsum_heads_packed(A, sfa, B, sfb, d, c, tma_store=tma))):
+                    sm90_fp8_gemm.fp8_einsum_heads_packed(A, sfa, B, sfb, d, c, sfa_gather=True, tma_store=tma)
             return
     if d.dtype == torch.bfloat16:
         # The heads as the masked kernel's groups, every group full. The kernel writes D as

@@ -1008,21 +1008,21 @@ def heads_packed_layouts(a: torch.Tensor, d: torch.Tensor, c: Optional[torch.Ten
 
 
 def heads_packed_config(batch: int, n: int, r: int, heads: int, num_sms: int, out_fp32: bool = False,
-                        has_c: bool = False, sfa_gather: bool = False) -> Fp8GemmConfig:
+                        has_c: bool = False, sfa_gather: bool = False, tma_store: bool = True) -> Fp8GemmConfig:
     """The configuration of fp8_einsum's heads-packed launch: the masked plan's tile for these
     groups (b rows each), with direct stores; sfa_gather: at most 128 x MAX_BLOCK_N_LEAN_LOOP (the
     lean tiles, whose spare producer warp gathers sfa in place), and a bf16 d without c whose d is
     a multiple of the tile's width (no store box reaches the next head) is stored through TMA, which
     overlaps a tile's stores with the next tile's loop (a CTA runs b / block_m * h / SMs tiles of
-    only r / 128 k-blocks each)."""
+    only r / 128 k-blocks each), unless tma_store is False (FINEGEMM_DISABLE_PATHS=fp8_einsum_tma_store)."""
     from finegemm.heuristics.sm90_fp8_gemm import MAX_STAGES, max_stages
 
     base = select_grouped_config(GEMM_GROUPED_MASKED, batch, n, r, heads, num_sms, batch, 0)
     block_m, block_n, stages, mc = base.block_m, base.block_n, base.num_stages, base.num_multicast
-    tma_store = False
+    use_tma, tma_store = tma_store, False
     if sfa_gather:
         block_m, block_n = min(block_m, 128), min(block_n, MAX_BLOCK_N_LEAN_LOOP)
-        tma_store = not out_fp32 and not has_c and n % block_n == 0
+        tma_store = use_tma and not out_fp32 and not has_c and n % block_n == 0
         stages = min(stages, max_stages(block_m, block_n, tma_store, cap=MAX_STAGES))
         mc = mc if block_m == base.block_m else 1
     cfg = make_grouped_config(GEMM_GROUPED_MASKED, batch, n, r, heads, num_sms, batch, 0, block_m, block_n, stages,
@@ -1032,13 +1032,14 @@ def heads_packed_config(batch: int, n: int, r: int, heads: int, num_sms: int, ou
 
 
 def plan_heads_packed(batch: int, n: int, r: int, heads: int, device: int, out_fp32: bool = False,
-                      has_c: bool = False, sfa_gather: bool = False) -> tuple[Fp8GemmConfig, int]:
+                      has_c: bool = False, sfa_gather: bool = False, tma_store: bool = True
+                      ) -> tuple[Fp8GemmConfig, int]:
     """(config, CUfunction) of fp8_einsum's heads-packed launch (cached; compiles on first use)."""
     num_sms = runtime.get_num_sms()
-    key = (batch, n, r, heads, out_fp32, has_c, sfa_gather, num_sms, device)
+    key = (batch, n, r, heads, out_fp32, has_c, sfa_gather, tma_store, num_sms, device)
     p = _heads_packed_plans.get(key)
     if p is None:
-        cfg = heads_packed_config(batch, n, r, heads, num_sms, out_fp32, has_c, sfa_gather)
+        cfg = heads_packed_config(batch, n, r, heads, num_sms, out_fp32, has_c, sfa_gather, tma_store)
         fn = _load(cfg, device)
         p = _heads_packed_plans.setdefault(key, (_fit_clusters(cfg, fn), fn))
     return p
@@ -1082,7 +1083,8 @@ _MAX_STRIDE = 2 ** 31 - 1
 
 
 def _heads_packed_arguments(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.Tensor,
-                            d: torch.Tensor, c: Optional[torch.Tensor], sfa_gather: bool) -> tuple:
+                            d: torch.Tensor, c: Optional[torch.Tensor], sfa_gather: bool,
+                            tma_store: bool = True) -> tuple:
     """(config, launcher head, launcher tail, temporaries) of a heads-packed call with b, h, d > 0.
     sfa_gather: sfa read in place (the tail ends with its head and k-block strides); otherwise an
     MN-major TMA-aligned copy of it, read through its map (the tail's sfa_ld: that copy's pitch)."""
@@ -1090,7 +1092,7 @@ def _heads_packed_arguments(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor,
     n = b.shape[1]
     _check_k(r)
     out_fp32 = d.dtype == torch.float32
-    cfg, fn = plan_heads_packed(batch, n, r, heads, d.device.index, out_fp32, c is not None, sfa_gather)
+    cfg, fn = plan_heads_packed(batch, n, r, heads, d.device.index, out_fp32, c is not None, sfa_gather, tma_store)
     keepalive = []
     sfa_in = sfa
     if not sfa_gather:
@@ -1116,22 +1118,24 @@ def _heads_packed_arguments(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor,
     else:
         masked_m, strides = all_rows(heads, d.device).data_ptr(), ()
     tail = (batch, n, r, lda, _row_pitch(b2, r, 16), ldd, sfa_ld, cfg.block_m, cfg.block_n, 1, cfg.num_multicast,
-            1 if cfg.multicast_on_a else 0, int(out_fp32), int(cfg.tma_store), cfg.grid, cfg.smem_bytes, GEMM_GROUPED_MASKED,
-            masked_m, heads, l2_promotion_arg(cfg.l2_promotion)) + strides
+            1 if cfg.multicast_on_a else 0, int(out_fp32), int(cfg.tma_store), cfg.grid, cfg.smem_bytes,
+            GEMM_GROUPED_MASKED, masked_m, heads, l2_promotion_arg(cfg.l2_promotion)) + strides
     return cfg, head, tail, keepalive
 
 
 def fp8_einsum_heads_packed(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.Tensor,
-                            d: torch.Tensor, c: Optional[torch.Tensor] = None, sfa_gather: bool = False) -> None:
+                            d: torch.Tensor, c: Optional[torch.Tensor] = None, sfa_gather: bool = False,
+                            tma_store: bool = True) -> None:
     """d[:, h] = c[:, h] + A[:, h] @ B[h]^T for every head h, in place (fp8_einsum "bhr,hdr->bhd"),
     on the current stream: the masked kernel with the heads as groups, reading A [b, h*r] and
     writing D [b, h*n] row by row (heads_packed_layouts(a, d, c) must hold). sfa [b, h, ceil(r/128)]
     (any strides; sfa_gather: read in place, else through an MN-major copy), B [h, n, r], sfb
-    [h, ceil(n/128), ceil(r/128)], d bf16 or fp32, c (fp32 d only; may be d)."""
+    [h, ceil(n/128), ceil(r/128)], d bf16 or fp32, c (fp32 d only; may be d). tma_store (with
+    sfa_gather): a bf16 d stored through TMA where heads_packed_config takes it."""
     batch, heads, _ = a.shape
     if batch == 0 or heads == 0 or b.shape[1] == 0:
         return
-    cfg, head, tail, _keep = _heads_packed_arguments(a, sfa, b, sfb, d, c, sfa_gather)
+    cfg, head, tail, _keep = _heads_packed_arguments(a, sfa, b, sfb, d, c, sfa_gather, tma_store)
     _get_launcher()
     launcher = _launcher_heads_packed_gather if sfa_gather else _launcher_heads_packed
     rc = launcher(*head, None, None, *tail, _get_raw_stream(d.device.index))
@@ -1142,12 +1146,12 @@ def fp8_einsum_heads_packed(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor,
 
 
 def prepare_fp8_einsum_heads_packed(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: torch.Tensor,
-                                    d: torch.Tensor, c: Optional[torch.Tensor] = None
+                                    d: torch.Tensor, c: Optional[torch.Tensor] = None, tma_store: bool = True
                                     ) -> Optional[PreparedHeadsPackedCall]:
     """The prepared launch of fp8_einsum_heads_packed with sfa read in place, for a kept call (api
     fast path); None where a launch needs a copy of an input per call (then the call stays
     one-shot). Holds addresses, as prepare_m_grouped_contiguous. b, h, d > 0."""
-    cfg, head, tail, keepalive = _heads_packed_arguments(a, sfa, b, sfb, d, c, True)
+    cfg, head, tail, keepalive = _heads_packed_arguments(a, sfa, b, sfb, d, c, True, tma_store)
     if keepalive:
         return None
     _get_launcher()
