@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the H200 machine: GPU tests + benchmarks, logs and JSON under $OUT.
 # Usage (from the repo root on the GPU machine):
-#   bash scripts/device_run.sh [all|tests|bench|sanitize|tune|pending|ab_contiguous|ab_bf16_half_a|ab_rotate|fp8_einsum|ab_einsum|psum|psum_ncu]
+#   bash scripts/device_run.sh [all|tests|bench|sanitize|tune|pending|ab_contiguous|ab_bf16_half_a|ab_rotate|fp8_einsum|ab_einsum|ab_einsum_tma|psum|psum_ncu]
 # "pending": the same-run A/Bs waiting for a GPU (below; their variant kernels precompiled into the
 # carried cache by scripts/precompile_pending.sh).
 # Every later GPU claim in benchmarks/results/ comes from this script.
@@ -103,6 +103,19 @@ if [[ "$what" == ab_einsum ]]; then
       flags=""; [[ "$variant" == ldg ]] && flags="-DFINEGEMM_DIAG_SFA_GATHER_LDG"
       FINEGEMM_EXTRA_NVCC_FLAGS="$flags" python3 scripts/probe_fp8_einsum.py --paths heads_packed \
         --out "$OUT/ab_einsum/${variant}_$round.json" 2>&1 | tee "$OUT/ab_einsum/${variant}_$round.log"
+      status=$(( status | ${PIPESTATUS[0]} ))
+    done
+  done
+fi
+if [[ "$what" == ab_einsum_tma ]]; then
+  # v1.03: the heads-packed kernel's TMA stores against its direct stores
+  # (FINEGEMM_DISABLE_PATHS=fp8_einsum_tma_store), the heads-packed path alone, alternating processes.
+  mkdir -p "$OUT/ab_einsum_tma"
+  for round in $(seq "${FINEGEMM_PENDING_ROUNDS:-2}"); do
+    for variant in tma direct; do
+      off=""; [[ "$variant" == direct ]] && off="fp8_einsum_tma_store"
+      FINEGEMM_DISABLE_PATHS="$off" python3 scripts/probe_fp8_einsum.py --paths heads_packed \
+        --out "$OUT/ab_einsum_tma/${variant}_$round.json" 2>&1 | tee "$OUT/ab_einsum_tma/${variant}_$round.log"
       status=$(( status | ${PIPESTATUS[0]} ))
     done
   done

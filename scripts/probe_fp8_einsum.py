@@ -18,7 +18,8 @@ reported and not timed); whether they are bitwise equal is recorded (they take d
 where the masked plan is wider than d).
 --paths narrows the finegemm paths (the correctness check then compares those with the exact
 product only): an A/B of builds runs `--paths heads_packed` once per build, each in its own
-process (scripts/device_run.sh ab_einsum).
+process (scripts/device_run.sh ab_einsum); FINEGEMM_DISABLE_PATHS set by the caller applies to every
+path (device_run.sh ab_einsum_tma).
 Usage: python scripts/probe_fp8_einsum.py [--out FILE] [--num-tests N] [--batches 1 64 ...] [--paths ...]
 """
 from __future__ import annotations
@@ -62,6 +63,10 @@ class _path:
         for k in self.saved:
             os.environ.pop(k, None)
         os.environ.update(self.env)
+        # The caller's switches (an A/B's variant, e.g. fp8_einsum_tma_store) stay on beside the path's.
+        off = [x for x in (self.saved["FINEGEMM_DISABLE_PATHS"], self.env.get("FINEGEMM_DISABLE_PATHS")) if x]
+        if off:
+            os.environ["FINEGEMM_DISABLE_PATHS"] = ",".join(off)
 
     def __exit__(self, *exc):
         for k, v in self.saved.items():
