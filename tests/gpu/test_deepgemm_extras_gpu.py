@@ -313,13 +313,14 @@ def test_fp8_einsum_heads_packed_fp32(monkeypatch, batch, heads, r, n, pad_a, pa
 
 def test_fp8_einsum_heads_packed_path_is_taken(monkeypatch):
     """A call's first run prepares the heads-packed launch, later calls of the key re-launch it:
-    the same bits every time (no race, no state); the one-shot launcher gives them too."""
+    the same bits every time (no race, no state); the one-shot launcher gives them too, with d
+    stored through TMA or directly."""
     from finegemm.ops import sm90_fp8_gemm as ops
 
     _heads_packed(monkeypatch, True)
     seen = []
     real = ops.prepare_fp8_einsum_heads_packed
-    monkeypatch.setattr(ops, "prepare_fp8_einsum_heads_packed", lambda *args: seen.append(1) or real(*args))
+    monkeypatch.setattr(ops, "prepare_fp8_einsum_heads_packed", lambda *args, **kw: seen.append(1) or real(*args, **kw))
     a, b, exact = _fp8_einsum_operands(8, 4, 256, 64, seed=1)
     d = torch.empty(8, 4, 64, dtype=BF16, device="cuda")
     finegemm.fp8_einsum("bhr,hdr->bhd", a, b, d)
@@ -329,10 +330,11 @@ def test_fp8_einsum_heads_packed_path_is_taken(monkeypatch):
         finegemm.fp8_einsum("bhr,hdr->bhd", a, b, d)
         assert not torch.isnan(d).any() and calc_diff(d.cpu(), exact) < 1e-5
     first = d.clone()
-    for sfa_gather in (True, False, True):  # the one-shot launches, sfa in place or through its copy
+    # The one-shot launches: sfa in place (d stored through TMA or directly) or through its copy.
+    for sfa_gather, tma_store in ((True, True), (False, True), (True, False), (True, True)):
         again = torch.full_like(d, float("nan"))
-        ops.fp8_einsum_heads_packed(a[0], a[1], b[0], b[1], again, sfa_gather=sfa_gather)
-        assert torch.equal(again, first), sfa_gather
+        ops.fp8_einsum_heads_packed(a[0], a[1], b[0], b[1], again, sfa_gather=sfa_gather, tma_store=tma_store)
+        assert torch.equal(again, first), (sfa_gather, tma_store)
     assert seen == [1]
 
 
