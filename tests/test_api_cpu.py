@@ -1028,3 +1028,21 @@ def test_every_built_kernel_is_validated():
     # kernel gathering sfa in place) passed on an H100, 2026-12-05.
     assert set(_validate.UNVALIDATED_ON_GPU) == set()
     assert set(_validate.UNVALIDATED_ON_GPU) <= set(_validate.FALLBACK_CAPABILITIES)
+
+
+def test_ran_kept_runs_only_a_prepared_launch():
+    """The hot path's first step (api/_validate.ran_kept): a kept prepared launch runs at once and
+    counts as done unless it answers False; True (validated, nothing kept) and ONE_SHOT are not
+    launches and are not called; run_kept then asks a refusing launch once more before preparing
+    another, and launches nothing twice."""
+    from finegemm.api import _validate as _v
+
+    runs = []
+    assert not _v.ran_kept(True) and not _v.ran_kept(_v.ONE_SHOT)
+    assert _v.ran_kept(lambda: runs.append("ran")) and runs == ["ran"]
+    assert _v.ran_kept(lambda: runs.append("ran") or True) and runs == ["ran"] * 2
+    refusing = lambda: runs.append("refused") or False  # noqa: E731
+    assert not _v.ran_kept(refusing) and runs[-1] == "refused"
+    calls, made = _v.ValidatedCalls(), []
+    assert calls.run_kept(("k",), refusing, lambda old: made.append(old) or None) is False
+    assert runs[-2:] == ["refused", "refused"] and made == [refusing]

@@ -173,6 +173,14 @@ class ValidatedCalls:
 ONE_SHOT = "one-shot"  # ValidatedCalls' value of a validated call that cannot be prepared
 
 
+def ran_kept(kept: object) -> bool:
+    """The top of a seen CUDA call's hot path: runs `kept` (ValidatedCalls.launch's answer) when it
+    is a prepared launch, and says whether it launched. False for True / ONE_SHOT and for a launch
+    that answers False (not for this stream or state now): the caller then plans the call, and
+    run_kept asks the launch again before preparing another."""
+    return kept is not True and kept is not ONE_SHOT and kept() is not False
+
+
 def run_prepared_launch(prepared: object) -> object:
     """ValidatedCalls.run_kept's `prepare` step for a launch that serves every call of its key
     (ops prepare_*: None where the call cannot be prepared): runs it and returns it, or ONE_SHOT."""

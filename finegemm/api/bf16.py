@@ -182,8 +182,8 @@ def _m_grouped_contiguous(fn: str, b_kn: bool, a: object, b: object, d: object, 
     """flags: compiled_dims, use_psum_layout, ensure_zero_padding, expected_m_for_psum_layout."""
     key = _validated_contiguous.key(fn, d, lambda: (a, b, d, grouped_layout), flags)
     kept = _validated_contiguous.launch(key, _validate_contiguous, fn, b_kn, a, b, d, grouped_layout, *flags)
-    if not kept:
-        return  # CPU, or an empty product: done
+    if not kept or _v.ran_kept(kept):
+        return  # CPU, an empty product, or a seen call's prepared launch: done
     from finegemm.ops import contiguous_layout, sm90_bf16_gemm
 
     # The layout (plain ids or psum ends) checked by the GEMM itself, one launch per call, unless
@@ -338,8 +338,8 @@ def m_grouped_bf16_gemm_nt_masked(
     fn = "m_grouped_bf16_gemm_nt_masked"
     key = _validated_masked.key(fn, d, lambda: (a, b, d, masked_m), (expected_m, compiled_dims))
     kept = _validated_masked.launch(key, _validate_masked, fn, a, b, d, masked_m, expected_m, compiled_dims)
-    if not kept:
-        return  # CPU, or an empty product: done
+    if not kept or _v.ran_kept(kept):
+        return  # CPU, an empty product, or a seen call's prepared launch: done
     from finegemm.ops import sm90_bf16_gemm
 
     if not _validated_masked.run_kept(key, kept, lambda _: _v.run_prepared_launch(

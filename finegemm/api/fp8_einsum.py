@@ -83,9 +83,7 @@ def fp8_einsum(expr: str, a: tuple[torch.Tensor, torch.Tensor], b: tuple[torch.T
     # was first planned (FINEGEMM_DISABLE_PATHS is read then, as for every kept call).
     key = _fast_key(expr, a, b, d, c, recipe)
     kept = _validated.launch(key, _validate_and_run_cpu, expr, a, b, d, c, recipe)
-    if kept is True or kept is _v.ONE_SHOT:
-        _run(a[0], a[1], b[0], b[1], d, c, key, kept)
-    elif kept and kept() is False:  # a prepared launch that cannot run now (e.g. another device)
+    if kept and not _v.ran_kept(kept):
         _run(a[0], a[1], b[0], b[1], d, c, key, kept)
 
 

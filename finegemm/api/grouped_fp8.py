@@ -81,8 +81,8 @@ def _m_grouped_contiguous(fn: str, b_kn: bool, a: object, b: object, d: object, 
     expected_m_for_psum_layout."""
     key = _validated_contiguous.key(fn, d, lambda: (a[0], a[1], b[0], b[1], d, grouped_layout), flags)
     kept = _validated_contiguous.launch(key, _validate_contiguous, fn, b_kn, a, b, d, grouped_layout, *flags)
-    if not kept:
-        return  # CPU, or an empty product: done
+    if not kept or _v.ran_kept(kept):
+        return  # CPU, an empty product, or a seen call's prepared launch: done
     A, sfa, B, sfb = a[0], a[1], b[0], b[1]
 
     def prepare(prepared):
@@ -296,8 +296,8 @@ def m_grouped_fp8_gemm_nt_masked(
                                 (expected_m, recipe, compiled_dims, disable_ue8m0_cast))
     kept = _validated_masked.launch(key, _validate_masked, fn, a, b, d, masked_m, expected_m, recipe, compiled_dims,
                                     disable_ue8m0_cast)
-    if not kept:
-        return  # CPU, or an empty product: done
+    if not kept or _v.ran_kept(kept):
+        return  # CPU, an empty product, or a seen call's prepared launch: done
     from finegemm.ops import sm90_fp8_gemm  # lazy: the CUDA stack is only needed for CUDA tensors
 
     A, sfa, B, sfb = a[0], a[1], b[0], b[1]
