@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One call on the H200 machine: GPU tests + benchmarks, logs and JSON under $OUT.
 # Usage (from the repo root on the GPU machine):
-#   bash scripts/device_run.sh [all|tests|bench|sanitize|tune|pending|ab_contiguous|ab_bf16_half_a|ab_rotate|fp8_einsum|ab_einsum|ab_einsum_tma|psum|psum_ncu]
+#   bash scripts/device_run.sh [all|tests|bench|sanitize|tune|pending|ab_contiguous|ab_bf16_half_a|ab_rotate|
+#                               fp8_einsum|ab_einsum|ab_einsum_tma|psum|psum_ncu]
 # "pending": the same-run A/Bs waiting for a GPU (below; their variant kernels precompiled into the
 # carried cache by scripts/precompile_pending.sh).
 # Every later GPU claim in benchmarks/results/ comes from this script.
@@ -133,7 +134,8 @@ if [[ "$what" == psum_ncu ]]; then
   # The FP8 psum question at G = 4 x ~8192 (NOTES v0.99 / v1.00: +2.9% in the GEMM, within the clock
   # drift): each path's kernels under Nsight Compute at its locked base clocks (--clock-control
   # base), so the two GEMMs' durations compare without the drift. -> $OUT/psum_ncu.csv
-  timeout "${FINEGEMM_NCU_TIMEOUT:-240}" ncu --clock-control base --metrics gpu__time_duration.sum,launch__grid_size,launch__block_size --csv \
+  timeout "${FINEGEMM_NCU_TIMEOUT:-240}" ncu --clock-control base --csv \
+    --metrics gpu__time_duration.sum,launch__grid_size,launch__block_size \
     -k finegemm_entry python3 scripts/probe_psum_in_gemm.py --only 4,8192 --families fp8 --rounds 2 \
     --plain-calls 4 > "$OUT/psum_ncu.csv" 2> "$OUT/psum_ncu.log"
   status=$(( status | $? ))

@@ -22,9 +22,10 @@ How it runs:
   c; a bf16 d through TMA where d is a multiple of the tile's width); a seen call re-launches its
   prepared launch. FINEGEMM_DISABLE_PATHS=fp8_einsum_tma_store stores d directly instead,
   =fp8_einsum_sfa_in_place falls back to the same kernel reading an MN-major copy of sfa made per
-  call (one-shot, direct stores), and =fp8_einsum_heads_packed to the composition below (for calls planned after it is set: a seen
-  call keeps its launch). On an H100 (MLA h = 128, r = 512, d = 128): 7.5 / 8.1 / 163 us at
-  b = 1 / 64 / 4096, 7.5-8.5 us of host time per seen call (benchmarks/NOTES.md v1.03 on the GPU).
+  call (one-shot, direct stores), and =fp8_einsum_heads_packed to the composition below (for
+  calls planned after it is set: a seen call keeps its launch). On an H100 (MLA h = 128, r = 512,
+  d = 128): 7.5 / 8.1 / 163 us at b = 1 / 64 / 4096, 7.5-8.5 us of host time per seen call
+  (benchmarks/NOTES.md v1.03 on the GPU).
 Otherwise the same composition on CPU and CUDA tensors, through the public functions (so the CPU
 tests run the routing the GPU takes):
 - bf16 d: one m_grouped_fp8_gemm_nt_masked call with the heads as groups (every group full:

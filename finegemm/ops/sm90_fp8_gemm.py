@@ -1010,11 +1010,12 @@ def heads_packed_layouts(a: torch.Tensor, d: torch.Tensor, c: Optional[torch.Ten
 def heads_packed_config(batch: int, n: int, r: int, heads: int, num_sms: int, out_fp32: bool = False,
                         has_c: bool = False, sfa_gather: bool = False, tma_store: bool = True) -> Fp8GemmConfig:
     """The configuration of fp8_einsum's heads-packed launch: the masked plan's tile for these
-    groups (b rows each), with direct stores; sfa_gather: at most 128 x MAX_BLOCK_N_LEAN_LOOP (the
-    lean tiles, whose spare producer warp gathers sfa in place), and a bf16 d without c whose d is
-    a multiple of the tile's width (no store box reaches the next head) is stored through TMA, which
-    overlaps a tile's stores with the next tile's loop (a CTA runs b / block_m * h / SMs tiles of
-    only r / 128 k-blocks each), unless tma_store is False (FINEGEMM_DISABLE_PATHS=fp8_einsum_tma_store)."""
+    groups (b rows each), with direct stores (the kernel reading sfa's copy); sfa_gather: at most
+    128 x MAX_BLOCK_N_LEAN_LOOP (the lean tiles, whose spare producer warp gathers sfa in place),
+    and a bf16 d without c whose d is a multiple of the tile's width (no store box reaches the next
+    head) is stored through TMA, which overlaps a tile's stores with the next tile's loop (a CTA
+    runs b / block_m * h / SMs tiles of only r / 128 k-blocks each), unless tma_store is False
+    (FINEGEMM_DISABLE_PATHS=fp8_einsum_tma_store)."""
     from finegemm.heuristics.sm90_fp8_gemm import MAX_STAGES, max_stages
 
     base = select_grouped_config(GEMM_GROUPED_MASKED, batch, n, r, heads, num_sms, batch, 0)
@@ -1253,7 +1254,7 @@ def representative_configs() -> list[tuple[str, tuple]]:
         st = max_stages(bm, bn, tma)
         label = f"bm{bm}_bn{bn}_s{st}{'_mca' if mc == 2 else ''}{'_tmas' if tma else ''}{_KIND_SUFFIX[kind]}"
         out.append((label, (bm, bn, st, False, False, False, mc, mc == 2, False, tma, kind)))
-    # fp8_einsum's heads-packed masked kind (direct stores): the tiles plan_heads_packed takes on
+    # fp8_einsum's heads-packed masked kind: the tiles plan_heads_packed takes on
     # DeepSeek's MLA shapes (b = 64 / 4096 / 1-40, h = 128 / 16, r = 512, d = 128).
     # bf16 d, and fp32 d with and without C (the same tiles' fp32 epilogue); then with sfa gathered
     # in place (_sfag: the lean tiles of at most 128 rows, where a spare producer warp gathers),
