@@ -94,32 +94,29 @@ if [[ "$what" == pending || "$what" == fp8_einsum ]]; then
   python3 scripts/probe_fp8_einsum.py --out "$OUT/fp8_einsum.json" 2>&1 | tee "$OUT/fp8_einsum.log"
   status=$(( status | ${PIPESTATUS[0]} ))
 fi
-if [[ "$what" == ab_einsum ]]; then
-  # v1.01: the sfa warp's cp.async copies against v1.00's loads into registers
-  # (FINEGEMM_DIAG_SFA_GATHER_LDG), the heads-packed path alone, builds alternating in their own
-  # processes (FINEGEMM_PENDING_ROUNDS rounds; the variant's kernels precompiled with the flag).
-  mkdir -p "$OUT/ab_einsum"
-  for round in $(seq "${FINEGEMM_PENDING_ROUNDS:-3}"); do
-    for variant in cp_async ldg; do
-      flags=""; [[ "$variant" == ldg ]] && flags="-DFINEGEMM_DIAG_SFA_GATHER_LDG"
-      FINEGEMM_EXTRA_NVCC_FLAGS="$flags" python3 scripts/probe_fp8_einsum.py --paths heads_packed \
-        --out "$OUT/ab_einsum/${variant}_$round.json" 2>&1 | tee "$OUT/ab_einsum/${variant}_$round.log"
+# fp8_einsum's heads-packed path alone under two builds or switches, alternating processes
+# (FINEGEMM_PENDING_ROUNDS rounds): einsum_ab <folder> <name>=[VAR=value] ... -> <folder>/<name>_<round>.json
+einsum_ab() {
+  local dir="$OUT/$1"; shift
+  mkdir -p "$dir"
+  for round in $(seq "${FINEGEMM_PENDING_ROUNDS:-2}"); do
+    for variant in "$@"; do
+      local name="${variant%%=*}" assignment="${variant#*=}"
+      # shellcheck disable=SC2086
+      env $assignment python3 scripts/probe_fp8_einsum.py --paths heads_packed --out "$dir/${name}_$round.json" 2>&1 \
+        | tee "$dir/${name}_$round.log"
       status=$(( status | ${PIPESTATUS[0]} ))
     done
   done
+}
+if [[ "$what" == ab_einsum ]]; then
+  # v1.01: the sfa warp's cp.async copies against v1.00's loads into registers (the variant's
+  # kernels and host library precompiled with the flag).
+  einsum_ab ab_einsum "cp_async=" "ldg=FINEGEMM_EXTRA_NVCC_FLAGS=-DFINEGEMM_DIAG_SFA_GATHER_LDG"
 fi
 if [[ "$what" == ab_einsum_tma ]]; then
-  # v1.03: the heads-packed kernel's TMA stores against its direct stores
-  # (FINEGEMM_DISABLE_PATHS=fp8_einsum_tma_store), the heads-packed path alone, alternating processes.
-  mkdir -p "$OUT/ab_einsum_tma"
-  for round in $(seq "${FINEGEMM_PENDING_ROUNDS:-2}"); do
-    for variant in tma direct; do
-      off=""; [[ "$variant" == direct ]] && off="fp8_einsum_tma_store"
-      FINEGEMM_DISABLE_PATHS="$off" python3 scripts/probe_fp8_einsum.py --paths heads_packed \
-        --out "$OUT/ab_einsum_tma/${variant}_$round.json" 2>&1 | tee "$OUT/ab_einsum_tma/${variant}_$round.log"
-      status=$(( status | ${PIPESTATUS[0]} ))
-    done
-  done
+  # v1.03: the heads-packed kernel's TMA stores against its direct stores.
+  einsum_ab ab_einsum_tma "tma=" "direct=FINEGEMM_DISABLE_PATHS=fp8_einsum_tma_store"
 fi
 if [[ "$what" == pending || "$what" == psum ]]; then
   # The FP8 GEMM reading psum ends itself (gated, v0.99): its GPU tests (the gate opened by the tests),
