@@ -58,7 +58,7 @@ def main() -> None:
             finegemm.fp8_gemm_nt((a, sfa), (b, sfb), d)
 
         full()
-        key = dense_fp8._fast_key((a, sfa), (b, sfb), d, None, None, "nk", False)
+        key = dense_fp8.fp8_call_key((a, sfa), (b, sfb), d, None, None, "nk", False)
         call = dense_fp8._validated_calls[key]
 
         def oneshot():
@@ -80,7 +80,7 @@ def main() -> None:
         rec = {
             "fastcall": call._fast_call is not None,
             "full_call": host_time_us(full),
-            "fast_key": host_time_us(lambda: dense_fp8._fast_key((a, sfa), (b, sfb), d, None, None, "nk", False)),
+            "fast_key": host_time_us(lambda: dense_fp8.fp8_call_key((a, sfa), (b, sfb), d, None, None, "nk", False)),
             "prepared_launch": host_time_us(call),
             "prepared_launch_ctypes": through_ctypes(),
             "oneshot_launch": host_time_us(oneshot),

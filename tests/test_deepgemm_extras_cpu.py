@@ -717,7 +717,7 @@ def test_fp8_einsum_seen_call_relaunches_without_replanning(monkeypatch):
     finegemm.fp8_einsum("bhr,hdr->bhd", a, b, d2)  # planned after it: sfa through its copy
     assert calls == ["heads_packed"] and len(asked) == 2
     monkeypatch.delenv(_v.DISABLE_PATHS_ENV)
-    key = mod._fast_key("bhr,hdr->bhd", a, b, d, None, None)
+    key = mod.fp8_call_key(a, b, d, None, None, "bhr,hdr->bhd", None)
     mod._validated.keep(key, lambda: runs.append("refused") or False)
     finegemm.fp8_einsum("bhr,hdr->bhd", a, b, d)  # asked again by the planning path, then prepared anew
     assert runs[-3:] == ["refused", "refused", "prepared"] and len(asked) == 3

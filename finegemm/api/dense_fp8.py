@@ -56,11 +56,13 @@ _validated_calls: dict = {}
 _MAX_VALIDATED_CALLS = 4096
 
 
-def _fast_key(a, b, d, c, recipe, compiled_dims, disable_ue8m0_cast) -> Optional[tuple]:
+def fp8_call_key(a, b, d, c, recipe, x, y) -> Optional[tuple]:
     """Signature of a CUDA call for the fast path, or None (CPU tensors, odd argument types): each
     tensor's address, shape, strides and dtype (what the validation rules read), in one flat tuple
     (a nested tuple per tensor cost ~0.8 us more to build and hash: a tenth of the call on a slow
-    host CPU)."""
+    host CPU). a = (A, sfa), b = (B, sfb), d, optional c, the recipe and two more arguments x, y
+    with their types: fp8_gemm_nt's compiled_dims and disable_ue8m0_cast, fp8_einsum's expr (and
+    None). Each function keeps its own dict of keys."""
     try:
         if type(a) is not tuple or type(b) is not tuple or len(a) != 2 or len(b) != 2:
             return None
@@ -72,9 +74,8 @@ def _fast_key(a, b, d, c, recipe, compiled_dims, disable_ue8m0_cast) -> Optional
                B.data_ptr(), B.shape, B.stride(), B.dtype, sfb.data_ptr(), sfb.shape, sfb.stride(), sfb.dtype,
                d.data_ptr(), d.shape, d.stride(), d.dtype,
                # typed: an argument the checks reject must not match a validated one by equality (True == 1)
-               None if recipe is None else (type(recipe),) + tuple([(type(x), x) for x in recipe]),
-               type(compiled_dims), compiled_dims, type(disable_ue8m0_cast), disable_ue8m0_cast,
-               runtime.get_num_sms_setting())
+               None if recipe is None else (type(recipe),) + tuple([(type(v), v) for v in recipe]),
+               type(x), x, type(y), y, runtime.get_num_sms_setting())
         # c last: with and without it the keys differ in length, so they never compare equal.
         return key if c is None else key + (c.data_ptr(), c.shape, c.stride(), c.dtype)
     except Exception:  # anything unusual takes the validating path, which raises the right error
@@ -249,7 +250,7 @@ def fp8_gemm_nt(
     compiled_dims: str = "nk",
     disable_ue8m0_cast: bool = False,
 ) -> None:
-    key = _fast_key(a, b, d, c, recipe, compiled_dims, disable_ue8m0_cast)
+    key = fp8_call_key(a, b, d, c, recipe, compiled_dims, disable_ue8m0_cast)
     if key is not None:
         try:
             call = _validated_calls.get(key)

@@ -43,9 +43,8 @@ from typing import Optional, Sequence
 
 import torch
 
-from finegemm import runtime
 from finegemm.api import _validate as _v
-from finegemm.api.dense_fp8 import fp8_gemm_nt
+from finegemm.api.dense_fp8 import fp8_call_key, fp8_gemm_nt
 from finegemm.api.grouped_fp8 import m_grouped_fp8_gemm_nt_masked
 from finegemm.utils import ceil_div, write_empty_product
 
@@ -82,31 +81,10 @@ def fp8_einsum(expr: str, a: tuple[torch.Tensor, torch.Tensor], b: tuple[torch.T
     # strides and dtypes and whose other arguments were validated before skips the checks, and a
     # seen call with a prepared launch re-launches it at once: its route was chosen when the call
     # was first planned (FINEGEMM_DISABLE_PATHS is read then, as for every kept call).
-    key = _fast_key(expr, a, b, d, c, recipe)
+    key = fp8_call_key(a, b, d, c, recipe, expr, None)  # flat and inline: ~1 us less than ValidatedCalls.key
     kept = _validated.launch(key, _validate_and_run_cpu, expr, a, b, d, c, recipe)
     if kept and not _v.ran_kept(kept):
         _run(a[0], a[1], b[0], b[1], d, c, key, kept)
-
-
-def _fast_key(expr, a, b, d, c, recipe) -> Optional[tuple]:
-    """The fast path's key of a CUDA call, or None (CPU tensors, odd argument types: the validating
-    path raises what is wrong). Flat and built inline, as dense_fp8._fast_key: through
-    ValidatedCalls.key's generic helpers it cost ~1 us more per call."""
-    try:
-        if type(a) is not tuple or type(b) is not tuple or len(a) != 2 or len(b) != 2 or not _v.on_cuda(d):
-            return None
-        A, sfa = a
-        B, sfb = b
-        key = (_FN, A.data_ptr(), A.shape, A.stride(), A.dtype, sfa.data_ptr(), sfa.shape, sfa.stride(), sfa.dtype,
-               B.data_ptr(), B.shape, B.stride(), B.dtype, sfb.data_ptr(), sfb.shape, sfb.stride(), sfb.dtype,
-               d.data_ptr(), d.shape, d.stride(), d.dtype,
-               # typed: an argument the checks reject must not match a validated one by equality
-               type(expr), expr, None if recipe is None else (type(recipe),) + tuple([(type(x), x) for x in recipe]),
-               runtime.get_num_sms_setting())
-        # c last: with and without it the keys differ in length, so they never compare equal.
-        return key if c is None else key + (c.data_ptr(), c.shape, c.stride(), c.dtype)
-    except Exception:
-        return None
 
 
 _validated = _v.ValidatedCalls()

@@ -1020,14 +1020,14 @@ def heads_packed_config(batch: int, n: int, r: int, heads: int, num_sms: int, ou
 
     base = select_grouped_config(GEMM_GROUPED_MASKED, batch, n, r, heads, num_sms, batch, 0)
     block_m, block_n, stages, mc = base.block_m, base.block_n, base.num_stages, base.num_multicast
-    use_tma, tma_store = tma_store, False
     if sfa_gather:
         block_m, block_n = min(block_m, 128), min(block_n, MAX_BLOCK_N_LEAN_LOOP)
-        tma_store = use_tma and not out_fp32 and not has_c and n % block_n == 0
-        stages = min(stages, max_stages(block_m, block_n, tma_store, cap=MAX_STAGES))
+    tma = sfa_gather and tma_store and not out_fp32 and not has_c and n % block_n == 0
+    if sfa_gather:
+        stages = min(stages, max_stages(block_m, block_n, tma, cap=MAX_STAGES))
         mc = mc if block_m == base.block_m else 1
     cfg = make_grouped_config(GEMM_GROUPED_MASKED, batch, n, r, heads, num_sms, batch, 0, block_m, block_n, stages,
-                              mc, tma_store)
+                              mc, tma)
     return dataclasses.replace(cfg, heads_packed=True, sfa_gather=sfa_gather, l2_promotion=base.l2_promotion,
                                out_fp32=out_fp32, has_c=has_c)
 

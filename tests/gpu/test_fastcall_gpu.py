@@ -24,7 +24,7 @@ def _fp8_call(m, n, k):
     d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
     fn = lambda: finegemm.fp8_gemm_nt((a, sfa), (b, sfb), d)  # noqa: E731
     fn()
-    call = dense_fp8._validated_calls[dense_fp8._fast_key((a, sfa), (b, sfb), d, None, None, "nk", False)]
+    call = dense_fp8._validated_calls[dense_fp8.fp8_call_key((a, sfa), (b, sfb), d, None, None, "nk", False)]
     ref = finegemm.reference.fp8_gemm_nt(a, sfa, b, sfb, out_dtype=torch.float32)  # fp64 on the GPU
     return fn, call, d, ref
 

@@ -328,20 +328,17 @@ int encode_heads_packed(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* s
   if (c != nullptr && out_fp32 == 0) return fg::FG_ERROR_INVALID_ARGUMENT;
   const int64_t a_cols = static_cast<int64_t>(k) * num_groups, d_cols = static_cast<int64_t>(n) * num_groups;
   if (static_cast<int64_t>(lda) < a_cols || static_cast<int64_t>(ldd) < d_cols) return fg::FG_ERROR_INVALID_ARGUMENT;
-  // encode_1d2d knows the masked kind as bf16 without C: validate and encode that, then set D's type and C.
+  // encode_1d2d knows the masked kind as bf16 without C and direct stores: validate and encode that,
+  // then set D's map (over [m, G*n], not the masked kind's [G*m, n]), D's type and C.
   const int rc = encode_1d2d(L, fn, a, b, sfa, sfb, d, nullptr, m, n, k, lda, ldb, ldd, sfa_ld, block_m, block_n,
-                             num_splits, num_multicast, multicast_on_a, 0, tma_store, grid, smem_bytes,
+                             num_splits, num_multicast, multicast_on_a, 0, 0, grid, smem_bytes,
                              gemm_kind, grouped, num_groups, l2_promotion, sfa_gather);
   if (rc != CUDA_SUCCESS) return rc;
-  if ((L->flags & kFlagTmaStore) != 0) {  // encode_1d2d's map is the masked kind's [G*m, n]: D's instead
-    if (fg::tma_store_fits(d, d_cols, ldd, 2)) {
-      const CUresult r = fg::make_bf16_store_tmap(&L->tmap_d, d, static_cast<uint64_t>(d_cols),
-                                                  static_cast<uint64_t>(m), ldd, block_n);
-      if (r != CUDA_SUCCESS) return r;
-    } else {
-      L->flags &= ~kFlagTmaStore;
-      std::memset(&L->tmap_d, 0, sizeof(L->tmap_d));
-    }
+  if (tma_store != 0 && fg::tma_store_fits(d, d_cols, ldd, 2)) {  // else direct stores
+    const CUresult r = fg::make_bf16_store_tmap(&L->tmap_d, d, static_cast<uint64_t>(d_cols),
+                                                static_cast<uint64_t>(m), ldd, block_n);
+    if (r != CUDA_SUCCESS) return r;
+    L->flags |= kFlagTmaStore;
   }
   if (sfa_gather) {
     L->sfa_gather = true;
