@@ -2,7 +2,7 @@
 # One call on the H200 machine: GPU tests + benchmarks, logs and JSON under $OUT.
 # Usage (from the repo root on the GPU machine):
 #   bash scripts/device_run.sh [all|tests|bench|sanitize|tune|pending|ab_contiguous|ab_bf16_half_a|ab_rotate|
-#                               fp8_einsum|ab_einsum|ab_einsum_tma|psum|psum_ncu]
+#                               fp8_einsum|ab_einsum|ab_einsum_tma|ab_split_tma|psum|psum_ncu]
 # "pending": the same-run A/Bs waiting for a GPU (below; their variant kernels precompiled into the
 # carried cache by scripts/precompile_pending.sh).
 # Every later GPU claim in benchmarks/results/ comes from this script.
@@ -117,6 +117,15 @@ fi
 if [[ "$what" == ab_einsum_tma ]]; then
   # v1.03: the heads-packed kernel's TMA stores against its direct stores.
   einsum_ab ab_einsum_tma "tma=" "direct=FINEGEMM_DISABLE_PATHS=fp8_einsum_tma_store"
+fi
+if [[ "$what" == ab_split_tma ]]; then
+  # v1.04: the split clusters' per-warp TMA stores against their direct stores (the same kernels;
+  # the host's FINEGEMM_DIAG_SPLIT_TMA_STORE=0 keeps the direct stores), the heuristics' split picks.
+  dir="$OUT/ab_split_tma"; mkdir -p "$dir"
+  OUT="$dir" VARIANTS="tma= direct=env:FINEGEMM_DIAG_SPLIT_TMA_STORE=0" ROUNDS="${FINEGEMM_PENDING_ROUNDS:-2}" \
+    bash scripts/ab_probe_variants.sh --set split --kinds fp8_dense bf16_dense 2>&1 | tee "$dir/ab.log"
+  status=$(( status | ${PIPESTATUS[0]} ))
+  python3 scripts/ab_summary.py --base direct "$dir"/ab_*.json 2>&1 | tee "$dir/summary.txt"
 fi
 if [[ "$what" == pending || "$what" == psum ]]; then
   # The FP8 GEMM reading psum ends itself (gated, v0.99): its GPU tests (the gate opened by the tests),

@@ -269,6 +269,10 @@ def main() -> int:
     for (m, n, k, bm, bn, splits, kbat, f32_c) in t.SPLIT_CLUSTER_CASES:
         cfg = make_config(m, n, k, args.sms, f32_c, f32_c, bm, bn, max_stages(bm, bn), splits, k_batch=kbat)
         cfgs[ops._kernel_name(cfg)] = cfg
+    # The TMA-stored split clusters inside a window of a wider d (test_split_cluster_tma_store_stays_in_d).
+    for (m, n, k, bm, bn, splits) in t.SPLIT_TMA_STORE_CASES:
+        cfg = make_config(m, n, k, args.sms, False, False, bm, bn, max_stages(bm, bn), splits)
+        cfgs[ops._kernel_name(cfg)] = cfg
     # The workspace path with one and several units per CTA, and NaN partials
     # (test_split_workspace_one_unit_matches_several, test_split_k_nan_partials).
     for (m, n, k, bm, bn, splits, kbat, f32_c) in t.SPLIT_WORKSPACE_CASES:

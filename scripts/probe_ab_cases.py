@@ -53,7 +53,15 @@ FITTED_BF16_DENSE = [("nt", m, n, k) for m in (1, 16, 33, 65, 80, 100, 120)
                      for n, k in ((4096, 7168), (7168, 2048), (24576, 1536))] + [
     ("nn", m, 4096, 7168) for m in (16, 80)] + [("nt", 64, 4096, 7168), ("nt", 128, 4096, 7168)] + [
     ("nt", m, n, k) for m in (136, 200, 300) for n, k in ((4096, 7168), (7168, 2048))]
-SETS = {"fitted": (FITTED_FP8_DENSE, [], FITTED_BF16_DENSE, []),
+# `--set split`: the heuristics' split-cluster picks (one cluster per tile, the reduce-scatter
+# epilogue: NOTES v1.04), FP8 at M = 1-256 and BF16 tiles up to 64 columns.
+SPLIT_FP8_DENSE = [(m, n, 7168) for m in (1, 16, 32) for n in (2112, 4096)] + [
+    (m, 7168, 16384) for m in (1, 16, 32)] + [(64, 2112, 7168), (64, 4096, 7168), (128, 2112, 7168),
+                                               (128, 4096, 7168), (256, 2112, 7168)]
+SPLIT_BF16_DENSE = [("nt", 1, 2112, 7168), ("nt", 16, 4096, 7168), ("nt", 64, 2112, 7168), ("nt", 128, 2112, 7168),
+                    ("tn", 128, 2112, 7168), ("tn", 128, 4096, 7168), ("nn", 128, 2112, 7168),
+                    ("tt", 128, 4096, 7168), ("tt", 16, 2112, 7168)]
+SETS = {"fitted": (FITTED_FP8_DENSE, [], FITTED_BF16_DENSE, []), "split": (SPLIT_FP8_DENSE, [], SPLIT_BF16_DENSE, []),
         "anchor": (FP8_DENSE, FP8_MASKED, BF16_DENSE, BF16_MASKED), "mid": (MID_FP8_DENSE, [], MID_BF16_DENSE, []),
         "lmhead": ([], [], LMHEAD_BF16_DENSE, []), "skinny": (SKINNY_FP8_DENSE, [], SKINNY_BF16_DENSE, [])}
 

@@ -293,6 +293,40 @@ def test_split_cluster_matches_workspace_path(case):
     assert torch.equal(results[units][0], results[units - 1][0]), "split cluster differs from the workspace path"
 
 
+# A split cluster's bf16 d (no C) leaves through per-warp TMA stores (16-row boxes) where d's rows
+# allow a TMA store: (layout, m, n, k, block_m, block_n, stages, splits). d is a window of a taller,
+# wider NaN tensor, so a box reaching past row m or column n would show.
+SPLIT_TMA_STORE_CASES = [("nt", 17, 1000, 7168, 64, 64, 14, 4), ("tn", 100, 1024, 4104, 128, 32, 10, 2),
+                         ("nn", 1, 1024, 7168, 64, 32, 16, 2), ("tt", 130, 584, 2056, 128, 64, 9, 3)]
+
+
+@pytest.mark.parametrize("case", SPLIT_TMA_STORE_CASES, ids=str)
+def test_split_cluster_tma_store_stays_in_d(case):
+    """The TMA-stored split cluster writes exactly d's window (the cells around it stay NaN) and
+    the workspace path's result bit for bit, poisoned output, fp32 product, bitwise repeat."""
+    layout, m, n, k, bm, bn, st, splits = case
+    a_mn, b_mn = heur.LAYOUTS[layout]
+    a, b = _operands(layout, m, n, k, seed=5 * m + n)
+    out = {}
+    cfg = heur.make_config(m, n, k, finegemm.get_num_sms(), a_mn, b_mn, False, False, bm, bn, splits, num_stages=st)
+    for grid in (cfg.num_units, cfg.num_units - 1):
+        wide = torch.full((m + 3, n + 8), float("nan"), device="cuda", dtype=BF16)
+        d = wide[1:m + 1, :n]
+        call = ops.prepare(a, b, d, None, layout, config=dataclasses.replace(cfg, grid=grid))
+        call()
+        first = d.clone()
+        call()
+        assert torch.equal(first, d), f"{case} grid {grid}: not bitwise repeatable"
+        _check(d, _reference(layout, a, b))
+        assert call.cluster_size() == (splits if grid == cfg.num_units else 1)
+        outside = wide.clone()
+        outside[1:m + 1, :n] = float("nan")
+        assert bool(torch.isnan(outside.float()).all()), (
+            f"{case}: {int((~torch.isnan(outside.float())).sum())} cells outside d written")
+        out[grid] = d.clone()
+    assert torch.equal(out[cfg.num_units], out[cfg.num_units - 1]), "TMA-stored split cluster differs"
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("m,n,k,out", [(128, 2112, 7168, "bf16"), (1, 2112, 7168, "bf16"), (17, 576, 4104, "fp32+c"),
                                        (4097, 2112, 512, "fp32")])

@@ -428,6 +428,38 @@ def test_split_cluster_matches_workspace_path(case):
     assert torch.equal(out[splits], out[1])
 
 
+# A split cluster's bf16 d (no C) leaves through per-warp TMA stores (16-row boxes) where d's
+# rows allow a TMA store (16-byte base, pitch and row bytes): (m, n, k, block_m, block_n, splits).
+# d is a window of a taller, wider NaN tensor, so a box reaching past row m or column n would show.
+SPLIT_TMA_STORE_CASES = [(17, 1000, 7168, 64, 64, 4), (100, 1024, 7296, 128, 64, 2), (130, 584, 4096, 128, 64, 3),
+                         (1, 1024, 7168, 64, 32, 2), (255, 768, 2048, 128, 128, 5), (64, 1040, 7168, 64, 48, 2)]
+
+
+@pytest.mark.parametrize("case", SPLIT_TMA_STORE_CASES, ids=str)
+def test_split_cluster_tma_store_stays_in_d(case):
+    """The TMA-stored split cluster writes exactly d's window (the cells around it stay NaN) and
+    the workspace path's result bit for bit (that path stores directly), poisoned output, exact
+    reference, bitwise repeat."""
+    from finegemm.heuristics.sm90_fp8_gemm import make_config, max_stages
+
+    m, n, k, bm, bn, splits = case
+    units = -(-m // bm) * -(-n // bn) * splits
+    x, w, a, sfa, b, sfb = _inputs(m, n, k, seed=3 * m + n)
+    out = {}
+    for sms in (units, units - 1):
+        cfg = make_config(m, n, k, sms, False, False, bm, bn, max_stages(bm, bn), splits)
+        wide = torch.full((m + 3, n + 8), float("nan"), device="cuda", dtype=torch.bfloat16)
+        d = wide[1:m + 1, :n]
+        call = _run_checked(cfg, x, w, a, sfa, b, sfb, d)
+        assert call.cluster_size() == (splits if sms == units else 1)
+        outside = wide.clone()
+        outside[1:m + 1, :n] = float("nan")
+        assert bool(torch.isnan(outside.float()).all()), (
+            f"{case}: {int((~torch.isnan(outside.float())).sum())} cells outside d written")
+        out[sms] = d.clone()
+    assert torch.equal(out[units], out[units - 1]), "the TMA-stored split cluster differs from the workspace path"
+
+
 def _counters_reset():
     """Every split-K counter back to zero (the kernels' invariant between calls)."""
     torch.cuda.synchronize()

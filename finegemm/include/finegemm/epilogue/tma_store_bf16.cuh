@@ -106,6 +106,40 @@ struct TmaStoreBf16 {
     }
   }
 
+  // One warp's 16 rows (rows 16 warp .. +15 of the warpgroup's fragment layout, as in store) for
+  // kernels whose warps finish their rows independently (a split cluster's reduce-scatter): the
+  // warp writes its slice of the staging buffer `buf` (the same offsets as store's, so each column
+  // box's 16 rows are 16 x kSwizzleBytes contiguous bytes, swizzle-atom aligned) and lane 0 stores
+  // them (D's map box: kBoxCols x 16 rows; row0: the warp's first row) and waits for the stores
+  // before the warp leaves (the buffer may not be freed under them: the CTA's only tile).
+  template <uint32_t kNumAcc>
+  __device__ __forceinline__ static void store_warp(const float (&fin)[kNumAcc], uint32_t buf, const void* tmap_d,
+                                                    int32_t col0, int32_t row0) {
+    static_assert(kNumAcc == BLOCK_N / 2, "fragment size");
+    static_assert(kHeadMid == 0, "head splits store whole warpgroups");
+    const uint32_t warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+    const uint32_t mat = lane / 8;
+    const uint32_t row = warp * 16 + (mat % 2) * 8 + lane % 8;
+    const uint32_t chunk_off = mat / 2;
+#pragma unroll
+    for (uint32_t j = 0; j < BLOCK_N / 8; j += 2) {
+      ptx::stmatrix_x4(buf + offset(row, j + chunk_off), ptx::pack_bf16x2(fin[4 * j + 0], fin[4 * j + 1]),
+                       ptx::pack_bf16x2(fin[4 * j + 2], fin[4 * j + 3]), ptx::pack_bf16x2(fin[4 * j + 4], fin[4 * j + 5]),
+                       ptx::pack_bf16x2(fin[4 * j + 6], fin[4 * j + 7]));
+    }
+    ptx::fence_proxy_async_shared();
+    __syncwarp();
+    if (lane == 0 && !diag::kNoDTma) {
+#pragma unroll
+      for (uint32_t b = 0; b < kNumBoxes; ++b) {
+        ptx::tma_store_2d(tmap_d, buf + b * kBoxBytes + warp * 16 * kSwizzleBytes,
+                          col0 + static_cast<int32_t>(b * kBoxCols), row0);
+      }
+      ptx::tma_store_commit();
+      ptx::tma_store_wait<0>();
+    }
+  }
+
   // Before the issuing thread exits: every store has completed (its smem source must stay valid).
   __device__ __forceinline__ static void finish() {
     if (threadIdx.x % 128 == 0) ptx::tma_store_wait<0>();

@@ -254,10 +254,12 @@ inline int bf16_store_swizzle_bytes(int block_n) {
 
 // The bf16 D map of that epilogue: [rows, cols] with row pitch ldd elements, its box and swizzle.
 // (The caller checks tma_store_fits first; the FP8 and BF16 dense / grouped / head-split launchers.)
-inline CUresult make_bf16_store_tmap(CUtensorMap* tmap, void* d, uint64_t cols, uint64_t rows, int ldd, int block_n) {
+// box_rows 16: the split clusters' per-warp stores (TmaStoreBf16::store_warp).
+inline CUresult make_bf16_store_tmap(CUtensorMap* tmap, void* d, uint64_t cols, uint64_t rows, int ldd, int block_n,
+                                     uint32_t box_rows = 64) {
   const int sw = bf16_store_swizzle_bytes(block_n);
   return make_tmap_2d(tmap, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, d, cols, rows, static_cast<uint64_t>(ldd) * 2u,
-                      static_cast<uint32_t>(sw / 2), 64,
+                      static_cast<uint32_t>(sw / 2), box_rows,
                       sw == 128 ? CU_TENSOR_MAP_SWIZZLE_128B
                                 : (sw == 64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_32B));
 }
@@ -404,6 +406,17 @@ inline unsigned split_cluster_size(CUfunction fn, int m, int n, int block_m, int
       static_cast<int64_t>(clusters) * num_splits < grid)
     return 1u;
   return static_cast<unsigned>(num_splits);
+}
+
+// Whether a split cluster's bf16 D (no C) is TMA-stored per warp (the FP8 kernel's kSplitTmaStore;
+// a kernel built without it ignores the flag and stores directly). FINEGEMM_DIAG_SPLIT_TMA_STORE=0
+// keeps the direct stores (A/Bs; read once per process).
+inline bool split_tma_store_on() {
+  static const bool on = [] {
+    const char* v = std::getenv("FINEGEMM_DIAG_SPLIT_TMA_STORE");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return on;
 }
 
 // Whether a launch sums its split-K partials through the workspace and counters: split-K, and not

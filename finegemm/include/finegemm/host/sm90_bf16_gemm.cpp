@@ -139,6 +139,14 @@ int encode_dense(Sm90Bf16Launch* L, uint64_t fn, void* a, void* b, void* d, void
   L->cluster = fg::split_cluster_size(L->fn, m, n, block_m, block_n, fg::kBf16ClusterSplitMaxN, num_splits, grid,
                                       static_cast<int>(L->threads), smem_bytes);
   L->split_in_cluster = L->cluster > 1;
+  // A split cluster stores a bf16 D (no C) per warp through TMA (16-row boxes; the kernel's
+  // kSplitTmaStore, which ignores the flag where its staging does not fit).
+  if (L->split_in_cluster && out_fp32 == 0 && c == nullptr && fg::split_tma_store_on() &&
+      fg::tma_store_fits(d, n, ldd, 2)) {
+    r = fg::make_bf16_store_tmap(&L->tmap_d, d, static_cast<uint64_t>(n), static_cast<uint64_t>(m), ldd, block_n, 16);
+    if (r != CUDA_SUCCESS) return r;
+    L->flags |= kBf16FlagTmaStore;
+  }
   return CUDA_SUCCESS;
 }
 

@@ -189,6 +189,12 @@ int encode_1d2d(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sfa, void
     L->cluster = fg::split_cluster_size(L->fn, m, n, block_m, block_n, fg::fp8_cluster_split_max_n(block_m),
                                         num_splits, grid, static_cast<int>(L->threads), smem_bytes);
     L->split_in_cluster = L->cluster > 1;
+    if (L->split_in_cluster && out_fp32 == 0 && c == nullptr && fg::split_tma_store_on() &&
+        fg::tma_store_fits(d, n, ldd, 2)) {
+      r = fg::make_bf16_store_tmap(&L->tmap_d, d, static_cast<uint64_t>(n), rows_a, ldd, block_n, 16);
+      if (r != CUDA_SUCCESS) return r;
+      L->flags |= kFlagTmaStore;
+    }
   }
   return CUDA_SUCCESS;
 }

@@ -266,6 +266,11 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
   static_assert(!kClusterSplit || BLOCK_M * BLOCK_N * 4 <= kNumStages * (Traits::kSmemA + Traits::kSmemB),
                 "the split partial reuses the ring");
   const bool split_cluster = kClusterSplit && ptx::cluster_nctarank() > 1;
+  // A split cluster's bf16 D (no C) may leave through TMA per warp, staged in the ring past the
+  // partial (the host's kBf16FlagTmaStore with a 16-row-box map; as the FP8 kernel's kSplitTmaStore).
+  constexpr uint32_t kSplitStagingOff = Traits::kOffA + BLOCK_M * BLOCK_N * 4;  // multiple of 4096
+  constexpr bool kSplitTmaStore =
+      kClusterSplit && BLOCK_M * BLOCK_N * 6 <= kNumStages * (Traits::kSmemA + Traits::kSmemB);
 
   if (threadIdx.x == 0) {
     // A launch with less dynamic shared memory than this layout needs would corrupt memory.
@@ -588,6 +593,13 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
         if constexpr (!diag::kSplitClusterNoPeers)
           epilogue::gather_cluster_split_partials<kNumChunks, kNumConsumerThreads>(acc, base + Traits::kOffA,
                                                                                   num_splits, split);
+        if constexpr (kSplitTmaStore) {
+          if ((flags & kBf16FlagTmaStore) != 0) {  // the host's rule: bf16 D, no C
+            EpiTma::store_warp(acc, base + kSplitStagingOff + wg * EpiTma::kBytes, tmap_d, static_cast<int32_t>(n0),
+                               static_cast<int32_t>(m0 + wg * 64 + warp * 16));
+            continue;
+          }
+        }
       } else if constexpr (kSplitK && !diag::kSplitNoReduce) {
         // Partials and their in-order sum: epilogue/split_k.cuh.
         const uint32_t tile = sched.tile_index(m_block, n_block);

@@ -488,7 +488,8 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   // splits of each tile as one cluster when every CTA runs exactly one unit and the tile is at
   // most kClusterSplitMaxN columns wide (host encode_1d2d); the partials then never go through L2.
   // Its fragment fits the ring, which is idle by then (one unit per CTA). Split kernels never have
-  // the TMA-store epilogue (static_asserts above), so the reduce-scatter's warps may leave freely.
+  // the warpgroup-wide TMA-store epilogue (static_asserts above), so the reduce-scatter's warps may
+  // leave freely (a warp's own TMA store waits for itself: store_warp).
   // Recipe (1, 1, 128) keeps the workspace: its launcher has no split clusters (and bm128 bn128
   // spilled with the cluster code); so do three-warpgroup tiles above 64 columns (bm192 bn96 spilled).
   constexpr uint32_t kClusterSplitMaxN = BLOCK_M <= 128 ? 128 : 64;  // mirrors fg::fp8_cluster_split_max_n
@@ -496,6 +497,15 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
       kSplitK && !k1D1D && kNumMulticast == 1 && BLOCK_N <= kClusterSplitMaxN && !diag::kSplitNoReduce;
   static_assert(!kClusterSplit || BLOCK_M * BLOCK_N * 4 <= kNumStages * (Traits::kSmemA + Traits::kSmemB),
                 "the split partial reuses the ring");
+  // A split cluster's bf16 D (no C) may leave through TMA (the host's kFlagTmaStore, D's map with
+  // 16-row boxes): each storing warp stages its 16 reduced rows in the ring past the partial,
+  // which its peers may still be reading, and stores them itself (epilogue::TmaStoreBf16::
+  // store_warp), as the direct stores cost more than the TMA store even at one tile per CTA
+  // (benchmarks/NOTES.md v1.03, v1.04). Where the staging does not fit the ring, direct stores.
+  constexpr uint32_t kSplitStagingOff = Traits::kOffA + BLOCK_M * BLOCK_N * 4;  // multiple of 4096
+  constexpr bool kSplitTmaStore = kClusterSplit && !kOutFp32 && !kHasC && kGemmKind == scheduler::kGemmNormal &&
+                                  kHeadMid == 0 &&
+                                  BLOCK_M * BLOCK_N * 6 <= kNumStages * (Traits::kSmemA + Traits::kSmemB);
   const bool split_cluster = kClusterSplit && ptx::cluster_nctarank() > 1;
   // The tile of `unit` as the producer and the scale warp see it (each role walks with its own
   // walker); false past the last unit of a grouped kind. The dense kind keeps its loop head
@@ -1259,6 +1269,14 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         if ((threadIdx.x / 32) % num_splits != split) continue;
         epilogue::gather_cluster_split_partials<kNumChunks, kNumConsumerThreads, (kNumChunks <= 4 ? 8 : 1)>(
             fin, base + Traits::kOffA, num_splits, split);
+        if constexpr (kSplitTmaStore) {
+          if ((flags & kFlagTmaStore) != 0) {
+            EpiTma::store_warp(fin, base + kSplitStagingOff + wg * EpiTma::kBytes, tmap_d, static_cast<int32_t>(n0),
+                               static_cast<int32_t>(m0 + wg * 64 + warp * 16));
+            FG_TRACE_TILE(wg_trace, wg, traced, 3);
+            continue;
+          }
+        }
       } else if constexpr (kSplitK && !diag::kSplitNoReduce) {
         // A multicast pair's phantom tile (past the last m- / n-block: it only fed its peer's loads)
         // has no slab and no counter: nothing to write, nobody waits for it.
