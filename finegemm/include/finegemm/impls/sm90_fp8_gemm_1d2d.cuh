@@ -34,6 +34,8 @@
 // direct register -> global stores. With C (recipe (1,1,128)) the producer prefetches each tile's C
 // boxes into L2 over the k-blocks before the tile's last few (TmaStoreFp32::Prefetch): through D's
 // map for the reduce-add, through a map over C (kFlagCPrefetchMap) for the direct epilogue.
+// A split cluster's storing warps (split-K below) TMA-store a bf16 D without C per warp
+// (kSplitTmaStore, the host's kFlagTmaStore with a 16-row-box map).
 //
 // GEMM kinds (kGemmKind, scheduler/persistent.cuh): kGemmNormal; kGemmGroupedContiguous (MoE
 // prefill: A [M, K] rows of all groups stacked, B [G*N, K], sfb [G, ceil(N/128), Kb], `grouped`
