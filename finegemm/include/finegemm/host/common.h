@@ -408,8 +408,8 @@ inline unsigned split_cluster_size(CUfunction fn, int m, int n, int block_m, int
   return static_cast<unsigned>(num_splits);
 }
 
-// Whether a split cluster's bf16 D (no C) is TMA-stored per warp (the FP8 kernel's kSplitTmaStore;
-// a kernel built without it ignores the flag and stores directly). FINEGEMM_DIAG_SPLIT_TMA_STORE=0
+// Whether a split cluster's bf16 D (no C) is TMA-stored per warp (both kernels' kSplitTmaStore; a
+// kernel whose staging does not fit its ring ignores the flag and stores directly). FINEGEMM_DIAG_SPLIT_TMA_STORE=0
 // keeps the direct stores (A/Bs; read once per process).
 inline bool split_tma_store_on() {
   static const bool on = [] {
