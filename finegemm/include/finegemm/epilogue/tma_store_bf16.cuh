@@ -3,7 +3,7 @@
 // the warpgroup's next tile:
 //   (1) the thread that issued the previous stores waits until they have READ the buffer
 //       (cp.async.bulk.wait_group.read 0), then a warpgroup-local named barrier;
-//   (2) all 128 threads write their fragment with stmatrix (conflict-free thanks to the swizzle);
+//   (2) all 128 threads write their fragment with stmatrix (stage_warp_rows; no bank conflicts: the swizzle);
 //   (3) fence.proxy.async.shared::cta (each writer) + named barrier;
 //   (4) one thread issues the TMA stores (one per column box) and commits, without waiting.
 // At kernel end, the issuing thread must call finish() (wait_group 0) before exiting.
@@ -64,6 +64,24 @@ struct TmaStoreBf16 {
     return (chunk / kChunksPerBox) * kBoxBytes + swizzled_chunk_offset<kSwizzleBytes>(row, chunk % kChunksPerBox);
   }
 
+  // One warp's 16 fragment rows (16 warp .. +15) into the staging buffer with stmatrix (conflict-free
+  // thanks to the swizzle); keep0 / keep1 mask the upper / lower row's bits (all-zero bits: +0.0).
+  // Lane l addresses row l % 8 of matrix l / 8: matrices {rows 0-7, rows 8-15} x {chunk j, j+1}.
+  template <uint32_t kNumAcc>
+  __device__ __forceinline__ static void stage_warp_rows(const float (&fin)[kNumAcc], uint32_t buf, uint32_t warp,
+                                                         uint32_t lane, uint32_t keep0, uint32_t keep1) {
+    const uint32_t mat = lane / 8;
+    const uint32_t row = warp * 16 + (mat % 2) * 8 + lane % 8;
+    const uint32_t chunk_off = mat / 2;
+#pragma unroll
+    for (uint32_t j = 0; j < BLOCK_N / 8; j += 2) {
+      ptx::stmatrix_x4(buf + offset(row, j + chunk_off), ptx::pack_bf16x2(fin[4 * j + 0], fin[4 * j + 1]) & keep0,
+                       ptx::pack_bf16x2(fin[4 * j + 2], fin[4 * j + 3]) & keep1,
+                       ptx::pack_bf16x2(fin[4 * j + 4], fin[4 * j + 5]) & keep0,
+                       ptx::pack_bf16x2(fin[4 * j + 6], fin[4 * j + 7]) & keep1);
+    }
+  }
+
   // Called by all 128 threads of the warpgroup. buf: this warpgroup's staging buffer (shared
   // address, 1024-aligned); fin: the thread's fragment (register 4j+{0,1}: row 16 warp + lane/4,
   // cols 8j + 2 (lane%4) + {0,1}; 4j+{2,3}: 8 rows below); (col0, row0): the box's global origin.
@@ -80,19 +98,10 @@ struct TmaStoreBf16 {
     // (1) the previous tile's stores from this buffer have been read out
     if (tid == 0) ptx::tma_store_wait_read<0>();
     ptx::named_barrier_sync(barrier_id, 128);
-    // (2) lane l addresses row l % 8 of matrix l / 8: matrices {rows 0-7, rows 8-15} x {chunk j, j+1}
-    const uint32_t mat = lane / 8;
-    const uint32_t row = warp * 16 + (mat % 2) * 8 + lane % 8;
-    const uint32_t chunk_off = mat / 2;
+    // (2) every warp stages its 16 rows
     const uint32_t keep0 = (zero_rows & 1u) ? 0u : ~0u;  // all-zero bits: +0.0 even for a NaN fragment
     const uint32_t keep1 = (zero_rows & 2u) ? 0u : ~0u;
-#pragma unroll
-    for (uint32_t j = 0; j < BLOCK_N / 8; j += 2) {
-      ptx::stmatrix_x4(buf + offset(row, j + chunk_off), ptx::pack_bf16x2(fin[4 * j + 0], fin[4 * j + 1]) & keep0,
-                       ptx::pack_bf16x2(fin[4 * j + 2], fin[4 * j + 3]) & keep1,
-                       ptx::pack_bf16x2(fin[4 * j + 4], fin[4 * j + 5]) & keep0,
-                       ptx::pack_bf16x2(fin[4 * j + 6], fin[4 * j + 7]) & keep1);
-    }
+    stage_warp_rows(fin, buf, warp, lane, keep0, keep1);
     // (3) generic-proxy writes visible to the TMA (async proxy), then everyone has written
     ptx::fence_proxy_async_shared();
     ptx::named_barrier_sync(barrier_id, 128);
@@ -118,15 +127,7 @@ struct TmaStoreBf16 {
     static_assert(kNumAcc == BLOCK_N / 2, "fragment size");
     static_assert(kHeadMid == 0, "head splits store whole warpgroups");
     const uint32_t warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
-    const uint32_t mat = lane / 8;
-    const uint32_t row = warp * 16 + (mat % 2) * 8 + lane % 8;
-    const uint32_t chunk_off = mat / 2;
-#pragma unroll
-    for (uint32_t j = 0; j < BLOCK_N / 8; j += 2) {
-      ptx::stmatrix_x4(buf + offset(row, j + chunk_off), ptx::pack_bf16x2(fin[4 * j + 0], fin[4 * j + 1]),
-                       ptx::pack_bf16x2(fin[4 * j + 2], fin[4 * j + 3]), ptx::pack_bf16x2(fin[4 * j + 4], fin[4 * j + 5]),
-                       ptx::pack_bf16x2(fin[4 * j + 6], fin[4 * j + 7]));
-    }
+    stage_warp_rows(fin, buf, warp, lane, ~0u, ~0u);
     ptx::fence_proxy_async_shared();
     __syncwarp();
     if (lane == 0 && !diag::kNoDTma) {
