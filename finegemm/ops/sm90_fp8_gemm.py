@@ -1020,10 +1020,10 @@ def heads_packed_config(batch: int, n: int, r: int, heads: int, num_sms: int, ou
 
     base = select_grouped_config(GEMM_GROUPED_MASKED, batch, n, r, heads, num_sms, batch, 0)
     block_m, block_n, stages, mc = base.block_m, base.block_n, base.num_stages, base.num_multicast
+    tma = False
     if sfa_gather:
         block_m, block_n = min(block_m, 128), min(block_n, MAX_BLOCK_N_LEAN_LOOP)
-    tma = sfa_gather and tma_store and not out_fp32 and not has_c and n % block_n == 0
-    if sfa_gather:
+        tma = tma_store and not out_fp32 and not has_c and n % block_n == 0
         stages = min(stages, max_stages(block_m, block_n, tma, cap=MAX_STAGES))
         mc = mc if block_m == base.block_m else 1
     cfg = make_grouped_config(GEMM_GROUPED_MASKED, batch, n, r, heads, num_sms, batch, 0, block_m, block_n, stages,

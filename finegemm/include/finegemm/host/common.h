@@ -264,6 +264,17 @@ inline CUresult make_bf16_store_tmap(CUtensorMap* tmap, void* d, uint64_t cols, 
                                 : (sw == 64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_32B));
 }
 
+// Every bf16 TMA-store launcher's step: D's map (make_bf16_store_tmap over cols x rows) and `flag`
+// added to *flags where a TMA store may write d's rows (tma_store_fits over cols); otherwise nothing
+// is encoded and the kernel stores directly. Returns the encode's error, else CUDA_SUCCESS.
+inline CUresult encode_bf16_store_if_fits(CUtensorMap* tmap, uint32_t* flags, uint32_t flag, void* d, uint64_t cols,
+                                          uint64_t rows, int ldd, int block_n, uint32_t box_rows = 64) {
+  if (!tma_store_fits(d, static_cast<int64_t>(cols), ldd, 2)) return CUDA_SUCCESS;
+  const CUresult r = make_bf16_store_tmap(tmap, d, cols, rows, ldd, block_n, box_rows);
+  if (r == CUDA_SUCCESS) *flags |= flag;
+  return r;
+}
+
 // The fp32 D map of the recipe (1,1,128) TMA epilogue (mirrors epilogue::TmaStoreFp32<block_n>):
 // [groups, m, n] fp32 with row pitch ldd elements (group g's rows start at g * m), box (32 or 16
 // columns, 64 rows, 1). Returns false (nothing encoded) where a TMA store may not write d

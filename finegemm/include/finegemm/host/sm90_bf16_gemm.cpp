@@ -119,13 +119,10 @@ int encode_dense(Sm90Bf16Launch* L, uint64_t fn, void* a, void* b, void* d, void
   if (c != nullptr) flags |= kBf16FlagHasC;
 
   std::memset(&L->tmap_d, 0, sizeof(L->tmap_d));
-  if (tma_store != 0 && out_fp32 == 0 && c == nullptr) {
-    const bool ok = fg::tma_store_fits(d, n, ldd, 2);  // else direct stores
-    if (ok) {
-      r = fg::make_bf16_store_tmap(&L->tmap_d, d, static_cast<uint64_t>(n), static_cast<uint64_t>(m), ldd, block_n);
-      if (r != CUDA_SUCCESS) return r;
-      flags |= kBf16FlagTmaStore;
-    }
+  if (tma_store != 0 && out_fp32 == 0 && c == nullptr) {  // else (or where d's rows do not fit) direct stores
+    r = fg::encode_bf16_store_if_fits(&L->tmap_d, &flags, kBf16FlagTmaStore, d, static_cast<uint64_t>(n),
+                                      static_cast<uint64_t>(m), ldd, block_n);
+    if (r != CUDA_SUCCESS) return r;
   }
 
   L->d = d;
@@ -141,11 +138,10 @@ int encode_dense(Sm90Bf16Launch* L, uint64_t fn, void* a, void* b, void* d, void
   L->split_in_cluster = L->cluster > 1;
   // A split cluster stores a bf16 D (no C) per warp through TMA (16-row boxes; the kernel's
   // kSplitTmaStore, which ignores the flag where its staging does not fit).
-  if (L->split_in_cluster && out_fp32 == 0 && c == nullptr && fg::split_tma_store_on() &&
-      fg::tma_store_fits(d, n, ldd, 2)) {
-    r = fg::make_bf16_store_tmap(&L->tmap_d, d, static_cast<uint64_t>(n), static_cast<uint64_t>(m), ldd, block_n, 16);
+  if (L->split_in_cluster && out_fp32 == 0 && c == nullptr && fg::split_tma_store_on()) {
+    r = fg::encode_bf16_store_if_fits(&L->tmap_d, &L->flags, kBf16FlagTmaStore, d, static_cast<uint64_t>(n),
+                                      static_cast<uint64_t>(m), ldd, block_n, 16);
     if (r != CUDA_SUCCESS) return r;
-    L->flags |= kBf16FlagTmaStore;
   }
   return CUDA_SUCCESS;
 }
@@ -250,13 +246,9 @@ int encode_grouped(Sm90Bf16GroupedLaunch* L, uint64_t fn, void* a, void* b, void
   uint32_t flags = vec ? kBf16FlagVectorStores : 0u;
 
   std::memset(&L->tmap_d, 0, sizeof(L->tmap_d));
-  const bool ok = fg::tma_store_fits(d, n, ldd, 2);  // else direct stores
-  if (ok) {
-    r = fg::make_bf16_store_tmap(&L->tmap_d, d, static_cast<uint64_t>(n), static_cast<uint64_t>(rows_a), ldd,
-                                 block_n);
-    if (r != CUDA_SUCCESS) return r;
-    flags |= kBf16FlagTmaStore;
-  }
+  r = fg::encode_bf16_store_if_fits(&L->tmap_d, &flags, kBf16FlagTmaStore, d, static_cast<uint64_t>(n),
+                                    static_cast<uint64_t>(rows_a), ldd, block_n);  // else direct stores
+  if (r != CUDA_SUCCESS) return r;
 
   L->d = d;
   L->grouped = static_cast<const int*>(grouped);

@@ -163,13 +163,10 @@ int encode_1d2d(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sfa, void
   uint32_t flags = vec ? kFlagVectorStores : 0u;
 
   std::memset(&L->tmap_d, 0, sizeof(L->tmap_d));
-  if (tma_store != 0) {
-    const bool ok = fg::tma_store_fits(d, n, ldd, 2);  // else direct stores
-    if (ok) {
-      r = fg::make_bf16_store_tmap(&L->tmap_d, d, static_cast<uint64_t>(n), rows_a, ldd, block_n);
-      if (r != CUDA_SUCCESS) return r;
-      flags |= kFlagTmaStore;
-    }
+  if (tma_store != 0) {  // else (or where d's rows do not fit a TMA store) direct stores
+    r = fg::encode_bf16_store_if_fits(&L->tmap_d, &flags, kFlagTmaStore, d, static_cast<uint64_t>(n), rows_a, ldd,
+                                      block_n);
+    if (r != CUDA_SUCCESS) return r;
   }
 
   L->sfb_p = static_cast<const float*>(sfb);
@@ -189,11 +186,10 @@ int encode_1d2d(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sfa, void
     L->cluster = fg::split_cluster_size(L->fn, m, n, block_m, block_n, fg::fp8_cluster_split_max_n(block_m),
                                         num_splits, grid, static_cast<int>(L->threads), smem_bytes);
     L->split_in_cluster = L->cluster > 1;
-    if (L->split_in_cluster && out_fp32 == 0 && c == nullptr && fg::split_tma_store_on() &&
-        fg::tma_store_fits(d, n, ldd, 2)) {
-      r = fg::make_bf16_store_tmap(&L->tmap_d, d, static_cast<uint64_t>(n), rows_a, ldd, block_n, 16);
+    if (L->split_in_cluster && out_fp32 == 0 && c == nullptr && fg::split_tma_store_on()) {
+      r = fg::encode_bf16_store_if_fits(&L->tmap_d, &L->flags, kFlagTmaStore, d, static_cast<uint64_t>(n), rows_a,
+                                        ldd, block_n, 16);
       if (r != CUDA_SUCCESS) return r;
-      L->flags |= kFlagTmaStore;
     }
   }
   return CUDA_SUCCESS;
@@ -340,11 +336,11 @@ int encode_heads_packed(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* s
                              num_splits, num_multicast, multicast_on_a, 0, 0, grid, smem_bytes,
                              gemm_kind, grouped, num_groups, l2_promotion, sfa_gather);
   if (rc != CUDA_SUCCESS) return rc;
-  if (tma_store != 0 && fg::tma_store_fits(d, d_cols, ldd, 2)) {  // else direct stores
-    const CUresult r = fg::make_bf16_store_tmap(&L->tmap_d, d, static_cast<uint64_t>(d_cols),
-                                                static_cast<uint64_t>(m), ldd, block_n);
+  if (tma_store != 0) {  // else (or where d's rows do not fit a TMA store) direct stores
+    const CUresult r = fg::encode_bf16_store_if_fits(&L->tmap_d, &L->flags, kFlagTmaStore, d,
+                                                     static_cast<uint64_t>(d_cols), static_cast<uint64_t>(m), ldd,
+                                                     block_n);
     if (r != CUDA_SUCCESS) return r;
-    L->flags |= kFlagTmaStore;
   }
   if (sfa_gather) {
     L->sfa_gather = true;

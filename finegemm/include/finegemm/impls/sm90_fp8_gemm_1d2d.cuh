@@ -505,9 +505,9 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   // store_warp), as the direct stores cost more than the TMA store even at one tile per CTA
   // (benchmarks/NOTES.md v1.03, v1.04). Where the staging does not fit the ring, direct stores.
   constexpr uint32_t kSplitStagingOff = Traits::kOffA + BLOCK_M * BLOCK_N * 4;  // multiple of 4096
-  constexpr bool kSplitTmaStore = kClusterSplit && !kOutFp32 && !kHasC && kGemmKind == scheduler::kGemmNormal &&
-                                  kHeadMid == 0 &&
-                                  BLOCK_M * BLOCK_N * 6 <= kNumStages * (Traits::kSmemA + Traits::kSmemB);
+  // (Split-K kernels are of the dense kind without head splits: the static_asserts above.)
+  constexpr bool kSplitTmaStore =
+      kClusterSplit && !kOutFp32 && !kHasC && BLOCK_M * BLOCK_N * 6 <= kNumStages * (Traits::kSmemA + Traits::kSmemB);
   const bool split_cluster = kClusterSplit && ptx::cluster_nctarank() > 1;
   // The tile of `unit` as the producer and the scale warp see it (each role walks with its own
   // walker); false past the last unit of a grouped kind. The dense kind keeps its loop head
