@@ -2,7 +2,7 @@
 # One call on the H200 machine: GPU tests + benchmarks, logs and JSON under $OUT.
 # Usage (from the repo root on the GPU machine):
 #   bash scripts/device_run.sh [all|tests|bench|sanitize|tune|pending|ab_contiguous|ab_bf16_half_a|ab_rotate|
-#                               fp8_einsum|ab_einsum|ab_einsum_tma|ab_split_tma|psum|psum_ncu]
+#                               fp8_einsum|ab_einsum|ab_einsum_tma|ab_split_tma|psum|psum_ncu|b_stream]
 # "pending": the same-run A/Bs waiting for a GPU (below; their variant kernels precompiled into the
 # carried cache by scripts/precompile_pending.sh).
 # Every later GPU claim in benchmarks/results/ comes from this script.
@@ -145,6 +145,25 @@ if [[ "$what" == psum_ncu ]]; then
     -k finegemm_entry python3 scripts/probe_psum_in_gemm.py --only 4,8192 --families fp8 --rounds 2 \
     --plain-calls 4 > "$OUT/psum_ncu.csv" 2> "$OUT/psum_ncu.log"
   status=$(( status | $? ))
+fi
+if [[ "$what" == b_stream ]]; then
+  # The skinny shapes' B-stream bound with wider boxes (scripts/probe_b_stream.cu; no MMA, no
+  # library): N,K,bn,layout(0 2d / 1 3d / 2 4d),G,slots,splits,copies,a_rows. Two rounds.
+  nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I finegemm/include \
+    scripts/probe_b_stream.cu -o /tmp/probe_b_stream 2>&1 | tee "$OUT/b_stream_build.log"
+  cases="4096,7168,64,0,1,8,2,1,0 4096,7168,64,0,1,8,2,1,128 4096,7168,64,0,2,4,2,1,0 4096,7168,64,1,2,4,2,1,0
+    4096,7168,64,2,2,4,2,1,0 4096,7168,64,2,4,2,2,1,0 4096,7168,64,2,4,4,2,1,0 4096,7168,64,2,7,2,2,1,0
+    4096,7168,64,2,2,4,2,1,128 4096,7168,64,2,4,2,2,1,128 4096,7168,64,0,1,16,2,1,0 4096,7168,64,0,1,24,2,1,0
+    4096,7168,64,0,1,13,1,2,0 4096,7168,64,2,4,3,1,2,0 4096,7168,32,0,1,16,1,1,0 4096,7168,32,2,4,4,1,1,0
+    4096,7168,32,2,8,2,1,1,0 4096,7168,128,0,1,8,4,1,0 4096,7168,128,2,2,4,4,1,0 2112,7168,32,0,1,16,2,1,0
+    2112,7168,32,2,4,4,2,1,0 2112,7168,64,0,1,8,4,1,0 2112,7168,64,2,2,4,4,1,0 2112,7168,64,2,7,2,4,1,0
+    7168,2048,56,0,1,8,1,1,0 7168,2048,56,2,4,2,1,1,0 7168,2048,56,2,2,4,1,1,0 7168,16384,56,0,1,8,1,1,0
+    7168,16384,56,2,4,2,1,1,0"
+  for round in 1 2; do
+    # shellcheck disable=SC2086
+    timeout 120 /tmp/probe_b_stream $cases --iters 50 --check 2>&1 | tee "$OUT/b_stream_$round.jsonl"
+    status=$(( status | ${PIPESTATUS[0]} ))
+  done
 fi
 if [[ "$what" == all || "$what" == bench ]]; then
   for suite in ${FINEGEMM_BENCH_SUITES:-dense grouped bf16}; do
