@@ -2,7 +2,7 @@
 # One call on the H200 machine: GPU tests + benchmarks, logs and JSON under $OUT.
 # Usage (from the repo root on the GPU machine):
 #   bash scripts/device_run.sh [all|tests|bench|sanitize|tune|pending|ab_contiguous|ab_bf16_half_a|ab_rotate|
-#                               fp8_einsum|ab_einsum|ab_einsum_tma|ab_split_tma|psum|psum_ncu|b_stream]
+#                               fp8_einsum|ab_einsum|ab_einsum_tma|ab_split_tma|psum|psum_ncu|b_stream|ab_b_group]
 # "pending": the same-run A/Bs waiting for a GPU (below; their variant kernels precompiled into the
 # carried cache by scripts/precompile_pending.sh).
 # Every later GPU claim in benchmarks/results/ comes from this script.
@@ -87,6 +87,12 @@ if [[ "$what" == pending || "$what" == ab_rotate ]]; then
   # The FP8 k-block rotation (v0.95) on the 12 skinny anchors.
   # shellcheck disable=SC2086
   ab ab_rotate dense "base= rot1=-DFINEGEMM_DIAG_K_ROTATE=1 rot7=-DFINEGEMM_DIAG_K_ROTATE=7" --shapes $SKINNY_FP8
+fi
+if [[ "$what" == ab_b_group ]]; then
+  # B boxes over 2 / 4 k-blocks (v1.05, FINEGEMM_DIAG_B_GROUP: every selected dense config that
+  # allows it) on the 12 skinny anchors, their kernels precompiled by precompile_pending.sh.
+  # shellcheck disable=SC2086
+  ab ab_b_group dense "base= g2=env:FINEGEMM_DIAG_B_GROUP=2 g4=env:FINEGEMM_DIAG_B_GROUP=4" --shapes $SKINNY_FP8
 fi
 if [[ "$what" == pending || "$what" == fp8_einsum ]]; then
   # fp8_einsum at DeepSeek's MLA sizes: the heads-packed kernel (gated) against the masked

@@ -273,6 +273,12 @@ def main() -> int:
     for (m, n, k, bm, bn, splits) in t.SPLIT_TMA_STORE_CASES:
         cfg = make_config(m, n, k, args.sms, False, False, bm, bn, max_stages(bm, bn), splits)
         cfgs[ops._kernel_name(cfg)] = cfg
+    # B boxes over several k-blocks against one-k-block boxes (test_b_group_matches_one_k_block_boxes).
+    for (m, n, k, bm, bn, stages, splits, mc_a, kbat, tmas, f32_c, hp, group) in t.B_GROUP_CASES:
+        base = make_config(m, n, k, args.sms, f32_c, f32_c, bm, bn, stages, splits, 2 if mc_a else 1, mc_a, tmas, hp,
+                           k_batch=kbat)
+        for cfg in (base, dataclasses.replace(base, b_group=group)):
+            cfgs[ops._kernel_name(cfg)] = cfg
     # The workspace path with one and several units per CTA, and NaN partials
     # (test_split_workspace_one_unit_matches_several, test_split_k_nan_partials).
     for (m, n, k, bm, bn, splits, kbat, f32_c) in t.SPLIT_WORKSPACE_CASES:

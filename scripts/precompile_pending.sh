@@ -23,3 +23,8 @@ done
 for flags in "" -DFINEGEMM_DIAG_K_ROTATE=1 -DFINEGEMM_DIAG_K_ROTATE=7; do
   warm "$flags" --shapes $skinny --kinds fp8
 done
+# B boxes over 2 / 4 k-blocks (device_run.sh ab_b_group): the same picks with b_group where they allow it.
+# shellcheck disable=SC2086
+for g in 2 4; do
+  FINEGEMM_DIAG_B_GROUP=$g warm "" --shapes $skinny --kinds fp8
+done

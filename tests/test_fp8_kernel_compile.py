@@ -430,6 +430,24 @@ def test_host_library_has_launcher(cuda_driver_present):
         assert "libcuda" in jit.error_string(rc)
         for ok_l2 in (0x00, 0x21, 0x32):  # every valid promotion pair passes validation
             assert call(l2=ok_l2) == 100000, hex(ok_l2)
+        for ok_group in (dict(l2=0x233), dict(l2=0x433, k=512, lda=512, ldb=512), dict(l2=0x233, mc=2, mc_a=1)):
+            assert call(**ok_group) == 100000, ok_group
+
+
+@pytest.mark.nvcc
+def test_host_library_refuses_b_groups_that_do_not_fit(cuda_driver_present):
+    """l2_promotion's bits 8-11 ask for B boxes of 2 or 4 k-blocks (kBGroup): refused before the
+    driver where the kernel's rule fails (3 or 1 k-blocks, a grouped kind, B multicast, K % 128,
+    N % 8, a split's k-range not whole groups, bits above 11)."""
+    from finegemm.ops import sm90_fp8_gemm as ops
+
+    ops._get_launcher()
+    args = dict(_FP8_LAUNCH_ARGS, tma=0, k=512, lda=512, ldb=512, l2=0x233, stream=0)
+    bad = (dict(l2=0x133), dict(l2=0x333), dict(l2=0x1233), dict(kind=1, grouped=16), dict(mc=2, mc_a=0),
+           dict(k=400, lda=400, ldb=400), dict(n=500, ldd=512), dict(splits=2, ws=16, cnt=16, l2=0x433),
+           dict(k=384, lda=384, ldb=384))
+    _assert_launcher_refuses(ops._get_launcher(), ops._launcher_prepare, args, bad, cuda_driver_present,
+                             valid=({}, dict(l2=0x433), dict(splits=2, ws=16, cnt=16)))
 
 
 def _head_split_configs():
@@ -791,11 +809,13 @@ def test_1d1d_configs():
                                                 True) <= SMEM_LIMIT
             # (..., one_d_one_d, k_batch, c_stage, two-CTA build, head splits, layout check, heads packed,
             # psum layout)
-            assert cfg.kernel_key()[-9] is True
-            assert cfg.kernel_key()[-7] is cfg.c_stage is False  # the model never stages C (tables do)
-            assert cfg.kernel_key()[-6] is False and cfg.ctas_per_sm == 1  # nor runs two CTAs per SM
-            assert cfg.kernel_key()[-5] == (0, 0, 0)  # a plain D
-            assert cfg.kernel_key()[-4:] == (False, False, False, False)  # a dense kind: no grouped layout, no heads
+            key = cfg.kernel_key()
+            assert key[11] is True
+            assert key[13] is cfg.c_stage is False  # the model never stages C (tables do)
+            assert key[14] is False and cfg.ctas_per_sm == 1  # nor runs two CTAs per SM
+            assert key[15] == (0, 0, 0)  # a plain D
+            assert key[16:20] == (False, False, False, False)  # a dense kind: no grouped layout, no heads
+            assert key[20] == cfg.b_group == 1  # B boxes of one k-block (the 1D1D kernels have no groups)
             assert not (cfg.split_k and cfg.num_multicast == 2)
     # Per stage: block_n fp32 padded to 128 bytes in place of 1D2D's 16-byte B-scale slot.
     assert smem_bytes(128, 144, 4, False, True) - smem_bytes(128, 144, 4) == 4 * (640 - 16)
@@ -1442,3 +1462,58 @@ def test_sfa_gather_copies_with_cp_async():
         assert "LDGSTS" not in ldg and "ARRIVES.LDGSTSBAR" not in ldg
         plain = ops.heads_packed_config(batch, 128, 512, 128, 132)
         assert "LDGSTS" not in _sass(str(jit.build_cubin(ops._kernel_name(plain), ops._render_cfg(plain))))
+
+
+def test_b_group_rules():
+    """b_group_fits (the launch's rule) against the kernel's and host's: the skinny pick fits 2 and 4;
+    each broken condition does not; render refuses what the kernel does not build; a forced config
+    breaking the rule is refused by plan() before any compile or launch."""
+    import dataclasses
+
+    from finegemm.heuristics.sm90_fp8_gemm import GEMM_GROUPED_MASKED, b_group_fits, make_config
+    from finegemm.ops import sm90_fp8_gemm as ops
+
+    base = make_config(128, 4096, 7168, 132, False, False, 128, 64, 8, 2)
+    assert b_group_fits(base, 2) and b_group_fits(base, 4)
+    assert not b_group_fits(base, 3) and not b_group_fits(base, 1)
+    assert not b_group_fits(make_config(128, 4096, 7168, 132, False, False, 128, 64, 6, 2), 4)  # ring of 6
+    assert not b_group_fits(make_config(128, 4100, 7168, 132, False, False, 128, 64, 8, 2), 2)  # N % 8
+    assert not b_group_fits(make_config(128, 4096, 7040 + 64, 132, False, False, 128, 64, 8, 2), 2)  # K % 128
+    assert not b_group_fits(make_config(128, 4096, 7168, 132, False, False, 128, 64, 8, 8), 2)  # 7 k-blocks a split
+    assert not b_group_fits(make_config(256, 4096, 7168, 132, False, False, 128, 64, 8, 1, 2, False), 2)  # B multicast
+    assert b_group_fits(make_config(256, 4096, 7168, 132, False, False, 128, 64, 8, 1, 2, True), 2)  # A multicast
+    assert not b_group_fits(dataclasses.replace(base, gemm_kind=GEMM_GROUPED_MASKED), 2)
+    src = ops.render(128, 64, 8, False, False, True, b_group=4)
+    assert src.rstrip().count(", 4>(") == 1 and "_bg4" in ops._kernel_name(dataclasses.replace(base, b_group=4))
+    assert ops.render(128, 64, 8, False, False, True) == ops.render(128, 64, 8, False, False, True, b_group=1)
+    for kw in (dict(b_group=3), dict(b_group=4, num_stages=6), dict(b_group=2, gemm_kind=GEMM_GROUPED_MASKED),
+               dict(b_group=2, num_multicast=2)):
+        args = dict(block_m=128, block_n=64, num_stages=8, out_fp32=False, has_c=False, split_k=False)
+        args.update(kw)
+        with pytest.raises(ValueError, match="b_group"):
+            ops.render(**args)
+    bad = dataclasses.replace(make_config(128, 4100, 7168, 132, False, False, 128, 64, 8, 2), b_group=2)
+    with pytest.raises(ValueError, match="b_group 2"):
+        ops.plan(128, 4100, 7168, False, False, 0, config=bad)
+
+
+@pytest.mark.nvcc
+def test_b_group_tiles_compile_clean():
+    """The grouped B boxes (2 and 4 k-blocks) on the skinny pick, k-batch, A multicast and the
+    serial halves: spill-free, unserialized wgmmas, and the 4-D TMA load in SASS."""
+    from finegemm import jit
+    from finegemm.ops.sm90_fp8_gemm import render
+
+    jobs = [("bm128_bn64_s8_splitk_bg2", render(128, 64, 8, False, False, True, b_group=2)),
+            ("bm128_bn64_s8_splitk_bg4", render(128, 64, 8, False, False, True, b_group=4)),
+            ("bm64_bn32_s12_kb2_bg4", render(64, 32, 12, False, False, False, k_batch=2, b_group=4)),
+            ("bm128_bn128_s4_mca_tmas_bg2", render(128, 128, 4, False, False, False, 2, True, False, True, b_group=2)),
+            ("bm128_bn256_s2_hp_tmas_bg2", render(128, 256, 2, False, False, False, 1, False, True, True, b_group=2)),
+            ("bm64_bn128_s4_f32_c_bg4", render(64, 128, 4, True, True, False, b_group=4))]
+    reports = jit.compile_check(jobs, raise_on_failure=False)
+    _check_reports(reports)
+    assert not any(r["wgmma_serialized"] for r in reports)
+    for r in reports:
+        sass = _sass(r["cubin"])
+        if sass is not None:
+            assert "UTMALDG.4D" in sass, f"{r['label']}: no 4-D TMA load in SASS"

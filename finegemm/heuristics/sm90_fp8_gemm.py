@@ -225,6 +225,9 @@ class Fp8GemmConfig:
     # with heads_packed: sfa [M, G, Kb] read in place by a spare producer warp (no TMA map, no copy
     # of sfa per call), every group M rows (masked_m not read)
     sfa_gather: bool = False
+    # 2 / 4: each TMA box of B covers that many consecutive k-blocks of the tile's rows (kBGroup;
+    # b_group_fits() says where), 1: one k-block per box
+    b_group: int = 1
 
     @property
     def split_k(self) -> bool:
@@ -247,7 +250,20 @@ class Fp8GemmConfig:
                 self.one_d_one_d, self.k_batch, self.c_stage,
                 # recipe (1, 1, 128) builds two-CTA tiles with their own register split (kCtasPerSm)
                 self.one_d_one_d and self.ctas_per_sm == 2, self.head_splits, self.layout_check, self.heads_packed,
-                self.psum_layout, self.sfa_gather)
+                self.psum_layout, self.sfa_gather, self.b_group)
+
+
+def b_group_fits(cfg: Fp8GemmConfig, group: int) -> bool:
+    """Whether a recipe (1, 128, 128) configuration may read B in boxes of `group` consecutive
+    k-blocks (b_group; the kernel's kBGroup and the host's rule): 2 or 4 dividing the ring, the
+    dense kind without head splits, B not multicast, whole k-blocks (K % 128 == 0), whole 8-row
+    groups of B (N % 8 == 0), and every split's k-range whole groups."""
+    if group not in (2, 4) or cfg.gemm_kind != GEMM_NORMAL or cfg.one_d_one_d or cfg.heads_packed:
+        return False
+    if (cfg.num_multicast == 2 and not cfg.multicast_on_a) or tuple(cfg.head_splits) != (0, 0, 0):
+        return False
+    return (cfg.num_stages % group == 0 and cfg.k % 128 == 0 and cfg.n % 8 == 0
+            and (cfg.k // 128) % (cfg.num_splits * group) == 0)
 
 
 def num_threads(block_m: int) -> int:

@@ -29,6 +29,7 @@ from finegemm.heuristics.sm90_fp8_gemm import (
     FP8_BLOCK_MS,
     GEMM_NORMAL,
     MAX_BLOCK_N_LEAN_LOOP,
+    b_group_fits,
     Fp8GemmConfig,
     make_grouped_config,
     select_config,
@@ -139,7 +140,7 @@ def render(block_m: int, block_n: int, num_stages: int, out_fp32: bool, has_c: b
            tma_store: bool = False, gemm_kind: int = GEMM_NORMAL, one_d_one_d: bool = False,
            k_batch: int = 1, c_stage: bool = False, ctas_per_sm: int = 1,
            head_splits: tuple = (0, 0, 0), layout_check: bool = False, heads_packed: bool = False,
-           psum_layout: bool = False, sfa_gather: bool = False) -> str:
+           psum_layout: bool = False, sfa_gather: bool = False, b_group: int = 1) -> str:
     """The instantiation source of one kernel configuration (tma_store: the shared-memory + TMA
     store epilogue; bf16 out, no C, no split-K; gemm_kind: GEMM_NORMAL or an m-grouped kind,
     which has bf16 out, no C, no split-K, no half-promote and clusters sharing A only;
@@ -157,7 +158,8 @@ def render(block_m: int, block_n: int, num_stages: int, out_fp32: bool, has_c: b
     tile and checked by CTA 0's spare warp; heads_packed: the masked kind on A [M, G*K] and D
     [M, G*N] (fp8_einsum's heads as groups), direct stores, or with sfa_gather TMA stores of a bf16
     d without c; sfa_gather (with heads_packed): sfa read in place by a spare producer warp (no
-    map), groups all M rows."""
+    map), groups all M rows; b_group 2 / 4: B's boxes cover that many k-blocks (dense kind, no head
+    splits; the launch's rule is heuristics.b_group_fits)."""
     if k_batch not in (1, 2, 4) or (k_batch > 1 and half_promote):
         raise ValueError(f"k_batch must be 1, 2 or 4 (and 1 with half-promote), got {k_batch}")
     if c_stage and not (one_d_one_d and gemm_kind == GEMM_NORMAL and has_c and not tma_store and not split_k and
@@ -213,6 +215,12 @@ def render(block_m: int, block_n: int, num_stages: int, out_fp32: bool, has_c: b
             raise ValueError(f"head_splits {tuple(head_splits)}: the dense bf16 TMA-store tile, mid > 0, "
                              f"left and right multiples of its {box_cols}-column store box")
         tail = f", false, {k_batch}, false, 1, {left}, {mid}, {right}"
+    if b_group != 1:
+        if b_group not in (2, 4) or gemm_kind != GEMM_NORMAL or tuple(head_splits) != (0, 0, 0) or \
+                num_stages % b_group or (num_multicast == 2 and not multicast_on_a):
+            raise ValueError(f"b_group {b_group}: 2 or 4 dividing num_stages, the dense kind without head splits, "
+                             f"B not multicast")
+        tail = f", false, {k_batch}, false, 1, 0, 0, 0, false, false, false, false, {b_group}"
     template = _TEMPLATE
     if layout_check:
         if gemm_kind != GEMM_GROUPED_CONTIGUOUS or tuple(head_splits) != (0, 0, 0):
@@ -253,7 +261,7 @@ def _render_cfg(cfg: Fp8GemmConfig) -> str:
     return render(cfg.block_m, cfg.block_n, cfg.num_stages, cfg.out_fp32, cfg.has_c, cfg.split_k,
                   cfg.num_multicast, cfg.multicast_on_a, cfg.half_promote, cfg.tma_store, cfg.gemm_kind,
                   cfg.one_d_one_d, cfg.k_batch, cfg.c_stage, cfg.ctas_per_sm, cfg.head_splits, cfg.layout_check,
-                  cfg.heads_packed, cfg.psum_layout, cfg.sfa_gather)
+                  cfg.heads_packed, cfg.psum_layout, cfg.sfa_gather, cfg.b_group)
 
 
 def _kernel_name(cfg: Fp8GemmConfig) -> str:
@@ -266,7 +274,8 @@ def _kernel_name(cfg: Fp8GemmConfig) -> str:
             f"{'_2cta' if cfg.one_d_one_d and cfg.ctas_per_sm == 2 else ''}"
             f"{'_hs{}_{}_{}'.format(*cfg.head_splits) if tuple(cfg.head_splits) != (0, 0, 0) else ''}"
             f"{'_lchk' if cfg.layout_check else ''}{'_psum' if cfg.psum_layout else ''}"
-            f"{'_heads' if cfg.heads_packed else ''}{'_sfag' if cfg.sfa_gather else ''}")
+            f"{'_heads' if cfg.heads_packed else ''}{'_sfag' if cfg.sfa_gather else ''}"
+            f"{f'_bg{cfg.b_group}' if cfg.b_group > 1 else ''}")
 
 
 _KIND_SUFFIX = {GEMM_NORMAL: "", GEMM_GROUPED_CONTIGUOUS: "_gcont", GEMM_GROUPED_MASKED: "_gmask",
@@ -338,6 +347,10 @@ _launcher_heads_packed = _launcher_heads_packed_gather = _launcher_prepare_heads
 
 
 # ----------------------------------------------------------------------------- plans
+# Developer diagnostic (benchmarks/NOTES.md v1.05): FINEGEMM_DIAG_B_GROUP=2 or 4 (read at import)
+# gives every selected dense configuration that allows it (b_group_fits) B boxes of that many
+# k-blocks: the same-run A/B before a table picks them.
+_DIAG_B_GROUP = int(os.environ.get("FINEGEMM_DIAG_B_GROUP", "") or 1)
 _plans: dict[tuple, tuple[Fp8GemmConfig, int]] = {}  # (m, n, k, out_fp32, has_c, sms, device) -> (cfg, fn)
 _plans_lock = threading.Lock()
 
@@ -370,6 +383,9 @@ def plan(m: int, n: int, k: int, out_fp32: bool, has_c: bool, device: int,
                 (m, n, k, out_fp32, has_c, one_d_one_d):
             raise ValueError(f"sm90_fp8_gemm: forced config is for {(config.m, config.n, config.k)}, "
                              f"the problem is {(m, n, k)}")
+        if config.b_group != 1 and not b_group_fits(config, config.b_group):
+            raise ValueError(f"sm90_fp8_gemm: b_group {config.b_group} needs 2 or 4 dividing num_stages, the dense "
+                             f"kind, B not multicast, K % 128 == 0, N % 8 == 0 and whole groups per split")
         fn = _load(config, device)
         return _fit_clusters(config, fn), fn
     num_sms = runtime.get_num_sms()
@@ -381,6 +397,8 @@ def plan(m: int, n: int, k: int, out_fp32: bool, has_c: bool, device: int,
         # Two CTAs per SM only when every SM may be used (a set_num_sms limit is a limit on SMs).
         whole = num_sms >= torch.cuda.get_device_properties(device).multi_processor_count
         cfg = select_config(m, n, k, num_sms, out_fp32, has_c, one_d_one_d=one_d_one_d, allow_two_cta=whole)
+        if _DIAG_B_GROUP > 1 and b_group_fits(cfg, _DIAG_B_GROUP):
+            cfg = dataclasses.replace(cfg, b_group=_DIAG_B_GROUP)
         fn = _load(cfg, device)
         p = (_fit_clusters(cfg, fn), fn)
         with _plans_lock:
@@ -512,7 +530,7 @@ def _launch_arguments(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: 
     tail = (m, n, k, lda, ldb, ldd, sfa_ld,
             cfg.block_m, cfg.block_n, cfg.num_splits, cfg.num_multicast, 1 if cfg.multicast_on_a else 0,
             1 if out_fp32 else 0, 1 if cfg.tma_store else 0, cfg.grid, cfg.smem_bytes, GEMM_NORMAL, None, 1,
-            l2_promotion_arg(cfg.l2_promotion))
+            l2_promotion_arg(cfg.l2_promotion) | (cfg.b_group << 8 if cfg.b_group > 1 else 0))
     return cfg, head, tail, keepalive
 
 

@@ -758,3 +758,58 @@ def test_mn_major_layouts_match_nt(layout, m, n, k, pad):
     _check(d, a, sfa, b, sfb, x, w)
     assert torch.equal(d.view(torch.int16), want.view(torch.int16))
     assert all(torch.equal(t.view(torch.uint8), t0) for t, t0 in zip((a_arg[0], b_arg[0]), before))
+
+
+# B boxes over 2 or 4 k-blocks (b_group, impls/sm90_fp8_gemm_1d2d.cuh kBGroup): (m, n, k, block_m,
+# block_n, stages, splits, multicast on A, k_batch, tma_store, out_fp32 + C, half_promote, group).
+# Split clusters and the workspace path, k-batch, TMA and direct stores, fp32 + C, N past the last
+# tile, M = 1 / 17 / 4097.
+B_GROUP_CASES = [(1, 4096, 7168, 128, 64, 8, 2, False, 1, False, False, False, 2),
+                 (128, 4096, 7168, 128, 64, 8, 2, False, 1, False, False, False, 4),
+                 (17, 2112, 7168, 64, 32, 12, 1, False, 2, False, False, False, 4),
+                 (4097, 200, 1024, 128, 64, 4, 1, False, 1, True, False, False, 2),
+                 (130, 584, 4096, 128, 128, 4, 1, True, 1, True, False, False, 2),
+                 (255, 776, 2048, 64, 96, 6, 2, False, 1, False, False, False, 2),
+                 (64, 1024, 4096, 64, 128, 4, 1, False, 1, False, True, False, 4),
+                 (192, 520, 3072, 128, 128, 4, 3, False, 1, False, True, False, 2),
+                 (256, 1024, 4096, 128, 256, 2, 1, False, 1, True, False, True, 2)]
+
+
+@pytest.mark.parametrize("case", B_GROUP_CASES, ids=str)
+def test_b_group_matches_one_k_block_boxes(case):
+    """The grouped B boxes give the one-k-block boxes' result bit for bit (same wgmmas, same
+    order): poisoned outputs, exact reference, bitwise repeat."""
+    import dataclasses
+
+    from finegemm.heuristics.sm90_fp8_gemm import b_group_fits, make_config
+
+    m, n, k, bm, bn, stages, splits, mc_a, kbat, tmas, f32_c, hp, group = case
+    x, w, a, sfa, b, sfb = _inputs(m, n, k, seed=5 * m + n + group)
+    c = torch.randn(m, n, device="cuda") if f32_c else None
+    base = make_config(m, n, k, 132, f32_c, f32_c, bm, bn, stages, splits, num_multicast=2 if mc_a else 1,
+                       multicast_on_a=mc_a, tma_store=tmas, half_promote=hp, k_batch=kbat)
+    grouped = dataclasses.replace(base, b_group=group)
+    assert b_group_fits(base, group), f"{case} should allow b_group {group}"
+    out = []
+    for cfg in (base, grouped):
+        d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float32 if f32_c else torch.bfloat16)
+        _run_checked(cfg, x, w, a, sfa, b, sfb, d, c)
+        out.append(d)
+    assert torch.equal(out[0], out[1]), f"{case}: b_group {group} differs from one-k-block boxes"
+
+
+@pytest.mark.parametrize("shape", [(64, 1004, 4096), (64, 1024, 4000), (64, 1024, 3 * 128)], ids=str)
+def test_b_group_refused_where_it_does_not_fit(shape):
+    """N % 8, K % 128, or a split's k-range not whole groups: the forced b_group is refused with a
+    ValueError naming the rule, before any launch."""
+    import dataclasses
+
+    from finegemm.heuristics.sm90_fp8_gemm import make_config
+
+    m, n, k = shape
+    x, w, a, sfa, b, sfb = _inputs(m, n, k, seed=7)
+    cfg = dataclasses.replace(make_config(m, n, k, 132, False, False, 64, 64, 4, 1), b_group=2)
+    d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="b_group"):
+        ops.prepare(a, sfa, b, sfb, d, config=cfg)
+    assert bool(torch.isnan(d.float()).all()), "a refused call wrote d"

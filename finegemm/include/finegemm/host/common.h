@@ -216,6 +216,27 @@ inline CUresult make_tmap_2d(CUtensorMap* tmap, CUtensorMapDataType dtype, void*
                                   promotion, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
 
+// B [rows, k] (u8, row pitch ld bytes) for the FP8 kernel's grouped B boxes (kBGroup): a 4-D map
+// (128 bytes, 8 rows at pitch ld, k-blocks at pitch 128, 8-row groups at pitch 8 ld) whose box
+// (128, 8, group, block_n / 8) holds `group` k-blocks of block_n rows as 128B-swizzled 8-row atoms,
+// k-block i of row group r at r * group * 1024 + i * 1024. Needs k % 128 == 0 and rows % 8 == 0
+// (dims 0 and 1 are never clipped: only whole k-blocks and row groups exist).
+inline CUresult make_tmap_k_groups(CUtensorMap* tmap, void* base, uint64_t k, uint64_t rows, uint64_t ld,
+                                   uint32_t block_n, uint32_t group, CUtensorMapL2promotion promotion) {
+  const Driver& d = driver();
+  if (!d.ok) return static_cast<CUresult>(FG_ERROR_NO_DRIVER);
+  if (tmap == nullptr || k % 128 != 0 || rows % 8 != 0 || block_n % 8 != 0) {
+    return static_cast<CUresult>(FG_ERROR_INVALID_ARGUMENT);
+  }
+  const cuuint64_t dims[4] = {128, 8, k / 128, rows / 8};
+  const cuuint64_t strides[3] = {ld, 128, 8 * ld};
+  const cuuint32_t box[4] = {128, 8, group, block_n / 8};
+  const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
+  return d.cuTensorMapEncodeTiled(tmap, CU_TENSOR_MAP_DATA_TYPE_UINT8, 4, base, dims, strides, box, elem_strides,
+                                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, promotion,
+                                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+}
+
 // 3-D tiled map: dims (inner, mid, outer), strides of mid / outer in bytes, box (box_inner,
 // box_mid, 1): a box never crosses an outer slice (e.g. one group of a [G, M, N] view).
 inline CUresult make_tmap_3d(CUtensorMap* tmap, CUtensorMapDataType dtype, void* base, uint64_t inner,

@@ -21,6 +21,7 @@ constexpr int kMaxBlockNLeanLoop = 208;
 constexpr uint32_t kFlagVectorStores = 1u;  // mirrors impls::kFlagVectorStores
 constexpr uint32_t kFlagTmaStore = 2u;      // mirrors impls::kFlagTmaStore
 constexpr uint32_t kFlagCPrefetchMap = 4u;  // mirrors impls::kFlagCPrefetchMap
+constexpr uint32_t kFlagBGroup = 8u;        // mirrors impls::kFlagBGroup
 
 
 // Everything one launch needs except the stream and the split-K buffers. The tensor maps are
@@ -94,8 +95,11 @@ int encode_1d2d(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sfa, void
                 int gemm_kind, void* grouped, int num_groups, int l2_promotion, bool sfa_gather = false) {
   if (fn == 0 || a == nullptr || b == nullptr || sfa == nullptr || sfb == nullptr || d == nullptr)
     return fg::FG_ERROR_INVALID_ARGUMENT;
+  // l2_promotion's bits 8-11: the kernel's B group (kBGroup 2 or 4; 0: none), bits 0-7 the maps' promotions.
+  if (l2_promotion < 0 || (l2_promotion >> 12) != 0) return fg::FG_ERROR_INVALID_ARGUMENT;
+  const int b_group = (l2_promotion >> 8) & 0xf;
   CUtensorMapL2promotion promo_a, promo_b;
-  if (!fg::unpack_l2_promotion(l2_promotion, &promo_a, &promo_b)) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (!fg::unpack_l2_promotion(l2_promotion & 0xff, &promo_a, &promo_b)) return fg::FG_ERROR_INVALID_ARGUMENT;
   if (gemm_kind < 0 || gemm_kind > 2) return fg::FG_ERROR_INVALID_ARGUMENT;
   if (gemm_kind != 0 && ((grouped == nullptr && !sfa_gather) || num_groups < 1 || num_splits != 1 || c != nullptr ||
                          out_fp32 != 0 || (num_multicast == 2 && multicast_on_a == 0)))
@@ -116,6 +120,13 @@ int encode_1d2d(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sfa, void
   if (num_multicast == 2 && grid % 2 != 0) return fg::FG_ERROR_INVALID_ARGUMENT;  // split-K: workspace path
   const bool mc_a = num_multicast == 2 && multicast_on_a != 0;
   const bool mc_b = num_multicast == 2 && multicast_on_a == 0;
+  // B in boxes of b_group k-blocks (a kernel built with kBGroup; impls/sm90_fp8_gemm_1d2d.cuh): the
+  // dense kind, B not multicast, whole k-blocks (a box row never reaches the next row) and whole
+  // 8-row groups of B (no row group past the end of b), every split's k-range whole groups.
+  const bool b_grouped = b_group != 0;
+  if (b_grouped && ((b_group != 2 && b_group != 4) || gemm_kind != 0 || mc_b || sfa_gather || k % kBlockK != 0 ||
+                    n % 8 != 0 || num_kb % (num_splits * b_group) != 0))
+    return fg::FG_ERROR_INVALID_ARGUMENT;
 
   // The TMA-store epilogue exists only for bf16 d without c and without split-K.
   if (tma_store != 0 && (out_fp32 != 0 || c != nullptr || num_splits != 1)) return fg::FG_ERROR_INVALID_ARGUMENT;
@@ -141,10 +152,15 @@ int encode_1d2d(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sfa, void
                          static_cast<uint64_t>(lda), kBlockK, last_rows, CU_TENSOR_MAP_SWIZZLE_128B, promo_a);
     if (r != CUDA_SUCCESS) return r;
   }
-  r = fg::make_tmap_2d(&L->tmap_b, CU_TENSOR_MAP_DATA_TYPE_UINT8, b, static_cast<uint64_t>(k),
-                       rows_b, static_cast<uint64_t>(ldb), kBlockK,
-                       static_cast<uint32_t>(mc_b ? block_n / 2 : block_n), CU_TENSOR_MAP_SWIZZLE_128B,
-                       promo_b);
+  if (b_grouped) {
+    r = fg::make_tmap_k_groups(&L->tmap_b, b, static_cast<uint64_t>(k), rows_b, static_cast<uint64_t>(ldb),
+                               static_cast<uint32_t>(block_n), static_cast<uint32_t>(b_group), promo_b);
+  } else {
+    r = fg::make_tmap_2d(&L->tmap_b, CU_TENSOR_MAP_DATA_TYPE_UINT8, b, static_cast<uint64_t>(k),
+                         rows_b, static_cast<uint64_t>(ldb), kBlockK,
+                         static_cast<uint32_t>(mc_b ? block_n / 2 : block_n), CU_TENSOR_MAP_SWIZZLE_128B,
+                         promo_b);
+  }
   if (r != CUDA_SUCCESS) return r;
   if (!sfa_gather) {
     r = fg::make_tmap_2d(&L->tmap_sfa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, sfa, static_cast<uint64_t>(m),
@@ -160,7 +176,7 @@ int encode_1d2d(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sfa, void
   const uintptr_t vec_bytes = out_fp32 ? 8u : 4u;
   bool vec = (n % 2 == 0) && (ldd % 2 == 0) && (reinterpret_cast<uintptr_t>(d) % vec_bytes == 0);
   if (c != nullptr) vec = vec && (reinterpret_cast<uintptr_t>(c) % 8u == 0);
-  uint32_t flags = vec ? kFlagVectorStores : 0u;
+  uint32_t flags = (vec ? kFlagVectorStores : 0u) | (b_grouped ? kFlagBGroup : 0u);
 
   std::memset(&L->tmap_d, 0, sizeof(L->tmap_d));
   if (tma_store != 0) {  // else (or where d's rows do not fit a TMA store) direct stores
@@ -411,7 +427,7 @@ extern "C" {
 //            sfa element (g, kb, row) at (g * ceil(k/128) + kb) * sfa_ld + row, grouped = int32
 //            masked_m [num_groups], read on the GPU). Mirrors scheduler::GemmKind.
 // l2_promotion: the L2 promotion of the A and B tensor maps, packed (fg::unpack_l2_promotion; 0x33:
-//            256B for both).
+//            256B for both); bits 8-11: the kernel's B group (kBGroup 2 or 4; 0: a kernel without).
 // Returns a CUresult (0 = success) or fg::FG_ERROR_*.
 int fg_launch_sm90_fp8_gemm(uint64_t fn, void* a, void* b, void* sfa, void* sfb, void* d, void* c,
                             void* workspace, void* counters, int m, int n, int k, int lda, int ldb,

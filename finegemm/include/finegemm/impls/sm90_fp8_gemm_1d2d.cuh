@@ -180,6 +180,7 @@ struct Sm90Fp8Gemm1d2dTraits {
 constexpr uint32_t kFlagVectorStores = 1u;  // D (and C) pointer/stride allow 2-element vector accesses
 constexpr uint32_t kFlagTmaStore = 2u;      // tmap_d is valid: TMA-store epilogue (kernels built with kTmaStore)
 constexpr uint32_t kFlagCPrefetchMap = 4u;  // 1D1D, direct epilogue with C: tmap_d maps C (L2 prefetch; kCStage: C loads)
+constexpr uint32_t kFlagBGroup = 8u;        // tmap_b is the 4-D grouped map of kBGroup (host's rule met)
 
 // Promotion of one k-block: fin += (sfa * sfb) * acc for kNumChunks 8-column chunks starting
 // at chunk kChunkBase of the tile (acc holds just those chunks). For a tile whose first column
@@ -299,7 +300,8 @@ template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages, bool kOutFp32
           uint32_t kNumMulticast = 1, bool kMulticastOnA = false, bool kHalfPromote = false, bool kTmaStore = false,
           uint32_t kGemmKind = scheduler::kGemmNormal, bool k1D1D = false, uint32_t kKBatch = 1, bool kCStage = false,
           uint32_t kCtasPerSm = 1, uint32_t kHeadLeft = 0, uint32_t kHeadMid = 0, uint32_t kHeadRight = 0,
-          bool kLayoutCheck = false, bool kHeadsPacked = false, bool kPsumLayout = false, bool kSfaGather = false>
+          bool kLayoutCheck = false, bool kHeadsPacked = false, bool kPsumLayout = false, bool kSfaGather = false,
+          uint32_t kBGroup = 1>
 __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, const CUtensorMap* tmap_b,
                                                    const CUtensorMap* tmap_sfa, const CUtensorMap* tmap_d,
                                                    const float* sfb, void* d_ptr,
@@ -452,6 +454,18 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
                 "m-grouped GEMMs: no split-K, no C (but with the heads packed), no half-promote; clusters only share A");
 
   constexpr uint32_t kBoxRowsA = kMcA ? BLOCK_M / 2 : BLOCK_M;
+  // kBGroup > 1: B's box covers kBGroup consecutive k-blocks (stages) of the tile's rows, so each
+  // row's kBGroup * 128 bytes are requested close together (the skinny shapes are bound by B's
+  // DRAM stream: NOTES v0.42, v1.05). The host's 4-D map over B (128 B, 8 rows at pitch ldb,
+  // k-blocks at pitch 128 B, row groups of 8 at pitch 8 ldb) lays the group's B regions out as
+  // one block: k-block i of row group r at r * kBGroup * 1024 + i * 1024 (128B-swizzled 8-row
+  // atoms), which wgmma reads with start + i * 1024 and a stride byte offset of kBGroup * 1024.
+  // A group starts on a stage that is a multiple of kBGroup: every unit's k-block count is a
+  // multiple of kBGroup (the host's rule, trapped below) and so is the ring.
+  static_assert(kBGroup == 1 || ((kBGroup == 2 || kBGroup == 4) && kNumStages % kBGroup == 0 &&
+                                 kGemmKind == scheduler::kGemmNormal && !k1D1D && !kMcB && kHeadMid == 0 &&
+                                 diag::kKRotate == 0 && !diag::kNoBTma && !diag::kHalfBTma && kBurst == 1),
+                "B groups: 2 or 4 k-blocks dividing the ring, dense 1D2D kind, B not multicast");
   constexpr uint32_t kBoxRowsB = kMcB ? BLOCK_N / 2 : BLOCK_N;
   static_assert(kBoxRowsA % 8 == 0 && kBoxRowsB % 8 == 0, "multicast halves must keep 1024-byte swizzle atoms");
 
@@ -645,6 +659,10 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         [[maybe_unused]] const typename EpiTmaF32::template Prefetch<BLOCK_M / 64> c_prefetch_plan(c_prefetch, kb_begin,
                                                                                                  kb_end);
         FG_TRACE_TILE(trace_buf, 2, traced_tile, 0);
+        // The B groups' rule (the host's): a map encoded for them, whole groups per unit.
+        if constexpr (kBGroup > 1) {
+          if ((flags & kFlagBGroup) == 0 || (kb_end - kb_begin) % kBGroup != 0) __trap();
+        }
         for (uint32_t kb = kb_begin; kb < kb_end; ++kb) {
           if constexpr (kBurst > 1) {
             // Developer diagnostic (ptx/diag.cuh): wait for the next kProducerBurst slots, so that
@@ -662,6 +680,14 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           }
           // Fresh barrier: waiting for parity 1 returns at once, so the first pass never blocks.
           ptx::mbar_wait(empty_bar(stage), phase ^ 1u);
+          // kBGroup: a group's first stage carries B's box for the whole group (and its bytes), so
+          // every stage of the group must be free first; the others carry no B.
+          [[maybe_unused]] const bool b_group_first = kBGroup > 1 && stage % kBGroup == 0;
+          if constexpr (kBGroup > 1) {
+            if (b_group_first) {
+              for (uint32_t j = 1; j < kBGroup; ++j) ptx::mbar_wait(empty_bar(stage + j), phase ^ 1u);
+            }
+          }
           FG_TRACE_ONLY(if (kb == kb_begin) FG_TRACE_TILE(trace_buf, 2, traced_tile, 1);)
           if constexpr (diag::kNoTma) {  // developer diagnostic (ptx/diag.cuh): no loads
             ptx::mbar_arrive(full_bar(stage));
@@ -669,7 +695,10 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           // The full boxes' bytes, whichever CTA of the cluster issues which half.
           ptx::mbar_arrive_expect_tx(full_bar(stage), tx_bytes - (diag::kNoSfaTma && !kSfaGather ? first_a_rows * 4u : 0u) -
                                                           (diag::kNoATma ? a_box_rows * Traits::BLOCK_K : 0u) -
-                                                          (diag::kNoBTma ? Traits::kSmemB : 0u));
+                                                          (diag::kNoBTma ? Traits::kSmemB : 0u) +
+                                                          (kBGroup == 1 ? 0u
+                                                           : b_group_first ? (kBGroup - 1) * Traits::kSmemB
+                                                                           : 0u - Traits::kSmemB));
           const uint32_t kb_read = k_block_at(kb, kb_begin, kb_end);
           const int32_t k0 = static_cast<int32_t>(kb_read * Traits::BLOCK_K);
           const uint32_t dst_a = base + Traits::kOffA + stage * Traits::kSmemA;
@@ -682,6 +711,10 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
             ptx::tma_load_2d_policy(dst_a, map_a, full_bar(stage), a_x0 + k0, a_y, l2_hints, pol_a);
           }
           if constexpr (diag::kNoBTma) {
+          } else if constexpr (kBGroup > 1) {
+            if (b_group_first)
+              ptx::tma_load_4d_policy(dst_b, map_b, full_bar(stage), 0, 0, static_cast<int32_t>(kb_read), n0 / 8,
+                                      l2_hints, pol_b);
           } else if constexpr (kMcB) {
             ptx::tma_load_2d_multicast(dst_b + rank * kBoxRowsB * Traits::BLOCK_K, map_b, full_bar(stage), k0,
                                        n0 + static_cast<int32_t>(rank * kBoxRowsB), 0x3);
@@ -873,8 +906,12 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
     auto issue = [&](float(&acc)[kHalfAcc], uint32_t s, uint32_t col0) {
       const uint64_t desc_a =
           ptx::make_smem_desc_k_sw128(base + Traits::kOffA + s * Traits::kSmemA + wg * 64 * Traits::BLOCK_K);
+      // kBGroup: stage s is k-block s % kBGroup of its group's block (the 8-row atoms interleaved).
       const uint64_t desc_b =
-          ptx::make_smem_desc_k_sw128(base + Traits::kOffB + s * Traits::kSmemB + col0 * Traits::BLOCK_K);
+          kBGroup == 1 ? ptx::make_smem_desc_k_sw128(base + Traits::kOffB + s * Traits::kSmemB + col0 * Traits::BLOCK_K)
+                       : ptx::make_smem_desc_k_sw128(base + Traits::kOffB + (s - s % kBGroup) * Traits::kSmemB +
+                                                         (s % kBGroup) * 1024u + (col0 / 8) * kBGroup * 1024u,
+                                                     kBGroup * 1024u);
       ptx::fence_operands(acc);
       ptx::wgmma_fence();
 #pragma unroll

@@ -100,6 +100,25 @@ __device__ __forceinline__ void tma_load_2d_policy(uint32_t dst, const void* tma
   }
 }
 
+// A 4-D map's box (coordinates innermost first), with `policy` when `hinted`: the FP8 kernel's
+// grouped B boxes (kBGroup), several k-blocks of every row of a tile in one request.
+__device__ __forceinline__ void tma_load_4d_policy(uint32_t dst, const void* tmap, uint32_t bar, int32_t c0,
+                                                   int32_t c1, int32_t c2, int32_t c3, bool hinted, uint64_t policy) {
+  if (hinted) {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint"
+        " [%0], [%1, {%3, %4, %5, %6}], [%2], %7;\n" ::"r"(dst),
+        "l"(reinterpret_cast<uint64_t>(tmap)), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "l"(policy)
+        : "memory");
+  } else {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%3, %4, %5, %6}], [%2];\n" ::"r"(dst),
+        "l"(reinterpret_cast<uint64_t>(tmap)), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+        : "memory");
+  }
+}
+
 // tma_load_3d with `policy` when `hinted`, else with the default L2 policy.
 __device__ __forceinline__ void tma_load_3d_policy(uint32_t dst, const void* tmap, uint32_t bar, int32_t c0,
                                                    int32_t c1, int32_t c2, bool hinted, uint64_t policy) {

@@ -17,11 +17,13 @@ namespace ptx {
 // The tile must start at a 1024-byte aligned address. Advancing along K inside the 128-byte row
 // (k*32 bytes for FP8 k32 steps) is done by adding (bytes >> 4) to the descriptor: the hardware
 // applies the swizzle XOR on absolute address bits, so the base offset stays 0.
-__device__ __forceinline__ uint64_t make_smem_desc_k_sw128(uint32_t smem_address) {
+// sbo_bytes: from one 8-row atom to the next along M / N (1024: atoms back to back; the FP8
+// kernel's grouped B boxes interleave several k-blocks' atoms, kBGroup * 1024).
+__device__ __forceinline__ uint64_t make_smem_desc_k_sw128(uint32_t smem_address, uint32_t sbo_bytes = 1024) {
   uint64_t desc = 0;
   desc |= static_cast<uint64_t>((smem_address & 0x3FFFFu) >> 4);
   desc |= static_cast<uint64_t>(1) << 16;            // LBO (ignored)
-  desc |= static_cast<uint64_t>(1024 >> 4) << 32;    // SBO: 8 rows x 128 B
+  desc |= static_cast<uint64_t>(sbo_bytes >> 4) << 32;  // SBO: 8 rows x 128 B apart
   desc |= static_cast<uint64_t>(1) << 62;            // 128-byte swizzle
   return desc;
 }
