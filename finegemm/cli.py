@@ -159,7 +159,8 @@ def warmup_sources(shapes, kinds, num_sms: int) -> dict:
             has_c = kind in ("fp8_fp32_c", "wgrad")
             if wgrad and has_c and not fp8_ops.ACCUMULATE_C_IN_KERNEL_1D1D:
                 has_c = False  # the ops' A/B switch: C added after a kernel without it
-            cfg = fp8_heur.select_config(m, n, k, num_sms, out_fp32, has_c, one_d_one_d=wgrad)
+            cfg = fp8_ops.with_diag_b_group(fp8_heur.select_config(m, n, k, num_sms, out_fp32, has_c,
+                                                                   one_d_one_d=wgrad))
             sources[fp8_ops._kernel_name(cfg)] = fp8_ops._render_cfg(cfg)
     return sources
 

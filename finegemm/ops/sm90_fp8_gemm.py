@@ -351,6 +351,16 @@ _launcher_heads_packed = _launcher_heads_packed_gather = _launcher_prepare_heads
 # gives every selected dense configuration that allows it (b_group_fits) B boxes of that many
 # k-blocks: the same-run A/B before a table picks them.
 _DIAG_B_GROUP = int(os.environ.get("FINEGEMM_DIAG_B_GROUP", "") or 1)
+
+
+def with_diag_b_group(cfg: Fp8GemmConfig) -> Fp8GemmConfig:
+    """The selected config with FINEGEMM_DIAG_B_GROUP's B group where it fits (plan() and the
+    warmup's sources alike)."""
+    if _DIAG_B_GROUP > 1 and b_group_fits(cfg, _DIAG_B_GROUP):
+        return dataclasses.replace(cfg, b_group=_DIAG_B_GROUP)
+    return cfg
+
+
 _plans: dict[tuple, tuple[Fp8GemmConfig, int]] = {}  # (m, n, k, out_fp32, has_c, sms, device) -> (cfg, fn)
 _plans_lock = threading.Lock()
 
@@ -397,8 +407,7 @@ def plan(m: int, n: int, k: int, out_fp32: bool, has_c: bool, device: int,
         # Two CTAs per SM only when every SM may be used (a set_num_sms limit is a limit on SMs).
         whole = num_sms >= torch.cuda.get_device_properties(device).multi_processor_count
         cfg = select_config(m, n, k, num_sms, out_fp32, has_c, one_d_one_d=one_d_one_d, allow_two_cta=whole)
-        if _DIAG_B_GROUP > 1 and b_group_fits(cfg, _DIAG_B_GROUP):
-            cfg = dataclasses.replace(cfg, b_group=_DIAG_B_GROUP)
+        cfg = with_diag_b_group(cfg)
         fn = _load(cfg, device)
         p = (_fit_clusters(cfg, fn), fn)
         with _plans_lock:
