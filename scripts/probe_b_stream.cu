@@ -47,15 +47,6 @@ struct Params {
   int layout, g, bn, slots, tiles, splits, copies, kblocks_per_split, a_rows;
 };
 
-__device__ __forceinline__ void tma_load_4d(uint32_t dst, const void* tmap, uint32_t bar, int32_t c0, int32_t c1,
-                                            int32_t c2, int32_t c3) {
-  asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%3, %4, %5, %6}], [%2];\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(tmap)), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
-      : "memory");
-}
-
 __global__ void __launch_bounds__(160, 1)
     b_stream(const __grid_constant__ CUtensorMap tmap_b, const __grid_constant__ CUtensorMap tmap_a, Params p,
              uint32_t* sink, uint8_t* dump) {
@@ -95,7 +86,7 @@ __global__ void __launch_bounds__(160, 1)
         } else if (p.layout == k3d) {
           ptx::tma_load_3d(dst, &tmap_b, bar, 0, tile * p.bn, kb);
         } else {
-          tma_load_4d(dst, &tmap_b, bar, 0, 0, kb, tile * p.bn / 8);
+          ptx::tma_load_4d_policy(dst, &tmap_b, bar, 0, 0, kb, tile * p.bn / 8, false, 0);
         }
         for (int j = 0; j < p.g && p.a_rows > 0; ++j)
           ptx::tma_load_2d(a_ring + s * group_a + j * p.a_rows * 128, &tmap_a, bar, (kb + j) * 128, copy * p.a_rows);
