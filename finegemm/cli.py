@@ -148,7 +148,8 @@ def warmup_sources(shapes, kinds, num_sms: int) -> dict:
                     raise ValueError(f"warmup: BF16 needs K % 8 == 0, got M,N,K={m},{n},{k}")
                 layout = kind[5:7]
                 a_mn, b_mn = bf16_heur.LAYOUTS[layout]
-                cfg = bf16_heur.select_config(m, n, k, num_sms, a_mn, b_mn, kind.endswith("_fp32"), False)
+                cfg = bf16_ops.with_diag_b_group(bf16_heur.select_config(m, n, k, num_sms, a_mn, b_mn,
+                                                                         kind.endswith("_fp32"), False))
                 key = cfg.kernel_key()
                 sources[bf16_ops.kernel_name(key)] = bf16_ops.render(*key)
                 continue

@@ -90,9 +90,13 @@ if [[ "$what" == pending || "$what" == ab_rotate ]]; then
 fi
 if [[ "$what" == ab_b_group ]]; then
   # B boxes over 2 / 4 k-blocks (v1.05, FINEGEMM_DIAG_B_GROUP: every selected dense config that
-  # allows it) on the 12 skinny anchors, their kernels precompiled by precompile_pending.sh.
+  # allows it) on the 12 skinny anchors, FP8 and BF16 with a K-major B (nt, tt), their kernels
+  # precompiled by precompile_pending.sh.
   # shellcheck disable=SC2086
   ab ab_b_group dense "base= g2=env:FINEGEMM_DIAG_B_GROUP=2 g4=env:FINEGEMM_DIAG_B_GROUP=4" --shapes $SKINNY_FP8
+  # shellcheck disable=SC2086
+  ab ab_b_group_bf16 bf16 "base= g2=env:FINEGEMM_DIAG_B_GROUP=2 g4=env:FINEGEMM_DIAG_B_GROUP=4" --layouts nt tt \
+    --no-grouped --shapes $SKINNY_FP8
 fi
 if [[ "$what" == pending || "$what" == fp8_einsum ]]; then
   # fp8_einsum at DeepSeek's MLA sizes: the heads-packed kernel (gated) against the masked

@@ -30,6 +30,7 @@ from finegemm.heuristics.sm90_bf16_gemm import (  # noqa: E402
     grouped_kernel_keys,
     k_grouped_k_bucket,
     k_grouped_kernel_keys,
+    make_config,
     select_config,
     select_grouped_config,
     select_k_grouped_config,
@@ -99,6 +100,24 @@ def bench_k_grouped_configs(sms: int) -> list:
     return out
 
 
+def b_group_test_configs() -> list:
+    """The forced configurations of tests/gpu/test_bf16_gemm_gpu.py's B-group cases, with and
+    without the group."""
+    import dataclasses
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_bf16_gpu_cases", Path(__file__).resolve().parents[1] / "tests"
+                                                  / "gpu" / "test_bf16_gemm_gpu.py")
+    t = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(t)
+    out = []
+    for (layout, m, n, k, bm, bn, stages, splits, f32_c, group) in t.B_GROUP_CASES:
+        base = make_config(m, n, k, 132, layout[0] == "t", layout[1] == "n", f32_c, f32_c, bm, bn, splits,
+                           num_stages=stages)
+        out += [base, dataclasses.replace(base, b_group=group)]
+    return out
+
+
 def kernel_sources(sms: int, shapes_only: bool = False) -> dict[str, str]:
     """{kernel name: rendered source} of everything this script compiles."""
     keys = {}
@@ -115,6 +134,9 @@ def kernel_sources(sms: int, shapes_only: bool = False) -> dict[str, str]:
     for (m, n, k, has_c) in k_grouped_test_problems() + bench_k_grouped_problems():
         cfg = select_config(m, n, k, sms, True, True, True, has_c)
         keys[ops.kernel_name(cfg.kernel_key())] = cfg.kernel_key()
+    if not shapes_only:  # the B groups against one-k-block boxes (test_b_group_matches_one_k_block_boxes)
+        for cfg in b_group_test_configs():
+            keys[ops.kernel_name(cfg.kernel_key())] = cfg.kernel_key()
     sources = {name: ops.render(*key) for name, key in keys.items()}
     gkeys = set(grouped_kernel_keys()) | {cfg.grouped_kernel_key() for cfg in bench_grouped_configs(sms)}
     for key in sorted(gkeys):

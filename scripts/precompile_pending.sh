@@ -26,5 +26,5 @@ done
 # B boxes over 2 / 4 k-blocks (device_run.sh ab_b_group): the same picks with b_group where they allow it.
 # shellcheck disable=SC2086
 for g in 2 4; do
-  FINEGEMM_DIAG_B_GROUP=$g warm "" --shapes $skinny --kinds fp8
+  FINEGEMM_DIAG_B_GROUP=$g warm "" --shapes $skinny --kinds fp8 bf16_nt bf16_tt
 done

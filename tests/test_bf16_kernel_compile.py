@@ -225,6 +225,63 @@ def test_host_library_has_launcher():
         assert call() == 100000  # fg::FG_ERROR_NO_DRIVER
         for ok_l2 in (0x00, 0x21, 0x32):  # every valid promotion pair passes validation
             assert call(l2=ok_l2) == 100000, hex(ok_l2)
+        # B boxes of 2 / 4 k-blocks (bits 8-11): a K-major B, whole k-blocks, rows and groups per split.
+        for ok in (dict(l2=0x233), dict(l2=0x433), dict(l2=0x233, splits=2, ws=16, cnt=16, tma=0)):
+            assert call(**ok) == 100000, ok
+    for bad in (dict(l2=0x133), dict(l2=0x333), dict(l2=0x1233), dict(l2=0x233, b_mn=1),
+                dict(l2=0x233, k=200, lda=200, ldb=200), dict(l2=0x233, n=60, ldd=64),
+                dict(l2=0x433, splits=2, ws=16, cnt=16, tma=0)):
+        assert call(**bad) == invalid, bad
+
+
+def test_b_group_rules():
+    """b_group_fits (the launch's rule) against the kernel's and host's: a K-major B only, the group
+    dividing the ring, whole k-blocks and row groups, whole groups per split; render refuses what the
+    kernel does not build and names the group in the kernel's name."""
+    import dataclasses
+
+    from finegemm.heuristics import sm90_bf16_gemm as heur
+    from finegemm.ops import sm90_bf16_gemm as ops
+
+    base = heur.make_config(128, 4096, 7168, 132, False, False, False, False, 128, 64, 2, num_stages=8)
+    assert heur.b_group_fits(base, 2) and heur.b_group_fits(base, 4)
+    assert not heur.b_group_fits(base, 3) and not heur.b_group_fits(base, 1)
+    assert not heur.b_group_fits(dataclasses.replace(base, b_mn_major=True), 2)  # N-major B
+    assert not heur.b_group_fits(dataclasses.replace(base, num_stages=6), 4)  # ring of 6
+    assert not heur.b_group_fits(dataclasses.replace(base, n=4100), 2)  # N % 8
+    assert not heur.b_group_fits(dataclasses.replace(base, k=7168 - 32), 2)  # K % 64
+    assert not heur.b_group_fits(dataclasses.replace(base, num_splits=8), 4)  # 14 k-blocks a split
+    assert heur.b_group_fits(dataclasses.replace(base, num_splits=8), 2)
+    key = dataclasses.replace(base, b_group=4).kernel_key()
+    assert key[:7] == base.kernel_key() and key[7] == 4 and ops.kernel_name(key).endswith("_bg4")
+    assert ", 0, false, false, 4>(" in ops.render(*key)
+    assert ops.render(*base.kernel_key()) == ops.render(*base.kernel_key(), 1)
+    for bad in ((128, 64, 8, False, True, False, True, 2), (128, 64, 6, False, False, False, True, 4),
+                (128, 64, 8, False, False, False, True, 3)):
+        with pytest.raises(ValueError, match="b_group"):
+            ops.render(*bad)
+
+
+@pytest.mark.nvcc
+def test_b_group_tiles_compile_clean():
+    """The grouped B boxes on the skinny picks (TMA store, split-K, fp32 out) and both K-major
+    layouts: spill-free, unserialized wgmmas, the 4-D TMA load in SASS."""
+    from finegemm import jit
+    from finegemm.ops.sm90_bf16_gemm import render
+
+    jobs = [("nt_bm128_bn32_s10_tmas_bg2", render(128, 32, 10, False, False, False, True, 2)),
+            ("nt_bm128_bn64_s8_splitk_bg4", render(128, 64, 8, False, False, True, False, 4)),
+            ("tt_bm64_bn64_s8_splitk_bg2", render(64, 64, 8, True, False, True, False, 2)),
+            ("tt_bm128_bn128_s4_tmas_bg4", render(128, 128, 4, True, False, False, True, 4))]
+    reports = jit.compile_check(jobs, raise_on_failure=False)
+    bad = [r for r in reports if not r["ok"]]
+    assert not bad, "\n".join(f"{r['label']}: {r['reasons']} {r['error'] or ''}" for r in bad)
+    for r in reports:
+        assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_frame"] == 0, r
+        assert not r["wgmma_serialized"], r["label"]
+        sass = _sass(r["cubin"])
+        if sass is not None:
+            assert "UTMALDG.4D" in sass, f"{r['label']}: no 4-D TMA load in SASS"
 
 
 if __name__ == "__main__":

@@ -181,6 +181,9 @@ class Bf16GemmConfig:
     gemm_kind: int = GEMM_NORMAL  # GEMM_GROUPED_*: m-grouped (nt, bf16 D); GEMM_K_GROUPED: k-grouped (tn, fp32 D)
     num_groups: int = 1
     l2_promotion: tuple = DEFAULT_L2_PROMOTION  # A / B tensor maps' L2 promotion bytes (host-side; dense launches)
+    # 2 / 4: each TMA box of a K-major B covers that many consecutive k-blocks of the tile's rows
+    # (kBGroup; b_group_fits() says where), 1: one k-block per box
+    b_group: int = 1
 
     @property
     def split_k(self) -> bool:
@@ -203,7 +206,7 @@ class Bf16GemmConfig:
     def kernel_key(self) -> tuple:
         """What selects the compiled kernel (everything else is a runtime argument)."""
         return (self.block_m, self.block_n, self.num_stages, self.a_mn_major, self.b_mn_major, self.split_k,
-                self.tma_store)
+                self.tma_store) + ((self.b_group,) if self.b_group != 1 else ())
 
     def grouped_kernel_key(self) -> tuple:
         """(block_m, block_n, num_stages, gemm_kind, b_mn_major) of an m-grouped config."""
@@ -322,6 +325,16 @@ def _fastest(options):
     """The option (block_m, block_n, splits, est, tiles, units) ranked first: fastest, then fewest
     work units, then biggest tile, then the earliest listed."""
     return min(options, key=lambda o: (round(o[3], 4), o[5], -o[0] * o[1]))
+
+
+def b_group_fits(cfg: Bf16GemmConfig, group: int) -> bool:
+    """Whether a dense configuration may read B in boxes of `group` consecutive k-blocks (b_group;
+    the kernel's kBGroup and the host's rule): 2 or 4 dividing the ring, a K-major B, whole k-blocks
+    (K % 64 == 0), whole 8-row groups of B (N % 8 == 0), every split's k-range whole groups."""
+    if group not in (2, 4) or cfg.gemm_kind != GEMM_NORMAL or cfg.b_mn_major:
+        return False
+    return (cfg.num_stages % group == 0 and cfg.k % 64 == 0 and cfg.n % 8 == 0
+            and (cfg.k // 64) % (cfg.num_splits * group) == 0)
 
 
 def select_config(m: int, n: int, k: int, num_sms: int, a_mn_major: bool = False, b_mn_major: bool = False,

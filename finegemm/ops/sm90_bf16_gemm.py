@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import array
 import ctypes
+import dataclasses
+import os
 import threading
 from typing import Optional
 
@@ -46,6 +48,7 @@ from finegemm.heuristics.sm90_bf16_gemm import (
     THREE_WG_BLOCK_M,
     Bf16GemmConfig,
     all_kernel_keys,
+    b_group_fits,
     grouped_kernel_keys,
     k_grouped_k_bucket,
     k_grouped_kernel_keys,
@@ -70,7 +73,7 @@ extern "C" __global__ void __launch_bounds__({threads}, 1) finegemm_entry(
     const __grid_constant__ CUtensorMap tmap_d, void* d, const float* c, float* workspace, int* counters,
     uint32_t m, uint32_t n, uint32_t k, uint32_t ldd, uint32_t flags, uint32_t num_splits,
     const __grid_constant__ CUtensorMap tmap_a_last) {{
-  finegemm::impls::sm90_bf16_gemm<{block_m}, {block_n}, {stages}, {a_mn_major}, {b_mn_major}, {split_k}, {tma_store}>(
+  finegemm::impls::sm90_bf16_gemm<{block_m}, {block_n}, {stages}, {a_mn_major}, {b_mn_major}, {split_k}, {tma_store}{tail}>(
       &tmap_a, &tmap_b, &tmap_d, d, c, workspace, counters, m, n, k, ldd, flags, num_splits, nullptr, 1u, nullptr,
       &tmap_a_last);
 }}
@@ -82,9 +85,12 @@ def _b(x: bool) -> str:
 
 
 def render(block_m: int, block_n: int, num_stages: int, a_mn_major: bool, b_mn_major: bool, split_k: bool,
-           tma_store: bool) -> str:
-    """The instantiation source of one kernel configuration."""
+           tma_store: bool, b_group: int = 1) -> str:
+    """The instantiation source of one kernel configuration (b_group 2 / 4: a K-major B's boxes cover
+    that many k-blocks; the launch's rule is heuristics.b_group_fits)."""
     check_tile(block_m, block_n, num_stages)
+    if b_group != 1 and (b_group not in (2, 4) or b_mn_major or num_stages % b_group):
+        raise ValueError(f"b_group {b_group}: 2 or 4 dividing num_stages, a K-major B")
     if b_mn_major and block_n % 64 and block_n not in (16, 32):
         raise ValueError(f"an N-major B needs block_n % 64 == 0 (whole 64-column boxes) or 16 / 32 (one narrow box), "
                          f"got {block_n}")
@@ -92,13 +98,15 @@ def render(block_m: int, block_n: int, num_stages: int, a_mn_major: bool, b_mn_m
         raise ValueError("the TMA-store epilogue is not combined with split-K")
     return _TEMPLATE.format(threads=(block_m // 64 + 1) * 128, block_m=block_m, block_n=block_n, stages=num_stages,
                             a_mn_major=_b(a_mn_major), b_mn_major=_b(b_mn_major), split_k=_b(split_k),
-                            tma_store=_b(tma_store))
+                            tma_store=_b(tma_store), tail=f", 0, false, false, {b_group}" if b_group != 1 else "")
 
 
 def kernel_name(key: tuple) -> str:
-    bm, bn, st, a_mn, b_mn, split, tma = key
+    """key: a kernel_key() (7 entries, an 8th with a B group)."""
+    bm, bn, st, a_mn, b_mn, split, tma, *rest = key
     layout = {v: k for k, v in LAYOUTS.items()}[(bool(a_mn), bool(b_mn))]
-    return (f"sm90_bf16_gemm_{layout}_bm{bm}_bn{bn}_s{st}{'_splitk' if split else ''}{'_tmas' if tma else ''}")
+    return (f"sm90_bf16_gemm_{layout}_bm{bm}_bn{bn}_s{st}{'_splitk' if split else ''}{'_tmas' if tma else ''}"
+            f"{f'_bg{rest[0]}' if rest else ''}")
 
 
 def _render_key(key: tuple) -> str:
@@ -136,6 +144,19 @@ _launcher_prepare = _launch_prepared = _free_prepared = None
 
 # ----------------------------------------------------------------------------- plans
 _plans: dict[tuple, tuple[Bf16GemmConfig, int]] = {}
+# Developer diagnostic (benchmarks/NOTES.md v1.05; the FP8 ops read the same variable):
+# FINEGEMM_DIAG_B_GROUP=2 or 4 (read at import) gives every selected dense configuration that
+# allows it (b_group_fits) B boxes of that many k-blocks.
+_DIAG_B_GROUP = int(os.environ.get("FINEGEMM_DIAG_B_GROUP", "") or 1)
+
+
+def with_diag_b_group(cfg: Bf16GemmConfig) -> Bf16GemmConfig:
+    """The selected config with FINEGEMM_DIAG_B_GROUP's B group where it fits (plan() and the
+    warmup's sources alike)."""
+    if _DIAG_B_GROUP > 1 and b_group_fits(cfg, _DIAG_B_GROUP):
+        return dataclasses.replace(cfg, b_group=_DIAG_B_GROUP)
+    return cfg
+
 _plans_lock = threading.Lock()
 
 
@@ -154,7 +175,7 @@ def plan(m: int, n: int, k: int, layout: str, out_fp32: bool, has_c: bool,
     p = _plans.get(key)
     if p is None:
         a_mn, b_mn = LAYOUTS[layout]
-        cfg = select_config(m, n, k, num_sms, a_mn, b_mn, out_fp32, has_c)
+        cfg = with_diag_b_group(select_config(m, n, k, num_sms, a_mn, b_mn, out_fp32, has_c))
         p = (cfg, _load(cfg, device))
         with _plans_lock:
             _plans[key] = p
@@ -236,6 +257,9 @@ def prepare(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: Optional[torch
                 != (m, n, k, a_mn, b_mn, out_fp32, has_c) or config.gemm_kind != GEMM_NORMAL):
             raise ValueError(f"sm90_bf16_gemm: config {config} is not one of this problem "
                              f"(m={m}, n={n}, k={k}, layout={layout}, out_fp32={out_fp32}, c={has_c})")
+        if config.b_group != 1 and not b_group_fits(config, config.b_group):
+            raise ValueError(f"sm90_bf16_gemm: b_group {config.b_group} needs 2 or 4 dividing num_stages, a K-major "
+                             f"B, K % 64 == 0, N % 8 == 0 and whole groups per split")
         cfg, fn = config, _load(config, device.index)
     _get_launcher()
     lda = _row_pitch(a, m if a_mn else k)
@@ -244,7 +268,7 @@ def prepare(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: Optional[torch
     head = (fn, a.data_ptr(), b.data_ptr(), d.data_ptr(), c.data_ptr() if has_c else None)
     tail = (m, n, k, lda, ldb, ldd, 1 if a_mn else 0, 1 if b_mn else 0,
             cfg.block_m, cfg.block_n, cfg.num_splits, 1 if out_fp32 else 0, 1 if cfg.tma_store else 0,
-            cfg.grid, cfg.smem_bytes, l2_promotion_arg(cfg.l2_promotion))
+            cfg.grid, cfg.smem_bytes, l2_promotion_arg(cfg.l2_promotion) | (cfg.b_group << 8 if cfg.b_group > 1 else 0))
     return PreparedBf16Call(cfg, head, tail, device, not keepalive, keepalive)
 
 

@@ -409,3 +409,51 @@ def test_fitted_a_boxes(m, layout, bm, bn, splits):
         d2 = torch.full((m, n), float("nan"), device="cuda", dtype=BF16)
         ops.prepare(tall[:m], b, d2, layout=layout, config=cfg)()
         assert torch.equal(d2, d)
+
+
+# B boxes over 2 or 4 k-blocks (b_group, impls/sm90_bf16_gemm.cuh kBGroup; a K-major B: nt, tt):
+# (layout, m, n, k, block_m, block_n, stages, splits, out_fp32 + C, group). Split clusters and the
+# workspace path, TMA and direct stores, fp32 + C, N past the last tile, M = 1 / 17 / 4097.
+B_GROUP_CASES = [("nt", 1, 4096, 7168, 128, 32, 10, 1, False, 2),
+                 ("nt", 128, 4096, 7168, 128, 64, 8, 2, False, 4),
+                 ("tt", 17, 2112, 7168, 64, 64, 8, 2, False, 2),
+                 ("nt", 4097, 200, 1024, 128, 64, 4, 1, False, 4),
+                 ("tt", 130, 584, 4096, 128, 128, 4, 1, True, 2),
+                 ("nt", 255, 776, 2048, 64, 64, 6, 4, True, 2)]
+
+
+@pytest.mark.parametrize("case", B_GROUP_CASES, ids=str)
+def test_b_group_matches_one_k_block_boxes(case):
+    """The grouped B boxes give the one-k-block boxes' result bit for bit (the same wgmmas in the
+    same order): poisoned outputs, the fp32 reference, bitwise repeat."""
+    layout, m, n, k, bm, bn, stages, splits, f32_c, group = case
+    a, b = _operands(layout, m, n, k, seed=3 * m + n + group)
+    c = torch.randn(m, n, device="cuda") if f32_c else None
+    base = heur.make_config(m, n, k, 132, layout[0] == "t", layout[1] == "n", f32_c, f32_c, bm, bn, splits,
+                            num_stages=stages)
+    assert heur.b_group_fits(base, group), f"{case} should allow b_group {group}"
+    out = []
+    for cfg in (base, dataclasses.replace(base, b_group=group)):
+        d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float32 if f32_c else BF16)
+        call = ops.prepare(a, b, d, c, layout, config=cfg)
+        call()
+        first = d.clone()
+        call()
+        assert torch.equal(first, d), f"{cfg}: not bitwise repeatable"
+        _check(d, _reference(layout, a, b, c))
+        out.append(d)
+    assert torch.equal(out[0], out[1]), f"{case}: b_group {group} differs from one-k-block boxes"
+
+
+@pytest.mark.parametrize("shape,layout", [((64, 1004, 4096), "nt"), ((64, 1024, 4000), "nt"),
+                                          ((64, 1024, 4096), "nn")], ids=str)
+def test_b_group_refused_where_it_does_not_fit(shape, layout):
+    """N % 8, K % 64, or an N-major B: the forced b_group is refused with a ValueError naming the
+    rule, before any launch."""
+    m, n, k = shape
+    a, b = _operands(layout, m, n, k, seed=11)
+    base = heur.make_config(m, n, k, 132, layout[0] == "t", layout[1] == "n", False, False, 64, 64, 1, num_stages=4)
+    d = torch.full((m, n), float("nan"), device="cuda", dtype=BF16)
+    with pytest.raises(ValueError, match="b_group"):
+        ops.prepare(a, b, d, None, layout, config=dataclasses.replace(base, b_group=2))
+    assert bool(torch.isnan(d.float()).all()), "a refused call wrote d"

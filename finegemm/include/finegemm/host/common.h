@@ -216,23 +216,26 @@ inline CUresult make_tmap_2d(CUtensorMap* tmap, CUtensorMapDataType dtype, void*
                                   promotion, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
 
-// B [rows, k] (u8, row pitch ld bytes) for the FP8 kernel's grouped B boxes (kBGroup): a 4-D map
-// (128 bytes, 8 rows at pitch ld, k-blocks at pitch 128, 8-row groups at pitch 8 ld) whose box
-// (128, 8, group, block_n / 8) holds `group` k-blocks of block_n rows as 128B-swizzled 8-row atoms,
-// k-block i of row group r at r * group * 1024 + i * 1024. Needs k % 128 == 0 and rows % 8 == 0
-// (dims 0 and 1 are never clipped: only whole k-blocks and row groups exist).
-inline CUresult make_tmap_k_groups(CUtensorMap* tmap, void* base, uint64_t k, uint64_t rows, uint64_t ld,
-                                   uint32_t block_n, uint32_t group, CUtensorMapL2promotion promotion) {
+// B [rows, k] (elements of elem_bytes, row pitch ld bytes) for the grouped B boxes of both kernel
+// families (kBGroup): a 4-D map (128 bytes, 8 rows at pitch ld, k-blocks of 128 bytes at pitch 128,
+// 8-row groups at pitch 8 ld) whose box (128 bytes, 8, group, block_n / 8) holds `group` k-blocks of
+// block_n rows as 128B-swizzled 8-row atoms, k-block i of row group r at r * group * 1024 + i * 1024.
+// Needs whole k-blocks (k * elem_bytes % 128 == 0) and rows % 8 == 0: dims 0 and 1 are never
+// clipped, so a partial k-block or row group would read past a row or past b.
+inline CUresult make_tmap_k_groups(CUtensorMap* tmap, CUtensorMapDataType dtype, uint32_t elem_bytes, void* base,
+                                   uint64_t k, uint64_t rows, uint64_t ld, uint32_t block_n, uint32_t group,
+                                   CUtensorMapL2promotion promotion) {
   const Driver& d = driver();
   if (!d.ok) return static_cast<CUresult>(FG_ERROR_NO_DRIVER);
-  if (tmap == nullptr || k % 128 != 0 || rows % 8 != 0 || block_n % 8 != 0) {
+  const uint64_t row_bytes = k * elem_bytes, block_elems = 128u / elem_bytes;
+  if (tmap == nullptr || row_bytes % 128 != 0 || rows % 8 != 0 || block_n % 8 != 0) {
     return static_cast<CUresult>(FG_ERROR_INVALID_ARGUMENT);
   }
-  const cuuint64_t dims[4] = {128, 8, k / 128, rows / 8};
+  const cuuint64_t dims[4] = {block_elems, 8, row_bytes / 128, rows / 8};
   const cuuint64_t strides[3] = {ld, 128, 8 * ld};
-  const cuuint32_t box[4] = {128, 8, group, block_n / 8};
+  const cuuint32_t box[4] = {static_cast<cuuint32_t>(block_elems), 8, group, block_n / 8};
   const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
-  return d.cuTensorMapEncodeTiled(tmap, CU_TENSOR_MAP_DATA_TYPE_UINT8, 4, base, dims, strides, box, elem_strides,
+  return d.cuTensorMapEncodeTiled(tmap, dtype, 4, base, dims, strides, box, elem_strides,
                                   CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, promotion,
                                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }

@@ -21,6 +21,7 @@ constexpr uint32_t kBf16FlagVectorStores = 1u;  // mirrors impls::kBf16Flag*
 constexpr uint32_t kBf16FlagTmaStore = 2u;
 constexpr uint32_t kBf16FlagOutFp32 = 4u;
 constexpr uint32_t kBf16FlagHasC = 8u;
+constexpr uint32_t kBf16FlagBGroup = 16u;
 
 // TMA descriptor of one bf16 operand. K-major ([rows, K] storage): box (64 k, box_rows rows).
 // MN-major ([K, rows] storage): box (64 rows, 64 k) with the 128-byte swizzle, the kernel issuing
@@ -76,8 +77,11 @@ int encode_dense(Sm90Bf16Launch* L, uint64_t fn, void* a, void* b, void* d, void
                  int ldb, int ldd, int a_mn_major, int b_mn_major, int block_m, int block_n, int num_splits,
                  int out_fp32, int tma_store, int grid, int smem_bytes, int l2_promotion) {
   if (fn == 0 || a == nullptr || b == nullptr || d == nullptr) return fg::FG_ERROR_INVALID_ARGUMENT;
+  // l2_promotion's bits 8-11: the kernel's B group (kBGroup 2 or 4; 0: none), bits 0-7 the maps' promotions.
+  if (l2_promotion < 0 || (l2_promotion >> 12) != 0) return fg::FG_ERROR_INVALID_ARGUMENT;
+  const int b_group = (l2_promotion >> 8) & 0xf;
   CUtensorMapL2promotion promo_a, promo_b;
-  if (!fg::unpack_l2_promotion(l2_promotion, &promo_a, &promo_b)) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (!fg::unpack_l2_promotion(l2_promotion & 0xff, &promo_a, &promo_b)) return fg::FG_ERROR_INVALID_ARGUMENT;
   if (m <= 0 || n <= 0 || k <= 0 || k % 8 != 0) return fg::FG_ERROR_INVALID_ARGUMENT;
   if (lda % 8 != 0 || ldb % 8 != 0 || ldd < n) return fg::FG_ERROR_INVALID_ARGUMENT;
   if (lda < (a_mn_major ? m : k) || ldb < (b_mn_major ? n : k)) return fg::FG_ERROR_INVALID_ARGUMENT;
@@ -89,6 +93,12 @@ int encode_dense(Sm90Bf16Launch* L, uint64_t fn, void* a, void* b, void* d, void
   if (num_splits > 1 && tma_store != 0) return fg::FG_ERROR_INVALID_ARGUMENT;
   if (c != nullptr && out_fp32 == 0) return fg::FG_ERROR_INVALID_ARGUMENT;
   if (grid <= 0 || smem_bytes <= 0) return fg::FG_ERROR_INVALID_ARGUMENT;
+  // B in boxes of b_group k-blocks (a kernel built with kBGroup; impls/sm90_bf16_gemm.cuh): a K-major
+  // B of whole k-blocks and whole 8-row groups, every split's k-range whole groups.
+  const bool b_grouped = b_group != 0;
+  if (b_grouped && ((b_group != 2 && b_group != 4) || b_mn_major != 0 || k % kBf16BlockK != 0 || n % 8 != 0 ||
+                    num_kb % (num_splits * b_group) != 0))
+    return fg::FG_ERROR_INVALID_ARGUMENT;
 
   const fg::Driver& drv = fg::driver();
   if (!drv.ok) return fg::FG_ERROR_NO_DRIVER;
@@ -106,7 +116,13 @@ int encode_dense(Sm90Bf16Launch* L, uint64_t fn, void* a, void* b, void* d, void
     r = bf16_operand_tmap(&L->tmap_a_last, a, false, m, k, lda, last_rows, promo_a);
     if (r != CUDA_SUCCESS) return r;
   }
-  r = bf16_operand_tmap(&L->tmap_b, b, b_mn_major != 0, n, k, ldb, block_n, promo_b);
+  if (b_grouped) {
+    r = fg::make_tmap_k_groups(&L->tmap_b, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, b, static_cast<uint64_t>(k),
+                               static_cast<uint64_t>(n), static_cast<uint64_t>(ldb) * 2u,
+                               static_cast<uint32_t>(block_n), static_cast<uint32_t>(b_group), promo_b);
+  } else {
+    r = bf16_operand_tmap(&L->tmap_b, b, b_mn_major != 0, n, k, ldb, block_n, promo_b);
+  }
   if (r != CUDA_SUCCESS) return r;
 
   // Two-element vector stores (bf16x2 / float2) need an even N, an even row pitch and base
@@ -117,6 +133,7 @@ int encode_dense(Sm90Bf16Launch* L, uint64_t fn, void* a, void* b, void* d, void
   uint32_t flags = vec ? kBf16FlagVectorStores : 0u;
   if (out_fp32) flags |= kBf16FlagOutFp32;
   if (c != nullptr) flags |= kBf16FlagHasC;
+  if (b_grouped) flags |= kBf16FlagBGroup;
 
   std::memset(&L->tmap_d, 0, sizeof(L->tmap_d));
   if (tma_store != 0 && out_fp32 == 0 && c == nullptr) {  // else (or where d's rows do not fit) direct stores
@@ -315,7 +332,8 @@ extern "C" {
 // tma_store:  1 when the kernel was built with the TMA-store epilogue; the D tensor map is then
 //             encoded when d allows it (bf16, no c, 16-byte aligned base, ldd % 8 == 0), else
 //             the kernel stores directly.
-// l2_promotion: the L2 promotion of the A and B tensor maps, packed (fg::unpack_l2_promotion; 0x33:
+// l2_promotion: bits 8-11 the kernel's B group (kBGroup 2 or 4, a K-major B; 0: none); bits 0-7
+//            the L2 promotion of the A and B tensor maps, packed (fg::unpack_l2_promotion; 0x33:
 //             256B for both).
 // Pitches are in elements; lda * 2 and ldb * 2 must be multiples of 16 (TMA).
 // Returns a CUresult (0 = success) or fg::FG_ERROR_*.

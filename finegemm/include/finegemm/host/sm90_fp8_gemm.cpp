@@ -153,8 +153,9 @@ int encode_1d2d(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sfa, void
     if (r != CUDA_SUCCESS) return r;
   }
   if (b_grouped) {
-    r = fg::make_tmap_k_groups(&L->tmap_b, b, static_cast<uint64_t>(k), rows_b, static_cast<uint64_t>(ldb),
-                               static_cast<uint32_t>(block_n), static_cast<uint32_t>(b_group), promo_b);
+    r = fg::make_tmap_k_groups(&L->tmap_b, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, b, static_cast<uint64_t>(k), rows_b,
+                               static_cast<uint64_t>(ldb), static_cast<uint32_t>(block_n),
+                               static_cast<uint32_t>(b_group), promo_b);
   } else {
     r = fg::make_tmap_2d(&L->tmap_b, CU_TENSOR_MAP_DATA_TYPE_UINT8, b, static_cast<uint64_t>(k),
                          rows_b, static_cast<uint64_t>(ldb), kBlockK,

@@ -143,6 +143,7 @@ constexpr uint32_t kBf16FlagVectorStores = 1u;  // D (and C) pointer/stride allo
 constexpr uint32_t kBf16FlagTmaStore = 2u;      // tmap_d is valid: TMA-store epilogue (kTmaStore kernels)
 constexpr uint32_t kBf16FlagOutFp32 = 4u;       // D is fp32 (else bf16)
 constexpr uint32_t kBf16FlagHasC = 8u;          // C (fp32, like D) is added
+constexpr uint32_t kBf16FlagBGroup = 16u;       // tmap_b is the 4-D grouped map of kBGroup (host's rule met)
 
 // Persistent tile order of the BF16 GEMM: work unit u -> (m_block, n_block, split). Tiles are
 // visited in column groups of kGroupN n-blocks (inside a group the n-block varies fastest, then
@@ -188,7 +189,7 @@ struct Bf16TileScheduler {
 
 template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages, bool kAMnMajor, bool kBMnMajor, bool kSplitK,
           bool kTmaStore, uint32_t kGemmKind = scheduler::kBf16GemmNormal, bool kLayoutCheck = false,
-          bool kPsumLayout = false>
+          bool kPsumLayout = false, uint32_t kBGroup = 1>
 __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const CUtensorMap* tmap_b,
                                                const CUtensorMap* tmap_d, void* d_ptr, const float* c_ptr,
                                                float* workspace, int* counters, uint32_t M, uint32_t N, uint32_t K,
@@ -227,6 +228,13 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
   // walkers search it, the epilogue zeroes the rows past the tile's group's end, CTA 0's spare warp
   // checks the ends' rules (as the FP8 kernel's kPsumLayout).
   static_assert(!kPsumLayout || kLayoutCheck, "psum ends read by the GEMM: with the in-kernel layout check");
+  // kBGroup > 1: B's box covers kBGroup consecutive k-blocks of the tile's rows (a K-major B; the
+  // FP8 kernel's kBGroup, impls/sm90_fp8_gemm_1d2d.cuh, says how): one 4-D box on the group's first
+  // stage, its bytes on that stage's full barrier, the consumers' descriptor at start + i * 1024
+  // with a stride byte offset of kBGroup * 1024.
+  static_assert(kBGroup == 1 || ((kBGroup == 2 || kBGroup == 4) && kNumStages % kBGroup == 0 && !kBMnMajor &&
+                                 kGemmKind == scheduler::kBf16GemmNormal && !diag::kNoTma && !diag::kHalfBTma),
+                "B groups: 2 or 4 k-blocks dividing the ring, dense kind, K-major B");
   using Walker = scheduler::Bf16GroupedWalker<kGrouped ? kGemmKind : scheduler::kBf16GemmGroupedContiguous, BLOCK_M,
                                               BLOCK_N, 8, kPsumLayout>;
   using KWalker = scheduler::Bf16KGroupedWalker<BLOCK_M, BLOCK_N, 8>;
@@ -384,15 +392,28 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
         const CUtensorMap* map_a = last_a ? tmap_a_last : tmap_a;
         [[maybe_unused]] const typename EpiTmaF32Add::template Prefetch<BLOCK_M / 64> c_prefetch_plan(c_prefetch,
                                                                                                     kb_begin, kb_end);
+        // The B groups' rule (the host's): a map encoded for them, whole groups per unit.
+        if constexpr (kBGroup > 1) {
+          if ((flags & kBf16FlagBGroup) == 0 || (kb_end - kb_begin) % kBGroup != 0) __trap();
+        }
         for (uint32_t kb = kb_begin; kb < kb_end; ++kb) {
           // Fresh barrier: waiting for parity 1 returns at once, so the first pass never blocks.
           ptx::mbar_wait(empty_bar(stage), phase ^ 1u);
+          // kBGroup: the group's first stage carries B's box (and bytes) for every stage of the
+          // group, which must all be free first; the others carry no B.
+          [[maybe_unused]] const bool b_group_first = kBGroup > 1 && stage % kBGroup == 0;
+          if constexpr (kBGroup > 1) {
+            if (b_group_first) {
+              for (uint32_t j = 1; j < kBGroup; ++j) ptx::mbar_wait(empty_bar(stage + j), phase ^ 1u);
+            }
+          }
           // Diagnostic builds (ptx/diag.cuh) skip some boxes; the stage's byte count follows (0
           // with both skipped: the arrive alone completes the phase).
           const bool skip_a = diag::kNoTma || (diag::kHalfATma && (kb & 1u));
           const bool skip_b = diag::kNoTma || (diag::kHalfBTma && (kb & 1u));
-          ptx::mbar_arrive_expect_tx(full_bar(stage), a_tx_bytes + Traits::kSmemB - (skip_a ? a_tx_bytes : 0u) -
-                                                          (skip_b ? Traits::kSmemB : 0u));
+          const uint32_t b_tx_bytes = kBGroup == 1 ? Traits::kSmemB : (b_group_first ? kBGroup * Traits::kSmemB : 0u);
+          ptx::mbar_arrive_expect_tx(full_bar(stage), a_tx_bytes + b_tx_bytes - (skip_a ? a_tx_bytes : 0u) -
+                                                          (skip_b ? b_tx_bytes : 0u));
           const int32_t k0 = static_cast<int32_t>(kb * BLOCK_K);
           const uint32_t dst_a = base + Traits::kOffA + stage * Traits::kSmemA;
           const uint32_t dst_b = base + Traits::kOffB + stage * Traits::kSmemB;
@@ -408,7 +429,11 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
             }
           }
           if (!skip_b) {
-            if constexpr (kBMnMajor) {
+            if constexpr (kBGroup > 1) {
+              if (b_group_first)
+                ptx::tma_load_4d_policy(dst_b, tmap_b, full_bar(stage), 0, 0, static_cast<int32_t>(kb), n0 / 8,
+                                        l2_hints, pol_b);
+            } else if constexpr (kBMnMajor) {
 #pragma unroll
               for (uint32_t c = 0; c < BLOCK_N / kBBoxCols; ++c)
                 load_b(dst_b + c * kChunk, full_bar(stage), n0 + static_cast<int32_t>(c * kBBoxCols), k0);
@@ -506,7 +531,10 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
           continue;
         }
         const uint32_t a_addr = base + Traits::kOffA + stage * Traits::kSmemA + wg * kChunk;
-        const uint32_t b_addr = base + Traits::kOffB + stage * Traits::kSmemB;
+        // kBGroup: stage s is k-block s % kBGroup of its group's block (the 8-row atoms interleaved).
+        const uint32_t b_addr = kBGroup == 1 ? base + Traits::kOffB + stage * Traits::kSmemB
+                                             : base + Traits::kOffB + (stage - stage % kBGroup) * Traits::kSmemB +
+                                                   (stage % kBGroup) * 1024u;
         uint64_t desc_a, desc_b;
         if constexpr (kAMnMajor) {
           desc_a = ptx::make_smem_desc_mn<128>(a_addr, kChunk, 8 * Traits::kRowBytes);
@@ -516,7 +544,7 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
         if constexpr (kBMnMajor) {
           desc_b = ptx::make_smem_desc_mn<kBMnRowBytes>(b_addr, kChunk, 8 * kBMnRowBytes);
         } else {
-          desc_b = ptx::make_smem_desc_k_sw128(b_addr);
+          desc_b = ptx::make_smem_desc_k_sw128(b_addr, kBGroup * 1024u);
         }
         ptx::fence_operands(acc);
         ptx::wgmma_fence();
