@@ -2,7 +2,7 @@
 # One call on the H200 machine: GPU tests + benchmarks, logs and JSON under $OUT.
 # Usage (from the repo root on the GPU machine):
 #   bash scripts/device_run.sh [all|tests|bench|sanitize|tune|pending|ab_contiguous|ab_bf16_half_a|ab_rotate|
-#                               fp8_einsum|ab_einsum|ab_einsum_tma|ab_split_tma|psum|psum_ncu|b_stream|ab_b_group]
+#                               fp8_einsum|ab_einsum|ab_einsum_tma|ab_split_tma|psum|psum_ncu|b_stream|ab_b_group|b_group]
 # "pending": the same-run A/Bs waiting for a GPU (below; their variant kernels precompiled into the
 # carried cache by scripts/precompile_pending.sh).
 # Every later GPU claim in benchmarks/results/ comes from this script.
@@ -88,7 +88,19 @@ if [[ "$what" == pending || "$what" == ab_rotate ]]; then
   # shellcheck disable=SC2086
   ab ab_rotate dense "base= rot1=-DFINEGEMM_DIAG_K_ROTATE=1 rot7=-DFINEGEMM_DIAG_K_ROTATE=7" --shapes $SKINNY_FP8
 fi
-if [[ "$what" == ab_b_group ]]; then
+if [[ "$what" == b_group ]]; then
+  # v1.05 in one call: the B groups' GPU tests and compute-sanitizer on their tiles here, then the
+  # A/B (ab_b_group) and the B-stream probe (b_stream) below.
+  timeout 150 python3 -m pytest -q -rs -m gpu tests/gpu/test_fp8_gemm_gpu.py tests/gpu/test_bf16_gemm_gpu.py \
+    -k b_group -p no:cacheprovider --timeout 120 --timeout_method thread 2>&1 | tee "$OUT/b_group_gpu_tests.log"
+  status=$(( status | ${PIPESTATUS[0]} ))
+  for tool in memcheck racecheck synccheck; do
+    timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 3 python3 scripts/sanitize_cases.py "B groups" \
+      2>&1 | tee "$OUT/b_group_sanitize_$tool.log"
+    status=$(( status | ${PIPESTATUS[0]} ))
+  done
+fi
+if [[ "$what" == b_group || "$what" == ab_b_group ]]; then
   # B boxes over 2 / 4 k-blocks (v1.05, FINEGEMM_DIAG_B_GROUP: every selected dense config that
   # allows it) on the 12 skinny anchors, FP8 and BF16 with a K-major B (nt, tt), their kernels
   # precompiled by precompile_pending.sh.
@@ -156,7 +168,7 @@ if [[ "$what" == psum_ncu ]]; then
     --plain-calls 4 > "$OUT/psum_ncu.csv" 2> "$OUT/psum_ncu.log"
   status=$(( status | $? ))
 fi
-if [[ "$what" == b_stream ]]; then
+if [[ "$what" == b_group || "$what" == b_stream ]]; then
   # The skinny shapes' B-stream bound with wider boxes (scripts/probe_b_stream.cu; no MMA, no
   # library): N,K,bn,layout(0 2d / 1 3d / 2 4d),G,slots,splits,copies,a_rows. Two rounds.
   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I finegemm/include \

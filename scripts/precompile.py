@@ -308,6 +308,10 @@ def main() -> int:
         add_1d1d(sc.wgrad_tile_config(*tile, sms=args.sms))
     for _, case in sc.WGRAD_TWO_CTA:
         add_1d1d(sc.wgrad_two_cta_config(*case, sms=args.sms))
+    for _, family, case in sc.B_GROUP_TILES:
+        if family == "fp8":
+            cfg = sc.b_group_config(family, case, sms=args.sms)
+            cfgs[ops._kernel_name(cfg)] = cfg
     for cfg in fuzz_configs(args.sms):
         if cfg.one_d_one_d:
             add_1d1d(cfg)

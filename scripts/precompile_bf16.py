@@ -101,8 +101,8 @@ def bench_k_grouped_configs(sms: int) -> list:
 
 
 def b_group_test_configs() -> list:
-    """The forced configurations of tests/gpu/test_bf16_gemm_gpu.py's B-group cases, with and
-    without the group."""
+    """The forced configurations of tests/gpu/test_bf16_gemm_gpu.py's B-group cases (with and
+    without the group) and of scripts/sanitize_cases.py's BF16 B-group tiles."""
     import dataclasses
     import importlib.util
 
@@ -115,6 +115,11 @@ def b_group_test_configs() -> list:
         base = make_config(m, n, k, 132, layout[0] == "t", layout[1] == "n", f32_c, f32_c, bm, bn, splits,
                            num_stages=stages)
         out += [base, dataclasses.replace(base, b_group=group)]
+    spec = importlib.util.spec_from_file_location("_sanitize_cases", Path(__file__).resolve().parent
+                                                  / "sanitize_cases.py")
+    sc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sc)
+    out += [sc.b_group_config(family, case) for _, family, case in sc.B_GROUP_TILES if family == "bf16"]
     return out
 
 

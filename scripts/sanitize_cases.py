@@ -539,7 +539,61 @@ def _fp8_einsum_heads_packed(batch, heads, r, n, pad_d, f32_c=False, sfa_mn_majo
         del os.environ["FINEGEMM_ENABLE_UNVALIDATED"]
 
 
+# B boxes over 2 or 4 k-blocks (b_group, NOTES v1.05): (name, family, problem and tile). FP8: (m, n,
+# k, block_m, block_n, stages, splits, tma_store, group); BF16: (layout, m, n, k, block_m, block_n,
+# stages, splits, out_fp32, group). Split clusters, partial M and N tiles, both stores.
+B_GROUP_TILES = [
+    ("fp8 B groups of 4, split cluster bm64 bn64 x2, partial M", "fp8", (17, 1000, 7168, 64, 64, 8, 2, False, 4)),
+    ("fp8 B groups of 2, bm128 bn128 TMA store, partial M and N", "fp8", (129, 584, 1024, 128, 128, 4, 1, True, 2)),
+    ("bf16 B groups of 2, tt split cluster bm64 bn64 x2, partial M", "bf16",
+     ("tt", 100, 264, 2048, 64, 64, 8, 2, False, 2)),
+    ("bf16 B groups of 4, nt bm128 bn112 TMA store, partial M and N", "bf16",
+     ("nt", 136, 600, 1024, 128, 112, 4, 1, False, 4)),
+]
+
+
+def b_group_config(family, case, sms=132):
+    """The forced configuration of a B_GROUP_TILES case, with its group (scripts/precompile.py and
+    precompile_bf16.py build these too)."""
+    import dataclasses
+
+    if family == "fp8":
+        from finegemm.heuristics.sm90_fp8_gemm import make_config
+
+        m, n, k, bm, bn, stages, splits, tma, group = case
+        cfg = make_config(m, n, k, sms, False, False, bm, bn, stages, splits, 1, False, tma)
+    else:
+        from finegemm.heuristics import sm90_bf16_gemm as heur
+
+        layout, m, n, k, bm, bn, stages, splits, out_fp32, group = case
+        cfg = heur.make_config(m, n, k, sms, layout[0] == "t", layout[1] == "n", out_fp32, False, bm, bn, splits,
+                               num_stages=stages)
+    return dataclasses.replace(cfg, b_group=group)
+
+
+def _b_group_tile(family, case):
+    from finegemm.ops import sm90_bf16_gemm as ob
+    from finegemm.ops import sm90_fp8_gemm as o8
+
+    cfg = b_group_config(family, case, torch.cuda.get_device_properties(0).multi_processor_count)
+    m, n, k = cfg.m, cfg.n, cfg.k
+    if family == "fp8":
+        a, sfa = finegemm.per_token_cast_to_fp8(torch.randn(m, k, device="cuda"))
+        b, sfb = finegemm.per_block_cast_to_fp8(torch.randn(n, k, device="cuda"))
+        d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        o8.prepare(a, sfa, b, sfb, d, config=cfg)()
+        return calc_diff(d.float(), reference.fp8_gemm_nt(a, sfa, b, sfb, out_dtype=torch.float32))
+    layout = case[0]
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    a_in = a if layout[0] == "n" else a.t().contiguous()
+    d = torch.empty(m, n, device="cuda", dtype=torch.float32 if cfg.out_fp32 else torch.bfloat16)
+    ob.prepare(a_in, b, d, None, layout, config=cfg)()
+    return calc_diff(d.float(), a.float() @ b.float().t())
+
+
 CASES = [
+    *[(name, lambda f=fam, c=case: _b_group_tile(f, c)) for name, fam, case in B_GROUP_TILES],
     ("fp8 contiguous psum, ends read in the GEMM, alignment 64",
      lambda: _contiguous_psum_in_gemm([300, 0, 129, 1, 640, 7, 256, 1, 90], 576, 512, 64)),
     ("fp8 contiguous psum, ends read in the GEMM, alignment 128",
