@@ -10,6 +10,8 @@
 //       k-block i of row group r lands at r * G * 1024 + i * 1024 (128B-swizzled 8-row atoms, the
 //       layout a wgmma descriptor reads with start + i * 1024 and stride byte offset G * 1024),
 //       so each row's G * 128 bytes are requested within 8 * G * 128 bytes of the stream.
+//   lin the ceiling, not a GEMM's order: each CTA copies its share of B (the same bytes per stage)
+//       from one contiguous range with 1-D bulk copies (cp.async.bulk, no tensor map, no swizzle).
 // --check copies CTA 0's first group out of shared memory and compares it with the layout above.
 //
 // Build (no GPU needed): nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a
@@ -41,7 +43,15 @@ namespace ptx = finegemm::ptx;
     }                                                                                   \
   } while (0)
 
-enum Layout { k2d = 0, k3d = 1, k4d = 2 };
+enum Layout { k2d = 0, k3d = 1, k4d = 2, kLinear = 3 };
+
+// A 1-D bulk copy global -> shared (bytes a multiple of 16, both addresses 16-byte aligned) whose
+// completion adds its bytes to mbarrier `bar`'s transaction count.
+__device__ __forceinline__ void bulk_copy_g2s(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+               "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(bar)
+               : "memory");
+}
 
 struct Params {
   int layout, g, bn, slots, tiles, splits, copies, kblocks_per_split, a_rows;
@@ -49,7 +59,7 @@ struct Params {
 
 __global__ void __launch_bounds__(160, 1)
     b_stream(const __grid_constant__ CUtensorMap tmap_b, const __grid_constant__ CUtensorMap tmap_a, Params p,
-             uint32_t* sink, uint8_t* dump) {
+             const uint8_t* b_ptr, uint32_t* sink, uint8_t* dump) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   const uint32_t group_b = uint32_t(p.g) * p.bn * 128;
@@ -85,6 +95,10 @@ __global__ void __launch_bounds__(160, 1)
             ptx::tma_load_2d(dst + j * p.bn * 128, &tmap_b, bar, (kb + j) * 128, tile * p.bn);
         } else if (p.layout == k3d) {
           ptx::tma_load_3d(dst, &tmap_b, bar, 0, tile * p.bn, kb);
+        } else if (p.layout == kLinear) {
+          // This CTA's (tile, split) share of B as one contiguous range, group_b bytes per group.
+          const size_t chunk = size_t(tile) * p.splits + split;
+          bulk_copy_g2s(dst, b_ptr + (chunk * groups + i) * group_b, group_b, bar);
         } else {
           ptx::tma_load_4d_policy(dst, &tmap_b, bar, 0, 0, kb, tile * p.bn / 8, false, 0);
         }
@@ -167,14 +181,14 @@ int main(int argc, char** argv) {
     }
     Params p{layout, g, bn, slots, n / bn, splits, copies, k / 128 / splits, a_rows};
     const size_t smem = size_t(slots) * g * (bn + a_rows) * 128 + 1024;
-    if (n % bn || bn % 8 || (k / 128) % splits || p.kblocks_per_split % g || slots > 32 || smem > 227 * 1024 ||
+    if (layout < 0 || layout > kLinear || n % bn || bn % 8 || (k / 128) % splits || p.kblocks_per_split % g || slots > 32 || smem > 227 * 1024 ||
         size_t(n) * k > max_b || k > 16384 || a_rows > 256) {
       std::printf("{\"case\": \"%s\", \"error\": \"unsupported\"}\n", c.c_str());
       continue;
     }
     CUtensorMap mb, ma;
     bool ok;
-    if (layout == k2d) {
+    if (layout == k2d || layout == kLinear) {  // (the linear copies never use the map)
       cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(n)}, st[1] = {cuuint64_t(k)};
       cuuint32_t box[2] = {128, cuuint32_t(bn)};
       ok = encode(&mb, b, 2, dims, st, box, "2d");
@@ -195,7 +209,7 @@ int main(int argc, char** argv) {
     }
     if (!ok) continue;
     const int grid = p.tiles * splits * copies;
-    b_stream<<<grid, 160, smem>>>(mb, ma, p, sink, check ? dump : nullptr);
+    b_stream<<<grid, 160, smem>>>(mb, ma, p, b, sink, check ? dump : nullptr);
     CHECK_CUDA(cudaDeviceSynchronize());
     long mismatches = -1;
     if (check) {
@@ -212,6 +226,10 @@ int main(int argc, char** argv) {
           for (int byte = 0; byte < 128; ++byte) {
             size_t logical = layout == k4d ? size_t(r / 8) * g * 1024 + size_t(i) * 1024 + (r % 8) * 128 + byte
                                            : size_t(i) * bn * 128 + size_t(r) * 128 + byte;
+            if (layout == kLinear) {  // the first group_b bytes of B, unswizzled
+              mismatches += got[logical] != host_b[logical];
+              continue;
+            }
             size_t phys = logical ^ (((logical >> 7) & 7) << 4);
             mismatches += got[phys] != host_b[size_t(r) * k + size_t(i) * 128 + byte];
           }
@@ -220,7 +238,7 @@ int main(int argc, char** argv) {
     for (int it = 0; it < iters; ++it) {
       CHECK_CUDA(cudaMemsetAsync(flush, it & 0xff, flush_bytes));
       CHECK_CUDA(cudaEventRecord(e0));
-      b_stream<<<grid, 160, smem>>>(mb, ma, p, sink, nullptr);
+      b_stream<<<grid, 160, smem>>>(mb, ma, p, b, sink, nullptr);
       CHECK_CUDA(cudaEventRecord(e1));
       CHECK_CUDA(cudaEventSynchronize(e1));
       float t;
@@ -234,7 +252,8 @@ int main(int argc, char** argv) {
         "{\"case\": \"%s\", \"n\": %d, \"k\": %d, \"bn\": %d, \"layout\": \"%s\", \"g\": %d, \"slots\": %d, "
         "\"splits\": %d, \"copies\": %d, \"a_rows\": %d, \"ctas\": %d, \"us\": %.2f, \"min_us\": %.2f, "
         "\"tb_per_s\": %.3f, \"check_mismatches\": %ld}\n",
-        c.c_str(), n, k, bn, layout == k2d ? "2d" : layout == k3d ? "3d" : "4d", g, slots, splits, copies, a_rows,
+        c.c_str(), n, k, bn, layout == k2d ? "2d" : layout == k3d ? "3d" : layout == k4d ? "4d" : "lin", g, slots,
+        splits, copies, a_rows,
         grid, us, ms[0] * 1e3, double(n) * k / (us * 1e-6) / 1e12, mismatches);
     std::fflush(stdout);
   }
