@@ -170,7 +170,7 @@ if [[ "$what" == psum_ncu ]]; then
 fi
 if [[ "$what" == b_group || "$what" == b_stream ]]; then
   # The skinny shapes' B-stream bound with wider boxes (scripts/probe_b_stream.cu; no MMA, no
-  # library): N,K,bn,layout(0 2d / 1 3d / 2 4d),G,slots,splits,copies,a_rows. Two rounds.
+  # library): N,K,bn,layout(0 2d / 1 3d / 2 4d / 3 linear copies),G,slots,splits,copies,a_rows. Two rounds.
   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I finegemm/include \
     scripts/probe_b_stream.cu -o /tmp/probe_b_stream 2>&1 | tee "$OUT/b_stream_build.log"
   cases="4096,7168,64,0,1,8,2,1,0 4096,7168,64,0,1,8,2,1,128 4096,7168,64,0,2,4,2,1,0 4096,7168,64,1,2,4,2,1,0
@@ -180,7 +180,8 @@ if [[ "$what" == b_group || "$what" == b_stream ]]; then
     4096,7168,32,2,8,2,1,1,0 4096,7168,128,0,1,8,4,1,0 4096,7168,128,2,2,4,4,1,0 2112,7168,32,0,1,16,2,1,0
     2112,7168,32,2,4,4,2,1,0 2112,7168,64,0,1,8,4,1,0 2112,7168,64,2,2,4,4,1,0 2112,7168,64,2,7,2,4,1,0
     7168,2048,56,0,1,8,1,1,0 7168,2048,56,2,4,2,1,1,0 7168,2048,56,2,2,4,1,1,0 7168,16384,56,0,1,8,1,1,0
-    7168,16384,56,2,4,2,1,1,0"
+    7168,16384,56,2,4,2,1,1,0 4096,7168,64,3,1,8,2,1,0 4096,7168,64,3,2,4,2,1,0 4096,7168,64,3,4,2,2,1,0
+    2112,7168,64,3,2,4,4,1,0 7168,16384,56,3,4,2,1,1,0"
   for round in 1 2; do
     # shellcheck disable=SC2086
     timeout 120 /tmp/probe_b_stream $cases --iters 50 --check 2>&1 | tee "$OUT/b_stream_$round.jsonl"

@@ -19,6 +19,8 @@
 from __future__ import annotations
 
 import ctypes
+import dataclasses
+import os
 import threading
 
 import torch
@@ -55,6 +57,20 @@ def l2_promotion_arg(promotion: tuple) -> int:
     except (KeyError, TypeError, ValueError):
         check_l2_promotion(promotion)  # raises, naming the rule
         raise
+
+
+# Developer diagnostic (benchmarks/NOTES.md v1.05): FINEGEMM_DIAG_B_GROUP=2 or 4 (read at import)
+# gives every selected dense configuration (FP8 and BF16) that allows it B boxes of that many
+# k-blocks: the same-run A/B before a table picks them.
+DIAG_B_GROUP = int(os.environ.get("FINEGEMM_DIAG_B_GROUP", "") or 1)
+
+
+def with_diag_b_group(cfg, fits):
+    """cfg with FINEGEMM_DIAG_B_GROUP's B group where `fits(cfg, group)` (the family's
+    b_group_fits) allows it; the ops' plan() and the warmup's sources alike."""
+    if DIAG_B_GROUP > 1 and fits(cfg, DIAG_B_GROUP):
+        return dataclasses.replace(cfg, b_group=DIAG_B_GROUP)
+    return cfg
 
 
 _kernel_lock = threading.Lock()

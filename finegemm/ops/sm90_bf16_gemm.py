@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import array
 import ctypes
-import dataclasses
-import os
 import threading
 from typing import Optional
 
@@ -40,6 +38,7 @@ from finegemm.ops.contiguous_layout import checked_group_ids
 from finegemm.ops._runtime import (PreparedLaunch, SplitKWorkspace, c_function, check_tile,
                                    is_capturing, l2_promotion_arg, prepare_function, prepared_handle_functions,
                                    raw_stream)
+from finegemm.ops._runtime import with_diag_b_group as _with_diag_b_group
 from finegemm.heuristics.sm90_bf16_gemm import (
     GEMM_GROUPED_CONTIGUOUS,
     GEMM_GROUPED_MASKED,
@@ -144,18 +143,9 @@ _launcher_prepare = _launch_prepared = _free_prepared = None
 
 # ----------------------------------------------------------------------------- plans
 _plans: dict[tuple, tuple[Bf16GemmConfig, int]] = {}
-# Developer diagnostic (benchmarks/NOTES.md v1.05; the FP8 ops read the same variable):
-# FINEGEMM_DIAG_B_GROUP=2 or 4 (read at import) gives every selected dense configuration that
-# allows it (b_group_fits) B boxes of that many k-blocks.
-_DIAG_B_GROUP = int(os.environ.get("FINEGEMM_DIAG_B_GROUP", "") or 1)
-
-
 def with_diag_b_group(cfg: Bf16GemmConfig) -> Bf16GemmConfig:
-    """The selected config with FINEGEMM_DIAG_B_GROUP's B group where it fits (plan() and the
-    warmup's sources alike)."""
-    if _DIAG_B_GROUP > 1 and b_group_fits(cfg, _DIAG_B_GROUP):
-        return dataclasses.replace(cfg, b_group=_DIAG_B_GROUP)
-    return cfg
+    """The selected config with FINEGEMM_DIAG_B_GROUP's B group where it fits (ops/_runtime.py)."""
+    return _with_diag_b_group(cfg, b_group_fits)
 
 _plans_lock = threading.Lock()
 

@@ -40,6 +40,7 @@ from finegemm.ops.contiguous_layout import checked_group_ids
 from finegemm.ops._runtime import (PreparedLaunch, SplitKWorkspace, c_function, check_tile,
                                    is_capturing, l2_promotion_arg, max_active_clusters, prepare_function,
                                    prepared_handle_functions, raw_stream)
+from finegemm.ops._runtime import with_diag_b_group as _with_diag_b_group
 from finegemm.quant import get_mn_major_tma_aligned_tensor
 from finegemm.utils import align, write_empty_product
 
@@ -347,18 +348,9 @@ _launcher_heads_packed = _launcher_heads_packed_gather = _launcher_prepare_heads
 
 
 # ----------------------------------------------------------------------------- plans
-# Developer diagnostic (benchmarks/NOTES.md v1.05): FINEGEMM_DIAG_B_GROUP=2 or 4 (read at import)
-# gives every selected dense configuration that allows it (b_group_fits) B boxes of that many
-# k-blocks: the same-run A/B before a table picks them.
-_DIAG_B_GROUP = int(os.environ.get("FINEGEMM_DIAG_B_GROUP", "") or 1)
-
-
-def with_diag_b_group(cfg: Fp8GemmConfig) -> Fp8GemmConfig:
-    """The selected config with FINEGEMM_DIAG_B_GROUP's B group where it fits (plan() and the
-    warmup's sources alike)."""
-    if _DIAG_B_GROUP > 1 and b_group_fits(cfg, _DIAG_B_GROUP):
-        return dataclasses.replace(cfg, b_group=_DIAG_B_GROUP)
-    return cfg
+def with_diag_b_group(cfg):
+    """The selected config with FINEGEMM_DIAG_B_GROUP's B group where it fits (ops/_runtime.py)."""
+    return _with_diag_b_group(cfg, b_group_fits)
 
 
 _plans: dict[tuple, tuple[Fp8GemmConfig, int]] = {}  # (m, n, k, out_fp32, has_c, sms, device) -> (cfg, fn)
