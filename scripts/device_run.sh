@@ -89,16 +89,12 @@ if [[ "$what" == pending || "$what" == ab_rotate ]]; then
   ab ab_rotate dense "base= rot1=-DFINEGEMM_DIAG_K_ROTATE=1 rot7=-DFINEGEMM_DIAG_K_ROTATE=7" --shapes $SKINNY_FP8
 fi
 if [[ "$what" == b_group ]]; then
-  # v1.05 in one call: the B groups' GPU tests and compute-sanitizer on their tiles here, then the
-  # A/B (ab_b_group) and the B-stream probe (b_stream) below.
+  # v1.05 in one call (~6-7 min): the B groups' GPU tests here, then the A/B (ab_b_group) and the
+  # B-stream probe (b_stream) below. Their sanitizer run is `FINEGEMM_SANITIZE_ONLY=b-groups
+  # device_run.sh sanitize` (scripts/sanitize_cases.py's B_GROUP_TILES).
   timeout 150 python3 -m pytest -q -rs -m gpu tests/gpu/test_fp8_gemm_gpu.py tests/gpu/test_bf16_gemm_gpu.py \
     -k b_group -p no:cacheprovider --timeout 120 --timeout_method thread 2>&1 | tee "$OUT/b_group_gpu_tests.log"
   status=$(( status | ${PIPESTATUS[0]} ))
-  for tool in memcheck racecheck synccheck; do
-    timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 3 python3 scripts/sanitize_cases.py "B groups" \
-      2>&1 | tee "$OUT/b_group_sanitize_$tool.log"
-    status=$(( status | ${PIPESTATUS[0]} ))
-  done
 fi
 if [[ "$what" == b_group || "$what" == ab_b_group ]]; then
   # B boxes over 2 / 4 k-blocks (v1.05, FINEGEMM_DIAG_B_GROUP: every selected dense config that

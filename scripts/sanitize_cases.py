@@ -543,11 +543,11 @@ def _fp8_einsum_heads_packed(batch, heads, r, n, pad_d, f32_c=False, sfa_mn_majo
 # k, block_m, block_n, stages, splits, tma_store, group); BF16: (layout, m, n, k, block_m, block_n,
 # stages, splits, out_fp32, group). Split clusters, partial M and N tiles, both stores.
 B_GROUP_TILES = [
-    ("fp8 B groups of 4, split cluster bm64 bn64 x2, partial M", "fp8", (17, 1000, 7168, 64, 64, 8, 2, False, 4)),
-    ("fp8 B groups of 2, bm128 bn128 TMA store, partial M and N", "fp8", (129, 584, 1024, 128, 128, 4, 1, True, 2)),
-    ("bf16 B groups of 2, tt split cluster bm64 bn64 x2, partial M", "bf16",
+    ("fp8 b-groups of 4, split cluster bm64 bn64 x2, partial M", "fp8", (17, 1000, 7168, 64, 64, 8, 2, False, 4)),
+    ("fp8 b-groups of 2, bm128 bn128 TMA store, partial M and N", "fp8", (129, 584, 1024, 128, 128, 4, 1, True, 2)),
+    ("bf16 b-groups of 2, tt split cluster bm64 bn64 x2, partial M", "bf16",
      ("tt", 100, 264, 2048, 64, 64, 8, 2, False, 2)),
-    ("bf16 B groups of 4, nt bm128 bn112 TMA store, partial M and N", "bf16",
+    ("bf16 b-groups of 4, nt bm128 bn112 TMA store, partial M and N", "bf16",
      ("nt", 136, 600, 1024, 128, 112, 4, 1, False, 4)),
 ]
 
