@@ -47,13 +47,14 @@ except AttributeError:  # pragma: no cover
 _L2_PROMOTION_ENUM = {nbytes: i for i, nbytes in enumerate(L2_PROMOTIONS)}
 
 
-def l2_promotion_arg(promotion: tuple) -> int:
+def l2_promotion_arg(promotion: tuple, b_group: int = 1) -> int:
     """The launchers' packed `l2_promotion` argument (host/common.h unpack_l2_promotion) from a
     configuration's (A bytes, B bytes); check_l2_promotion's ValueError for anything else (a
-    forced configuration). Runs per call on the m-grouped path: two dict lookups when valid."""
+    forced configuration). Runs per call on the m-grouped path: two dict lookups when valid. The
+    dense launchers also take a B group (2 or 4, the kernel's kBGroup) in bits 8-11."""
     try:
         a, b = promotion
-        return _L2_PROMOTION_ENUM[a] | _L2_PROMOTION_ENUM[b] << 4
+        return _L2_PROMOTION_ENUM[a] | _L2_PROMOTION_ENUM[b] << 4 | (b_group << 8 if b_group > 1 else 0)
     except (KeyError, TypeError, ValueError):
         check_l2_promotion(promotion)  # raises, naming the rule
         raise

@@ -143,11 +143,12 @@ _launcher_prepare = _launch_prepared = _free_prepared = None
 
 # ----------------------------------------------------------------------------- plans
 _plans: dict[tuple, tuple[Bf16GemmConfig, int]] = {}
+_plans_lock = threading.Lock()
+
+
 def with_diag_b_group(cfg: Bf16GemmConfig) -> Bf16GemmConfig:
     """The selected config with FINEGEMM_DIAG_B_GROUP's B group where it fits (ops/_runtime.py)."""
     return _with_diag_b_group(cfg, b_group_fits)
-
-_plans_lock = threading.Lock()
 
 
 def _load(cfg: Bf16GemmConfig, device: int) -> int:
@@ -258,7 +259,7 @@ def prepare(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: Optional[torch
     head = (fn, a.data_ptr(), b.data_ptr(), d.data_ptr(), c.data_ptr() if has_c else None)
     tail = (m, n, k, lda, ldb, ldd, 1 if a_mn else 0, 1 if b_mn else 0,
             cfg.block_m, cfg.block_n, cfg.num_splits, 1 if out_fp32 else 0, 1 if cfg.tma_store else 0,
-            cfg.grid, cfg.smem_bytes, l2_promotion_arg(cfg.l2_promotion) | (cfg.b_group << 8 if cfg.b_group > 1 else 0))
+            cfg.grid, cfg.smem_bytes, l2_promotion_arg(cfg.l2_promotion, cfg.b_group))
     return PreparedBf16Call(cfg, head, tail, device, not keepalive, keepalive)
 
 

@@ -29,8 +29,8 @@ from finegemm.heuristics.sm90_fp8_gemm import (
     FP8_BLOCK_MS,
     GEMM_NORMAL,
     MAX_BLOCK_N_LEAN_LOOP,
-    b_group_fits,
     Fp8GemmConfig,
+    b_group_fits,
     make_grouped_config,
     select_config,
     select_grouped_config,
@@ -531,7 +531,7 @@ def _launch_arguments(a: torch.Tensor, sfa: torch.Tensor, b: torch.Tensor, sfb: 
     tail = (m, n, k, lda, ldb, ldd, sfa_ld,
             cfg.block_m, cfg.block_n, cfg.num_splits, cfg.num_multicast, 1 if cfg.multicast_on_a else 0,
             1 if out_fp32 else 0, 1 if cfg.tma_store else 0, cfg.grid, cfg.smem_bytes, GEMM_NORMAL, None, 1,
-            l2_promotion_arg(cfg.l2_promotion) | (cfg.b_group << 8 if cfg.b_group > 1 else 0))
+            l2_promotion_arg(cfg.l2_promotion, cfg.b_group))
     return cfg, head, tail, keepalive
 
 
