@@ -36,6 +36,14 @@ def l2_promotion_note(p: tuple) -> str:
     return "" if tuple(p) == DEFAULT_L2_PROMOTION else f" l2-promotion={p[0]}/{p[1]}"
 
 
+def whole_b_groups(group: int, num_stages: int, k: int, block_k: int, n: int, num_splits: int) -> bool:
+    """The part of both families' b_group_fits (and of the host's fg::b_group_fits) that is the
+    same: 2 or 4 k-blocks dividing the ring, whole k-blocks, whole 8-row groups of B, every split's
+    k-range whole groups."""
+    return (group in (2, 4) and num_stages % group == 0 and k % block_k == 0 and n % 8 == 0
+            and (k // block_k) % (num_splits * group) == 0)
+
+
 def print_configs_enabled() -> bool:
     """FINEGEMM_PRINT_CONFIGS is set to something truthy."""
     return os.environ.get("FINEGEMM_PRINT_CONFIGS", "").strip().lower() not in ("", "0", "false", "no", "off")

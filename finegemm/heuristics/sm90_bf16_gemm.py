@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from finegemm.heuristics import tuned
 from finegemm.heuristics._common import (DEFAULT_L2_PROMOTION, THREE_WG_BLOCK_M, grouped_block_m_options,
                                          grouped_model_rows, grouped_tuned_key, l2_promotion_note,
-                                         print_configs_enabled, with_entry_promotion)
+                                         print_configs_enabled, whole_b_groups, with_entry_promotion)
 from finegemm.utils import ceil_div
 
 __all__ = [
@@ -331,10 +331,9 @@ def b_group_fits(cfg: Bf16GemmConfig, group: int) -> bool:
     """Whether a dense configuration may read B in boxes of `group` consecutive k-blocks (b_group;
     the kernel's kBGroup and the host's rule): 2 or 4 dividing the ring, a K-major B, whole k-blocks
     (K % 64 == 0), whole 8-row groups of B (N % 8 == 0), every split's k-range whole groups."""
-    if group not in (2, 4) or cfg.gemm_kind != GEMM_NORMAL or cfg.b_mn_major:
+    if cfg.gemm_kind != GEMM_NORMAL or cfg.b_mn_major:
         return False
-    return (cfg.num_stages % group == 0 and cfg.k % 64 == 0 and cfg.n % 8 == 0
-            and (cfg.k // 64) % (cfg.num_splits * group) == 0)
+    return whole_b_groups(group, cfg.num_stages, cfg.k, BLOCK_K, cfg.n, cfg.num_splits)
 
 
 def select_config(m: int, n: int, k: int, num_sms: int, a_mn_major: bool = False, b_mn_major: bool = False,

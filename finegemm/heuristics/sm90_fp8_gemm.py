@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from finegemm.heuristics import tuned
 from finegemm.heuristics._common import (DEFAULT_L2_PROMOTION, THREE_WG_BLOCK_M, grouped_block_m_options,
                                          grouped_model_rows, grouped_tuned_key, l2_promotion_note,
-                                         print_configs_enabled, with_entry_promotion)
+                                         print_configs_enabled, whole_b_groups, with_entry_promotion)
 from finegemm.utils import align, ceil_div
 
 __all__ = [
@@ -258,12 +258,11 @@ def b_group_fits(cfg: Fp8GemmConfig, group: int) -> bool:
     k-blocks (b_group; the kernel's kBGroup and the host's rule): 2 or 4 dividing the ring, the
     dense kind without head splits, B not multicast, whole k-blocks (K % 128 == 0), whole 8-row
     groups of B (N % 8 == 0), and every split's k-range whole groups."""
-    if group not in (2, 4) or cfg.gemm_kind != GEMM_NORMAL or cfg.one_d_one_d or cfg.heads_packed:
+    if cfg.gemm_kind != GEMM_NORMAL or cfg.one_d_one_d or cfg.heads_packed:
         return False
     if (cfg.num_multicast == 2 and not cfg.multicast_on_a) or tuple(cfg.head_splits) != (0, 0, 0):
         return False
-    return (cfg.num_stages % group == 0 and cfg.k % 128 == 0 and cfg.n % 8 == 0
-            and (cfg.k // 128) % (cfg.num_splits * group) == 0)
+    return whole_b_groups(group, cfg.num_stages, cfg.k, 128, cfg.n, cfg.num_splits)
 
 
 def num_threads(block_m: int) -> int:

@@ -195,6 +195,23 @@ inline bool unpack_l2_promotion(int packed, CUtensorMapL2promotion* a, CUtensorM
   return true;
 }
 
+// The dense launchers' packed options: bits 0-7 the A / B maps' L2 promotions
+// (unpack_l2_promotion), bits 8-11 the kernel's B group (kBGroup 2 or 4; 0: none). False for
+// anything else (the launchers answer FG_ERROR_INVALID_ARGUMENT).
+inline bool unpack_dense_options(int packed, CUtensorMapL2promotion* a, CUtensorMapL2promotion* b, int* b_group) {
+  if (packed < 0 || (packed >> 12) != 0) return false;
+  *b_group = (packed >> 8) & 0xf;
+  return (*b_group == 0 || *b_group == 2 || *b_group == 4) && unpack_l2_promotion(packed & 0xff, a, b);
+}
+
+// Whether B [n, k] in k-blocks of kb_bytes may be read in boxes of b_group k-blocks (both kernel
+// families' kBGroup; make_tmap_k_groups): whole k-blocks (a box row never reaches the next row),
+// whole 8-row groups (no row group past the end of b), every split's k-range whole groups.
+inline bool b_group_fits(int b_group, int64_t k_bytes, int64_t kb_bytes, int n, int num_splits) {
+  const int64_t num_kb = k_bytes / kb_bytes;
+  return k_bytes % kb_bytes == 0 && n % 8 == 0 && num_kb % (static_cast<int64_t>(num_splits) * b_group) == 0;
+}
+
 // 2-D tiled TMA descriptor for a row-major [outer, inner] tensor (inner contiguous).
 // Interleave none, L2 promotion `promotion` (default tmap_l2_promotion()), out-of-bounds elements
 // filled with zeros (loads) / dropped (stores). Element strides are 1. Requirements (checked by the driver):

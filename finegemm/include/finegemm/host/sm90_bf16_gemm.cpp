@@ -77,11 +77,9 @@ int encode_dense(Sm90Bf16Launch* L, uint64_t fn, void* a, void* b, void* d, void
                  int ldb, int ldd, int a_mn_major, int b_mn_major, int block_m, int block_n, int num_splits,
                  int out_fp32, int tma_store, int grid, int smem_bytes, int l2_promotion) {
   if (fn == 0 || a == nullptr || b == nullptr || d == nullptr) return fg::FG_ERROR_INVALID_ARGUMENT;
-  // l2_promotion's bits 8-11: the kernel's B group (kBGroup 2 or 4; 0: none), bits 0-7 the maps' promotions.
-  if (l2_promotion < 0 || (l2_promotion >> 12) != 0) return fg::FG_ERROR_INVALID_ARGUMENT;
-  const int b_group = (l2_promotion >> 8) & 0xf;
   CUtensorMapL2promotion promo_a, promo_b;
-  if (!fg::unpack_l2_promotion(l2_promotion & 0xff, &promo_a, &promo_b)) return fg::FG_ERROR_INVALID_ARGUMENT;
+  int b_group = 0;  // l2_promotion's bits 8-11 (fg::unpack_dense_options)
+  if (!fg::unpack_dense_options(l2_promotion, &promo_a, &promo_b, &b_group)) return fg::FG_ERROR_INVALID_ARGUMENT;
   if (m <= 0 || n <= 0 || k <= 0 || k % 8 != 0) return fg::FG_ERROR_INVALID_ARGUMENT;
   if (lda % 8 != 0 || ldb % 8 != 0 || ldd < n) return fg::FG_ERROR_INVALID_ARGUMENT;
   if (lda < (a_mn_major ? m : k) || ldb < (b_mn_major ? n : k)) return fg::FG_ERROR_INVALID_ARGUMENT;
@@ -93,11 +91,10 @@ int encode_dense(Sm90Bf16Launch* L, uint64_t fn, void* a, void* b, void* d, void
   if (num_splits > 1 && tma_store != 0) return fg::FG_ERROR_INVALID_ARGUMENT;
   if (c != nullptr && out_fp32 == 0) return fg::FG_ERROR_INVALID_ARGUMENT;
   if (grid <= 0 || smem_bytes <= 0) return fg::FG_ERROR_INVALID_ARGUMENT;
-  // B in boxes of b_group k-blocks (a kernel built with kBGroup; impls/sm90_bf16_gemm.cuh): a K-major
-  // B of whole k-blocks and whole 8-row groups, every split's k-range whole groups.
+  // B in boxes of b_group k-blocks (a kernel built with kBGroup): a K-major B.
   const bool b_grouped = b_group != 0;
-  if (b_grouped && ((b_group != 2 && b_group != 4) || b_mn_major != 0 || k % kBf16BlockK != 0 || n % 8 != 0 ||
-                    num_kb % (num_splits * b_group) != 0))
+  if (b_grouped && (b_mn_major != 0 || !fg::b_group_fits(b_group, static_cast<int64_t>(k) * 2, kBf16BlockK * 2, n,
+                                                         num_splits)))
     return fg::FG_ERROR_INVALID_ARGUMENT;
 
   const fg::Driver& drv = fg::driver();

@@ -95,11 +95,9 @@ int encode_1d2d(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sfa, void
                 int gemm_kind, void* grouped, int num_groups, int l2_promotion, bool sfa_gather = false) {
   if (fn == 0 || a == nullptr || b == nullptr || sfa == nullptr || sfb == nullptr || d == nullptr)
     return fg::FG_ERROR_INVALID_ARGUMENT;
-  // l2_promotion's bits 8-11: the kernel's B group (kBGroup 2 or 4; 0: none), bits 0-7 the maps' promotions.
-  if (l2_promotion < 0 || (l2_promotion >> 12) != 0) return fg::FG_ERROR_INVALID_ARGUMENT;
-  const int b_group = (l2_promotion >> 8) & 0xf;
   CUtensorMapL2promotion promo_a, promo_b;
-  if (!fg::unpack_l2_promotion(l2_promotion & 0xff, &promo_a, &promo_b)) return fg::FG_ERROR_INVALID_ARGUMENT;
+  int b_group = 0;  // l2_promotion's bits 8-11 (fg::unpack_dense_options)
+  if (!fg::unpack_dense_options(l2_promotion, &promo_a, &promo_b, &b_group)) return fg::FG_ERROR_INVALID_ARGUMENT;
   if (gemm_kind < 0 || gemm_kind > 2) return fg::FG_ERROR_INVALID_ARGUMENT;
   if (gemm_kind != 0 && ((grouped == nullptr && !sfa_gather) || num_groups < 1 || num_splits != 1 || c != nullptr ||
                          out_fp32 != 0 || (num_multicast == 2 && multicast_on_a == 0)))
@@ -120,12 +118,9 @@ int encode_1d2d(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void* sfa, void
   if (num_multicast == 2 && grid % 2 != 0) return fg::FG_ERROR_INVALID_ARGUMENT;  // split-K: workspace path
   const bool mc_a = num_multicast == 2 && multicast_on_a != 0;
   const bool mc_b = num_multicast == 2 && multicast_on_a == 0;
-  // B in boxes of b_group k-blocks (a kernel built with kBGroup; impls/sm90_fp8_gemm_1d2d.cuh): the
-  // dense kind, B not multicast, whole k-blocks (a box row never reaches the next row) and whole
-  // 8-row groups of B (no row group past the end of b), every split's k-range whole groups.
+  // B in boxes of b_group k-blocks (a kernel built with kBGroup): the dense kind, B not multicast.
   const bool b_grouped = b_group != 0;
-  if (b_grouped && ((b_group != 2 && b_group != 4) || gemm_kind != 0 || mc_b || sfa_gather || k % kBlockK != 0 ||
-                    n % 8 != 0 || num_kb % (num_splits * b_group) != 0))
+  if (b_grouped && (gemm_kind != 0 || mc_b || sfa_gather || !fg::b_group_fits(b_group, k, kBlockK, n, num_splits)))
     return fg::FG_ERROR_INVALID_ARGUMENT;
 
   // The TMA-store epilogue exists only for bf16 d without c and without split-K.

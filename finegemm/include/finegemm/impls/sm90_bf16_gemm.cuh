@@ -82,6 +82,7 @@
 #include <finegemm/epilogue/store_direct.cuh>
 #include <finegemm/epilogue/tma_store_bf16.cuh>
 #include <finegemm/epilogue/tma_store_fp32.cuh>
+#include <finegemm/impls/b_group_ring.cuh>
 #include <finegemm/impls/fitted_box_rows.h>
 #include <finegemm/ptx/common.cuh>
 #include <finegemm/ptx/diag.cuh>
@@ -228,13 +229,12 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
   // walkers search it, the epilogue zeroes the rows past the tile's group's end, CTA 0's spare warp
   // checks the ends' rules (as the FP8 kernel's kPsumLayout).
   static_assert(!kPsumLayout || kLayoutCheck, "psum ends read by the GEMM: with the in-kernel layout check");
-  // kBGroup > 1: B's box covers kBGroup consecutive k-blocks of the tile's rows (a K-major B; the
-  // FP8 kernel's kBGroup, impls/sm90_fp8_gemm_1d2d.cuh, says how): one 4-D box on the group's first
-  // stage, its bytes on that stage's full barrier, the consumers' descriptor at start + i * 1024
-  // with a stride byte offset of kBGroup * 1024.
+  // kBGroup > 1: B's box covers kBGroup consecutive k-blocks of the tile's rows (a K-major B;
+  // impls/b_group_ring.cuh, as the FP8 kernel's).
   static_assert(kBGroup == 1 || ((kBGroup == 2 || kBGroup == 4) && kNumStages % kBGroup == 0 && !kBMnMajor &&
                                  kGemmKind == scheduler::kBf16GemmNormal && !diag::kNoTma && !diag::kHalfBTma),
                 "B groups: 2 or 4 k-blocks dividing the ring, dense kind, K-major B");
+  using BRing = BGroupRing<kBGroup, Traits::kSmemB>;
   using Walker = scheduler::Bf16GroupedWalker<kGrouped ? kGemmKind : scheduler::kBf16GemmGroupedContiguous, BLOCK_M,
                                               BLOCK_N, 8, kPsumLayout>;
   using KWalker = scheduler::Bf16KGroupedWalker<BLOCK_M, BLOCK_N, 8>;
@@ -399,19 +399,12 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
         for (uint32_t kb = kb_begin; kb < kb_end; ++kb) {
           // Fresh barrier: waiting for parity 1 returns at once, so the first pass never blocks.
           ptx::mbar_wait(empty_bar(stage), phase ^ 1u);
-          // kBGroup: the group's first stage carries B's box (and bytes) for every stage of the
-          // group, which must all be free first; the others carry no B.
-          [[maybe_unused]] const bool b_group_first = kBGroup > 1 && stage % kBGroup == 0;
-          if constexpr (kBGroup > 1) {
-            if (b_group_first) {
-              for (uint32_t j = 1; j < kBGroup; ++j) ptx::mbar_wait(empty_bar(stage + j), phase ^ 1u);
-            }
-          }
+          BRing::wait_rest(stage, phase, empty_bar);  // kBGroup: the group's box fills all its stages
           // Diagnostic builds (ptx/diag.cuh) skip some boxes; the stage's byte count follows (0
           // with both skipped: the arrive alone completes the phase).
           const bool skip_a = diag::kNoTma || (diag::kHalfATma && (kb & 1u));
           const bool skip_b = diag::kNoTma || (diag::kHalfBTma && (kb & 1u));
-          const uint32_t b_tx_bytes = kBGroup == 1 ? Traits::kSmemB : (b_group_first ? kBGroup * Traits::kSmemB : 0u);
+          const uint32_t b_tx_bytes = kBGroup == 1 ? Traits::kSmemB : BRing::tx_bytes(stage);
           ptx::mbar_arrive_expect_tx(full_bar(stage), a_tx_bytes + b_tx_bytes - (skip_a ? a_tx_bytes : 0u) -
                                                           (skip_b ? b_tx_bytes : 0u));
           const int32_t k0 = static_cast<int32_t>(kb * BLOCK_K);
@@ -430,7 +423,7 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
           }
           if (!skip_b) {
             if constexpr (kBGroup > 1) {
-              if (b_group_first)
+              if (BRing::first(stage))
                 ptx::tma_load_4d_policy(dst_b, tmap_b, full_bar(stage), 0, 0, static_cast<int32_t>(kb), n0 / 8,
                                         l2_hints, pol_b);
             } else if constexpr (kBMnMajor) {
@@ -531,10 +524,9 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
           continue;
         }
         const uint32_t a_addr = base + Traits::kOffA + stage * Traits::kSmemA + wg * kChunk;
-        // kBGroup: stage s is k-block s % kBGroup of its group's block (the 8-row atoms interleaved).
+        // (kBGroup 1 keeps its own expression: written through BRing, ptxas schedules differently.)
         const uint32_t b_addr = kBGroup == 1 ? base + Traits::kOffB + stage * Traits::kSmemB
-                                             : base + Traits::kOffB + (stage - stage % kBGroup) * Traits::kSmemB +
-                                                   (stage % kBGroup) * 1024u;
+                                             : BRing::addr(base + Traits::kOffB, stage, 0);
         uint64_t desc_a, desc_b;
         if constexpr (kAMnMajor) {
           desc_a = ptx::make_smem_desc_mn<128>(a_addr, kChunk, 8 * Traits::kRowBytes);
@@ -544,7 +536,7 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
         if constexpr (kBMnMajor) {
           desc_b = ptx::make_smem_desc_mn<kBMnRowBytes>(b_addr, kChunk, 8 * kBMnRowBytes);
         } else {
-          desc_b = ptx::make_smem_desc_k_sw128(b_addr, kBGroup * 1024u);
+          desc_b = ptx::make_smem_desc_k_sw128(b_addr, BRing::kSbo);
         }
         ptx::fence_operands(acc);
         ptx::wgmma_fence();

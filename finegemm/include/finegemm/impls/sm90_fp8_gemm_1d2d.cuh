@@ -85,6 +85,7 @@
 #include <finegemm/epilogue/store_direct.cuh>
 #include <finegemm/epilogue/tma_store_bf16.cuh>
 #include <finegemm/epilogue/tma_store_fp32.cuh>
+#include <finegemm/impls/b_group_ring.cuh>
 #include <finegemm/impls/fitted_box_rows.h>
 #include <finegemm/impls/sm90_fp8_k_grouped_params.h>
 #include <finegemm/ptx/common.cuh>
@@ -456,12 +457,9 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   constexpr uint32_t kBoxRowsA = kMcA ? BLOCK_M / 2 : BLOCK_M;
   // kBGroup > 1: B's box covers kBGroup consecutive k-blocks (stages) of the tile's rows, so each
   // row's kBGroup * 128 bytes are requested close together (the skinny shapes are bound by B's
-  // DRAM stream: NOTES v0.42, v1.05). The host's 4-D map over B (128 B, 8 rows at pitch ldb,
-  // k-blocks at pitch 128 B, row groups of 8 at pitch 8 ldb) lays the group's B regions out as
-  // one block: k-block i of row group r at r * kBGroup * 1024 + i * 1024 (128B-swizzled 8-row
-  // atoms), which wgmma reads with start + i * 1024 and a stride byte offset of kBGroup * 1024.
-  // A group starts on a stage that is a multiple of kBGroup: every unit's k-block count is a
-  // multiple of kBGroup (the host's rule, trapped below) and so is the ring.
+  // DRAM stream: NOTES v0.42, v1.05); the layout and protocol are impls/b_group_ring.cuh's. Every
+  // unit's k-block count is a multiple of kBGroup (the host's rule, trapped below) and so is the ring.
+  using BRing = BGroupRing<kBGroup, Traits::kSmemB>;
   static_assert(kBGroup == 1 || ((kBGroup == 2 || kBGroup == 4) && kNumStages % kBGroup == 0 &&
                                  kGemmKind == scheduler::kGemmNormal && !k1D1D && !kMcB && kHeadMid == 0 &&
                                  diag::kKRotate == 0 && !diag::kNoBTma && !diag::kHalfBTma && kBurst == 1),
@@ -680,14 +678,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           }
           // Fresh barrier: waiting for parity 1 returns at once, so the first pass never blocks.
           ptx::mbar_wait(empty_bar(stage), phase ^ 1u);
-          // kBGroup: a group's first stage carries B's box for the whole group (and its bytes), so
-          // every stage of the group must be free first; the others carry no B.
-          [[maybe_unused]] const bool b_group_first = kBGroup > 1 && stage % kBGroup == 0;
-          if constexpr (kBGroup > 1) {
-            if (b_group_first) {
-              for (uint32_t j = 1; j < kBGroup; ++j) ptx::mbar_wait(empty_bar(stage + j), phase ^ 1u);
-            }
-          }
+          BRing::wait_rest(stage, phase, empty_bar);  // kBGroup: the group's box fills all its stages
           FG_TRACE_ONLY(if (kb == kb_begin) FG_TRACE_TILE(trace_buf, 2, traced_tile, 1);)
           if constexpr (diag::kNoTma) {  // developer diagnostic (ptx/diag.cuh): no loads
             ptx::mbar_arrive(full_bar(stage));
@@ -696,9 +687,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           ptx::mbar_arrive_expect_tx(full_bar(stage), tx_bytes - (diag::kNoSfaTma && !kSfaGather ? first_a_rows * 4u : 0u) -
                                                           (diag::kNoATma ? a_box_rows * Traits::BLOCK_K : 0u) -
                                                           (diag::kNoBTma ? Traits::kSmemB : 0u) +
-                                                          (kBGroup == 1 ? 0u
-                                                           : b_group_first ? (kBGroup - 1) * Traits::kSmemB
-                                                                           : 0u - Traits::kSmemB));
+                                                          (kBGroup == 1 ? 0u : BRing::tx_bytes(stage) - Traits::kSmemB));
           const uint32_t kb_read = k_block_at(kb, kb_begin, kb_end);
           const int32_t k0 = static_cast<int32_t>(kb_read * Traits::BLOCK_K);
           const uint32_t dst_a = base + Traits::kOffA + stage * Traits::kSmemA;
@@ -712,7 +701,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           }
           if constexpr (diag::kNoBTma) {
           } else if constexpr (kBGroup > 1) {
-            if (b_group_first)
+            if (BRing::first(stage))
               ptx::tma_load_4d_policy(dst_b, map_b, full_bar(stage), 0, 0, static_cast<int32_t>(kb_read), n0 / 8,
                                       l2_hints, pol_b);
           } else if constexpr (kMcB) {
@@ -906,12 +895,11 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
     auto issue = [&](float(&acc)[kHalfAcc], uint32_t s, uint32_t col0) {
       const uint64_t desc_a =
           ptx::make_smem_desc_k_sw128(base + Traits::kOffA + s * Traits::kSmemA + wg * 64 * Traits::BLOCK_K);
-      // kBGroup: stage s is k-block s % kBGroup of its group's block (the 8-row atoms interleaved).
+      // (kBGroup 1 keeps its own expressions here and in the stage's byte count: written through
+      // BRing, ptxas allocates and schedules the kernels differently.)
       const uint64_t desc_b =
           kBGroup == 1 ? ptx::make_smem_desc_k_sw128(base + Traits::kOffB + s * Traits::kSmemB + col0 * Traits::BLOCK_K)
-                       : ptx::make_smem_desc_k_sw128(base + Traits::kOffB + (s - s % kBGroup) * Traits::kSmemB +
-                                                         (s % kBGroup) * 1024u + (col0 / 8) * kBGroup * 1024u,
-                                                     kBGroup * 1024u);
+                       : ptx::make_smem_desc_k_sw128(BRing::addr(base + Traits::kOffB, s, col0), BRing::kSbo);
       ptx::fence_operands(acc);
       ptx::wgmma_fence();
 #pragma unroll
