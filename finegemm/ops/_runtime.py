@@ -63,7 +63,14 @@ def l2_promotion_arg(promotion: tuple, b_group: int = 1) -> int:
 # Developer diagnostic (benchmarks/NOTES.md v1.05): FINEGEMM_DIAG_B_GROUP=2 or 4 (read at import)
 # gives every selected dense configuration (FP8 and BF16) that allows it B boxes of that many
 # k-blocks: the same-run A/B before a table picks them.
-DIAG_B_GROUP = int(os.environ.get("FINEGEMM_DIAG_B_GROUP", "") or 1)
+def _diag_b_group() -> int:
+    value = os.environ.get("FINEGEMM_DIAG_B_GROUP", "").strip()
+    if value not in ("", "1", "2", "4"):
+        raise ValueError(f"FINEGEMM_DIAG_B_GROUP must be 1, 2 or 4 (k-blocks per B box), got {value!r}")
+    return int(value or 1)
+
+
+DIAG_B_GROUP = _diag_b_group()
 
 
 def with_diag_b_group(cfg, fits):
