@@ -2,7 +2,7 @@
 # One call on the H200 machine: GPU tests + benchmarks, logs and JSON under $OUT.
 # Usage (from the repo root on the GPU machine):
 #   bash scripts/device_run.sh [all|tests|bench|sanitize|tune|pending|ab_contiguous|ab_bf16_half_a|ab_rotate|
-#                               fp8_einsum|ab_einsum|ab_einsum_tma|ab_split_tma|psum|psum_ncu|b_stream|ab_b_group|b_group]
+#                               fp8_einsum|ab_einsum|ab_einsum_tma|ab_split_tma|psum|psum_ncu|b_stream|ab_b_group|ab_b_group_bf16|b_group|b_group_check]
 # "pending": the same-run A/Bs waiting for a GPU (below; their variant kernels precompiled into the
 # carried cache by scripts/precompile_pending.sh).
 # Every later GPU claim in benchmarks/results/ comes from this script.
@@ -28,9 +28,11 @@ if [[ "$what" == all || "$what" == tests ]]; then
   python3 -m finegemm check 2>&1 | tee "$OUT/check.log"
   status=$(( status | ${PIPESTATUS[0]} ))
 fi
-if [[ "$what" == sanitize ]]; then
+if [[ "$what" == sanitize || "$what" == b_group_check ]]; then
   # compute-sanitizer over small calls of every validated kernel (slow: not part of "all").
-  # FINEGEMM_SANITIZE_ONLY: substrings of the case names to run alone (e.g. "einsum").
+  # FINEGEMM_SANITIZE_ONLY: substrings of the case names to run alone (e.g. "einsum");
+  # b_group_check: the B-group tiles alone.
+  [[ "$what" == b_group_check ]] && FINEGEMM_SANITIZE_ONLY=b-groups
   for tool in memcheck racecheck synccheck; do
     # shellcheck disable=SC2086
     timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 3 python3 scripts/sanitize_cases.py \
@@ -88,10 +90,10 @@ if [[ "$what" == pending || "$what" == ab_rotate ]]; then
   # shellcheck disable=SC2086
   ab ab_rotate dense "base= rot1=-DFINEGEMM_DIAG_K_ROTATE=1 rot7=-DFINEGEMM_DIAG_K_ROTATE=7" --shapes $SKINNY_FP8
 fi
-if [[ "$what" == b_group ]]; then
+if [[ "$what" == b_group || "$what" == b_group_check ]]; then
   # v1.05 in one call (~6-7 min): the B groups' GPU tests here, then the A/B (ab_b_group) and the
-  # B-stream probe (b_stream) below. Their sanitizer run is `FINEGEMM_SANITIZE_ONLY=b-groups
-  # device_run.sh sanitize` (scripts/sanitize_cases.py's B_GROUP_TILES).
+  # B-stream probe (b_stream) below. b_group_check (~3 min): the tests, the B-group tiles under
+  # the sanitizers (above; scripts/sanitize_cases.py's B_GROUP_TILES) and the probe.
   timeout 150 python3 -m pytest -q -rs -m gpu tests/gpu/test_fp8_gemm_gpu.py tests/gpu/test_bf16_gemm_gpu.py \
     -k b_group -p no:cacheprovider --timeout 120 --timeout_method thread 2>&1 | tee "$OUT/b_group_gpu_tests.log"
   status=$(( status | ${PIPESTATUS[0]} ))
@@ -102,9 +104,13 @@ if [[ "$what" == b_group || "$what" == ab_b_group ]]; then
   # precompiled by precompile_pending.sh.
   # shellcheck disable=SC2086
   ab ab_b_group dense "base= g2=env:FINEGEMM_DIAG_B_GROUP=2 g4=env:FINEGEMM_DIAG_B_GROUP=4" --shapes $SKINNY_FP8
+fi
+if [[ "$what" == b_group || "$what" == ab_b_group || "$what" == ab_b_group_bf16 ]]; then
+  # ab_b_group_bf16 alone: base against G = 2 only (FP8 and G = 4 lost on an H100: NOTES v1.05).
+  variants="base= g2=env:FINEGEMM_DIAG_B_GROUP=2 g4=env:FINEGEMM_DIAG_B_GROUP=4"
+  [[ "$what" == ab_b_group_bf16 ]] && variants="base= g2=env:FINEGEMM_DIAG_B_GROUP=2"
   # shellcheck disable=SC2086
-  ab ab_b_group_bf16 bf16 "base= g2=env:FINEGEMM_DIAG_B_GROUP=2 g4=env:FINEGEMM_DIAG_B_GROUP=4" --layouts nt tt \
-    --no-grouped --shapes $SKINNY_FP8
+  ab ab_b_group_bf16 bf16 "$variants" --layouts nt tt --no-grouped --shapes $SKINNY_FP8
 fi
 if [[ "$what" == pending || "$what" == fp8_einsum ]]; then
   # fp8_einsum at DeepSeek's MLA sizes: the heads-packed kernel (gated) against the masked
@@ -164,7 +170,7 @@ if [[ "$what" == psum_ncu ]]; then
     --plain-calls 4 > "$OUT/psum_ncu.csv" 2> "$OUT/psum_ncu.log"
   status=$(( status | $? ))
 fi
-if [[ "$what" == b_group || "$what" == b_stream ]]; then
+if [[ "$what" == b_group || "$what" == b_group_check || "$what" == b_stream ]]; then
   # The skinny shapes' B-stream bound with wider boxes (scripts/probe_b_stream.cu; no MMA, no
   # library): N,K,bn,layout(0 2d / 1 3d / 2 4d / 3 linear copies),G,slots,splits,copies,a_rows. Two rounds.
   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I finegemm/include \

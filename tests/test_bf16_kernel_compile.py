@@ -248,6 +248,9 @@ def test_b_group_rules():
     assert not heur.b_group_fits(base, 3) and not heur.b_group_fits(base, 1)
     assert not heur.b_group_fits(dataclasses.replace(base, b_mn_major=True), 2)  # N-major B
     assert not heur.b_group_fits(dataclasses.replace(base, num_stages=6), 4)  # ring of 6
+    # A ring of one group deadlocks (the consumers hold the previous stage while they wait).
+    assert not heur.b_group_fits(dataclasses.replace(base, num_stages=4), 4)
+    assert heur.b_group_fits(dataclasses.replace(base, num_stages=4), 2)
     assert not heur.b_group_fits(dataclasses.replace(base, n=4100), 2)  # N % 8
     assert not heur.b_group_fits(dataclasses.replace(base, k=7168 - 32), 2)  # K % 64
     assert not heur.b_group_fits(dataclasses.replace(base, num_splits=8), 4)  # 14 k-blocks a split
@@ -257,7 +260,7 @@ def test_b_group_rules():
     assert ", 0, false, false, 4>(" in ops.render(*key)
     assert ops.render(*base.kernel_key()) == ops.render(*base.kernel_key(), 1)
     for bad in ((128, 64, 8, False, True, False, True, 2), (128, 64, 6, False, False, False, True, 4),
-                (128, 64, 8, False, False, False, True, 3)):
+                (128, 64, 8, False, False, False, True, 3), (128, 64, 4, False, False, False, True, 4)):
         with pytest.raises(ValueError, match="b_group"):
             ops.render(*bad)
 
@@ -272,7 +275,7 @@ def test_b_group_tiles_compile_clean():
     jobs = [("nt_bm128_bn32_s10_tmas_bg2", render(128, 32, 10, False, False, False, True, 2)),
             ("nt_bm128_bn64_s8_splitk_bg4", render(128, 64, 8, False, False, True, False, 4)),
             ("tt_bm64_bn64_s8_splitk_bg2", render(64, 64, 8, True, False, True, False, 2)),
-            ("tt_bm128_bn128_s4_tmas_bg4", render(128, 128, 4, True, False, False, True, 4))]
+            ("tt_bm128_bn128_s4_tmas_bg2", render(128, 128, 4, True, False, False, True, 2))]
     reports = jit.compile_check(jobs, raise_on_failure=False)
     bad = [r for r in reports if not r["ok"]]
     assert not bad, "\n".join(f"{r['label']}: {r['reasons']} {r['error'] or ''}" for r in bad)

@@ -329,9 +329,10 @@ def _fastest(options):
 
 def b_group_fits(cfg: Bf16GemmConfig, group: int) -> bool:
     """Whether a dense configuration may read B in boxes of `group` consecutive k-blocks (b_group;
-    the kernel's kBGroup and the host's rule): 2 or 4 dividing the ring, a K-major B, whole k-blocks
-    (K % 64 == 0), whole 8-row groups of B (N % 8 == 0), every split's k-range whole groups."""
-    if cfg.gemm_kind != GEMM_NORMAL or cfg.b_mn_major:
+    the kernel's kBGroup and the host's rule): 2 or 4 dividing the ring, at least two groups in the
+    ring (the consumers release a stage one k-block late), a K-major B, whole k-blocks (K % 64 == 0),
+    whole 8-row groups of B (N % 8 == 0), every split's k-range whole groups."""
+    if cfg.gemm_kind != GEMM_NORMAL or cfg.b_mn_major or cfg.num_stages < 2 * group:
         return False
     return whole_b_groups(group, cfg.num_stages, cfg.k, BLOCK_K, cfg.n, cfg.num_splits)
 

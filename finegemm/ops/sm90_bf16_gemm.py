@@ -88,8 +88,9 @@ def render(block_m: int, block_n: int, num_stages: int, a_mn_major: bool, b_mn_m
     """The instantiation source of one kernel configuration (b_group 2 / 4: a K-major B's boxes cover
     that many k-blocks; the launch's rule is heuristics.b_group_fits)."""
     check_tile(block_m, block_n, num_stages)
-    if b_group != 1 and (b_group not in (2, 4) or b_mn_major or num_stages % b_group):
-        raise ValueError(f"b_group {b_group}: 2 or 4 dividing num_stages, a K-major B")
+    if b_group != 1 and (b_group not in (2, 4) or b_mn_major or num_stages % b_group or num_stages < 2 * b_group):
+        raise ValueError(f"b_group {b_group}: 2 or 4 dividing num_stages, at least two groups in the ring, "
+                         "a K-major B")
     if b_mn_major and block_n % 64 and block_n not in (16, 32):
         raise ValueError(f"an N-major B needs block_n % 64 == 0 (whole 64-column boxes) or 16 / 32 (one narrow box), "
                          f"got {block_n}")
@@ -249,8 +250,8 @@ def prepare(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: Optional[torch
             raise ValueError(f"sm90_bf16_gemm: config {config} is not one of this problem "
                              f"(m={m}, n={n}, k={k}, layout={layout}, out_fp32={out_fp32}, c={has_c})")
         if config.b_group != 1 and not b_group_fits(config, config.b_group):
-            raise ValueError(f"sm90_bf16_gemm: b_group {config.b_group} needs 2 or 4 dividing num_stages, a K-major "
-                             f"B, K % 64 == 0, N % 8 == 0 and whole groups per split")
+            raise ValueError(f"sm90_bf16_gemm: b_group {config.b_group} needs 2 or 4 dividing num_stages, at least "
+                             f"two groups in the ring, a K-major B, K % 64 == 0, N % 8 == 0 and whole groups per split")
         cfg, fn = config, _load(config, device.index)
     _get_launcher()
     lda = _row_pitch(a, m if a_mn else k)

@@ -417,7 +417,7 @@ def test_fitted_a_boxes(m, layout, bm, bn, splits):
 B_GROUP_CASES = [("nt", 1, 4096, 7168, 128, 32, 10, 1, False, 2),
                  ("nt", 128, 4096, 7168, 128, 64, 8, 2, False, 4),
                  ("tt", 17, 2112, 7168, 64, 64, 8, 2, False, 2),
-                 ("nt", 4097, 200, 1024, 128, 64, 4, 1, False, 4),
+                 ("nt", 4097, 200, 1024, 128, 64, 8, 1, False, 4),
                  ("tt", 130, 584, 4096, 128, 128, 4, 1, True, 2),
                  ("nt", 255, 776, 2048, 64, 64, 6, 4, True, 2)]
 
@@ -445,15 +445,15 @@ def test_b_group_matches_one_k_block_boxes(case):
     assert torch.equal(out[0], out[1]), f"{case}: b_group {group} differs from one-k-block boxes"
 
 
-@pytest.mark.parametrize("shape,layout", [((64, 1004, 4096), "nt"), ((64, 1024, 4000), "nt"),
-                                          ((64, 1024, 4096), "nn")], ids=str)
-def test_b_group_refused_where_it_does_not_fit(shape, layout):
-    """N % 8, K % 64, or an N-major B: the forced b_group is refused with a ValueError naming the
-    rule, before any launch."""
+@pytest.mark.parametrize("shape,layout,group", [((64, 1004, 4096), "nt", 2), ((64, 1024, 4000), "nt", 2),
+                                                ((64, 1024, 4096), "nn", 2), ((64, 1024, 4096), "nt", 4)], ids=str)
+def test_b_group_refused_where_it_does_not_fit(shape, layout, group):
+    """N % 8, K % 64, an N-major B, or a ring of one group (4 stages, group 4: it deadlocked): the
+    forced b_group is refused with a ValueError naming the rule, before any launch."""
     m, n, k = shape
     a, b = _operands(layout, m, n, k, seed=11)
     base = heur.make_config(m, n, k, 132, layout[0] == "t", layout[1] == "n", False, False, 64, 64, 1, num_stages=4)
     d = torch.full((m, n), float("nan"), device="cuda", dtype=BF16)
     with pytest.raises(ValueError, match="b_group"):
-        ops.prepare(a, b, d, None, layout, config=dataclasses.replace(base, b_group=2))
+        ops.prepare(a, b, d, None, layout, config=dataclasses.replace(base, b_group=group))
     assert bool(torch.isnan(d.float()).all()), "a refused call wrote d"

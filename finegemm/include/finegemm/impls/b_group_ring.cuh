@@ -8,7 +8,9 @@
 // The producer issues the box on a group's first stage (kGroup divides the ring and every unit's
 // k-block count, so groups never wrap), after every stage of the group is free, and puts all its
 // bytes on that stage's full barrier; the consumers wait their stages in order, so the group's
-// first barrier (and with it B) has completed before any of its stages is read.
+// first barrier (and with it B) has completed before any of its stages is read. A kernel whose
+// consumers hold a stage while they wait for the next one (the BF16 kernel releases one k-block
+// late) needs two groups in the ring at least: the held stage must not be in the group being loaded.
 #pragma once
 
 #include <cstdint>

@@ -230,8 +230,12 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
   // checks the ends' rules (as the FP8 kernel's kPsumLayout).
   static_assert(!kPsumLayout || kLayoutCheck, "psum ends read by the GEMM: with the in-kernel layout check");
   // kBGroup > 1: B's box covers kBGroup consecutive k-blocks of the tile's rows (a K-major B;
-  // impls/b_group_ring.cuh, as the FP8 kernel's).
-  static_assert(kBGroup == 1 || ((kBGroup == 2 || kBGroup == 4) && kNumStages % kBGroup == 0 && !kBMnMajor &&
+  // impls/b_group_ring.cuh, as the FP8 kernel's). At least two groups in the ring: the consumers
+  // release a stage one k-block late (below), so while they wait for a group's first stage they
+  // still hold the previous group's last one; with a ring of one group that is the same group,
+  // whose box waits for it: a deadlock (it hung on the GPU, benchmarks/NOTES.md v1.05).
+  static_assert(kBGroup == 1 || ((kBGroup == 2 || kBGroup == 4) && kNumStages % kBGroup == 0 &&
+                                 kNumStages >= 2 * kBGroup && !kBMnMajor &&
                                  kGemmKind == scheduler::kBf16GemmNormal && !diag::kNoTma && !diag::kHalfBTma),
                 "B groups: 2 or 4 k-blocks dividing the ring, dense kind, K-major B");
   using BRing = BGroupRing<kBGroup, Traits::kSmemB>;
