@@ -237,7 +237,7 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
   static_assert(kBGroup == 1 || ((kBGroup == 2 || kBGroup == 4) && kNumStages % kBGroup == 0 &&
                                  kNumStages >= 2 * kBGroup && !kBMnMajor &&
                                  kGemmKind == scheduler::kBf16GemmNormal && !diag::kNoTma && !diag::kHalfBTma),
-                "B groups: 2 or 4 k-blocks dividing the ring, dense kind, K-major B");
+                "B groups: 2 or 4 k-blocks dividing the ring, two groups at least, dense kind, K-major B");
   using BRing = BGroupRing<kBGroup, Traits::kSmemB>;
   using Walker = scheduler::Bf16GroupedWalker<kGrouped ? kGemmKind : scheduler::kBf16GemmGroupedContiguous, BLOCK_M,
                                               BLOCK_N, 8, kPsumLayout>;

@@ -459,6 +459,9 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   // row's kBGroup * 128 bytes are requested close together (the skinny shapes are bound by B's
   // DRAM stream: NOTES v0.42, v1.05); the layout and protocol are impls/b_group_ring.cuh's. Every
   // unit's k-block count is a multiple of kBGroup (the host's rule, trapped below) and so is the ring.
+  // One group may fill the ring (unlike BF16's): while the consumers wait for a stage they hold
+  // none of the ring's previous pass (a k-batch holds only its own earlier stages, whose group is
+  // loaded already), so never a stage of the group the producer is waiting to load.
   using BRing = BGroupRing<kBGroup, Traits::kSmemB>;
   static_assert(kBGroup == 1 || ((kBGroup == 2 || kBGroup == 4) && kNumStages % kBGroup == 0 &&
                                  kGemmKind == scheduler::kGemmNormal && !k1D1D && !kMcB && kHeadMid == 0 &&
