@@ -106,9 +106,10 @@ if [[ "$what" == b_group || "$what" == ab_b_group ]]; then
   ab ab_b_group dense "base= g2=env:FINEGEMM_DIAG_B_GROUP=2 g4=env:FINEGEMM_DIAG_B_GROUP=4" --shapes $SKINNY_FP8
 fi
 if [[ "$what" == b_group || "$what" == ab_b_group || "$what" == ab_b_group_bf16 ]]; then
-  # ab_b_group_bf16 alone: base against G = 2 only (FP8 and G = 4 lost on an H100: NOTES v1.05).
+  # ab_b_group_bf16 alone (v1.06): the table's groups (base) against none (g1) and G = 2 wherever
+  # it fits (g2); FP8 and G = 4 lost on an H100 (NOTES v1.05).
   variants="base= g2=env:FINEGEMM_DIAG_B_GROUP=2 g4=env:FINEGEMM_DIAG_B_GROUP=4"
-  [[ "$what" == ab_b_group_bf16 ]] && variants="base= g2=env:FINEGEMM_DIAG_B_GROUP=2"
+  [[ "$what" == ab_b_group_bf16 ]] && variants="base= g1=env:FINEGEMM_DIAG_B_GROUP=1 g2=env:FINEGEMM_DIAG_B_GROUP=2"
   # shellcheck disable=SC2086
   ab ab_b_group_bf16 bf16 "$variants" --layouts nt tt --no-grouped --shapes $SKINNY_FP8
 fi

@@ -93,6 +93,10 @@ def test_big_shapes_use_big_tiles():
 def test_all_kernel_keys():
     keys = h.all_kernel_keys()
     assert len(keys) == len(set(keys))
+    # The B-group kernels the shipped table's entries pick: a one-k-block kernel's key plus the group.
+    grouped = [k for k in keys if len(k) == 8]
+    assert grouped and all(k[7] in (2, 4) and k[:7] in keys and not k[4] for k in grouped)
+    keys = [k for k in keys if len(k) == 7]
     n_k = len(h.BLOCK_N_K_MAJOR)
     n_mn = len(h.BLOCK_N_MN_MAJOR)
     n_split = sum(len(h.SPLIT_BLOCK_M) * len([bn for bn in h.SPLIT_BLOCK_N if bn in h.block_n_candidates(b_mn)])
@@ -231,6 +235,7 @@ def test_shipped_bf16_table_entries_are_buildable_and_consulted(monkeypatch):
         picked = h.select_config(e["m"], e["n"], e["k"], e["num_sms"], a_mn, b_mn, e["out_fp32"])
         assert (picked.block_m, picked.block_n, picked.num_splits, picked.num_stages) == \
             (c["block_m"], c["block_n"], c["num_splits"], c["num_stages"])
+        assert picked.b_group == c.get("b_group", 1)  # every shipped group fits its entry's shape
         assert picked.kernel_key() in keys
         assert e["us"] <= e["model_us"], "the tuner keeps the model's choice unless a candidate beats it"
 

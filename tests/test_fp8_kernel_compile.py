@@ -1519,9 +1519,10 @@ def test_b_group_tiles_compile_clean():
             assert "UTMALDG.4D" in sass, f"{r['label']}: no 4-D TMA load in SASS"
 
 
-@pytest.mark.parametrize("value,ok", [("", True), ("4", True), ("3", False), ("x", False)])
+@pytest.mark.parametrize("value,ok", [("", True), ("1", True), ("4", True), ("3", False), ("x", False)])
 def test_diag_b_group_switch_is_validated(value, ok):
-    """FINEGEMM_DIAG_B_GROUP (read when the ops load): 1, 2 or 4, else a ValueError naming it."""
+    """FINEGEMM_DIAG_B_GROUP (read when the ops load): 1, 2 or 4 (0 when unset), else a ValueError
+    naming it."""
     import os
     import subprocess
     import sys
@@ -1530,6 +1531,6 @@ def test_diag_b_group_switch_is_validated(value, ok):
     r = subprocess.run([sys.executable, "-c", "import finegemm.ops._runtime as r; print(r.DIAG_B_GROUP)"],
                        env=env, capture_output=True, text=True)
     if ok:
-        assert r.returncode == 0 and r.stdout.strip() == (value or "1"), r.stderr
+        assert r.returncode == 0 and r.stdout.strip() == (value or "0"), r.stderr
     else:
         assert r.returncode != 0 and "FINEGEMM_DIAG_B_GROUP must be 1, 2 or 4" in r.stderr

@@ -275,6 +275,8 @@ def test_k_batch_above_stages_is_rejected():
     ({"config": {**_entry(1, 1, 16)["config"], "block_m": 64.0}}, "config 'block_m' must be an integer"),
     ({"config": {**_entry(1, 1, 16)["config"], "tma_store": 1}}, "config 'tma_store' must be true or false"),
     ({"out_fp32": "no"}, "'out_fp32' must be true or false"),
+    ({"config": {**_entry(1, 1, 16)["config"], "b_group": 3}}, "config 'b_group' must be 1, 2 or 4"),
+    ({"config": {**_entry(1, 1, 16)["config"], "b_group": True}}, "config 'b_group' must be 1, 2 or 4"),
 ])
 def test_malformed_user_table_is_ignored_with_a_warning(tmp_path, monkeypatch, capsys, bad, rule):
     path = tmp_path / "t.json"
@@ -537,3 +539,47 @@ def test_tuner_always_times_todays_selection(tmp_path, monkeypatch):
     lines = []
     _log_result(lines.append, "128x24576x1536", rows, rows[1], "bm128 bn192")
     assert "current    15.30 us" in lines[0]
+
+
+def test_b_group_entries_apply_where_the_group_fits(tmp_path, monkeypatch):
+    """A dense entry's b_group is taken where the family's b_group_fits allows it at the call's
+    shape, and dropped (one k-block per box, as correct) where it does not; FP8 and BF16 alike;
+    the tuner writes the field only when it is not 1."""
+    from finegemm.bench import tune
+    from finegemm.heuristics import sm90_bf16_gemm as bh
+    from finegemm.ops import _runtime
+
+    fp8 = _entry(64, 2112, 7168, block_n=128, num_stages=6)
+    fp8["config"]["b_group"] = 2
+    bf16 = {**fp8, "kind": "bf16_nt", "n": 7168, "k": 16384,
+            "config": {**fp8["config"], "block_n": 64, "num_stages": 10, "b_group": 4}}
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"version": 1, "entries": [fp8, bf16]}))
+    monkeypatch.setenv(tuned.TUNED_FILE_ENV, str(path))
+    h.clear_cache()
+    bh.clear_cache()
+    tuned.clear()
+    picked = h.select_config(64, 2112, 7168, 132)
+    assert (picked.block_n, picked.num_stages, picked.b_group) == (128, 6, 2)
+    # K = 7040: 55 k-blocks, not whole groups of 2 -> the entry's tile with one k-block per box
+    odd = h.select_config(64, 2112, 7040, 132)
+    assert (odd.block_n, odd.b_group) == (128, 1) and not h.b_group_fits(odd, 2)
+    # a ring of 10 is not whole groups of 4 -> dropped; at 8 stages it fits
+    assert bh.select_config(64, 7168, 16384, 132).b_group == 1
+    bf16["config"]["num_stages"] = 8
+    path.write_text(json.dumps({"version": 1, "entries": [fp8, bf16]}))
+    tuned.clear()
+    bh.clear_cache()
+    grouped = bh.select_config(64, 7168, 16384, 132)
+    assert (grouped.num_stages, grouped.b_group) == (8, 4)
+    assert grouped.kernel_key()[7:] == (4,)
+    # FINEGEMM_DIAG_B_GROUP=1 takes the table's group away (the A/B of a table's choice)
+    monkeypatch.setattr(_runtime, "DIAG_B_GROUP", 1)
+    assert _runtime.with_diag_b_group(grouped, bh.b_group_fits).b_group == 1
+    monkeypatch.setattr(_runtime, "DIAG_B_GROUP", 0)
+    assert _runtime.with_diag_b_group(grouped, bh.b_group_fits) is grouped
+    rec = {"family": "bf16", "layout": "nt", "m": 64, "n": 7168, "k": 16384, "model_us": 70.0,
+           "best": {**bf16["config"], "us": 60.0}}
+    assert tune.table_entry(rec, 132, {})["config"]["b_group"] == 4
+    rec["best"]["b_group"] = 1
+    assert "b_group" not in tune.table_entry(rec, 132, {})["config"]

@@ -585,6 +585,8 @@ def table_entry(rec: dict, num_sms: int, meta: dict) -> dict | None:
         config["l2_promotion"] = list(config["l2_promotion"])
     if not config["c_stage"]:
         del config["c_stage"]  # likewise: only the entries that chose the C stage name it
+    if config["b_group"] == 1:
+        del config["b_group"]  # and the B group
     return {"kind": kind, "num_sms": num_sms, "m": rec["m"], "n": rec["n"],
             "k": rec["k"], "out_fp32": out_fp32, "has_c": has_c, "config": config,
             "us": round(best["us"], 3), "model_us": round(rec["model_us"], 3) if rec.get("model_us") else None,

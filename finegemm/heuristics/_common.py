@@ -31,6 +31,14 @@ def with_entry_promotion(cfg, fields: dict):
     return cfg if promotion == cfg.l2_promotion else dataclasses.replace(cfg, l2_promotion=promotion)
 
 
+def with_entry_b_group(cfg, fields: dict, fits):
+    """A configuration with the B group a table entry names, where the family's b_group_fits
+    allows it: a speed choice measured at the entry's shape, so at a K or split where the group does
+    not fit, one k-block per box (as correct) is what runs."""
+    group = fields.get("b_group", 1)
+    return dataclasses.replace(cfg, b_group=group) if group > 1 and fits(cfg, group) else cfg
+
+
 def l2_promotion_note(p: tuple) -> str:
     """FINEGEMM_PRINT_CONFIGS text: empty for the default."""
     return "" if tuple(p) == DEFAULT_L2_PROMOTION else f" l2-promotion={p[0]}/{p[1]}"

@@ -51,7 +51,8 @@ from dataclasses import dataclass
 from finegemm.heuristics import tuned
 from finegemm.heuristics._common import (DEFAULT_L2_PROMOTION, THREE_WG_BLOCK_M, grouped_block_m_options,
                                          grouped_model_rows, grouped_tuned_key, l2_promotion_note,
-                                         print_configs_enabled, whole_b_groups, with_entry_promotion)
+                                         print_configs_enabled, whole_b_groups, with_entry_b_group,
+                                         with_entry_promotion)
 from finegemm.utils import ceil_div
 
 __all__ = [
@@ -273,7 +274,22 @@ def all_kernel_keys() -> list[tuple]:
                     tma = not split
                     for st in sorted({max_stages(bm, bn, tma), max_stages(bm, bn, tma, cap=MAX_STAGES)}):
                         keys.append((bm, bn, st, a_mn, b_mn, split, tma))
-    return keys
+    return keys + _shipped_b_group_keys()
+
+
+def _shipped_b_group_keys() -> list[tuple]:
+    """The B-group kernels (b_group 2 / 4) the shipped table's dense entries pick, at their shapes."""
+    keys = set()
+    for (kind, num_sms, n, out_fp32, has_c), by_m_k in tuned.load_table(tuned.SHIPPED_BF16_TABLE).items():
+        layout = kind[len("bf16_"):]
+        if layout not in LAYOUTS:  # the m-grouped kinds
+            continue
+        for (m, k), f in by_m_k.items():
+            if f["b_group"] > 1:
+                cfg = make_config(m, n, k, num_sms, *LAYOUTS[layout], out_fp32, has_c, f["block_m"], f["block_n"],
+                                  f["num_splits"], num_stages=f["num_stages"])
+                keys.add(with_entry_b_group(cfg, f, b_group_fits).kernel_key())
+    return sorted(keys)
 
 
 def _mma_efficiency(block_n: int) -> float:
@@ -384,7 +400,7 @@ def _tuned_config(m: int, n: int, k: int, num_sms: int, a_mn_major: bool, b_mn_m
     try:
         cfg = make_config(m, n, k, num_sms, a_mn_major, b_mn_major, out_fp32, has_c, hit["block_m"],
                           hit["block_n"], hit["num_splits"], num_stages=hit.get("num_stages"))
-        return with_entry_promotion(cfg, hit)
+        return with_entry_b_group(with_entry_promotion(cfg, hit), hit, b_group_fits)
     except ValueError as e:  # an entry that does not fit this problem: the model decides
         print(f"finegemm: tuned bf16 entry not usable for m={m} n={n} k={k}: {e}", file=sys.stderr)
         return None

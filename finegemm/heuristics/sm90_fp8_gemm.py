@@ -44,7 +44,8 @@ from dataclasses import dataclass
 from finegemm.heuristics import tuned
 from finegemm.heuristics._common import (DEFAULT_L2_PROMOTION, THREE_WG_BLOCK_M, grouped_block_m_options,
                                          grouped_model_rows, grouped_tuned_key, l2_promotion_note,
-                                         print_configs_enabled, whole_b_groups, with_entry_promotion)
+                                         print_configs_enabled, whole_b_groups, with_entry_b_group,
+                                         with_entry_promotion)
 from finegemm.utils import align, ceil_div
 
 __all__ = [
@@ -809,7 +810,7 @@ def config_from_fields(f: dict, m: int, n: int, k: int, num_sms: int, out_fp32: 
                       one_d_one_d, ctas_per_sm=f.get("ctas_per_sm", 1), k_batch=f.get("k_batch", 1),
                       # an entry of the other C mode (the no-C fallback) runs without the C stage
                       c_stage=bool(f.get("c_stage", False)) and has_c)
-    return with_entry_promotion(cfg, f)  # used by 1D2D launches only
+    return with_entry_b_group(with_entry_promotion(cfg, f), f, b_group_fits)  # both used by 1D2D launches only
 
 
 def grouped_config_from_fields(f: dict, kind: int, m: int, n: int, k: int, num_groups: int, num_sms: int,

@@ -22,7 +22,10 @@ Table format (version 1): {"version": 1, "entries": [{"kind": "fp8_1d2d", "num_s
 "block_n": ..., "num_stages": ..., "num_splits": ..., "num_multicast": ..., "multicast_on_a": ...,
 "tma_store": ..., "half_promote": ..., "ctas_per_sm": ..., "k_batch": ... (both optional, 1),
 "l2_promotion": [A, B] (optional, [256, 256]: the operand tensor maps' L2 promotion in bytes, 0 =
-none; dense 1D2D FP8 and dense BF16 entries)}, "us": ..., "model_us": ..., "gpu": ..., "commit": ...}]}.
+none; dense 1D2D FP8 and dense BF16 entries), "b_group": 2 or 4 (optional, 1: a K-major B's TMA
+boxes cover that many k-blocks where the family's b_group_fits allows it at the call's K and
+split, one k-block per box elsewhere; dense entries)}, "us": ..., "model_us": ..., "gpu": ...,
+"commit": ...}]}.
 """
 from __future__ import annotations
 
@@ -47,7 +50,8 @@ DISABLE_TUNED_ENV = "FINEGEMM_DISABLE_TUNED"
 CONFIG_FIELDS = ("block_m", "block_n", "num_stages", "num_splits", "num_multicast", "multicast_on_a",
                  "tma_store", "half_promote")
 # absent in a table = the default
-OPTIONAL_FIELDS = {"ctas_per_sm": 1, "k_batch": 1, "l2_promotion": list(DEFAULT_L2_PROMOTION), "c_stage": False}
+OPTIONAL_FIELDS = {"ctas_per_sm": 1, "k_batch": 1, "l2_promotion": list(DEFAULT_L2_PROMOTION), "c_stage": False,
+                   "b_group": 1}
 _VERSION = 1
 
 _lock = threading.Lock()
@@ -96,6 +100,8 @@ def _check_entry(e: dict, where: str) -> dict:
     for f in _BOOL_FIELDS:
         if not isinstance(cfg[f], bool):
             raise ValueError(f"{where}: entry {e!r}: config {f!r} must be true or false")
+    if cfg.get("b_group", 1) not in (1, 2, 4) or type(cfg.get("b_group", 1)) is not int:
+        raise ValueError(f"{where}: entry {e!r}: config 'b_group' must be 1, 2 or 4 (k-blocks per B box)")
     if "l2_promotion" in cfg:
         try:
             check_l2_promotion(cfg["l2_promotion"])

@@ -60,22 +60,25 @@ def l2_promotion_arg(promotion: tuple, b_group: int = 1) -> int:
         raise
 
 
-# Developer diagnostic (benchmarks/NOTES.md v1.05): FINEGEMM_DIAG_B_GROUP=2 or 4 (read at import)
-# gives every selected dense configuration (FP8 and BF16) that allows it B boxes of that many
-# k-blocks: the same-run A/B before a table picks them.
+# Developer diagnostic (benchmarks/NOTES.md v1.05, v1.06): FINEGEMM_DIAG_B_GROUP=2 or 4 (read at
+# import) gives every selected dense configuration (FP8 and BF16) that allows it B boxes of that
+# many k-blocks, 1 takes them from every one (the tables' b_group included): the same-run A/B of a
+# table's choice. Unset: the tables decide.
 def _diag_b_group() -> int:
     value = os.environ.get("FINEGEMM_DIAG_B_GROUP", "").strip()
     if value not in ("", "1", "2", "4"):
         raise ValueError(f"FINEGEMM_DIAG_B_GROUP must be 1, 2 or 4 (k-blocks per B box), got {value!r}")
-    return int(value or 1)
+    return int(value or 0)
 
 
-DIAG_B_GROUP = _diag_b_group()
+DIAG_B_GROUP = _diag_b_group()  # 0: unset
 
 
 def with_diag_b_group(cfg, fits):
     """cfg with FINEGEMM_DIAG_B_GROUP's B group where `fits(cfg, group)` (the family's
-    b_group_fits) allows it; the ops' plan() and the warmup's sources alike."""
+    b_group_fits) allows it, or with none at 1; the ops' plan() and the warmup's sources alike."""
+    if DIAG_B_GROUP == 1 and cfg.b_group != 1:
+        return dataclasses.replace(cfg, b_group=1)
     if DIAG_B_GROUP > 1 and fits(cfg, DIAG_B_GROUP):
         return dataclasses.replace(cfg, b_group=DIAG_B_GROUP)
     return cfg
