@@ -131,7 +131,7 @@ def tune_shape(m: int, n: int, k: int, num_sms: int, top: int, num_tests: int, g
                 "num_splits": cfg.num_splits, "num_multicast": cfg.num_multicast,
                 "multicast_on_a": cfg.multicast_on_a, "tma_store": cfg.tma_store, "half_promote": cfg.half_promote,
                 "ctas_per_sm": cfg.ctas_per_sm, "k_batch": cfg.k_batch, "l2_promotion": list(cfg.l2_promotion),
-                "c_stage": cfg.c_stage}
+                "c_stage": cfg.c_stage, "b_group": cfg.b_group}
 
     def check(cfg):
         if with_c:  # accumulates in place: each run starts from C
@@ -536,7 +536,8 @@ def tune_bf16_shape(m: int, n: int, k: int, layout: str, num_sms: int, top: int,
     def row_of(cfg):
         return {"block_m": cfg.block_m, "block_n": cfg.block_n, "num_stages": cfg.num_stages,
                 "num_splits": cfg.num_splits, "num_multicast": 1, "multicast_on_a": False,
-                "tma_store": cfg.tma_store, "half_promote": False, "l2_promotion": list(cfg.l2_promotion)}
+                "tma_store": cfg.tma_store, "half_promote": False, "l2_promotion": list(cfg.l2_promotion),
+                "b_group": cfg.b_group}  # today's selection may carry its entry's B group
 
     def check(cfg):
         call = ops.prepare(a, b, d, None, layout, config=cfg)
