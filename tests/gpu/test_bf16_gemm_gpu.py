@@ -123,7 +123,9 @@ def _forced_config(key, sms):
     return forced
 
 
-_KEYS = heur.all_kernel_keys()
+# The one-k-block kernels here; the B-group kernels the shipped table picks (8-field keys) run in
+# test_shipped_b_group_entries at their entries' shapes (their K and ring are what make a group fit).
+_KEYS = [key for key in heur.all_kernel_keys() if len(key) == 7]
 
 
 @pytest.mark.parametrize("key", _KEYS, ids=[ops.kernel_name(k) for k in _KEYS])
@@ -443,6 +445,36 @@ def test_b_group_matches_one_k_block_boxes(case):
         _check(d, _reference(layout, a, b, c))
         out.append(d)
     assert torch.equal(out[0], out[1]), f"{case}: b_group {group} differs from one-k-block boxes"
+
+
+def _shipped_b_group_entries():
+    import json
+
+    from finegemm.heuristics import tuned
+
+    entries = json.loads(tuned.SHIPPED_BF16_TABLE.read_text())["entries"]
+    return [(e["kind"][len("bf16_"):], e["m"], e["n"], e["k"]) for e in entries
+            if e["config"].get("b_group", 1) > 1 and e["kind"][len("bf16_"):] in heur.LAYOUTS]
+
+
+@pytest.mark.parametrize("entry", _shipped_b_group_entries(), ids=str)
+def test_shipped_b_group_entries(entry):
+    """Every shipped entry that names a B group, called through the public API 8 rows short of
+    its tuned M (a partial last tile; an M-major A needs M % 8 == 0): the plan carries the group,
+    the result matches the reference (poisoned output) and, bit for bit, the same tile with one
+    k-block per box."""
+    layout, m, n, k = entry
+    m -= 8
+    a, b = _operands(layout, m, n, k, seed=m + n)
+    cfg, _ = ops.plan(m, n, k, layout, False, False, torch.cuda.current_device())
+    assert cfg.b_group > 1, f"{entry}: the table's group was not picked at M = {m}"
+    assert cfg.kernel_key() in heur.all_kernel_keys()
+    d = torch.full((m, n), float("nan"), device="cuda", dtype=BF16)
+    _gemm(layout, a, b, d)
+    _check(d, _reference(layout, a, b))
+    one = torch.full((m, n), float("nan"), device="cuda", dtype=BF16)
+    ops.prepare(a, b, one, None, layout, config=dataclasses.replace(cfg, b_group=1))()
+    assert torch.equal(d, one), f"{entry}: the B groups differ from one-k-block boxes"
 
 
 @pytest.mark.parametrize("shape,layout,group", [((64, 1004, 4096), "nt", 2), ((64, 1024, 4000), "nt", 2),
