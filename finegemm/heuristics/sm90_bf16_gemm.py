@@ -59,6 +59,7 @@ __all__ = [
     "Bf16GemmConfig",
     "select_config",
     "make_config",
+    "config_from_fields",
     "candidate_configs",
     "tuned_kind",
     "smem_bytes",
@@ -286,9 +287,7 @@ def _shipped_b_group_keys() -> list[tuple]:
             continue
         for (m, k), f in by_m_k.items():
             if f["b_group"] > 1:
-                cfg = make_config(m, n, k, num_sms, *LAYOUTS[layout], out_fp32, has_c, f["block_m"], f["block_n"],
-                                  f["num_splits"], num_stages=f["num_stages"])
-                keys.add(with_entry_b_group(cfg, f, b_group_fits).kernel_key())
+                keys.add(config_from_fields(f, m, n, k, num_sms, *LAYOUTS[layout], out_fp32, has_c).kernel_key())
     return sorted(keys)
 
 
@@ -398,12 +397,18 @@ def _tuned_config(m: int, n: int, k: int, num_sms: int, a_mn_major: bool, b_mn_m
     if hit is None or (not allow_split_k and hit["num_splits"] > 1):
         return None
     try:
-        cfg = make_config(m, n, k, num_sms, a_mn_major, b_mn_major, out_fp32, has_c, hit["block_m"],
-                          hit["block_n"], hit["num_splits"], num_stages=hit.get("num_stages"))
-        return with_entry_b_group(with_entry_promotion(cfg, hit), hit, b_group_fits)
+        return config_from_fields(hit, m, n, k, num_sms, a_mn_major, b_mn_major, out_fp32, has_c)
     except ValueError as e:  # an entry that does not fit this problem: the model decides
         print(f"finegemm: tuned bf16 entry not usable for m={m} n={n} k={k}: {e}", file=sys.stderr)
         return None
+
+
+def config_from_fields(f: dict, m: int, n: int, k: int, num_sms: int, a_mn_major: bool, b_mn_major: bool,
+                       out_fp32: bool, has_c: bool) -> Bf16GemmConfig:
+    """make_config() from a dense tuned entry's config fields, with its L2 promotion and B group."""
+    cfg = make_config(m, n, k, num_sms, a_mn_major, b_mn_major, out_fp32, has_c, f["block_m"], f["block_n"],
+                      f["num_splits"], num_stages=f.get("num_stages"))
+    return with_entry_b_group(with_entry_promotion(cfg, f), f, b_group_fits)
 
 
 def make_config(m: int, n: int, k: int, num_sms: int, a_mn_major: bool, b_mn_major: bool, out_fp32: bool,

@@ -100,7 +100,8 @@ def _check_entry(e: dict, where: str) -> dict:
     for f in _BOOL_FIELDS:
         if not isinstance(cfg[f], bool):
             raise ValueError(f"{where}: entry {e!r}: config {f!r} must be true or false")
-    if cfg.get("b_group", 1) not in (1, 2, 4) or type(cfg.get("b_group", 1)) is not int:
+    b_group = cfg.get("b_group", 1)
+    if type(b_group) is not int or b_group not in (1, 2, 4):
         raise ValueError(f"{where}: entry {e!r}: config 'b_group' must be 1, 2 or 4 (k-blocks per B box)")
     if "l2_promotion" in cfg:
         try:
