@@ -1,4 +1,4 @@
-"""Command line: `python -m finegemm info|compile-check|warmup|check|bench`."""
+"""Command line: `python -m finegemm info|compile-check|warmup|check|bench|tune|targets`."""
 from __future__ import annotations
 
 import argparse
@@ -318,6 +318,10 @@ def cmd_tune(args) -> int:
     return _dispatch("finegemm.bench.tune", "tune", [args.family] + args.rest)
 
 
+def cmd_targets(args) -> int:
+    return _dispatch("finegemm.bench.targets", "targets", args.rest)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m finegemm", description="finegemm utilities")
     sub = p.add_subparsers(dest="command", required=True)
@@ -361,11 +365,20 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("family", choices=TUNE_FAMILIES)
     s.add_argument("rest", nargs=argparse.REMAINDER)
     s.set_defaults(func=cmd_tune)
+
+    s = sub.add_parser("targets", help="bench results (JSON) against the issues' speed targets (no GPU needed)")
+    s.add_argument("rest", nargs=argparse.REMAINDER)
+    s.set_defaults(func=cmd_targets)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        if args.command != "targets":  # REMAINDER cannot take options right after a subcommand
+            parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+        args.rest = unknown + args.rest
     return args.func(args)
 
 

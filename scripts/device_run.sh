@@ -197,6 +197,11 @@ if [[ "$what" == all || "$what" == bench ]]; then
       | tee "$OUT/bench_$suite.log"
     status=$(( status | ${PIPESTATUS[0]} ))
   done
+  # The issues' targets from this run's JSON (suites not run here: the newest shipped results).
+  targets_args=""
+  for suite in ${FINEGEMM_BENCH_SUITES:-dense grouped bf16}; do targets_args="$targets_args --$suite $OUT/$suite.json"; done
+  # shellcheck disable=SC2086
+  python3 -m finegemm targets $targets_args --json "$OUT/targets.json" 2>&1 | tee "$OUT/targets.md"
   # Back-to-back GEMMs in CUDA graphs with programmatic dependent launch off / on (finegemm.set_pdl).
   python3 scripts/probe_pdl.py --out "$OUT/pdl.json" 2>&1 | tee "$OUT/probe_pdl.log"
   status=$(( status | ${PIPESTATUS[0]} ))
