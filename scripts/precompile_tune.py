@@ -1,6 +1,6 @@
 """Compile, without a GPU, every candidate kernel `python -m finegemm tune dense` will time.
 
-Usage: FINEGEMM_CACHE_DIR=.fgcache python scripts/precompile_tune.py [--shapes M,N,K ...] [--top 16]
+Usage: FINEGEMM_CACHE_DIR=.fgcache python scripts/precompile_tune.py [--shapes M,N,K ...] [--top 16] [--b-group 2 4]
 """
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from finegemm import jit  # noqa: E402
 from finegemm.bench.tune import _parse_shape, default_shapes, wgrad_default_shapes  # noqa: E402
-from finegemm.heuristics.sm90_fp8_gemm import candidate_configs  # noqa: E402
+from finegemm.heuristics._common import b_group_twins  # noqa: E402
+from finegemm.heuristics.sm90_fp8_gemm import b_group_fits, candidate_configs  # noqa: E402
 from finegemm.ops import sm90_fp8_gemm as ops  # noqa: E402
 
 
@@ -72,11 +73,14 @@ def main() -> int:
     p.add_argument("--block-m", type=int, default=None,
                    help="only that block_m's candidates (as `tune --block-m`; today's selections are table "
                         "entries or model choices, which scripts/precompile.py builds)")
+    p.add_argument("--b-group", type=int, nargs="+", default=[], choices=(2, 4), metavar="G",
+                   help="also the B-group twins `tune dense --b-group G` times")
     args = p.parse_args()
     cfgs = {}
     keep = (lambda c: True) if args.block_m is None else (lambda c: c.block_m == args.block_m)
     for (m, n, k) in args.shapes or default_shapes(args.curve):
-        for cfg in filter(keep, candidate_configs(m, n, k, args.sms, top=args.top)):
+        for cfg in b_group_twins(list(filter(keep, candidate_configs(m, n, k, args.sms, top=args.top))),
+                                 args.b_group, b_group_fits):
             cfgs[ops._kernel_name(cfg)] = cfg
     if args.wgrad:
         for (m, n, k) in wgrad_default_shapes():

@@ -511,6 +511,51 @@ def test_tune_half_promote_is_checked():
             tune.main([family, "--half-promote"])
 
 
+def test_tune_b_group_is_checked():
+    """`tune --b-group` adds twins for dense / bf16 only; 2 or 4; elsewhere an error naming it."""
+    from finegemm.bench import tune
+
+    assert tune.build_parser().parse_args(["dense", "--b-group", "2", "4"]).b_group == [2, 4]
+    assert tune.build_parser().parse_args(["bf16"]).b_group == []
+    with pytest.raises(SystemExit):
+        tune.build_parser().parse_args(["bf16", "--b-group", "3"])
+    for family in ("wgrad", "masked", "contiguous", "k_grouped", "bf16_masked"):
+        with pytest.raises(SystemExit, match="--b-group"):
+            tune.main([family, "--b-group", "2"])
+
+
+@pytest.mark.parametrize("family", ["fp8", "bf16"])
+@pytest.mark.parametrize("shape", [(128, 4096, 7168), (64, 7168, 2048), (4096, 7168, 2048), (64, 2112, 7168)])
+def test_b_group_twins_fit_and_keep_the_candidates_first(family, shape):
+    """The tuner's B-group twins: the candidates unchanged and first (the current one's index
+    holds), then one twin per candidate and group where the family's rule lets it read B in
+    groups, and no launch twice."""
+    import dataclasses
+
+    from finegemm.heuristics import sm90_bf16_gemm as bh
+    from finegemm.heuristics import sm90_fp8_gemm as fh
+    from finegemm.heuristics._common import b_group_twins
+
+    h = fh if family == "fp8" else bh
+    cands = h.candidate_configs(*shape, 132)
+    out = b_group_twins(cands, (2, 4), h.b_group_fits)
+    assert out[:len(cands)] == cands
+    twins = out[len(cands):]
+    launches = [dataclasses.replace(c, est_us=0.0) for c in out]
+    assert len(set(launches)) == len(launches)
+    for t in twins:
+        assert t.b_group in (2, 4) and h.b_group_fits(t, t.b_group)
+        assert dataclasses.replace(t, b_group=1) in cands
+    want = {(dataclasses.replace(c, est_us=0.0), g) for c in cands for g in (2, 4) if h.b_group_fits(c, g)}
+    assert {(dataclasses.replace(t, b_group=1, est_us=0.0), t.b_group) for t in twins} == want
+    if family == "fp8":  # never a multicast-B twin (the kernel's rule)
+        assert not any(t.num_multicast == 2 and not t.multicast_on_a for t in twins)
+    assert b_group_twins(cands, (), h.b_group_fits) == cands
+    # A candidate that already reads B in groups (a table entry's) gets no twin of its own.
+    grouped = [t for t in twins if t.b_group == 2][:1]
+    assert b_group_twins(grouped, (2, 4), h.b_group_fits) == grouped
+
+
 def test_kernel_time_us_rejects_an_unknown_flush_mode():
     from finegemm.bench._common import kernel_time_us
 

@@ -57,6 +57,7 @@ def default_shapes(curve: bool = False) -> list[tuple[int, int, int]]:
 
 BLOCK_M_FAMILIES = ("dense", "wgrad", "k_grouped")  # the families `--block-m` narrows
 HALF_PROMOTE_FAMILIES = ("dense", "masked", "contiguous")  # ... and `--half-promote`
+B_GROUP_FAMILIES = ("dense", "bf16")  # ... and `--b-group` (the dense kinds read B in k-block groups)
 
 
 def _restrict(cands: list, current, block_m: int | None, half_promote: bool = False) -> list:
@@ -94,13 +95,14 @@ def _mark_current(rows: list, index: int, rec: dict) -> dict:
 
 def tune_shape(m: int, n: int, k: int, num_sms: int, top: int, num_tests: int, gen, log=print,
                family: str = "dense", block_m: int | None = None, half_promote: bool = False,
-               has_c: bool = True) -> dict:
+               has_c: bool = True, b_groups=()) -> dict:
     """Every candidate's check and time for one shape; returns the shape's record. family
     "dense": recipe (1, 128, 128), bf16 d; "wgrad": recipe (1, 1, 128), fp32 d accumulated in
     place (c = d), as weight gradients are, or with has_c=False written without C (the first
     micro-batch's D = A B; entries of their own, has_c false)."""
     from finegemm import reference
-    from finegemm.heuristics.sm90_fp8_gemm import candidate_configs, select_config
+    from finegemm.heuristics._common import b_group_twins
+    from finegemm.heuristics.sm90_fp8_gemm import b_group_fits, candidate_configs, select_config
     from finegemm.ops import sm90_fp8_gemm as ops
     from finegemm.testing import calc_diff
 
@@ -125,6 +127,7 @@ def tune_shape(m: int, n: int, k: int, num_sms: int, top: int, num_tests: int, g
     current = select_config(m, n, k, num_sms, wgrad, with_c, one_d_one_d=wgrad)
     cands = candidate_configs(m, n, k, num_sms, out_fp32=wgrad, has_c=with_c, top=top, one_d_one_d=wgrad)
     cands, cur = _with_current(_restrict(cands, current, block_m, half_promote), current)
+    cands = b_group_twins(cands, b_groups, b_group_fits)  # appended: the index of current holds
 
     def row_of(cfg):
         return {"block_m": cfg.block_m, "block_n": cfg.block_n, "num_stages": cfg.num_stages,
@@ -160,7 +163,8 @@ def tune_shape(m: int, n: int, k: int, num_sms: int, top: int, num_tests: int, g
     detail = (f"bm{best['block_m']} bn{best['block_n']} s{best['num_stages']} split{best['num_splits']} "
               f"mc{best['num_multicast']}{'A' if best['multicast_on_a'] else ''}{' hp' if best['half_promote'] else ''}"
               f"{' tma' if best['tma_store'] else ''}{' 2cta' if best['ctas_per_sm'] == 2 else ''}"
-              f"{' kb%d' % best['k_batch'] if best['k_batch'] > 1 else ''}{' cst' if best['c_stage'] else ''}") \
+              f"{' kb%d' % best['k_batch'] if best['k_batch'] > 1 else ''}{' cst' if best['c_stage'] else ''}"
+              f"{' bg%d' % best['b_group'] if best['b_group'] > 1 else ''}") \
         if best else ""
     _log_result(log, f"{m:>5}x{n:>6}x{k:>6}{' no C' if wgrad and not with_c else ''}", rows, best, detail)
     return rec
@@ -518,10 +522,11 @@ def bf16_tune_shapes(shapes=None) -> list[tuple[int, int, int, bool]]:
 
 
 def tune_bf16_shape(m: int, n: int, k: int, layout: str, num_sms: int, top: int, num_tests: int, gen,
-                    log=print, out_fp32: bool = False) -> dict:
+                    log=print, out_fp32: bool = False, b_groups=()) -> dict:
     """Every candidate (heuristics.sm90_bf16_gemm.candidate_configs) of a dense BF16 problem: checked
     against the fp32 product on a NaN-poisoned output, twice (bitwise equal), then timed."""
-    from finegemm.heuristics.sm90_bf16_gemm import LAYOUTS, candidate_configs, select_config
+    from finegemm.heuristics._common import b_group_twins
+    from finegemm.heuristics.sm90_bf16_gemm import LAYOUTS, b_group_fits, candidate_configs, select_config
     from finegemm.ops import sm90_bf16_gemm as ops
     from finegemm.testing import calc_diff
 
@@ -532,6 +537,7 @@ def tune_bf16_shape(m: int, n: int, k: int, layout: str, num_sms: int, top: int,
     d = torch.empty(m, n, device="cuda", dtype=torch.float32 if out_fp32 else torch.bfloat16)
     cands, cur = _with_current(candidate_configs(m, n, k, num_sms, a_mn, b_mn, out_fp32=out_fp32, top=top),
                                select_config(m, n, k, num_sms, a_mn, b_mn, out_fp32=out_fp32))
+    cands = b_group_twins(cands, b_groups, b_group_fits)
 
     def row_of(cfg):
         return {"block_m": cfg.block_m, "block_n": cfg.block_n, "num_stages": cfg.num_stages,
@@ -549,7 +555,8 @@ def tune_bf16_shape(m: int, n: int, k: int, layout: str, num_sms: int, top: int,
     rec = _mark_current(rows, cur, {"family": "bf16", "layout": layout, "m": m, "n": n, "k": k, "out_fp32": out_fp32,
                                     "candidates": rows, "model_us": rows[0].get("us"),
                                     "best_us": best["us"] if best else None, "best": best})
-    detail = f"bm{best['block_m']} bn{best['block_n']} split{best['num_splits']}" if best else ""
+    detail = (f"bm{best['block_m']} bn{best['block_n']} split{best['num_splits']}"
+              f"{' bg%d' % best['b_group'] if best['b_group'] > 1 else ''}") if best else ""
     _log_result(log, f"{layout} {m:>5}x{n:>6}x{k:>6}{' fp32' if out_fp32 else ''}", rows, best, detail)
     return rec
 
@@ -618,6 +625,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-c", action="store_true",
                    help="wgrad / k_grouped: tune the call without C (D = A B) instead of c = d; its entries have "
                         "has_c false")
+    p.add_argument("--b-group", type=int, nargs="+", default=[], choices=(2, 4), metavar="G",
+                   help="dense / bf16: also a twin of every candidate reading B in boxes of G k-blocks where "
+                        "the group fits (b_group_fits), so an entry names a group only where this run chose it")
     p.add_argument("--table", default=None, help="tuned table to add the winners to (default: print only)")
     p.add_argument("--out", default=None, help="JSON with every candidate's check and time")
     return p
@@ -632,6 +642,8 @@ def main(argv=None) -> int:
     if args.half_promote and args.family not in HALF_PROMOTE_FAMILIES:
         raise SystemExit(f"finegemm tune {args.family}: --half-promote applies to {', '.join(HALF_PROMOTE_FAMILIES)} "
                          "only")
+    if args.b_group and args.family not in B_GROUP_FAMILIES:
+        raise SystemExit(f"finegemm tune {args.family}: --b-group applies to {', '.join(B_GROUP_FAMILIES)} only")
     if not torch.cuda.is_available():
         print("finegemm tune: needs a CUDA GPU", file=sys.stderr)
         return 2
@@ -670,12 +682,14 @@ def main(argv=None) -> int:
                    for p in k_grouped_default_problems()]
     elif args.family == "bf16":
         shapes = bf16_tune_shapes(args.shapes)
-        records = [tune_bf16_shape(m, n, k, layout, num_sms, args.top, args.num_tests, gen, out_fp32=fp32)
+        records = [tune_bf16_shape(m, n, k, layout, num_sms, args.top, args.num_tests, gen, out_fp32=fp32,
+                                   b_groups=args.b_group)
                    for (m, n, k, fp32) in shapes for layout in args.layouts]
     else:
         shapes = args.shapes or (wgrad_default_shapes() if args.family == "wgrad" else default_shapes(args.curve))
         records = [tune_shape(m, n, k, num_sms, args.top, args.num_tests, gen, family=args.family,
-                              block_m=args.block_m, half_promote=args.half_promote, has_c=not args.no_c)
+                              block_m=args.block_m, half_promote=args.half_promote, has_c=not args.no_c,
+                              b_groups=args.b_group)
                    for (m, n, k) in shapes]
     print(f"tuned {len(records)} shapes in {time.time() - t0:.0f} s")
     failed = sum(1 for r in records for c in r["candidates"] if not c.get("ok"))

@@ -39,6 +39,23 @@ def with_entry_b_group(cfg, fields: dict, fits):
     return dataclasses.replace(cfg, b_group=group) if group > 1 and fits(cfg, group) else cfg
 
 
+def b_group_twins(cands: list, groups, fits) -> list:
+    """The candidates, then for each B group in `groups` a twin of every candidate it fits (the
+    family's b_group_fits; a twin only where the candidate reads one k-block per box): what
+    `finegemm tune --b-group` times, so a table entry names a group only where a run chose it."""
+    def launch(c):  # every field but the model's estimate
+        return dataclasses.replace(c, est_us=0.0)
+
+    out, seen = list(cands), {launch(c) for c in cands}
+    for g in groups:
+        for c in cands:
+            twin = dataclasses.replace(c, b_group=g)
+            if c.b_group == 1 and fits(c, g) and launch(twin) not in seen:
+                seen.add(launch(twin))
+                out.append(twin)
+    return out
+
+
 def l2_promotion_note(p: tuple) -> str:
     """FINEGEMM_PRINT_CONFIGS text: empty for the default."""
     return "" if tuple(p) == DEFAULT_L2_PROMOTION else f" l2-promotion={p[0]}/{p[1]}"
