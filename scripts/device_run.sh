@@ -2,7 +2,7 @@
 # One call on the H200 machine: GPU tests + benchmarks, logs and JSON under $OUT.
 # Usage (from the repo root on the GPU machine):
 #   bash scripts/device_run.sh [all|tests|bench|sanitize|tune|pending|ab_contiguous|ab_bf16_half_a|ab_rotate|
-#                               fp8_einsum|ab_einsum|ab_einsum_tma|ab_split_tma|psum|psum_ncu|b_stream|ab_b_group|ab_b_group_bf16|b_group|b_group_check]
+#                               fp8_einsum|ab_einsum|ab_einsum_tma|ab_split_tma|psum|psum_ncu|b_stream|ab_b_group|ab_b_group_bf16|b_group|b_group_check|ab_ffma_yield]
 # "pending": the same-run A/Bs waiting for a GPU (below; their variant kernels precompiled into the
 # carried cache by scripts/precompile_pending.sh).
 # Every later GPU claim in benchmarks/results/ comes from this script.
@@ -112,6 +112,17 @@ if [[ "$what" == b_group || "$what" == ab_b_group || "$what" == ab_b_group_bf16 
   [[ "$what" == ab_b_group_bf16 ]] && variants="base= g1=env:FINEGEMM_DIAG_B_GROUP=1 g2=env:FINEGEMM_DIAG_B_GROUP=2"
   # shellcheck disable=SC2086
   ab ab_b_group_bf16 bf16 "$variants" --layouts nt tt --no-grouped --shapes $SKINNY_FP8
+fi
+# ab_ffma_yield (v1.07 probe): the FP8 promotion FFMAs' reuse / no-yield hints cleared in the cubin
+# (FINEGEMM_DIAG_FFMA_YIELD, jit/sass_patch.py) on every reused FFMA of each run (yall) or in the
+# first 9/16 of each run (y916), against today's cubins, on the compute-bound M = 4096 shapes and
+# four skinny ones (the variants' cubins: scripts/precompile_ffma_yield.sh).
+FFMA_YIELD_SHAPES="4096,2112,7168 4096,24576,1536 4096,32768,512 4096,7168,16384 4096,4096,7168 4096,7168,2048
+  64,2112,7168 128,4096,7168 64,7168,16384 128,24576,1536"
+if [[ "$what" == ab_ffma_yield ]]; then
+  # shellcheck disable=SC2086
+  ab ab_ffma_yield dense "${FFMA_YIELD_VARIANTS:-base= yall=env:FINEGEMM_DIAG_FFMA_YIELD=all y916=env:FINEGEMM_DIAG_FFMA_YIELD=9/16}" \
+    --shapes $FFMA_YIELD_SHAPES
 fi
 if [[ "$what" == pending || "$what" == fp8_einsum ]]; then
   # fp8_einsum at DeepSeek's MLA sizes: the heads-packed kernel (gated) against the masked

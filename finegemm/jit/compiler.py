@@ -149,6 +149,20 @@ def _find_tool(name: str) -> str | None:
     return shutil.which(name)
 
 
+def find_cuobjdump() -> str | None:
+    """The CUDA toolkit's cuobjdump, else the one Triton's pip package carries (not every toolkit
+    install has one)."""
+    tool = _find_tool("cuobjdump")
+    if tool:
+        return tool
+    try:
+        import triton
+    except ImportError:
+        return None
+    cand = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    return str(cand) if cand.is_file() else None
+
+
 def cache_dir() -> Path:
     """$FINEGEMM_CACHE_DIR, default ~/.cache/finegemm (created on first use)."""
     env = os.environ.get("FINEGEMM_CACHE_DIR")
@@ -213,7 +227,38 @@ def kernel_flags(extra_flags: Sequence[str] = ()) -> list[str]:
     # Experiments: e.g. FINEGEMM_EXTRA_NVCC_FLAGS="-DFINEGEMM_WG_SKEW=0" (part of the cache key).
     flags += os.environ.get("FINEGEMM_EXTRA_NVCC_FLAGS", "").split()
     flags += list(extra_flags)
+    yield_fraction = ffma_yield_fraction()
+    if yield_fraction is not None:  # names the edited cubins in the cache key (nvcc ignores it)
+        flags.append(f"-DFINEGEMM_DIAG_FFMA_YIELD_SIXTEENTHS={round(yield_fraction * 16)}")
     return flags
+
+
+def ffma_yield_fraction() -> float | None:
+    """FINEGEMM_DIAG_FFMA_YIELD ("all" or "9/16"; developer diagnostic, jit/sass_patch.py): the part
+    of each FP8 promotion FFMA run whose reuse / no-yield hints a kernel build clears; None: unset."""
+    from .sass_patch import MODES
+
+    value = os.environ.get("FINEGEMM_DIAG_FFMA_YIELD", "").strip()
+    if not value or value == "0":
+        return None
+    if value not in MODES:
+        raise ValueError(f"FINEGEMM_DIAG_FFMA_YIELD must be one of {', '.join(MODES)} (or unset), got {value!r}")
+    return MODES[value]
+
+
+def _edit_ffma_hints(cubin: Path, fraction: float) -> str:
+    """Apply FINEGEMM_DIAG_FFMA_YIELD to a fresh cubin in place; returns the build.log line."""
+    from .sass_patch import yield_ffma_runs
+
+    tool = find_cuobjdump()
+    if tool is None:
+        raise RuntimeError("FINEGEMM_DIAG_FFMA_YIELD needs cuobjdump (the CUDA toolkit's, or Triton's)")
+    proc = subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"cuobjdump failed on {cubin}: {proc.stderr}")
+    edited, changed = yield_ffma_runs(cubin.read_bytes(), proc.stdout, fraction)
+    cubin.write_bytes(edited)
+    return f"finegemm: FINEGEMM_DIAG_FFMA_YIELD cleared the reuse / no-yield hints of {changed} FFMAs\n"
 
 
 def kernel_key(source: str, flags: Sequence[str] | None = None) -> str:
@@ -322,7 +367,7 @@ def _dump_extras(entry: Path, source_file: Path, flags: list[str]) -> None:
             print(f"finegemm: PTX dump failed: {proc.stderr}", file=sys.stderr)
             tmp.unlink(missing_ok=True)
     if _env_flag("FINEGEMM_DUMP_SASS") and not (entry / "kernel.sass").exists():
-        tool = _find_tool("cuobjdump")
+        tool = find_cuobjdump()
         if tool is None:
             print("finegemm: FINEGEMM_DUMP_SASS set but cuobjdump not found; no SASS written", file=sys.stderr)
             return
@@ -360,6 +405,9 @@ def build_cubin(name: str, source: str, extra_flags: Sequence[str] = ()) -> Path
     if proc.returncode != 0 or not cubin.is_file():
         _fail(tmp, root, f"kernel {name!r}", cmd, proc)
     log = proc.stdout + proc.stderr
+    yield_fraction = ffma_yield_fraction()
+    if yield_fraction is not None:
+        log += _edit_ffma_hints(cubin, yield_fraction)
     (tmp / "build.log").write_text(log)
     (tmp / "ok").write_text(_sha256_file(cubin) + "\n")
     if _env_flag("FINEGEMM_PTXAS_VERBOSE"):
