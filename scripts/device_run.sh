@@ -114,14 +114,16 @@ if [[ "$what" == b_group || "$what" == ab_b_group || "$what" == ab_b_group_bf16 
   ab ab_b_group_bf16 bf16 "$variants" --layouts nt tt --no-grouped --shapes $SKINNY_FP8
 fi
 # ab_ffma_yield (v1.07 probe): the FP8 promotion FFMAs' reuse / no-yield hints cleared in the cubin
-# (FINEGEMM_DIAG_FFMA_YIELD, jit/sass_patch.py) on every reused FFMA of each run (yall) or in the
-# first 9/16 of each run (y916), against today's cubins, on the compute-bound M = 4096 shapes and
+# (FINEGEMM_DIAG_FFMA_YIELD, jit/sass_patch.py) on every reused FFMA of each run (yall), or the
+# no-yield hint on every FFMA of each run (ynone), against today's cubins, on the compute-bound M = 4096 shapes and
 # four skinny ones (the variants' cubins: scripts/precompile_ffma_yield.sh).
 FFMA_YIELD_SHAPES="4096,2112,7168 4096,24576,1536 4096,32768,512 4096,7168,16384 4096,4096,7168 4096,7168,2048
   64,2112,7168 128,4096,7168 64,7168,16384 128,24576,1536"
 if [[ "$what" == ab_ffma_yield ]]; then
   # shellcheck disable=SC2086
-  ab ab_ffma_yield dense "${FFMA_YIELD_VARIANTS:-base= yall=env:FINEGEMM_DIAG_FFMA_YIELD=all y916=env:FINEGEMM_DIAG_FFMA_YIELD=9/16}" \
+  # (the first call, H100 486e674: yall +3.4-4.6% and y916 +1.7-2.9% time at M = 4096; now the
+  # opposite, ynone: no FFMA of a run may yield)
+  ab ab_ffma_yield dense "${FFMA_YIELD_VARIANTS:-base= ynone=env:FINEGEMM_DIAG_FFMA_YIELD=none yall=env:FINEGEMM_DIAG_FFMA_YIELD=all}" \
     --shapes $FFMA_YIELD_SHAPES
 fi
 if [[ "$what" == pending || "$what" == fp8_einsum ]]; then

@@ -82,6 +82,23 @@ def test_yield_edit_changes_only_the_hints_of_reused_promotion_ffmas(fg_cache_di
     # Bytes differ in the targets' high words only (two bytes each: bits 45 and 59).
     assert sum(x != y for x, y in zip(raw, edited)) == 2 * changed
 
+    # "none": every FFMA of a run gets the no-yield hint; the reuse flags stay.
+    held, held_n = sp.no_yield_ffma_runs(raw, listing)
+    free = [i for r in runs for i in r if not i.high & sp.YIELD_BIT]
+    assert held_n == len(free) > 0
+    held_file = cubin.parent / "held.cubin"
+    held_file.write_bytes(held)
+    held_after = sp.parse_sass(subprocess.run([tool, "-sass", str(held_file)], capture_output=True, text=True,
+                                              check=True).stdout)
+    freed = {(i.function, i.address) for i in free}
+    for b, a in zip(before, held_after):
+        assert a.high == (b.high | sp.YIELD_BIT if (b.function, b.address) in freed else b.high)
+        assert a.low == b.low and a.text == b.text
+    assert sp.edit_ffma_hints(raw, listing, "none") == (held, held_n)
+    assert sp.edit_ffma_hints(raw, listing, "all") == (edited, changed)
+    with pytest.raises(ValueError, match="unknown FFMA hint mode"):
+        sp.edit_ffma_hints(raw, listing, "some")
+
     _, fewer = sp.yield_ffma_runs(raw, listing, 9 / 16)
     assert 0 < fewer < changed
     with pytest.raises(ValueError, match="fraction"):
@@ -100,11 +117,11 @@ def test_switch_builds_an_edited_kernel_under_its_own_key(fg_cache_dir, monkeypa
         pytest.skip("no cuobjdump (CUDA toolkit or Triton's wheel)")
     plain, cfg, ops = _fp8_kernel(fg_cache_dir)
     monkeypatch.setenv("FINEGEMM_DIAG_FFMA_YIELD", "9/16")
-    assert "-DFINEGEMM_DIAG_FFMA_YIELD_SIXTEENTHS=9" in jit.kernel_flags()
+    assert "-DFINEGEMM_DIAG_FFMA_YIELD_NINE_SIXTEENTHS" in jit.kernel_flags()
     edited = jit.build_cubin(ops._kernel_name(cfg), ops._render_cfg(cfg))
     assert edited != plain and edited.parent.name != plain.parent.name
     log = (edited.parent / "build.log").read_text()
-    assert "cleared the reuse / no-yield hints of" in log
+    assert "FINEGEMM_DIAG_FFMA_YIELD=9/16 edited the hints of" in log
     raw, new = plain.read_bytes(), edited.read_bytes()
     assert len(raw) == len(new) and raw != new
     listing = subprocess.run([compiler.find_cuobjdump(), "-sass", str(plain)], capture_output=True, text=True,
@@ -114,11 +131,14 @@ def test_switch_builds_an_edited_kernel_under_its_own_key(fg_cache_dir, monkeypa
 
 def test_switch_values(monkeypatch):
     monkeypatch.delenv("FINEGEMM_DIAG_FFMA_YIELD", raising=False)
-    assert compiler.ffma_yield_fraction() is None
+    assert compiler.ffma_yield_mode() is None
     assert not any("FFMA_YIELD" in f for f in jit.kernel_flags())
-    monkeypatch.setenv("FINEGEMM_DIAG_FFMA_YIELD", "all")
-    assert compiler.ffma_yield_fraction() == 1.0
-    assert "-DFINEGEMM_DIAG_FFMA_YIELD_SIXTEENTHS=16" in jit.kernel_flags()
+    tags = set()
+    for mode in ("all", "9/16", "none"):
+        monkeypatch.setenv("FINEGEMM_DIAG_FFMA_YIELD", mode)
+        assert compiler.ffma_yield_mode() == mode
+        tags |= {f for f in jit.kernel_flags() if "FFMA_YIELD" in f}
+    assert len(tags) == 3  # three cache keys
     monkeypatch.setenv("FINEGEMM_DIAG_FFMA_YIELD", "half")
     with pytest.raises(ValueError, match="FINEGEMM_DIAG_FFMA_YIELD"):
         jit.kernel_flags()

@@ -227,28 +227,30 @@ def kernel_flags(extra_flags: Sequence[str] = ()) -> list[str]:
     # Experiments: e.g. FINEGEMM_EXTRA_NVCC_FLAGS="-DFINEGEMM_WG_SKEW=0" (part of the cache key).
     flags += os.environ.get("FINEGEMM_EXTRA_NVCC_FLAGS", "").split()
     flags += list(extra_flags)
-    yield_fraction = ffma_yield_fraction()
-    if yield_fraction is not None:  # names the edited cubins in the cache key (nvcc ignores it)
-        flags.append(f"-DFINEGEMM_DIAG_FFMA_YIELD_SIXTEENTHS={round(yield_fraction * 16)}")
+    mode = ffma_yield_mode()
+    if mode is not None:  # names the edited cubins in the cache key (nvcc ignores it)
+        flags.append(f"-DFINEGEMM_DIAG_FFMA_YIELD_{_FFMA_MODE_TAGS[mode]}")
     return flags
 
 
-def ffma_yield_fraction() -> float | None:
-    """FINEGEMM_DIAG_FFMA_YIELD ("all" or "9/16"; developer diagnostic, jit/sass_patch.py): the part
-    of each FP8 promotion FFMA run whose reuse / no-yield hints a kernel build clears; None: unset."""
-    from .sass_patch import MODES
+_FFMA_MODE_TAGS = {"all": "ALL", "9/16": "NINE_SIXTEENTHS", "none": "NONE"}
 
+
+def ffma_yield_mode() -> str | None:
+    """FINEGEMM_DIAG_FFMA_YIELD ("all", "9/16" or "none"; developer diagnostic, jit/sass_patch.py):
+    how a kernel build edits the FP8 promotion FFMAs' scheduling hints; None: unset."""
     value = os.environ.get("FINEGEMM_DIAG_FFMA_YIELD", "").strip()
     if not value or value == "0":
         return None
-    if value not in MODES:
-        raise ValueError(f"FINEGEMM_DIAG_FFMA_YIELD must be one of {', '.join(MODES)} (or unset), got {value!r}")
-    return MODES[value]
+    if value not in _FFMA_MODE_TAGS:
+        raise ValueError(f"FINEGEMM_DIAG_FFMA_YIELD must be one of {', '.join(_FFMA_MODE_TAGS)} (or unset), "
+                         f"got {value!r}")
+    return value
 
 
-def _edit_ffma_hints(cubin: Path, fraction: float) -> str:
+def _edit_ffma_hints(cubin: Path, mode: str) -> str:
     """Apply FINEGEMM_DIAG_FFMA_YIELD to a fresh cubin in place; returns the build.log line."""
-    from .sass_patch import yield_ffma_runs
+    from .sass_patch import edit_ffma_hints
 
     tool = find_cuobjdump()
     if tool is None:
@@ -256,9 +258,9 @@ def _edit_ffma_hints(cubin: Path, fraction: float) -> str:
     proc = subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"cuobjdump failed on {cubin}: {proc.stderr}")
-    edited, changed = yield_ffma_runs(cubin.read_bytes(), proc.stdout, fraction)
+    edited, changed = edit_ffma_hints(cubin.read_bytes(), proc.stdout, mode)
     cubin.write_bytes(edited)
-    return f"finegemm: FINEGEMM_DIAG_FFMA_YIELD cleared the reuse / no-yield hints of {changed} FFMAs\n"
+    return f"finegemm: FINEGEMM_DIAG_FFMA_YIELD={mode} edited the hints of {changed} FFMAs\n"
 
 
 def kernel_key(source: str, flags: Sequence[str] | None = None) -> str:
@@ -405,9 +407,9 @@ def build_cubin(name: str, source: str, extra_flags: Sequence[str] = ()) -> Path
     if proc.returncode != 0 or not cubin.is_file():
         _fail(tmp, root, f"kernel {name!r}", cmd, proc)
     log = proc.stdout + proc.stderr
-    yield_fraction = ffma_yield_fraction()
-    if yield_fraction is not None:
-        log += _edit_ffma_hints(cubin, yield_fraction)
+    yield_mode = ffma_yield_mode()
+    if yield_mode is not None:
+        log += _edit_ffma_hints(cubin, yield_mode)
     (tmp / "build.log").write_text(log)
     (tmp / "ok").write_text(_sha256_file(cubin) + "\n")
     if _env_flag("FINEGEMM_PTXAS_VERBOSE"):

@@ -9,7 +9,8 @@ yield. DeepGEMM found that letting more of these FFMAs yield (and so dropping th
 warp switch would invalidate) overlaps the promotion better with the other warpgroup's wgmmas.
 
 `yield_ffma_runs` clears both bits on the reused FFMAs of every run of at least MIN_RUN FFMAs (or
-of the first `fraction` of each run). Both bits are hints: clearing a reuse flag makes the next
+of the first `fraction` of each run); `no_yield_ffma_runs` does the opposite, setting the no-yield
+hint on every FFMA of a run. Both bits are hints: clearing a reuse flag makes the next
 instruction read its operand from the register file; the yield hint only lets the scheduler switch
 warps. Stall counts and scoreboard barriers, which order the instructions, are untouched. The edit
 is checked byte for byte: every patched word must be the one cuobjdump printed at that address.
@@ -23,7 +24,9 @@ import struct
 MIN_RUN = 8  # FFMAs in a row: the promotion's runs (shorter runs are address or epilogue math)
 YIELD_BIT = 1 << 45
 REUSE_B_BIT = 1 << 59
-MODES = {"all": 1.0, "9/16": 9 / 16}  # FINEGEMM_DIAG_FFMA_YIELD: which part of each run
+# FINEGEMM_DIAG_FFMA_YIELD: "all" / "9/16": the reused FFMAs of each run (or of its first 9/16) may
+# yield; "none": no FFMA of a run may yield (the hint set on the ones nvcc let yield).
+MODES = {"all": 1.0, "9/16": 9 / 16, "none": 0.0}
 
 _FUNC = re.compile(r"^\s*Function\s*:\s*(\S+)")
 _INSTR = re.compile(r"^\s*/\*([0-9a-f]{4,})\*/\s+(.*?)\s*/\*\s*(0x[0-9a-f]+)\s*\*/\s*$")
@@ -101,11 +104,9 @@ def _text_sections(elf: bytes) -> dict[str, int]:
     return out
 
 
-def yield_ffma_runs(cubin: bytes, sass: str, fraction: float = 1.0) -> tuple[bytes, int]:
-    """(patched cubin, FFMAs changed): in the first `fraction` of every FFMA run, the FFMAs that
-    carry both the second operand's reuse flag and the no-yield hint lose both."""
-    if not 0.0 < fraction <= 1.0:
-        raise ValueError(f"fraction must be in (0, 1], got {fraction}")
+def _patched_runs(cubin: bytes, sass: str, fraction: float, edit) -> tuple[bytes, int]:
+    """Apply edit(high word) -> new high word or None (unchanged) to the FFMAs in the first
+    `fraction` of every run; every edited word is checked against the listing first."""
     out = bytearray(cubin)
     sections = _text_sections(cubin)
     changed = 0
@@ -114,11 +115,36 @@ def yield_ffma_runs(cubin: bytes, sass: str, fraction: float = 1.0) -> tuple[byt
         if base is None:
             raise ValueError(f"no .text section for {run[0].function}")
         for ins in run[:max(1, int(len(run) * fraction))]:
-            if ins.high & (REUSE_B_BIT | YIELD_BIT) != (REUSE_B_BIT | YIELD_BIT):
+            high = edit(ins.high)
+            if high is None:
                 continue
             at = base + ins.address
             if bytes(out[at:at + 16]) != struct.pack("<QQ", ins.low, ins.high):
                 raise ValueError(f"{ins.function}+{ins.address:#x}: the cubin's bytes are not the listed {ins.text!r}")
-            struct.pack_into("<Q", out, at + 8, ins.high & ~(REUSE_B_BIT | YIELD_BIT))
+            struct.pack_into("<Q", out, at + 8, high)
             changed += 1
     return bytes(out), changed
+
+
+def no_yield_ffma_runs(cubin: bytes, sass: str) -> tuple[bytes, int]:
+    """(patched cubin, FFMAs changed): every FFMA of every run gets the no-yield hint (reuse flags
+    untouched: a warp that does not yield keeps its reuse cache)."""
+    return _patched_runs(cubin, sass, 1.0, lambda high: None if high & YIELD_BIT else high | YIELD_BIT)
+
+
+def edit_ffma_hints(cubin: bytes, sass: str, mode: str) -> tuple[bytes, int]:
+    """FINEGEMM_DIAG_FFMA_YIELD's edit by mode name (MODES)."""
+    if mode not in MODES:
+        raise ValueError(f"unknown FFMA hint mode {mode!r} (one of {', '.join(MODES)})")
+    if mode == "none":
+        return no_yield_ffma_runs(cubin, sass)
+    return yield_ffma_runs(cubin, sass, MODES[mode])
+
+
+def yield_ffma_runs(cubin: bytes, sass: str, fraction: float = 1.0) -> tuple[bytes, int]:
+    """(patched cubin, FFMAs changed): in the first `fraction` of every FFMA run, the FFMAs that
+    carry both the second operand's reuse flag and the no-yield hint lose both."""
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(f"fraction must be in (0, 1], got {fraction}")
+    both = REUSE_B_BIT | YIELD_BIT
+    return _patched_runs(cubin, sass, fraction, lambda high: high & ~both if high & both == both else None)
