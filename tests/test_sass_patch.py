@@ -117,7 +117,7 @@ def test_switch_builds_an_edited_kernel_under_its_own_key(fg_cache_dir, monkeypa
         pytest.skip("no cuobjdump (CUDA toolkit or Triton's wheel)")
     plain, cfg, ops = _fp8_kernel(fg_cache_dir)
     monkeypatch.setenv("FINEGEMM_DIAG_FFMA_YIELD", "9/16")
-    assert "-DFINEGEMM_DIAG_FFMA_YIELD_NINE_SIXTEENTHS" in jit.kernel_flags()
+    assert "-DFINEGEMM_DIAG_FFMA_YIELD_9_16" in jit.kernel_flags()
     edited = jit.build_cubin(ops._kernel_name(cfg), ops._render_cfg(cfg))
     assert edited != plain and edited.parent.name != plain.parent.name
     log = (edited.parent / "build.log").read_text()
@@ -134,11 +134,11 @@ def test_switch_values(monkeypatch):
     assert compiler.ffma_yield_mode() is None
     assert not any("FFMA_YIELD" in f for f in jit.kernel_flags())
     tags = set()
-    for mode in ("all", "9/16", "none"):
+    for mode in sp.MODES:
         monkeypatch.setenv("FINEGEMM_DIAG_FFMA_YIELD", mode)
         assert compiler.ffma_yield_mode() == mode
         tags |= {f for f in jit.kernel_flags() if "FFMA_YIELD" in f}
-    assert len(tags) == 3  # three cache keys
+    assert len(tags) == len(sp.MODES) == 3  # a cache key per mode
     monkeypatch.setenv("FINEGEMM_DIAG_FFMA_YIELD", "half")
     with pytest.raises(ValueError, match="FINEGEMM_DIAG_FFMA_YIELD"):
         jit.kernel_flags()

@@ -229,22 +229,20 @@ def kernel_flags(extra_flags: Sequence[str] = ()) -> list[str]:
     flags += list(extra_flags)
     mode = ffma_yield_mode()
     if mode is not None:  # names the edited cubins in the cache key (nvcc ignores it)
-        flags.append(f"-DFINEGEMM_DIAG_FFMA_YIELD_{_FFMA_MODE_TAGS[mode]}")
+        flags.append("-DFINEGEMM_DIAG_FFMA_YIELD_" + re.sub(r"\W", "_", mode).upper())
     return flags
 
 
-_FFMA_MODE_TAGS = {"all": "ALL", "9/16": "NINE_SIXTEENTHS", "none": "NONE"}
-
-
 def ffma_yield_mode() -> str | None:
-    """FINEGEMM_DIAG_FFMA_YIELD ("all", "9/16" or "none"; developer diagnostic, jit/sass_patch.py):
-    how a kernel build edits the FP8 promotion FFMAs' scheduling hints; None: unset."""
+    """FINEGEMM_DIAG_FFMA_YIELD (a mode of jit/sass_patch.py: "all", "9/16" or "none"; developer
+    diagnostic): how a kernel build edits the FP8 promotion FFMAs' scheduling hints; None: unset."""
+    from .sass_patch import MODES
+
     value = os.environ.get("FINEGEMM_DIAG_FFMA_YIELD", "").strip()
     if not value or value == "0":
         return None
-    if value not in _FFMA_MODE_TAGS:
-        raise ValueError(f"FINEGEMM_DIAG_FFMA_YIELD must be one of {', '.join(_FFMA_MODE_TAGS)} (or unset), "
-                         f"got {value!r}")
+    if value not in MODES:
+        raise ValueError(f"FINEGEMM_DIAG_FFMA_YIELD must be one of {', '.join(MODES)} (or unset), got {value!r}")
     return value
 
 
