@@ -73,6 +73,31 @@ def test_dense_rows_name_missing_shapes():
     assert rows["the 18 shapes measured"]["misses"] == ["64x2112x7168"]
 
 
+def test_masked_floor_is_the_anchors_floor_rule():
+    # One group of M rows is a dense problem: the anchors' dense floor_us is the larger of this
+    # memory floor and the datasheet FP8 compute time.
+    anchors = _anchors()
+    ceiling = anchors["ceilings"]["copy_TBps_read_plus_write"]
+    tflops = anchors["ceilings"]["fp8_dense_datasheet_TFLOPS"]
+    for a in anchors["dense"]:
+        rec = {"groups": 1, "m": a["m"], "n": a["n"], "k": a["k"]}
+        compute_us = 2 * a["m"] * a["n"] * a["k"] / (tflops * 1e6)
+        assert max(targets.masked_floor_us(rec, ceiling), compute_us) == pytest.approx(a["floor_us"], rel=0.01), a
+
+
+def test_small_masked_floor_row():
+    ceiling = _anchors()["ceilings"]["copy_TBps_read_plus_write"]
+    recs = []
+    for m, frac in ((20, 0.9), (192, 0.75), (1024, 0.1)):  # m = 1024 is not a memory-bound problem
+        rec = {"kind": "masked", "groups": 32, "m": m, "n": 4096, "k": 7168}
+        rec["us"] = {"finegemm": targets.masked_floor_us(rec, ceiling) / frac}
+        recs.append(rec)
+    rows = _by_target(targets.grouped_rows({"records": recs}, _anchors()))
+    row = rows["masked, m = 20 / 192 per group: >= 80% of the memory floor"]
+    assert row["met"] is False and row["value"].startswith("1 of 2 (75%-90%")
+    assert row["misses"] == ["masked G=32 192x4096x7168 75%"]
+
+
 def test_bf16_rows():
     recs = [{"layout": "nt", "m": 64, "n": 2112, "k": 7168, "us": {"finegemm": 10.0, "torch": 12.0}},
             {"layout": "tt", "m": 4096, "n": 2112, "k": 7168, "us": {"finegemm": 10.0, "torch": 8.5}},

@@ -26,6 +26,7 @@ DENSE_NK = ((2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 716
 DENSE_MS = (64, 128, 4096)
 BF16_DENSE_LAYOUTS = ("nt", "nn", "tn", "tt")
 HOST_US_TARGET = 8.0
+SMALL_MASKED_M = (20, 192)  # issue #4's memory-bound masked problems (rows per group)
 
 
 def _geomean(values) -> Optional[float]:
@@ -119,6 +120,19 @@ def grouped_rows(grouped: dict, anchors: dict) -> list[dict]:
                 and r["us"]["finegemm"] > r["us"]["cublas_blockwise_loop"]]
         rows.append(_row(4, f"{kind}: none slower than the cuBLAS per-group loop", f"{len(slow)} slower",
                          (not slow) if recs else None, slow))
+    # Masked with few rows per group (m = 20, 192): memory-bound; the floor is every byte moved once
+    # at the anchors' copy ceiling (read + write), and the target at least 80% of it.
+    ceiling = anchors.get("ceilings", {}).get("copy_TBps_read_plus_write")
+    small = [r for r in grouped.get("records", []) if r.get("kind") == "masked" and r["m"] in SMALL_MASKED_M
+             and r["us"].get("finegemm")]
+    if ceiling and small:
+        fracs = sorted((masked_floor_us(r, ceiling) / r["us"]["finegemm"], _grouped_shape(r)) for r in small)
+        short = [f"{name} {f:.0%}" for f, name in fracs if f < 0.8]
+        rows.append(_row(4, "masked, m = 20 / 192 per group: >= 80% of the memory floor",
+                         f"{len(fracs) - len(short)} of {len(fracs)} ({fracs[0][0]:.0%}-{fracs[-1][0]:.0%} of the floor)",
+                         not short, short))
+    else:
+        rows.append(_row(4, "masked, m = 20 / 192 per group: >= 80% of the memory floor", "not measured", None))
     k_first = [r for r in grouped.get("records", []) if r.get("kind") == "k_grouped"]
     if k_first:
         tf = k_first[0].get("tflops", {}).get("finegemm")
@@ -127,6 +141,15 @@ def grouped_rows(grouped: dict, anchors: dict) -> list[dict]:
     else:
         rows.append(_row(4, "k-grouped >= 1000 TFLOPS at the first shape", "not measured", None))
     return rows
+
+
+def masked_floor_us(r: dict, ceiling_tbps: float) -> float:
+    """A masked FP8 record's memory floor: A, B, their fp32 scales (1x128, 128x128) and the bf16 D
+    of every group, each moved once at `ceiling_tbps`."""
+    g, m, n, k = r["groups"], r["m"], r["n"], r["k"]
+    kb = -(-k // 128)
+    per_group = m * k + n * k + 4 * m * kb + 4 * -(-n // 128) * kb + 2 * m * n
+    return g * per_group / (ceiling_tbps * 1e6)
 
 
 def bf16_rows(bf16: dict) -> list[dict]:
