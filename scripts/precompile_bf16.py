@@ -11,6 +11,7 @@ bench's k-grouped records use the heuristic's pick among them), the dense tn ker
 per-group k-grouped path (ops.K_GROUPED_SINGLE_LAUNCH = False, A/B runs), and the kernels of
 `bench bf16`'s grouped records (m-grouped configs and the per-group dense tn launches).
 Usage: FINEGEMM_CACHE_DIR=.fgcache python scripts/precompile_bf16.py [--sms 132] [--jobs 2] [--shapes-only]
+       [--b-group-twins 2 [4]]
 """
 from __future__ import annotations
 
@@ -123,7 +124,27 @@ def b_group_test_configs() -> list:
     return out
 
 
-def kernel_sources(sms: int, shapes_only: bool = False) -> dict[str, str]:
+def b_group_twin_configs(sms: int, groups=()) -> list:
+    """The B-group twins `tune bf16 --b-group G` times on the tuner's default M <= 128 shapes (the
+    layouts with K-major B, where a group can fit), so a re-tune call compiles nothing."""
+    from finegemm.bench.tune import bf16_tune_shapes
+    from finegemm.heuristics._common import b_group_twins
+    from finegemm.heuristics.sm90_bf16_gemm import b_group_fits, candidate_configs
+
+    out = []
+    if not groups:
+        return out
+    for (m, n, k, f32) in bf16_tune_shapes():
+        if m > 128:
+            continue
+        for layout in ("nt", "tt"):
+            a_mn, b_mn = LAYOUTS[layout]
+            cands = candidate_configs(m, n, k, sms, a_mn, b_mn, out_fp32=f32)
+            out += [c for c in b_group_twins(cands, groups, b_group_fits) if c.b_group > 1]
+    return out
+
+
+def kernel_sources(sms: int, shapes_only: bool = False, b_group_twins=()) -> dict[str, str]:
     """{kernel name: rendered source} of everything this script compiles."""
     keys = {}
     if not shapes_only:
@@ -142,6 +163,8 @@ def kernel_sources(sms: int, shapes_only: bool = False) -> dict[str, str]:
     if not shapes_only:  # the B groups against one-k-block boxes (test_b_group_matches_one_k_block_boxes)
         for cfg in b_group_test_configs():
             keys[ops.kernel_name(cfg.kernel_key())] = cfg.kernel_key()
+    for cfg in b_group_twin_configs(sms, b_group_twins):
+        keys[ops.kernel_name(cfg.kernel_key())] = cfg.kernel_key()
     sources = {name: ops.render(*key) for name, key in keys.items()}
     gkeys = set(grouped_kernel_keys()) | {cfg.grouped_kernel_key() for cfg in bench_grouped_configs(sms)}
     for key in sorted(gkeys):
@@ -160,8 +183,10 @@ def main() -> int:
     p.add_argument("--sms", type=int, default=132)
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--shapes-only", action="store_true")
+    p.add_argument("--b-group-twins", type=int, nargs="+", default=[], choices=(2, 4), metavar="G",
+                   help="also the B-group twins `tune bf16 --b-group G` times on its M <= 128 shapes")
     args = p.parse_args()
-    sources = kernel_sources(args.sms, args.shapes_only)
+    sources = kernel_sources(args.sms, args.shapes_only, args.b_group_twins)
     print(f"{len(sources)} kernel configurations")
     jit.build_many(sources, args.jobs)
     return 0

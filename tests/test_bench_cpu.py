@@ -556,6 +556,28 @@ def test_b_group_twins_fit_and_keep_the_candidates_first(family, shape):
     assert b_group_twins(grouped, (2, 4), h.b_group_fits) == grouped
 
 
+def test_precompile_bf16_builds_the_tuners_b_group_twins():
+    """`precompile_bf16.py --b-group-twins 2` compiles every twin `tune bf16 --b-group 2` times on
+    its M <= 128 nt / tt shapes, and nothing of the sort without the option."""
+    from finegemm.bench.tune import bf16_tune_shapes
+    from finegemm.heuristics import sm90_bf16_gemm as bh
+    from finegemm.heuristics._common import b_group_twins
+    from finegemm.ops import sm90_bf16_gemm as ops
+
+    pc = _load_script("precompile_bf16")
+    assert pc.b_group_twin_configs(132, ()) == []
+    names = set(pc.kernel_sources(132, b_group_twins=(2,)))
+    plain = set(pc.kernel_sources(132))
+    want = set()
+    for (m, n, k, f32) in bf16_tune_shapes():
+        for layout in ("nt", "tt"):
+            a_mn, b_mn = bh.LAYOUTS[layout]
+            cands = bh.candidate_configs(m, n, k, 132, a_mn, b_mn, out_fp32=f32)
+            want |= {ops.kernel_name(c.kernel_key()) for c in b_group_twins(cands, (2,), bh.b_group_fits)
+                     if m <= 128 and c.b_group == 2}
+    assert want and want <= names and not want <= plain
+
+
 def test_kernel_time_us_rejects_an_unknown_flush_mode():
     from finegemm.bench._common import kernel_time_us
 
