@@ -68,9 +68,13 @@ def test_dense_rows_meet_and_miss():
 def test_dense_rows_name_missing_shapes():
     res = _dense_result(lambda m, n, k: 1.0)
     res["records"] = [r for r in res["records"] if (r["m"], r["n"], r["k"]) != (64, 2112, 7168)]
+    res["records"][0]["us"]["finegemm"] = None  # a record whose call failed
+    failed = res["records"][0]
     rows = _by_target(targets.dense_rows(res, _anchors()))
     assert rows["the 18 shapes measured"]["met"] is False
-    assert rows["the 18 shapes measured"]["misses"] == ["64x2112x7168"]
+    assert rows["the 18 shapes measured"]["misses"] == sorted(
+        ["64x2112x7168", "x".join(str(failed[d]) for d in "mnk")], key=lambda s: [
+            f"{m}x{n}x{k}" for m in targets.DENSE_MS for n, k in targets.DENSE_NK].index(s))
 
 
 def test_masked_floor_is_the_anchors_floor_rule():

@@ -50,8 +50,8 @@ def dense_rows(dense: dict, anchors: dict) -> list[dict]:
     recs = {}
     for r in dense.get("records", []):
         key = (r["m"], r["n"], r["k"])
-        if r["m"] in DENSE_MS and (r["n"], r["k"]) in DENSE_NK and key not in recs:
-            recs[key] = r
+        if r["m"] in DENSE_MS and (r["n"], r["k"]) in DENSE_NK and key not in recs and r["us"].get("finegemm"):
+            recs[key] = r  # a record without our time (an error) counts as not measured
     rows = []
     if len(recs) < len(DENSE_MS) * len(DENSE_NK):
         missing = [_shape(m, n, k) for m in DENSE_MS for n, k in DENSE_NK if (m, n, k) not in recs]
