@@ -376,7 +376,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     if unknown:
-        if args.command != "targets":  # REMAINDER cannot take options right after a subcommand
+        # A command that hands its arguments to a module (check, bench, tune, targets) gets the
+        # options REMAINDER cannot take right after the command's own positionals; its module's
+        # parser judges them. Any other command: an error here.
+        if not hasattr(args, "rest"):
             parser.error(f"unrecognized arguments: {' '.join(unknown)}")
         args.rest = unknown + args.rest
     return args.func(args)

@@ -207,10 +207,12 @@ def write_probe_json(path, records: list, **extra) -> None:
     pathlib.Path(path).write_text(json.dumps(out, indent=1, default=str))
 
 
+ANCHORS_PATH = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "anchors_h200.json"
+
+
 def load_anchors() -> dict:
-    path = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "anchors_h200.json"
-    if path.exists():
-        return json.loads(path.read_text())
+    if ANCHORS_PATH.exists():
+        return json.loads(ANCHORS_PATH.read_text())
     return {}
 
 

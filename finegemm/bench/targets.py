@@ -3,7 +3,7 @@
 Reads the JSON that `python -m finegemm bench dense|grouped|bf16` wrote (and the anchors file) and
 evaluates every per-shape and geomean target of issues #3 (dense FP8), #4 (grouped FP8) and #5
 (BF16) from the records, so a closing note's targets table is computed, not copied by hand. No GPU
-and no torch needed: the results are plain JSON.
+needed: the results are plain JSON.
 
 Each target gives one row: issue, target, measured value, met (True / False; None when the files
 hold no record for it) and the records that miss it.
@@ -12,28 +12,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import pathlib
 import re
 import sys
 from typing import Optional
 
-RESULTS_DIR = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "results"
-ANCHORS = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "anchors_h200.json"
+from finegemm.testing.shapes import DENSE_M as DENSE_MS  # the 18 shapes of issue #3: these M x DENSE_NK
+from finegemm.testing.shapes import DENSE_NK
 
-# The 18 shapes of issue #3: M in {64, 128, 4096} x these (N, K).
-DENSE_NK = ((2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048))
-DENSE_MS = (64, 128, 4096)
+from ._common import ANCHORS_PATH as ANCHORS
+from ._common import geomean as _geomean
+
+RESULTS_DIR = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+
 BF16_DENSE_LAYOUTS = ("nt", "nn", "tn", "tt")
 HOST_US_TARGET = 8.0
 SMALL_MASKED_M = (20, 192)  # issue #4's memory-bound masked problems (rows per group)
-
-
-def _geomean(values) -> Optional[float]:
-    vals = [v for v in values if v is not None and v > 0]
-    if not vals:
-        return None
-    return math.exp(sum(math.log(v) for v in vals) / len(vals))
 
 
 def _row(issue: int, target: str, value: str, met: Optional[bool], misses=()) -> dict:
