@@ -2,7 +2,8 @@
 # One call on the H200 machine: GPU tests + benchmarks, logs and JSON under $OUT.
 # Usage (from the repo root on the GPU machine):
 #   bash scripts/device_run.sh [all|tests|bench|sanitize|tune|pending|ab_contiguous|ab_bf16_half_a|ab_rotate|
-#                               fp8_einsum|ab_einsum|ab_einsum_tma|ab_split_tma|psum|psum_ncu|b_stream|ab_b_group|ab_b_group_bf16|b_group|b_group_check|ab_ffma_yield]
+#                               fp8_einsum|ab_einsum|ab_einsum_tma|ab_split_tma|psum|psum_ncu|b_stream|ab_b_group|ab_b_group_bf16|b_group|b_group_check|ab_ffma_yield|
+#                               ab_split_spread]
 # "pending": the same-run A/Bs waiting for a GPU (below; their variant kernels precompiled into the
 # carried cache by scripts/precompile_pending.sh).
 # Every later GPU claim in benchmarks/results/ comes from this script.
@@ -112,6 +113,23 @@ if [[ "$what" == b_group || "$what" == ab_b_group || "$what" == ab_b_group_bf16 
   [[ "$what" == ab_b_group_bf16 ]] && variants="base= g1=env:FINEGEMM_DIAG_B_GROUP=1 g2=env:FINEGEMM_DIAG_B_GROUP=2"
   # shellcheck disable=SC2086
   ab ab_b_group_bf16 bf16 "$variants" --layouts nt tt --no-grouped --shapes $SKINNY_FP8
+fi
+# ab_split_spread (v1.08): the BF16 split clusters' spread reduction (base: spread where no warp
+# TMA-stores bf16 D), the warp form of v0.57 (warp, a build flag: scripts/precompile_pending.sh) and the
+# spread form everywhere (spread_all: the split TMA store off), on every M <= 128 record whose
+# table pick is a split cluster; then the split-cluster GPU tests and sanitizer cases.
+if [[ "$what" == ab_split_spread ]]; then
+  timeout 200 python3 -m pytest -q -rs -m gpu tests/gpu/test_bf16_gemm_gpu.py -k "split" -p no:cacheprovider \
+    --timeout 120 --timeout_method thread 2>&1 | tee "$OUT/split_gpu_tests.log"
+  status=$(( status | ${PIPESTATUS[0]} ))
+  for tool in memcheck racecheck synccheck; do
+    timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 3 python3 scripts/sanitize_cases.py \
+      "bf16 split cluster" 2>&1 | tee "$OUT/sanitize_split_$tool.log"
+    status=$(( status | ${PIPESTATUS[0]} ))
+  done
+  ab ab_split_spread bf16 \
+    "${SPLIT_SPREAD_VARIANTS:-base= warp=-DFINEGEMM_DIAG_SPLIT_CLUSTER_WARP_REDUCE spread_all=env:FINEGEMM_DIAG_SPLIT_TMA_STORE=0}" \
+    --layouts nt nn tn tt --no-grouped --shapes 64,2112,7168 128,2112,7168 128,4096,7168 64,256,7168,fp32 128,256,7168,fp32
 fi
 # ab_ffma_yield (v1.07 probe): the FP8 promotion FFMAs' reuse / no-yield hints cleared in the cubin
 # (FINEGEMM_DIAG_FFMA_YIELD, jit/sass_patch.py) on every reused FFMA of each run (yall), or the

@@ -28,3 +28,7 @@ done
 for g in 2 4; do
   FINEGEMM_DIAG_B_GROUP=$g warm "" --shapes $skinny --kinds fp8 bf16_nt bf16_tt
 done
+# The v1.08 A/B's warp-form kernels (device_run.sh ab_split_spread): the split-cluster records' picks.
+# shellcheck disable=SC2086
+warm -DFINEGEMM_DIAG_SPLIT_CLUSTER_WARP_REDUCE --shapes 64,256,7168 128,256,7168 64,2112,7168 128,2112,7168 128,4096,7168 \
+  --kinds bf16_nt_fp32 bf16_tn_fp32 bf16_nn_fp32 bf16_tt_fp32 bf16_nt bf16_tt bf16_nn bf16_tn

@@ -288,7 +288,8 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
     // A launch with less dynamic shared memory than this layout needs would corrupt memory.
     if (ptx::dynamic_smem_size() < Traits::kDynamicSmemBytes) __trap();
     // A split cluster must be exactly one tile's splits, one unit per CTA (the host's rule).
-    if (split_cluster && (ptx::cluster_nctarank() != num_splits || sched.num_units != gridDim.x)) __trap();
+    if (split_cluster && (ptx::cluster_nctarank() != num_splits || num_splits > 8 || sched.num_units != gridDim.x))
+      __trap();
 #pragma unroll
     for (uint32_t s = 0; s < kNumStages; ++s) {
       ptx::mbar_init(full_bar(s), 1);
@@ -610,7 +611,24 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
         epilogue::write_split_partial_smem<kNumChunks, kNumConsumerThreads>(acc, part);
         // The partials are there (release / acquire at cluster scope).
         if constexpr (!diag::kSplitClusterNoSync) ptx::cluster_sync();
-        // Reduce-scatter: consumer warp w's 16 rows are summed and stored by split w % S (the
+        // Spread reduce-scatter (v1.08) unless a warp TMA-stores its 16 rows of bf16 D (below): every
+        // consumer warp of the cluster sums and stores its share of 8 x 8 units with direct stores
+        // (epilogue/split_k.cuh). The CTA's only unit; it stays until its peers have read its
+        // partial (kernel end).
+        bool spread = !diag::kSplitClusterWarpReduce && !diag::kSplitClusterNoPeers;
+        if constexpr (kSplitTmaStore) spread = spread && (flags & kBf16FlagTmaStore) == 0;
+        if (spread) {
+          const bool vec = (flags & kBf16FlagVectorStores) != 0;
+          const bool out_fp32 = (flags & kBf16FlagOutFp32) != 0;
+          const bool has_c = (flags & kBf16FlagHasC) != 0;
+          epilogue::spread_cluster_split_reduce<kNumChunks, kNumConsumerThreads>(
+              base + Traits::kOffA, num_splits, split, [&](uint32_t row, uint32_t col, float2 sum) {
+                epilogue::store_direct_pair(sum, d_ptr, c_ptr, m0 + row, n0 + col, ldd, N, row_limit, vec, out_fp32,
+                                            has_c);
+              });
+          continue;
+        }
+        // Warp form: consumer warp w's 16 rows are summed and stored by split w % S (the
         // direct-store epilogue has no barrier, so the other warps may leave). The CTA's only
         // unit; it stays until its peers have read its partial (kernel end).
         if ((threadIdx.x / 32) % num_splits != split) continue;

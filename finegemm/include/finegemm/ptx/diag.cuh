@@ -48,6 +48,9 @@
 //                         of the peers' distributed-shared-memory loads in the reduction.
 //   FINEGEMM_DIAG_SPLIT_CLUSTER_NO_SYNC  (BF16 kernel, racy by design) a split cluster skips the
 //                         barrier between writing the partials and reading the peers': its share.
+//   FINEGEMM_DIAG_SPLIT_CLUSTER_WARP_REDUCE  (BF16 kernel, correct results) a split cluster reduces
+//                         as before v1.08: one warp per 16 rows sums every split's partial
+//                         (epilogue::gather_cluster_split_partials) instead of the spread form.
 //   FINEGEMM_DIAG_NO_PDL  (both kernels; racy under finegemm.set_pdl(True)) the kernels leave out
 //                         griddepcontrol.wait / launch_dependents (ptx::griddep_wait): what do the
 //                         two instructions cost a kernel launched without PDL?
@@ -213,6 +216,12 @@ constexpr bool kSplitClusterNoPeers = false;
 constexpr bool kSplitClusterNoSync = true;
 #else
 constexpr bool kSplitClusterNoSync = false;
+#endif
+
+#ifdef FINEGEMM_DIAG_SPLIT_CLUSTER_WARP_REDUCE
+constexpr bool kSplitClusterWarpReduce = true;
+#else
+constexpr bool kSplitClusterWarpReduce = false;
 #endif
 
 #ifdef FINEGEMM_DIAG_NO_PDL
