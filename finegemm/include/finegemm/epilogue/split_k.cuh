@@ -152,7 +152,7 @@ __device__ __forceinline__ void gather_cluster_split_partials(float (&acc)[kNumA
   }
 }
 
-// Spread form (BF16 kernel): every consumer warp of every split takes part, where the form above
+// Spread form (both kernels, where no warp TMA-stores bf16 D): every consumer warp of every split takes part, where the form above
 // leaves the reduction to one warp per 16 rows (at 8 splits and bm64: four warps of the cluster's
 // 32, each loading 7 peers x the whole 16-row fragment back to back). The tile's partial is cut into
 // units of one consumer warp's fragment: one 8-column chunk j and one row half h, i.e. 8 rows x 8
@@ -167,7 +167,7 @@ __device__ __forceinline__ void spread_cluster_split_reduce(uint32_t part_addr, 
                                                             Store&& store) {
   constexpr uint32_t kWarps = kThreads / 32;
   constexpr uint32_t kUnits = kWarps * kNumChunks * 2;
-  constexpr uint32_t kUnitBatch = 2;
+  constexpr uint32_t kUnitBatch = 2;  // 4 spilled bm128 bn32 (168 registers) beside the BF16 kernel's warp form
   const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const uint32_t workers = num_splits * kWarps;
   for (uint32_t u0 = split * kWarps + warp; u0 < kUnits; u0 += kUnitBatch * workers) {
