@@ -3,7 +3,7 @@
 # Usage (from the repo root on the GPU machine):
 #   bash scripts/device_run.sh [all|tests|bench|sanitize|tune|pending|ab_contiguous|ab_bf16_half_a|ab_rotate|
 #                               fp8_einsum|ab_einsum|ab_einsum_tma|ab_split_tma|psum|psum_ncu|b_stream|ab_b_group|ab_b_group_bf16|b_group|b_group_check|ab_ffma_yield|
-#                               ab_split_spread|ab_split_spread_fp8]
+#                               ab_split_spread]
 # "pending": the same-run A/Bs waiting for a GPU (below; their variant kernels precompiled into the
 # carried cache by scripts/precompile_pending.sh).
 # Every later GPU claim in benchmarks/results/ comes from this script.
@@ -130,28 +130,6 @@ if [[ "$what" == ab_split_spread ]]; then
   ab ab_split_spread bf16 \
     "${SPLIT_SPREAD_VARIANTS:-base= warp=-DFINEGEMM_DIAG_SPLIT_CLUSTER_WARP_REDUCE spread_all=env:FINEGEMM_DIAG_SPLIT_TMA_STORE=0}" \
     --layouts nt nn tn tt --no-grouped --shapes 64,2112,7168 128,2112,7168 128,4096,7168 64,256,7168,fp32 128,256,7168,fp32
-fi
-# ab_split_spread_fp8 (v1.08, FP8 kernel): the FP8 split-cluster GPU tests and sanitizer cases, then the
-# spread form against the warp form on fp32 D (plain and += C; scripts/probe_fp8_fp32_split.py),
-# builds alternating in separate processes (FINEGEMM_PENDING_ROUNDS rounds).
-if [[ "$what" == ab_split_spread_fp8 ]]; then
-  timeout 200 python3 -m pytest -q -rs -m gpu tests/gpu/test_fp8_gemm_gpu.py -k "split" -p no:cacheprovider \
-    --timeout 120 --timeout_method thread 2>&1 | tee "$OUT/split_fp8_gpu_tests.log"
-  status=$(( status | ${PIPESTATUS[0]} ))
-  for tool in memcheck racecheck synccheck; do
-    timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 3 python3 scripts/sanitize_cases.py \
-      "fp8 split cluster" 2>&1 | tee "$OUT/sanitize_split_fp8_$tool.log"
-    status=$(( status | ${PIPESTATUS[0]} ))
-  done
-  dir="$OUT/ab_split_spread_fp8"; mkdir -p "$dir"
-  for round in $(seq "${FINEGEMM_PENDING_ROUNDS:-2}"); do
-    for variant in base= warp=-DFINEGEMM_DIAG_SPLIT_CLUSTER_WARP_REDUCE; do
-      name="${variant%%=*}" flags="${variant#*=}"
-      FINEGEMM_EXTRA_NVCC_FLAGS="$flags" timeout 200 python3 scripts/probe_fp8_fp32_split.py --label "$name" \
-        --out "$dir/${name}_$round.json" 2>&1 | tee "$dir/${name}_$round.log"
-      status=$(( status | ${PIPESTATUS[0]} ))
-    done
-  done
 fi
 # ab_ffma_yield (v1.07 probe): the FP8 promotion FFMAs' reuse / no-yield hints cleared in the cubin
 # (FINEGEMM_DIAG_FFMA_YIELD, jit/sass_patch.py) on every reused FFMA of each run (yall), or the

@@ -32,8 +32,3 @@ done
 # shellcheck disable=SC2086
 warm -DFINEGEMM_DIAG_SPLIT_CLUSTER_WARP_REDUCE --shapes 64,256,7168 128,256,7168 64,2112,7168 128,2112,7168 128,4096,7168 \
   --kinds bf16_nt_fp32 bf16_tn_fp32 bf16_nn_fp32 bf16_tt_fp32 bf16_nt bf16_tt bf16_nn bf16_tn
-# ... and the FP8 fp32-D probe's kernels, both forms (device_run.sh ab_split_spread_fp8).
-for flags in "" -DFINEGEMM_DIAG_SPLIT_CLUSTER_WARP_REDUCE; do
-  warm "$flags" --shapes 64,256,7168 128,256,7168 17,576,7296 64,2112,7168 128,2112,7168 64,4096,7168 \
-    128,4096,7168 33,7168,2048 --kinds fp8_fp32 fp8_fp32_c
-done

@@ -152,38 +152,37 @@ __device__ __forceinline__ void gather_cluster_split_partials(float (&acc)[kNumA
   }
 }
 
-// Spread form (both kernels, where no warp TMA-stores bf16 D and spread_split_fits): every consumer
-// warp of every split takes part, where the form above leaves the reduction to one warp per 16 rows
-// (at 8 splits and bm64: four warps of the cluster's 32, each loading 7 peers x the whole 16-row
-// fragment back to back). The tile's partial is cut into units of one consumer warp's fragment: one
-// 8-column chunk j and one row half h, i.e. 8 rows x 8 columns, a warp's 32 float2 of the layout
-// above. Unit u = (w * kNumChunks + j) * 2 + h goes to cluster warp u mod W (cluster warp = split *
-// warps per CTA + warp; W of them), which loads the unit's float2 from every split, its own
-// included, and adds them in split order from zero (the workspace path's order: bitwise its sum).
-// `load_c(row, col)` is issued beside the partials' loads (C's pair, or anything when there is no
-// C), so each warp waits one round trip; `store(row, col, sum, c)` gets the tile-relative row and
-// first column of the lane's pair.
+// Spread form (BF16 kernel: fp32 D without C, where spread_split_fits): every consumer warp of
+// every split takes part, where the form above leaves the reduction to one warp per 16 rows (at 8
+// splits and bm64: four warps of the cluster's 32, each loading 7 peers x the whole 16-row fragment
+// back to back). The tile's partial is cut into units of one consumer warp's fragment: one 8-column
+// chunk j and one row half h, i.e. 8 rows x 8 columns, a warp's 32 float2 of the layout above. Unit
+// u = (w * kNumChunks + j) * 2 + h goes to cluster warp u mod W (cluster warp = split * warps per
+// CTA + warp; W of them), which loads the unit's float2 from every split, its own included, and
+// adds them in split order from zero (the workspace path's order: bitwise its sum). `store(row,
+// col, sum)` gets the tile-relative row and first column of the lane's pair.
 //
 // One round only: a warp takes at most kSpreadUnits units, i.e. num_splits >= kNumChunks. With
-// fewer splits a warp would chain a round trip (partials, and C from DRAM) per pair of units,
-// where the warp form issues a whole fragment's loads at once: at 2 splits and bm64 bn64-128 the
-// spread form measured +4% (fp32 D) to +39% (D += C) slower (NOTES v1.08).
-constexpr uint32_t kSpreadUnits = 2;  // 4 loads in flight per split spilled bm128 bn32 beside the warp form
+// fewer splits a warp would chain a round trip per pair of units where the warp form issues a
+// whole fragment's loads at once: at 2 splits the FP8 kernel's spread form measured +4% (fp32 D)
+// to +39% (D += C) slower, and with C or in the FP8 kernel no gain held across two calls (NOTES
+// v1.08), so only the BF16 kernel's fp32 D without C takes it.
+constexpr uint32_t kSpreadUnits = 2;  // 4 spilled bm128 bn32 (168 registers) beside the warp form
 
 template <uint32_t kNumChunks>
 __device__ __forceinline__ bool spread_split_fits(uint32_t num_splits) {
   return 2 * kNumChunks <= kSpreadUnits * num_splits;
 }
 
-template <uint32_t kNumChunks, uint32_t kThreads, uint32_t kMaxSplits = 8, typename LoadC, typename Store>
+template <uint32_t kNumChunks, uint32_t kThreads, uint32_t kMaxSplits = 8, typename Store>
 __device__ __forceinline__ void spread_cluster_split_reduce(uint32_t part_addr, uint32_t num_splits, uint32_t split,
-                                                            LoadC&& load_c, Store&& store) {
+                                                            Store&& store) {
   constexpr uint32_t kWarps = kThreads / 32;
   constexpr uint32_t kUnits = kWarps * kNumChunks * 2;
   const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const uint32_t workers = num_splits * kWarps;
   const uint32_t u0 = split * kWarps + warp;
-  float2 v[kSpreadUnits][kMaxSplits], c[kSpreadUnits];
+  float2 v[kSpreadUnits][kMaxSplits];
 #pragma unroll
   for (uint32_t b = 0; b < kSpreadUnits; ++b) {
     const uint32_t u = u0 + b * workers;
@@ -194,7 +193,6 @@ __device__ __forceinline__ void spread_cluster_split_reduce(uint32_t part_addr, 
     for (uint32_t s = 0; s < kMaxSplits; ++s) {
       if (s < num_splits) v[b][s] = ptx::ld_shared_cluster_f2(ptx::map_shared_rank(addr, s));
     }
-    c[b] = load_c(w * 16 + lane / 4 + 8 * h, 8 * j + 2 * (lane % 4));
   }
 #pragma unroll
   for (uint32_t b = 0; b < kSpreadUnits; ++b) {
@@ -209,7 +207,7 @@ __device__ __forceinline__ void spread_cluster_split_reduce(uint32_t part_addr, 
         sum.y += v[b][s].y;
       }
     }
-    store(w * 16 + lane / 4 + 8 * h, 8 * j + 2 * (lane % 4), sum, c[b]);
+    store(w * 16 + lane / 4 + 8 * h, 8 * j + 2 * (lane % 4), sum);
   }
 }
 

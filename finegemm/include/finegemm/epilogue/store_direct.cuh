@@ -64,22 +64,9 @@ __device__ __forceinline__ void store_direct(const float (&acc)[kNumAcc], void* 
   }
 }
 
-// One lane's pair of C elements (row; col, col + 1) as add_c_fp32 reads them, zeros outside
-// [0, row_limit) x [0, N); and the pair of D stored with the bounds, vector rule and rounding of
-// store_direct. For a sum that is not a wgmma fragment (the spread split reduction,
-// epilogue/split_k.cuh: C loaded beside the partials, D = sum + C as add_c_fp32 adds it). row and
-// col are absolute; col is even.
-__device__ __forceinline__ float2 load_c_pair(const float* c_ptr, uint32_t row, uint32_t col, uint32_t ldd, uint32_t N,
-                                              uint32_t row_limit, bool vec) {
-  float2 cv = make_float2(0.0f, 0.0f);
-  if (row >= row_limit || col >= N) return cv;
-  const size_t off = static_cast<size_t>(row) * ldd + col;
-  if (vec) return __ldcs(reinterpret_cast<const float2*>(c_ptr + off));
-  cv.x = __ldcs(c_ptr + off);
-  if (col + 1 < N) cv.y = __ldcs(c_ptr + off + 1);
-  return cv;
-}
-
+// One lane's pair of D elements (row; col, col + 1) with the bounds, vector rule and rounding of
+// store_direct, for a sum that is not a wgmma fragment (the spread split reduction,
+// epilogue/split_k.cuh). row and col are absolute; col is even.
 __device__ __forceinline__ void store_direct_pair(float2 v, void* d_ptr, uint32_t row, uint32_t col, uint32_t ldd,
                                                   uint32_t N, uint32_t row_limit, bool vec, bool out_fp32) {
   if (row >= row_limit || col >= N) return;

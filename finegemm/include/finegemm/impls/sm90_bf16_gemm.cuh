@@ -611,29 +611,17 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
         epilogue::write_split_partial_smem<kNumChunks, kNumConsumerThreads>(acc, part);
         // The partials are there (release / acquire at cluster scope).
         if constexpr (!diag::kSplitClusterNoSync) ptx::cluster_sync();
-        // Spread reduce-scatter (v1.08) where it takes one round (enough splits) and no warp
-        // TMA-stores its 16 rows of bf16 D (below): every consumer warp of the cluster sums and
-        // stores its share of 8 x 8 units with direct stores (epilogue/split_k.cuh). The CTA's only
-        // unit; it stays until its peers have read its partial (kernel end).
-        bool spread = !diag::kSplitClusterWarpReduce && !diag::kSplitClusterNoPeers &&
-                      epilogue::spread_split_fits<kNumChunks>(num_splits);
-        if constexpr (kSplitTmaStore) spread = spread && (flags & kBf16FlagTmaStore) == 0;
-        if (spread) {
+        // Spread reduce-scatter (v1.08) for fp32 D without C where it takes one round (enough
+        // splits): every consumer warp of the cluster sums and stores its share of 8 x 8 units with
+        // direct stores (epilogue/split_k.cuh). The CTA's only unit; it stays until its peers have
+        // read its partial (kernel end). bf16 D keeps the warp form's TMA store (faster, v1.08).
+        const bool out_fp32 = (flags & kBf16FlagOutFp32) != 0;
+        if (!diag::kSplitClusterWarpReduce && !diag::kSplitClusterNoPeers && out_fp32 &&
+            (flags & kBf16FlagHasC) == 0 && epilogue::spread_split_fits<kNumChunks>(num_splits)) {
           const bool vec = (flags & kBf16FlagVectorStores) != 0;
-          const bool out_fp32 = (flags & kBf16FlagOutFp32) != 0;
-          const bool has_c = (flags & kBf16FlagHasC) != 0;
           epilogue::spread_cluster_split_reduce<kNumChunks, kNumConsumerThreads>(
-              base + Traits::kOffA, num_splits, split,
-              [&](uint32_t row, uint32_t col) {
-                return has_c ? epilogue::load_c_pair(c_ptr, m0 + row, n0 + col, ldd, N, row_limit, vec)
-                             : make_float2(0.0f, 0.0f);
-              },
-              [&](uint32_t row, uint32_t col, float2 sum, float2 c) {
-                if (has_c) {  // D = sum + C as add_c_fp32 adds it (no + 0.0f without C: -0.0f stays)
-                  sum.x += c.x;
-                  sum.y += c.y;
-                }
-                epilogue::store_direct_pair(sum, d_ptr, m0 + row, n0 + col, ldd, N, row_limit, vec, out_fp32);
+              base + Traits::kOffA, num_splits, split, [&](uint32_t row, uint32_t col, float2 sum) {
+                epilogue::store_direct_pair(sum, d_ptr, m0 + row, n0 + col, ldd, N, row_limit, vec, true);
               });
           continue;
         }

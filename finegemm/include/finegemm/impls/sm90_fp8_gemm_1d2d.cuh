@@ -1293,31 +1293,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         float2* part = reinterpret_cast<float2*>(smem + Traits::kOffA);
         epilogue::write_split_partial_smem<kNumChunks, kNumConsumerThreads>(fin, part);
         ptx::cluster_sync();  // the partials are there (release / acquire at cluster scope)
-        // Spread reduce-scatter (v1.08, as the BF16 kernel) where it takes one round (enough splits)
-        // and no warp TMA-stores its 16 rows of bf16 D (below): every consumer warp of the cluster
-        // sums and stores its share of 8 x 8 units with direct stores (epilogue/split_k.cuh). Split
-        // kernels are the dense kind (D and C at the kernel's pointers, rows below M).
-        bool spread = !diag::kSplitClusterWarpReduce && epilogue::spread_split_fits<kNumChunks>(num_splits);
-        if constexpr (kSplitTmaStore) spread = spread && (flags & kFlagTmaStore) == 0;
-        if (spread) {
-          const bool vec = (flags & kFlagVectorStores) != 0;
-          epilogue::spread_cluster_split_reduce<kNumChunks, kNumConsumerThreads>(
-              base + Traits::kOffA, num_splits, split,
-              [&](uint32_t row, uint32_t col) {
-                if constexpr (kHasC) return epilogue::load_c_pair(c_ptr, m0 + row, n0 + col, ldd, N, M, vec);
-                return make_float2(0.0f, 0.0f);
-              },
-              [&](uint32_t row, uint32_t col, float2 sum, float2 c) {
-                if constexpr (kHasC) {  // D = sum + C as add_c_fp32 adds it
-                  sum.x += c.x;
-                  sum.y += c.y;
-                }
-                epilogue::store_direct_pair(sum, d_ptr, m0 + row, n0 + col, ldd, N, M, vec, kOutFp32);
-              });
-          FG_TRACE_TILE(wg_trace, wg, traced, 3);
-          continue;
-        }
-        // Warp form: consumer warp w's 16 rows are summed and stored by split w % S (split
+        // Reduce-scatter: consumer warp w's 16 rows are summed and stored by split w % S (split
         // kernels store directly, without a warpgroup barrier, so the other warps may leave). The
         // CTA's only unit; it stays until its peers have read its partial (kernel end).
         if ((threadIdx.x / 32) % num_splits != split) continue;

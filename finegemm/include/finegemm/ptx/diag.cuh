@@ -48,7 +48,7 @@
 //                         of the peers' distributed-shared-memory loads in the reduction.
 //   FINEGEMM_DIAG_SPLIT_CLUSTER_NO_SYNC  (BF16 kernel, racy by design) a split cluster skips the
 //                         barrier between writing the partials and reading the peers': its share.
-//   FINEGEMM_DIAG_SPLIT_CLUSTER_WARP_REDUCE  (both kernels, correct results) a split cluster reduces
+//   FINEGEMM_DIAG_SPLIT_CLUSTER_WARP_REDUCE  (BF16 kernel, correct results) a split cluster reduces
 //                         as before v1.08: one warp per 16 rows sums every split's partial
 //                         (epilogue::gather_cluster_split_partials) instead of the spread form.
 //   FINEGEMM_DIAG_NO_PDL  (both kernels; racy under finegemm.set_pdl(True)) the kernels leave out
