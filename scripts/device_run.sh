@@ -114,10 +114,10 @@ if [[ "$what" == b_group || "$what" == ab_b_group || "$what" == ab_b_group_bf16 
   # shellcheck disable=SC2086
   ab ab_b_group_bf16 bf16 "$variants" --layouts nt tt --no-grouped --shapes $SKINNY_FP8
 fi
-# ab_split_spread (v1.08): the BF16 split clusters' spread reduction (base: spread where no warp
-# TMA-stores bf16 D), the warp form of v0.57 (warp, a build flag: scripts/precompile_pending.sh) and the
-# spread form everywhere (spread_all: the split TMA store off), on every M <= 128 record whose
-# table pick is a split cluster; then the split-cluster GPU tests and sanitizer cases.
+# ab_split_spread (v1.08): the BF16 split-cluster GPU tests and sanitizer cases, then the spread
+# reduction (base: fp32 D without C, enough splits) against the warp form of v0.57 (warp, a build
+# flag: scripts/precompile_pending.sh) on every M <= 128 record whose table pick is a split cluster
+# (the bf16 ones run the warp form in both: a control).
 if [[ "$what" == ab_split_spread ]]; then
   timeout 200 python3 -m pytest -q -rs -m gpu tests/gpu/test_bf16_gemm_gpu.py -k "split" -p no:cacheprovider \
     --timeout 120 --timeout_method thread 2>&1 | tee "$OUT/split_gpu_tests.log"
@@ -128,7 +128,7 @@ if [[ "$what" == ab_split_spread ]]; then
     status=$(( status | ${PIPESTATUS[0]} ))
   done
   ab ab_split_spread bf16 \
-    "${SPLIT_SPREAD_VARIANTS:-base= warp=-DFINEGEMM_DIAG_SPLIT_CLUSTER_WARP_REDUCE spread_all=env:FINEGEMM_DIAG_SPLIT_TMA_STORE=0}" \
+    "${SPLIT_SPREAD_VARIANTS:-base= warp=-DFINEGEMM_DIAG_SPLIT_CLUSTER_WARP_REDUCE}" \
     --layouts nt nn tn tt --no-grouped --shapes 64,2112,7168 128,2112,7168 128,4096,7168 64,256,7168,fp32 128,256,7168,fp32
 fi
 # ab_ffma_yield (v1.07 probe): the FP8 promotion FFMAs' reuse / no-yield hints cleared in the cubin
