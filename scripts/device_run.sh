@@ -3,7 +3,7 @@
 # Usage (from the repo root on the GPU machine):
 #   bash scripts/device_run.sh [all|tests|bench|sanitize|tune|pending|ab_contiguous|ab_bf16_half_a|ab_rotate|
 #                               fp8_einsum|ab_einsum|ab_einsum_tma|ab_split_tma|psum|psum_ncu|b_stream|ab_b_group|ab_b_group_bf16|b_group|b_group_check|ab_ffma_yield|
-#                               ab_split_spread]
+#                               ab_split_spread|ab_fp32_direct]
 # "pending": the same-run A/Bs waiting for a GPU (below; their variant kernels precompiled into the
 # carried cache by scripts/precompile_pending.sh).
 # Every later GPU claim in benchmarks/results/ comes from this script.
@@ -130,6 +130,35 @@ if [[ "$what" == ab_split_spread ]]; then
   ab ab_split_spread bf16 \
     "${SPLIT_SPREAD_VARIANTS:-base= warp=-DFINEGEMM_DIAG_SPLIT_CLUSTER_WARP_REDUCE}" \
     --layouts nt nn tn tt --no-grouped --shapes 64,2112,7168 128,2112,7168 128,4096,7168 64,256,7168,fp32 128,256,7168,fp32
+fi
+# ab_fp32_direct (v1.09 probe): the dense BF16 fp32-D tiles without the bf16 staging they never use
+# (one more stage: bm128 bn256 3 -> 4, bm64 bn256 4 -> 5) against the table's picks, forced configs
+# interleaved over FINEGEMM_PENDING_ROUNDS rounds (scripts/probe_bf16_configs.py; kernels precompiled
+# with its --precompile). With the split tests and "bf16 split cluster" sanitizer cases first when
+# FINEGEMM_SPLIT_CHECK=1 (the split kernels' store after the store_direct_pair_fp32 mend).
+FP32_DIRECT_CASES="128,129280,7168,nt,f32:auto 128,129280,7168,nt,f32:128,256,1,4,direct
+  128,129280,7168,tn,f32:auto 128,129280,7168,tn,f32:128,256,1,4,direct
+  128,129280,7168,nn,f32:auto 128,129280,7168,nn,f32:128,256,1,4,direct
+  128,129280,7168,tt,f32:auto 128,129280,7168,tt,f32:128,256,1,4,direct
+  64,129280,7168,nt,f32:auto 64,129280,7168,nt,f32:64,256,1,5,direct
+  64,129280,7168,tn,f32:auto 64,129280,7168,tn,f32:64,256,1,5,direct
+  64,129280,7168,tt,f32:auto 64,129280,7168,tt,f32:64,128,1,9,direct
+  4096,129280,7168,nt,f32:auto 4096,129280,7168,nt,f32:128,256,1,4,direct"
+if [[ "$what" == ab_fp32_direct ]]; then
+  if [[ "${FINEGEMM_SPLIT_CHECK:-0}" == 1 ]]; then
+    timeout 200 python3 -m pytest -q -rs -m gpu tests/gpu/test_bf16_gemm_gpu.py -k "split" -p no:cacheprovider \
+      --timeout 120 --timeout_method thread 2>&1 | tee "$OUT/split_gpu_tests.log"
+    status=$(( status | ${PIPESTATUS[0]} ))
+    for tool in memcheck racecheck synccheck; do
+      timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 3 python3 scripts/sanitize_cases.py \
+        "bf16 split cluster" 2>&1 | tee "$OUT/sanitize_split_$tool.log"
+      status=$(( status | ${PIPESTATUS[0]} ))
+    done
+  fi
+  # shellcheck disable=SC2086
+  python3 scripts/probe_bf16_configs.py $FP32_DIRECT_CASES --rounds "${FINEGEMM_PENDING_ROUNDS:-3}" --num-tests 20 \
+    --out "$OUT/ab_fp32_direct.json" 2>&1 | tee "$OUT/ab_fp32_direct.log"
+  status=$(( status | ${PIPESTATUS[0]} ))
 fi
 # ab_ffma_yield (v1.07 probe): the FP8 promotion FFMAs' reuse / no-yield hints cleared in the cubin
 # (FINEGEMM_DIAG_FFMA_YIELD, jit/sass_patch.py) on every reused FFMA of each run (yall), or the

@@ -1,7 +1,9 @@
 """Time forced configurations of the dense BF16 kernel against torch.matmul (GPU machine).
 
-A case is "M,N,K,layout[,f32]:auto" (the heuristic's choice) or "M,N,K,layout[,f32]:bm,bn,splits"
-(stages: as many as fit, as the heuristic does); ",f32" for an fp32 D (the router shapes' output).
+A case is "M,N,K,layout[,f32]:auto" (the heuristic's choice) or "M,N,K,layout[,f32]:bm,bn,splits[,stages[,direct]]"
+(stages: as many as fit unless given, as the heuristic does; "direct": the kernel without the bf16
+staging, fp32 D only); ",f32" for an fp32 D (the router shapes' output). --rounds R times every case
+R times, the cases interleaved in each round (same-run A/Bs).
 Each record names the CTAs per cluster the host launched (> 1: the split cluster). Every case is checked against the fp32 product on fresh
 data (calc_diff) before it is timed (kernel-only, L2 flushed); torch.matmul is timed in the same
 process.
@@ -12,6 +14,7 @@ process.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -33,8 +36,17 @@ def config(m, n, k, layout, f32, spec, sms):
     a_mn, b_mn = heur.LAYOUTS[layout]
     if spec == "auto":
         return heur.select_config(m, n, k, sms, a_mn, b_mn, f32)
-    bm, bn, splits = (int(v) for v in spec.split(","))
-    return heur.make_config(m, n, k, sms, a_mn, b_mn, f32, False, bm, bn, splits)
+    fields = spec.split(",")
+    direct = fields[-1] == "direct"
+    if direct:
+        fields = fields[:-1]
+    bm, bn, splits, *stages = (int(v) for v in fields)
+    forced = heur.make_config(m, n, k, sms, a_mn, b_mn, f32, False, bm, bn, splits,
+                              num_stages=stages[0] if stages else None, direct_epilogue=direct)
+    # The tensor maps' L2 promotion is the shape's (a tuned entry's), whatever the tile: the same
+    # host setting as the auto pick, so an A/B of two tiles times the kernels alone.
+    auto = heur.select_config(m, n, k, sms, a_mn, b_mn, f32)
+    return dataclasses.replace(forced, l2_promotion=auto.l2_promotion)
 
 
 def main() -> int:
@@ -43,6 +55,7 @@ def main() -> int:
     ap.add_argument("--precompile", action="store_true")
     ap.add_argument("--sms", type=int, default=132)
     ap.add_argument("--num-tests", type=int, default=30)
+    ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--out")
     args = ap.parse_args()
     if args.precompile:
@@ -63,7 +76,7 @@ def main() -> int:
     from finegemm.testing.numeric import calc_diff
     sms = runtime.get_num_sms()
     out = []
-    for c in args.cases:
+    for rnd, c in ((r, c) for r in range(args.rounds) for c in args.cases):
         m, n, k, layout, f32, spec = parse(c)
         cfg = config(m, n, k, layout, f32, spec, sms)
         a_mn, b_mn = heur.LAYOUTS[layout]
@@ -81,11 +94,12 @@ def main() -> int:
         torch_fn, _ = _torch_fn(layout, a, b, f32)  # the bench's contender (fp32 out through out_dtype)
         us_torch = kernel_time_us(torch_fn, num_tests=args.num_tests)
         rec = {"case": c, "m": m, "n": n, "k": k, "layout": layout, "block_m": cfg.block_m, "block_n": cfg.block_n,
-               "splits": cfg.num_splits, "stages": cfg.num_stages, "out_fp32": f32,
+               "splits": cfg.num_splits, "stages": cfg.num_stages, "direct": cfg.direct_epilogue, "round": rnd,
+               "out_fp32": f32,
                "cluster": call.cluster_size(), "us": us, "us_torch": us_torch,
                "speedup_vs_torch": us_torch / us, "calc_diff": diff}
         out.append(rec)
-        print(f"{c:36s} bm{cfg.block_m} bn{cfg.block_n} s{cfg.num_splits}: {us:7.2f} us  torch {us_torch:7.2f}  "
+        print(f"{c:44s} bm{cfg.block_m} bn{cfg.block_n} s{cfg.num_splits} st{cfg.num_stages}: {us:7.2f} us  torch {us_torch:7.2f}  "
               f"x{us_torch / us:.3f}  diff {diff:.1e}", flush=True)
     if args.out:
         write_probe_json(args.out, out)

@@ -186,6 +186,9 @@ class Bf16GemmConfig:
     # 2 / 4: each TMA box of a K-major B covers that many consecutive k-blocks of the tile's rows
     # (kBGroup; b_group_fits() says where), 1: one k-block per box
     b_group: int = 1
+    # A non-split kernel built without the bf16 TMA-store staging: an fp32 D is stored directly
+    # from registers anyway, so the staging's shared memory can hold more stages instead.
+    direct_epilogue: bool = False
 
     @property
     def split_k(self) -> bool:
@@ -194,8 +197,9 @@ class Bf16GemmConfig:
     @property
     def tma_store(self) -> bool:
         """The kernel carries the bf16 TMA-store staging (every non-split kernel but the k-grouped
-        one, which carries the fp32 box rings instead: k_grouped_smem_bytes)."""
-        return not self.split_k and self.gemm_kind != GEMM_K_GROUPED
+        one, which carries the fp32 box rings instead: k_grouped_smem_bytes, and the
+        direct_epilogue ones)."""
+        return not self.split_k and self.gemm_kind != GEMM_K_GROUPED and not self.direct_epilogue
 
     @property
     def workspace_floats(self) -> int:
@@ -413,10 +417,11 @@ def config_from_fields(f: dict, m: int, n: int, k: int, num_sms: int, a_mn_major
 
 def make_config(m: int, n: int, k: int, num_sms: int, a_mn_major: bool, b_mn_major: bool, out_fp32: bool,
                 has_c: bool, block_m: int, block_n: int, num_splits: int, est_us: float = 0.0,
-                num_stages: int | None = None) -> Bf16GemmConfig:
+                num_stages: int | None = None, direct_epilogue: bool = False) -> Bf16GemmConfig:
     """A configuration of the kernel space for a problem (stages: as many as fit in the model's
-    ring unless given, up to the kernel's MAX_STAGES; grid: one CTA per unit up to num_sms). Raises
-    ValueError for a tile, split or ring outside the space or the problem."""
+    ring unless given, up to the kernel's MAX_STAGES; grid: one CTA per unit up to num_sms;
+    direct_epilogue: no staging, for an fp32 D without split-K). Raises ValueError for a tile,
+    split or ring outside the space or the problem."""
     if block_m not in (64, 128) or block_n not in block_n_candidates(b_mn_major):
         raise ValueError(f"block {block_m}x{block_n} outside the BF16 kernel space for this layout")
     num_kb = ceil_div(k, BLOCK_K)
@@ -426,7 +431,10 @@ def make_config(m: int, n: int, k: int, num_sms: int, a_mn_major: bool, b_mn_maj
         raise ValueError(f"split-K needs block_m in {SPLIT_BLOCK_M} and block_n in {SPLIT_BLOCK_N}")
     tiles = ceil_div(m, block_m) * ceil_div(n, block_n)
     units = tiles * num_splits
-    tma = num_splits == 1
+    if direct_epilogue and (num_splits > 1 or not out_fp32):
+        raise ValueError("direct_epilogue: an fp32 D without split-K (split kernels carry no staging; a bf16 D "
+                         "takes the TMA store)")
+    tma = num_splits == 1 and not direct_epilogue
     stages = max_stages(block_m, block_n, tma) if num_stages is None else num_stages
     top = max_stages(block_m, block_n, tma, cap=MAX_STAGES)
     if not MIN_STAGES <= stages <= top:
@@ -436,6 +444,7 @@ def make_config(m: int, n: int, k: int, num_sms: int, a_mn_major: bool, b_mn_maj
         num_stages=stages, num_splits=num_splits, grid=min(num_sms, units),
         smem_bytes=smem_bytes(block_m, block_n, stages, tma), num_threads=num_threads(block_m), num_tiles=tiles,
         num_units=units, out_fp32=bool(out_fp32), has_c=bool(has_c), est_us=est_us,
+        direct_epilogue=bool(direct_epilogue),
     )
 
 
