@@ -64,26 +64,18 @@ __device__ __forceinline__ void store_direct(const float (&acc)[kNumAcc], void* 
   }
 }
 
-// One lane's pair of D elements (row; col, col + 1) with the bounds, vector rule and rounding of
+// One lane's pair of fp32 D elements (row; col, col + 1) with the bounds and vector rule of
 // store_direct, for a sum that is not a wgmma fragment (the spread split reduction,
-// epilogue/split_k.cuh). row and col are absolute; col is even.
-__device__ __forceinline__ void store_direct_pair(float2 v, void* d_ptr, uint32_t row, uint32_t col, uint32_t ldd,
-                                                  uint32_t N, uint32_t row_limit, bool vec, bool out_fp32) {
+// epilogue/split_k.cuh, taken only for fp32 D). row and col are absolute; col is even.
+__device__ __forceinline__ void store_direct_pair_fp32(float2 v, float* d_ptr, uint32_t row, uint32_t col,
+                                                       uint32_t ldd, uint32_t N, uint32_t row_limit, bool vec) {
   if (row >= row_limit || col >= N) return;
   const size_t off = static_cast<size_t>(row) * ldd + col;
-  const bool has1 = col + 1 < N;
   if (vec) {
-    if (out_fp32) {
-      *reinterpret_cast<float2*>(static_cast<float*>(d_ptr) + off) = v;
-    } else {
-      *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(d_ptr) + off) = __floats2bfloat162_rn(v.x, v.y);
-    }
-  } else if (out_fp32) {
-    static_cast<float*>(d_ptr)[off] = v.x;
-    if (has1) static_cast<float*>(d_ptr)[off + 1] = v.y;
+    *reinterpret_cast<float2*>(d_ptr + off) = v;
   } else {
-    static_cast<__nv_bfloat16*>(d_ptr)[off] = __float2bfloat16_rn(v.x);
-    if (has1) static_cast<__nv_bfloat16*>(d_ptr)[off + 1] = __float2bfloat16_rn(v.y);
+    d_ptr[off] = v.x;
+    if (col + 1 < N) d_ptr[off + 1] = v.y;
   }
 }
 

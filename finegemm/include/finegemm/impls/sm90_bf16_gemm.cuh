@@ -621,7 +621,8 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
           const bool vec = (flags & kBf16FlagVectorStores) != 0;
           epilogue::spread_cluster_split_reduce<kNumChunks, kNumConsumerThreads>(
               base + Traits::kOffA, num_splits, split, [&](uint32_t row, uint32_t col, float2 sum) {
-                epilogue::store_direct_pair(sum, d_ptr, m0 + row, n0 + col, ldd, N, row_limit, vec, true);
+                epilogue::store_direct_pair_fp32(sum, static_cast<float*>(d_ptr), m0 + row, n0 + col, ldd, N,
+                                                 row_limit, vec);
               });
           continue;
         }
