@@ -133,7 +133,7 @@ if [[ "$what" == ab_split_spread ]]; then
 fi
 # ab_fp32_direct (v1.09 probe): the dense BF16 fp32-D tiles without the bf16 staging they never use
 # (one more stage: bm128 bn256 3 -> 4, bm64 bn256 4 -> 5) against the table's picks, forced configs
-# interleaved over FINEGEMM_PENDING_ROUNDS rounds (scripts/probe_bf16_configs.py; kernels precompiled
+# interleaved over FINEGEMM_PENDING_ROUNDS rounds (FINEGEMM_FP32_DIRECT_CASES replaces the cases) (scripts/probe_bf16_configs.py; kernels precompiled
 # with its --precompile). With the split tests and "bf16 split cluster" sanitizer cases first when
 # FINEGEMM_SPLIT_CHECK=1 (the split kernels' store after the store_direct_pair_fp32 mend).
 FP32_DIRECT_CASES="128,129280,7168,nt,f32:auto 128,129280,7168,nt,f32:128,256,1,4,direct
@@ -156,7 +156,7 @@ if [[ "$what" == ab_fp32_direct ]]; then
     done
   fi
   # shellcheck disable=SC2086
-  python3 scripts/probe_bf16_configs.py $FP32_DIRECT_CASES --rounds "${FINEGEMM_PENDING_ROUNDS:-3}" --num-tests 20 \
+  python3 scripts/probe_bf16_configs.py ${FINEGEMM_FP32_DIRECT_CASES:-$FP32_DIRECT_CASES} --rounds "${FINEGEMM_PENDING_ROUNDS:-3}" --num-tests 20 \
     --out "$OUT/ab_fp32_direct.json" 2>&1 | tee "$OUT/ab_fp32_direct.log"
   status=$(( status | ${PIPESTATUS[0]} ))
 fi

@@ -32,3 +32,6 @@ done
 # shellcheck disable=SC2086
 warm -DFINEGEMM_DIAG_SPLIT_CLUSTER_WARP_REDUCE --shapes 64,256,7168 128,256,7168 64,2112,7168 128,2112,7168 128,4096,7168 \
   --kinds bf16_nt_fp32 bf16_tn_fp32 bf16_nn_fp32 bf16_tt_fp32 bf16_nt bf16_tt bf16_nn bf16_tn
+# The v1.09 probe's forced configs (device_run.sh ab_fp32_direct): the fp32-D tiles without staging.
+# shellcheck disable=SC2046
+python3 scripts/probe_bf16_configs.py --precompile $(sed -n '/^FP32_DIRECT_CASES="/,/"$/p' scripts/device_run.sh | tr -d '"' | sed 's/^FP32_DIRECT_CASES=//')
