@@ -101,6 +101,7 @@ MODEL_BM128_MIN_M_MN_MAJOR_A = 112  # ... or [this, MAX_M] where A is MN-major (
 MODEL_BM128_MAX_M = 128
 MODEL_BM128_MIN_N = 4096  # ... where N is at least this (the replay of v0.67: 2048 and 4096 alike, 4096 is what was measured)
 MIN_STAGES = 2
+SHALLOW_TWIN_MIN_STAGES = 3  # candidate_configs' shallow twins keep at least this many stages (2 lost 9-11%)
 MAX_SPLITS = 16
 MIN_KB_PER_SPLIT = 8  # 512 of K per split at least
 # 176: N = 2112 (the DeepSeek-V3 q_a / kv_a projection) is 12 x 176, so M = 4096 runs 384 tiles
@@ -270,29 +271,38 @@ def block_n_candidates(b_mn_major: bool) -> tuple[int, ...]:
 
 def all_kernel_keys() -> list[tuple]:
     """Every kernel_key() select_config can return, over all layouts and shapes: the model's rings
-    and the deep rings a tuned entry may hold (candidate_configs' twins)."""
+    and the deep rings a tuned entry may hold (candidate_configs' twins), and the shipped entries'
+    other kernels (B groups, shallow rings)."""
     keys = []
     for a_mn, b_mn in LAYOUTS.values():
         for bm in (64, 128):
             for bn in block_n_candidates(b_mn):
                 for split in ((False, True) if bm in SPLIT_BLOCK_M and bn in SPLIT_BLOCK_N else (False,)):
                     tma = not split
-                    for st in sorted({max_stages(bm, bn, tma), max_stages(bm, bn, tma, cap=MAX_STAGES)}):
+                    rings = {max_stages(bm, bn, tma), max_stages(bm, bn, tma, cap=MAX_STAGES)}
+                    if _shallow_twin_tile(b_mn, bn, max_stages(bm, bn, tma)):
+                        rings.add(max_stages(bm, bn, tma) - 1)
+                    for st in sorted(rings):
                         keys.append((bm, bn, st, a_mn, b_mn, split, tma))
-    return keys + _shipped_b_group_keys()
+    return keys + sorted(_shipped_entry_keys() - set(keys))
 
 
-def _shipped_b_group_keys() -> list[tuple]:
-    """The B-group kernels (b_group 2 / 4) the shipped table's dense entries pick, at their shapes."""
+def _shallow_twin_tile(b_mn_major: bool, block_n: int, num_stages: int) -> bool:
+    """Whether candidate_configs times a twin one stage shallower than this model ring."""
+    return b_mn_major and block_n == 256 and num_stages > SHALLOW_TWIN_MIN_STAGES
+
+
+def _shipped_entry_keys() -> set:
+    """The kernels the shipped table's dense entries pick, at their shapes (those outside the
+    model's and the deep rings: B groups 2 / 4, candidate_configs' shallow twins)."""
     keys = set()
     for (kind, num_sms, n, out_fp32, has_c), by_m_k in tuned.load_table(tuned.SHIPPED_BF16_TABLE).items():
         layout = kind[len("bf16_"):]
         if layout not in LAYOUTS:  # the m-grouped kinds
             continue
         for (m, k), f in by_m_k.items():
-            if f["b_group"] > 1:
-                keys.add(config_from_fields(f, m, n, k, num_sms, *LAYOUTS[layout], out_fp32, has_c).kernel_key())
-    return sorted(keys)
+            keys.add(config_from_fields(f, m, n, k, num_sms, *LAYOUTS[layout], out_fp32, has_c).kernel_key())
+    return keys
 
 
 def _mma_efficiency(block_n: int) -> float:
@@ -525,6 +535,13 @@ def candidate_configs(m: int, n: int, k: int, num_sms: int, a_mn_major: bool = F
         if deep > c.num_stages:
             twins.append(dataclasses.replace(c, num_stages=deep,
                                              smem_bytes=smem_bytes(c.block_m, c.block_n, deep, c.num_splits == 1)))
+        # A shallow twin for an N-major B at bn256: one stage less measured 2.2-2.7% faster on the
+        # LM-head shapes (64 / 128 x 129280 x 7168, H100; benchmarks/NOTES.md v1.09) and is slower
+        # on the narrower tiles measured with it.
+        if _shallow_twin_tile(c.b_mn_major, c.block_n, c.num_stages):
+            shallow = c.num_stages - 1
+            twins.append(dataclasses.replace(c, num_stages=shallow,
+                                             smem_bytes=smem_bytes(c.block_m, c.block_n, shallow, c.num_splits == 1)))
     return out + twins
 
 
