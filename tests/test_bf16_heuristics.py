@@ -101,19 +101,24 @@ def test_all_kernel_keys():
     n_mn = len(h.BLOCK_N_MN_MAJOR)
     n_split = sum(len(h.SPLIT_BLOCK_M) * len([bn for bn in h.SPLIT_BLOCK_N if bn in h.block_n_candidates(b_mn)])
                   for _, b_mn in h.LAYOUTS.values())
-    model = [k for k in keys if k[2] == h.max_stages(k[0], k[1], k[6])]
+    model = [k for k in keys if k[2] == h.model_stages(k[0], k[1], k[6], k[4])]
     assert len(model) == 2 * 2 * (n_k + n_mn) + n_split
     for bm, bn, st, a_mn, b_mn, split, tma in keys:
         assert tma == (not split)
-        # The model's ring, the deepest that fits (a tuned entry's deep-ring twin), or one stage
-        # less for an N-major B at bn256 (the shallow twin).
-        shallow = (h.max_stages(bm, bn, tma) - 1,) if b_mn and bn == 256 else ()
-        assert st in (h.max_stages(bm, bn, tma), h.max_stages(bm, bn, tma, cap=h.MAX_STAGES)) + shallow
-    shallow = [k for k in keys if k[2] < h.max_stages(k[0], k[1], k[6])]
-    # bm64 bn256 (4 stages -> 3) for nn and tn; bm128 bn256's ring of 3 has no shallow twin
-    assert sorted(shallow) == sorted((64, 256, 3, a_mn, True, False, True) for a_mn in (False, True))
-    deep = [k for k in keys if k not in model and k not in shallow]
-    assert deep and all(k[2] > h.MODEL_MAX_STAGES for k in deep)
+        # The model's ring, all that fit (a tuned entry's full-ring twin), or the deepest that fits
+        # (a deep-ring twin).
+        assert st in (h.model_stages(bm, bn, tma, b_mn), h.max_stages(bm, bn, tma),
+                      h.max_stages(bm, bn, tma, cap=h.MAX_STAGES))
+    # The model holds an N-major B's ring to ~96 KB of B: bm64 bn256 / 192 / 128 at 3 / 4 / 6 stages
+    # (4 / 6 / 8 fit), and their full rings stay buildable (the shipped H200 entries name them).
+    for bn, ring, full in ((256, 3, 4), (192, 4, 6), (128, 6, 8)):
+        assert h.model_stages(64, bn, True, True) == ring and h.max_stages(64, bn, True) == full
+        assert h.model_stages(64, bn, True, False) == full  # a K-major B keeps every stage
+        for a_mn in (False, True):
+            assert (64, bn, ring, a_mn, True, False, True) in model
+            assert (64, bn, full, a_mn, True, False, True) in keys
+    deep = [k for k in keys if k[2] > h.MODEL_MAX_STAGES]
+    assert deep and all(k[2] == h.max_stages(k[0], k[1], k[6], cap=h.MAX_STAGES) for k in deep)
     assert (64, 32, 16, False, False, False, True) in deep  # 12 KB per stage: 16 fit
 
 
@@ -215,12 +220,12 @@ def test_candidates_start_with_the_model_choice_and_are_in_the_space(monkeypatch
             assert all(c.kernel_key() in keys for c in cands)
             if m == 128 and not b_mn:  # the skinny family the model misjudges is always timed
                 assert (128, 32, 1) in tiles and (128, 64, 2) in tiles
-            # an N-major B's bm64 bn256 ring (4 stages) is timed one stage shallower too (v1.09)
+            # an N-major B's bm64 bn256 tile: the model's ring (3 stages) and the full one (4) are timed
             ring = [c.num_stages for c in cands if c.block_m == 64 and c.block_n == 256 and c.num_splits == 1]
             if ring and b_mn:
-                assert h.max_stages(64, 256, True) - 1 in ring and h.max_stages(64, 256, True) in ring
+                assert h.model_stages(64, 256, True, True) in ring and h.max_stages(64, 256, True) in ring
             elif ring:
-                assert h.max_stages(64, 256, True) - 1 not in ring
+                assert h.model_stages(64, 256, True, True) not in ring
 
 
 def test_shipped_bf16_table_entries_are_buildable_and_consulted(monkeypatch):

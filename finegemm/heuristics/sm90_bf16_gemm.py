@@ -64,6 +64,7 @@ __all__ = [
     "tuned_kind",
     "smem_bytes",
     "max_stages",
+    "model_stages",
     "num_threads",
     "block_n_candidates",
     "all_kernel_keys",
@@ -101,7 +102,14 @@ MODEL_BM128_MIN_M_MN_MAJOR_A = 112  # ... or [this, MAX_M] where A is MN-major (
 MODEL_BM128_MAX_M = 128
 MODEL_BM128_MIN_N = 4096  # ... where N is at least this (the replay of v0.67: 2048 and 4096 alike, 4096 is what was measured)
 MIN_STAGES = 2
-SHALLOW_TWIN_MIN_STAGES = 3  # candidate_configs' shallow twins keep at least this many stages (2 lost 9-11%)
+# An N-major B (nn / tn) streams best with about this much of B in flight per CTA: the model's ring
+# for such a non-split tile holds at most this many bytes of B (at least 3 stages), not every stage
+# that fits. H100, v1.09 (benchmarks/NOTES.md): bm64 bn256 4 -> 3 stages 0.3-2.4% faster on 10 of 10
+# shape-layouts (1-64 x 32000-151936), bn192 6 -> 4 0.3-4.5%, bn128 8 -> 6 0.5-2.5% (one shape
+# bimodal); 2 stages and the narrower tiles' deep rings (bn64) lose. Unmeasured on an H200; the
+# shipped table's entries name their rings and are unaffected.
+N_MAJOR_B_RING_BYTES = 96 * 1024
+N_MAJOR_B_MIN_RING = 3
 MAX_SPLITS = 16
 MIN_KB_PER_SPLIT = 8  # 512 of K per split at least
 # 176: N = 2112 (the DeepSeek-V3 q_a / kv_a projection) is 12 x 176, so M = 4096 runs 384 tiles
@@ -242,6 +250,15 @@ def _max_stages(block_m: int, block_n: int, staging: int, cap: int) -> int:
     return min(cap, (SMEM_LIMIT - 1024 - 16 - staging) // per_stage)
 
 
+def model_stages(block_m: int, block_n: int, tma_store: bool, b_mn_major: bool) -> int:
+    """The model's ring: as many stages as fit (up to MODEL_MAX_STAGES), for a non-split tile of an
+    N-major B at most N_MAJOR_B_RING_BYTES of B (and at least N_MAJOR_B_MIN_RING stages)."""
+    stages = max_stages(block_m, block_n, tma_store)
+    if b_mn_major and tma_store:
+        stages = min(stages, max(N_MAJOR_B_MIN_RING, N_MAJOR_B_RING_BYTES // (block_n * BLOCK_K * 2)))
+    return stages
+
+
 def smem_bytes(block_m: int, block_n: int, num_stages: int, tma_store: bool) -> int:
     """Dynamic shared memory of a launch; mirrors Sm90Bf16GemmTraits::kDynamicSmemBytes: the
     staging buffer (tma_store), per stage A (block_m x 128 B) + B (block_n x 128 B) + 2 barriers,
@@ -270,31 +287,25 @@ def block_n_candidates(b_mn_major: bool) -> tuple[int, ...]:
 
 
 def all_kernel_keys() -> list[tuple]:
-    """Every kernel_key() select_config can return, over all layouts and shapes: the model's rings
-    and the deep rings a tuned entry may hold (candidate_configs' twins), and the shipped entries'
-    other kernels (B groups, shallow rings)."""
+    """Every kernel_key() select_config can return, over all layouts and shapes: the model's rings,
+    the full and deep rings a tuned entry may hold (candidate_configs' twins), and the shipped
+    entries' other kernels (B groups)."""
     keys = []
     for a_mn, b_mn in LAYOUTS.values():
         for bm in (64, 128):
             for bn in block_n_candidates(b_mn):
                 for split in ((False, True) if bm in SPLIT_BLOCK_M and bn in SPLIT_BLOCK_N else (False,)):
                     tma = not split
-                    rings = {max_stages(bm, bn, tma), max_stages(bm, bn, tma, cap=MAX_STAGES)}
-                    if _shallow_twin_tile(b_mn, bn, max_stages(bm, bn, tma)):
-                        rings.add(max_stages(bm, bn, tma) - 1)
+                    rings = {model_stages(bm, bn, tma, b_mn), max_stages(bm, bn, tma),
+                             max_stages(bm, bn, tma, cap=MAX_STAGES)}
                     for st in sorted(rings):
                         keys.append((bm, bn, st, a_mn, b_mn, split, tma))
     return keys + sorted(_shipped_entry_keys() - set(keys))
 
 
-def _shallow_twin_tile(b_mn_major: bool, block_n: int, num_stages: int) -> bool:
-    """Whether candidate_configs times a twin one stage shallower than this model ring."""
-    return b_mn_major and block_n == 256 and num_stages > SHALLOW_TWIN_MIN_STAGES
-
-
 def _shipped_entry_keys() -> set:
     """The kernels the shipped table's dense entries pick, at their shapes (those outside the
-    model's and the deep rings: B groups 2 / 4, candidate_configs' shallow twins)."""
+    rings all_kernel_keys lists: B groups 2 / 4)."""
     keys = set()
     for (kind, num_sms, n, out_fp32, has_c), by_m_k in tuned.load_table(tuned.SHIPPED_BF16_TABLE).items():
         layout = kind[len("bf16_"):]
@@ -428,8 +439,8 @@ def config_from_fields(f: dict, m: int, n: int, k: int, num_sms: int, a_mn_major
 def make_config(m: int, n: int, k: int, num_sms: int, a_mn_major: bool, b_mn_major: bool, out_fp32: bool,
                 has_c: bool, block_m: int, block_n: int, num_splits: int, est_us: float = 0.0,
                 num_stages: int | None = None, direct_epilogue: bool = False) -> Bf16GemmConfig:
-    """A configuration of the kernel space for a problem (stages: as many as fit in the model's
-    ring unless given, up to the kernel's MAX_STAGES; grid: one CTA per unit up to num_sms;
+    """A configuration of the kernel space for a problem (stages: the model's ring unless given,
+    model_stages(), up to the kernel's MAX_STAGES; grid: one CTA per unit up to num_sms;
     direct_epilogue: no staging, for an fp32 D without split-K). Raises ValueError for a tile,
     split or ring outside the space or the problem."""
     if block_m not in (64, 128) or block_n not in block_n_candidates(b_mn_major):
@@ -445,7 +456,7 @@ def make_config(m: int, n: int, k: int, num_sms: int, a_mn_major: bool, b_mn_maj
         raise ValueError("direct_epilogue: an fp32 D without split-K (split kernels carry no staging; a bf16 D "
                          "takes the TMA store)")
     tma = num_splits == 1 and not direct_epilogue
-    stages = max_stages(block_m, block_n, tma) if num_stages is None else num_stages
+    stages = model_stages(block_m, block_n, tma, b_mn_major) if num_stages is None else num_stages
     top = max_stages(block_m, block_n, tma, cap=MAX_STAGES)
     if not MIN_STAGES <= stages <= top:
         raise ValueError(f"num_stages {stages} outside [{MIN_STAGES}, {top}] for block {block_m}x{block_n}")
@@ -504,9 +515,10 @@ def candidate_configs(m: int, n: int, k: int, num_sms: int, a_mn_major: bool = F
                       deep_ring: int = 16) -> list[Bf16GemmConfig]:
     """What `python -m finegemm tune bf16` times for a problem: the model's choice first, its next
     best estimates, and the skinny-shape family the model misjudges (block_m 128 for M > 64, block_n
-    32 / 64 / 128 with the fewest splits that fill the SMs, and half that), plus deep-ring twins of
-    the first `deep_ring` whose tile fits more stages than the model's ring (the deepest that fits,
-    up to MAX_STAGES: one kernel per tile, which all_kernel_keys() lists)."""
+    32 / 64 / 128 with the fewest splits that fill the SMs, and half that), plus twins of the first
+    `deep_ring` whose tile fits more stages than the model's ring: the deepest that fits (up to
+    MAX_STAGES) and, where the model holds back (an N-major B: model_stages), every stage that fits
+    up to MODEL_MAX_STAGES; one kernel per ring and tile, which all_kernel_keys() lists."""
     model = _model_config(m, n, k, num_sms, a_mn_major, b_mn_major, out_fp32, has_c, True)
     ranked = sorted(_model_options(m, n, k, num_sms, b_mn_major, out_fp32, has_c, True, model_choice=False),
                     key=lambda o: o[3])
@@ -531,17 +543,11 @@ def candidate_configs(m: int, n: int, k: int, num_sms: int, a_mn_major: bool = F
             continue
     twins = []
     for c in out[:deep_ring]:
-        deep = max_stages(c.block_m, c.block_n, c.num_splits == 1, cap=MAX_STAGES)
-        if deep > c.num_stages:
-            twins.append(dataclasses.replace(c, num_stages=deep,
-                                             smem_bytes=smem_bytes(c.block_m, c.block_n, deep, c.num_splits == 1)))
-        # A shallow twin for an N-major B at bn256: one stage less measured 2.2-2.7% faster on the
-        # LM-head shapes (64 / 128 x 129280 x 7168, H100; benchmarks/NOTES.md v1.09) and is slower
-        # on the narrower tiles measured with it.
-        if _shallow_twin_tile(c.b_mn_major, c.block_n, c.num_stages):
-            shallow = c.num_stages - 1
-            twins.append(dataclasses.replace(c, num_stages=shallow,
-                                             smem_bytes=smem_bytes(c.block_m, c.block_n, shallow, c.num_splits == 1)))
+        tma = c.num_splits == 1
+        for ring in sorted({max_stages(c.block_m, c.block_n, tma), max_stages(c.block_m, c.block_n, tma, cap=MAX_STAGES)}):
+            if ring > c.num_stages:
+                twins.append(dataclasses.replace(c, num_stages=ring,
+                                                 smem_bytes=smem_bytes(c.block_m, c.block_n, ring, tma)))
     return out + twins
 
 
