@@ -133,9 +133,10 @@ if [[ "$what" == ab_split_spread ]]; then
 fi
 # ab_fp32_direct (v1.09 probe): the dense BF16 fp32-D tiles without the bf16 staging they never use
 # (one more stage: bm128 bn256 3 -> 4, bm64 bn256 4 -> 5) against the table's picks, forced configs
-# interleaved over FINEGEMM_PENDING_ROUNDS rounds (FINEGEMM_FP32_DIRECT_CASES replaces the cases) (scripts/probe_bf16_configs.py; kernels precompiled
-# with its --precompile). With the split tests and "bf16 split cluster" sanitizer cases first when
-# FINEGEMM_SPLIT_CHECK=1 (the split kernels' store after the store_direct_pair_fp32 mend).
+# interleaved over FINEGEMM_PENDING_ROUNDS rounds (scripts/probe_bf16_configs.py; kernels precompiled
+# with its --precompile). FINEGEMM_FP32_DIRECT_CASES replaces the cases (any probe_bf16_configs
+# cases: the v1.09 ring sweeps ran this way). With the split tests and "bf16 split cluster"
+# sanitizer cases first when FINEGEMM_SPLIT_CHECK=1.
 FP32_DIRECT_CASES="128,129280,7168,nt,f32:auto 128,129280,7168,nt,f32:128,256,1,4,direct
   128,129280,7168,tn,f32:auto 128,129280,7168,tn,f32:128,256,1,4,direct
   128,129280,7168,nn,f32:auto 128,129280,7168,nn,f32:128,256,1,4,direct

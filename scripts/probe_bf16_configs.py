@@ -1,7 +1,8 @@
 """Time forced configurations of the dense BF16 kernel against torch.matmul (GPU machine).
 
-A case is "M,N,K,layout[,f32]:auto" (the heuristic's choice) or "M,N,K,layout[,f32]:bm,bn,splits[,stages[,direct]]"
-(stages: as many as fit unless given, as the heuristic does; "direct": the kernel without the bf16
+A case is "M,N,K,layout[,f32]:auto" (the heuristic's choice) or
+"M,N,K,layout[,f32]:bm,bn,splits[,stages[,direct]]" (stages: the model's ring unless given, as the
+heuristic does; "direct": the kernel without the bf16
 staging, fp32 D only); ",f32" for an fp32 D (the router shapes' output). --rounds R times every case
 R times, the cases interleaved in each round (same-run A/Bs).
 Each record names the CTAs per cluster the host launched (> 1: the split cluster). Every case is checked against the fp32 product on fresh
@@ -99,8 +100,8 @@ def main() -> int:
                "cluster": call.cluster_size(), "us": us, "us_torch": us_torch,
                "speedup_vs_torch": us_torch / us, "calc_diff": diff}
         out.append(rec)
-        print(f"{c:44s} bm{cfg.block_m} bn{cfg.block_n} s{cfg.num_splits} st{cfg.num_stages}: {us:7.2f} us  torch {us_torch:7.2f}  "
-              f"x{us_torch / us:.3f}  diff {diff:.1e}", flush=True)
+        print(f"{c:44s} bm{cfg.block_m} bn{cfg.block_n} s{cfg.num_splits} st{cfg.num_stages}: {us:7.2f} us  "
+              f"torch {us_torch:7.2f}  x{us_torch / us:.3f}  diff {diff:.1e}", flush=True)
     if args.out:
         write_probe_json(args.out, out)
     return 0

@@ -195,8 +195,9 @@ class Bf16GemmConfig:
     # 2 / 4: each TMA box of a K-major B covers that many consecutive k-blocks of the tile's rows
     # (kBGroup; b_group_fits() says where), 1: one k-block per box
     b_group: int = 1
-    # A non-split kernel built without the bf16 TMA-store staging: an fp32 D is stored directly
-    # from registers anyway, so the staging's shared memory can hold more stages instead.
+    # A non-split kernel built without the bf16 TMA-store staging (an fp32 D is stored directly
+    # from registers anyway, so the staging's shared memory can hold another stage). Forced configs
+    # only (scripts/probe_bf16_configs.py): the planner never picks it (v1.09 measured no gain).
     direct_epilogue: bool = False
 
     @property
@@ -544,7 +545,8 @@ def candidate_configs(m: int, n: int, k: int, num_sms: int, a_mn_major: bool = F
     twins = []
     for c in out[:deep_ring]:
         tma = c.num_splits == 1
-        for ring in sorted({max_stages(c.block_m, c.block_n, tma), max_stages(c.block_m, c.block_n, tma, cap=MAX_STAGES)}):
+        full, deep = max_stages(c.block_m, c.block_n, tma), max_stages(c.block_m, c.block_n, tma, cap=MAX_STAGES)
+        for ring in sorted({full, deep}):
             if ring > c.num_stages:
                 twins.append(dataclasses.replace(c, num_stages=ring,
                                                  smem_bytes=smem_bytes(c.block_m, c.block_n, ring, tma)))
