@@ -114,11 +114,7 @@ if [[ "$what" == b_group || "$what" == ab_b_group || "$what" == ab_b_group_bf16 
   # shellcheck disable=SC2086
   ab ab_b_group_bf16 bf16 "$variants" --layouts nt tt --no-grouped --shapes $SKINNY_FP8
 fi
-# ab_split_spread (v1.08): the BF16 split-cluster GPU tests and sanitizer cases, then the spread
-# reduction (base: fp32 D without C, enough splits) against the warp form of v0.57 (warp, a build
-# flag: scripts/precompile_pending.sh) on every M <= 128 record whose table pick is a split cluster
-# (the bf16 ones run the warp form in both: a control).
-if [[ "$what" == ab_split_spread ]]; then
+split_checks() {  # the BF16 split-cluster GPU tests and "bf16 split cluster" sanitizer cases
   timeout 200 python3 -m pytest -q -rs -m gpu tests/gpu/test_bf16_gemm_gpu.py -k "split" -p no:cacheprovider \
     --timeout 120 --timeout_method thread 2>&1 | tee "$OUT/split_gpu_tests.log"
   status=$(( status | ${PIPESTATUS[0]} ))
@@ -127,6 +123,13 @@ if [[ "$what" == ab_split_spread ]]; then
       "bf16 split cluster" 2>&1 | tee "$OUT/sanitize_split_$tool.log"
     status=$(( status | ${PIPESTATUS[0]} ))
   done
+}
+# ab_split_spread (v1.08): the BF16 split-cluster GPU tests and sanitizer cases, then the spread
+# reduction (base: fp32 D without C, enough splits) against the warp form of v0.57 (warp, a build
+# flag: scripts/precompile_pending.sh) on every M <= 128 record whose table pick is a split cluster
+# (the bf16 ones run the warp form in both: a control).
+if [[ "$what" == ab_split_spread ]]; then
+  split_checks
   ab ab_split_spread bf16 \
     "${SPLIT_SPREAD_VARIANTS:-base= warp=-DFINEGEMM_DIAG_SPLIT_CLUSTER_WARP_REDUCE}" \
     --layouts nt nn tn tt --no-grouped --shapes 64,2112,7168 128,2112,7168 128,4096,7168 64,256,7168,fp32 128,256,7168,fp32
@@ -146,16 +149,7 @@ FP32_DIRECT_CASES="128,129280,7168,nt,f32:auto 128,129280,7168,nt,f32:128,256,1,
   64,129280,7168,tt,f32:auto 64,129280,7168,tt,f32:64,128,1,9,direct
   4096,129280,7168,nt,f32:auto 4096,129280,7168,nt,f32:128,256,1,4,direct"
 if [[ "$what" == ab_fp32_direct ]]; then
-  if [[ "${FINEGEMM_SPLIT_CHECK:-0}" == 1 ]]; then
-    timeout 200 python3 -m pytest -q -rs -m gpu tests/gpu/test_bf16_gemm_gpu.py -k "split" -p no:cacheprovider \
-      --timeout 120 --timeout_method thread 2>&1 | tee "$OUT/split_gpu_tests.log"
-    status=$(( status | ${PIPESTATUS[0]} ))
-    for tool in memcheck racecheck synccheck; do
-      timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 3 python3 scripts/sanitize_cases.py \
-        "bf16 split cluster" 2>&1 | tee "$OUT/sanitize_split_$tool.log"
-      status=$(( status | ${PIPESTATUS[0]} ))
-    done
-  fi
+  [[ "${FINEGEMM_SPLIT_CHECK:-0}" == 1 ]] && split_checks
   # shellcheck disable=SC2086
   python3 scripts/probe_bf16_configs.py ${FINEGEMM_FP32_DIRECT_CASES:-$FP32_DIRECT_CASES} --rounds "${FINEGEMM_PENDING_ROUNDS:-3}" --num-tests 20 \
     --out "$OUT/ab_fp32_direct.json" 2>&1 | tee "$OUT/ab_fp32_direct.log"
