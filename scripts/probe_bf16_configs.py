@@ -44,10 +44,14 @@ def config(m, n, k, layout, f32, spec, sms):
     bm, bn, splits, *stages = (int(v) for v in fields)
     forced = heur.make_config(m, n, k, sms, a_mn, b_mn, f32, False, bm, bn, splits,
                               num_stages=stages[0] if stages else None, direct_epilogue=direct)
-    # The tensor maps' L2 promotion is the shape's (a tuned entry's), whatever the tile: the same
-    # host setting as the auto pick, so an A/B of two tiles times the kernels alone.
+    # The tensor maps' L2 promotion is the shape's (a tuned entry's), whatever the tile, and so is
+    # the B group where the forced ring allows it: the same host settings as the auto pick, so an
+    # A/B of two rings or tiles times the kernels alone.
     auto = heur.select_config(m, n, k, sms, a_mn, b_mn, f32)
-    return dataclasses.replace(forced, l2_promotion=auto.l2_promotion)
+    forced = dataclasses.replace(forced, l2_promotion=auto.l2_promotion)
+    if auto.b_group > 1 and heur.b_group_fits(forced, auto.b_group):
+        forced = dataclasses.replace(forced, b_group=auto.b_group)
+    return forced
 
 
 def main() -> int:
@@ -95,12 +99,13 @@ def main() -> int:
         torch_fn, _ = _torch_fn(layout, a, b, f32)  # the bench's contender (fp32 out through out_dtype)
         us_torch = kernel_time_us(torch_fn, num_tests=args.num_tests)
         rec = {"case": c, "m": m, "n": n, "k": k, "layout": layout, "block_m": cfg.block_m, "block_n": cfg.block_n,
-               "splits": cfg.num_splits, "stages": cfg.num_stages, "direct": cfg.direct_epilogue, "round": rnd,
+               "splits": cfg.num_splits, "stages": cfg.num_stages, "b_group": cfg.b_group,
+               "direct": cfg.direct_epilogue, "round": rnd,
                "out_fp32": f32,
                "cluster": call.cluster_size(), "us": us, "us_torch": us_torch,
                "speedup_vs_torch": us_torch / us, "calc_diff": diff}
         out.append(rec)
-        print(f"{c:44s} bm{cfg.block_m} bn{cfg.block_n} s{cfg.num_splits} st{cfg.num_stages}: {us:7.2f} us  "
+        print(f"{c:44s} bm{cfg.block_m} bn{cfg.block_n} s{cfg.num_splits} st{cfg.num_stages} g{cfg.b_group}: {us:7.2f} us  "
               f"torch {us_torch:7.2f}  x{us_torch / us:.3f}  diff {diff:.1e}", flush=True)
     if args.out:
         write_probe_json(args.out, out)
