@@ -649,6 +649,10 @@ CASES = [
     ("bf16 k-grouped, no c (TMA store)", lambda: _bf16_k_grouped([0, 256, 128], 130, 136, "none")),
     ("bf16 nn bm64 bn32 split-K (32-column N-major B)", lambda: _bf16_tile("nn", 64, 256, 7168, 64, 32, 7, True)),
     ("bf16 tn bm128 bn32 TMA store (32-column N-major B)", lambda: _bf16_tile("tn", 136, 104, 1024, 128, 32, 1, False)),
+    # v1.09's model rings for an N-major B (bm64: bn256 3 stages, bn192 4, bn128 6), partial M, N and K
+    ("bf16 n-major ring nn bm64 bn256 s3, partial M and N", lambda: _bf16_tile("nn", 40, 600, 1032, 64, 256, 1, False)),
+    ("bf16 n-major ring tn bm64 bn192 s4 fp32 out", lambda: _bf16_tile("tn", 64, 456, 1096, 64, 192, 1, True)),
+    ("bf16 n-major ring nn bm64 bn128 s6, partial N", lambda: _bf16_tile("nn", 17, 392, 776, 64, 128, 1, False)),
     ("bf16 nt bm128 bn112", lambda: _bf16_tile("nt", 129, 600, 512, 128, 112, 1, False)),
     ("bf16 tt bm128 bn112 fp32 out", lambda: _bf16_tile("tt", 136, 600, 520, 128, 112, 1, True)),
     # Tuned-table configurations (heuristics/tuned_sm90_bf16.json): block_m 128 split-K, and
