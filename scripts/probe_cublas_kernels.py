@@ -5,7 +5,7 @@ cuBLAS kernel names carry their tile, cluster and split / stream-K choice (e.g.
 rewards. For each shape: the kernels of one torch call with their device times (torch profiler),
 and the finegemm call on the same operands, both timed like the benches (kernel-only, L2 flushed).
 
-  python3 scripts/probe_cublas_kernels.py [--out $OUT/cublas_kernels.json]
+  python3 scripts/probe_cublas_kernels.py [--cases KIND,LAYOUT,M,N,K ...] [--out $OUT/cublas_kernels.json]
 """
 from __future__ import annotations
 
@@ -39,8 +39,13 @@ def kernels_of(fn):
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--num-tests", type=int, default=30)
+    ap.add_argument("--cases", nargs="+", metavar="KIND,LAYOUT,M,N,K", help="default: CASES (bf16 or fp8)")
     ap.add_argument("--out")
     args = ap.parse_args()
+    cases = CASES
+    if args.cases:
+        cases = [(kind, layout, int(m), int(n), int(k))
+                 for kind, layout, m, n, k in (c.split(",") for c in args.cases)]
     import torch
 
     import finegemm
@@ -50,7 +55,7 @@ def main() -> int:
 
     gen = torch.Generator(device="cuda").manual_seed(0)
     out = []
-    for kind, layout, m, n, k in CASES:
+    for kind, layout, m, n, k in cases:
         rec = {"kind": kind, "layout": layout, "m": m, "n": n, "k": k}
         if kind == "bf16":
             a = _stored(m, k, gen) if layout[0] == "n" else _stored(k, m, gen)
