@@ -331,6 +331,8 @@ def _estimate(m: int, n: int, k: int, bm: int, bn: int, splits: int, num_sms: in
     waves = ceil_div(units, grid)
     kb_unit = ceil_div(num_kb, splits)
     tma = splits == 1
+    # The ring that fits, not model_stages(): v1.09's shorter N-major rings are measured faster, so
+    # ranking the tiles by them (3 stages: 0.9) would move tile choices that no run asked to move.
     stage_eff = _STAGE_EFFICIENCY.get(max_stages(bm, bn, tma), 1.0)
     flops = 2.0 * bm * bn * BLOCK_K * kb_unit
     t_mma = flops / (_PEAK_FLOPS_PER_SM_US * _mma_efficiency(bn) * _WG_EFFICIENCY[bm] * stage_eff)
