@@ -418,3 +418,16 @@ def test_grouped_model_tile_no_wider_than_n():
         cfg = select_grouped_config(GEMM_GROUPED_MASKED, m, n, k, g, 132, m)
         covering = [x for x in grouped_block_ns(GEMM_GROUPED_MASKED, cfg.block_m) if x >= n]
         assert cfg.block_n < n or cfg.block_n == min(covering), (m, n, cfg.block_n)
+
+
+def test_direct_epilogue_only_for_an_fp32_d_without_split_k():
+    """The staging-free twin (forced configs only) is built for an fp32 D without split-K; any other
+    request names the argument and the rule."""
+    cfg = h.make_config(128, 129280, 7168, SMS, False, False, True, False, 128, 256, 1, num_stages=4,
+                        direct_epilogue=True)
+    assert not cfg.tma_store and cfg.smem_bytes == h.smem_bytes(128, 256, 4, False)
+    assert cfg.kernel_key() == (128, 256, 4, False, False, False, False)
+    with pytest.raises(ValueError, match="direct_epilogue: an fp32 D"):
+        h.make_config(128, 4096, 7168, SMS, False, False, False, False, 128, 256, 1, direct_epilogue=True)
+    with pytest.raises(ValueError, match="direct_epilogue: an fp32 D without split-K"):
+        h.make_config(64, 256, 7168, SMS, False, False, True, False, 64, 32, 4, direct_epilogue=True)
