@@ -87,7 +87,8 @@ def main() -> int:
         for i, (m, p) in enumerate(zip(ms, padded)):
             layout[row:row + m] = i
             row += p
-        equal = torch.arange(m_total, device="cuda", dtype=torch.int32) // (m_total // g)
+        seg = m_total // g // 128 * 128  # equal aligned segments, the last one takes the rest
+        equal = (torch.arange(m_total, device="cuda", dtype=torch.int32) // seg).clamp_(max=g - 1).to(torch.int32)
         one = torch.zeros(m_total, dtype=torch.int32, device="cuda")
         a, sfa = finegemm.per_token_cast_to_fp8(torch.randn(m_total, k, device="cuda", generator=gen))
         _, b, sfb = _quantized_experts(g, n, k, gen)
