@@ -127,6 +127,11 @@ BLOCK_N_MN_MAJOR = (32, 64, 128, 192, 256)
 # bm64 x bn32 joined them when N-major B got 32-column tiles: at N = 256 it is what the tuner
 # picks in every layout, 8-16% ahead of bn64 (NOTES v0.27).
 SPLIT_BLOCK_M = (64, 128)
+# The tall tile (four consumer warpgroups of 112 registers; dense kind, no split-K): block_m 256
+# with block_n <= TALL_MAX_BLOCK_N (block_n / 2 accumulators per thread). Forced configs only for
+# now (scripts/probe_bf16_configs.py): the model and the tuner do not consider it.
+TALL_BLOCK_M = 256
+TALL_MAX_BLOCK_N = 128
 SPLIT_BLOCK_N = (32, 64, 128)
 MODEL_SPLIT_TILES = ((64, 32), (64, 64), (64, 128))
 # Layout suffix -> (A is M-major, B is N-major). nt: A [M, K], B [N, K]; nn: B [K, N];
@@ -446,8 +451,11 @@ def make_config(m: int, n: int, k: int, num_sms: int, a_mn_major: bool, b_mn_maj
     model_stages(), up to the kernel's MAX_STAGES; grid: one CTA per unit up to num_sms;
     direct_epilogue: no staging, for an fp32 D without split-K). Raises ValueError for a tile,
     split or ring outside the space or the problem."""
-    if block_m not in (64, 128) or block_n not in block_n_candidates(b_mn_major):
+    if block_m not in (64, 128, TALL_BLOCK_M) or block_n not in block_n_candidates(b_mn_major):
         raise ValueError(f"block {block_m}x{block_n} outside the BF16 kernel space for this layout")
+    if block_m == TALL_BLOCK_M and (num_splits != 1 or block_n > TALL_MAX_BLOCK_N):
+        raise ValueError(f"block_m {TALL_BLOCK_M}: no split-K and block_n <= {TALL_MAX_BLOCK_N}, got "
+                         f"{num_splits} splits, block_n {block_n}")
     num_kb = ceil_div(k, BLOCK_K)
     if num_splits < 1 or num_splits > min(MAX_SPLITS, num_kb):
         raise ValueError(f"num_splits {num_splits} outside [1, min({MAX_SPLITS}, {num_kb} k-blocks)]")

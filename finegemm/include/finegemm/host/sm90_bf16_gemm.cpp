@@ -83,8 +83,10 @@ int encode_dense(Sm90Bf16Launch* L, uint64_t fn, void* a, void* b, void* d, void
   if (m <= 0 || n <= 0 || k <= 0 || k % 8 != 0) return fg::FG_ERROR_INVALID_ARGUMENT;
   if (lda % 8 != 0 || ldb % 8 != 0 || ldd < n) return fg::FG_ERROR_INVALID_ARGUMENT;
   if (lda < (a_mn_major ? m : k) || ldb < (b_mn_major ? n : k)) return fg::FG_ERROR_INVALID_ARGUMENT;
-  if ((block_m != 64 && block_m != 128) || block_n < 16 || block_n > 256 || block_n % 16 != 0)
+  if ((block_m != 64 && block_m != 128 && block_m != 256) || block_n < 16 || block_n > 256 || block_n % 16 != 0)
     return fg::FG_ERROR_INVALID_ARGUMENT;
+  // block_m 256 (four consumer warpgroups): no split-K, block_n <= 128 (the kernel's rule).
+  if (block_m == 256 && (num_splits != 1 || block_n > 128)) return fg::FG_ERROR_INVALID_ARGUMENT;
   if (b_mn_major && block_n % 64 != 0 && block_n != 16 && block_n != 32) return fg::FG_ERROR_INVALID_ARGUMENT;
   const int num_kb = (k + kBf16BlockK - 1) / kBf16BlockK;
   if (num_splits < 1 || num_splits > num_kb) return fg::FG_ERROR_INVALID_ARGUMENT;

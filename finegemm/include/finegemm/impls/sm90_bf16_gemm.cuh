@@ -106,7 +106,8 @@ struct Sm90Bf16GemmTraits {
   static constexpr uint32_t kNumConsumerWG = BLOCK_M / 64;
   static constexpr uint32_t kNumConsumerThreads = kNumConsumerWG * 128;
   static constexpr uint32_t kNumThreads = kNumConsumerThreads + 128;
-  // setmaxnreg split (ptx::consumer_regs; BLOCK_M 64 keeps what it was compiled with; BLOCK_M 192,
+  // setmaxnreg split (ptx::consumer_regs; BLOCK_M 64 keeps what it was compiled with; BLOCK_M 256,
+  // four warpgroups of 112 registers for the dense kind's tall tiles (BLOCK_N <= 128); BLOCK_M 192,
   // three warpgroups, for masked groups of ~192 rows: no padding m-block).
   static constexpr uint32_t kConsumerRegs = ptx::consumer_regs(kNumConsumerWG);
   static constexpr uint32_t kProducerRegs = ptx::producer_regs(kNumConsumerWG);
@@ -133,7 +134,8 @@ struct Sm90Bf16GemmTraits {
   // and still counted).
   static constexpr uint32_t kTxBytes = kSmemA + kSmemB;
 
-  static_assert(BLOCK_M == 64 || BLOCK_M == 128 || BLOCK_M == 192, "BLOCK_M must be 64, 128 or 192");
+  static_assert(BLOCK_M == 64 || BLOCK_M == 128 || BLOCK_M == 192 || BLOCK_M == 256,
+                "BLOCK_M must be 64, 128, 192 or 256");
   static_assert(BLOCK_N % 16 == 0 && BLOCK_N >= 16 && BLOCK_N <= 256, "BLOCK_N: multiple of 16 in [16, 256]");
   static_assert(kNumStages >= 2 && kNumStages <= 16, "kNumStages out of range");
   static_assert(kDynamicSmemBytes <= 232448, "shared memory above the SM90 227 KB limit");
@@ -209,6 +211,10 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
   static_assert(!kTmaStore || !kSplitK, "TMA-store epilogue: no split-K");
   static_assert(BLOCK_M != 192 || kGemmKind == scheduler::kBf16GemmGroupedMasked,
                 "BLOCK_M 192 (three consumer warpgroups) is built for the masked kind only");
+  // BLOCK_M 256 (four consumer warpgroups, 112 registers each: BLOCK_N / 2 accumulators): the tall
+  // tile of the mid-M dense shapes, where two 128-row m-blocks would each stream the same B.
+  static_assert(BLOCK_M != 256 || (kGemmKind == scheduler::kBf16GemmNormal && !kSplitK && BLOCK_N <= 128),
+                "BLOCK_M 256 (four consumer warpgroups) is built for the dense kind, no split-K, BLOCK_N <= 128");
   static_assert(!kTmaStore || Traits::kSmemD == (BLOCK_M / 64) * (kKGrouped ? EpiTmaF32::kBytes : EpiTma::kBytes),
                 "staging size");
   static_assert(!kBMnMajor || BLOCK_N % 64 == 0 || BLOCK_N == 16 || BLOCK_N == 32,

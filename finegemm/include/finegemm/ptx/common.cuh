@@ -63,13 +63,15 @@ __device__ __forceinline__ void setmaxnreg_dec() {
 
 // The setmaxnreg split of the 64K register file for a producer warpgroup and kNumConsumerWG
 // consumer warpgroups (both kernel families; one consumer warpgroup keeps what it was compiled
-// with): 2 x 128 x 232 + 128 x 40 <= 65536, and 3 x 128 x 160 + 128 x 32 = 65536. Two co-resident
+// with): 2 x 128 x 232 + 128 x 40 <= 65536, and 3 x 128 x 160 + 128 x 32 = 65536. Four (the BF16
+// kernel's block_m 256) start at 96 registers each (640 threads: 65536 / 640 rounded down to 8), so
+// the split is of 640 x 96: 4 x 128 x 112 + 128 x 32 = 61440. Two co-resident
 // CTAs of one consumer warpgroup (launch bound 2 CTAs: 128 registers per thread at entry) split
 // their half with the same 40-register producer: 128 x 216 + 128 x 40 = 32768.
 constexpr uint32_t consumer_regs(uint32_t num_consumer_wg, uint32_t ctas_per_sm = 1) {
-  return ctas_per_sm == 2 ? 216 : num_consumer_wg == 3 ? 160 : 232;
+  return ctas_per_sm == 2 ? 216 : num_consumer_wg == 4 ? 112 : num_consumer_wg == 3 ? 160 : 232;
 }
-constexpr uint32_t producer_regs(uint32_t num_consumer_wg) { return num_consumer_wg == 3 ? 32 : 40; }
+constexpr uint32_t producer_regs(uint32_t num_consumer_wg) { return num_consumer_wg >= 3 ? 32 : 40; }
 
 // Bytes of dynamic shared memory this launch was given.
 __device__ __forceinline__ uint32_t dynamic_smem_size() {
