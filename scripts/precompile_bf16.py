@@ -103,7 +103,8 @@ def bench_k_grouped_configs(sms: int) -> list:
 
 def b_group_test_configs() -> list:
     """The forced configurations of tests/gpu/test_bf16_gemm_gpu.py's B-group cases (with and
-    without the group) and of scripts/sanitize_cases.py's BF16 B-group tiles."""
+    without the group), of scripts/sanitize_cases.py's BF16 B-group tiles and of the tall-tile
+    cases (test_tall_tile)."""
     import dataclasses
     import importlib.util
 
@@ -121,6 +122,9 @@ def b_group_test_configs() -> list:
     sc = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(sc)
     out += [sc.b_group_config(family, case) for _, family, case in sc.B_GROUP_TILES if family == "bf16"]
+    # The tall tile's forced configs (test_tall_tile).
+    out += [t.tall_config(m, n, k, bn, layout, o) for (m, n, k, bn) in t.TALL_SHAPES for layout in LAYOUTS
+            for o in t.TALL_OUTS]
     return out
 
 

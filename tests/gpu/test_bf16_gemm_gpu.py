@@ -413,6 +413,41 @@ def test_fitted_a_boxes(m, layout, bm, bn, splits):
         assert torch.equal(d2, d)
 
 
+# The tall tile (block_m 256: four consumer warpgroups; forced configs until the planner takes it):
+# one m-block for M <= 256, the last m-block's fitted A box (K-major A), N past the last tile, the
+# TMA store and the direct stores (fp32 D, with C, and the staging-free "direct" build).
+TALL_SHAPES = [(1, 2112, 4104, 128), (17, 200, 512, 64), (255, 584, 1024, 128), (257, 2112, 7168, 128),
+               (600, 576, 4104, 64), (4097, 1000, 1024, 128)]
+
+
+TALL_OUTS = ("bf16", "fp32", "fp32+c", "fp32 direct")
+
+
+def tall_config(m, n, k, bn, layout, out):
+    """The forced tall-tile config of a case (scripts/precompile_bf16.py compiles the same)."""
+    return heur.make_config(m, n, k, 132, layout[0] == "t", layout[1] == "n", out != "bf16", out == "fp32+c",
+                            heur.TALL_BLOCK_M, bn, 1, num_stages=4 if out == "fp32 direct" else None,
+                            direct_epilogue=out == "fp32 direct")
+
+
+@pytest.mark.parametrize("out", TALL_OUTS)
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("m,n,k,bn", TALL_SHAPES, ids=str)
+def test_tall_tile(m, n, k, bn, layout, out):
+    a, b = _operands(layout, m, n, k, seed=m + n + bn)
+    f32 = out != "bf16"
+    c = torch.randn(m, n, device="cuda") if out == "fp32+c" else None
+    cfg = tall_config(m, n, k, bn, layout, out)
+    assert cfg.num_threads == 640
+    d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float32 if f32 else BF16)
+    call = ops.prepare(a, b, d, c=c, layout=layout, config=cfg)
+    call()
+    first = d.clone()
+    call()
+    _check(d, _reference(layout, a, b, c))
+    assert torch.equal(first, d), "the tall tile is not deterministic"
+
+
 # B boxes over 2 or 4 k-blocks (b_group, impls/sm90_bf16_gemm.cuh kBGroup; a K-major B: nt, tt):
 # (layout, m, n, k, block_m, block_n, stages, splits, out_fp32 + C, group). Split clusters and the
 # workspace path, TMA and direct stores, fp32 + C, N past the last tile, M = 1 / 17 / 4097.
