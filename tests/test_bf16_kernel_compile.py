@@ -126,6 +126,34 @@ def test_render_source():
         render(64, 64, 4, False, False, True, True)  # split-K + TMA store
     with pytest.raises(ValueError):
         render(64, 64, 1, False, False, False, True)  # stages
+    # The tall tile: four consumer warpgroups (640 threads), no split-K, block_n <= 128.
+    src = render(256, 128, 3, False, False, False, True)
+    assert "__launch_bounds__(640, 1)" in src and "sm90_bf16_gemm<256, 128, 3, false, false, false, true>(" in src
+    with pytest.raises(ValueError, match="block_m 256"):
+        render(256, 128, 3, False, False, True, False)  # split-K
+    with pytest.raises(ValueError, match="block_m 256"):
+        render(256, 192, 3, False, False, False, True)  # block_n
+
+
+def test_tall_tile_config_rules():
+    """make_config builds the tall tile (block_m 256) for one split and block_n <= 128 only, with
+    640 threads and the shared memory the kernel lays out; every other case is a ValueError that
+    names the rule."""
+    from finegemm.heuristics import sm90_bf16_gemm as heur
+
+    cfg = heur.make_config(256, 128256, 4096, 132, False, False, False, False, 256, 128, 1)
+    assert (cfg.num_threads, cfg.num_stages, cfg.num_tiles) == (640, 3, 1002)
+    assert cfg.smem_bytes == heur.smem_bytes(256, 128, 3, True) <= heur.SMEM_LIMIT
+    assert heur.make_config(256, 4096, 4096, 132, True, True, True, True, 256, 64, 1).num_threads == 640
+    direct = heur.make_config(4096, 4096, 4096, 132, False, False, True, False, 256, 128, 1, num_stages=4,
+                              direct_epilogue=True)
+    assert direct.smem_bytes == heur.smem_bytes(256, 128, 4, False) <= heur.SMEM_LIMIT
+    for bad in (dict(num_splits=2, block_n=128), dict(num_splits=1, block_n=192), dict(num_splits=1, block_n=256)):
+        with pytest.raises(ValueError, match="block_m 256"):
+            heur.make_config(256, 4096, 4096, 132, False, False, False, False, 256, bad["block_n"], bad["num_splits"])
+    # Four stages and the bf16 staging do not fit (3 x 48 KB + 64 KB is the most).
+    with pytest.raises(ValueError, match="num_stages"):
+        heur.make_config(256, 4096, 4096, 132, False, False, False, False, 256, 128, 1, num_stages=4)
 
 
 def test_compile_check_registered():
@@ -214,6 +242,8 @@ def test_host_library_has_launcher():
     assert call(splits=2, tma=0) == invalid  # split-K without workspace
     assert call(splits=2, ws=16, cnt=16) == invalid  # split-K + TMA store
     assert call(c=16) == invalid  # C needs an fp32 d
+    assert call(block_m=256, block_n=192) == invalid  # the tall tile: block_n <= 128
+    assert call(block_m=256, splits=2, ws=16, cnt=16, tma=0) == invalid  # the tall tile: no split-K
     for bad_l2 in (-1, 0x34, 0x43, 0x100):  # each 4-bit field is a CUtensorMapL2promotion (0..3)
         assert call(l2=bad_l2) == invalid, hex(bad_l2)
     # Valid arguments reach the driver: without one (a build machine) the answer is NO_DRIVER.
@@ -225,6 +255,7 @@ def test_host_library_has_launcher():
         has_gpu = False
     if not has_gpu:
         assert call() == 100000  # fg::FG_ERROR_NO_DRIVER
+        assert call(block_m=256, block_n=128) == 100000  # the tall tile passes validation
         for ok_l2 in (0x00, 0x21, 0x32):  # every valid promotion pair passes validation
             assert call(l2=ok_l2) == 100000, hex(ok_l2)
         # B boxes of 2 / 4 k-blocks (bits 8-11): a K-major B, whole k-blocks, rows and groups per split.
@@ -265,6 +296,32 @@ def test_b_group_rules():
                 (128, 64, 8, False, False, False, True, 3), (128, 64, 4, False, False, False, True, 4)):
         with pytest.raises(ValueError, match="b_group"):
             ops.render(*bad)
+
+
+@pytest.mark.nvcc
+def test_tall_tiles_compile_clean():
+    """The tall tile (block_m 256, four consumer warpgroups of 112 registers) in every layout, with
+    the TMA store and without: spill-free at the 96 registers a 640-thread launch starts with,
+    unserialized 64-row wgmmas, setmaxnreg."""
+    from finegemm import jit
+    from finegemm.ops.sm90_bf16_gemm import render
+
+    jobs = [(f"{layout}_bm256_bn{bn}_s{st}{'_tmas' if tma else ''}", render(256, bn, st, a_mn, b_mn, False, tma))
+            for layout, a_mn, b_mn in (("nt", False, False), ("nn", False, True), ("tn", True, True), ("tt", True, False))
+            for bn, st, tma in ((128, 3, True), (128, 4, False), (64, 4, True))]
+    reports = jit.compile_check(jobs, raise_on_failure=False)
+    bad = [r for r in reports if not r["ok"]]
+    assert not bad, "\n".join(f"{r['label']}: {r['reasons']} {r['error'] or ''}" for r in bad)
+    for r in reports:
+        assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_frame"] == 0, r
+        assert r["registers"] <= 96, r
+        assert not r["wgmma_serialized"], r["label"]
+        sass = _sass(r["cubin"])
+        if sass is not None:
+            assert "USETMAXREG" in sass, f"{r['label']}: setmaxnreg missing"
+            bn = int(r["label"].split("_bn")[1].split("_")[0])
+            hgmma = [line for line in sass.splitlines() if "HGMMA" in line]
+            assert hgmma and all(f"HGMMA.64x{bn}x16.F32.BF16" in line for line in hgmma), r["label"]
 
 
 @pytest.mark.nvcc
