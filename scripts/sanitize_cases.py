@@ -653,6 +653,12 @@ CASES = [
     ("bf16 n-major ring nn bm64 bn256 s3, partial M and N", lambda: _bf16_tile("nn", 40, 600, 1032, 64, 256, 1, False)),
     ("bf16 n-major ring tn bm64 bn192 s4 fp32 out", lambda: _bf16_tile("tn", 64, 456, 1096, 64, 192, 1, True)),
     ("bf16 n-major ring nn bm64 bn128 s6, partial N", lambda: _bf16_tile("nn", 17, 392, 776, 64, 128, 1, False)),
+    # The tall tile (block_m 256, four consumer warpgroups; forced): TMA store over a partial
+    # m-block and N, direct fp32 stores, an M-major A.
+    ("bf16 tall tile nt bm256 bn128 TMA store, partial M and N", lambda: _bf16_tile("nt", 300, 600, 1032, 256, 128, 1,
+                                                                                  False)),
+    ("bf16 tall tile tn bm256 bn64 fp32 out", lambda: _bf16_tile("tn", 264, 200, 520, 256, 64, 1, True)),
+    ("bf16 tall tile tt bm256 bn128, M = 24", lambda: _bf16_tile("tt", 24, 392, 776, 256, 128, 1, False)),
     ("bf16 nt bm128 bn112", lambda: _bf16_tile("nt", 129, 600, 512, 128, 112, 1, False)),
     ("bf16 tt bm128 bn112 fp32 out", lambda: _bf16_tile("tt", 136, 600, 520, 128, 112, 1, True)),
     # Tuned-table configurations (heuristics/tuned_sm90_bf16.json): block_m 128 split-K, and
