@@ -22,7 +22,9 @@ tests/test_bf16_kernel_compile.py): block_m 64 / 128; block_n from BLOCK_N_K_MAJ
 K-major, from BLOCK_N_MN_MAJOR (whole 64-column TMA boxes, or one 32-column box) when B is
 N-major; the stage count is a function of the tile (as many as fit); split-K only with
 SPLIT_BLOCK_M x SPLIT_BLOCK_N tiles (the model: MODEL_SPLIT_TILES, for problems with fewer tiles
-than half the SMs). A tuned table
+than half the SMs). Outside the planner, forced configs may also take the tall tile block_m 256
+(TALL_BLOCK_M: four consumer warpgroups, block_n <= 128, no split-K; measured slower than block_m
+128 at mid and large M on an H100, benchmarks/NOTES.md v1.10). A tuned table
 (heuristics/tuned.py, kinds "bf16_<layout>", `python -m finegemm tune bf16`) overrides the model
 for the shapes it holds. The output dtype and C are run-time flags of the kernel, not variants.
 
