@@ -129,13 +129,14 @@ BLOCK_N_MN_MAJOR = (32, 64, 128, 192, 256)
 # bm64 x bn32 joined them when N-major B got 32-column tiles: at N = 256 it is what the tuner
 # picks in every layout, 8-16% ahead of bn64 (NOTES v0.27).
 SPLIT_BLOCK_M = (64, 128)
-# The tall tile (four consumer warpgroups of 112 registers; dense kind, no split-K): block_m 256
-# with block_n <= TALL_MAX_BLOCK_N (block_n / 2 accumulators per thread). Forced configs only for
-# now (scripts/probe_bf16_configs.py): the model and the tuner do not consider it.
-TALL_BLOCK_M = 256
-TALL_MAX_BLOCK_N = 128
 SPLIT_BLOCK_N = (32, 64, 128)
 MODEL_SPLIT_TILES = ((64, 32), (64, 64), (64, 128))
+# The tall tile (four consumer warpgroups of 112 registers; dense kind, no split-K): block_m 256
+# with block_n <= TALL_MAX_BLOCK_N (block_n / 2 accumulators per thread). Forced configs only
+# (scripts/probe_bf16_configs.py): the model and the tuner do not consider it (slower than
+# block_m 128 where measured, benchmarks/NOTES.md v1.10).
+TALL_BLOCK_M = 256
+TALL_MAX_BLOCK_N = 128
 # Layout suffix -> (A is M-major, B is N-major). nt: A [M, K], B [N, K]; nn: B [K, N];
 # tn: A [K, M], B [K, N]; tt: A [K, M], B [N, K].
 LAYOUTS = {"nt": (False, False), "nn": (False, True), "tn": (True, True), "tt": (True, False)}
