@@ -3,7 +3,7 @@
 # Usage (from the repo root on the GPU machine):
 #   bash scripts/device_run.sh [all|tests|bench|sanitize|tune|pending|ab_contiguous|ab_bf16_half_a|ab_rotate|
 #                               fp8_einsum|ab_einsum|ab_einsum_tma|ab_split_tma|psum|psum_ncu|b_stream|ab_b_group|ab_b_group_bf16|b_group|b_group_check|ab_ffma_yield|
-#                               ab_split_spread|ab_fp32_direct]
+#                               ab_split_spread|ab_fp32_direct|bf16_m128]
 # "pending": the same-run A/Bs waiting for a GPU (below; their variant kernels precompiled into the
 # carried cache by scripts/precompile_pending.sh).
 # Every later GPU claim in benchmarks/results/ comes from this script.
@@ -245,6 +245,17 @@ if [[ "$what" == b_group || "$what" == b_group_check || "$what" == b_stream ]]; 
     timeout 120 /tmp/probe_b_stream $cases --iters 50 --check 2>&1 | tee "$OUT/b_stream_$round.jsonl"
     status=$(( status | ${PIPESTATUS[0]} ))
   done
+fi
+if [[ "$what" == bf16_m128 ]]; then
+  # #5's M <= 128 records alone (~1-2 min): the dense BF16 suite's M <= 128 shapes, no grouped
+  # records, and the targets' M <= 128 line (the other #5 lines need the whole suite).
+  # shellcheck disable=SC2046
+  python3 -m finegemm bench bf16 --no-grouped --num-tests "${FINEGEMM_BENCH_TESTS:-20}" --out "$OUT/bf16_m128.json" \
+    --shapes $(python3 -c "from finegemm.bench.bf16 import bench_shapes
+print(' '.join(f'{m},{n},{k}' + (',fp32' if f else '') for m, n, k, f in bench_shapes() if m <= 128))") \
+    2>&1 | tee "$OUT/bench_bf16_m128.log"
+  status=$(( status | ${PIPESTATUS[0]} ))
+  python3 -m finegemm targets --bf16 "$OUT/bf16_m128.json" 2>&1 | grep "#5 | dense M <= 128" | tee "$OUT/targets_m128.md"
 fi
 if [[ "$what" == all || "$what" == bench ]]; then
   for suite in ${FINEGEMM_BENCH_SUITES:-dense grouped bf16}; do
