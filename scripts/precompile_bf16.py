@@ -101,17 +101,24 @@ def bench_k_grouped_configs(sms: int) -> list:
     return out
 
 
-def b_group_test_configs() -> list:
-    """The forced configurations of tests/gpu/test_bf16_gemm_gpu.py's B-group cases (with and
-    without the group), of scripts/sanitize_cases.py's BF16 B-group tiles and of the tall-tile
-    cases (test_tall_tile)."""
-    import dataclasses
+def _bf16_gpu_test_module():
+    """tests/gpu/test_bf16_gemm_gpu.py as a module (its forced-config case lists)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("_bf16_gpu_cases", Path(__file__).resolve().parents[1] / "tests"
                                                   / "gpu" / "test_bf16_gemm_gpu.py")
     t = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(t)
+    return t
+
+
+def b_group_test_configs() -> list:
+    """The forced configurations of tests/gpu/test_bf16_gemm_gpu.py's B-group cases (with and
+    without the group) and of scripts/sanitize_cases.py's BF16 B-group tiles."""
+    import dataclasses
+    import importlib.util
+
+    t = _bf16_gpu_test_module()
     out = []
     for (layout, m, n, k, bm, bn, stages, splits, f32_c, group) in t.B_GROUP_CASES:
         base = make_config(m, n, k, 132, layout[0] == "t", layout[1] == "n", f32_c, f32_c, bm, bn, splits,
@@ -122,10 +129,14 @@ def b_group_test_configs() -> list:
     sc = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(sc)
     out += [sc.b_group_config(family, case) for _, family, case in sc.B_GROUP_TILES if family == "bf16"]
-    # The tall tile's forced configs (test_tall_tile).
-    out += [t.tall_config(m, n, k, bn, layout, o) for (m, n, k, bn) in t.TALL_SHAPES for layout in LAYOUTS
-            for o in t.TALL_OUTS]
     return out
+
+
+def tall_tile_test_configs() -> list:
+    """The forced tall-tile configurations of tests/gpu/test_bf16_gemm_gpu.py::test_tall_tile."""
+    t = _bf16_gpu_test_module()
+    return [t.tall_config(m, n, k, bn, layout, o) for (m, n, k, bn) in t.TALL_SHAPES for layout in LAYOUTS
+            for o in t.TALL_OUTS]
 
 
 def b_group_twin_configs(sms: int, groups=()) -> list:
@@ -164,8 +175,8 @@ def kernel_sources(sms: int, shapes_only: bool = False, b_group_twins=()) -> dic
     for (m, n, k, has_c) in k_grouped_test_problems() + bench_k_grouped_problems():
         cfg = select_config(m, n, k, sms, True, True, True, has_c)
         keys[ops.kernel_name(cfg.kernel_key())] = cfg.kernel_key()
-    if not shapes_only:  # the B groups against one-k-block boxes (test_b_group_matches_one_k_block_boxes)
-        for cfg in b_group_test_configs():
+    if not shapes_only:  # test_b_group_matches_one_k_block_boxes' and test_tall_tile's forced configs
+        for cfg in b_group_test_configs() + tall_tile_test_configs():
             keys[ops.kernel_name(cfg.kernel_key())] = cfg.kernel_key()
     for cfg in b_group_twin_configs(sms, b_group_twins):
         keys[ops.kernel_name(cfg.kernel_key())] = cfg.kernel_key()

@@ -73,6 +73,9 @@ __all__ = [
     "LAYOUTS",
     "BLOCK_K",
     "SMEM_LIMIT",
+    "TALL_BLOCK_M",
+    "TALL_MAX_BLOCK_N",
+    "check_tall_tile",
     "clear_cache",
     "select_grouped_config",
     "make_grouped_config",
@@ -137,6 +140,16 @@ MODEL_SPLIT_TILES = ((64, 32), (64, 64), (64, 128))
 # block_m 128 where measured, benchmarks/NOTES.md v1.10).
 TALL_BLOCK_M = 256
 TALL_MAX_BLOCK_N = 128
+
+
+def check_tall_tile(block_m: int, block_n: int, num_splits: int) -> None:
+    """The tall tile's rule (the kernel's static_assert, the host launcher's check): ValueError
+    for block_m 256 with split-K or block_n above TALL_MAX_BLOCK_N."""
+    if block_m == TALL_BLOCK_M and (num_splits != 1 or block_n > TALL_MAX_BLOCK_N):
+        raise ValueError(f"block_m {TALL_BLOCK_M}: no split-K and block_n <= {TALL_MAX_BLOCK_N}, got "
+                         f"{num_splits} splits, block_n {block_n}")
+
+
 # Layout suffix -> (A is M-major, B is N-major). nt: A [M, K], B [N, K]; nn: B [K, N];
 # tn: A [K, M], B [K, N]; tt: A [K, M], B [N, K].
 LAYOUTS = {"nt": (False, False), "nn": (False, True), "tn": (True, True), "tt": (True, False)}
@@ -456,9 +469,7 @@ def make_config(m: int, n: int, k: int, num_sms: int, a_mn_major: bool, b_mn_maj
     split or ring outside the space or the problem."""
     if block_m not in (64, 128, TALL_BLOCK_M) or block_n not in block_n_candidates(b_mn_major):
         raise ValueError(f"block {block_m}x{block_n} outside the BF16 kernel space for this layout")
-    if block_m == TALL_BLOCK_M and (num_splits != 1 or block_n > TALL_MAX_BLOCK_N):
-        raise ValueError(f"block_m {TALL_BLOCK_M}: no split-K and block_n <= {TALL_MAX_BLOCK_N}, got "
-                         f"{num_splits} splits, block_n {block_n}")
+    check_tall_tile(block_m, block_n, num_splits)
     num_kb = ceil_div(k, BLOCK_K)
     if num_splits < 1 or num_splits > min(MAX_SPLITS, num_kb):
         raise ValueError(f"num_splits {num_splits} outside [1, min({MAX_SPLITS}, {num_kb} k-blocks)]")

@@ -45,11 +45,11 @@ from finegemm.heuristics.sm90_bf16_gemm import (
     GEMM_NORMAL,
     LAYOUTS,
     TALL_BLOCK_M,
-    TALL_MAX_BLOCK_N,
     THREE_WG_BLOCK_M,
     Bf16GemmConfig,
     all_kernel_keys,
     b_group_fits,
+    check_tall_tile,
     grouped_kernel_keys,
     k_grouped_k_bucket,
     k_grouped_kernel_keys,
@@ -90,8 +90,7 @@ def render(block_m: int, block_n: int, num_stages: int, a_mn_major: bool, b_mn_m
     """The instantiation source of one kernel configuration (b_group 2 / 4: a K-major B's boxes cover
     that many k-blocks; the launch's rule is heuristics.b_group_fits)."""
     check_tile(block_m, block_n, num_stages, (64, 128, TALL_BLOCK_M))
-    if block_m == TALL_BLOCK_M and (split_k or block_n > TALL_MAX_BLOCK_N):
-        raise ValueError(f"block_m {TALL_BLOCK_M}: no split-K and block_n <= {TALL_MAX_BLOCK_N}")
+    check_tall_tile(block_m, block_n, 2 if split_k else 1)
     if b_group != 1 and (b_group not in (2, 4) or b_mn_major or num_stages % b_group or num_stages < 2 * b_group):
         raise ValueError(f"b_group {b_group}: 2 or 4 dividing num_stages, at least two groups in the ring, "
                          "a K-major B")
