@@ -3,7 +3,7 @@
 # Usage (from the repo root on the GPU machine):
 #   bash scripts/device_run.sh [all|tests|bench|sanitize|tune|pending|ab_contiguous|ab_bf16_half_a|ab_rotate|
 #                               fp8_einsum|ab_einsum|ab_einsum_tma|ab_split_tma|psum|psum_ncu|b_stream|ab_b_group|ab_b_group_bf16|b_group|b_group_check|ab_ffma_yield|
-#                               ab_split_spread|ab_fp32_direct|bf16_m128]
+#                               ab_split_spread|ab_fp32_direct|bf16_m128|skinny_l2]
 # "pending": the same-run A/Bs waiting for a GPU (below; their variant kernels precompiled into the
 # carried cache by scripts/precompile_pending.sh).
 # Every later GPU claim in benchmarks/results/ comes from this script.
@@ -256,6 +256,27 @@ print(' '.join(f'{m},{n},{k}' + (',fp32' if f else '') for m, n, k, f in bench_s
     2>&1 | tee "$OUT/bench_bf16_m128.log"
   status=$(( status | ${PIPESTATUS[0]} ))
   python3 -m finegemm targets --bf16 "$OUT/bf16_m128.json" 2>&1 | grep "#5 | dense M <= 128" | tee "$OUT/targets_m128.md"
+fi
+# skinny_l2 (fifty-fifth session): do the skinny FP8 tiles lose to the bytes they pull from L2?
+# 128x4096x7168 runs bm128 bn64 x 2 splits (88 MB from L2 for a 29 MB weight; M = 64's table tile
+# pulls 59 MB and runs 1.4 us faster on the same B stream). Forced tiles that pull 44-59 MB (A
+# shared by a multicast pair, 4 splits through the workspace, 64 CTAs) against the table's, plus
+# the same question at N = 7168; then the per-tile traces of the M = 4096 table tiles (where a
+# tile's head and epilogue go, scripts/trace_tiles.py). Kernels: precompiled by the same commands
+# with --precompile (they are in the carried cache).
+SKINNY_L2_CASES="128,4096,7168:auto 128,4096,7168:128,64,8,2,1,0,0,1,2 128,4096,7168:128,128,6,1,0,0,0,1,4
+  128,4096,7168:128,128,6,2,1,0,0,1,4 128,4096,7168:128,128,6,1,0,0,0,1,2 128,4096,7168:64,64,13,2,0,0,0,1,1
+  128,7168,2048:auto 128,7168,2048:128,128,6,2,1,0,0,1,2 128,7168,2048:128,64,8,2,1,0,0,1,1
+  128,7168,16384:auto 128,7168,16384:128,64,8,2,1,0,0,2,1 128,7168,16384:128,128,6,1,0,0,0,1,2"
+M4096_TRACE_CASES="4096,7168,2048:auto 4096,4096,7168:auto 4096,2112,7168:auto 4096,24576,1536:auto 4096,7168,16384:auto"
+if [[ "$what" == skinny_l2 ]]; then
+  # shellcheck disable=SC2086
+  python3 scripts/probe_variants.py --cases $SKINNY_L2_CASES --variants "base=" "ws=env:FINEGEMM_DIAG_SPLIT_CLUSTER=0" \
+    --repeats "${FINEGEMM_PENDING_ROUNDS:-2}" --out "$OUT/skinny_l2.json" 2>&1 | tee "$OUT/skinny_l2.log"
+  status=$(( status | ${PIPESTATUS[0]} ))
+  # shellcheck disable=SC2086
+  python3 scripts/trace_tiles.py $M4096_TRACE_CASES --out "$OUT/trace_m4096.json" 2>&1 | tee "$OUT/trace_m4096.log"
+  status=$(( status | ${PIPESTATUS[0]} ))
 fi
 if [[ "$what" == all || "$what" == bench ]]; then
   for suite in ${FINEGEMM_BENCH_SUITES:-dense grouped bf16}; do
