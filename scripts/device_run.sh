@@ -262,13 +262,15 @@ fi
 # pulls 59 MB and runs 1.4 us faster on the same B stream). Forced tiles that pull 44-59 MB (A
 # shared by a multicast pair, 4 splits through the workspace, 64 CTAs) against the table's, plus
 # the same question at N = 7168; then the per-tile traces of the M = 4096 table tiles (where a
-# tile's head and epilogue go, scripts/trace_tiles.py). Kernels: precompiled by the same commands
+# tile's head and epilogue go, scripts/trace_tiles.py; and of four skinny table tiles: how long
+# the first stage takes to land). Kernels: precompiled by the same commands
 # with --precompile (they are in the carried cache).
 SKINNY_L2_CASES="128,4096,7168:auto 128,4096,7168:128,64,8,2,1,0,0,1,2 128,4096,7168:128,128,6,1,0,0,0,1,4
   128,4096,7168:128,128,6,2,1,0,0,1,4 128,4096,7168:128,128,6,1,0,0,0,1,2 128,4096,7168:64,64,13,2,0,0,0,1,1
   128,7168,2048:auto 128,7168,2048:128,128,6,2,1,0,0,1,2 128,7168,2048:128,64,8,2,1,0,0,1,1
   128,7168,16384:auto 128,7168,16384:128,64,8,2,1,0,0,2,1 128,7168,16384:128,128,6,1,0,0,0,1,2"
-M4096_TRACE_CASES="4096,7168,2048:auto 4096,4096,7168:auto 4096,2112,7168:auto 4096,24576,1536:auto 4096,7168,16384:auto"
+M4096_TRACE_CASES="4096,7168,2048:auto 4096,4096,7168:auto 4096,2112,7168:auto 4096,24576,1536:auto 4096,7168,16384:auto
+  128,4096,7168:auto 64,4096,7168:auto 64,2112,7168:auto 128,7168,2048:auto"
 if [[ "$what" == skinny_l2 ]]; then
   # shellcheck disable=SC2086
   python3 scripts/probe_variants.py --cases $SKINNY_L2_CASES --variants "base=" "ws=env:FINEGEMM_DIAG_SPLIT_CLUSTER=0" \
