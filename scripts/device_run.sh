@@ -276,6 +276,13 @@ if [[ "$what" == skinny_l2 ]]; then
   python3 scripts/probe_variants.py --cases $SKINNY_L2_CASES --variants "base=" "ws=env:FINEGEMM_DIAG_SPLIT_CLUSTER=0" \
     --repeats "${FINEGEMM_PENDING_ROUNDS:-2}" --out "$OUT/skinny_l2.json" 2>&1 | tee "$OUT/skinny_l2.log"
   status=$(( status | ${PIPESTATUS[0]} ))
+  # Which side sets 128x4096x7168 at the table's tile and at DeepGEMM 2.6.1's (bm64 bn64, one tile
+  # per CTA over the whole K: 15.4 us here against its 13.94 in the tuner's H200 runs), with M = 64's
+  # table tile beside: the consumers alone (no TMA), the data path alone (no MMA), without A's loads.
+  python3 scripts/probe_variants.py --cases 128,4096,7168:auto 128,4096,7168:64,64,13,1,0,0,0,1,1 64,4096,7168:auto \
+    --variants "base=" "nomma=-DFINEGEMM_DIAG_NO_MMA" "notma=-DFINEGEMM_DIAG_NO_TMA" "noa=-DFINEGEMM_DIAG_NO_A_TMA" \
+    --repeats "${FINEGEMM_PENDING_ROUNDS:-2}" --out "$OUT/skinny_sides.json" 2>&1 | tee "$OUT/skinny_sides.log"
+  status=$(( status | ${PIPESTATUS[0]} ))
   # shellcheck disable=SC2086
   python3 scripts/trace_tiles.py $M4096_TRACE_CASES --out "$OUT/trace_m4096.json" 2>&1 | tee "$OUT/trace_m4096.log"
   status=$(( status | ${PIPESTATUS[0]} ))
