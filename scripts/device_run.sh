@@ -278,9 +278,9 @@ if [[ "$what" == skinny_l2 ]]; then
   status=$(( status | ${PIPESTATUS[0]} ))
   # Which side sets 128x4096x7168 at the table's tile and at DeepGEMM 2.6.1's (bm64 bn64, one tile
   # per CTA over the whole K: 15.4 us here against its 13.94 in the tuner's H200 runs), with M = 64's
-  # table tile beside: the consumers alone (no TMA), the data path alone (no MMA), without A's loads.
+  # table tile beside: the consumers alone (no TMA), the data path alone (no MMA), without A's loads, without the skinny L2 hints.
   python3 scripts/probe_variants.py --cases 128,4096,7168:auto 128,4096,7168:64,64,13,1,0,0,0,1,1 64,4096,7168:auto \
-    --variants "base=" "nomma=-DFINEGEMM_DIAG_NO_MMA" "notma=-DFINEGEMM_DIAG_NO_TMA" "noa=-DFINEGEMM_DIAG_NO_A_TMA" \
+    --variants "base=" "nomma=-DFINEGEMM_DIAG_NO_MMA" "notma=-DFINEGEMM_DIAG_NO_TMA" "noa=-DFINEGEMM_DIAG_NO_A_TMA" "nol2=-DFINEGEMM_DIAG_NO_L2_HINTS" \
     --repeats "${FINEGEMM_PENDING_ROUNDS:-2}" --out "$OUT/skinny_sides.json" 2>&1 | tee "$OUT/skinny_sides.log"
   status=$(( status | ${PIPESTATUS[0]} ))
   # shellcheck disable=SC2086
