@@ -261,6 +261,17 @@ def test_host_library_has_launcher():
         # B boxes of 2 / 4 k-blocks (bits 8-11): a K-major B, whole k-blocks, rows and groups per split.
         for ok in (dict(l2=0x233), dict(l2=0x433), dict(l2=0x233, splits=2, ws=16, cnt=16, tma=0)):
             assert call(**ok) == 100000, ok
+    # Multicast pairs (bit 12; bit 13: A shared): whole pairs, no split-K, halves of whole swizzle
+    # atoms (K-major) or whole 64-wide boxes (MN-major), no B groups on a shared B.
+    if not has_gpu:
+        for ok in (dict(l2=0x1033, grid=2), dict(l2=0x3033, grid=2), dict(l2=0x1033, grid=2, b_mn=1, block_n=128, ldb=64),
+                   dict(l2=0x3033, grid=2, a_mn=1, block_m=128, lda=64), dict(l2=0x3233, grid=2),
+                   dict(l2=0x1033, grid=2, block_n=16)):
+            assert call(**ok) == 100000, ok
+    for bad in (dict(l2=0x2033, grid=2), dict(l2=0x1033, grid=1), dict(l2=0x1033, grid=2, splits=2, ws=16, cnt=16, tma=0),
+                dict(l2=0x1033, grid=2, b_mn=1, ldb=64), dict(l2=0x3033, grid=2, a_mn=1, lda=64),
+                dict(l2=0x1233, grid=2)):
+        assert call(**bad) == invalid, bad
     for bad in (dict(l2=0x133), dict(l2=0x333), dict(l2=0x1233), dict(l2=0x233, b_mn=1),
                 dict(l2=0x233, k=200, lda=200, ldb=200), dict(l2=0x233, n=60, ldd=64),
                 dict(l2=0x433, splits=2, ws=16, cnt=16, tma=0)):
@@ -296,6 +307,81 @@ def test_b_group_rules():
                 (128, 64, 8, False, False, False, True, 3), (128, 64, 4, False, False, False, True, 4)):
         with pytest.raises(ValueError, match="b_group"):
             ops.render(*bad)
+
+
+def test_multicast_config_rules():
+    """2-CTA multicast (num_multicast 2): make_config and render build pairs sharing A or B where each
+    CTA can load half the shared operand's stage, with a grid of whole pairs, a kernel key / name of
+    their own and the template's multicast arguments; everything else is a ValueError naming the rule."""
+    import dataclasses
+
+    from finegemm.heuristics import sm90_bf16_gemm as heur
+    from finegemm.ops import sm90_bf16_gemm as ops
+
+    # B shared by two m-blocks: 3 m-blocks (one phantom partner) x 12 n-blocks = 24 pairs.
+    b_pair = heur.make_config(300, 2112, 7168, 132, False, False, False, False, 128, 176, 1, num_multicast=2)
+    assert (b_pair.num_multicast, b_pair.multicast_on_a, b_pair.grid) == (2, False, 48)
+    # A shared by two n-blocks: 33 m-blocks x 3 pairs of n-blocks = 99 pairs, 66 fit on 132 SMs.
+    a_pair = heur.make_config(4097, 584, 1024, 132, True, False, False, False, 128, 128, 1, num_multicast=2,
+                              multicast_on_a=True)
+    assert (a_pair.multicast_on_a, a_pair.grid) == (True, 132)
+    plain = heur.make_config(300, 2112, 7168, 132, False, False, False, False, 128, 176, 1)
+    assert plain.kernel_key() == b_pair.kernel_key()[:7] and len(plain.kernel_key()) == 7
+    assert b_pair.kernel_key()[7:] == (1, 2, False) and a_pair.kernel_key()[7:] == (1, 2, True)
+    assert ops.kernel_name(b_pair.kernel_key()).endswith("_tmas_mc2b")
+    assert ops.kernel_name(a_pair.kernel_key()).endswith("_tmas_mc2a")
+    assert "sm90_bf16_gemm<128, 176, 4, false, false, false, true, 0, false, false, 1, 2, false>(" in \
+        ops.render(*b_pair.kernel_key())
+    assert (f"sm90_bf16_gemm<128, 128, {a_pair.num_stages}, true, false, false, true, 0, false, false, 1, 2, true>("
+            in ops.render(*a_pair.kernel_key()))
+    assert ops.dense_options_arg(plain) == ops.dense_options_arg(b_pair) - ops.MULTICAST_PAIR_BIT
+    assert ops.dense_options_arg(a_pair) & (ops.MULTICAST_PAIR_BIT | ops.MULTICAST_ON_A_BIT) == \
+        ops.MULTICAST_PAIR_BIT | ops.MULTICAST_ON_A_BIT
+    # A shared B is loaded in halves, one k-block a box: no B groups (b_group_fits says no).
+    assert not heur.b_group_fits(dataclasses.replace(b_pair, num_stages=8, block_n=64), 2)
+    bad = [
+        (dict(num_splits=2, block_n=64), "split-K"),  # a split cluster is the cluster
+        (dict(num_multicast=3), "1 or 2"),
+        (dict(b_mn=True, block_n=192), "multiple of 128"),  # an N-major B: whole 64-column boxes each
+        (dict(a_mn=True, block_m=64, on_a=True), "multiple of 128"),  # an M-major A likewise
+    ]
+    for kw, rule in bad:
+        with pytest.raises(ValueError, match=rule):
+            heur.make_config(300, 2112, 7168, 132, kw.get("a_mn", False), kw.get("b_mn", False), False, False,
+                             kw.get("block_m", 128), kw.get("block_n", 176), kw.get("num_splits", 1),
+                             num_multicast=kw.get("num_multicast", 2), multicast_on_a=kw.get("on_a", False))
+    with pytest.raises(ValueError, match="B groups"):
+        ops.render(128, 64, 8, False, False, False, True, 2, 2, False)
+    with pytest.raises(ValueError, match="split-K"):
+        ops.render(128, 64, 8, False, False, True, False, 1, 2, True)
+
+
+@pytest.mark.nvcc
+def test_multicast_tiles_compile_clean():
+    """The multicast pairs in every layout, sharing A and sharing B, K-major halves (boxes of half
+    the rows) and MN-major halves (half the 64-wide boxes), the tall tile too: spill-free,
+    unserialized wgmmas, the multicast TMA loads and the cluster barriers in SASS."""
+    from finegemm import jit
+    from finegemm.ops.sm90_bf16_gemm import render
+
+    jobs = [(f"{layout}_bm{bm}_bn{bn}_s{st}_mc2{'a' if on_a else 'b'}",
+             render(bm, bn, st, a_mn, b_mn, False, True, 1, 2, on_a))
+            for layout, a_mn, b_mn in (("nt", False, False), ("nn", False, True), ("tn", True, True), ("tt", True, False))
+            for bm, bn, st, on_a in ((128, 256, 3, True), (128, 256, 3, False), (128, 128, 4, True),
+                                     (128, 176, 4, False), (64, 128, 6, True), (256, 128, 3, True))
+            if not (on_a and a_mn and bm % 128) and not (not on_a and b_mn and bn % 128)]
+    reports = jit.compile_check(jobs, raise_on_failure=False)
+    bad = [r for r in reports if not r["ok"]]
+    assert not bad, "\n".join(f"{r['label']}: {r['reasons']} {r['error'] or ''}" for r in bad)
+    assert len(reports) == 20
+    for r in reports:
+        assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_frame"] == 0, r
+        assert not r["wgmma_serialized"], r["label"]
+        sass = _sass(r["cubin"])
+        if sass is not None:
+            assert re.search(r"UTMALDG\.2D\.MULTICAST", sass), f"{r['label']}: no multicast TMA load in SASS"
+            assert "UCGABAR_WAIT" in sass, f"{r['label']}: no cluster barrier in SASS"
+            assert not re.search(r"\b(LDL|STL)\b", sass), f"{r['label']}: local memory traffic in SASS"
 
 
 @pytest.mark.nvcc

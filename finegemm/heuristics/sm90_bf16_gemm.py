@@ -76,6 +76,7 @@ __all__ = [
     "TALL_BLOCK_M",
     "TALL_MAX_BLOCK_N",
     "check_tall_tile",
+    "check_multicast",
     "clear_cache",
     "select_grouped_config",
     "make_grouped_config",
@@ -140,6 +141,28 @@ MODEL_SPLIT_TILES = ((64, 32), (64, 64), (64, 128))
 # block_m 128 where measured, benchmarks/NOTES.md v1.10).
 TALL_BLOCK_M = 256
 TALL_MAX_BLOCK_N = 128
+
+
+def check_multicast(block_m: int, block_n: int, a_mn_major: bool, b_mn_major: bool, num_splits: int,
+                    num_multicast: int, multicast_on_a: bool, b_group: int = 1) -> None:
+    """The 2-CTA multicast's rule (the kernel's static_asserts, the host launcher's check): pairs
+    only, without split-K (a split cluster is the cluster) or B groups on a shared B; each CTA loads
+    half of the shared operand's stage: half the rows of a K-major box (8-row swizzle atoms), or half
+    of an MN-major operand's 64-wide boxes. ValueError naming the rule otherwise."""
+    if num_multicast == 1:
+        return
+    if num_multicast != 2:
+        raise ValueError(f"num_multicast must be 1 or 2 (a pair of CTAs), got {num_multicast}")
+    if num_splits != 1:
+        raise ValueError(f"multicast is not combined with split-K (got {num_splits} splits)")
+    block, mn_major, name = (block_m, a_mn_major, "A") if multicast_on_a else (block_n, b_mn_major, "B")
+    if mn_major and block % 128 != 0:
+        raise ValueError(f"multicast of an MN-major {name} needs its block ({block}) a multiple of 128 "
+                         f"(whole 64-wide boxes per CTA)")
+    if not mn_major and (block // 2) % 8 != 0:
+        raise ValueError(f"multicast of a K-major {name} needs half its block ({block}) a multiple of 8")
+    if not multicast_on_a and b_group != 1:
+        raise ValueError("multicast of B is not combined with B groups (b_group > 1)")
 
 
 def check_tall_tile(block_m: int, block_n: int, num_splits: int) -> None:
@@ -220,6 +243,11 @@ class Bf16GemmConfig:
     # from registers anyway, so the staging's shared memory can hold another stage). Forced configs
     # only (scripts/probe_bf16_configs.py): the planner never picks it (v1.09 measured no gain).
     direct_epilogue: bool = False
+    # 2: a cluster of two CTAs shares one operand through TMA multicast (multicast_on_a: two n-blocks
+    # of one m-block share A; else two m-blocks share B). Dense kind, no split-K (check_multicast).
+    # Forced configs only so far: the model and the tuner do not build it.
+    num_multicast: int = 1
+    multicast_on_a: bool = False
 
     @property
     def split_k(self) -> bool:
@@ -242,8 +270,11 @@ class Bf16GemmConfig:
 
     def kernel_key(self) -> tuple:
         """What selects the compiled kernel (everything else is a runtime argument)."""
-        return (self.block_m, self.block_n, self.num_stages, self.a_mn_major, self.b_mn_major, self.split_k,
-                self.tma_store) + ((self.b_group,) if self.b_group != 1 else ())
+        key = (self.block_m, self.block_n, self.num_stages, self.a_mn_major, self.b_mn_major, self.split_k,
+               self.tma_store)
+        if self.num_multicast != 1:
+            return key + (self.b_group, self.num_multicast, self.multicast_on_a)
+        return key + ((self.b_group,) if self.b_group != 1 else ())
 
     def grouped_kernel_key(self) -> tuple:
         """(block_m, block_n, num_stages, gemm_kind, b_mn_major) of an m-grouped config."""
@@ -395,9 +426,11 @@ def b_group_fits(cfg: Bf16GemmConfig, group: int) -> bool:
     """Whether a dense configuration may read B in boxes of `group` consecutive k-blocks (b_group;
     the kernel's kBGroup and the host's rule): 2 or 4 dividing the ring, at least two groups in the
     ring (the consumers release a stage one k-block late), a K-major B, whole k-blocks (K % 64 == 0),
-    whole 8-row groups of B (N % 8 == 0), every split's k-range whole groups."""
+    whole 8-row groups of B (N % 8 == 0), every split's k-range whole groups; B not multicast."""
     if cfg.gemm_kind != GEMM_NORMAL or cfg.b_mn_major or cfg.num_stages < 2 * group:
         return False
+    if cfg.num_multicast != 1 and not cfg.multicast_on_a:
+        return False  # a shared B is loaded in halves, one k-block a box (check_multicast)
     return whole_b_groups(group, cfg.num_stages, cfg.k, BLOCK_K, cfg.n, cfg.num_splits)
 
 
@@ -462,14 +495,17 @@ def config_from_fields(f: dict, m: int, n: int, k: int, num_sms: int, a_mn_major
 
 def make_config(m: int, n: int, k: int, num_sms: int, a_mn_major: bool, b_mn_major: bool, out_fp32: bool,
                 has_c: bool, block_m: int, block_n: int, num_splits: int, est_us: float = 0.0,
-                num_stages: int | None = None, direct_epilogue: bool = False) -> Bf16GemmConfig:
+                num_stages: int | None = None, direct_epilogue: bool = False, num_multicast: int = 1,
+                multicast_on_a: bool = False) -> Bf16GemmConfig:
     """A configuration of the kernel space for a problem (stages: the model's ring unless given,
     model_stages(), up to the kernel's MAX_STAGES; grid: one CTA per unit up to num_sms;
-    direct_epilogue: no staging, for an fp32 D without split-K). Raises ValueError for a tile,
-    split or ring outside the space or the problem."""
+    direct_epilogue: no staging, for an fp32 D without split-K; num_multicast 2: CTA pairs sharing A
+    (multicast_on_a) or B, the grid a whole number of pairs). Raises ValueError for a tile, split,
+    ring or multicast outside the space or the problem."""
     if block_m not in (64, 128, TALL_BLOCK_M) or block_n not in block_n_candidates(b_mn_major):
         raise ValueError(f"block {block_m}x{block_n} outside the BF16 kernel space for this layout")
     check_tall_tile(block_m, block_n, num_splits)
+    check_multicast(block_m, block_n, a_mn_major, b_mn_major, num_splits, num_multicast, multicast_on_a)
     num_kb = ceil_div(k, BLOCK_K)
     if num_splits < 1 or num_splits > min(MAX_SPLITS, num_kb):
         raise ValueError(f"num_splits {num_splits} outside [1, min({MAX_SPLITS}, {num_kb} k-blocks)]")
@@ -485,12 +521,19 @@ def make_config(m: int, n: int, k: int, num_sms: int, a_mn_major: bool, b_mn_maj
     top = max_stages(block_m, block_n, tma, cap=MAX_STAGES)
     if not MIN_STAGES <= stages <= top:
         raise ValueError(f"num_stages {stages} outside [{MIN_STAGES}, {top}] for block {block_m}x{block_n}")
+    grid = min(num_sms, units)
+    if num_multicast == 2:
+        # Pairs of tiles (a phantom partner past an odd block count): a whole number of clusters.
+        pairs = (ceil_div(ceil_div(n, block_n), 2) * ceil_div(m, block_m) if multicast_on_a
+                 else ceil_div(ceil_div(m, block_m), 2) * ceil_div(n, block_n))
+        grid = 2 * min(num_sms // 2, pairs)
     return Bf16GemmConfig(
         m=m, n=n, k=k, a_mn_major=bool(a_mn_major), b_mn_major=bool(b_mn_major), block_m=block_m, block_n=block_n,
-        num_stages=stages, num_splits=num_splits, grid=min(num_sms, units),
+        num_stages=stages, num_splits=num_splits, grid=grid,
         smem_bytes=smem_bytes(block_m, block_n, stages, tma), num_threads=num_threads(block_m), num_tiles=tiles,
         num_units=units, out_fp32=bool(out_fp32), has_c=bool(has_c), est_us=est_us,
-        direct_epilogue=bool(direct_epilogue),
+        direct_epilogue=bool(direct_epilogue), num_multicast=int(num_multicast),
+        multicast_on_a=bool(multicast_on_a) and num_multicast == 2,
     )
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import array
 import ctypes
+import dataclasses
 import threading
 from typing import Optional
 
@@ -36,8 +37,8 @@ import torch
 from finegemm import jit, quant, runtime
 from finegemm.ops.contiguous_layout import checked_group_ids
 from finegemm.ops._runtime import (PreparedLaunch, SplitKWorkspace, c_function, check_tile,
-                                   is_capturing, l2_promotion_arg, prepare_function, prepared_handle_functions,
-                                   raw_stream)
+                                   is_capturing, l2_promotion_arg, max_active_clusters, prepare_function,
+                                   prepared_handle_functions, raw_stream)
 from finegemm.ops._runtime import with_diag_b_group as _with_diag_b_group
 from finegemm.heuristics.sm90_bf16_gemm import (
     GEMM_GROUPED_CONTIGUOUS,
@@ -49,6 +50,7 @@ from finegemm.heuristics.sm90_bf16_gemm import (
     Bf16GemmConfig,
     all_kernel_keys,
     b_group_fits,
+    check_multicast,
     check_tall_tile,
     grouped_kernel_keys,
     k_grouped_k_bucket,
@@ -86,11 +88,14 @@ def _b(x: bool) -> str:
 
 
 def render(block_m: int, block_n: int, num_stages: int, a_mn_major: bool, b_mn_major: bool, split_k: bool,
-           tma_store: bool, b_group: int = 1) -> str:
+           tma_store: bool, b_group: int = 1, num_multicast: int = 1, multicast_on_a: bool = False) -> str:
     """The instantiation source of one kernel configuration (b_group 2 / 4: a K-major B's boxes cover
-    that many k-blocks; the launch's rule is heuristics.b_group_fits)."""
+    that many k-blocks; the launch's rule is heuristics.b_group_fits; num_multicast 2: CTA pairs
+    sharing A or B, heuristics.check_multicast)."""
     check_tile(block_m, block_n, num_stages, (64, 128, TALL_BLOCK_M))
     check_tall_tile(block_m, block_n, 2 if split_k else 1)
+    check_multicast(block_m, block_n, a_mn_major, b_mn_major, 2 if split_k else 1, num_multicast, multicast_on_a,
+                    b_group)
     if b_group != 1 and (b_group not in (2, 4) or b_mn_major or num_stages % b_group or num_stages < 2 * b_group):
         raise ValueError(f"b_group {b_group}: 2 or 4 dividing num_stages, at least two groups in the ring, "
                          "a K-major B")
@@ -99,17 +104,23 @@ def render(block_m: int, block_n: int, num_stages: int, a_mn_major: bool, b_mn_m
                          f"got {block_n}")
     if split_k and tma_store:
         raise ValueError("the TMA-store epilogue is not combined with split-K")
+    tail = f", 0, false, false, {b_group}" if b_group != 1 or num_multicast != 1 else ""
+    if num_multicast != 1:
+        tail += f", {num_multicast}, {_b(multicast_on_a)}"
     return _TEMPLATE.format(threads=(block_m // 64 + 1) * 128, block_m=block_m, block_n=block_n, stages=num_stages,
                             a_mn_major=_b(a_mn_major), b_mn_major=_b(b_mn_major), split_k=_b(split_k),
-                            tma_store=_b(tma_store), tail=f", 0, false, false, {b_group}" if b_group != 1 else "")
+                            tma_store=_b(tma_store), tail=tail)
 
 
 def kernel_name(key: tuple) -> str:
-    """key: a kernel_key() (7 entries, an 8th with a B group)."""
+    """key: a kernel_key() (7 entries, an 8th with a B group; with multicast the B group, the pair
+    size and whether A is the shared operand)."""
     bm, bn, st, a_mn, b_mn, split, tma, *rest = key
     layout = {v: k for k, v in LAYOUTS.items()}[(bool(a_mn), bool(b_mn))]
+    b_group = rest[0] if rest else 1
+    mc = f"_mc{rest[1]}{'a' if rest[2] else 'b'}" if len(rest) > 1 else ""
     return (f"sm90_bf16_gemm_{layout}_bm{bm}_bn{bn}_s{st}{'_splitk' if split else ''}{'_tmas' if tma else ''}"
-            f"{f'_bg{rest[0]}' if rest else ''}")
+            f"{f'_bg{b_group}' if b_group != 1 else ''}{mc}")
 
 
 def _render_key(key: tuple) -> str:
@@ -153,6 +164,32 @@ _plans_lock = threading.Lock()
 def with_diag_b_group(cfg: Bf16GemmConfig) -> Bf16GemmConfig:
     """The selected config with FINEGEMM_DIAG_B_GROUP's B group where it fits (ops/_runtime.py)."""
     return _with_diag_b_group(cfg, b_group_fits)
+
+
+# The dense launcher's packed options (host/sm90_bf16_gemm.cpp encode_dense): bit 12 a multicast
+# pair, bit 13 A its shared operand (else B), above the L2 promotions and the B group.
+MULTICAST_PAIR_BIT = 1 << 12
+MULTICAST_ON_A_BIT = 1 << 13
+
+
+def dense_options_arg(cfg: Bf16GemmConfig) -> int:
+    """The packed `l2_promotion` argument of a dense launch (promotions, B group, multicast)."""
+    arg = l2_promotion_arg(cfg.l2_promotion, cfg.b_group)
+    if cfg.num_multicast == 2:
+        arg |= MULTICAST_PAIR_BIT | (MULTICAST_ON_A_BIT if cfg.multicast_on_a else 0)
+    return arg
+
+
+def _fit_clusters(cfg: Bf16GemmConfig, fn: int) -> Bf16GemmConfig:
+    """A multicast grid must fit on the GPU at once as 2-CTA clusters (GPC boundaries can leave SMs
+    unpaired): shrink it to the clusters the driver reports (as the FP8 family's plan)."""
+    if cfg.num_multicast == 1:
+        return cfg
+    clusters = max_active_clusters(fn, cfg.num_multicast, cfg.num_threads, cfg.smem_bytes)
+    if clusters <= 0:
+        return cfg  # no answer: keep the plan
+    grid = min(cfg.grid, cfg.num_multicast * clusters)
+    return cfg if grid == cfg.grid else dataclasses.replace(cfg, grid=grid)
 
 
 def _load(cfg: Bf16GemmConfig, device: int) -> int:
@@ -210,8 +247,9 @@ class PreparedBf16Call(PreparedLaunch):
         cfg = self.cfg
         m, n, k = self._tail[:3]
         layout = ("t" if self._tail[6] else "n") + ("n" if self._tail[7] else "t")
+        mc = f", multicast={'A' if cfg.multicast_on_a else 'B'}" if cfg.num_multicast > 1 else ""
         return (f"sm90_bf16_gemm (layout={layout}, m={m}, n={n}, k={k}, block_m={cfg.block_m}, "
-                f"block_n={cfg.block_n}, splits={cfg.num_splits})")
+                f"block_n={cfg.block_n}, splits={cfg.num_splits}{mc})")
 
 
 def prepare(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: Optional[torch.Tensor] = None,
@@ -255,7 +293,10 @@ def prepare(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: Optional[torch
         if config.b_group != 1 and not b_group_fits(config, config.b_group):
             raise ValueError(f"sm90_bf16_gemm: b_group {config.b_group} needs 2 or 4 dividing num_stages, at least "
                              f"two groups in the ring, a K-major B, K % 64 == 0, N % 8 == 0 and whole groups per split")
-        cfg, fn = config, _load(config, device.index)
+        check_multicast(config.block_m, config.block_n, a_mn, b_mn, config.num_splits, config.num_multicast,
+                        config.multicast_on_a, config.b_group)
+        fn = _load(config, device.index)
+        cfg = _fit_clusters(config, fn)
     _get_launcher()
     lda = _row_pitch(a, m if a_mn else k)
     ldb = _row_pitch(b, n if b_mn else k)
@@ -263,7 +304,7 @@ def prepare(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: Optional[torch
     head = (fn, a.data_ptr(), b.data_ptr(), d.data_ptr(), c.data_ptr() if has_c else None)
     tail = (m, n, k, lda, ldb, ldd, 1 if a_mn else 0, 1 if b_mn else 0,
             cfg.block_m, cfg.block_n, cfg.num_splits, 1 if out_fp32 else 0, 1 if cfg.tma_store else 0,
-            cfg.grid, cfg.smem_bytes, l2_promotion_arg(cfg.l2_promotion, cfg.b_group))
+            cfg.grid, cfg.smem_bytes, dense_options_arg(cfg))
     return PreparedBf16Call(cfg, head, tail, device, not keepalive, keepalive)
 
 

@@ -77,6 +77,12 @@ int encode_dense(Sm90Bf16Launch* L, uint64_t fn, void* a, void* b, void* d, void
                  int ldb, int ldd, int a_mn_major, int b_mn_major, int block_m, int block_n, int num_splits,
                  int out_fp32, int tma_store, int grid, int smem_bytes, int l2_promotion) {
   if (fn == 0 || a == nullptr || b == nullptr || d == nullptr) return fg::FG_ERROR_INVALID_ARGUMENT;
+  // Bits 12-13 of the packed options: a 2-CTA multicast pair (kNumMulticast 2), and whether A is
+  // its shared operand (kMulticastOnA; else B). The rest: fg::unpack_dense_options.
+  const bool mc_pair = l2_promotion >= 0 && (l2_promotion & (1 << 12)) != 0;
+  const bool mc_on_a = l2_promotion >= 0 && (l2_promotion & (1 << 13)) != 0;
+  if (mc_on_a && !mc_pair) return fg::FG_ERROR_INVALID_ARGUMENT;
+  if (l2_promotion >= 0) l2_promotion &= ~(3 << 12);
   CUtensorMapL2promotion promo_a, promo_b;
   int b_group = 0;  // l2_promotion's bits 8-11 (fg::unpack_dense_options)
   if (!fg::unpack_dense_options(l2_promotion, &promo_a, &promo_b, &b_group)) return fg::FG_ERROR_INVALID_ARGUMENT;
@@ -99,15 +105,28 @@ int encode_dense(Sm90Bf16Launch* L, uint64_t fn, void* a, void* b, void* d, void
                                                          num_splits)))
     return fg::FG_ERROR_INVALID_ARGUMENT;
 
+  // Multicast pairs (the kernel's rule, heuristics.check_multicast): no split-K, an even grid, no
+  // B groups on a shared B; each CTA loads half the shared operand: half a K-major box's rows (8-row
+  // atoms) or half of an MN-major operand's 64-wide boxes.
+  if (mc_pair) {
+    const int shared_block = mc_on_a ? block_m : block_n;
+    const bool shared_mn = mc_on_a ? a_mn_major != 0 : b_mn_major != 0;
+    if (num_splits != 1 || grid % 2 != 0 || (!mc_on_a && b_grouped)) return fg::FG_ERROR_INVALID_ARGUMENT;
+    if (shared_mn ? shared_block % 128 != 0 : (shared_block / 2) % 8 != 0) return fg::FG_ERROR_INVALID_ARGUMENT;
+  }
+
   const fg::Driver& drv = fg::driver();
   if (!drv.ok) return fg::FG_ERROR_NO_DRIVER;
 
   // K-major A: the last m-block's box holds only its rows (impls/fitted_box_rows.h, as the kernel
-  // counts); a second encode only where it differs from tmap_a's.
+  // counts); a second encode only where it differs from tmap_a's. A shared A keeps full boxes, each
+  // CTA of the pair loading half of them (a K-major A: boxes of half the rows).
   const uint32_t um = static_cast<uint32_t>(m), ubm = static_cast<uint32_t>(block_m);
-  const int first_rows = static_cast<int>(finegemm::impls::first_a_box_rows(um, ubm, a_mn_major == 0, false));
-  const int last_rows = static_cast<int>(finegemm::impls::last_a_box_rows(um, ubm, a_mn_major == 0, false));
-  CUresult r = bf16_operand_tmap(&L->tmap_a, a, a_mn_major != 0, m, k, lda, first_rows, promo_a);
+  const bool a_shared = mc_pair && mc_on_a;
+  const int first_rows = static_cast<int>(finegemm::impls::first_a_box_rows(um, ubm, a_mn_major == 0, a_shared));
+  const int last_rows = static_cast<int>(finegemm::impls::last_a_box_rows(um, ubm, a_mn_major == 0, a_shared));
+  const int a_box_rows = a_shared && a_mn_major == 0 ? block_m / 2 : first_rows;
+  CUresult r = bf16_operand_tmap(&L->tmap_a, a, a_mn_major != 0, m, k, lda, a_box_rows, promo_a);
   if (r != CUDA_SUCCESS) return r;
   if (last_rows == first_rows) {
     L->tmap_a_last = L->tmap_a;
@@ -120,7 +139,9 @@ int encode_dense(Sm90Bf16Launch* L, uint64_t fn, void* a, void* b, void* d, void
                                static_cast<uint64_t>(n), static_cast<uint64_t>(ldb) * 2u,
                                static_cast<uint32_t>(block_n), static_cast<uint32_t>(b_group), promo_b);
   } else {
-    r = bf16_operand_tmap(&L->tmap_b, b, b_mn_major != 0, n, k, ldb, block_n, promo_b);
+    const bool b_shared = mc_pair && !mc_on_a;
+    r = bf16_operand_tmap(&L->tmap_b, b, b_mn_major != 0, n, k, ldb,
+                          b_shared && b_mn_major == 0 ? block_n / 2 : block_n, promo_b);
   }
   if (r != CUDA_SUCCESS) return r;
 
@@ -149,9 +170,10 @@ int encode_dense(Sm90Bf16Launch* L, uint64_t fn, void* a, void* b, void* d, void
   L->grid = static_cast<unsigned>(grid);
   L->threads = static_cast<unsigned>((block_m / 64 + 1) * 128);
   L->smem_bytes = static_cast<unsigned>(smem_bytes);
-  L->cluster = fg::split_cluster_size(L->fn, m, n, block_m, block_n, fg::kBf16ClusterSplitMaxN, num_splits, grid,
-                                      static_cast<int>(L->threads), smem_bytes);
-  L->split_in_cluster = L->cluster > 1;
+  L->cluster = mc_pair ? 2u
+                       : fg::split_cluster_size(L->fn, m, n, block_m, block_n, fg::kBf16ClusterSplitMaxN, num_splits,
+                                                grid, static_cast<int>(L->threads), smem_bytes);
+  L->split_in_cluster = !mc_pair && L->cluster > 1;
   // A split cluster stores a bf16 D (no C) per warp through TMA (16-row boxes; the kernel's
   // kSplitTmaStore, which ignores the flag where its staging does not fit).
   if (L->split_in_cluster && out_fp32 == 0 && c == nullptr && fg::split_tma_store_on()) {

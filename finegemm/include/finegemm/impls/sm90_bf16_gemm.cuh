@@ -92,6 +92,7 @@
 #include <finegemm/ptx/wgmma_bf16.cuh>
 #include <finegemm/scheduler/contiguous_layout_check.cuh>
 #include <finegemm/scheduler/grouped_bf16.cuh>
+#include <finegemm/scheduler/persistent.cuh>
 
 namespace finegemm {
 namespace impls {
@@ -192,7 +193,7 @@ struct Bf16TileScheduler {
 
 template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages, bool kAMnMajor, bool kBMnMajor, bool kSplitK,
           bool kTmaStore, uint32_t kGemmKind = scheduler::kBf16GemmNormal, bool kLayoutCheck = false,
-          bool kPsumLayout = false, uint32_t kBGroup = 1>
+          bool kPsumLayout = false, uint32_t kBGroup = 1, uint32_t kNumMulticast = 1, bool kMulticastOnA = false>
 __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const CUtensorMap* tmap_b,
                                                const CUtensorMap* tmap_d, void* d_ptr, const float* c_ptr,
                                                float* workspace, int* counters, uint32_t M, uint32_t N, uint32_t K,
@@ -245,6 +246,20 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
                                  kGemmKind == scheduler::kBf16GemmNormal && !diag::kNoTma && !diag::kHalfBTma),
                 "B groups: 2 or 4 k-blocks dividing the ring, two groups at least, dense kind, K-major B");
   using BRing = BGroupRing<kBGroup, Traits::kSmemB>;
+  // 2-CTA multicast (kNumMulticast 2; the FP8 kernel's machinery): a cluster of two CTAs shares
+  // one operand. kMulticastOnA: the pair holds two n-blocks of one m-block and each CTA loads half
+  // of A's stage into both; else two m-blocks of one n-block sharing B. A K-major operand's half is
+  // a box of half the rows (the host encodes it); an MN-major one's is half of its 64-wide boxes.
+  // Dense kind only, no split-K (a split cluster is the cluster), no B groups on a shared B.
+  constexpr bool kMcA = kNumMulticast == 2 && kMulticastOnA;
+  constexpr bool kMcB = kNumMulticast == 2 && !kMulticastOnA;
+  static_assert(kNumMulticast == 1 || (kNumMulticast == 2 && kGemmKind == scheduler::kBf16GemmNormal && !kSplitK &&
+                                       (kBGroup == 1 || kMcA) && !diag::kHalfATma && !diag::kHalfBTma),
+                "multicast: pairs, dense kind, no split-K, no B groups on a shared B");
+  static_assert(!kMcA || (kAMnMajor ? BLOCK_M % 128 == 0 : (BLOCK_M / 2) % 8 == 0),
+                "A multicast halves: whole 64-row boxes each (M-major A) or 8-row swizzle atoms (K-major A)");
+  static_assert(!kMcB || (kBMnMajor ? BLOCK_N % 128 == 0 : (BLOCK_N / 2) % 8 == 0),
+                "B multicast halves: whole 64-column boxes each (N-major B) or 8-row swizzle atoms (K-major B)");
   using Walker = scheduler::Bf16GroupedWalker<kGrouped ? kGemmKind : scheduler::kBf16GemmGroupedContiguous, BLOCK_M,
                                               BLOCK_N, 8, kPsumLayout>;
   using KWalker = scheduler::Bf16KGroupedWalker<BLOCK_M, BLOCK_N, 8>;
@@ -276,6 +291,25 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
   const uint32_t num_m_blocks = (M + BLOCK_M - 1) / BLOCK_M;
   const uint32_t num_n_blocks = (N + BLOCK_N - 1) / BLOCK_N;
   const Bf16TileScheduler<8> sched(num_m_blocks, num_n_blocks, kSplitK ? num_splits : 1u);
+  // Multicast pairs walk super-tiles (scheduler/persistent.cuh: the same column-group order);
+  // cluster c takes units c, c + clusters, ... and CTA `rank` the rank-th tile of each. A pair's
+  // second tile may lie past the grid (odd block count): a phantom that loads (zero-filled) for its
+  // peer and stores nothing.
+  const scheduler::PersistentScheduler<kMcB ? 2 : 1, kMcA ? 2 : 1, 8> pair_sched(num_m_blocks, num_n_blocks, 1u);
+  [[maybe_unused]] const uint32_t rank = kNumMulticast > 1 ? ptx::cluster_ctarank() : 0u;
+  // The loops' unit walk, evaluated where the loops use it (values computed up here changed the
+  // non-multicast kernels' SASS): cluster c of a multicast launch walks units c, c + clusters, ...
+  auto first_unit = [&]() { return kNumMulticast > 1 ? blockIdx.x / kNumMulticast : blockIdx.x; };
+  auto unit_stride = [&]() { return kNumMulticast > 1 ? gridDim.x / kNumMulticast : gridDim.x; };
+  auto dense_units = [&]() { return kNumMulticast > 1 ? pair_sched.num_units : sched.num_units; };
+  // The dense kind's tile of `unit` (kb range included).
+  auto dense_tile = [&](uint32_t unit, uint32_t& m_block, uint32_t& n_block, uint32_t& split) {
+    if constexpr (kNumMulticast > 1) {
+      pair_sched.get(unit, rank, m_block, n_block, split);
+    } else {
+      sched.get(unit, m_block, n_block, split);
+    }
+  };
   // Split-K through distributed shared memory (epilogue/split_k.cuh, as the FP8 kernel): the host
   // launches the splits of each tile as one cluster (rank = split) when every CTA runs exactly one
   // unit and the tile is at most 64 columns wide (fg::split_cluster_size); the partials then never
@@ -296,15 +330,26 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
     // A split cluster must be exactly one tile's splits, one unit per CTA (the host's rule).
     if (split_cluster && (ptx::cluster_nctarank() != num_splits || num_splits > 8 || sched.num_units != gridDim.x))
       __trap();
+    // A multicast pair must be launched as 2-CTA clusters (the host's packed option).
+    if constexpr (kNumMulticast > 1) {
+      if (ptx::cluster_nctarank() != kNumMulticast) __trap();
+    }
 #pragma unroll
     for (uint32_t s = 0; s < kNumStages; ++s) {
       ptx::mbar_init(full_bar(s), 1);
-      ptx::mbar_init(empty_bar(s), kNumConsumerWG * 4);  // lane 0 of every consumer warp
+      // Lane 0 of every consumer warp (of both CTAs of a multicast pair: the peer's loads write
+      // into this CTA's stage too).
+      ptx::mbar_init(empty_bar(s), kNumConsumerWG * 4 * kNumMulticast);
     }
     ptx::fence_mbarrier_init();
     ptx::fence_proxy_async_shared();
   }
-  __syncthreads();
+  // A multicast peer must see initialized barriers before it loads into them.
+  if constexpr (kNumMulticast > 1) {
+    ptx::cluster_sync();
+  } else {
+    __syncthreads();
+  }
   // Nothing above touches global memory; everything below may (ptx::griddep_wait).
   ptx::griddep_wait();
   ptx::griddep_launch_dependents();
@@ -373,7 +418,7 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
       // Dense kind with K-major A: the last m-block loads through tmap_a_last, whose box holds only
       // its rows (impls/fitted_box_rows.h; the host encodes the same boxes); the stage expects only
       // the bytes it loads.
-      constexpr bool kFitA = !kKGrouped && !kAMnMajor;
+      constexpr bool kFitA = !kKGrouped && !kAMnMajor && !kMcA;  // an A multicast pair keeps full boxes
       const uint32_t first_tx_a = first_a_box_rows(M, BLOCK_M, kFitA, false) * Traits::kRowBytes;
       const uint32_t last_tx_a = last_a_box_rows(M, BLOCK_M, kFitA, false) * Traits::kRowBytes;
       [[maybe_unused]] const uint32_t last_m_block = (M - 1u) / BLOCK_M;
@@ -387,13 +432,14 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
       [[maybe_unused]] const bool c_prefetch = kPrefetchC && (flags & kReduceAddFlags) == kReduceAddFlags;
       uint32_t stage = 0, phase = 0;
       [[maybe_unused]] const KWalker kwalk(M, N, kgroups, kKGrouped ? kgroups->num_slots : 0u);
-      for (uint32_t unit = blockIdx.x; unit < (kKGrouped ? kwalk.num_units : sched.num_units); unit += gridDim.x) {
+      for (uint32_t unit = first_unit(); unit < (kKGrouped ? kwalk.num_units : dense_units());
+           unit += unit_stride()) {
         uint32_t m_block, n_block, split, kb_begin, kb_end;
         [[maybe_unused]] uint32_t group = 0;
         if constexpr (kKGrouped) {
           kwalk.get(unit, m_block, n_block, group, kb_begin, kb_end);
         } else {
-          sched.get(unit, m_block, n_block, split);
+          dense_tile(unit, m_block, n_block, split);
           sched.k_range(split, num_kb, kb_begin, kb_end);
         }
         const int32_t m0 = static_cast<int32_t>(m_block * BLOCK_M);
@@ -422,7 +468,17 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
           const uint32_t dst_a = base + Traits::kOffA + stage * Traits::kSmemA;
           const uint32_t dst_b = base + Traits::kOffB + stage * Traits::kSmemB;
           if (!skip_a) {
-            if constexpr (kAMnMajor) {
+            if constexpr (kMcA && kAMnMajor) {
+              // This CTA's half of the (64 m, 64 k) boxes, into both CTAs of the pair.
+#pragma unroll
+              for (uint32_t c = rank * (BLOCK_M / 128); c < (rank + 1) * (BLOCK_M / 128); ++c)
+                ptx::tma_load_2d_multicast(dst_a + c * kChunk, tmap_a, full_bar(stage),
+                                           m0 + static_cast<int32_t>(c * 64), k0, 0x3);
+            } else if constexpr (kMcA) {
+              // This CTA's half of the rows (the host's box: BLOCK_M / 2 rows), into both CTAs.
+              ptx::tma_load_2d_multicast(dst_a + rank * (BLOCK_M / 2) * Traits::kRowBytes, tmap_a, full_bar(stage), k0,
+                                         m0 + static_cast<int32_t>(rank * (BLOCK_M / 2)), 0x3);
+            } else if constexpr (kAMnMajor) {
               // [K, M] storage: boxes of (64 m, 64 k), coordinates (m, k).
 #pragma unroll
               for (uint32_t c = 0; c < BLOCK_M / 64; ++c)
@@ -433,7 +489,15 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
             }
           }
           if (!skip_b) {
-            if constexpr (kBGroup > 1) {
+            if constexpr (kMcB && kBMnMajor) {
+#pragma unroll
+              for (uint32_t c = rank * (BLOCK_N / 128); c < (rank + 1) * (BLOCK_N / 128); ++c)
+                ptx::tma_load_2d_multicast(dst_b + c * kChunk, tmap_b, full_bar(stage),
+                                           n0 + static_cast<int32_t>(c * 64), k0, 0x3);
+            } else if constexpr (kMcB) {
+              ptx::tma_load_2d_multicast(dst_b + rank * (BLOCK_N / 2) * Traits::kRowBytes, tmap_b, full_bar(stage), k0,
+                                         n0 + static_cast<int32_t>(rank * (BLOCK_N / 2)), 0x3);
+            } else if constexpr (kBGroup > 1) {
               if (BRing::first(stage))
                 ptx::tma_load_4d_policy(dst_b, tmap_b, full_bar(stage), 0, 0, static_cast<int32_t>(kb), n0 / 8,
                                         l2_hints, pol_b);
@@ -484,13 +548,16 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
     auto release = [&](uint32_t s) {
       __syncwarp();
       if (lane == 0) ptx::mbar_arrive(empty_bar(s));
+      if constexpr (kNumMulticast > 1) {
+        if (lane == 1) ptx::mbar_arrive_cluster(empty_bar(s), rank ^ 1u);  // the peer's stage too
+      }
     };
 
     uint32_t stage = 0, phase = 0;
     [[maybe_unused]] Walker walker(M, N, grouped, num_groups, layout_info & 0xffu);
     [[maybe_unused]] const KWalker kwalk(M, N, kgroups, kKGrouped ? kgroups->num_slots : 0u);
-    for (uint32_t unit = blockIdx.x; kGrouped || unit < (kKGrouped ? kwalk.num_units : sched.num_units);
-         unit += gridDim.x) {
+    for (uint32_t unit = first_unit(); kGrouped || unit < (kKGrouped ? kwalk.num_units : dense_units());
+         unit += unit_stride()) {
       uint32_t m_block, n_block, split, kb_begin, kb_end, m0, n0;
       [[maybe_unused]] bool skip = false;
       uint32_t row_limit = M;  // rows >= row_limit (2-D D / C view) are never stored
@@ -517,7 +584,7 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
         m0 = t.a_row;  // first row in the 2-D A / D view
         n0 = n_block * BLOCK_N;
       } else {  // the dense loop head
-        sched.get(unit, m_block, n_block, split);
+        dense_tile(unit, m_block, n_block, split);
         sched.k_range(split, num_kb, kb_begin, kb_end);
         m0 = m_block * BLOCK_M;
         n0 = n_block * BLOCK_N;
@@ -607,6 +674,10 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
         }
       } else if constexpr (!diag::kNoMma) {
         release(prev_stage);  // every unit has at least one k-block (no-MMA builds released it)
+      }
+      // A multicast pair's phantom tile (past the last m- / n-block) only fed its peer's loads.
+      if constexpr (kNumMulticast > 1) {
+        if (m_block >= num_m_blocks || n_block >= num_n_blocks) continue;
       }
 
       // ---------------------------------------------------------------- split-K reduction
@@ -762,9 +833,10 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
     }
     if constexpr (kTmaStore) EpiTma::finish();  // the last tile's stores complete before exit (fp32 ring too)
   }
-  // Split cluster: no CTA may exit while split 0 can still read its partial (every thread, the
-  // producer warpgroup included, meets here).
-  if (split_cluster) ptx::cluster_sync();
+  // Split cluster: no CTA may exit while split 0 can still read its partial; multicast pair: while
+  // its peer can still load into it or arrive on its barriers (every thread, the producer
+  // warpgroup included, meets here).
+  if (kNumMulticast > 1 || split_cluster) ptx::cluster_sync();
 }
 
 }  // namespace impls
