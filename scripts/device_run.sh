@@ -3,7 +3,8 @@
 # Usage (from the repo root on the GPU machine):
 #   bash scripts/device_run.sh [all|tests|bench|sanitize|tune|pending|ab_contiguous|ab_bf16_half_a|ab_rotate|
 #                               fp8_einsum|ab_einsum|ab_einsum_tma|ab_split_tma|psum|psum_ncu|b_stream|ab_b_group|ab_b_group_bf16|b_group|b_group_check|ab_ffma_yield|
-#                               ab_split_spread|ab_fp32_direct|bf16_m128|skinny_l2]
+#                               ab_split_spread|ab_fp32_direct|bf16_m128|skinny_l2|
+#                               bf16_multicast]
 # "pending": the same-run A/Bs waiting for a GPU (below; their variant kernels precompiled into the
 # carried cache by scripts/precompile_pending.sh).
 # Every later GPU claim in benchmarks/results/ comes from this script.
@@ -285,6 +286,31 @@ if [[ "$what" == skinny_l2 ]]; then
   status=$(( status | ${PIPESTATUS[0]} ))
   # shellcheck disable=SC2086
   python3 scripts/trace_tiles.py $M4096_TRACE_CASES --out "$OUT/trace_m4096.json" 2>&1 | tee "$OUT/trace_m4096.log"
+  status=$(( status | ${PIPESTATUS[0]} ))
+fi
+# bf16_multicast (fifty-fifth session): the BF16 2-CTA multicast pairs (forced configs) in one call:
+# their GPU tests, the sanitizers on their cases, then the same tile with and without a shared
+# operand where v0.47's half-operand bound said a multicast could pay (M = 4096 nt, N = 2112 the
+# most) and on the mid-M LM head (B shared by the two m-blocks; the tall tile sharing A is
+# cuBLAS's 256 x 128 pair). Kernels: scripts/precompile_bf16.py and probe_bf16_configs.py
+# --precompile with these cases.
+MC_AB_CASES="4096,2112,7168,nt:auto 4096,2112,7168,nt:128,176,1,4,mcb 4096,2112,7168,nt:128,176,1,4,mca
+  4096,4096,7168,nt:auto 4096,4096,7168,nt:128,256,1,3,mcb 4096,4096,7168,nt:128,256,1,3,mca
+  4096,7168,2048,nt:auto 4096,7168,2048,nt:128,160,1,5,mcb 1024,4096,7168,nt:auto 1024,4096,7168,nt:128,256,1,3,mcb
+  256,128256,4096,nt:auto 256,128256,4096,nt:128,256,1,3,mcb 256,128256,4096,nt:256,128,1,3,mca
+  256,128256,4096,tn:auto 256,128256,4096,tn:128,256,1,3,mcb 512,128256,4096,nt:auto 512,128256,4096,nt:128,256,1,3,mcb"
+if [[ "$what" == bf16_multicast ]]; then
+  timeout 240 python3 -m pytest -q -rs -m gpu tests/gpu/test_bf16_gemm_gpu.py -k multicast -p no:cacheprovider \
+    --timeout 120 --timeout_method thread 2>&1 | tee "$OUT/multicast_gpu_tests.log"
+  status=$(( status | ${PIPESTATUS[0]} ))
+  for tool in memcheck racecheck synccheck; do
+    timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 3 python3 scripts/sanitize_cases.py \
+      "bf16 multicast" 2>&1 | tee "$OUT/sanitize_multicast_$tool.log"
+    status=$(( status | ${PIPESTATUS[0]} ))
+  done
+  # shellcheck disable=SC2086
+  python3 scripts/probe_bf16_configs.py $MC_AB_CASES --rounds "${FINEGEMM_PENDING_ROUNDS:-2}" \
+    --out "$OUT/ab_multicast.json" 2>&1 | tee "$OUT/ab_multicast.log"
   status=$(( status | ${PIPESTATUS[0]} ))
 fi
 if [[ "$what" == all || "$what" == bench ]]; then

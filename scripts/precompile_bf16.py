@@ -139,6 +139,20 @@ def tall_tile_test_configs() -> list:
             for o in t.TALL_OUTS]
 
 
+def multicast_test_configs() -> list:
+    """The forced multicast pairs of tests/gpu/test_bf16_gemm_gpu.py (test_multicast_pairs and the
+    bit-equality test against lone CTAs)."""
+    t = _bf16_gpu_test_module()
+    cfgs = [t.multicast_config(m, n, k, bm, bn, on_a, layout, o) for (m, n, k, bm, bn, on_a) in t.MC_CASES
+            for layout in LAYOUTS for o in ("bf16", "fp32", "fp32+c") if t.multicast_case_fits(bm, bn, on_a, layout)]
+    from finegemm.heuristics.sm90_bf16_gemm import make_config
+    for layout, (a_mn, b_mn) in LAYOUTS.items():
+        for mc, on_a in ((1, False), (2, False), (2, True)):
+            cfgs.append(make_config(300, 1000, 2048, 132, a_mn, b_mn, False, False, 128, 128, 1, num_multicast=mc,
+                                    multicast_on_a=on_a))
+    return cfgs
+
+
 def b_group_twin_configs(sms: int, groups=()) -> list:
     """The B-group twins `tune bf16 --b-group G` times on the tuner's default M <= 128 shapes (the
     layouts with K-major B, where a group can fit), so a re-tune call compiles nothing."""
@@ -176,7 +190,7 @@ def kernel_sources(sms: int, shapes_only: bool = False, b_group_twins=()) -> dic
         cfg = select_config(m, n, k, sms, True, True, True, has_c)
         keys[ops.kernel_name(cfg.kernel_key())] = cfg.kernel_key()
     if not shapes_only:  # test_b_group_matches_one_k_block_boxes' and test_tall_tile's forced configs
-        for cfg in b_group_test_configs() + tall_tile_test_configs():
+        for cfg in b_group_test_configs() + tall_tile_test_configs() + multicast_test_configs():
             keys[ops.kernel_name(cfg.kernel_key())] = cfg.kernel_key()
     for cfg in b_group_twin_configs(sms, b_group_twins):
         keys[ops.kernel_name(cfg.kernel_key())] = cfg.kernel_key()

@@ -1,9 +1,9 @@
 """Time forced configurations of the dense BF16 kernel against torch.matmul (GPU machine).
 
 A case is "M,N,K,layout[,f32]:auto" (the heuristic's choice) or
-"M,N,K,layout[,f32]:bm,bn,splits[,stages[,direct]]" (stages: the model's ring unless given, as the
-heuristic does; "direct": the kernel without the bf16
-staging, fp32 D only); ",f32" for an fp32 D (the router shapes' output). --rounds R times every case
+"M,N,K,layout[,f32]:bm,bn,splits[,stages][,direct][,mca|mcb]" (stages: the model's ring unless
+given, as the heuristic does; "direct": the kernel without the bf16 staging, fp32 D only; "mca" /
+"mcb": a 2-CTA multicast pair sharing A / B); ",f32" for an fp32 D (the router shapes' output). --rounds R times every case
 R times, the cases interleaved in each round (same-run A/Bs).
 Each record names the CTAs per cluster the host launched (> 1: the split cluster). Every case is checked against the fp32 product on fresh
 data (calc_diff) before it is timed (kernel-only, L2 flushed); torch.matmul is timed in the same
@@ -38,12 +38,14 @@ def config(m, n, k, layout, f32, spec, sms):
     if spec == "auto":
         return heur.select_config(m, n, k, sms, a_mn, b_mn, f32)
     fields = spec.split(",")
-    direct = fields[-1] == "direct"
-    if direct:
-        fields = fields[:-1]
-    bm, bn, splits, *stages = (int(v) for v in fields)
+    flags = {f for f in fields if not f.isdigit()}
+    if flags - {"direct", "mca", "mcb"} or flags >= {"mca", "mcb"}:
+        raise SystemExit(f"bad config {spec!r}: the flags are direct and one of mca / mcb")
+    bm, bn, splits, *stages = (int(v) for v in fields if v.isdigit())
+    mc = "mca" in flags or "mcb" in flags
     forced = heur.make_config(m, n, k, sms, a_mn, b_mn, f32, False, bm, bn, splits,
-                              num_stages=stages[0] if stages else None, direct_epilogue=direct)
+                              num_stages=stages[0] if stages else None, direct_epilogue="direct" in flags,
+                              num_multicast=2 if mc else 1, multicast_on_a="mca" in flags)
     # The tensor maps' L2 promotion is the shape's (a tuned entry's), whatever the tile, and so is
     # the B group where the forced ring allows it: the same host settings as the auto pick, so an
     # A/B of two rings or tiles times the kernels alone.

@@ -81,9 +81,10 @@ def _bf16(layout, m, n, k):
     return calc_diff(d.float(), a.float() @ b.float().t())
 
 
-def _bf16_tile(layout, m, n, k, bm, bn, splits, out_fp32):
-    """A BF16 layout on a forced tile (heuristics.make_config), e.g. the 32-column N-major B tiles.
-    The prepared call skips the API's checks: an M-major A needs 2 M bytes % 16 == 0 (TMA)."""
+def _bf16_tile(layout, m, n, k, bm, bn, splits, out_fp32, multicast=None):
+    """A BF16 layout on a forced tile (heuristics.make_config), e.g. the 32-column N-major B tiles;
+    multicast "a" / "b": a 2-CTA pair sharing that operand. The prepared call skips the API's
+    checks: an M-major A needs 2 M bytes % 16 == 0 (TMA)."""
     from finegemm.heuristics import sm90_bf16_gemm as heur
     from finegemm.ops import sm90_bf16_gemm as ops
 
@@ -93,7 +94,8 @@ def _bf16_tile(layout, m, n, k, bm, bn, splits, out_fp32):
     b_in = b if layout[1] == "t" else b.t().contiguous()
     d = torch.empty(m, n, device="cuda", dtype=torch.float32 if out_fp32 else torch.bfloat16)
     a_mn, b_mn = heur.LAYOUTS[layout]
-    cfg = heur.make_config(m, n, k, finegemm.get_num_sms(), a_mn, b_mn, out_fp32, False, bm, bn, splits)
+    cfg = heur.make_config(m, n, k, finegemm.get_num_sms(), a_mn, b_mn, out_fp32, False, bm, bn, splits,
+                           num_multicast=2 if multicast else 1, multicast_on_a=multicast == "a")
     ops.prepare(a_in, b_in, d, None, layout, config=cfg)()
     return calc_diff(d.float(), a.float() @ b.float().t())
 
@@ -659,6 +661,13 @@ CASES = [
                                                                                   False)),
     ("bf16 tall tile tn bm256 bn64 fp32 out", lambda: _bf16_tile("tn", 264, 200, 520, 256, 64, 1, True)),
     ("bf16 tall tile tt bm256 bn128, M = 24", lambda: _bf16_tile("tt", 24, 392, 776, 256, 128, 1, False)),
+    # 2-CTA multicast pairs (forced): a phantom partner (odd m- / n-block counts), K-major halves
+    # (boxes of half the rows) and MN-major halves (half the 64-wide boxes), the tall tile.
+    ("bf16 multicast B nt bm128 bn176, 3 m-blocks", lambda: _bf16_tile("nt", 300, 600, 1032, 128, 176, 1, False, "b")),
+    ("bf16 multicast A tn bm128 bn128, 5 n-blocks, fp32 out", lambda: _bf16_tile("tn", 136, 584, 520, 128, 128, 1, True,
+                                                                                  "a")),
+    ("bf16 multicast B nn bm128 bn256, M = 17", lambda: _bf16_tile("nn", 17, 640, 776, 128, 256, 1, False, "b")),
+    ("bf16 multicast A tt tall bm256 bn128", lambda: _bf16_tile("tt", 264, 392, 520, 256, 128, 1, False, "a")),
     ("bf16 nt bm128 bn112", lambda: _bf16_tile("nt", 129, 600, 512, 128, 112, 1, False)),
     ("bf16 tt bm128 bn112 fp32 out", lambda: _bf16_tile("tt", 136, 600, 520, 128, 112, 1, True)),
     # Tuned-table configurations (heuristics/tuned_sm90_bf16.json): block_m 128 split-K, and

@@ -448,6 +448,72 @@ def test_tall_tile(m, n, k, bn, layout, out):
     assert torch.equal(first, d), "the tall tile is not deterministic"
 
 
+# 2-CTA multicast pairs (impls/sm90_bf16_gemm.cuh kNumMulticast; forced configs): (m, n, k, block_m,
+# block_n, A shared). Odd block counts give a pair a phantom partner (M = 1, 300, 4097 sharing B;
+# 5 n-blocks sharing A), partial last tiles on both edges, K past the last whole k-block, the
+# tall tile sharing A. A layout whose shared operand is MN-major needs its block % 128 == 0.
+MC_CASES = [(1, 2112, 4104, 128, 128, False), (17, 584, 512, 64, 128, True), (300, 1000, 1024, 128, 128, False),
+            (300, 1000, 1024, 128, 256, True), (257, 2112, 7168, 128, 176, False), (4097, 584, 1024, 128, 128, True),
+            (4097, 640, 2048, 128, 256, False), (600, 576, 4104, 256, 128, True)]
+
+
+def multicast_config(m, n, k, bm, bn, on_a, layout, out):
+    """The forced multicast config of a case (scripts/precompile_bf16.py compiles the same)."""
+    return heur.make_config(m, n, k, 132, layout[0] == "t", layout[1] == "n", out != "bf16", out == "fp32+c", bm, bn, 1,
+                            num_multicast=2, multicast_on_a=on_a)
+
+
+def multicast_case_fits(bm, bn, on_a, layout) -> bool:
+    """Whether the layout's shared operand can be split between the pair (heuristics.check_multicast)."""
+    mn_major = layout[0] == "t" if on_a else layout[1] == "n"
+    return not mn_major or (bm if on_a else bn) % 128 == 0
+
+
+@pytest.mark.parametrize("out", ["bf16", "fp32", "fp32+c"])
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("case", MC_CASES, ids=str)
+def test_multicast_pairs(case, layout, out):
+    """A pair sharing A or B through TMA multicast: launched as 2-CTA clusters, poisoned outputs
+    fully written, the fp32 reference, bitwise repeatable, and nothing written past d: d is a view
+    inside a NaN-poisoned buffer 128 rows and 64 columns larger, whose margin must stay NaN (a
+    phantom partner's tile lies there)."""
+    m, n, k, bm, bn, on_a = case
+    if not multicast_case_fits(bm, bn, on_a, layout):
+        with pytest.raises(ValueError, match="multiple of 128"):
+            multicast_config(m, n, k, bm, bn, on_a, layout, out)
+        return
+    a, b = _operands(layout, m, n, k, seed=m + 3 * n + bn)
+    f32 = out != "bf16"
+    c = torch.randn(m, n, device="cuda") if out == "fp32+c" else None
+    cfg = multicast_config(m, n, k, bm, bn, on_a, layout, out)
+    big = torch.full((m + 128, n + 64), float("nan"), device="cuda", dtype=torch.float32 if f32 else BF16)
+    d = big[:m, :n]
+    call = ops.prepare(a, b, d, c=c, layout=layout, config=cfg)
+    assert call.cluster_size() == 2
+    call()
+    first = d.clone()
+    call()
+    _check(d, _reference(layout, a, b, c))
+    assert torch.equal(first, d), "the multicast pair is not deterministic"
+    assert torch.isnan(big[m:]).all() and torch.isnan(big[:, n:]).all(), "written past d"
+
+
+def test_multicast_pair_matches_single_ctas():
+    """A pair computes each tile with the same wgmmas in the same order as a lone CTA: bit-equal."""
+    m, n, k = 300, 1000, 2048
+    for layout in LAYOUTS:
+        a, b = _operands(layout, m, n, k, seed=7)
+        for on_a in (False, True):
+            outs = []
+            for mc in (1, 2):
+                cfg = heur.make_config(m, n, k, 132, layout[0] == "t", layout[1] == "n", False, False, 128, 128, 1,
+                                       num_multicast=mc, multicast_on_a=on_a and mc == 2)
+                d = torch.full((m, n), float("nan"), device="cuda", dtype=BF16)
+                ops.prepare(a, b, d, layout=layout, config=cfg)()
+                outs.append(d)
+            assert torch.equal(outs[0], outs[1]), (layout, on_a)
+
+
 # B boxes over 2 or 4 k-blocks (b_group, impls/sm90_bf16_gemm.cuh kBGroup; a K-major B: nt, tt):
 # (layout, m, n, k, block_m, block_n, stages, splits, out_fp32 + C, group). Split clusters and the
 # workspace path, TMA and direct stores, fp32 + C, N past the last tile, M = 1 / 17 / 4097.
