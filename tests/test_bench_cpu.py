@@ -511,6 +511,15 @@ def test_tune_half_promote_is_checked():
             tune.main([family, "--half-promote"])
 
 
+def test_tune_multicast_is_checked():
+    """--multicast (2-CTA pair twins) is the bf16 family's option: any other family is refused by name."""
+    from finegemm.bench.tune import main
+
+    for family in ("dense", "masked", "wgrad"):
+        with pytest.raises(SystemExit, match="--multicast applies to bf16 only"):
+            main([family, "--multicast"])
+
+
 def test_tune_b_group_is_checked():
     """`tune --b-group` adds twins for dense / bf16 only; 2 or 4; elsewhere an error naming it."""
     from finegemm.bench import tune

@@ -431,3 +431,30 @@ def test_direct_epilogue_only_for_an_fp32_d_without_split_k():
         h.make_config(128, 4096, 7168, SMS, False, False, False, False, 128, 256, 1, direct_epilogue=True)
     with pytest.raises(ValueError, match="direct_epilogue: an fp32 D without split-K"):
         h.make_config(64, 256, 7168, SMS, False, False, True, False, 64, 32, 4, direct_epilogue=True)
+
+
+def test_multicast_twins_and_entries():
+    """`tune bf16 --multicast` times pair twins of the first non-split candidates (A shared where
+    there are two n-blocks or more, B where there are two m-blocks or more, each where the layout lets
+    a CTA load half the shared operand), with the candidate's ring and L2 promotion; a table entry
+    naming a pair plans it back (config_from_fields), and the planner alone never builds one."""
+    cands = h.candidate_configs(256, 128256, 4096, SMS)
+    twins = h.multicast_twins(cands, SMS)[len(cands):]
+    assert twins and all(t.num_multicast == 2 and t.num_splits == 1 and t.grid % 2 == 0 for t in twins)
+    assert {t.multicast_on_a for t in twins} == {True, False}
+    base = {(c.block_m, c.block_n, c.num_stages) for c in cands if c.num_splits == 1}
+    assert all((t.block_m, t.block_n, t.num_stages) in base for t in twins)
+    assert not any(c.num_multicast > 1 for c in cands)  # the planner's candidates alone: no pairs
+    # One m-block (M = 64): no B-sharing twin; an N-major B takes only 128-multiple tiles as halves.
+    skinny = h.candidate_configs(64, 2112, 7168, SMS)
+    assert all(t.multicast_on_a for t in h.multicast_twins(skinny, SMS)[len(skinny):])
+    tn = h.candidate_configs(256, 128256, 4096, SMS, True, True)
+    for t in h.multicast_twins(tn, SMS)[len(tn):]:
+        assert (t.block_m if t.multicast_on_a else t.block_n) % 128 == 0
+    pair = twins[1]
+    fields = {"block_m": pair.block_m, "block_n": pair.block_n, "num_stages": pair.num_stages, "num_splits": 1,
+              "num_multicast": 2, "multicast_on_a": pair.multicast_on_a, "tma_store": True, "half_promote": False}
+    back = h.config_from_fields(fields, 256, 128256, 4096, SMS, False, False, False, False)
+    assert back.kernel_key() == pair.kernel_key() and back.grid == pair.grid
+    assert h.config_from_fields({**fields, "num_multicast": 1, "multicast_on_a": False}, 256, 128256, 4096, SMS,
+                                False, False, False, False).num_multicast == 1

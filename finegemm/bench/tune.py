@@ -522,11 +522,13 @@ def bf16_tune_shapes(shapes=None) -> list[tuple[int, int, int, bool]]:
 
 
 def tune_bf16_shape(m: int, n: int, k: int, layout: str, num_sms: int, top: int, num_tests: int, gen,
-                    log=print, out_fp32: bool = False, b_groups=()) -> dict:
+                    log=print, out_fp32: bool = False, b_groups=(), multicast: bool = False) -> dict:
     """Every candidate (heuristics.sm90_bf16_gemm.candidate_configs) of a dense BF16 problem: checked
-    against the fp32 product on a NaN-poisoned output, twice (bitwise equal), then timed."""
+    against the fp32 product on a NaN-poisoned output, twice (bitwise equal), then timed; with
+    multicast, also the 2-CTA pair twins of the first ones (multicast_twins)."""
     from finegemm.heuristics._common import b_group_twins
-    from finegemm.heuristics.sm90_bf16_gemm import LAYOUTS, b_group_fits, candidate_configs, select_config
+    from finegemm.heuristics.sm90_bf16_gemm import (LAYOUTS, b_group_fits, candidate_configs, multicast_twins,
+                                                    select_config)
     from finegemm.ops import sm90_bf16_gemm as ops
     from finegemm.testing import calc_diff
 
@@ -538,10 +540,13 @@ def tune_bf16_shape(m: int, n: int, k: int, layout: str, num_sms: int, top: int,
     cands, cur = _with_current(candidate_configs(m, n, k, num_sms, a_mn, b_mn, out_fp32=out_fp32, top=top),
                                select_config(m, n, k, num_sms, a_mn, b_mn, out_fp32=out_fp32))
     cands = b_group_twins(cands, b_groups, b_group_fits)
+    if multicast:
+        cands = multicast_twins(cands, num_sms)
 
     def row_of(cfg):
         return {"block_m": cfg.block_m, "block_n": cfg.block_n, "num_stages": cfg.num_stages,
-                "num_splits": cfg.num_splits, "num_multicast": 1, "multicast_on_a": False,
+                "num_splits": cfg.num_splits, "num_multicast": cfg.num_multicast,
+                "multicast_on_a": cfg.multicast_on_a,
                 "tma_store": cfg.tma_store, "half_promote": False, "l2_promotion": list(cfg.l2_promotion),
                 "b_group": cfg.b_group}  # today's selection may carry its entry's B group
 
@@ -556,7 +561,8 @@ def tune_bf16_shape(m: int, n: int, k: int, layout: str, num_sms: int, top: int,
                                     "candidates": rows, "model_us": rows[0].get("us"),
                                     "best_us": best["us"] if best else None, "best": best})
     detail = (f"bm{best['block_m']} bn{best['block_n']} split{best['num_splits']}"
-              f"{' bg%d' % best['b_group'] if best['b_group'] > 1 else ''}") if best else ""
+              f"{' bg%d' % best['b_group'] if best['b_group'] > 1 else ''}"
+              f"{(' mc' + ('A' if best['multicast_on_a'] else 'B')) if best['num_multicast'] > 1 else ''}") if best else ""
     _log_result(log, f"{layout} {m:>5}x{n:>6}x{k:>6}{' fp32' if out_fp32 else ''}", rows, best, detail)
     return rec
 
@@ -628,6 +634,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--b-group", type=int, nargs="+", default=[], choices=(2, 4), metavar="G",
                    help="dense / bf16: also a twin of every candidate reading B in boxes of G k-blocks where "
                         "the group fits (b_group_fits), so an entry names a group only where this run chose it")
+    p.add_argument("--multicast", action="store_true",
+                   help="bf16: also 2-CTA pair twins (A or B shared through TMA multicast) of the first non-split "
+                        "candidates, so an entry names a pair only where this run chose it")
     p.add_argument("--table", default=None, help="tuned table to add the winners to (default: print only)")
     p.add_argument("--out", default=None, help="JSON with every candidate's check and time")
     return p
@@ -644,6 +653,8 @@ def main(argv=None) -> int:
                          "only")
     if args.b_group and args.family not in B_GROUP_FAMILIES:
         raise SystemExit(f"finegemm tune {args.family}: --b-group applies to {', '.join(B_GROUP_FAMILIES)} only")
+    if args.multicast and args.family != "bf16":
+        raise SystemExit(f"finegemm tune {args.family}: --multicast applies to bf16 only")
     if not torch.cuda.is_available():
         print("finegemm tune: needs a CUDA GPU", file=sys.stderr)
         return 2
@@ -683,7 +694,7 @@ def main(argv=None) -> int:
     elif args.family == "bf16":
         shapes = bf16_tune_shapes(args.shapes)
         records = [tune_bf16_shape(m, n, k, layout, num_sms, args.top, args.num_tests, gen, out_fp32=fp32,
-                                   b_groups=args.b_group)
+                                   b_groups=args.b_group, multicast=args.multicast)
                    for (m, n, k, fp32) in shapes for layout in args.layouts]
     else:
         shapes = args.shapes or (wgrad_default_shapes() if args.family == "wgrad" else default_shapes(args.curve))

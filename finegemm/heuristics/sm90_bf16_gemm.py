@@ -77,6 +77,7 @@ __all__ = [
     "TALL_MAX_BLOCK_N",
     "check_tall_tile",
     "check_multicast",
+    "multicast_twins",
     "clear_cache",
     "select_grouped_config",
     "make_grouped_config",
@@ -461,7 +462,8 @@ def select_config(m: int, n: int, k: int, num_sms: int, a_mn_major: bool = False
         print(
             f"finegemm: sm90_bf16_gemm {layout} m={m} n={n} k={k} out={'fp32' if out_fp32 else 'bf16'}"
             f"{' +C' if has_c else ''} sms={num_sms} -> block_m={cfg.block_m} block_n={cfg.block_n} "
-            f"stages={cfg.num_stages} splits={cfg.num_splits}{l2_promotion_note(cfg.l2_promotion)} "
+            f"stages={cfg.num_stages} splits={cfg.num_splits}{l2_promotion_note(cfg.l2_promotion)}"
+            f"{(' multicast=' + ('A' if cfg.multicast_on_a else 'B')) if cfg.num_multicast > 1 else ''} "
             f"tiles={cfg.num_tiles} grid={cfg.grid} smem={cfg.smem_bytes} ({source})",
             file=sys.stderr, flush=True,
         )
@@ -487,9 +489,11 @@ def _tuned_config(m: int, n: int, k: int, num_sms: int, a_mn_major: bool, b_mn_m
 
 def config_from_fields(f: dict, m: int, n: int, k: int, num_sms: int, a_mn_major: bool, b_mn_major: bool,
                        out_fp32: bool, has_c: bool) -> Bf16GemmConfig:
-    """make_config() from a dense tuned entry's config fields, with its L2 promotion and B group."""
+    """make_config() from a dense tuned entry's config fields, with its L2 promotion, B group and
+    multicast pair."""
     cfg = make_config(m, n, k, num_sms, a_mn_major, b_mn_major, out_fp32, has_c, f["block_m"], f["block_n"],
-                      f["num_splits"], num_stages=f.get("num_stages"))
+                      f["num_splits"], num_stages=f.get("num_stages"), num_multicast=int(f.get("num_multicast", 1)),
+                      multicast_on_a=bool(f.get("multicast_on_a", False)))
     return with_entry_b_group(with_entry_promotion(cfg, f), f, b_group_fits)
 
 
@@ -618,6 +622,31 @@ def candidate_configs(m: int, n: int, k: int, num_sms: int, a_mn_major: bool = F
                 twins.append(dataclasses.replace(c, num_stages=ring,
                                                  smem_bytes=smem_bytes(c.block_m, c.block_n, ring, tma)))
     return out + twins
+
+
+def multicast_twins(cands: list, num_sms: int, first: int = 6) -> list:
+    """The candidates, then twins of the first `first` non-split ones as 2-CTA pairs sharing A (two
+    n-blocks or more) and sharing B (two m-blocks or more), where the layout lets each CTA load half
+    the shared operand (check_multicast): what `finegemm tune bf16 --multicast` times, so a table
+    entry names a pair only where a run chose it (NOTES v1.11: B shared at 256-512 x 128256 x 4096,
+    A at 4096 x 2112 x 7168, -2 to -3% on an H100; slower elsewhere)."""
+    out = list(cands)
+    seen = {dataclasses.replace(c, est_us=0.0) for c in cands}
+    for c in [c for c in cands if c.num_splits == 1 and c.num_multicast == 1 and c.gemm_kind == GEMM_NORMAL][:first]:
+        for on_a, blocks in ((True, ceil_div(c.n, c.block_n)), (False, ceil_div(c.m, c.block_m))):
+            if blocks < 2:
+                continue
+            try:
+                twin = make_config(c.m, c.n, c.k, num_sms, c.a_mn_major, c.b_mn_major, c.out_fp32,
+                                   c.has_c, c.block_m, c.block_n, 1, num_stages=c.num_stages,
+                                   direct_epilogue=c.direct_epilogue, num_multicast=2, multicast_on_a=on_a)
+            except ValueError:  # the layout's shared operand cannot be halved
+                continue
+            twin = dataclasses.replace(twin, l2_promotion=c.l2_promotion)
+            if dataclasses.replace(twin, est_us=0.0) not in seen:
+                seen.add(dataclasses.replace(twin, est_us=0.0))
+                out.append(twin)
+    return out
 
 
 def grouped_kernel_keys() -> list[tuple]:

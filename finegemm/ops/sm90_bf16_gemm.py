@@ -208,7 +208,8 @@ def plan(m: int, n: int, k: int, layout: str, out_fp32: bool, has_c: bool,
     if p is None:
         a_mn, b_mn = LAYOUTS[layout]
         cfg = with_diag_b_group(select_config(m, n, k, num_sms, a_mn, b_mn, out_fp32, has_c))
-        p = (cfg, _load(cfg, device))
+        fn = _load(cfg, device)
+        p = (_fit_clusters(cfg, fn), fn)  # a tuned multicast pair: the grid the GPU fits
         with _plans_lock:
             _plans[key] = p
     return p
