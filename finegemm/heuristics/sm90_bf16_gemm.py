@@ -246,7 +246,8 @@ class Bf16GemmConfig:
     direct_epilogue: bool = False
     # 2: a cluster of two CTAs shares one operand through TMA multicast (multicast_on_a: two n-blocks
     # of one m-block share A; else two m-blocks share B). Dense kind, no split-K (check_multicast).
-    # Forced configs only so far: the model and the tuner do not build it.
+    # The model never builds it; `tune bf16 --multicast` times it (multicast_twins) and a table
+    # entry may name it (config_from_fields).
     num_multicast: int = 1
     multicast_on_a: bool = False
 
@@ -527,6 +528,8 @@ def make_config(m: int, n: int, k: int, num_sms: int, a_mn_major: bool, b_mn_maj
         raise ValueError(f"num_stages {stages} outside [{MIN_STAGES}, {top}] for block {block_m}x{block_n}")
     grid = min(num_sms, units)
     if num_multicast == 2:
+        if num_sms < 2:
+            raise ValueError(f"a multicast pair needs at least 2 SMs, got num_sms {num_sms}")
         # Pairs of tiles (a phantom partner past an odd block count): a whole number of clusters.
         pairs = (ceil_div(ceil_div(n, block_n), 2) * ceil_div(m, block_m) if multicast_on_a
                  else ceil_div(ceil_div(m, block_m), 2) * ceil_div(n, block_n))
