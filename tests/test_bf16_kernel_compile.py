@@ -350,6 +350,8 @@ def test_multicast_config_rules():
             heur.make_config(300, 2112, 7168, 132, kw.get("a_mn", False), kw.get("b_mn", False), False, False,
                              kw.get("block_m", 128), kw.get("block_n", 176), kw.get("num_splits", 1),
                              num_multicast=kw.get("num_multicast", 2), multicast_on_a=kw.get("on_a", False))
+    with pytest.raises(ValueError, match="at least 2 SMs"):  # finegemm.set_num_sms(1)
+        heur.make_config(300, 2112, 7168, 1, False, False, False, False, 128, 176, 1, num_multicast=2)
     with pytest.raises(ValueError, match="B groups"):
         ops.render(128, 64, 8, False, False, False, True, 2, 2, False)
     with pytest.raises(ValueError, match="split-K"):
