@@ -28,8 +28,8 @@ import torch
 from finegemm.heuristics._common import L2_PROMOTIONS, check_l2_promotion
 
 __all__ = ["raw_stream", "is_capturing", "SplitKWorkspace", "PreparedLaunch", "c_function", "prepare_function",
-           "prepared_handle_functions", "check_tile", "l2_promotion_arg", "max_active_clusters", "libcuda",
-           "launch_driver", "loaded_function"]
+           "prepared_handle_functions", "check_tile", "l2_promotion_arg", "max_active_clusters",
+           "fit_grid_to_clusters", "libcuda", "launch_driver", "loaded_function"]
 
 try:
     raw_stream = torch._C._cuda_getCurrentRawStream
@@ -148,6 +148,18 @@ def c_function(lib: ctypes.CDLL, name: str, argtypes: list, restype=ctypes.c_int
     f.argtypes = argtypes
     f.restype = restype
     return f
+
+
+def fit_grid_to_clusters(cfg, fn: int, cluster_size: int):
+    """A persistent plan's grid shrunk to what fits on the GPU at once as clusters of cluster_size
+    CTAs (GPC boundaries can leave SMs unpaired; the compiled register count decides whether two
+    CTAs share an SM): the driver's max active clusters (the FP8 and BF16 families' plans). The
+    configuration unchanged where the driver gives no answer or everything fits."""
+    clusters = max_active_clusters(fn, cluster_size, cfg.num_threads, cfg.smem_bytes)
+    if clusters <= 0:
+        return cfg  # no answer: keep the plan
+    grid = min(cfg.grid, cluster_size * clusters)
+    return cfg if grid == cfg.grid else dataclasses.replace(cfg, grid=grid)
 
 
 def max_active_clusters(fn: int, cluster_size: int, threads: int, smem_bytes: int) -> int:

@@ -37,7 +37,7 @@ import torch
 from finegemm import jit, quant, runtime
 from finegemm.ops.contiguous_layout import checked_group_ids
 from finegemm.ops._runtime import (PreparedLaunch, SplitKWorkspace, c_function, check_tile,
-                                   is_capturing, l2_promotion_arg, max_active_clusters, prepare_function,
+                                   fit_grid_to_clusters, is_capturing, l2_promotion_arg, prepare_function,
                                    prepared_handle_functions, raw_stream)
 from finegemm.ops._runtime import with_diag_b_group as _with_diag_b_group
 from finegemm.heuristics.sm90_bf16_gemm import (
@@ -183,13 +183,7 @@ def dense_options_arg(cfg: Bf16GemmConfig) -> int:
 def _fit_clusters(cfg: Bf16GemmConfig, fn: int) -> Bf16GemmConfig:
     """A multicast grid must fit on the GPU at once as 2-CTA clusters (GPC boundaries can leave SMs
     unpaired): shrink it to the clusters the driver reports (as the FP8 family's plan)."""
-    if cfg.num_multicast == 1:
-        return cfg
-    clusters = max_active_clusters(fn, cfg.num_multicast, cfg.num_threads, cfg.smem_bytes)
-    if clusters <= 0:
-        return cfg  # no answer: keep the plan
-    grid = min(cfg.grid, cfg.num_multicast * clusters)
-    return cfg if grid == cfg.grid else dataclasses.replace(cfg, grid=grid)
+    return cfg if cfg.num_multicast == 1 else fit_grid_to_clusters(cfg, fn, cfg.num_multicast)
 
 
 def _load(cfg: Bf16GemmConfig, device: int) -> int:

@@ -38,7 +38,7 @@ from finegemm.heuristics.sm90_fp8_gemm import (
 )
 from finegemm.ops.contiguous_layout import checked_group_ids
 from finegemm.ops._runtime import (PreparedLaunch, SplitKWorkspace, c_function, check_tile,
-                                   is_capturing, l2_promotion_arg, max_active_clusters, prepare_function,
+                                   fit_grid_to_clusters, is_capturing, l2_promotion_arg, prepare_function,
                                    prepared_handle_functions, raw_stream)
 from finegemm.ops._runtime import with_diag_b_group as _with_diag_b_group
 from finegemm.quant import get_mn_major_tma_aligned_tensor
@@ -369,11 +369,7 @@ def _fit_clusters(cfg: Fp8GemmConfig, fn: int) -> Fp8GemmConfig:
     shrink it to the occupancy the driver reports."""
     if cfg.num_multicast == 1 and cfg.ctas_per_sm == 1:
         return cfg
-    clusters = max_active_clusters(fn, cfg.num_multicast, cfg.num_threads, cfg.smem_bytes)
-    if clusters <= 0:
-        return cfg  # no answer: keep the plan
-    grid = min(cfg.grid, cfg.num_multicast * clusters)
-    return cfg if grid == cfg.grid else dataclasses.replace(cfg, grid=grid)
+    return fit_grid_to_clusters(cfg, fn, cfg.num_multicast)
 
 
 def plan(m: int, n: int, k: int, out_fp32: bool, has_c: bool, device: int,
