@@ -264,11 +264,13 @@ def test_host_library_has_launcher():
     # Multicast pairs (bit 12; bit 13: A shared): whole pairs, no split-K, halves of whole swizzle
     # atoms (K-major) or whole 64-wide boxes (MN-major), no B groups on a shared B.
     if not has_gpu:
-        for ok in (dict(l2=0x1033, grid=2), dict(l2=0x3033, grid=2), dict(l2=0x1033, grid=2, b_mn=1, block_n=128, ldb=64),
+        for ok in (dict(l2=0x1033, grid=2), dict(l2=0x3033, grid=2),
+                   dict(l2=0x1033, grid=2, b_mn=1, block_n=128, ldb=64),
                    dict(l2=0x3033, grid=2, a_mn=1, block_m=128, lda=64), dict(l2=0x3233, grid=2),
                    dict(l2=0x1033, grid=2, block_n=16)):
             assert call(**ok) == 100000, ok
-    for bad in (dict(l2=0x2033, grid=2), dict(l2=0x1033, grid=1), dict(l2=0x1033, grid=2, splits=2, ws=16, cnt=16, tma=0),
+    for bad in (dict(l2=0x2033, grid=2), dict(l2=0x1033, grid=1),
+                dict(l2=0x1033, grid=2, splits=2, ws=16, cnt=16, tma=0),
                 dict(l2=0x1033, grid=2, b_mn=1, ldb=64), dict(l2=0x3033, grid=2, a_mn=1, lda=64),
                 dict(l2=0x1233, grid=2)):
         assert call(**bad) == invalid, bad
@@ -366,9 +368,10 @@ def test_multicast_tiles_compile_clean():
     from finegemm import jit
     from finegemm.ops.sm90_bf16_gemm import render
 
+    layouts = (("nt", False, False), ("nn", False, True), ("tn", True, True), ("tt", True, False))
     jobs = [(f"{layout}_bm{bm}_bn{bn}_s{st}_mc2{'a' if on_a else 'b'}",
              render(bm, bn, st, a_mn, b_mn, False, True, 1, 2, on_a))
-            for layout, a_mn, b_mn in (("nt", False, False), ("nn", False, True), ("tn", True, True), ("tt", True, False))
+            for layout, a_mn, b_mn in layouts
             for bm, bn, st, on_a in ((128, 256, 3, True), (128, 256, 3, False), (128, 128, 4, True),
                                      (128, 176, 4, False), (64, 128, 6, True), (256, 128, 3, True))
             if not (on_a and a_mn and bm % 128) and not (not on_a and b_mn and bn % 128)]

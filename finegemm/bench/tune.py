@@ -560,9 +560,9 @@ def tune_bf16_shape(m: int, n: int, k: int, layout: str, num_sms: int, top: int,
     rec = _mark_current(rows, cur, {"family": "bf16", "layout": layout, "m": m, "n": n, "k": k, "out_fp32": out_fp32,
                                     "candidates": rows, "model_us": rows[0].get("us"),
                                     "best_us": best["us"] if best else None, "best": best})
+    pair = (" mc" + ("A" if best["multicast_on_a"] else "B")) if best and best["num_multicast"] > 1 else ""
     detail = (f"bm{best['block_m']} bn{best['block_n']} split{best['num_splits']}"
-              f"{' bg%d' % best['b_group'] if best['b_group'] > 1 else ''}"
-              f"{(' mc' + ('A' if best['multicast_on_a'] else 'B')) if best['num_multicast'] > 1 else ''}") if best else ""
+              f"{' bg%d' % best['b_group'] if best['b_group'] > 1 else ''}{pair}") if best else ""
     _log_result(log, f"{layout} {m:>5}x{n:>6}x{k:>6}{' fp32' if out_fp32 else ''}", rows, best, detail)
     return rec
 
