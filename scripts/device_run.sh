@@ -115,15 +115,19 @@ if [[ "$what" == b_group || "$what" == ab_b_group || "$what" == ab_b_group_bf16 
   # shellcheck disable=SC2086
   ab ab_b_group_bf16 bf16 "$variants" --layouts nt tt --no-grouped --shapes $SKINNY_FP8
 fi
-split_checks() {  # the BF16 split-cluster GPU tests and "bf16 split cluster" sanitizer cases
-  timeout 200 python3 -m pytest -q -rs -m gpu tests/gpu/test_bf16_gemm_gpu.py -k "split" -p no:cacheprovider \
-    --timeout 120 --timeout_method thread 2>&1 | tee "$OUT/split_gpu_tests.log"
+bf16_checks() {  # bf16_checks <name> <pytest -k> <sanitize_cases.py substring> <pytest timeout s>:
+  # the BF16 GPU file's matching tests, then the three sanitizers on the matching cases
+  timeout "$4" python3 -m pytest -q -rs -m gpu tests/gpu/test_bf16_gemm_gpu.py -k "$2" -p no:cacheprovider \
+    --timeout 120 --timeout_method thread 2>&1 | tee "$OUT/${1}_gpu_tests.log"
   status=$(( status | ${PIPESTATUS[0]} ))
   for tool in memcheck racecheck synccheck; do
     timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 3 python3 scripts/sanitize_cases.py \
-      "bf16 split cluster" 2>&1 | tee "$OUT/sanitize_split_$tool.log"
+      "$3" 2>&1 | tee "$OUT/sanitize_${1}_$tool.log"
     status=$(( status | ${PIPESTATUS[0]} ))
   done
+}
+split_checks() {  # the BF16 split-cluster GPU tests and "bf16 split cluster" sanitizer cases
+  bf16_checks split split "bf16 split cluster" 200
 }
 # ab_split_spread (v1.08): the BF16 split-cluster GPU tests and sanitizer cases, then the spread
 # reduction (base: fp32 D without C, enough splits) against the warp form of v0.57 (warp, a build
@@ -300,14 +304,7 @@ MC_AB_CASES="4096,2112,7168,nt:auto 4096,2112,7168,nt:128,176,1,4,mcb 4096,2112,
   256,128256,4096,nt:auto 256,128256,4096,nt:128,256,1,3,mcb 256,128256,4096,nt:256,128,1,3,mca
   256,128256,4096,tn:auto 256,128256,4096,tn:128,256,1,3,mcb 512,128256,4096,nt:auto 512,128256,4096,nt:128,256,1,3,mcb"
 if [[ "$what" == bf16_multicast ]]; then
-  timeout 240 python3 -m pytest -q -rs -m gpu tests/gpu/test_bf16_gemm_gpu.py -k multicast -p no:cacheprovider \
-    --timeout 120 --timeout_method thread 2>&1 | tee "$OUT/multicast_gpu_tests.log"
-  status=$(( status | ${PIPESTATUS[0]} ))
-  for tool in memcheck racecheck synccheck; do
-    timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 3 python3 scripts/sanitize_cases.py \
-      "bf16 multicast" 2>&1 | tee "$OUT/sanitize_multicast_$tool.log"
-    status=$(( status | ${PIPESTATUS[0]} ))
-  done
+  bf16_checks multicast multicast "bf16 multicast" 240
   # shellcheck disable=SC2086
   python3 scripts/probe_bf16_configs.py $MC_AB_CASES --rounds "${FINEGEMM_PENDING_ROUNDS:-2}" \
     --out "$OUT/ab_multicast.json" 2>&1 | tee "$OUT/ab_multicast.log"
