@@ -148,8 +148,9 @@ def check_multicast(block_m: int, block_n: int, a_mn_major: bool, b_mn_major: bo
                     num_multicast: int, multicast_on_a: bool, b_group: int = 1) -> None:
     """The 2-CTA multicast's rule (the kernel's static_asserts, the host launcher's check): pairs
     only, without split-K (a split cluster is the cluster) or B groups on a shared B; each CTA loads
-    half of the shared operand's stage: half the rows of a K-major box (8-row swizzle atoms), or half
-    of an MN-major operand's 64-wide boxes. ValueError naming the rule otherwise."""
+    half of the shared operand's stage: half of an MN-major operand's 64-wide boxes (a K-major box
+    of half the rows always keeps whole 8-row swizzle atoms: block_m 64 / 128 / 256, block_n % 16
+    == 0). ValueError naming the rule otherwise."""
     if num_multicast == 1:
         return
     if num_multicast != 2:
@@ -160,8 +161,6 @@ def check_multicast(block_m: int, block_n: int, a_mn_major: bool, b_mn_major: bo
     if mn_major and block % 128 != 0:
         raise ValueError(f"multicast of an MN-major {name} needs its block ({block}) a multiple of 128 "
                          f"(whole 64-wide boxes per CTA)")
-    if not mn_major and (block // 2) % 8 != 0:
-        raise ValueError(f"multicast of a K-major {name} needs half its block ({block}) a multiple of 8")
     if not multicast_on_a and b_group != 1:
         raise ValueError("multicast of B is not combined with B groups (b_group > 1)")
 

@@ -106,13 +106,13 @@ int encode_dense(Sm90Bf16Launch* L, uint64_t fn, void* a, void* b, void* d, void
     return fg::FG_ERROR_INVALID_ARGUMENT;
 
   // Multicast pairs (the kernel's rule, heuristics.check_multicast): no split-K, an even grid, no
-  // B groups on a shared B; each CTA loads half the shared operand: half a K-major box's rows (8-row
-  // atoms) or half of an MN-major operand's 64-wide boxes.
+  // B groups on a shared B; each CTA loads half the shared operand: half of an MN-major operand's
+  // 64-wide boxes (block % 128 == 0), or a K-major box of half the rows (whole 8-row atoms for
+  // every block the checks above allow).
   if (mc_pair) {
-    const int shared_block = mc_on_a ? block_m : block_n;
     const bool shared_mn = mc_on_a ? a_mn_major != 0 : b_mn_major != 0;
     if (num_splits != 1 || grid % 2 != 0 || (!mc_on_a && b_grouped)) return fg::FG_ERROR_INVALID_ARGUMENT;
-    if (shared_mn ? shared_block % 128 != 0 : (shared_block / 2) % 8 != 0) return fg::FG_ERROR_INVALID_ARGUMENT;
+    if (shared_mn && (mc_on_a ? block_m : block_n) % 128 != 0) return fg::FG_ERROR_INVALID_ARGUMENT;
   }
 
   const fg::Driver& drv = fg::driver();
