@@ -12,6 +12,10 @@ plus the per-k-block time against the tensor core's rate (8192 FP8 flops per SM-
 producer's lead (how early its first load of a tile is issued before the consumers reach it), and
 the skew between the two consumer warpgroups. Cases are those of scripts/probe_variants.py
 ("M,N,K:auto" or "M,N,K:bm,bn,stages,mc,mc_on_a,tma[,hp[,kb]]").
+A split cluster (one tile per CTA, the splits reduced through distributed shared memory) also
+reports its tail: partial_write (last promotion to the partial in shared memory), barrier_wait
+(the cluster barrier: the wait for the later split), gather (the owned rows summed from the peers),
+store (issuing D), exit_wait (to the consumer's exit, after the last cluster barrier).
 
   FINEGEMM_CACHE_DIR=.fgcache python3 scripts/trace_tiles.py --precompile CASES   # CPU machine
   python3 scripts/trace_tiles.py CASES --out $OUT/trace.json                        # GPU machine
@@ -31,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from probe_variants import _config, _parse_case, set_max_stages  # noqa: E402
 
-TILES, EVENTS, ROLES = 64, 4, 3  # ptx/trace.cuh
+TILES, EVENTS, ROLES = 64, 8, 3  # ptx/trace.cuh
 FLOPS_PER_SM_CYCLE = 8192
 
 
@@ -39,10 +43,15 @@ def _med(xs):
     return float(statistics.median(xs)) if xs else float("nan")
 
 
+def per_ok(x: float) -> bool:
+    return x == x  # not nan
+
+
 def summarise(tr, cfg, m, n, k) -> dict:
     """tr: int64 [ctas, ROLES, TILES, EVENTS] (0 = not written)."""
     per = {"head_to_full": [], "mainloop": [], "epilogue": [], "gap": [], "wg_skew_full": [],
-           "producer_lead": [], "kernel_span": []}
+           "producer_lead": [], "kernel_span": [], "partial_write": [], "barrier_wait": [], "gather": [],
+           "store": [], "exit_wait": []}
     num_kb_tile = (k + 127) // 128 / cfg.num_splits  # per work unit (split-K: the mean of the splits)
     for cta in range(tr.shape[0]):
         c = tr[cta]
@@ -60,6 +69,14 @@ def summarise(tr, cfg, m, n, k) -> dict:
                 per["head_to_full"].append(int(e[1] - e[0]))
                 per["mainloop"].append(int(e[2] - e[1]))
                 per["epilogue"].append(int(e[3] - e[2]))
+                if e[4] > 0 and e[5] > 0:  # split cluster tail (ptx/trace.cuh events 4-7)
+                    per["partial_write"].append(int(e[4] - e[2]))
+                    per["barrier_wait"].append(int(e[5] - e[4]))
+                    if e[6] > 0:
+                        per["gather"].append(int(e[6] - e[5]))
+                        per["store"].append(int(e[3] - e[6]))
+                    if t == 0 and e[7] > 0:
+                        per["exit_wait"].append(int(e[7] - e[3]))
                 if t + 1 < TILES and c[wg, t + 1, 0] > 0:
                     per["gap"].append(int(c[wg, t + 1, 0] - e[3]))
                 if wg == 0 and c[1, t, 1] > 0:
@@ -150,6 +167,10 @@ def main() -> int:
               f"epilogue {med['epilogue']:.0f}, gap {med['gap']:.0f}; producer lead {med['producer_lead']:.0f}, "
               f"WG skew {med['wg_skew_full']:.0f}; mainloop eff {rec['mainloop_efficiency']:.3f}, "
               f"tile eff {rec['tile_efficiency']:.3f}; span {med['kernel_span']:.0f}", flush=True)
+        if per_ok(med["barrier_wait"]):
+            print(f"  split tail: partial write {med['partial_write']:.0f}, barrier wait {med['barrier_wait']:.0f} "
+                  f"(p90 {rec['p90_cycles']['barrier_wait']:.0f}), gather {med['gather']:.0f}, store "
+                  f"{med['store']:.0f}, exit wait {med['exit_wait']:.0f}", flush=True)
     if args.out:
         from finegemm.bench._common import write_probe_json
         write_probe_json(args.out, results)

@@ -6,6 +6,9 @@
 //   [cta][role][tile < kTraceTiles][kTraceEvents]   role: consumer warpgroup 0, 1, producer (2)
 // Events of a consumer tile: 0 tile head, 1 first full stage seen, 2 main loop done,
 // 3 epilogue done; producer: 0 tile head, 1 first empty stage seen, 2 last load issued.
+// A split cluster's tail (FP8 kernel) adds 4 partial written, 5 cluster barrier passed, 6 owned
+// rows summed (its 3 and 6 come from the warpgroup's first warp that owns rows), and 7 the
+// consumer's exit (after the last cluster barrier; tile 0's slot).
 // The kernels use the FG_TRACE* macros, which expand to nothing without the switch (identical SASS).
 #pragma once
 
@@ -15,7 +18,7 @@ namespace finegemm {
 namespace ptx {
 
 constexpr uint32_t kTraceTiles = 64;
-constexpr uint32_t kTraceEvents = 4;
+constexpr uint32_t kTraceEvents = 8;
 constexpr uint32_t kTraceRoles = 3;
 
 __device__ __forceinline__ void trace_tile(void* buf, uint32_t role, uint32_t tile, uint32_t event) {
