@@ -152,6 +152,75 @@ __device__ __forceinline__ void gather_cluster_split_partials(float (&acc)[kNumA
   }
 }
 
+// Hand-off form (FP8 kernel, diag::kSplitHandshake): only the warps that do not own their rows
+// write their fragment, one float4 per 8-column chunk (acc 4 j .. 4 j + 3: index j * kThreads +
+// tid), and hand it to the owner through its barrier; the owner loads each peer's float4s and adds
+// all splits in split order from zero (bitwise the forms above).
+template <uint32_t kNumChunks, uint32_t kThreads, uint32_t kNumAcc>
+__device__ __forceinline__ void write_split_partial_smem_v4(const float (&acc)[kNumAcc], uint32_t part_addr) {
+  static_assert(kNumAcc == 4 * kNumChunks, "wgmma D fragment");
+  const uint32_t mine = part_addr + threadIdx.x * 16u;
+#pragma unroll
+  for (uint32_t j = 0; j < kNumChunks; ++j) {
+    asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(mine + j * kThreads * 16u), "f"(acc[4 * j + 0]),
+                 "f"(acc[4 * j + 1]), "f"(acc[4 * j + 2]), "f"(acc[4 * j + 3])
+                 : "memory");
+  }
+}
+
+// kBatch as gather_cluster_split_partials; tiles over 64 columns load a peer's chunks in halves
+// (all at once spilled bm128 bn128 f32 + C). Each sum still adds its splits in split order.
+template <uint32_t kNumChunks, uint32_t kThreads, uint32_t kBatch = (kNumChunks <= 4 ? 8 : 2), uint32_t kNumAcc>
+__device__ __forceinline__ void gather_cluster_split_partials_v4(float (&acc)[kNumAcc], uint32_t part_addr,
+                                                                 uint32_t num_splits, uint32_t self) {
+  static_assert(kNumAcc == 4 * kNumChunks, "wgmma D fragment");
+  constexpr uint32_t kStep = kNumChunks > 8 ? (kNumChunks + 1) / 2 : kNumChunks;
+  float own[kNumAcc];
+#pragma unroll
+  for (uint32_t i = 0; i < kNumAcc; ++i) {
+    own[i] = acc[i];
+    acc[i] = 0.0f;
+  }
+  const uint32_t mine = part_addr + threadIdx.x * 16u;
+  for (uint32_t r0 = 0; r0 < num_splits; r0 += kBatch) {
+#pragma unroll
+    for (uint32_t j0 = 0; j0 < kNumChunks; j0 += kStep) {
+      float4 v[kBatch][kStep];
+#pragma unroll
+      for (uint32_t p = 0; p < kBatch; ++p) {
+        const uint32_t r = r0 + p;
+        if (r >= num_splits) break;
+        if (r == self) continue;
+        const uint32_t remote = ptx::map_shared_rank(mine, r);
+#pragma unroll
+        for (uint32_t jj = 0; jj < kStep && j0 + jj < kNumChunks; ++jj) {
+          v[p][jj] = ptx::ld_shared_cluster_f4(remote + (j0 + jj) * kThreads * 16u);
+        }
+      }
+#pragma unroll
+      for (uint32_t p = 0; p < kBatch; ++p) {
+        const uint32_t r = r0 + p;
+        if (r >= num_splits) break;
+#pragma unroll
+        for (uint32_t jj = 0; jj < kStep && j0 + jj < kNumChunks; ++jj) {
+          const uint32_t j = j0 + jj;
+          if (r == self) {
+            acc[4 * j + 0] += own[4 * j + 0];
+            acc[4 * j + 1] += own[4 * j + 1];
+            acc[4 * j + 2] += own[4 * j + 2];
+            acc[4 * j + 3] += own[4 * j + 3];
+          } else {
+            acc[4 * j + 0] += v[p][jj].x;
+            acc[4 * j + 1] += v[p][jj].y;
+            acc[4 * j + 2] += v[p][jj].z;
+            acc[4 * j + 3] += v[p][jj].w;
+          }
+        }
+      }
+    }
+  }
+}
+
 // Spread form (BF16 kernel: fp32 D without C, where spread_split_fits): every consumer warp of
 // every split takes part, where the form above leaves the reduction to one warp per 16 rows (at 8
 // splits and bm64: four warps of the cluster's 32, each loading 7 peers x the whole 16-row fragment

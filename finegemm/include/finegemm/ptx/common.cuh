@@ -120,12 +120,27 @@ __device__ __forceinline__ float2 ld_shared_cluster_f2(uint32_t addr) {
   return v;
 }
 
+// A float4 from another CTA's shared memory (an address from map_shared_rank).
+__device__ __forceinline__ float4 ld_shared_cluster_f4(uint32_t addr) {
+  float4 v;
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(addr)
+               : "memory");
+  return v;
+}
+
 // Every thread of every CTA of the cluster arrives (release) and waits (acquire). All threads
 // of the cluster must execute it (no thread may have exited).
 __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release;\n" ::: "memory");
   asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory");
 }
+
+// cluster_sync in two halves, for an arrive long before the wait: every thread pairs each
+// arrive with one wait before its next arrive.
+__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release;\n" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory"); }
 
 // Programmatic dependent launch (finegemm.set_pdl): a kernel launched with the programmatic
 // stream-serialization attribute may start while the kernel before it in the stream still runs.

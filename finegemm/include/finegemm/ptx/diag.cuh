@@ -51,6 +51,11 @@
 //   FINEGEMM_DIAG_SPLIT_CLUSTER_WARP_REDUCE  (BF16 kernel, correct results) a split cluster reduces
 //                         as before v1.08: one warp per 16 rows sums every split's partial
 //                         (epilogue::gather_cluster_split_partials) instead of the spread form.
+//   FINEGEMM_DIAG_SPLIT_HANDSHAKE  (FP8 kernel, correct results) a split cluster hands each
+//                         warp's partial to its rows' owner through the owner's mbarrier (release /
+//                         acquire at cluster scope) instead of the cluster barrier between writing
+//                         and reading; only the warps that do not own their rows write, as float4s
+//                         (epilogue::gather_cluster_split_partials_v4).
 //   FINEGEMM_DIAG_NO_PDL  (both kernels; racy under finegemm.set_pdl(True)) the kernels leave out
 //                         griddepcontrol.wait / launch_dependents (ptx::griddep_wait): what do the
 //                         two instructions cost a kernel launched without PDL?
@@ -224,6 +229,11 @@ constexpr bool kSplitClusterWarpReduce = true;
 constexpr bool kSplitClusterWarpReduce = false;
 #endif
 
+#ifdef FINEGEMM_DIAG_SPLIT_HANDSHAKE
+constexpr bool kSplitHandshake = true;
+#else
+constexpr bool kSplitHandshake = false;
+#endif
 #ifdef FINEGEMM_DIAG_NO_PDL
 constexpr bool kNoPdl = true;
 #else
