@@ -1364,6 +1364,28 @@ def test_developer_builds_compile(flags, monkeypatch):
 
 
 @pytest.mark.nvcc
+@pytest.mark.parametrize("flags", ["-DFINEGEMM_TRACE_TILES", "-DFINEGEMM_DIAG_SPLIT_HANDSHAKE",
+                                   "-DFINEGEMM_TRACE_TILES -DFINEGEMM_DIAG_SPLIT_HANDSHAKE"])
+def test_split_cluster_developer_builds_compile(flags, monkeypatch):
+    """The split cluster's tail under the trace (events 4-7) and the hand-off form
+    (FINEGEMM_DIAG_SPLIT_HANDSHAKE) compile spill-free with serialized-wgmma checks, on the
+    2-split table tile, a k-batch bm64 tile and the widest cluster tile (bm128 bn128, fp32 + C,
+    whose peer loads go in halves)."""
+    from finegemm import jit
+    from finegemm.heuristics.sm90_fp8_gemm import make_config, max_stages
+    from finegemm.ops import sm90_fp8_gemm as ops
+
+    monkeypatch.setenv("FINEGEMM_EXTRA_NVCC_FLAGS", flags)
+    cfgs = [make_config(128, 4096, 7168, 132, False, False, 128, 64, 8, 2),
+            make_config(64, 2112, 7168, 132, False, False, 64, 32, 16, 2, k_batch=2),
+            make_config(130, 1000, 7168, 132, True, True, 128, 128, max_stages(128, 128), 4)]
+    assert all(c.split_k for c in cfgs)
+    reports = jit.compile_check([(ops._kernel_name(c), ops._render_cfg(c)) for c in cfgs], raise_on_failure=False)
+    bad = [r for r in reports if not r["ok"]]
+    assert len(reports) == 3 and not bad, [(r["label"], r["reasons"]) for r in bad]
+
+
+@pytest.mark.nvcc
 def test_every_shipped_table_kernel_compiles_clean():
     """Every kernel the shipped FP8 table can launch (tuned entries may use rings deeper than the
     model's, k-batch, two CTAs per SM, ...) builds with 0 spills, no stack frame and unserialized
