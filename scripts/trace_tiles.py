@@ -15,7 +15,8 @@ the skew between the two consumer warpgroups. Cases are those of scripts/probe_v
 A split cluster (one tile per CTA, the splits reduced through distributed shared memory) also
 reports its tail: partial_write (last promotion to the partial in shared memory), barrier_wait
 (the cluster barrier: the wait for the later split), gather (the owned rows summed from the peers),
-store (issuing D), exit_wait (to the consumer's exit, after the last cluster barrier).
+store (issuing D), exit_wait (to the consumer's exit, after the last cluster barrier), and the
+kernel's entry to the first tile head and to the consumer's exit.
 
   FINEGEMM_CACHE_DIR=.fgcache python3 scripts/trace_tiles.py --precompile CASES   # CPU machine
   python3 scripts/trace_tiles.py CASES --out $OUT/trace.json                        # GPU machine
@@ -51,7 +52,7 @@ def summarise(tr, cfg, m, n, k) -> dict:
     """tr: int64 [ctas, ROLES, TILES, EVENTS] (0 = not written)."""
     per = {"head_to_full": [], "mainloop": [], "epilogue": [], "gap": [], "wg_skew_full": [],
            "producer_lead": [], "kernel_span": [], "partial_write": [], "barrier_wait": [], "gather": [],
-           "store": [], "exit_wait": []}
+           "store": [], "exit_wait": [], "entry_to_head": [], "entry_to_exit": []}
     num_kb_tile = (k + 127) // 128 / cfg.num_splits  # per work unit (split-K: the mean of the splits)
     for cta in range(tr.shape[0]):
         c = tr[cta]
@@ -61,6 +62,11 @@ def summarise(tr, cfg, m, n, k) -> dict:
         ends = [int(c[r, t, 3]) for r in range(2) for t in range(TILES) if c[r, t, 3] > 0]
         if ends:
             per["kernel_span"].append(max(ends) - min(starts))
+        entry = int(c[2, 0, 3])  # the kernel's entry (ptx/trace.cuh)
+        if entry > 0 and c[0, 0, 0] > 0:
+            per["entry_to_head"].append(int(c[0, 0, 0]) - entry)
+            if c[0, 0, 7] > 0:
+                per["entry_to_exit"].append(int(c[0, 0, 7]) - entry)
         for wg in range(2):
             for t in range(TILES):
                 e = c[wg, t]
@@ -170,7 +176,8 @@ def main() -> int:
         if per_ok(med["barrier_wait"]):
             print(f"  split tail: partial write {med['partial_write']:.0f}, barrier wait {med['barrier_wait']:.0f} "
                   f"(p90 {rec['p90_cycles']['barrier_wait']:.0f}), gather {med['gather']:.0f}, store "
-                  f"{med['store']:.0f}, exit wait {med['exit_wait']:.0f}", flush=True)
+                  f"{med['store']:.0f}, exit wait {med['exit_wait']:.0f}; entry to head "
+                  f"{med['entry_to_head']:.0f}, entry to exit {med['entry_to_exit']:.0f}", flush=True)
     if args.out:
         from finegemm.bench._common import write_probe_json
         write_probe_json(args.out, results)

@@ -234,6 +234,18 @@ constexpr bool kSplitHandshake = true;
 #else
 constexpr bool kSplitHandshake = false;
 #endif
+// Temporary (fifty-sixth session): where does the hand-off lose? NO_INIT_SYNC drops its init
+// barrier halves (racy by design); INIT_ARRIVE adds only those halves to the barrier form.
+#ifdef FINEGEMM_DIAG_SPLIT_HANDSHAKE_NO_INIT_SYNC
+constexpr bool kSplitHandshakeNoInitSync = true;
+#else
+constexpr bool kSplitHandshakeNoInitSync = false;
+#endif
+#ifdef FINEGEMM_DIAG_SPLIT_INIT_ARRIVE
+constexpr bool kSplitInitArrive = true;
+#else
+constexpr bool kSplitInitArrive = false;
+#endif
 #ifdef FINEGEMM_DIAG_NO_PDL
 constexpr bool kNoPdl = true;
 #else

@@ -8,7 +8,8 @@
 // 3 epilogue done; producer: 0 tile head, 1 first empty stage seen, 2 last load issued.
 // A split cluster's tail (FP8 kernel) adds 4 partial written, 5 cluster barrier passed, 6 owned
 // rows summed (its 3 and 6 come from the warpgroup's first warp that owns rows), and 7 the
-// consumer's exit (after the last cluster barrier; tile 0's slot).
+// consumer's exit (after the last cluster barrier; tile 0's slot); the producer's event 3 of tile 0
+// is the kernel's entry (before the barriers' init).
 // The kernels use the FG_TRACE* macros, which expand to nothing without the switch (identical SASS).
 #pragma once
 
