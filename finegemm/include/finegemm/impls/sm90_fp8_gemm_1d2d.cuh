@@ -530,7 +530,6 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
       kClusterSplit && !kOutFp32 && !kHasC && BLOCK_M * BLOCK_N * 6 <= kNumStages * (Traits::kSmemA + Traits::kSmemB);
   const bool split_cluster = kClusterSplit && ptx::cluster_nctarank() > 1;
   constexpr bool kHandoff = kClusterSplit && diag::kSplitHandshake;
-  constexpr bool kInitHalves = (kHandoff && !diag::kSplitHandshakeNoInitSync) || (kClusterSplit && diag::kSplitInitArrive);
   // The tile of `unit` as the producer and the scale warp see it (each role walks with its own
   // walker); false past the last unit of a grouped kind. The dense kind keeps its loop head
   // (unit < num_units) and only decodes here: walking through TileWalker::next() in the loop
@@ -602,7 +601,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
     __syncthreads();
     // The peers' hand-off arrivals come after this arrive's wait (each thread waits once before
     // its arrival or, at the latest, before the exit barrier), i.e. after the init above.
-    if (kInitHalves && split_cluster) ptx::cluster_arrive();
+    if (kHandoff && split_cluster) ptx::cluster_arrive_relaxed();  // fence.mbarrier_init released the init
   }
   // Nothing above touches global memory; everything below may (ptx::griddep_wait).
   ptx::griddep_wait();
@@ -884,8 +883,11 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
     // peers' partials (every thread of the cluster takes part in a cluster barrier); with the
     // hand-off, the wait of the arrive after the barriers' init.
     if (split_cluster) {
-      if constexpr (kInitHalves) ptx::cluster_wait();
-      if constexpr (!kHandoff) ptx::cluster_sync();
+      if constexpr (kHandoff) {
+        ptx::cluster_wait();
+      } else {
+        ptx::cluster_sync();
+      }
     }
   } else {
     // ------------------------------------------------------------------ consumer warpgroups
@@ -1321,12 +1323,12 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           const uint32_t owner = (threadIdx.x / 32) % num_splits;
           if (owner != split) {
             epilogue::write_split_partial_smem_v4<kNumChunks, kNumConsumerThreads>(fin, base + Traits::kOffA);
-            if constexpr (kInitHalves) ptx::cluster_wait();  // the owner's barrier is initialized
+            ptx::cluster_wait();  // the owner's barrier is initialized
             ptx::mbar_arrive_cluster_release(handoff_bar, owner);
             continue;
           }
           FG_TRACE_TILE(owner_trace, wg, traced, 4);
-          if constexpr (kInitHalves) ptx::cluster_wait();
+          ptx::cluster_wait();
           ptx::mbar_wait_cluster(handoff_bar, 0);  // the peers' partials of these rows are there
           FG_TRACE_TILE(owner_trace, wg, traced, 5);
           epilogue::gather_cluster_split_partials_v4<kNumChunks, kNumConsumerThreads, (kNumChunks <= 4 ? 8 : 1)>(
@@ -1335,7 +1337,6 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           float2* part = reinterpret_cast<float2*>(smem + Traits::kOffA);
           epilogue::write_split_partial_smem<kNumChunks, kNumConsumerThreads>(fin, part);
           FG_TRACE_TILE(wg_trace, wg, traced, 4);
-          if constexpr (kInitHalves) ptx::cluster_wait();
           ptx::cluster_sync();  // the partials are there (release / acquire at cluster scope)
           FG_TRACE_TILE(wg_trace, wg, traced, 5);
           if ((threadIdx.x / 32) % num_splits != split) continue;
@@ -1509,7 +1510,12 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   // No CTA of a cluster may exit while its peer can still multicast into it or arrive on its
   // barriers, or (split cluster) read its partial: every thread (producer warpgroup included, none
   // exited early) meets here.
-  if (kNumMulticast > 1 || split_cluster) ptx::cluster_sync();
+  if (kClusterSplit && diag::kSplitExitRelaxed && split_cluster) {
+    ptx::cluster_arrive_relaxed();
+    ptx::cluster_wait();
+  } else if (kNumMulticast > 1 || split_cluster) {
+    ptx::cluster_sync();
+  }
   FG_TRACE_ONLY(if (threadIdx.x < kNumConsumerThreads && threadIdx.x % 128 == 0)
                     FG_TRACE_TILE(trace_buf, threadIdx.x / 128, 0, 7);)
 }

@@ -140,6 +140,11 @@ __device__ __forceinline__ void cluster_sync() {
 // cluster_sync in two halves, for an arrive long before the wait: every thread pairs each
 // arrive with one wait before its next arrive.
 __device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release;\n" ::: "memory"); }
+// Without the release (no fence): for an arrive that orders nothing but execution, e.g. after
+// fence.mbarrier_init (which released the init) or once every remote load has returned.
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed;\n" ::: "memory");
+}
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory"); }
 
 // Programmatic dependent launch (finegemm.set_pdl): a kernel launched with the programmatic

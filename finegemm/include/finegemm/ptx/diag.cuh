@@ -56,6 +56,9 @@
 //                         acquire at cluster scope) instead of the cluster barrier between writing
 //                         and reading; only the warps that do not own their rows write, as float4s
 //                         (epilogue::gather_cluster_split_partials_v4).
+//   FINEGEMM_DIAG_SPLIT_EXIT_RELAXED  (FP8 kernel, correct results) a split cluster's exit
+//                         barrier arrives relaxed: no release fence (its remote loads have all
+//                         returned: their sums were stored).
 //   FINEGEMM_DIAG_NO_PDL  (both kernels; racy under finegemm.set_pdl(True)) the kernels leave out
 //                         griddepcontrol.wait / launch_dependents (ptx::griddep_wait): what do the
 //                         two instructions cost a kernel launched without PDL?
@@ -234,17 +237,10 @@ constexpr bool kSplitHandshake = true;
 #else
 constexpr bool kSplitHandshake = false;
 #endif
-// Temporary (fifty-sixth session): where does the hand-off lose? NO_INIT_SYNC drops its init
-// barrier halves (racy by design); INIT_ARRIVE adds only those halves to the barrier form.
-#ifdef FINEGEMM_DIAG_SPLIT_HANDSHAKE_NO_INIT_SYNC
-constexpr bool kSplitHandshakeNoInitSync = true;
+#ifdef FINEGEMM_DIAG_SPLIT_EXIT_RELAXED
+constexpr bool kSplitExitRelaxed = true;
 #else
-constexpr bool kSplitHandshakeNoInitSync = false;
-#endif
-#ifdef FINEGEMM_DIAG_SPLIT_INIT_ARRIVE
-constexpr bool kSplitInitArrive = true;
-#else
-constexpr bool kSplitInitArrive = false;
+constexpr bool kSplitExitRelaxed = false;
 #endif
 #ifdef FINEGEMM_DIAG_NO_PDL
 constexpr bool kNoPdl = true;
