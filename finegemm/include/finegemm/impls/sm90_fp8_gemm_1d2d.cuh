@@ -596,7 +596,12 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   }
   // With a cluster, the peer must see initialized barriers before it multicasts into them.
   if constexpr (kNumMulticast > 1) {
-    ptx::cluster_sync();
+    if constexpr (diag::kInitRelaxed) {
+      ptx::cluster_arrive_relaxed();
+      ptx::cluster_wait();
+    } else {
+      ptx::cluster_sync();
+    }
   } else {
     __syncthreads();
     // The peers' hand-off arrivals come after this arrive's wait (each thread waits once before

@@ -56,6 +56,9 @@
 //                         acquire at cluster scope) instead of the cluster barrier between writing
 //                         and reading; only the warps that do not own their rows write, as float4s
 //                         (epilogue::gather_cluster_split_partials_v4).
+//   FINEGEMM_DIAG_INIT_RELAXED  (FP8 kernel, correct results) a multicast cluster's barrier after
+//                         the barriers' init arrives relaxed (fence.mbarrier_init released the
+//                         init): no release fence at kernel start.
 //   FINEGEMM_DIAG_SPLIT_EXIT_RELAXED  (FP8 kernel, correct results) a split cluster's exit
 //                         barrier arrives relaxed: no release fence (its remote loads have all
 //                         returned: their sums were stored).
@@ -236,6 +239,11 @@ constexpr bool kSplitClusterWarpReduce = false;
 constexpr bool kSplitHandshake = true;
 #else
 constexpr bool kSplitHandshake = false;
+#endif
+#ifdef FINEGEMM_DIAG_INIT_RELAXED
+constexpr bool kInitRelaxed = true;
+#else
+constexpr bool kInitRelaxed = false;
 #endif
 #ifdef FINEGEMM_DIAG_SPLIT_EXIT_RELAXED
 constexpr bool kSplitExitRelaxed = true;
