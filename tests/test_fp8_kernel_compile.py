@@ -1364,13 +1364,12 @@ def test_developer_builds_compile(flags, monkeypatch):
 
 
 @pytest.mark.nvcc
-@pytest.mark.parametrize("flags", ["-DFINEGEMM_TRACE_TILES", "-DFINEGEMM_DIAG_SPLIT_HANDSHAKE",
-                                   "-DFINEGEMM_TRACE_TILES -DFINEGEMM_DIAG_SPLIT_HANDSHAKE"])
+@pytest.mark.parametrize("flags", ["-DFINEGEMM_TRACE_TILES", "-DFINEGEMM_DIAG_SPLIT_EXIT_RELAXED",
+                                   "-DFINEGEMM_TRACE_TILES -DFINEGEMM_DIAG_SPLIT_EXIT_RELAXED"])
 def test_split_cluster_developer_builds_compile(flags, monkeypatch):
-    """The split cluster's tail under the trace (events 4-7) and the hand-off form
-    (FINEGEMM_DIAG_SPLIT_HANDSHAKE) compile spill-free with serialized-wgmma checks, on the
-    2-split table tile, a k-batch bm64 tile and the widest cluster tile (bm128 bn128, fp32 + C,
-    whose peer loads go in halves)."""
+    """The split cluster's tail under the trace (events 4-7) and with the relaxed exit barrier
+    (FINEGEMM_DIAG_SPLIT_EXIT_RELAXED) compiles spill-free with serialized-wgmma checks, on the
+    2-split table tile, a k-batch bm64 tile and the widest cluster tile (bm128 bn128, fp32 + C)."""
     from finegemm import jit
     from finegemm.heuristics.sm90_fp8_gemm import make_config, max_stages
     from finegemm.ops import sm90_fp8_gemm as ops
@@ -1383,6 +1382,24 @@ def test_split_cluster_developer_builds_compile(flags, monkeypatch):
     reports = jit.compile_check([(ops._kernel_name(c), ops._render_cfg(c)) for c in cfgs], raise_on_failure=False)
     bad = [r for r in reports if not r["ok"]]
     assert len(reports) == 3 and not bad, [(r["label"], r["reasons"]) for r in bad]
+
+
+@pytest.mark.nvcc
+def test_init_relaxed_multicast_builds_compile(monkeypatch):
+    """FINEGEMM_DIAG_INIT_RELAXED (a multicast cluster's init barrier arrives relaxed) builds the
+    pairs sharing B and sharing A spill-free with serialized-wgmma checks."""
+    from finegemm import jit
+    from finegemm.heuristics.sm90_fp8_gemm import make_config
+    from finegemm.ops import sm90_fp8_gemm as ops
+
+    monkeypatch.setenv("FINEGEMM_EXTRA_NVCC_FLAGS", "-DFINEGEMM_DIAG_INIT_RELAXED")
+    cfgs = [make_config(256, 32768, 512, 132, False, False, 128, 128, 5, num_multicast=2, tma_store=True),
+            make_config(256, 7168, 16384, 132, False, False, 128, 112, 6, num_multicast=2, multicast_on_a=True,
+                        tma_store=True)]
+    assert all(c.num_multicast == 2 for c in cfgs)
+    reports = jit.compile_check([(ops._kernel_name(c), ops._render_cfg(c)) for c in cfgs], raise_on_failure=False)
+    bad = [r for r in reports if not r["ok"]]
+    assert len(reports) == 2 and not bad, [(r["label"], r["reasons"]) for r in bad]
 
 
 @pytest.mark.nvcc

@@ -484,10 +484,6 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   [[maybe_unused]] const bool c_stage = kCStage && (flags & kFlagCPrefetchMap) != 0;
   const float* sfa_smem = reinterpret_cast<const float*>(smem + Traits::kOffSfa);
   volatile int* flag_smem = reinterpret_cast<volatile int*>(smem + Traits::kOffFlag);
-  // Split cluster with diag::kSplitHandshake: the barrier on which the peers hand this CTA the
-  // partials of the rows it owns (the flag's slot holds both: the flag serves only the workspace
-  // path, which a split cluster never takes).
-  [[maybe_unused]] const uint32_t handoff_bar = base + Traits::kOffFlag + 8;
 
   const uint32_t num_kb = (K + Traits::BLOCK_K - 1) / Traits::BLOCK_K;
   const uint32_t num_m_blocks = (M + BLOCK_M - 1) / BLOCK_M;
@@ -529,7 +525,6 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   constexpr bool kSplitTmaStore =
       kClusterSplit && !kOutFp32 && !kHasC && BLOCK_M * BLOCK_N * 6 <= kNumStages * (Traits::kSmemA + Traits::kSmemB);
   const bool split_cluster = kClusterSplit && ptx::cluster_nctarank() > 1;
-  constexpr bool kHandoff = kClusterSplit && diag::kSplitHandshake;
   // The tile of `unit` as the producer and the scale warp see it (each role walks with its own
   // walker); false past the last unit of a grouped kind. The dense kind keeps its loop head
   // (unit < num_units) and only decodes here: walking through TileWalker::next() in the loop
@@ -585,12 +580,6 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         ptx::mbar_init(c_empty_bar(w), 4);  // the warpgroup's 4 warps
       }
     }
-    if constexpr (kHandoff) {
-      // Every lane of each peer's warp whose rows this CTA owns (warp w: owner w % splits) arrives.
-      uint32_t owned = 0;
-      for (uint32_t w = 0; w < kNumConsumerWG * 4; ++w) owned += w % num_splits == ptx::cluster_ctarank() ? 1u : 0u;
-      if (split_cluster && owned > 0) ptx::mbar_init(handoff_bar, 32 * (num_splits - 1) * owned);
-    }
     ptx::fence_mbarrier_init();
     ptx::fence_proxy_async_shared();
   }
@@ -604,9 +593,6 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
     }
   } else {
     __syncthreads();
-    // The peers' hand-off arrivals come after this arrive's wait (each thread waits once before
-    // its arrival or, at the latest, before the exit barrier), i.e. after the init above.
-    if (kHandoff && split_cluster) ptx::cluster_arrive_relaxed();  // fence.mbarrier_init released the init
   }
   // Nothing above touches global memory; everything below may (ptx::griddep_wait).
   ptx::griddep_wait();
@@ -885,15 +871,8 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
       }
     }
     // Split cluster: the producer warpgroup's part in the barrier after which split 0 reads the
-    // peers' partials (every thread of the cluster takes part in a cluster barrier); with the
-    // hand-off, the wait of the arrive after the barriers' init.
-    if (split_cluster) {
-      if constexpr (kHandoff) {
-        ptx::cluster_wait();
-      } else {
-        ptx::cluster_sync();
-      }
-    }
+    // peers' partials (every thread of the cluster takes part in a cluster barrier).
+    if (split_cluster) ptx::cluster_sync();
   } else {
     // ------------------------------------------------------------------ consumer warpgroups
     if constexpr (Traits::kSetMaxNReg) ptx::setmaxnreg_inc<Traits::kConsumerRegs>();
@@ -1324,30 +1303,14 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         FG_TRACE_ONLY(uint32_t first_owner = 0;
                       while ((wg * 4 + first_owner) % num_splits != split && first_owner < 4) ++first_owner;
                       void* const owner_trace = threadIdx.x % 128 == first_owner * 32 ? trace_buf : nullptr;)
-        if constexpr (kHandoff) {
-          const uint32_t owner = (threadIdx.x / 32) % num_splits;
-          if (owner != split) {
-            epilogue::write_split_partial_smem_v4<kNumChunks, kNumConsumerThreads>(fin, base + Traits::kOffA);
-            ptx::cluster_wait();  // the owner's barrier is initialized
-            ptx::mbar_arrive_cluster_release(handoff_bar, owner);
-            continue;
-          }
-          FG_TRACE_TILE(owner_trace, wg, traced, 4);
-          ptx::cluster_wait();
-          ptx::mbar_wait_cluster(handoff_bar, 0);  // the peers' partials of these rows are there
-          FG_TRACE_TILE(owner_trace, wg, traced, 5);
-          epilogue::gather_cluster_split_partials_v4<kNumChunks, kNumConsumerThreads, (kNumChunks <= 4 ? 8 : 1)>(
-              fin, base + Traits::kOffA, num_splits, split);
-        } else {
-          float2* part = reinterpret_cast<float2*>(smem + Traits::kOffA);
-          epilogue::write_split_partial_smem<kNumChunks, kNumConsumerThreads>(fin, part);
-          FG_TRACE_TILE(wg_trace, wg, traced, 4);
-          ptx::cluster_sync();  // the partials are there (release / acquire at cluster scope)
-          FG_TRACE_TILE(wg_trace, wg, traced, 5);
-          if ((threadIdx.x / 32) % num_splits != split) continue;
-          epilogue::gather_cluster_split_partials<kNumChunks, kNumConsumerThreads, (kNumChunks <= 4 ? 8 : 1)>(
-              fin, base + Traits::kOffA, num_splits, split);
-        }
+        float2* part = reinterpret_cast<float2*>(smem + Traits::kOffA);
+        epilogue::write_split_partial_smem<kNumChunks, kNumConsumerThreads>(fin, part);
+        FG_TRACE_TILE(wg_trace, wg, traced, 4);
+        ptx::cluster_sync();  // the partials are there (release / acquire at cluster scope)
+        FG_TRACE_TILE(wg_trace, wg, traced, 5);
+        if ((threadIdx.x / 32) % num_splits != split) continue;
+        epilogue::gather_cluster_split_partials<kNumChunks, kNumConsumerThreads, (kNumChunks <= 4 ? 8 : 1)>(
+            fin, base + Traits::kOffA, num_splits, split);
         FG_TRACE_ONLY(tail_trace = owner_trace;)
         FG_TRACE_TILE(tail_trace, wg, traced, 6);
         if constexpr (kSplitTmaStore) {

@@ -120,16 +120,6 @@ __device__ __forceinline__ float2 ld_shared_cluster_f2(uint32_t addr) {
   return v;
 }
 
-// A float4 from another CTA's shared memory (an address from map_shared_rank).
-__device__ __forceinline__ float4 ld_shared_cluster_f4(uint32_t addr) {
-  float4 v;
-  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-               : "r"(addr)
-               : "memory");
-  return v;
-}
-
 // Every thread of every CTA of the cluster arrives (release) and waits (acquire). All threads
 // of the cluster must execute it (no thread may have exited).
 __device__ __forceinline__ void cluster_sync() {
@@ -137,11 +127,10 @@ __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory");
 }
 
-// cluster_sync in two halves, for an arrive long before the wait: every thread pairs each
-// arrive with one wait before its next arrive.
-__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release;\n" ::: "memory"); }
-// Without the release (no fence): for an arrive that orders nothing but execution, e.g. after
-// fence.mbarrier_init (which released the init) or once every remote load has returned.
+// cluster_sync in two halves, the arrive without the release (no fence): for a barrier that
+// orders nothing but execution, e.g. after fence.mbarrier_init (which released the init) or once
+// every remote load has returned. A release arrive at kernel start measured ~1250 cycles on the
+// H100 (benchmarks/NOTES.md v1.12). Every thread pairs each arrive with one wait before its next.
 __device__ __forceinline__ void cluster_arrive_relaxed() {
   asm volatile("barrier.cluster.arrive.relaxed;\n" ::: "memory");
 }

@@ -51,11 +51,6 @@
 //   FINEGEMM_DIAG_SPLIT_CLUSTER_WARP_REDUCE  (BF16 kernel, correct results) a split cluster reduces
 //                         as before v1.08: one warp per 16 rows sums every split's partial
 //                         (epilogue::gather_cluster_split_partials) instead of the spread form.
-//   FINEGEMM_DIAG_SPLIT_HANDSHAKE  (FP8 kernel, correct results) a split cluster hands each
-//                         warp's partial to its rows' owner through the owner's mbarrier (release /
-//                         acquire at cluster scope) instead of the cluster barrier between writing
-//                         and reading; only the warps that do not own their rows write, as float4s
-//                         (epilogue::gather_cluster_split_partials_v4).
 //   FINEGEMM_DIAG_INIT_RELAXED  (FP8 kernel, correct results) a multicast cluster's barrier after
 //                         the barriers' init arrives relaxed (fence.mbarrier_init released the
 //                         init): no release fence at kernel start.
@@ -235,11 +230,6 @@ constexpr bool kSplitClusterWarpReduce = true;
 constexpr bool kSplitClusterWarpReduce = false;
 #endif
 
-#ifdef FINEGEMM_DIAG_SPLIT_HANDSHAKE
-constexpr bool kSplitHandshake = true;
-#else
-constexpr bool kSplitHandshake = false;
-#endif
 #ifdef FINEGEMM_DIAG_INIT_RELAXED
 constexpr bool kInitRelaxed = true;
 #else

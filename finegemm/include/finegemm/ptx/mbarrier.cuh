@@ -75,35 +75,5 @@ __device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t cta_i
       : "memory");
 }
 
-// Arrive on the barrier at the same smem offset in CTA `cta_id`, releasing this thread's earlier
-// writes at cluster scope: for a hand-off of data in shared memory (not of ring stages, where
-// the fence per arrival costs too much, above); the receiver waits with mbar_wait_cluster.
-__device__ __forceinline__ void mbar_arrive_cluster_release(uint32_t bar, uint32_t cta_id) {
-  asm volatile(
-      "{\n"
-      ".reg .b32 remote;\n"
-      "mapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n"
-      "}\n" ::"r"(bar), "r"(cta_id)
-      : "memory");
-}
-
-// mbar_wait with acquire at cluster scope: the peers' writes released by their arrivals
-// (mbar_arrive_cluster_release) are visible after it.
-__device__ __forceinline__ void mbar_wait_cluster(uint32_t bar, uint32_t parity) {
-  uint32_t done;
-  do {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n"
-        "}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (done == 0);
-}
-
 }  // namespace ptx
 }  // namespace finegemm
