@@ -24,6 +24,7 @@ kernel's entry to the first tile head and to the consumer's exit.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import sys
@@ -42,10 +43,6 @@ FLOPS_PER_SM_CYCLE = 8192
 
 def _med(xs):
     return float(statistics.median(xs)) if xs else float("nan")
-
-
-def per_ok(x: float) -> bool:
-    return x == x  # not nan
 
 
 def summarise(tr, cfg, m, n, k) -> dict:
@@ -173,7 +170,7 @@ def main() -> int:
               f"epilogue {med['epilogue']:.0f}, gap {med['gap']:.0f}; producer lead {med['producer_lead']:.0f}, "
               f"WG skew {med['wg_skew_full']:.0f}; mainloop eff {rec['mainloop_efficiency']:.3f}, "
               f"tile eff {rec['tile_efficiency']:.3f}; span {med['kernel_span']:.0f}", flush=True)
-        if per_ok(med["barrier_wait"]):
+        if not math.isnan(med["barrier_wait"]):
             print(f"  split tail: partial write {med['partial_write']:.0f}, barrier wait {med['barrier_wait']:.0f} "
                   f"(p90 {rec['p90_cycles']['barrier_wait']:.0f}), gather {med['gather']:.0f}, store "
                   f"{med['store']:.0f}, exit wait {med['exit_wait']:.0f}; entry to head "
