@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import array
 import ctypes
-import dataclasses
 import threading
 from typing import Optional
 
