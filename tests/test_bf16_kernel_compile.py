@@ -390,6 +390,32 @@ def test_multicast_tiles_compile_clean():
 
 
 @pytest.mark.nvcc
+def test_relaxed_cluster_arrive_builds_compile(monkeypatch):
+    """FINEGEMM_DIAG_INIT_RELAXED and FINEGEMM_DIAG_SPLIT_EXIT_RELAXED in the BF16 kernel: a multicast
+    pair (B shared, A shared) and two split-cluster tiles build spill-free with unserialized wgmmas,
+    and the relaxed forms change the SASS (else the switch would measure nothing)."""
+    from finegemm import jit
+    from finegemm.ops.sm90_bf16_gemm import render
+
+    jobs = [("nt_bm128_bn176_s4_mc2b", render(128, 176, 4, False, False, False, True, 1, 2, False)),
+            ("tn_bm128_bn128_s4_mc2a", render(128, 128, 4, True, True, False, True, 1, 2, True)),
+            ("nt_bm64_bn64_s4_split", render(64, 64, 4, False, False, True, False)),
+            ("nt_bm128_bn32_s6_split", render(128, 32, 6, False, False, True, False))]
+    sass_by_flags = {}
+    for flags in ("", "-DFINEGEMM_DIAG_INIT_RELAXED -DFINEGEMM_DIAG_SPLIT_EXIT_RELAXED"):
+        monkeypatch.setenv("FINEGEMM_EXTRA_NVCC_FLAGS", flags)
+        reports = jit.compile_check(jobs, raise_on_failure=False)
+        bad = [r for r in reports if not r["ok"]]
+        assert len(reports) == 4 and not bad, [(r["label"], r["reasons"]) for r in bad]
+        for r in reports:
+            assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and not r["wgmma_serialized"], r
+        sass_by_flags[flags] = [_sass(r["cubin"]) for r in reports]
+    if all(s is not None for ss in sass_by_flags.values() for s in ss):
+        base, relaxed = sass_by_flags.values()
+        assert all(b != x for b, x in zip(base, relaxed)), "a relaxed build's SASS equals the default's"
+
+
+@pytest.mark.nvcc
 def test_tall_tiles_compile_clean():
     """The tall tile (block_m 256, four consumer warpgroups of 112 registers) in every layout, with
     the TMA store and without: spill-free at the 96 registers a 640-thread launch starts with,

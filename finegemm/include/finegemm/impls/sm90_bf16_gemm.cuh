@@ -346,7 +346,12 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
   }
   // A multicast peer must see initialized barriers before it loads into them.
   if constexpr (kNumMulticast > 1) {
-    ptx::cluster_sync();
+    if constexpr (diag::kInitRelaxed) {
+      ptx::cluster_arrive_relaxed();
+      ptx::cluster_wait();
+    } else {
+      ptx::cluster_sync();
+    }
   } else {
     __syncthreads();
   }
@@ -836,7 +841,12 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
   // Split cluster: no CTA may exit while split 0 can still read its partial; multicast pair: while
   // its peer can still load into it or arrive on its barriers (every thread, the producer
   // warpgroup included, meets here).
-  if (kNumMulticast > 1 || split_cluster) ptx::cluster_sync();
+  if (kClusterSplit && diag::kSplitExitRelaxed && split_cluster && kNumMulticast == 1) {
+    ptx::cluster_arrive_relaxed();
+    ptx::cluster_wait();
+  } else if (kNumMulticast > 1 || split_cluster) {
+    ptx::cluster_sync();
+  }
 }
 
 }  // namespace impls
