@@ -96,3 +96,12 @@ def assert_k_loops_keep_smem_base(text: str, label: str) -> None:
     for body in loops:
         assert not any(re.search(r"\bS2UR\b", op) for op in body), (
             f"{label}: S2UR inside a wgmma k-loop ({len(body)} instructions)")
+
+
+def cluster_arrives(text: str) -> list[bool]:
+    """One entry per cluster-barrier arrive (UCGABAR_ARV) in program order: True when it releases
+    (a MEMBAR.*.GPU among the four instructions before it: what `barrier.cluster.arrive.release`
+    compiles to), False for a relaxed arrive."""
+    ins = [i for _, i in instructions(text)]
+    return [any(re.match(r"MEMBAR\.\w+\.GPU\b", ins[j]) for j in range(max(0, k - 4), k))
+            for k, op in enumerate(ins) if op.startswith("UCGABAR_ARV")]

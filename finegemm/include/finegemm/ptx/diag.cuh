@@ -51,12 +51,6 @@
 //   FINEGEMM_DIAG_SPLIT_CLUSTER_WARP_REDUCE  (BF16 kernel, correct results) a split cluster reduces
 //                         as before v1.08: one warp per 16 rows sums every split's partial
 //                         (epilogue::gather_cluster_split_partials) instead of the spread form.
-//   FINEGEMM_DIAG_INIT_RELAXED  (both kernels, correct results) a multicast cluster's barrier after
-//                         the barriers' init arrives relaxed (fence.mbarrier_init released the
-//                         init): no release fence at kernel start.
-//   FINEGEMM_DIAG_SPLIT_EXIT_RELAXED  (both kernels, correct results) a split cluster's exit
-//                         barrier arrives relaxed: no release fence (its remote loads have all
-//                         returned: their sums were stored).
 //   FINEGEMM_DIAG_NO_PDL  (both kernels; racy under finegemm.set_pdl(True)) the kernels leave out
 //                         griddepcontrol.wait / launch_dependents (ptx::griddep_wait): what do the
 //                         two instructions cost a kernel launched without PDL?
@@ -230,16 +224,6 @@ constexpr bool kSplitClusterWarpReduce = true;
 constexpr bool kSplitClusterWarpReduce = false;
 #endif
 
-#ifdef FINEGEMM_DIAG_INIT_RELAXED
-constexpr bool kInitRelaxed = true;
-#else
-constexpr bool kInitRelaxed = false;
-#endif
-#ifdef FINEGEMM_DIAG_SPLIT_EXIT_RELAXED
-constexpr bool kSplitExitRelaxed = true;
-#else
-constexpr bool kSplitExitRelaxed = false;
-#endif
 #ifdef FINEGEMM_DIAG_NO_PDL
 constexpr bool kNoPdl = true;
 #else
