@@ -4,7 +4,7 @@
 #   bash scripts/device_run.sh [all|tests|bench|sanitize|tune|pending|ab_contiguous|ab_bf16_half_a|ab_rotate|
 #                               fp8_einsum|ab_einsum|ab_einsum_tma|ab_split_tma|psum|psum_ncu|b_stream|ab_b_group|ab_b_group_bf16|b_group|b_group_check|ab_ffma_yield|
 #                               ab_split_spread|ab_fp32_direct|bf16_m128|skinny_l2|
-#                               bf16_multicast|ab_relaxed]
+#                               bf16_multicast]
 # "pending": the same-run A/Bs waiting for a GPU (below; their variant kernels precompiled into the
 # carried cache by scripts/precompile_pending.sh).
 # Every later GPU claim in benchmarks/results/ comes from this script.
@@ -72,7 +72,6 @@ ab() {  # ab <folder> <SUITE> <VARIANTS> <bench args...>
   status=$(( status | ${PIPESTATUS[0]} ))
   python3 scripts/ab_summary.py "$dir"/ab_*.json 2>&1 | tee "$dir/summary.txt"
 }
-RELAXED_BF16_SHAPES="64,2112,7168 128,2112,7168 128,4096,7168 64,256,7168,fp32 128,256,7168,fp32"
 SKINNY_FP8="64,2112,7168 64,24576,1536 64,32768,512 64,7168,16384 64,4096,7168 64,7168,2048 128,2112,7168
   128,24576,1536 128,32768,512 128,7168,16384 128,4096,7168 128,7168,2048"
 if [[ "$what" == pending || "$what" == ab_contiguous ]]; then
@@ -309,30 +308,6 @@ if [[ "$what" == bf16_multicast ]]; then
   # shellcheck disable=SC2086
   python3 scripts/probe_bf16_configs.py $MC_AB_CASES --rounds "${FINEGEMM_PENDING_ROUNDS:-2}" \
     --out "$OUT/ab_multicast.json" 2>&1 | tee "$OUT/ab_multicast.log"
-  status=$(( status | ${PIPESTATUS[0]} ))
-fi
-# ab_relaxed (v1.13): the cluster barriers' relaxed arrives (ptx/diag.cuh: FINEGEMM_DIAG_SPLIT_EXIT_RELAXED,
-# a split cluster's exit; FINEGEMM_DIAG_INIT_RELAXED, a multicast pair's init) against the shipped
-# release arrives: FP8 on the split-cluster and multicast table picks (probe_variants.py), BF16 on
-# its split-cluster records (bench); then the GPU tests and memcheck of the split / multicast
-# kernels built with both. Kernels: scripts/precompile_pending.sh.
-if [[ "$what" == ab_relaxed ]]; then
-  xr=-DFINEGEMM_DIAG_SPLIT_EXIT_RELAXED; ir=-DFINEGEMM_DIAG_INIT_RELAXED
-  mkdir -p "$OUT/ab_relaxed"
-  timeout 110 python3 scripts/probe_variants.py --cases 128,4096,7168:auto 64,4096,7168:auto 64,2112,7168:auto \
-    16,2112,7168:auto --variants "base=" "xr=$xr" --repeats 2 --num-tests 20 --out "$OUT/ab_relaxed/fp8_split.json" \
-    2>&1 | tee "$OUT/ab_relaxed/fp8_split.log" | tail -6
-  timeout 60 python3 scripts/probe_variants.py --cases 256,32768,512:auto 256,7168,16384:auto \
-    --variants "base=" "ir=$ir" --repeats 2 --num-tests 20 --out "$OUT/ab_relaxed/fp8_multicast.json" \
-    2>&1 | tee "$OUT/ab_relaxed/fp8_multicast.log" | tail -4
-  ab ab_relaxed/bf16_split bf16 "base= xr=$xr" --layouts nt tn --no-grouped --shapes $RELAXED_BF16_SHAPES
-  FINEGEMM_EXTRA_NVCC_FLAGS="$xr $ir" timeout 150 python3 -m pytest -q -m gpu tests/gpu/test_fp8_gemm_gpu.py \
-    tests/gpu/test_bf16_gemm_gpu.py -k "split_cluster or split_k_with_multicast or multicast" -p no:cacheprovider \
-    --timeout 120 --timeout_method thread 2>&1 | tee "$OUT/ab_relaxed/tests.log" | tail -3
-  status=$(( status | ${PIPESTATUS[0]} ))
-  FINEGEMM_EXTRA_NVCC_FLAGS="$xr $ir" timeout 100 compute-sanitizer --tool memcheck --error-exitcode 3 \
-    python3 scripts/sanitize_cases.py "fp8 split cluster" "fp8 bm128 bn176 multicast" "bf16 split cluster" \
-    "bf16 multicast" 2>&1 | tee "$OUT/ab_relaxed/memcheck.log" | grep -E "ERROR SUMMARY|FAIL" | head -3
   status=$(( status | ${PIPESTATUS[0]} ))
 fi
 if [[ "$what" == all || "$what" == bench ]]; then

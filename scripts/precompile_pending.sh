@@ -35,11 +35,3 @@ warm -DFINEGEMM_DIAG_SPLIT_CLUSTER_WARP_REDUCE --shapes 64,256,7168 128,256,7168
 # The v1.09 probe's forced configs (device_run.sh ab_fp32_direct): the fp32-D tiles without staging.
 # shellcheck disable=SC2046
 python3 scripts/probe_bf16_configs.py --precompile $(sed -n '/^FP32_DIRECT_CASES="/,/"$/p' scripts/device_run.sh | tr -d '"' | sed 's/^FP32_DIRECT_CASES=//')
-# The relaxed cluster arrives (device_run.sh ab_relaxed): FP8 probe cases, BF16 split-cluster records,
-# and the split / multicast GPU tests' and sanitizer cases' kernels built with both switches.
-python3 scripts/probe_variants.py --precompile --jobs "$jobs" --variants base= xr=-DFINEGEMM_DIAG_SPLIT_EXIT_RELAXED \
-  ir=-DFINEGEMM_DIAG_INIT_RELAXED \
-  --cases 128,4096,7168:auto 64,4096,7168:auto 64,2112,7168:auto 16,2112,7168:auto 256,32768,512:auto 256,7168,16384:auto
-# shellcheck disable=SC2046
-warm -DFINEGEMM_DIAG_SPLIT_EXIT_RELAXED --shapes $(sed -n 's/^RELAXED_BF16_SHAPES="\(.*\)"$/\1/p' scripts/device_run.sh | sed 's/,fp32//g') \
-  --kinds bf16_nt bf16_tn bf16_nt_fp32 bf16_tn_fp32
