@@ -4,7 +4,7 @@
 #   bash scripts/device_run.sh [all|tests|bench|sanitize|tune|pending|ab_contiguous|ab_bf16_half_a|ab_rotate|
 #                               fp8_einsum|ab_einsum|ab_einsum_tma|ab_split_tma|psum|psum_ncu|b_stream|ab_b_group|ab_b_group_bf16|b_group|b_group_check|ab_ffma_yield|
 #                               ab_split_spread|ab_fp32_direct|bf16_m128|skinny_l2|
-#                               bf16_multicast]
+#                               bf16_multicast|cluster_fence]
 # "pending": the same-run A/Bs waiting for a GPU (below; their variant kernels precompiled into the
 # carried cache by scripts/precompile_pending.sh).
 # Every later GPU claim in benchmarks/results/ comes from this script.
@@ -309,6 +309,18 @@ if [[ "$what" == bf16_multicast ]]; then
   python3 scripts/probe_bf16_configs.py $MC_AB_CASES --rounds "${FINEGEMM_PENDING_ROUNDS:-2}" \
     --out "$OUT/ab_multicast.json" 2>&1 | tee "$OUT/ab_multicast.log"
   status=$(( status | ${PIPESTATUS[0]} ))
+fi
+# cluster_fence (NOTES v1.13): what a cluster barrier costs by the way it publishes shared memory
+# (every thread's release arrive; relaxed arrives; one thread's cumulative fence after bar.sync;
+# a fence per warp), 66 and 1 clusters, without and with outstanding global stores. ~10 s.
+if [[ "$what" == cluster_fence ]]; then
+  nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a scripts/probe_cluster_fence.cu \
+    -o /tmp/probe_cluster_fence 2>&1 | tee "$OUT/cluster_fence_build.log"
+  for args in "--clusters 66" "--clusters 66 --stores" "--clusters 1" "--clusters 1 --stores"; do
+    # shellcheck disable=SC2086
+    /tmp/probe_cluster_fence $args 2>&1 | tee -a "$OUT/cluster_fence.jsonl"
+    status=$(( status | ${PIPESTATUS[0]} ))
+  done
 fi
 if [[ "$what" == all || "$what" == bench ]]; then
   for suite in ${FINEGEMM_BENCH_SUITES:-dense grouped bf16}; do
