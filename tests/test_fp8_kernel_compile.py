@@ -1363,6 +1363,21 @@ def test_developer_builds_compile(flags, monkeypatch):
     assert len(reports) == 2 and not bad, [(r["label"], r["reasons"]) for r in bad]
 
 
+def _cluster_arrives_of(cfgs):
+    """Compile the configs with the checks (spills, serialized wgmmas) and return (label, arrives)
+    per kernel, arrives as sass_tools.cluster_arrives reads them (none without cuobjdump)."""
+    from finegemm import jit
+    from finegemm.ops import sm90_fp8_gemm as ops
+    from sass_tools import cluster_arrives
+    from sass_tools import sass
+
+    reports = jit.compile_check([(ops._kernel_name(c), ops._render_cfg(c)) for c in cfgs], raise_on_failure=False)
+    bad = [r for r in reports if not r["ok"]]
+    assert len(reports) == len(cfgs) and not bad, [(r["label"], r["reasons"]) for r in bad]
+    texts = [(r["label"], sass(r["cubin"])) for r in reports]
+    return [(label, cluster_arrives(text)) for label, text in texts if text is not None]
+
+
 @pytest.mark.nvcc
 @pytest.mark.parametrize("flags", ["", "-DFINEGEMM_TRACE_TILES"])
 def test_split_cluster_builds_compile(flags, monkeypatch):
@@ -1370,27 +1385,16 @@ def test_split_cluster_builds_compile(flags, monkeypatch):
     serialized-wgmma checks on the 2-split table tile, a k-batch bm64 tile and the widest cluster
     tile (bm128 bn128, fp32 + C). In SASS the barrier that publishes the partials releases and the
     exit barrier, which orders only execution, arrives relaxed (NOTES v1.13)."""
-    from finegemm import jit
     from finegemm.heuristics.sm90_fp8_gemm import make_config, max_stages
-    from finegemm.ops import sm90_fp8_gemm as ops
-    from sass_tools import cluster_arrives
-    from sass_tools import sass
 
     monkeypatch.setenv("FINEGEMM_EXTRA_NVCC_FLAGS", flags)
     cfgs = [make_config(128, 4096, 7168, 132, False, False, 128, 64, 8, 2),
             make_config(64, 2112, 7168, 132, False, False, 64, 32, 16, 2, k_batch=2),
             make_config(130, 1000, 7168, 132, True, True, 128, 128, max_stages(128, 128), 4)]
     assert all(c.split_k for c in cfgs)
-    reports = jit.compile_check([(ops._kernel_name(c), ops._render_cfg(c)) for c in cfgs], raise_on_failure=False)
-    bad = [r for r in reports if not r["ok"]]
-    assert len(reports) == 3 and not bad, [(r["label"], r["reasons"]) for r in bad]
-    for r in reports:
-        text = sass(r["cubin"])
-        if text is None:
-            continue
-        arrives = cluster_arrives(text)
-        assert any(arrives), f"{r['label']}: no releasing cluster arrive (the partials' barrier)"
-        assert arrives[-1] is False, f"{r['label']}: the exit barrier arrives with a release: {arrives}"
+    for label, arrives in _cluster_arrives_of(cfgs):
+        assert any(arrives), f"{label}: no releasing cluster arrive (the partials' barrier)"
+        assert arrives[-1] is False, f"{label}: the exit barrier arrives with a release: {arrives}"
 
 
 @pytest.mark.nvcc
@@ -1398,25 +1402,14 @@ def test_multicast_init_barrier_arrives_relaxed():
     """A multicast pair's first cluster barrier (after the mbarrier init, whose fence already
     released it) arrives relaxed, and its exit barrier releases; pairs sharing B and sharing A,
     spill-free (NOTES v1.13: the release arrive cost ~1250 cycles of every CTA's start)."""
-    from finegemm import jit
     from finegemm.heuristics.sm90_fp8_gemm import make_config
-    from finegemm.ops import sm90_fp8_gemm as ops
-    from sass_tools import cluster_arrives
-    from sass_tools import sass
 
     cfgs = [make_config(256, 32768, 512, 132, False, False, 128, 128, 5, num_multicast=2, tma_store=True),
             make_config(256, 7168, 16384, 132, False, False, 128, 112, 6, num_multicast=2, multicast_on_a=True,
                         tma_store=True)]
     assert all(c.num_multicast == 2 for c in cfgs)
-    reports = jit.compile_check([(ops._kernel_name(c), ops._render_cfg(c)) for c in cfgs], raise_on_failure=False)
-    bad = [r for r in reports if not r["ok"]]
-    assert len(reports) == 2 and not bad, [(r["label"], r["reasons"]) for r in bad]
-    for r in reports:
-        text = sass(r["cubin"])
-        if text is None:
-            continue
-        arrives = cluster_arrives(text)
-        assert len(arrives) >= 2 and arrives[0] is False and arrives[-1] is True, (r["label"], arrives)
+    for label, arrives in _cluster_arrives_of(cfgs):
+        assert len(arrives) >= 2 and arrives[0] is False and arrives[-1] is True, (label, arrives)
 
 
 @pytest.mark.nvcc
