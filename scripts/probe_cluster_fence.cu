@@ -15,6 +15,9 @@
 //               arrive.relaxed; wait.acquire
 //   3 warp fence __syncwarp; lane 0 of each warp: fence.acq_rel.cluster; arrive.relaxed; wait
 //               (a warp's lanes are ordered by __syncwarp only, so this one is racy by the model)
+//   4 warp0 release  bar.sync over the CTA; warp 0: arrive.release (cumulative over what bar.sync
+//               ordered), every other warp: arrive.relaxed; wait.acquire (the kernels' switch
+//               FINEGEMM_DIAG_SPLIT_CLUSTER_ONE_FENCE)
 // --stores: each thread also stores one word to global memory before the barrier (the epilogue's
 // outstanding writes a fence must wait for).
 //
@@ -58,6 +61,13 @@ __device__ __forceinline__ void publish() {
     __syncthreads();
     if (threadIdx.x == 0) asm volatile("fence.acq_rel.cluster;\n" ::: "memory");
     asm volatile("barrier.cluster.arrive.relaxed;\n" ::: "memory");
+  } else if constexpr (kForm == 4) {
+    __syncthreads();
+    if (threadIdx.x / 32 == 0) {
+      asm volatile("barrier.cluster.arrive.release;\n" ::: "memory");
+    } else {
+      asm volatile("barrier.cluster.arrive.relaxed;\n" ::: "memory");
+    }
   } else {
     __syncwarp();
     if (threadIdx.x % 32 == 0) asm volatile("fence.acq_rel.cluster;\n" ::: "memory");
@@ -154,5 +164,6 @@ int main(int argc, char** argv) {
   run<1>("relaxed", clusters, iters, stores);
   run<2>("one_fence", clusters, iters, stores);
   run<3>("warp_fence", clusters, iters, stores);
+  run<4>("warp0_release", clusters, iters, stores);
   return 0;
 }

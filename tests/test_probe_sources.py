@@ -25,8 +25,9 @@ def test_probe_compiles(probe, tmp_path):
 
 @pytest.mark.nvcc
 def test_cluster_fence_probe_forms_in_sass(tmp_path):
-    """The four barrier forms compile to what they claim: the release form puts a MEMBAR.ALL.GPU
-    before every form arrive, the relaxed form none at all after its setup barrier."""
+    """The five barrier forms compile to what they claim: the release form puts a MEMBAR.ALL.GPU
+    before every form arrive, the relaxed form none at all after its setup barrier, and the
+    warp-0 form both kinds (warp 0's releasing arrive, the other warps' relaxed one)."""
     from sass_tools import cluster_arrives, cuobjdump
 
     from finegemm.jit import nvcc_path
@@ -45,9 +46,10 @@ def test_cluster_fence_probe_forms_in_sass(tmp_path):
         name, body = chunk.split("\n", 1)
         form = int(name.split("probeILi")[1][0])
         functions[form] = cluster_arrives(body)
-    assert sorted(functions) == [0, 1, 2, 3]
+    assert sorted(functions) == [0, 1, 2, 3, 4]
     # Every iteration: the form's arrive, then the relaxed arrive after the peer reads; the first
     # arrive of each kernel is the setup barrier's (a release).
     release, relaxed = functions[0], functions[1]
     assert release[0] and relaxed[0]
     assert any(release[1:]) and not any(relaxed[1:]), (release, relaxed)
+    assert any(functions[4][1:]) and not all(functions[4][1:]), functions[4]

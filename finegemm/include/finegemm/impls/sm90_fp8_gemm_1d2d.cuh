@@ -871,7 +871,14 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
     }
     // Split cluster: the producer warpgroup's part in the barrier after which split 0 reads the
     // peers' partials (every thread of the cluster takes part in a cluster barrier).
-    if (split_cluster) ptx::cluster_sync();
+    if (split_cluster) {
+      if constexpr (diag::kSplitClusterOneFence) {
+        ptx::cluster_arrive_relaxed();
+        ptx::cluster_wait();
+      } else {
+        ptx::cluster_sync();
+      }
+    }
   } else {
     // ------------------------------------------------------------------ consumer warpgroups
     if constexpr (Traits::kSetMaxNReg) ptx::setmaxnreg_inc<Traits::kConsumerRegs>();
@@ -1305,7 +1312,17 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         float2* part = reinterpret_cast<float2*>(smem + Traits::kOffA);
         epilogue::write_split_partial_smem<kNumChunks, kNumConsumerThreads>(fin, part);
         FG_TRACE_TILE(wg_trace, wg, traced, 4);
-        ptx::cluster_sync();  // the partials are there (release / acquire at cluster scope)
+        if constexpr (diag::kSplitClusterOneFence) {
+          ptx::named_barrier_sync(1, kNumConsumerThreads);
+          if (threadIdx.x / 32 == 0) {
+            ptx::cluster_arrive_release();
+          } else {
+            ptx::cluster_arrive_relaxed();
+          }
+          ptx::cluster_wait();
+        } else {
+          ptx::cluster_sync();  // the partials are there (release / acquire at cluster scope)
+        }
         FG_TRACE_TILE(wg_trace, wg, traced, 5);
         if ((threadIdx.x / 32) % num_splits != split) continue;
         epilogue::gather_cluster_split_partials<kNumChunks, kNumConsumerThreads, (kNumChunks <= 4 ? 8 : 1)>(

@@ -136,6 +136,13 @@ __device__ __forceinline__ void cluster_arrive_relaxed() {
 }
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory"); }
 
+// The releasing half of cluster_sync alone. After a CTA barrier, one warp's release arrive is
+// cumulative over every store that barrier ordered before it: the other warps may then arrive
+// relaxed (FINEGEMM_DIAG_SPLIT_CLUSTER_ONE_FENCE; a MEMBAR.ALL.GPU is per warp, not per thread).
+__device__ __forceinline__ void cluster_arrive_release() {
+  asm volatile("barrier.cluster.arrive.release;\n" ::: "memory");
+}
+
 // Programmatic dependent launch (finegemm.set_pdl): a kernel launched with the programmatic
 // stream-serialization attribute may start while the kernel before it in the stream still runs.
 // griddep_wait blocks until that grid has completed and its memory operations are visible, so

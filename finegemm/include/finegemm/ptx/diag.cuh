@@ -51,6 +51,11 @@
 //   FINEGEMM_DIAG_SPLIT_CLUSTER_WARP_REDUCE  (BF16 kernel, correct results) a split cluster reduces
 //                         as before v1.08: one warp per 16 rows sums every split's partial
 //                         (epilogue::gather_cluster_split_partials) instead of the spread form.
+//   FINEGEMM_DIAG_SPLIT_CLUSTER_ONE_FENCE  (both kernels, correct results) a split cluster
+//                         publishes its partials with the consumers' named barrier, then one
+//                         warp's release arrive (cumulative over what that barrier ordered) and
+//                         every other warp's relaxed arrive: one MEMBAR.ALL.GPU per CTA instead of
+//                         one per warp (12). scripts/probe_cluster_fence.cu times the forms alone.
 //   FINEGEMM_DIAG_NO_PDL  (both kernels; racy under finegemm.set_pdl(True)) the kernels leave out
 //                         griddepcontrol.wait / launch_dependents (ptx::griddep_wait): what do the
 //                         two instructions cost a kernel launched without PDL?
@@ -216,6 +221,12 @@ constexpr bool kSplitClusterNoPeers = false;
 constexpr bool kSplitClusterNoSync = true;
 #else
 constexpr bool kSplitClusterNoSync = false;
+#endif
+
+#ifdef FINEGEMM_DIAG_SPLIT_CLUSTER_ONE_FENCE
+constexpr bool kSplitClusterOneFence = true;
+#else
+constexpr bool kSplitClusterOneFence = false;
 #endif
 
 #ifdef FINEGEMM_DIAG_SPLIT_CLUSTER_WARP_REDUCE
