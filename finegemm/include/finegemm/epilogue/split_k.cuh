@@ -87,10 +87,20 @@ __device__ __forceinline__ void sum_split_partials(float (&acc)[kNumAcc], const 
 // same float2 layout as the workspace slab, every row); after the cluster barrier the rows are
 // shared out among the splits (gather_cluster_split_partials). No workspace, counter or L2 round
 // trip.
-template <uint32_t kNumChunks, uint32_t kThreads, uint32_t kNumAcc>
+// kVec4 (the reduce-scatter form only, FINEGEMM_DIAG_SPLIT_PARTIAL_F4): float4 index (j * kThreads
+// + tid) holds the thread's registers 4 j .. 4 j + 3 (both row halves of chunk j), so a peer's
+// fragment is half as many distributed-shared-memory loads, 16 bytes each.
+template <uint32_t kNumChunks, uint32_t kThreads, bool kVec4 = false, uint32_t kNumAcc>
 __device__ __forceinline__ void write_split_partial_smem(const float (&acc)[kNumAcc], float2* part) {
   static_assert(kNumAcc == 4 * kNumChunks, "wgmma D fragment");
   const uint32_t tid = threadIdx.x;
+  if constexpr (kVec4) {
+    float4* part4 = reinterpret_cast<float4*>(part);
+#pragma unroll
+    for (uint32_t j = 0; j < kNumChunks; ++j)
+      part4[j * kThreads + tid] = make_float4(acc[4 * j + 0], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]);
+    return;
+  }
 #pragma unroll
   for (uint32_t j = 0; j < kNumChunks; ++j) {
     part[(2 * j + 0) * kThreads + tid] = make_float2(acc[4 * j + 0], acc[4 * j + 1]);
@@ -100,10 +110,16 @@ __device__ __forceinline__ void write_split_partial_smem(const float (&acc)[kNum
 
 // One peer's partial into v: `remote` is this thread's float2 in the peer's `part` (from
 // ptx::map_shared_rank; the layout above).
-template <uint32_t kNumChunks, uint32_t kThreads>
+template <uint32_t kNumChunks, uint32_t kThreads, bool kVec4 = false>
 __device__ __forceinline__ void load_peer_partial(float2 (&v)[kNumChunks][2], uint32_t remote) {
 #pragma unroll
   for (uint32_t j = 0; j < kNumChunks; ++j) {
+    if constexpr (kVec4) {
+      const float4 q = ptx::ld_shared_cluster_f4(remote + j * kThreads * 16u);
+      v[j][0] = make_float2(q.x, q.y);
+      v[j][1] = make_float2(q.z, q.w);
+      continue;
+    }
     v[j][0] = ptx::ld_shared_cluster_f2(remote + (2 * j + 0) * kThreads * 8u);
     v[j][1] = ptx::ld_shared_cluster_f2(remote + (2 * j + 1) * kThreads * 8u);
   }
@@ -118,7 +134,8 @@ __device__ __forceinline__ void load_peer_partial(float2 (&v)[kNumChunks][2], ui
 // kBatch: splits whose loads are in flight together, what the registers leave beside the tile's
 // sums and this split's own copy (the FP8 kernel's wide tiles take one at a time: two spilled at
 // bm128 bn64 k-batch 4).
-template <uint32_t kNumChunks, uint32_t kThreads, uint32_t kBatch = (kNumChunks <= 4 ? 8 : 2), uint32_t kNumAcc>
+template <uint32_t kNumChunks, uint32_t kThreads, uint32_t kBatch = (kNumChunks <= 4 ? 8 : 2), bool kVec4 = false,
+          uint32_t kNumAcc>
 __device__ __forceinline__ void gather_cluster_split_partials(float (&acc)[kNumAcc], uint32_t part_addr,
                                                               uint32_t num_splits, uint32_t self) {
   static_assert(kNumAcc == 4 * kNumChunks, "wgmma D fragment");
@@ -128,7 +145,7 @@ __device__ __forceinline__ void gather_cluster_split_partials(float (&acc)[kNumA
     own[i] = acc[i];
     acc[i] = 0.0f;
   }
-  const uint32_t mine = part_addr + threadIdx.x * 8u;
+  const uint32_t mine = part_addr + threadIdx.x * (kVec4 ? 16u : 8u);
   for (uint32_t r0 = 0; r0 < num_splits; r0 += kBatch) {
     float2 v[kBatch][kNumChunks][2];
 #pragma unroll
@@ -136,7 +153,7 @@ __device__ __forceinline__ void gather_cluster_split_partials(float (&acc)[kNumA
       const uint32_t r = r0 + p;
       if (r >= num_splits) break;
       if (r == self) continue;
-      load_peer_partial<kNumChunks, kThreads>(v[p], ptx::map_shared_rank(mine, r));
+      load_peer_partial<kNumChunks, kThreads, kVec4>(v[p], ptx::map_shared_rank(mine, r));
     }
 #pragma unroll
     for (uint32_t p = 0; p < kBatch; ++p) {

@@ -1310,7 +1310,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
                       while ((wg * 4 + first_owner) % num_splits != split && first_owner < 4) ++first_owner;
                       void* const owner_trace = threadIdx.x % 128 == first_owner * 32 ? trace_buf : nullptr;)
         float2* part = reinterpret_cast<float2*>(smem + Traits::kOffA);
-        epilogue::write_split_partial_smem<kNumChunks, kNumConsumerThreads>(fin, part);
+        epilogue::write_split_partial_smem<kNumChunks, kNumConsumerThreads, diag::kSplitPartialF4>(fin, part);
         FG_TRACE_TILE(wg_trace, wg, traced, 4);
         if constexpr (diag::kSplitClusterOneFence) {
           ptx::named_barrier_sync(1, kNumConsumerThreads);
@@ -1325,7 +1325,8 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         }
         FG_TRACE_TILE(wg_trace, wg, traced, 5);
         if ((threadIdx.x / 32) % num_splits != split) continue;
-        epilogue::gather_cluster_split_partials<kNumChunks, kNumConsumerThreads, (kNumChunks <= 4 ? 8 : 1)>(
+        epilogue::gather_cluster_split_partials<kNumChunks, kNumConsumerThreads, (kNumChunks <= 4 ? 8 : 1),
+                                                diag::kSplitPartialF4>(
             fin, base + Traits::kOffA, num_splits, split);
         FG_TRACE_ONLY(tail_trace = owner_trace;)
         FG_TRACE_TILE(tail_trace, wg, traced, 6);

@@ -120,6 +120,16 @@ __device__ __forceinline__ float2 ld_shared_cluster_f2(uint32_t addr) {
   return v;
 }
 
+// A float4 from another CTA's shared memory (16-byte aligned; an address from map_shared_rank).
+__device__ __forceinline__ float4 ld_shared_cluster_f4(uint32_t addr) {
+  float4 v;
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(addr)
+               : "memory");
+  return v;
+}
+
 // Every thread of every CTA of the cluster arrives (release) and waits (acquire). All threads
 // of the cluster must execute it (no thread may have exited).
 __device__ __forceinline__ void cluster_sync() {

@@ -56,6 +56,10 @@
 //                         warp's release arrive (cumulative over what that barrier ordered) and
 //                         every other warp's relaxed arrive: one MEMBAR.ALL.GPU per CTA instead of
 //                         one per warp (12). scripts/probe_cluster_fence.cu times the forms alone.
+//   FINEGEMM_DIAG_SPLIT_PARTIAL_F4  (FP8 kernel, correct results, bitwise the default's) a split
+//                         cluster's partials in shared memory as one float4 per thread and chunk
+//                         (both row halves) instead of two float2: the peers' fragments are half
+//                         as many 16-byte distributed-shared-memory loads (epilogue/split_k.cuh).
 //   FINEGEMM_DIAG_NO_PDL  (both kernels; racy under finegemm.set_pdl(True)) the kernels leave out
 //                         griddepcontrol.wait / launch_dependents (ptx::griddep_wait): what do the
 //                         two instructions cost a kernel launched without PDL?
@@ -221,6 +225,12 @@ constexpr bool kSplitClusterNoPeers = false;
 constexpr bool kSplitClusterNoSync = true;
 #else
 constexpr bool kSplitClusterNoSync = false;
+#endif
+
+#ifdef FINEGEMM_DIAG_SPLIT_PARTIAL_F4
+constexpr bool kSplitPartialF4 = true;
+#else
+constexpr bool kSplitPartialF4 = false;
 #endif
 
 #ifdef FINEGEMM_DIAG_SPLIT_CLUSTER_ONE_FENCE
