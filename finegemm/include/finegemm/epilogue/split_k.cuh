@@ -108,6 +108,36 @@ __device__ __forceinline__ void write_split_partial_smem(const float (&acc)[kNum
   }
 }
 
+// The split cluster's barrier after every split has written its partial (write_split_partial_smem),
+// before any reads a peer's: the consumers' part (kThreads threads on named barrier 1) and the
+// producer warpgroup's (publish_split_partials_producer: it publishes nothing but must arrive too).
+// FINEGEMM_DIAG_SPLIT_CLUSTER_ONE_FENCE: the named barrier orders every consumer's stores before
+// warp 0's release arrive (cumulative), so the other warps arrive relaxed: one MEMBAR.ALL.GPU per
+// CTA instead of one per warp. Default: every thread's release arrive (ptx::cluster_sync).
+template <uint32_t kThreads>
+__device__ __forceinline__ void publish_split_partials() {
+  if constexpr (diag::kSplitClusterOneFence) {
+    ptx::named_barrier_sync(1, kThreads);
+    if (threadIdx.x / 32 == 0) {
+      ptx::cluster_arrive_release();
+    } else {
+      ptx::cluster_arrive_relaxed();
+    }
+    ptx::cluster_wait();
+  } else {
+    ptx::cluster_sync();
+  }
+}
+
+__device__ __forceinline__ void publish_split_partials_producer() {
+  if constexpr (diag::kSplitClusterOneFence) {
+    ptx::cluster_arrive_relaxed();
+    ptx::cluster_wait();
+  } else {
+    ptx::cluster_sync();
+  }
+}
+
 // One peer's partial into v: `remote` is this thread's float2 in the peer's `part` (from
 // ptx::map_shared_rank; the layout above).
 template <uint32_t kNumChunks, uint32_t kThreads, bool kVec4 = false>

@@ -523,14 +523,7 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
     }
     // Split cluster: the producer warpgroup's part in the barrier after which split 0 reads the
     // peers' partials (every thread of the cluster takes part in a cluster barrier).
-    if (split_cluster && !diag::kSplitClusterNoSync) {
-      if constexpr (diag::kSplitClusterOneFence) {
-        ptx::cluster_arrive_relaxed();
-        ptx::cluster_wait();
-      } else {
-        ptx::cluster_sync();
-      }
-    }
+    if (split_cluster && !diag::kSplitClusterNoSync) epilogue::publish_split_partials_producer();
   } else {
     // ------------------------------------------------------------------ consumer warpgroups
     if constexpr (kNumConsumerWG >= 2) ptx::setmaxnreg_inc<Traits::kConsumerRegs>();
@@ -696,17 +689,7 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
         float2* part = reinterpret_cast<float2*>(smem + Traits::kOffA);
         epilogue::write_split_partial_smem<kNumChunks, kNumConsumerThreads>(acc, part);
         // The partials are there (release / acquire at cluster scope).
-        if constexpr (diag::kSplitClusterOneFence) {
-          ptx::named_barrier_sync(1, kNumConsumerThreads);
-          if (threadIdx.x / 32 == 0) {
-            ptx::cluster_arrive_release();
-          } else {
-            ptx::cluster_arrive_relaxed();
-          }
-          ptx::cluster_wait();
-        } else if constexpr (!diag::kSplitClusterNoSync) {
-          ptx::cluster_sync();
-        }
+        if constexpr (!diag::kSplitClusterNoSync) epilogue::publish_split_partials<kNumConsumerThreads>();
         // Spread reduce-scatter (v1.08) for fp32 D without C where it takes one round (enough
         // splits): every consumer warp of the cluster sums and stores its share of 8 x 8 units with
         // direct stores (epilogue/split_k.cuh). The CTA's only unit; it stays until its peers have
@@ -857,7 +840,7 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
   // warpgroup included, meets here).
   // The split cluster's barrier orders only execution (every remote load has returned), so it
   // arrives relaxed (-3 to -9% on the split-cluster records, NOTES v1.13).
-  if (kClusterSplit && split_cluster && kNumMulticast == 1) {
+  if (split_cluster && kNumMulticast == 1) {
     ptx::cluster_arrive_relaxed();
     ptx::cluster_wait();
   } else if (kNumMulticast > 1 || split_cluster) {

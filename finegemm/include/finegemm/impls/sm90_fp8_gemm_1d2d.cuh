@@ -871,14 +871,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
     }
     // Split cluster: the producer warpgroup's part in the barrier after which split 0 reads the
     // peers' partials (every thread of the cluster takes part in a cluster barrier).
-    if (split_cluster) {
-      if constexpr (diag::kSplitClusterOneFence) {
-        ptx::cluster_arrive_relaxed();
-        ptx::cluster_wait();
-      } else {
-        ptx::cluster_sync();
-      }
-    }
+    if (split_cluster) epilogue::publish_split_partials_producer();
   } else {
     // ------------------------------------------------------------------ consumer warpgroups
     if constexpr (Traits::kSetMaxNReg) ptx::setmaxnreg_inc<Traits::kConsumerRegs>();
@@ -1312,17 +1305,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         float2* part = reinterpret_cast<float2*>(smem + Traits::kOffA);
         epilogue::write_split_partial_smem<kNumChunks, kNumConsumerThreads, diag::kSplitPartialF4>(fin, part);
         FG_TRACE_TILE(wg_trace, wg, traced, 4);
-        if constexpr (diag::kSplitClusterOneFence) {
-          ptx::named_barrier_sync(1, kNumConsumerThreads);
-          if (threadIdx.x / 32 == 0) {
-            ptx::cluster_arrive_release();
-          } else {
-            ptx::cluster_arrive_relaxed();
-          }
-          ptx::cluster_wait();
-        } else {
-          ptx::cluster_sync();  // the partials are there (release / acquire at cluster scope)
-        }
+        epilogue::publish_split_partials<kNumConsumerThreads>();  // the partials are there (release / acquire)
         FG_TRACE_TILE(wg_trace, wg, traced, 5);
         if ((threadIdx.x / 32) % num_splits != split) continue;
         epilogue::gather_cluster_split_partials<kNumChunks, kNumConsumerThreads, (kNumChunks <= 4 ? 8 : 1),
@@ -1497,7 +1480,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   // exited early) meets here.
   // A split cluster's barrier orders only execution (its remote loads have returned: their sums
   // were stored), so it arrives relaxed (-3 to -5% on the split-cluster picks, NOTES v1.13).
-  if (kClusterSplit && split_cluster) {
+  if (split_cluster) {
     ptx::cluster_arrive_relaxed();
     ptx::cluster_wait();
   } else if (kNumMulticast > 1) {
