@@ -80,6 +80,7 @@ template <int kForm>
 __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 1)
     probe(int iters, bool stores, uint32_t* sink, unsigned long long* cycles, unsigned int* bad) {
   __shared__ uint32_t buf[kThreads];
+  __shared__ uint32_t last[kThreads];  // each thread's last word read from the peer (see below)
   const uint32_t peer = cta_rank() ^ 1u;
   unsigned int wrong = 0;
   buf[threadIdx.x] = 0;
@@ -90,8 +91,16 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 1)
     buf[threadIdx.x] = static_cast<uint32_t>(i);
     if (stores) sink[(blockIdx.x * kThreads + threadIdx.x) * 32 + (i & 31)] = static_cast<uint32_t>(i);
     publish<kForm>();
-    wrong += ld_peer(&buf[threadIdx.x], peer) != static_cast<uint32_t>(i);
-    // The peer must have read this iteration's word before it is overwritten.
+    const uint32_t seen = ld_peer(&buf[threadIdx.x], peer);
+    wrong += seen != static_cast<uint32_t>(i);
+    // The peer must have read this iteration's word before it is overwritten (and before this
+    // CTA exits). A relaxed arrive does not wait for this thread's outstanding remote load: the
+    // first run of this probe (H100, 2026-12-07) counted mismatches in every form and faulted once
+    // (a load from an exited CTA). Storing the loaded word first makes the thread wait for it, as
+    // the kernels' split exit does (its remote loads feed the stored sums before it arrives).
+    asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(&last[threadIdx.x]))),
+                 "r"(seen)
+                 : "memory");
     asm volatile("barrier.cluster.arrive.relaxed;\n" ::: "memory");
     asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory");
   }
