@@ -105,3 +105,34 @@ def cluster_arrives(text: str) -> list[bool]:
     ins = [i for _, i in instructions(text)]
     return [any(re.match(r"MEMBAR\.\w+\.GPU\b", ins[j]) for j in range(max(0, k - 4), k))
             for k, op in enumerate(ins) if op.startswith("UCGABAR_ARV")]
+
+
+_LOAD = re.compile(r"^(?:@!?U?P\w+\s+)?LD\.E(\.64|\.128)?\S*\s+R(\d+)\b")
+
+
+def loads_unread_before_last_arrive(text: str) -> list[str]:
+    """Generic loads (LD.E: distributed-shared-memory loads among them) before the last cluster
+    arrive whose destination registers no later instruction before that arrive reads. A relaxed
+    arrive does not wait for a thread's outstanding loads; in-order issue makes a load complete
+    before the arrive only if an instruction in between reads its result (the cluster_fence probe
+    faulted without that: a remote load landed after its target CTA had exited, NOTES v1.14)."""
+    ins = [i for _, i in instructions(text)]
+    arrives = [k for k, op in enumerate(ins) if op.startswith("UCGABAR_ARV")]
+    if not arrives:
+        return []
+    last = arrives[-1]
+    unread = []
+    for k in range(last):
+        m = _LOAD.match(ins[k])
+        if not m:
+            continue
+        first, width = int(m.group(2)), {".64": 2, ".128": 4}.get(m.group(1) or "", 1)
+        regs = {f"R{first + j}" for j in range(width)}
+        for later in ins[k + 1:last]:
+            sources = later.split(",", 1)[1] if "," in later else ""
+            regs = {r for r in regs if not re.search(rf"\b{r}\b", sources)}
+            if not regs:
+                break
+        if regs:
+            unread.append(ins[k])
+    return unread

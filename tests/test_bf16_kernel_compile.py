@@ -397,7 +397,7 @@ def test_cluster_barriers_release_only_where_they_publish():
     (NOTES v1.13). Pairs sharing B and A and two split tiles, spill-free, unserialized wgmmas."""
     from finegemm import jit
     from finegemm.ops.sm90_bf16_gemm import render
-    from sass_tools import cluster_arrives
+    from sass_tools import cluster_arrives, loads_unread_before_last_arrive
 
     jobs = [("nt_bm128_bn176_s4_mc2b", render(128, 176, 4, False, False, False, True, 1, 2, False)),
             ("tn_bm128_bn128_s4_mc2a", render(128, 128, 4, True, True, False, True, 1, 2, True)),
@@ -416,6 +416,8 @@ def test_cluster_barriers_release_only_where_they_publish():
             assert len(arrives) >= 2 and arrives[0] is False and arrives[-1] is True, (r["label"], arrives)
         else:
             assert any(arrives) and arrives[-1] is False, (r["label"], arrives)
+            # Every remote load is read (summed) before the relaxed exit arrive (NOTES v1.14).
+            assert not loads_unread_before_last_arrive(text), (r["label"], loads_unread_before_last_arrive(text))
 
 
 @pytest.mark.nvcc

@@ -1364,18 +1364,20 @@ def test_developer_builds_compile(flags, monkeypatch):
 
 
 def _cluster_arrives_of(cfgs):
-    """Compile the configs with the checks (spills, serialized wgmmas) and return (label, arrives)
-    per kernel, arrives as sass_tools.cluster_arrives reads them (none without cuobjdump)."""
+    """Compile the configs with the checks (spills, serialized wgmmas) and return (label, arrives,
+    unread) per kernel, arrives as sass_tools.cluster_arrives reads them and unread the loads
+    sass_tools.loads_unread_before_last_arrive finds (none without cuobjdump)."""
     from finegemm import jit
     from finegemm.ops import sm90_fp8_gemm as ops
-    from sass_tools import cluster_arrives
+    from sass_tools import cluster_arrives, loads_unread_before_last_arrive
     from sass_tools import sass
 
     reports = jit.compile_check([(ops._kernel_name(c), ops._render_cfg(c)) for c in cfgs], raise_on_failure=False)
     bad = [r for r in reports if not r["ok"]]
     assert len(reports) == len(cfgs) and not bad, [(r["label"], r["reasons"]) for r in bad]
     texts = [(r["label"], sass(r["cubin"])) for r in reports]
-    return [(label, cluster_arrives(text)) for label, text in texts if text is not None]
+    return [(label, cluster_arrives(text), loads_unread_before_last_arrive(text)) for label, text in texts
+            if text is not None]
 
 
 @pytest.mark.nvcc
@@ -1384,7 +1386,9 @@ def test_split_cluster_builds_compile(flags, monkeypatch):
     """The split cluster's tail, shipped and under the trace (events 4-7), compiles spill-free with
     serialized-wgmma checks on the 2-split table tile, a k-batch bm64 tile and the widest cluster
     tile (bm128 bn128, fp32 + C). In SASS the barrier that publishes the partials releases and the
-    exit barrier, which orders only execution, arrives relaxed (NOTES v1.13)."""
+    exit barrier, which orders only execution, arrives relaxed (NOTES v1.13); every remote load of
+    the peers' partials is read (summed) before that relaxed arrive, so none is still in flight
+    when a peer may exit (NOTES v1.14)."""
     from finegemm.heuristics.sm90_fp8_gemm import make_config, max_stages
 
     monkeypatch.setenv("FINEGEMM_EXTRA_NVCC_FLAGS", flags)
@@ -1392,9 +1396,10 @@ def test_split_cluster_builds_compile(flags, monkeypatch):
             make_config(64, 2112, 7168, 132, False, False, 64, 32, 16, 2, k_batch=2),
             make_config(130, 1000, 7168, 132, True, True, 128, 128, max_stages(128, 128), 4)]
     assert all(c.split_k for c in cfgs)
-    for label, arrives in _cluster_arrives_of(cfgs):
+    for label, arrives, unread in _cluster_arrives_of(cfgs):
         assert any(arrives), f"{label}: no releasing cluster arrive (the partials' barrier)"
         assert arrives[-1] is False, f"{label}: the exit barrier arrives with a release: {arrives}"
+        assert not unread, f"{label}: loads not yet read at the relaxed exit: {unread}"
 
 
 @pytest.mark.nvcc
@@ -1408,7 +1413,7 @@ def test_multicast_init_barrier_arrives_relaxed():
             make_config(256, 7168, 16384, 132, False, False, 128, 112, 6, num_multicast=2, multicast_on_a=True,
                         tma_store=True)]
     assert all(c.num_multicast == 2 for c in cfgs)
-    for label, arrives in _cluster_arrives_of(cfgs):
+    for label, arrives, _ in _cluster_arrives_of(cfgs):
         assert len(arrives) >= 2 and arrives[0] is False and arrives[-1] is True, (label, arrives)
 
 

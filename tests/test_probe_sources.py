@@ -28,7 +28,7 @@ def test_cluster_fence_probe_forms_in_sass(tmp_path):
     """The five barrier forms compile to what they claim: the release form puts a MEMBAR.ALL.GPU
     before every form arrive, the relaxed form none at all after its setup barrier, and the
     warp-0 form both kinds (warp 0's releasing arrive, the other warps' relaxed one)."""
-    from sass_tools import cluster_arrives, cuobjdump
+    from sass_tools import cluster_arrives, cuobjdump, loads_unread_before_last_arrive
 
     from finegemm.jit import nvcc_path
 
@@ -46,6 +46,9 @@ def test_cluster_fence_probe_forms_in_sass(tmp_path):
         name, body = chunk.split("\n", 1)
         form = int(name.split("probeILi")[1][0])
         functions[form] = cluster_arrives(body)
+        # Each remote word is stored before the relaxed arrive after it: no load is in flight when
+        # the peer overwrites the word or exits (the first run raced and faulted without it).
+        assert not loads_unread_before_last_arrive(body), (form, loads_unread_before_last_arrive(body))
     assert sorted(functions) == [0, 1, 2, 3, 4]
     # Every iteration: the form's arrive, then the relaxed arrive after the peer reads; the first
     # arrive of each kernel is the setup barrier's (a release).
