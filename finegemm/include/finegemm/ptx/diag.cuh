@@ -56,10 +56,13 @@
 //                         warp's release arrive (cumulative over what that barrier ordered) and
 //                         every other warp's relaxed arrive: one MEMBAR.ALL.GPU per CTA instead of
 //                         one per warp (12). scripts/probe_cluster_fence.cu times the forms alone.
+//                         Measured level on the FP8 split picks (one MEMBAR costs ~75% of twelve:
+//                         latency; benchmarks/NOTES.md v1.14): off by default.
 //   FINEGEMM_DIAG_SPLIT_PARTIAL_F4  (FP8 kernel, correct results, bitwise the default's) a split
 //                         cluster's partials in shared memory as one float4 per thread and chunk
 //                         (both row halves) instead of two float2: the peers' fragments are half
 //                         as many 16-byte distributed-shared-memory loads (epilogue/split_k.cuh).
+//                         Measured level (benchmarks/NOTES.md v1.14): off by default.
 //   FINEGEMM_DIAG_NO_PDL  (both kernels; racy under finegemm.set_pdl(True)) the kernels leave out
 //                         griddepcontrol.wait / launch_dependents (ptx::griddep_wait): what do the
 //                         two instructions cost a kernel launched without PDL?
