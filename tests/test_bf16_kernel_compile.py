@@ -417,7 +417,8 @@ def test_cluster_barriers_release_only_where_they_publish():
         else:
             assert any(arrives) and arrives[-1] is False, (r["label"], arrives)
             # Every remote load is read (summed) before the relaxed exit arrive (NOTES v1.14).
-            assert not loads_unread_before_last_arrive(text), (r["label"], loads_unread_before_last_arrive(text))
+            unread = loads_unread_before_last_arrive(text)
+            assert not unread, (r["label"], unread)
 
 
 @pytest.mark.nvcc

@@ -1369,8 +1369,7 @@ def _cluster_arrives_of(cfgs):
     sass_tools.loads_unread_before_last_arrive finds (none without cuobjdump)."""
     from finegemm import jit
     from finegemm.ops import sm90_fp8_gemm as ops
-    from sass_tools import cluster_arrives, loads_unread_before_last_arrive
-    from sass_tools import sass
+    from sass_tools import cluster_arrives, loads_unread_before_last_arrive, sass
 
     reports = jit.compile_check([(ops._kernel_name(c), ops._render_cfg(c)) for c in cfgs], raise_on_failure=False)
     bad = [r for r in reports if not r["ok"]]

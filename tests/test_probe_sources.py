@@ -48,7 +48,8 @@ def test_cluster_fence_probe_forms_in_sass(tmp_path):
         functions[form] = cluster_arrives(body)
         # Each remote word is stored before the relaxed arrive after it: no load is in flight when
         # the peer overwrites the word or exits (the first run raced and faulted without it).
-        assert not loads_unread_before_last_arrive(body), (form, loads_unread_before_last_arrive(body))
+        unread = loads_unread_before_last_arrive(body)
+        assert not unread, (form, unread)
     assert sorted(functions) == [0, 1, 2, 3, 4]
     # Every iteration: the form's arrive, then the relaxed arrive after the peer reads; the first
     # arrive of each kernel is the setup barrier's (a release).
