@@ -1402,6 +1402,33 @@ def test_split_cluster_builds_compile(flags, monkeypatch):
 
 
 @pytest.mark.nvcc
+def test_split_push_builds_compile(monkeypatch):
+    """FINEGEMM_DIAG_SPLIT_PUSH (NOTES v1.15) on the same three tiles: spill-free, serialized-wgmma
+    checks clean; in SASS the only cluster arrive is the one after the barriers' init, relaxed (no
+    barrier after the main loop and none at exit: the owners wait on their own receive barrier),
+    and the partials leave as 16-byte st.async (STAS.128), one per 8-column chunk per thread."""
+    from finegemm import jit
+    from finegemm.heuristics.sm90_fp8_gemm import make_config, max_stages
+    from finegemm.ops import sm90_fp8_gemm as ops
+    from sass_tools import cluster_arrives, instructions, sass
+
+    monkeypatch.setenv("FINEGEMM_EXTRA_NVCC_FLAGS", "-DFINEGEMM_DIAG_SPLIT_PUSH")
+    cfgs = [make_config(128, 4096, 7168, 132, False, False, 128, 64, 8, 2),
+            make_config(64, 2112, 7168, 132, False, False, 64, 32, 16, 2, k_batch=2),
+            make_config(130, 1000, 7168, 132, True, True, 128, 128, max_stages(128, 128), 4)]
+    reports = jit.compile_check([(ops._kernel_name(c), ops._render_cfg(c)) for c in cfgs], raise_on_failure=False)
+    bad = [r for r in reports if not r["ok"]]
+    assert len(reports) == len(cfgs) and not bad, [(r["label"], r["reasons"]) for r in bad]
+    for cfg, r in zip(cfgs, reports):
+        text = sass(r["cubin"])
+        if text is None:
+            continue  # no cuobjdump: the compile checks above only
+        assert cluster_arrives(text) == [False], (r["label"], cluster_arrives(text))
+        stas = [ins for _, ins in instructions(text) if "STAS.128 " in ins]
+        assert len(stas) == cfg.block_n // 8, (r["label"], stas)
+
+
+@pytest.mark.nvcc
 def test_multicast_init_barrier_arrives_relaxed():
     """A multicast pair's first cluster barrier (after the mbarrier init, whose fence already
     released it) arrives relaxed, and its exit barrier releases; pairs sharing B and sharing A,

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include <finegemm/ptx/common.cuh>
+#include <finegemm/ptx/mbarrier.cuh>
 
 namespace finegemm {
 namespace epilogue {
@@ -198,6 +199,109 @@ __device__ __forceinline__ void gather_cluster_split_partials(float (&acc)[kNumA
     }
   }
 }
+
+// Push form (FINEGEMM_DIAG_SPLIT_PUSH, the FP8 kernel): the same owners as the reduce-scatter form
+// (consumer warp w's 16 rows: split w % S), but the partials travel the other way. An owner whose
+// last wgmma is done tells every peer that its ring is free (one remote mbarrier arrive per
+// peer, on the peer's ready barrier); a peer, once every owner has said so, pushes each of its
+// warp fragments into the owner's ring with st.async, whose bytes complete on the owner's receive
+// barrier; the owner waits on that barrier alone and adds the splits in split order from zero, its
+// own from registers: the same float adds in the same order as the pull form, bitwise its sum.
+// What the pull form pays and this one does not: the release barrier over every thread of the
+// cluster (~1100 cycles, NOTES v1.14) and the remote loads' round trip (1345-1690 cycles, v1.12).
+// What it adds: one remote arrive each way of a one-way trip.
+//
+// Landing zone (the owner's ring from its start): slot (i, from) holds the fragment of the
+// owner's i-th warp (w = owner + i S) from sender `from` (peers in rank order, the owner left
+// out), one consumer warp's fragment each: lane l's chunk j (acc[4 j .. 4 j + 3]) at
+// (j * 32 + l) * 16 bytes, so a warp's 16-byte stores and loads of one chunk are 512
+// contiguous bytes.
+template <uint32_t kNumChunks, uint32_t kNumWarps>
+struct SplitPush {
+  static constexpr uint32_t kWarpBytes = kNumChunks * 32 * 16;
+  static constexpr uint32_t kMaxSplits = 8;  // the portable cluster size (the host's cap)
+
+  // Consumer warps split `owner` owns.
+  __host__ __device__ static constexpr uint32_t num_owned(uint32_t owner, uint32_t num_splits) {
+    return owner < kNumWarps ? (kNumWarps - 1 - owner) / num_splits + 1 : 0;
+  }
+  // What split `self` receives: its receive barrier's transaction bytes.
+  __host__ __device__ static constexpr uint32_t received_bytes(uint32_t self, uint32_t num_splits) {
+    return num_owned(self, num_splits) * (num_splits - 1) * kWarpBytes;
+  }
+  // The landing zone at any split count up to kMaxSplits (split 0 owns the most).
+  __host__ __device__ static constexpr uint32_t max_landing_bytes() {
+    uint32_t most = 0;
+    for (uint32_t s = 2; s <= kMaxSplits; ++s) most = received_bytes(0, s) > most ? received_bytes(0, s) : most;
+    return most;
+  }
+  // Owners whose "ring free" split `self` waits for before it pushes: every owner but itself
+  // (the owners are splits 0 .. min(S, W) - 1). At least 1: a split with nothing to push
+  // never waits on it.
+  __device__ __forceinline__ static uint32_t ready_count(uint32_t self, uint32_t num_splits) {
+    const uint32_t owners = num_splits < kNumWarps ? num_splits : kNumWarps;
+    const uint32_t n = owners - (self < owners ? 1u : 0u);
+    return n > 0 ? n : 1u;
+  }
+  __device__ __forceinline__ static uint32_t slot(uint32_t warp, uint32_t from, uint32_t owner, uint32_t num_splits) {
+    return ((warp / num_splits) * (num_splits - 1) + (from < owner ? from : from - 1)) * kWarpBytes;
+  }
+
+  // Called by every consumer thread once the CTA's wgmmas are done (after the consumers' named
+  // barrier) and the cluster's init barrier has been waited on: lane p of warp 0 tells peer p
+  // that this split's ring is free, if this split owns any rows. Default arrive semantics
+  // (release at CTA scope), as a multicast consumer frees a stage its peer then writes.
+  __device__ __forceinline__ static void signal_ready(uint32_t self, uint32_t num_splits, uint32_t ready_bar) {
+    const uint32_t lane = threadIdx.x % 32;
+    if (threadIdx.x / 32 == 0 && self < kNumWarps && lane < num_splits && lane != self)
+      ptx::mbar_arrive_cluster(ready_bar, lane);
+  }
+
+  // A warp this split does not own: its fragment into its owner's landing zone.
+  template <uint32_t kNumAcc>
+  __device__ __forceinline__ static void push(const float (&acc)[kNumAcc], uint32_t self, uint32_t num_splits,
+                                              uint32_t landing, uint32_t recv_bar) {
+    static_assert(kNumAcc == 4 * kNumChunks, "wgmma D fragment");
+    const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32, owner = warp % num_splits;
+    const uint32_t dst = ptx::map_shared_rank(landing + slot(warp, self, owner, num_splits) + lane * 16, owner);
+    const uint32_t bar = ptx::map_shared_rank(recv_bar, owner);
+#pragma unroll
+    for (uint32_t j = 0; j < kNumChunks; ++j)
+      ptx::st_async_f4(dst + j * 32 * 16, acc[4 * j + 0], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3], bar);
+  }
+
+  // An owned warp, after the receive barrier's wait: acc = the splits' sum in split order.
+  template <uint32_t kNumAcc>
+  __device__ __forceinline__ static void gather(float (&acc)[kNumAcc], uint32_t self, uint32_t num_splits,
+                                                uint32_t landing) {
+    static_assert(kNumAcc == 4 * kNumChunks, "wgmma D fragment");
+    const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    float own[kNumAcc];
+#pragma unroll
+    for (uint32_t i = 0; i < kNumAcc; ++i) {
+      own[i] = acc[i];
+      acc[i] = 0.0f;
+    }
+    for (uint32_t s = 0; s < num_splits; ++s) {
+      if (s == self) {
+#pragma unroll
+        for (uint32_t i = 0; i < kNumAcc; ++i) acc[i] += own[i];
+        continue;
+      }
+      const uint32_t src = landing + slot(warp, s, self, num_splits) + lane * 16;
+      float4 v[kNumChunks];
+#pragma unroll
+      for (uint32_t j = 0; j < kNumChunks; ++j) v[j] = ptx::ld_shared_f4(src + j * 32 * 16);
+#pragma unroll
+      for (uint32_t j = 0; j < kNumChunks; ++j) {
+        acc[4 * j + 0] += v[j].x;
+        acc[4 * j + 1] += v[j].y;
+        acc[4 * j + 2] += v[j].z;
+        acc[4 * j + 3] += v[j].w;
+      }
+    }
+  }
+};
 
 // Spread form (BF16 kernel: fp32 D without C, where spread_split_fits): every consumer warp of
 // every split takes part, where the form above leaves the reduction to one warp per 16 rows (at 8

@@ -520,11 +520,23 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   // which its peers may still be reading, and stores them itself (epilogue::TmaStoreBf16::
   // store_warp), as the direct stores cost more than the TMA store even at one tile per CTA
   // (benchmarks/NOTES.md v1.03, v1.04). Where the staging does not fit the ring, direct stores.
-  constexpr uint32_t kSplitStagingOff = Traits::kOffA + BLOCK_M * BLOCK_N * 4;  // multiple of 4096
+  // FINEGEMM_DIAG_SPLIT_PUSH: the partials pushed into the owners' rings (epilogue::SplitPush)
+  // instead of pulled from the peers'. Its landing zone takes the ring's start at any split count
+  // (up to 1.75 x the tile at 4 consumer warps and 8 splits); the staging follows it.
+  using SplitPush = epilogue::SplitPush<kNumChunks, kNumConsumerThreads / 32>;
+  constexpr bool kSplitPush =
+      kClusterSplit && diag::kSplitPush &&
+      SplitPush::max_landing_bytes() <= kNumStages * (Traits::kSmemA + Traits::kSmemB);
+  constexpr uint32_t kSplitPartialBytes =
+      kSplitPush ? (SplitPush::max_landing_bytes() + 4095) / 4096 * 4096 : BLOCK_M * BLOCK_N * 4;
+  constexpr uint32_t kSplitStagingOff = Traits::kOffA + kSplitPartialBytes;  // multiple of 4096
   // (Split-K kernels are of the dense kind without head splits: the static_asserts above.)
-  constexpr bool kSplitTmaStore =
-      kClusterSplit && !kOutFp32 && !kHasC && BLOCK_M * BLOCK_N * 6 <= kNumStages * (Traits::kSmemA + Traits::kSmemB);
+  constexpr bool kSplitTmaStore = kClusterSplit && !kOutFp32 && !kHasC &&
+                                  kSplitPartialBytes + BLOCK_M * BLOCK_N * 2 <= kNumStages * (Traits::kSmemA + Traits::kSmemB);
   const bool split_cluster = kClusterSplit && ptx::cluster_nctarank() > 1;
+  // The push form's barriers take the workspace path's flag slot (a split cluster never uses it).
+  [[maybe_unused]] auto recv_bar = [&] { return base + Traits::kOffFlag; };
+  [[maybe_unused]] auto ready_bar = [&] { return base + Traits::kOffFlag + 8; };
   // The tile of `unit` as the producer and the scale warp see it (each role walks with its own
   // walker); false past the last unit of a grouped kind. The dense kind keeps its loop head
   // (unit < num_units) and only decodes here: walking through TileWalker::next() in the loop
@@ -566,7 +578,9 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
     // A launch with less dynamic shared memory than this layout needs would corrupt memory.
     if (ptx::dynamic_smem_size() < Traits::kDynamicSmemBytes) __trap();
     // A split cluster must be exactly one tile's splits, one unit per CTA (the host's rule).
-    if (split_cluster && (ptx::cluster_nctarank() != num_splits || sched.num_units != gridDim.x)) __trap();
+    if (split_cluster && (ptx::cluster_nctarank() != num_splits || sched.num_units != gridDim.x ||
+                          (kSplitPush && num_splits > SplitPush::kMaxSplits)))
+      __trap();
 #pragma unroll
     for (uint32_t s = 0; s < kNumStages; ++s) {
       ptx::mbar_init(full_bar(s), 1 + (kScaleWarp ? 1 : 0) + (kSfaGather ? kSfaWarpArrivals : 0));
@@ -580,8 +594,19 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         ptx::mbar_init(c_empty_bar(w), 4);  // the warpgroup's 4 warps
       }
     }
+    if constexpr (kSplitPush) {
+      if (split_cluster) {
+        ptx::mbar_init(recv_bar(), 1);
+        ptx::mbar_init(ready_bar(), SplitPush::ready_count(ptx::cluster_ctarank(), num_splits));
+      }
+    }
     ptx::fence_mbarrier_init();
     ptx::fence_proxy_async_shared();
+    // The receive barrier's one phase: this arrival and the peers' pushed bytes.
+    if constexpr (kSplitPush) {
+      if (split_cluster)
+        ptx::mbar_arrive_expect_tx(recv_bar(), SplitPush::received_bytes(ptx::cluster_ctarank(), num_splits));
+    }
   }
   // With a cluster, the peer must see initialized barriers before it multicasts into them.
   // fence.mbarrier_init released the init, so the arrive needs no release of its own: a release
@@ -592,6 +617,12 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
     ptx::cluster_wait();
   } else {
     __syncthreads();
+    // Push form: this barrier phase is "every receive / ready barrier of the cluster is
+    // initialized"; each thread waits on it where it first needs it (the consumers before their
+    // first remote arrive, the producer warpgroup at its end), so it costs nothing on the way.
+    if constexpr (kSplitPush) {
+      if (split_cluster) ptx::cluster_arrive_relaxed();
+    }
   }
   // Nothing above touches global memory; everything below may (ptx::griddep_wait).
   ptx::griddep_wait();
@@ -871,7 +902,13 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
     }
     // Split cluster: the producer warpgroup's part in the barrier after which split 0 reads the
     // peers' partials (every thread of the cluster takes part in a cluster barrier).
-    if (split_cluster) epilogue::publish_split_partials_producer();
+    if (split_cluster) {
+      if constexpr (kSplitPush) {
+        ptx::cluster_wait();
+      } else {
+        epilogue::publish_split_partials_producer();
+      }
+    }
   } else {
     // ------------------------------------------------------------------ consumer warpgroups
     if constexpr (Traits::kSetMaxNReg) ptx::setmaxnreg_inc<Traits::kConsumerRegs>();
@@ -1302,15 +1339,30 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         FG_TRACE_ONLY(uint32_t first_owner = 0;
                       while ((wg * 4 + first_owner) % num_splits != split && first_owner < 4) ++first_owner;
                       void* const owner_trace = threadIdx.x % 128 == first_owner * 32 ? trace_buf : nullptr;)
-        float2* part = reinterpret_cast<float2*>(smem + Traits::kOffA);
-        epilogue::write_split_partial_smem<kNumChunks, kNumConsumerThreads, diag::kSplitPartialF4>(fin, part);
-        FG_TRACE_TILE(wg_trace, wg, traced, 4);
-        epilogue::publish_split_partials<kNumConsumerThreads>();  // the partials are there (release / acquire)
-        FG_TRACE_TILE(wg_trace, wg, traced, 5);
-        if ((threadIdx.x / 32) % num_splits != split) continue;
-        epilogue::gather_cluster_split_partials<kNumChunks, kNumConsumerThreads, (kNumChunks <= 4 ? 8 : 1),
-                                                diag::kSplitPartialF4>(
-            fin, base + Traits::kOffA, num_splits, split);
+        if constexpr (kSplitPush) {
+          // The cluster's barriers are initialized (the init phase); this ring is free: say so,
+          // then push the fragments of the warps a peer owns, or wait for the owned ones' peers.
+          ptx::cluster_wait();
+          SplitPush::signal_ready(split, num_splits, ready_bar());
+          FG_TRACE_TILE(wg_trace, wg, traced, 4);
+          if ((threadIdx.x / 32) % num_splits != split) {
+            ptx::mbar_wait(ready_bar(), 0);
+            SplitPush::push(fin, split, num_splits, base + Traits::kOffA, recv_bar());
+            continue;
+          }
+          ptx::mbar_wait_cluster(recv_bar(), 0);  // acquire at cluster scope: the peers' st.async bytes
+          FG_TRACE_TILE(wg_trace, wg, traced, 5);
+          SplitPush::gather(fin, split, num_splits, base + Traits::kOffA);
+        } else {
+          float2* part = reinterpret_cast<float2*>(smem + Traits::kOffA);
+          epilogue::write_split_partial_smem<kNumChunks, kNumConsumerThreads, diag::kSplitPartialF4>(fin, part);
+          FG_TRACE_TILE(wg_trace, wg, traced, 4);
+          epilogue::publish_split_partials<kNumConsumerThreads>();  // the partials are there (release / acquire)
+          FG_TRACE_TILE(wg_trace, wg, traced, 5);
+          if ((threadIdx.x / 32) % num_splits != split) continue;
+          epilogue::gather_cluster_split_partials<kNumChunks, kNumConsumerThreads, (kNumChunks <= 4 ? 8 : 1),
+                                                  diag::kSplitPartialF4>(fin, base + Traits::kOffA, num_splits, split);
+        }
         FG_TRACE_ONLY(tail_trace = owner_trace;)
         FG_TRACE_TILE(tail_trace, wg, traced, 6);
         if constexpr (kSplitTmaStore) {
@@ -1480,9 +1532,14 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   // exited early) meets here.
   // A split cluster's barrier orders only execution (its remote loads have returned: their sums
   // were stored), so it arrives relaxed (-3 to -5% on the split-cluster picks, NOTES v1.13).
+  // Push form: no barrier. Every byte pushed into a CTA has landed before its owner warps pass
+  // their receive barrier, and every "ring free" arrive into it before its pushing warps pass
+  // their ready barrier; nothing is read from a peer.
   if (split_cluster) {
-    ptx::cluster_arrive_relaxed();
-    ptx::cluster_wait();
+    if constexpr (!kSplitPush) {
+      ptx::cluster_arrive_relaxed();
+      ptx::cluster_wait();
+    }
   } else if (kNumMulticast > 1) {
     ptx::cluster_sync();
   }

@@ -130,6 +130,25 @@ __device__ __forceinline__ float4 ld_shared_cluster_f4(uint32_t addr) {
   return v;
 }
 
+// A float4 of this CTA's shared memory (16-byte aligned shared::cta address).
+__device__ __forceinline__ float4 ld_shared_f4(uint32_t addr) {
+  float4 v;
+  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(addr)
+               : "memory");
+  return v;
+}
+
+// 16 bytes into another CTA's shared memory (`addr` and its mbarrier `bar` both from
+// map_shared_rank): the bytes complete 16 transaction bytes on that barrier when they have
+// landed, so the receiver learns of them by waiting on its own barrier (no round trip, no fence).
+__device__ __forceinline__ void st_async_f4(uint32_t addr, float a, float b, float c, float d, uint32_t bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];\n" ::"r"(addr),
+               "f"(a), "f"(b), "f"(c), "f"(d), "r"(bar)
+               : "memory");
+}
+
 // Every thread of every CTA of the cluster arrives (release) and waits (acquire). All threads
 // of the cluster must execute it (no thread may have exited).
 __device__ __forceinline__ void cluster_sync() {

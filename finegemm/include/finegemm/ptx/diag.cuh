@@ -63,6 +63,12 @@
 //                         (both row halves) instead of two float2: the peers' fragments are half
 //                         as many 16-byte distributed-shared-memory loads (epilogue/split_k.cuh).
 //                         Measured level (benchmarks/NOTES.md v1.14): off by default.
+//   FINEGEMM_DIAG_SPLIT_PUSH  (FP8 kernel, correct results, bitwise the default's) a split cluster
+//                         pushes the partials instead of pulling them: each owner (split w % S of
+//                         consumer warp w's rows) tells its peers that its ring is free (a remote
+//                         mbarrier arrive), the peers st.async their fragments of its rows into it
+//                         and the owner waits on its own transaction-counted mbarrier. No cluster
+//                         barrier after the main loop and no remote loads (epilogue::SplitPush).
 //   FINEGEMM_DIAG_NO_PDL  (both kernels; racy under finegemm.set_pdl(True)) the kernels leave out
 //                         griddepcontrol.wait / launch_dependents (ptx::griddep_wait): what do the
 //                         two instructions cost a kernel launched without PDL?
@@ -234,6 +240,12 @@ constexpr bool kSplitClusterNoSync = false;
 constexpr bool kSplitPartialF4 = true;
 #else
 constexpr bool kSplitPartialF4 = false;
+#endif
+
+#ifdef FINEGEMM_DIAG_SPLIT_PUSH
+constexpr bool kSplitPush = true;
+#else
+constexpr bool kSplitPush = false;
 #endif
 
 #ifdef FINEGEMM_DIAG_SPLIT_CLUSTER_ONE_FENCE

@@ -60,6 +60,24 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   }
 }
 
+// Block until the phase with parity `parity` has completed, acquiring at cluster scope: for a
+// barrier whose transaction bytes other CTAs of the cluster complete (st.async), so that their
+// bytes are visible to this thread's later loads.
+__device__ __forceinline__ void mbar_wait_cluster(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  while (!done) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n"
+        "}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  }
+}
+
 // Arrive on the barrier at the same smem offset in CTA `cta_id` of the cluster. Default
 // semantics (release at CTA scope), as CUTLASS's ClusterBarrier::arrive(cta_id): an explicit
 // .release.cluster makes every arrival a cluster-scope fence, which measured ~0.7 us per
