@@ -320,9 +320,19 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
   const bool split_cluster = kClusterSplit && ptx::cluster_nctarank() > 1;
   // A split cluster's bf16 D (no C) may leave through TMA per warp, staged in the ring past the
   // partial (the host's kBf16FlagTmaStore with a 16-row-box map; as the FP8 kernel's kSplitTmaStore).
-  constexpr uint32_t kSplitStagingOff = Traits::kOffA + BLOCK_M * BLOCK_N * 4;  // multiple of 4096
+  // FINEGEMM_DIAG_SPLIT_PUSH: the partials pushed into the owners' rings (epilogue::SplitPush, as
+  // the FP8 kernel), the staging after the landing zone; not with a multicast pair.
+  using SplitPush = epilogue::SplitPush<kNumChunks, kNumConsumerThreads / 32>;
+  constexpr bool kSplitPush = kClusterSplit && kNumMulticast == 1 && diag::kSplitPush &&
+                              SplitPush::max_landing_bytes() <= kNumStages * (Traits::kSmemA + Traits::kSmemB);
+  constexpr uint32_t kSplitPartialBytes =
+      kSplitPush ? (SplitPush::max_landing_bytes() + 4095) / 4096 * 4096 : BLOCK_M * BLOCK_N * 4;
+  constexpr uint32_t kSplitStagingOff = Traits::kOffA + kSplitPartialBytes;  // multiple of 4096
   constexpr bool kSplitTmaStore =
-      kClusterSplit && BLOCK_M * BLOCK_N * 6 <= kNumStages * (Traits::kSmemA + Traits::kSmemB);
+      kClusterSplit && kSplitPartialBytes + BLOCK_M * BLOCK_N * 2 <= kNumStages * (Traits::kSmemA + Traits::kSmemB);
+  // The push form's barriers take the workspace path's flag slot (a split cluster never uses it).
+  [[maybe_unused]] auto recv_bar = [&] { return base + Traits::kOffFlag; };
+  [[maybe_unused]] auto ready_bar = [&] { return base + Traits::kOffFlag + 8; };
 
   if (threadIdx.x == 0) {
     // A launch with less dynamic shared memory than this layout needs would corrupt memory.
@@ -341,8 +351,19 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
       // into this CTA's stage too).
       ptx::mbar_init(empty_bar(s), kNumConsumerWG * 4 * kNumMulticast);
     }
+    if constexpr (kSplitPush) {
+      if (split_cluster) {
+        ptx::mbar_init(recv_bar(), 1);
+        ptx::mbar_init(ready_bar(), SplitPush::ready_count(ptx::cluster_ctarank(), num_splits));
+      }
+    }
     ptx::fence_mbarrier_init();
     ptx::fence_proxy_async_shared();
+    // The receive barrier's one phase: this arrival and the peers' pushed bytes.
+    if constexpr (kSplitPush) {
+      if (split_cluster)
+        ptx::mbar_arrive_expect_tx(recv_bar(), SplitPush::received_bytes(ptx::cluster_ctarank(), num_splits));
+    }
   }
   // A multicast peer must see initialized barriers before it loads into them (fence.mbarrier_init
   // released the init: a relaxed arrive, as in the FP8 kernel).
@@ -351,6 +372,11 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
     ptx::cluster_wait();
   } else {
     __syncthreads();
+    // Push form: this barrier phase is "every receive / ready barrier of the cluster is
+    // initialized"; each thread waits on it where it first needs it (as the FP8 kernel).
+    if constexpr (kSplitPush) {
+      if (split_cluster) ptx::cluster_arrive_relaxed();
+    }
   }
   // Nothing above touches global memory; everything below may (ptx::griddep_wait).
   ptx::griddep_wait();
@@ -523,7 +549,13 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
     }
     // Split cluster: the producer warpgroup's part in the barrier after which split 0 reads the
     // peers' partials (every thread of the cluster takes part in a cluster barrier).
-    if (split_cluster && !diag::kSplitClusterNoSync) epilogue::publish_split_partials_producer();
+    if (split_cluster && !diag::kSplitClusterNoSync) {
+      if constexpr (kSplitPush) {
+        ptx::cluster_wait();
+      } else {
+        epilogue::publish_split_partials_producer();
+      }
+    }
   } else {
     // ------------------------------------------------------------------ consumer warpgroups
     if constexpr (kNumConsumerWG >= 2) ptx::setmaxnreg_inc<Traits::kConsumerRegs>();
@@ -686,32 +718,46 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
       if (kClusterSplit && split_cluster) {
         // Every local wgmma has finished reading the ring before it holds the partial.
         ptx::named_barrier_sync(1, kNumConsumerThreads);
-        float2* part = reinterpret_cast<float2*>(smem + Traits::kOffA);
-        epilogue::write_split_partial_smem<kNumChunks, kNumConsumerThreads>(acc, part);
-        // The partials are there (release / acquire at cluster scope).
-        if constexpr (!diag::kSplitClusterNoSync) epilogue::publish_split_partials<kNumConsumerThreads>();
-        // Spread reduce-scatter (v1.08) for fp32 D without C where it takes one round (enough
-        // splits): every consumer warp of the cluster sums and stores its share of 8 x 8 units with
-        // direct stores (epilogue/split_k.cuh). The CTA's only unit; it stays until its peers have
-        // read its partial (kernel end). bf16 D keeps the warp form's TMA store (faster, v1.08).
-        const bool out_fp32 = (flags & kBf16FlagOutFp32) != 0;
-        if (!diag::kSplitClusterWarpReduce && !diag::kSplitClusterNoPeers && out_fp32 &&
-            (flags & kBf16FlagHasC) == 0 && epilogue::spread_split_fits<kNumChunks>(num_splits)) {
-          const bool vec = (flags & kBf16FlagVectorStores) != 0;
-          epilogue::spread_cluster_split_reduce<kNumChunks, kNumConsumerThreads>(
-              base + Traits::kOffA, num_splits, split, [&](uint32_t row, uint32_t col, float2 sum) {
-                epilogue::store_direct_pair_fp32(sum, static_cast<float*>(d_ptr), m0 + row, n0 + col, ldd, N,
-                                                 row_limit, vec);
-              });
-          continue;
+        if constexpr (kSplitPush) {
+          // Push form (the FP8 kernel's): say the ring is free, then push the warps a peer owns or
+          // wait for the owned ones' peers and sum them in split order.
+          ptx::cluster_wait();
+          SplitPush::signal_ready(split, num_splits, ready_bar());
+          if ((threadIdx.x / 32) % num_splits != split) {
+            ptx::mbar_wait(ready_bar(), 0);
+            SplitPush::push(acc, split, num_splits, base + Traits::kOffA, recv_bar());
+            continue;
+          }
+          ptx::mbar_wait_cluster(recv_bar(), 0);  // acquire at cluster scope: the peers' st.async bytes
+          SplitPush::gather(acc, split, num_splits, base + Traits::kOffA);
+        } else {
+          float2* part = reinterpret_cast<float2*>(smem + Traits::kOffA);
+          epilogue::write_split_partial_smem<kNumChunks, kNumConsumerThreads>(acc, part);
+          // The partials are there (release / acquire at cluster scope).
+          if constexpr (!diag::kSplitClusterNoSync) epilogue::publish_split_partials<kNumConsumerThreads>();
+          // Spread reduce-scatter (v1.08) for fp32 D without C where it takes one round (enough
+          // splits): every consumer warp of the cluster sums and stores its share of 8 x 8 units with
+          // direct stores (epilogue/split_k.cuh). The CTA's only unit; it stays until its peers have
+          // read its partial (kernel end). bf16 D keeps the warp form's TMA store (faster, v1.08).
+          const bool out_fp32 = (flags & kBf16FlagOutFp32) != 0;
+          if (!diag::kSplitClusterWarpReduce && !diag::kSplitClusterNoPeers && out_fp32 &&
+              (flags & kBf16FlagHasC) == 0 && epilogue::spread_split_fits<kNumChunks>(num_splits)) {
+            const bool vec = (flags & kBf16FlagVectorStores) != 0;
+            epilogue::spread_cluster_split_reduce<kNumChunks, kNumConsumerThreads>(
+                base + Traits::kOffA, num_splits, split, [&](uint32_t row, uint32_t col, float2 sum) {
+                  epilogue::store_direct_pair_fp32(sum, static_cast<float*>(d_ptr), m0 + row, n0 + col, ldd, N,
+                                                   row_limit, vec);
+                });
+            continue;
+          }
+          // Warp form: consumer warp w's 16 rows are summed and stored by split w % S (the
+          // direct-store epilogue has no barrier, so the other warps may leave). The CTA's only
+          // unit; it stays until its peers have read its partial (kernel end).
+          if ((threadIdx.x / 32) % num_splits != split) continue;
+          if constexpr (!diag::kSplitClusterNoPeers)
+            epilogue::gather_cluster_split_partials<kNumChunks, kNumConsumerThreads>(acc, base + Traits::kOffA,
+                                                                                    num_splits, split);
         }
-        // Warp form: consumer warp w's 16 rows are summed and stored by split w % S (the
-        // direct-store epilogue has no barrier, so the other warps may leave). The CTA's only
-        // unit; it stays until its peers have read its partial (kernel end).
-        if ((threadIdx.x / 32) % num_splits != split) continue;
-        if constexpr (!diag::kSplitClusterNoPeers)
-          epilogue::gather_cluster_split_partials<kNumChunks, kNumConsumerThreads>(acc, base + Traits::kOffA,
-                                                                                  num_splits, split);
         if constexpr (kSplitTmaStore) {
           if ((flags & kBf16FlagTmaStore) != 0) {  // the host's rule: bf16 D, no C
             EpiTma::store_warp(acc, base + kSplitStagingOff + wg * EpiTma::kBytes, tmap_d, static_cast<int32_t>(n0),
@@ -840,9 +886,12 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
   // warpgroup included, meets here).
   // The split cluster's barrier orders only execution (every remote load has returned), so it
   // arrives relaxed (-3 to -9% on the split-cluster records, NOTES v1.13).
+  // Push form: no barrier (as the FP8 kernel: every byte and arrive into a CTA is waited on there).
   if (split_cluster && kNumMulticast == 1) {
-    ptx::cluster_arrive_relaxed();
-    ptx::cluster_wait();
+    if constexpr (!kSplitPush) {
+      ptx::cluster_arrive_relaxed();
+      ptx::cluster_wait();
+    }
   } else if (kNumMulticast > 1 || split_cluster) {
     ptx::cluster_sync();
   }

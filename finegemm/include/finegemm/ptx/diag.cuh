@@ -63,7 +63,7 @@
 //                         (both row halves) instead of two float2: the peers' fragments are half
 //                         as many 16-byte distributed-shared-memory loads (epilogue/split_k.cuh).
 //                         Measured level (benchmarks/NOTES.md v1.14): off by default.
-//   FINEGEMM_DIAG_SPLIT_PUSH  (FP8 kernel, correct results, bitwise the default's) a split cluster
+//   FINEGEMM_DIAG_SPLIT_PUSH  (both kernels, correct results, bitwise the default's) a split cluster
 //                         pushes the partials instead of pulling them: each owner (split w % S of
 //                         consumer warp w's rows) tells its peers that its ring is free (a remote
 //                         mbarrier arrive), the peers st.async their fragments of its rows into it
