@@ -423,27 +423,33 @@ def test_cluster_barriers_release_only_where_they_publish():
 
 @pytest.mark.nvcc
 def test_split_push_builds_compile(monkeypatch):
-    """FINEGEMM_DIAG_SPLIT_PUSH (NOTES v1.15) in the BF16 kernel on two split tiles: spill-free,
-    unserialized wgmmas; the only cluster arrive is the one after the barriers' init, relaxed, and
-    the partials leave as STAS.128, one per 8-column chunk per thread."""
+    """The split cluster's push form (the default since NOTES v1.15; the spread form of fp32 D
+    without C stays a pull, chosen at run time) on two split tiles: spill-free, unserialized
+    wgmmas; the first cluster arrive is the one after the barriers' init, relaxed, and the partials
+    leave as STAS.128, one per 8-column chunk per thread. With FINEGEMM_DIAG_SPLIT_PULL no STAS."""
     from finegemm import jit
     from finegemm.ops.sm90_bf16_gemm import render
     from sass_tools import cluster_arrives, instructions
 
-    monkeypatch.setenv("FINEGEMM_EXTRA_NVCC_FLAGS", "-DFINEGEMM_DIAG_SPLIT_PUSH")
-    jobs = [("nt_bm64_bn64_s4_split", render(64, 64, 4, False, False, True, False)),
-            ("nt_bm128_bn32_s6_split", render(128, 32, 6, False, False, True, False))]
-    reports = jit.compile_check(jobs, raise_on_failure=False)
-    bad = [r for r in reports if not r["ok"]]
-    assert len(reports) == 2 and not bad, [(r["label"], r["reasons"]) for r in bad]
-    for r, bn in zip(reports, (64, 32)):
-        assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and not r["wgmma_serialized"], r
-        text = _sass(r["cubin"])
-        if text is None:
-            continue
-        assert cluster_arrives(text) == [False], (r["label"], cluster_arrives(text))
-        stas = [ins for _, ins in instructions(text) if "STAS.128 " in ins]
-        assert len(stas) == bn // 8, (r["label"], stas)
+    for flags, push in (("", True), ("-DFINEGEMM_DIAG_SPLIT_PULL", False)):
+        monkeypatch.setenv("FINEGEMM_EXTRA_NVCC_FLAGS", flags)
+        jobs = [("nt_bm64_bn64_s4_split", render(64, 64, 4, False, False, True, False)),
+                ("nt_bm128_bn32_s6_split", render(128, 32, 6, False, False, True, False))]
+        reports = jit.compile_check(jobs, raise_on_failure=False)
+        bad = [r for r in reports if not r["ok"]]
+        assert len(reports) == 2 and not bad, [(r["label"], r["reasons"]) for r in bad]
+        for r, bn in zip(reports, (64, 32)):
+            assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and not r["wgmma_serialized"], r
+            text = _sass(r["cubin"])
+            if text is None:
+                continue
+            arrives = cluster_arrives(text)
+            stas = [ins for _, ins in instructions(text) if "STAS.128 " in ins]
+            if push:
+                assert arrives and arrives[0] is False, (r["label"], arrives)
+                assert len(stas) == bn // 8, (r["label"], stas)
+            else:
+                assert not stas, (r["label"], stas)
 
 
 @pytest.mark.nvcc

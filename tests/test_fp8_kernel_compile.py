@@ -1380,9 +1380,10 @@ def _cluster_arrives_of(cfgs):
 
 
 @pytest.mark.nvcc
-@pytest.mark.parametrize("flags", ["", "-DFINEGEMM_TRACE_TILES"])
+@pytest.mark.parametrize("flags", ["-DFINEGEMM_DIAG_SPLIT_PULL", "-DFINEGEMM_DIAG_SPLIT_PULL -DFINEGEMM_TRACE_TILES"])
 def test_split_cluster_builds_compile(flags, monkeypatch):
-    """The split cluster's tail, shipped and under the trace (events 4-7), compiles spill-free with
+    """The split cluster's pull form (FINEGEMM_DIAG_SPLIT_PULL, the default before v1.15), alone and
+    under the trace (events 4-7), compiles spill-free with
     serialized-wgmma checks on the 2-split table tile, a k-batch bm64 tile and the widest cluster
     tile (bm128 bn128, fp32 + C). In SASS the barrier that publishes the partials releases and the
     exit barrier, which orders only execution, arrives relaxed (NOTES v1.13); every remote load of
@@ -1402,17 +1403,19 @@ def test_split_cluster_builds_compile(flags, monkeypatch):
 
 
 @pytest.mark.nvcc
-def test_split_push_builds_compile(monkeypatch):
-    """FINEGEMM_DIAG_SPLIT_PUSH (NOTES v1.15) on the same three tiles: spill-free, serialized-wgmma
-    checks clean; in SASS the only cluster arrive is the one after the barriers' init, relaxed (no
-    barrier after the main loop and none at exit: the owners wait on their own receive barrier),
-    and the partials leave as 16-byte st.async (STAS.128), one per 8-column chunk per thread."""
+@pytest.mark.parametrize("flags", ["", "-DFINEGEMM_TRACE_TILES"])
+def test_split_push_builds_compile(flags, monkeypatch):
+    """The split cluster's push form (the default since NOTES v1.15), alone and under the trace, on
+    the same three tiles: spill-free, serialized-wgmma checks clean; in SASS the only cluster
+    arrive is the one after the barriers' init, relaxed (no barrier after the main loop and none
+    at exit: the owners wait on their own receive barrier), and the partials leave as 16-byte
+    st.async (STAS.128), one per 8-column chunk per thread."""
     from finegemm import jit
     from finegemm.heuristics.sm90_fp8_gemm import make_config, max_stages
     from finegemm.ops import sm90_fp8_gemm as ops
     from sass_tools import cluster_arrives, instructions, sass
 
-    monkeypatch.setenv("FINEGEMM_EXTRA_NVCC_FLAGS", "-DFINEGEMM_DIAG_SPLIT_PUSH")
+    monkeypatch.setenv("FINEGEMM_EXTRA_NVCC_FLAGS", flags)
     cfgs = [make_config(128, 4096, 7168, 132, False, False, 128, 64, 8, 2),
             make_config(64, 2112, 7168, 132, False, False, 64, 32, 16, 2, k_batch=2),
             make_config(130, 1000, 7168, 132, True, True, 128, 128, max_stages(128, 128), 4)]

@@ -320,11 +320,17 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
   const bool split_cluster = kClusterSplit && ptx::cluster_nctarank() > 1;
   // A split cluster's bf16 D (no C) may leave through TMA per warp, staged in the ring past the
   // partial (the host's kBf16FlagTmaStore with a 16-row-box map; as the FP8 kernel's kSplitTmaStore).
-  // FINEGEMM_DIAG_SPLIT_PUSH: the partials pushed into the owners' rings (epilogue::SplitPush, as
-  // the FP8 kernel), the staging after the landing zone; not with a multicast pair.
+  // The partials are pushed into the owners' rings (epilogue::SplitPush, as the FP8 kernel; -1 to
+  // -3% on the 2-split records, NOTES v1.15), the staging after the landing zone; not with a
+  // multicast pair. The spread form (fp32 D without C at enough splits) stays a pull: there the
+  // push's owner-only sums measured +7 to +18%. FINEGEMM_DIAG_SPLIT_PULL: every split cluster pulls.
   using SplitPush = epilogue::SplitPush<kNumChunks, kNumConsumerThreads / 32>;
-  constexpr bool kSplitPush = kClusterSplit && kNumMulticast == 1 && diag::kSplitPush &&
+  constexpr bool kSplitPush = kClusterSplit && kNumMulticast == 1 && !diag::kSplitPull &&
                               SplitPush::max_landing_bytes() <= kNumStages * (Traits::kSmemA + Traits::kSmemB);
+  const bool split_spread = split_cluster && !diag::kSplitClusterWarpReduce && !diag::kSplitClusterNoPeers &&
+                            (flags & kBf16FlagOutFp32) != 0 && (flags & kBf16FlagHasC) == 0 &&
+                            epilogue::spread_split_fits<kNumChunks>(num_splits);
+  const bool split_push = kSplitPush && split_cluster && !split_spread;
   constexpr uint32_t kSplitPartialBytes =
       kSplitPush ? (SplitPush::max_landing_bytes() + 4095) / 4096 * 4096 : BLOCK_M * BLOCK_N * 4;
   constexpr uint32_t kSplitStagingOff = Traits::kOffA + kSplitPartialBytes;  // multiple of 4096
@@ -352,7 +358,7 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
       ptx::mbar_init(empty_bar(s), kNumConsumerWG * 4 * kNumMulticast);
     }
     if constexpr (kSplitPush) {
-      if (split_cluster) {
+      if (split_push) {
         ptx::mbar_init(recv_bar(), 1);
         ptx::mbar_init(ready_bar(), SplitPush::ready_count(ptx::cluster_ctarank(), num_splits));
       }
@@ -361,7 +367,7 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
     ptx::fence_proxy_async_shared();
     // The receive barrier's one phase: this arrival and the peers' pushed bytes.
     if constexpr (kSplitPush) {
-      if (split_cluster)
+      if (split_push)
         ptx::mbar_arrive_expect_tx(recv_bar(), SplitPush::received_bytes(ptx::cluster_ctarank(), num_splits));
     }
   }
@@ -375,7 +381,7 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
     // Push form: this barrier phase is "every receive / ready barrier of the cluster is
     // initialized"; each thread waits on it where it first needs it (as the FP8 kernel).
     if constexpr (kSplitPush) {
-      if (split_cluster) ptx::cluster_arrive_relaxed();
+      if (split_push) ptx::cluster_arrive_relaxed();
     }
   }
   // Nothing above touches global memory; everything below may (ptx::griddep_wait).
@@ -550,7 +556,7 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
     // Split cluster: the producer warpgroup's part in the barrier after which split 0 reads the
     // peers' partials (every thread of the cluster takes part in a cluster barrier).
     if (split_cluster && !diag::kSplitClusterNoSync) {
-      if constexpr (kSplitPush) {
+      if (split_push) {
         ptx::cluster_wait();
       } else {
         epilogue::publish_split_partials_producer();
@@ -718,7 +724,7 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
       if (kClusterSplit && split_cluster) {
         // Every local wgmma has finished reading the ring before it holds the partial.
         ptx::named_barrier_sync(1, kNumConsumerThreads);
-        if constexpr (kSplitPush) {
+        if (split_push) {
           // Push form (the FP8 kernel's): say the ring is free, then push the warps a peer owns or
           // wait for the owned ones' peers and sum them in split order.
           ptx::cluster_wait();
@@ -739,9 +745,7 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
           // splits): every consumer warp of the cluster sums and stores its share of 8 x 8 units with
           // direct stores (epilogue/split_k.cuh). The CTA's only unit; it stays until its peers have
           // read its partial (kernel end). bf16 D keeps the warp form's TMA store (faster, v1.08).
-          const bool out_fp32 = (flags & kBf16FlagOutFp32) != 0;
-          if (!diag::kSplitClusterWarpReduce && !diag::kSplitClusterNoPeers && out_fp32 &&
-              (flags & kBf16FlagHasC) == 0 && epilogue::spread_split_fits<kNumChunks>(num_splits)) {
+          if (split_spread) {
             const bool vec = (flags & kBf16FlagVectorStores) != 0;
             epilogue::spread_cluster_split_reduce<kNumChunks, kNumConsumerThreads>(
                 base + Traits::kOffA, num_splits, split, [&](uint32_t row, uint32_t col, float2 sum) {
@@ -888,7 +892,7 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
   // arrives relaxed (-3 to -9% on the split-cluster records, NOTES v1.13).
   // Push form: no barrier (as the FP8 kernel: every byte and arrive into a CTA is waited on there).
   if (split_cluster && kNumMulticast == 1) {
-    if constexpr (!kSplitPush) {
+    if (!split_push) {
       ptx::cluster_arrive_relaxed();
       ptx::cluster_wait();
     }

@@ -520,12 +520,13 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   // which its peers may still be reading, and stores them itself (epilogue::TmaStoreBf16::
   // store_warp), as the direct stores cost more than the TMA store even at one tile per CTA
   // (benchmarks/NOTES.md v1.03, v1.04). Where the staging does not fit the ring, direct stores.
-  // FINEGEMM_DIAG_SPLIT_PUSH: the partials pushed into the owners' rings (epilogue::SplitPush)
-  // instead of pulled from the peers'. Its landing zone takes the ring's start at any split count
-  // (up to 1.75 x the tile at 4 consumer warps and 8 splits); the staging follows it.
+  // The partials are pushed into the owners' rings (epilogue::SplitPush; -1 to -4% against the
+  // pull form, which FINEGEMM_DIAG_SPLIT_PULL keeps: NOTES v1.15). The landing zone takes the
+  // ring's start at any split count (up to 1.75 x the tile at 4 consumer warps and 8 splits); the
+  // staging follows it.
   using SplitPush = epilogue::SplitPush<kNumChunks, kNumConsumerThreads / 32>;
   constexpr bool kSplitPush =
-      kClusterSplit && diag::kSplitPush &&
+      kClusterSplit && !diag::kSplitPull &&
       SplitPush::max_landing_bytes() <= kNumStages * (Traits::kSmemA + Traits::kSmemB);
   constexpr uint32_t kSplitPartialBytes =
       kSplitPush ? (SplitPush::max_landing_bytes() + 4095) / 4096 * 4096 : BLOCK_M * BLOCK_N * 4;
@@ -900,8 +901,9 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         }
       }
     }
-    // Split cluster: the producer warpgroup's part in the barrier after which split 0 reads the
-    // peers' partials (every thread of the cluster takes part in a cluster barrier).
+    // Split cluster: the producer warpgroup's wait in the init barrier (push form) or its part in
+    // the barrier after which the owners read the peers' partials (pull form): every thread of the
+    // cluster takes part in each cluster barrier.
     if (split_cluster) {
       if constexpr (kSplitPush) {
         ptx::cluster_wait();
@@ -1334,7 +1336,9 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         ptx::named_barrier_sync(1, kNumConsumerThreads);
         // Reduce-scatter: consumer warp w's 16 rows are summed and stored by split w % S (split
         // kernels store directly, without a warpgroup barrier, so the other warps may leave). The
-        // CTA's only unit; it stays until its peers have read its partial (kernel end).
+        // CTA's only unit. Push form (default): the peers' fragments come to the owner; pull form
+        // (FINEGEMM_DIAG_SPLIT_PULL): the owner loads them, and every CTA stays until its peers
+        // have read its partial (kernel end).
         // Trace: the warpgroup's first warp that owns rows stamps the rest of the tail.
         FG_TRACE_ONLY(uint32_t first_owner = 0;
                       while ((wg * 4 + first_owner) % num_splits != split && first_owner < 4) ++first_owner;
@@ -1528,9 +1532,9 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
     if constexpr (kTmaStore) EpiTma::finish();  // the last tile's stores complete before exit (same for fp32)
   }
   // No CTA of a cluster may exit while its peer can still multicast into it or arrive on its
-  // barriers, or (split cluster) read its partial: every thread (producer warpgroup included, none
-  // exited early) meets here.
-  // A split cluster's barrier orders only execution (its remote loads have returned: their sums
+  // barriers, or (split cluster, pull form) read its partial: every thread (producer warpgroup
+  // included, none exited early) meets here.
+  // The pull form's barrier orders only execution (its remote loads have returned: their sums
   // were stored), so it arrives relaxed (-3 to -5% on the split-cluster picks, NOTES v1.13).
   // Push form: no barrier. Every byte pushed into a CTA has landed before its owner warps pass
   // their receive barrier, and every "ring free" arrive into it before its pushing warps pass

@@ -63,12 +63,13 @@
 //                         (both row halves) instead of two float2: the peers' fragments are half
 //                         as many 16-byte distributed-shared-memory loads (epilogue/split_k.cuh).
 //                         Measured level (benchmarks/NOTES.md v1.14): off by default.
-//   FINEGEMM_DIAG_SPLIT_PUSH  (both kernels, correct results, bitwise the default's) a split cluster
-//                         pushes the partials instead of pulling them: each owner (split w % S of
-//                         consumer warp w's rows) tells its peers that its ring is free (a remote
-//                         mbarrier arrive), the peers st.async their fragments of its rows into it
-//                         and the owner waits on its own transaction-counted mbarrier. No cluster
-//                         barrier after the main loop and no remote loads (epilogue::SplitPush).
+//   FINEGEMM_DIAG_SPLIT_PULL  (both kernels, correct results, bitwise the default's) a split cluster
+//                         pulls the partials as before v1.15: every split writes its fragment to its
+//                         ring, a releasing cluster barrier, the owners load their rows from the
+//                         peers, a relaxed exit barrier. The default pushes them (epilogue::SplitPush:
+//                         -1 to -4% on the FP8 split picks, NOTES v1.15); the BF16 kernel's spread
+//                         form (fp32 D without C at enough splits) is a pull either way. The two
+//                         switches above (ONE_FENCE, PARTIAL_F4) change only the pull form.
 //   FINEGEMM_DIAG_NO_PDL  (both kernels; racy under finegemm.set_pdl(True)) the kernels leave out
 //                         griddepcontrol.wait / launch_dependents (ptx::griddep_wait): what do the
 //                         two instructions cost a kernel launched without PDL?
@@ -242,10 +243,10 @@ constexpr bool kSplitPartialF4 = true;
 constexpr bool kSplitPartialF4 = false;
 #endif
 
-#ifdef FINEGEMM_DIAG_SPLIT_PUSH
-constexpr bool kSplitPush = true;
+#ifdef FINEGEMM_DIAG_SPLIT_PULL
+constexpr bool kSplitPull = true;
 #else
-constexpr bool kSplitPush = false;
+constexpr bool kSplitPull = false;
 #endif
 
 #ifdef FINEGEMM_DIAG_SPLIT_CLUSTER_ONE_FENCE
