@@ -423,15 +423,16 @@ def test_cluster_barriers_release_only_where_they_publish():
 
 @pytest.mark.nvcc
 def test_split_push_builds_compile(monkeypatch):
-    """The split cluster's push form (the default since NOTES v1.15; the spread form of fp32 D
-    without C stays a pull, chosen at run time) on two split tiles: spill-free, unserialized
-    wgmmas; the first cluster arrive is the one after the barriers' init, relaxed, and the partials
-    leave as STAS.128, one per 8-column chunk per thread. With FINEGEMM_DIAG_SPLIT_PULL no STAS."""
+    """The split cluster's push form in the BF16 kernel (FINEGEMM_DIAG_BF16_SPLIT_PUSH, off by default:
+    NOTES v1.15; the spread form of fp32 D without C stays a pull, chosen at run time) on two split
+    tiles: spill-free, unserialized wgmmas; the first cluster arrive is the one after the barriers'
+    init, relaxed, and the partials leave as STAS.128, one per 8-column chunk per thread. The
+    default build (the pull form) has no STAS."""
     from finegemm import jit
     from finegemm.ops.sm90_bf16_gemm import render
     from sass_tools import cluster_arrives, instructions
 
-    for flags, push in (("", True), ("-DFINEGEMM_DIAG_SPLIT_PULL", False)):
+    for flags, push in (("-DFINEGEMM_DIAG_BF16_SPLIT_PUSH", True), ("", False)):
         monkeypatch.setenv("FINEGEMM_EXTRA_NVCC_FLAGS", flags)
         jobs = [("nt_bm64_bn64_s4_split", render(64, 64, 4, False, False, True, False)),
                 ("nt_bm128_bn32_s6_split", render(128, 32, 6, False, False, True, False))]

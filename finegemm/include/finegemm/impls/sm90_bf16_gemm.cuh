@@ -320,17 +320,20 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
   const bool split_cluster = kClusterSplit && ptx::cluster_nctarank() > 1;
   // A split cluster's bf16 D (no C) may leave through TMA per warp, staged in the ring past the
   // partial (the host's kBf16FlagTmaStore with a 16-row-box map; as the FP8 kernel's kSplitTmaStore).
-  // The partials are pushed into the owners' rings (epilogue::SplitPush, as the FP8 kernel; -1 to
-  // -3% on the 2-split records, NOTES v1.15), the staging after the landing zone; not with a
-  // multicast pair. The spread form (fp32 D without C at enough splits) stays a pull: there the
-  // push's owner-only sums measured +7 to +18%. FINEGEMM_DIAG_SPLIT_PULL: every split cluster pulls.
+  // FINEGEMM_DIAG_BF16_SPLIT_PUSH: the partials pushed into the owners' rings (epilogue::SplitPush,
+  // the FP8 kernel's default), the staging after the landing zone; not with a multicast pair. The
+  // spread form (fp32 D without C at enough splits) stays a pull (the push's owner-only sums
+  // measured +7 to +18% there), chosen at run time. Off by default: on the H200 the push was level
+  // on the 2-split records and the mixed kernel cost the spread records 0-2.5% (NOTES v1.15).
   using SplitPush = epilogue::SplitPush<kNumChunks, kNumConsumerThreads / 32>;
-  constexpr bool kSplitPush = kClusterSplit && kNumMulticast == 1 && !diag::kSplitPull &&
+  constexpr bool kSplitPush = kClusterSplit && kNumMulticast == 1 && diag::kBf16SplitPush && !diag::kSplitPull &&
                               SplitPush::max_landing_bytes() <= kNumStages * (Traits::kSmemA + Traits::kSmemB);
-  const bool split_spread = split_cluster && !diag::kSplitClusterWarpReduce && !diag::kSplitClusterNoPeers &&
-                            (flags & kBf16FlagOutFp32) != 0 && (flags & kBf16FlagHasC) == 0 &&
-                            epilogue::spread_split_fits<kNumChunks>(num_splits);
-  const bool split_push = kSplitPush && split_cluster && !split_spread;
+  // The spread form's rule (a lambda: the default build evaluates it where it did before v1.15).
+  auto spread_form = [&] {
+    return !diag::kSplitClusterWarpReduce && !diag::kSplitClusterNoPeers && (flags & kBf16FlagOutFp32) != 0 &&
+           (flags & kBf16FlagHasC) == 0 && epilogue::spread_split_fits<kNumChunks>(num_splits);
+  };
+  const bool split_push = kSplitPush && split_cluster && !spread_form();
   constexpr uint32_t kSplitPartialBytes =
       kSplitPush ? (SplitPush::max_landing_bytes() + 4095) / 4096 * 4096 : BLOCK_M * BLOCK_N * 4;
   constexpr uint32_t kSplitStagingOff = Traits::kOffA + kSplitPartialBytes;  // multiple of 4096
@@ -745,7 +748,7 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
           // splits): every consumer warp of the cluster sums and stores its share of 8 x 8 units with
           // direct stores (epilogue/split_k.cuh). The CTA's only unit; it stays until its peers have
           // read its partial (kernel end). bf16 D keeps the warp form's TMA store (faster, v1.08).
-          if (split_spread) {
+          if (spread_form()) {
             const bool vec = (flags & kBf16FlagVectorStores) != 0;
             epilogue::spread_cluster_split_reduce<kNumChunks, kNumConsumerThreads>(
                 base + Traits::kOffA, num_splits, split, [&](uint32_t row, uint32_t col, float2 sum) {

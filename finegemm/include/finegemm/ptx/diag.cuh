@@ -63,13 +63,16 @@
 //                         (both row halves) instead of two float2: the peers' fragments are half
 //                         as many 16-byte distributed-shared-memory loads (epilogue/split_k.cuh).
 //                         Measured level (benchmarks/NOTES.md v1.14): off by default.
-//   FINEGEMM_DIAG_SPLIT_PULL  (both kernels, correct results, bitwise the default's) a split cluster
+//   FINEGEMM_DIAG_SPLIT_PULL  (FP8 kernel, correct results, bitwise the default's) a split cluster
 //                         pulls the partials as before v1.15: every split writes its fragment to its
 //                         ring, a releasing cluster barrier, the owners load their rows from the
 //                         peers, a relaxed exit barrier. The default pushes them (epilogue::SplitPush:
-//                         -1 to -4% on the FP8 split picks, NOTES v1.15); the BF16 kernel's spread
-//                         form (fp32 D without C at enough splits) is a pull either way. The two
+//                         -1 to -4% on the H100, 0 to -1.5% on the H200, NOTES v1.15). The two
 //                         switches above (ONE_FENCE, PARTIAL_F4) change only the pull form.
+//   FINEGEMM_DIAG_BF16_SPLIT_PUSH  (BF16 kernel, correct results, bitwise the default's) the FP8
+//                         kernel's push form in the BF16 kernel, except where the spread form runs
+//                         (chosen at run time). Off: level on the H200, and the mixed kernel cost the
+//                         spread records 0-2.5% (NOTES v1.15).
 //   FINEGEMM_DIAG_NO_PDL  (both kernels; racy under finegemm.set_pdl(True)) the kernels leave out
 //                         griddepcontrol.wait / launch_dependents (ptx::griddep_wait): what do the
 //                         two instructions cost a kernel launched without PDL?
@@ -247,6 +250,12 @@ constexpr bool kSplitPartialF4 = false;
 constexpr bool kSplitPull = true;
 #else
 constexpr bool kSplitPull = false;
+#endif
+
+#ifdef FINEGEMM_DIAG_BF16_SPLIT_PUSH
+constexpr bool kBf16SplitPush = true;
+#else
+constexpr bool kBf16SplitPush = false;
 #endif
 
 #ifdef FINEGEMM_DIAG_SPLIT_CLUSTER_ONE_FENCE
