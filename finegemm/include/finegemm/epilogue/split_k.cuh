@@ -200,8 +200,9 @@ __device__ __forceinline__ void gather_cluster_split_partials(float (&acc)[kNumA
   }
 }
 
-// Push form (FINEGEMM_DIAG_SPLIT_PUSH, the FP8 kernel): the same owners as the reduce-scatter form
-// (consumer warp w's 16 rows: split w % S), but the partials travel the other way. An owner whose
+// Push form (the FP8 kernel's default; the BF16 kernel's under FINEGEMM_DIAG_BF16_SPLIT_PUSH): the
+// same owners as the reduce-scatter form (consumer warp w's 16 rows: split w % S), but the partials
+// travel the other way. An owner whose
 // last wgmma is done tells every peer that its ring is free (one remote mbarrier arrive per
 // peer, on the peer's ready barrier); a peer, once every owner has said so, pushes each of its
 // warp fragments into the owner's ring with st.async, whose bytes complete on the owner's receive
@@ -229,11 +230,12 @@ struct SplitPush {
   __host__ __device__ static constexpr uint32_t received_bytes(uint32_t self, uint32_t num_splits) {
     return num_owned(self, num_splits) * (num_splits - 1) * kWarpBytes;
   }
-  // The landing zone at any split count up to kMaxSplits (split 0 owns the most).
+  // The landing zone at any split count up to kMaxSplits (split 0 owns the most), in whole 4 KB
+  // (what follows it in the ring, the TMA-store staging, keeps its alignment).
   __host__ __device__ static constexpr uint32_t max_landing_bytes() {
     uint32_t most = 0;
     for (uint32_t s = 2; s <= kMaxSplits; ++s) most = received_bytes(0, s) > most ? received_bytes(0, s) : most;
-    return most;
+    return (most + 4095) / 4096 * 4096;
   }
   // Owners whose "ring free" split `self` waits for before it pushes: every owner but itself
   // (the owners are splits 0 .. min(S, W) - 1). At least 1: a split with nothing to push
@@ -247,14 +249,40 @@ struct SplitPush {
     return ((warp / num_splits) * (num_splits - 1) + (from < owner ? from : from - 1)) * kWarpBytes;
   }
 
-  // Called by every consumer thread once the CTA's wgmmas are done (after the consumers' named
-  // barrier) and the cluster's init barrier has been waited on: lane p of warp 0 tells peer p
-  // that this split's ring is free, if this split owns any rows. Default arrive semantics
-  // (release at CTA scope), as a multicast consumer frees a stage its peer then writes.
-  __device__ __forceinline__ static void signal_ready(uint32_t self, uint32_t num_splits, uint32_t ready_bar) {
-    const uint32_t lane = threadIdx.x % 32;
+  // Thread 0, with the kernel's other barriers (before fence.mbarrier_init): the receive barrier
+  // (one arrival: arm's) and the ready barrier (one arrival per owning peer).
+  __device__ __forceinline__ static void init_barriers(uint32_t recv_bar, uint32_t ready_bar, uint32_t num_splits) {
+    ptx::mbar_init(recv_bar, 1);
+    ptx::mbar_init(ready_bar, ready_count(ptx::cluster_ctarank(), num_splits));
+  }
+  // Thread 0, after fence.mbarrier_init: the receive barrier's one phase is this arrival and the
+  // peers' pushed bytes. Then every thread of the CTA arrives (relaxed) on the cluster barrier
+  // whose phase says "every barrier of the cluster is initialized" (the kernel, after its CTA
+  // barrier); each waits on it where it first needs it (hand_off; the producer at its end).
+  __device__ __forceinline__ static void arm(uint32_t recv_bar, uint32_t num_splits) {
+    ptx::mbar_arrive_expect_tx(recv_bar, received_bytes(ptx::cluster_ctarank(), num_splits));
+  }
+
+  // Every consumer thread, once the CTA's wgmmas are done (after the consumers' named barrier):
+  // lane p of warp 0 tells peer p that this split's ring is free, if this split owns any rows
+  // (default arrive semantics, release at CTA scope, as a multicast consumer frees a stage its
+  // peer then writes). A warp a peer owns then waits for every owner's word and pushes its
+  // fragment (returns false: its part is done); an owned warp waits for its peers' bytes (acquire
+  // at cluster scope) and returns true: gather next.
+  template <uint32_t kNumAcc>
+  __device__ __forceinline__ static bool hand_off(const float (&acc)[kNumAcc], uint32_t self, uint32_t num_splits,
+                                                  uint32_t landing, uint32_t recv_bar, uint32_t ready_bar) {
+    ptx::cluster_wait();  // the init phase: the peers' barriers are initialized
+    const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     if (threadIdx.x / 32 == 0 && self < kNumWarps && lane < num_splits && lane != self)
       ptx::mbar_arrive_cluster(ready_bar, lane);
+    if (warp % num_splits != self) {
+      ptx::mbar_wait(ready_bar, 0);
+      push(acc, self, num_splits, landing, recv_bar);
+      return false;
+    }
+    ptx::mbar_wait_cluster(recv_bar, 0);
+    return true;
   }
 
   // A warp this split does not own: its fragment into its owner's landing zone.

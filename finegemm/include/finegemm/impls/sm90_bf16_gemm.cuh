@@ -334,8 +334,7 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
            (flags & kBf16FlagHasC) == 0 && epilogue::spread_split_fits<kNumChunks>(num_splits);
   };
   const bool split_push = kSplitPush && split_cluster && !spread_form();
-  constexpr uint32_t kSplitPartialBytes =
-      kSplitPush ? (SplitPush::max_landing_bytes() + 4095) / 4096 * 4096 : BLOCK_M * BLOCK_N * 4;
+  constexpr uint32_t kSplitPartialBytes = kSplitPush ? SplitPush::max_landing_bytes() : BLOCK_M * BLOCK_N * 4;
   constexpr uint32_t kSplitStagingOff = Traits::kOffA + kSplitPartialBytes;  // multiple of 4096
   constexpr bool kSplitTmaStore =
       kClusterSplit && kSplitPartialBytes + BLOCK_M * BLOCK_N * 2 <= kNumStages * (Traits::kSmemA + Traits::kSmemB);
@@ -361,17 +360,12 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
       ptx::mbar_init(empty_bar(s), kNumConsumerWG * 4 * kNumMulticast);
     }
     if constexpr (kSplitPush) {
-      if (split_push) {
-        ptx::mbar_init(recv_bar(), 1);
-        ptx::mbar_init(ready_bar(), SplitPush::ready_count(ptx::cluster_ctarank(), num_splits));
-      }
+      if (split_push) SplitPush::init_barriers(recv_bar(), ready_bar(), num_splits);
     }
     ptx::fence_mbarrier_init();
     ptx::fence_proxy_async_shared();
-    // The receive barrier's one phase: this arrival and the peers' pushed bytes.
     if constexpr (kSplitPush) {
-      if (split_push)
-        ptx::mbar_arrive_expect_tx(recv_bar(), SplitPush::received_bytes(ptx::cluster_ctarank(), num_splits));
+      if (split_push) SplitPush::arm(recv_bar(), num_splits);
     }
   }
   // A multicast peer must see initialized barriers before it loads into them (fence.mbarrier_init
@@ -381,8 +375,7 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
     ptx::cluster_wait();
   } else {
     __syncthreads();
-    // Push form: this barrier phase is "every receive / ready barrier of the cluster is
-    // initialized"; each thread waits on it where it first needs it (as the FP8 kernel).
+    // Push form: the cluster barrier's init phase (SplitPush::arm).
     if constexpr (kSplitPush) {
       if (split_push) ptx::cluster_arrive_relaxed();
     }
@@ -730,14 +723,7 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
         if (split_push) {
           // Push form (the FP8 kernel's): say the ring is free, then push the warps a peer owns or
           // wait for the owned ones' peers and sum them in split order.
-          ptx::cluster_wait();
-          SplitPush::signal_ready(split, num_splits, ready_bar());
-          if ((threadIdx.x / 32) % num_splits != split) {
-            ptx::mbar_wait(ready_bar(), 0);
-            SplitPush::push(acc, split, num_splits, base + Traits::kOffA, recv_bar());
-            continue;
-          }
-          ptx::mbar_wait_cluster(recv_bar(), 0);  // acquire at cluster scope: the peers' st.async bytes
+          if (!SplitPush::hand_off(acc, split, num_splits, base + Traits::kOffA, recv_bar(), ready_bar())) continue;
           SplitPush::gather(acc, split, num_splits, base + Traits::kOffA);
         } else {
           float2* part = reinterpret_cast<float2*>(smem + Traits::kOffA);

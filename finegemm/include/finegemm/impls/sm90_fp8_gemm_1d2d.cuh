@@ -528,8 +528,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   constexpr bool kSplitPush =
       kClusterSplit && !diag::kSplitPull &&
       SplitPush::max_landing_bytes() <= kNumStages * (Traits::kSmemA + Traits::kSmemB);
-  constexpr uint32_t kSplitPartialBytes =
-      kSplitPush ? (SplitPush::max_landing_bytes() + 4095) / 4096 * 4096 : BLOCK_M * BLOCK_N * 4;
+  constexpr uint32_t kSplitPartialBytes = kSplitPush ? SplitPush::max_landing_bytes() : BLOCK_M * BLOCK_N * 4;
   constexpr uint32_t kSplitStagingOff = Traits::kOffA + kSplitPartialBytes;  // multiple of 4096
   // (Split-K kernels are of the dense kind without head splits: the static_asserts above.)
   constexpr bool kSplitTmaStore = kClusterSplit && !kOutFp32 && !kHasC &&
@@ -596,17 +595,12 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
       }
     }
     if constexpr (kSplitPush) {
-      if (split_cluster) {
-        ptx::mbar_init(recv_bar(), 1);
-        ptx::mbar_init(ready_bar(), SplitPush::ready_count(ptx::cluster_ctarank(), num_splits));
-      }
+      if (split_cluster) SplitPush::init_barriers(recv_bar(), ready_bar(), num_splits);
     }
     ptx::fence_mbarrier_init();
     ptx::fence_proxy_async_shared();
-    // The receive barrier's one phase: this arrival and the peers' pushed bytes.
     if constexpr (kSplitPush) {
-      if (split_cluster)
-        ptx::mbar_arrive_expect_tx(recv_bar(), SplitPush::received_bytes(ptx::cluster_ctarank(), num_splits));
+      if (split_cluster) SplitPush::arm(recv_bar(), num_splits);
     }
   }
   // With a cluster, the peer must see initialized barriers before it multicasts into them.
@@ -618,9 +612,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
     ptx::cluster_wait();
   } else {
     __syncthreads();
-    // Push form: this barrier phase is "every receive / ready barrier of the cluster is
-    // initialized"; each thread waits on it where it first needs it (the consumers before their
-    // first remote arrive, the producer warpgroup at its end), so it costs nothing on the way.
+    // Push form: the cluster barrier's init phase (SplitPush::arm).
     if constexpr (kSplitPush) {
       if (split_cluster) ptx::cluster_arrive_relaxed();
     }
@@ -1344,17 +1336,10 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
                       while ((wg * 4 + first_owner) % num_splits != split && first_owner < 4) ++first_owner;
                       void* const owner_trace = threadIdx.x % 128 == first_owner * 32 ? trace_buf : nullptr;)
         if constexpr (kSplitPush) {
-          // The cluster's barriers are initialized (the init phase); this ring is free: say so,
-          // then push the fragments of the warps a peer owns, or wait for the owned ones' peers.
-          ptx::cluster_wait();
-          SplitPush::signal_ready(split, num_splits, ready_bar());
+          // This ring is free: say so, then push the warps a peer owns or wait for the owned ones'
+          // peers (trace: 4 the hand-off begins, 5 the owned rows' bytes are here).
           FG_TRACE_TILE(wg_trace, wg, traced, 4);
-          if ((threadIdx.x / 32) % num_splits != split) {
-            ptx::mbar_wait(ready_bar(), 0);
-            SplitPush::push(fin, split, num_splits, base + Traits::kOffA, recv_bar());
-            continue;
-          }
-          ptx::mbar_wait_cluster(recv_bar(), 0);  // acquire at cluster scope: the peers' st.async bytes
+          if (!SplitPush::hand_off(fin, split, num_splits, base + Traits::kOffA, recv_bar(), ready_bar())) continue;
           FG_TRACE_TILE(wg_trace, wg, traced, 5);
           SplitPush::gather(fin, split, num_splits, base + Traits::kOffA);
         } else {
