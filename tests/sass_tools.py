@@ -57,6 +57,13 @@ def instructions(text: str) -> list[tuple[int, str]]:
     return out
 
 
+def mbarrier_inits_after_cta_barrier(text: str) -> int:
+    """How many mbarrier inits (SYNCS.EXCH.64) come after the first CTA barrier (BAR.SYNC 0x0)."""
+    ins = [op for _, op in instructions(text)]
+    first = next(i for i, op in enumerate(ins) if op.startswith("BAR.SYNC") and op.rstrip(" ;").endswith(" 0x0"))
+    return sum("SYNCS.EXCH.64" in op for op in ins[first + 1:])
+
+
 def wgmma_k_loops(text: str) -> list[list[str]]:
     """Bodies of the innermost loops that issue wgmmas (HGMMA / QGMMA): for each backward branch
     whose range holds a wgmma and no other such backward branch, the instructions from its target

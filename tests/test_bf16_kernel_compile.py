@@ -426,11 +426,12 @@ def test_split_push_builds_compile(monkeypatch):
     """The split cluster's push form in the BF16 kernel (FINEGEMM_DIAG_BF16_SPLIT_PUSH, off by default:
     NOTES v1.15; the spread form of fp32 D without C stays a pull, chosen at run time) on two split
     tiles: spill-free, unserialized wgmmas; the first cluster arrive is the one after the barriers'
-    init, relaxed, and the partials leave as STAS.128, one per 8-column chunk per thread. The
-    default build (the pull form) has no STAS."""
+    init, relaxed, the push's two barriers are initialized after the CTA barrier, and the partials
+    leave as STAS.128, one per 8-column chunk per thread. The default build (the pull form) has no
+    STAS."""
     from finegemm import jit
     from finegemm.ops.sm90_bf16_gemm import render
-    from sass_tools import cluster_arrives, instructions
+    from sass_tools import cluster_arrives, instructions, mbarrier_inits_after_cta_barrier
 
     for flags, push in (("-DFINEGEMM_DIAG_BF16_SPLIT_PUSH", True), ("", False)):
         monkeypatch.setenv("FINEGEMM_EXTRA_NVCC_FLAGS", flags)
@@ -451,6 +452,8 @@ def test_split_push_builds_compile(monkeypatch):
                 assert len(stas) == bn // 8, (r["label"], stas)
             else:
                 assert not stas, (r["label"], stas)
+            # The push's two barriers: initialized after the CTA barrier, off thread 0's path (v1.16).
+            assert mbarrier_inits_after_cta_barrier(text) == (2 if push else 0), r["label"]
 
 
 @pytest.mark.nvcc

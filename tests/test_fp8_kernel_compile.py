@@ -1408,12 +1408,13 @@ def test_split_push_builds_compile(flags, monkeypatch):
     """The split cluster's push form (the default since NOTES v1.15), alone and under the trace, on
     the same three tiles: spill-free, serialized-wgmma checks clean; in SASS the only cluster
     arrive is the one after the barriers' init, relaxed (no barrier after the main loop and none
-    at exit: the owners wait on their own receive barrier), and the partials leave as 16-byte
-    st.async (STAS.128), one per 8-column chunk per thread."""
+    at exit: the owners wait on their own receive barrier), the push's two barriers are initialized
+    after the CTA barrier (off thread 0's path to it, NOTES v1.16), and the partials leave as
+    16-byte st.async (STAS.128), one per 8-column chunk per thread."""
     from finegemm import jit
     from finegemm.heuristics.sm90_fp8_gemm import make_config, max_stages
     from finegemm.ops import sm90_fp8_gemm as ops
-    from sass_tools import cluster_arrives, instructions, sass
+    from sass_tools import cluster_arrives, instructions, mbarrier_inits_after_cta_barrier, sass
 
     monkeypatch.setenv("FINEGEMM_EXTRA_NVCC_FLAGS", flags)
     cfgs = [make_config(128, 4096, 7168, 132, False, False, 128, 64, 8, 2),
@@ -1429,6 +1430,10 @@ def test_split_push_builds_compile(flags, monkeypatch):
         assert cluster_arrives(text) == [False], (r["label"], cluster_arrives(text))
         stas = [ins for _, ins in instructions(text) if "STAS.128 " in ins]
         assert len(stas) == cfg.block_n // 8, (r["label"], stas)
+        # The push's two barriers are initialized after the CTA barrier (by an idle producer warp,
+        # NOTES v1.16), not on thread 0's path to it: every mbarrier init after that barrier is theirs.
+        inits_after = mbarrier_inits_after_cta_barrier(text)
+        assert inits_after == 2, (r["label"], inits_after)
 
 
 @pytest.mark.nvcc

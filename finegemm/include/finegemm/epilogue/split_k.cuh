@@ -249,18 +249,23 @@ struct SplitPush {
     return ((warp / num_splits) * (num_splits - 1) + (from < owner ? from : from - 1)) * kWarpBytes;
   }
 
-  // Thread 0, with the kernel's other barriers (before fence.mbarrier_init): the receive barrier
-  // (one arrival: arm's) and the ready barrier (one arrival per owning peer).
-  __device__ __forceinline__ static void init_barriers(uint32_t recv_bar, uint32_t ready_bar, uint32_t num_splits) {
+  // is_init_thread, lane 0 of the producer warpgroup's last warp (idle in both kernels), after
+  // the CTA barrier, off the path to the first k-block: the receive barrier (one arrival: its
+  // expect_tx below) and the ready barrier (one arrival per owning peer), their init published
+  // (fence.mbarrier_init), then the receive barrier's one phase armed with the bytes the peers
+  // push. In thread 0 before the CTA barrier (v1.15) this took ~400 cycles of every split CTA's
+  // path to its first tile (NOTES v1.15's trace: two inits, an integer division, the expect_tx).
+  // Every thread of the CTA then arrives (relaxed) on the cluster barrier whose phase says "every
+  // barrier of the cluster is initialized" (the init thread's after this); each waits on it where
+  // it first needs it (hand_off; the producer warpgroup at its end).
+  __device__ __forceinline__ static bool is_init_thread() { return threadIdx.x == kNumWarps * 32 + 96; }
+  __device__ __forceinline__ static void init(uint32_t recv_bar, uint32_t ready_bar, uint32_t num_splits) {
+    const uint32_t self = ptx::cluster_ctarank();
     ptx::mbar_init(recv_bar, 1);
-    ptx::mbar_init(ready_bar, ready_count(ptx::cluster_ctarank(), num_splits));
-  }
-  // Thread 0, after fence.mbarrier_init: the receive barrier's one phase is this arrival and the
-  // peers' pushed bytes. Then every thread of the CTA arrives (relaxed) on the cluster barrier
-  // whose phase says "every barrier of the cluster is initialized" (the kernel, after its CTA
-  // barrier); each waits on it where it first needs it (hand_off; the producer at its end).
-  __device__ __forceinline__ static void arm(uint32_t recv_bar, uint32_t num_splits) {
-    ptx::mbar_arrive_expect_tx(recv_bar, received_bytes(ptx::cluster_ctarank(), num_splits));
+    ptx::mbar_init(ready_bar, ready_count(self, num_splits));
+    ptx::fence_mbarrier_init();
+    ptx::fence_proxy_async_shared();
+    ptx::mbar_arrive_expect_tx(recv_bar, received_bytes(self, num_splits));
   }
 
   // Every consumer thread, once the CTA's wgmmas are done (after the consumers' named barrier):

@@ -333,7 +333,6 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
     return !diag::kSplitClusterWarpReduce && !diag::kSplitClusterNoPeers && (flags & kBf16FlagOutFp32) != 0 &&
            (flags & kBf16FlagHasC) == 0 && epilogue::spread_split_fits<kNumChunks>(num_splits);
   };
-  const bool split_push = kSplitPush && split_cluster && !spread_form();
   constexpr uint32_t kSplitPartialBytes = kSplitPush ? SplitPush::max_landing_bytes() : BLOCK_M * BLOCK_N * 4;
   constexpr uint32_t kSplitStagingOff = Traits::kOffA + kSplitPartialBytes;  // multiple of 4096
   constexpr bool kSplitTmaStore =
@@ -359,15 +358,11 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
       // into this CTA's stage too).
       ptx::mbar_init(empty_bar(s), kNumConsumerWG * 4 * kNumMulticast);
     }
-    if constexpr (kSplitPush) {
-      if (split_push) SplitPush::init_barriers(recv_bar(), ready_bar(), num_splits);
-    }
     ptx::fence_mbarrier_init();
     ptx::fence_proxy_async_shared();
-    if constexpr (kSplitPush) {
-      if (split_push) SplitPush::arm(recv_bar(), num_splits);
-    }
   }
+  // (Evaluated here, not beside the rule: held across thread 0's init it spilled bm128 bn32.)
+  const bool split_push = kSplitPush && split_cluster && !spread_form();
   // A multicast peer must see initialized barriers before it loads into them (fence.mbarrier_init
   // released the init: a relaxed arrive, as in the FP8 kernel).
   if constexpr (kNumMulticast > 1) {
@@ -375,9 +370,12 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
     ptx::cluster_wait();
   } else {
     __syncthreads();
-    // Push form: the cluster barrier's init phase (SplitPush::arm).
+    // Push form: its barriers' init, then the cluster barrier's init phase (SplitPush::init).
     if constexpr (kSplitPush) {
-      if (split_push) ptx::cluster_arrive_relaxed();
+      if (split_push) {
+        if (SplitPush::is_init_thread()) SplitPush::init(recv_bar(), ready_bar(), num_splits);
+        ptx::cluster_arrive_relaxed();
+      }
     }
   }
   // Nothing above touches global memory; everything below may (ptx::griddep_wait).

@@ -594,13 +594,10 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
         ptx::mbar_init(c_empty_bar(w), 4);  // the warpgroup's 4 warps
       }
     }
-    if constexpr (kSplitPush) {
-      if (split_cluster) SplitPush::init_barriers(recv_bar(), ready_bar(), num_splits);
-    }
     ptx::fence_mbarrier_init();
     ptx::fence_proxy_async_shared();
-    if constexpr (kSplitPush) {
-      if (split_cluster) SplitPush::arm(recv_bar(), num_splits);
+    if constexpr (kSplitPush && diag::kSplitPushInitAtEntry) {
+      if (split_cluster) SplitPush::init(recv_bar(), ready_bar(), num_splits);
     }
   }
   // With a cluster, the peer must see initialized barriers before it multicasts into them.
@@ -612,9 +609,13 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
     ptx::cluster_wait();
   } else {
     __syncthreads();
-    // Push form: the cluster barrier's init phase (SplitPush::arm).
+    // Push form: its barriers' init, then the cluster barrier's init phase (SplitPush::init).
     if constexpr (kSplitPush) {
-      if (split_cluster) ptx::cluster_arrive_relaxed();
+      if (split_cluster) {
+        if (!diag::kSplitPushInitAtEntry && SplitPush::is_init_thread())
+          SplitPush::init(recv_bar(), ready_bar(), num_splits);
+        ptx::cluster_arrive_relaxed();
+      }
     }
   }
   // Nothing above touches global memory; everything below may (ptx::griddep_wait).

@@ -69,6 +69,10 @@
 //                         peers, a relaxed exit barrier. The default pushes them (epilogue::SplitPush:
 //                         -1 to -4% on the H100, 0 to -1.5% on the H200, NOTES v1.15). The two
 //                         switches above (ONE_FENCE, PARTIAL_F4) change only the pull form.
+//   FINEGEMM_DIAG_SPLIT_PUSH_INIT_AT_ENTRY  (FP8 kernel, correct results, bitwise the default's)
+//                         the push form's two barriers initialized and armed by thread 0 before the
+//                         CTA barrier, as in v1.15, instead of by the producer warpgroup's idle warp
+//                         after it (SplitPush::init): the A/B baseline of v1.16.
 //   FINEGEMM_DIAG_BF16_SPLIT_PUSH  (BF16 kernel, correct results, bitwise the default's) the FP8
 //                         kernel's push form in the BF16 kernel, except where the spread form runs
 //                         (chosen at run time). Off: level on the H200, and the mixed kernel cost the
@@ -250,6 +254,12 @@ constexpr bool kSplitPartialF4 = false;
 constexpr bool kSplitPull = true;
 #else
 constexpr bool kSplitPull = false;
+#endif
+
+#ifdef FINEGEMM_DIAG_SPLIT_PUSH_INIT_AT_ENTRY
+constexpr bool kSplitPushInitAtEntry = true;
+#else
+constexpr bool kSplitPushInitAtEntry = false;
 #endif
 
 #ifdef FINEGEMM_DIAG_BF16_SPLIT_PUSH
