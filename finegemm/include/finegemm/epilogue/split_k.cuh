@@ -268,34 +268,18 @@ struct SplitPush {
     ptx::mbar_arrive_expect_tx(recv_bar, received_bytes(self, num_splits));
   }
 
-  // How many of the ring's first stages the landing zone overlaps (the A stages lead the ring,
-  // kSmemA bytes each; past them it covers every stage).
-  template <uint32_t kSmemA, uint32_t kNumStages>
-  __device__ __forceinline__ static uint32_t landing_stages(uint32_t self, uint32_t num_splits) {
-    const uint32_t n = (received_bytes(self, num_splits) + kSmemA - 1) / kSmemA;
-    return n < kNumStages ? n : kNumStages;
-  }
-  // "This split's landing zone is free", to every peer, if this split owns any rows (default
-  // arrive semantics, release at CTA scope, as a multicast consumer frees a stage its peer then
-  // writes). After the cluster barrier's init phase: the peers' barriers are initialized.
-  __device__ __forceinline__ static void send_ready(uint32_t self, uint32_t num_splits, uint32_t ready_bar) {
-    if (self >= kNumWarps) return;
-    for (uint32_t p = 0; p < num_splits; ++p)
-      if (p != self) ptx::mbar_arrive_cluster(ready_bar, p);
-  }
-
-  // Every consumer thread, once the CTA's wgmmas are done (after the consumers' named barrier).
-  // kSendReady: lane p of warp 0 tells peer p that this split's ring is free, if this split owns
-  // any rows (send_ready's semantics; the FP8 kernel's producer sends it earlier instead, once the
-  // landing zone's stages are read: NOTES v1.16). A warp a peer owns then waits for every owner's
-  // word and pushes its fragment (returns false: its part is done); an owned warp waits for its
-  // peers' bytes (acquire at cluster scope) and returns true: gather next.
-  template <bool kSendReady, uint32_t kNumAcc>
+  // Every consumer thread, once the CTA's wgmmas are done (after the consumers' named barrier):
+  // lane p of warp 0 tells peer p that this split's ring is free, if this split owns any rows
+  // (default arrive semantics, release at CTA scope, as a multicast consumer frees a stage its
+  // peer then writes). A warp a peer owns then waits for every owner's word and pushes its
+  // fragment (returns false: its part is done); an owned warp waits for its peers' bytes (acquire
+  // at cluster scope) and returns true: gather next.
+  template <uint32_t kNumAcc>
   __device__ __forceinline__ static bool hand_off(const float (&acc)[kNumAcc], uint32_t self, uint32_t num_splits,
                                                   uint32_t landing, uint32_t recv_bar, uint32_t ready_bar) {
     ptx::cluster_wait();  // the init phase: the peers' barriers are initialized
     const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (kSendReady && threadIdx.x / 32 == 0 && self < kNumWarps && lane < num_splits && lane != self)
+    if (threadIdx.x / 32 == 0 && self < kNumWarps && lane < num_splits && lane != self)
       ptx::mbar_arrive_cluster(ready_bar, lane);
     if (warp % num_splits != self) {
       ptx::mbar_wait(ready_bar, 0);

@@ -721,7 +721,7 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
         if (split_push) {
           // Push form (the FP8 kernel's): say the ring is free, then push the warps a peer owns or
           // wait for the owned ones' peers and sum them in split order.
-          if (!SplitPush::template hand_off<true>(acc, split, num_splits, base + Traits::kOffA, recv_bar(), ready_bar())) continue;
+          if (!SplitPush::hand_off(acc, split, num_splits, base + Traits::kOffA, recv_bar(), ready_bar())) continue;
           SplitPush::gather(acc, split, num_splits, base + Traits::kOffA);
         } else {
           float2* part = reinterpret_cast<float2*>(smem + Traits::kOffA);

@@ -529,7 +529,6 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
       kClusterSplit && !diag::kSplitPull &&
       SplitPush::max_landing_bytes() <= kNumStages * (Traits::kSmemA + Traits::kSmemB);
   constexpr uint32_t kSplitPartialBytes = kSplitPush ? SplitPush::max_landing_bytes() : BLOCK_M * BLOCK_N * 4;
-  constexpr bool kReadyAtEnd = diag::kSplitPushReadyAtEnd;
   constexpr uint32_t kSplitStagingOff = Traits::kOffA + kSplitPartialBytes;  // multiple of 4096
   // (Split-K kernels are of the dense kind without head splits: the static_asserts above.)
   constexpr bool kSplitTmaStore = kClusterSplit && !kOutFp32 && !kHasC &&
@@ -791,26 +790,6 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           }
         }
       }
-      // Push form: the owner's "ring free" word leaves once the consumers have released the last
-      // use of every stage the landing zone overlaps, usually some k-blocks before the main loop
-      // ends, so a peer that finishes first pushes at once instead of waiting for this CTA's
-      // last wgmma (NOTES v1.16). The producer's next waits after its last load are exactly those
-      // releases (a stage never loaded: its fresh barrier passes); no use of them follows.
-      if constexpr (kSplitPush && !kReadyAtEnd) {
-        if (split_cluster) {
-          const uint32_t self = ptx::cluster_ctarank();  // = the split (the host's cluster layout)
-          const uint32_t landing = SplitPush::template landing_stages<Traits::kSmemA, kNumStages>(self, num_splits);
-          for (uint32_t i = 0; i < kNumStages; ++i) {
-            if (stage < landing) ptx::mbar_wait(empty_bar(stage), phase ^ 1u);
-            if (++stage == kNumStages) {
-              stage = 0;
-              phase ^= 1u;
-            }
-          }
-          ptx::cluster_wait();  // the init phase (this thread's; the rest of the warpgroup's at its end)
-          SplitPush::send_ready(self, num_splits, ready_bar());
-        }
-      }
     } else if (kLayoutCheck && threadIdx.x / 32 == kNumConsumerThreads / 32 + 2) {
       // The layout's rules (one warp per CTA; the producer warpgroup's third warp is idle otherwise).
       if constexpr (kPsumLayout) {
@@ -920,7 +899,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
     // cluster takes part in each cluster barrier.
     if (split_cluster) {
       if constexpr (kSplitPush) {
-        if (kReadyAtEnd || threadIdx.x != kNumConsumerThreads) ptx::cluster_wait();
+        ptx::cluster_wait();
       } else {
         epilogue::publish_split_partials_producer();
       }
@@ -1361,9 +1340,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           // This ring is free: say so, then push the warps a peer owns or wait for the owned ones'
           // peers (trace: 4 the hand-off begins, 5 the owned rows' bytes are here).
           FG_TRACE_TILE(wg_trace, wg, traced, 4);
-          if (!SplitPush::template hand_off<kReadyAtEnd>(fin, split, num_splits, base + Traits::kOffA, recv_bar(),
-                                                         ready_bar()))
-            continue;
+          if (!SplitPush::hand_off(fin, split, num_splits, base + Traits::kOffA, recv_bar(), ready_bar())) continue;
           FG_TRACE_TILE(wg_trace, wg, traced, 5);
           SplitPush::gather(fin, split, num_splits, base + Traits::kOffA);
         } else {

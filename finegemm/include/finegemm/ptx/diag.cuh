@@ -73,10 +73,6 @@
 //                         the push form's two barriers initialized and armed by thread 0 before the
 //                         CTA barrier, as in v1.15, instead of by the producer warpgroup's idle warp
 //                         after it (SplitPush::init): the A/B baseline of v1.16.
-//   FINEGEMM_DIAG_SPLIT_PUSH_READY_AT_END  (FP8 kernel, correct results, bitwise the default's)
-//                         an owner tells its peers "ring free" after its last wgmma (consumer warp
-//                         0, after the consumers' named barrier), as in v1.15, instead of from the
-//                         producer once the landing zone's stages are read (v1.16).
 //   FINEGEMM_DIAG_BF16_SPLIT_PUSH  (BF16 kernel, correct results, bitwise the default's) the FP8
 //                         kernel's push form in the BF16 kernel, except where the spread form runs
 //                         (chosen at run time). Off: level on the H200, and the mixed kernel cost the
@@ -264,12 +260,6 @@ constexpr bool kSplitPull = false;
 constexpr bool kSplitPushInitAtEntry = true;
 #else
 constexpr bool kSplitPushInitAtEntry = false;
-#endif
-
-#ifdef FINEGEMM_DIAG_SPLIT_PUSH_READY_AT_END
-constexpr bool kSplitPushReadyAtEnd = true;
-#else
-constexpr bool kSplitPushReadyAtEnd = false;
 #endif
 
 #ifdef FINEGEMM_DIAG_BF16_SPLIT_PUSH
