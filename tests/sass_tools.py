@@ -60,7 +60,7 @@ def instructions(text: str) -> list[tuple[int, str]]:
 def mbarrier_inits_after_cta_barrier(text: str) -> int:
     """How many mbarrier inits (SYNCS.EXCH.64) come after the first CTA barrier (BAR.SYNC 0x0)."""
     ins = [op for _, op in instructions(text)]
-    first = next(i for i, op in enumerate(ins) if op.startswith("BAR.SYNC") and op.rstrip(" ;").endswith(" 0x0"))
+    first = next(i for i, op in enumerate(ins) if op.startswith("BAR.SYNC") and op.endswith(" 0x0"))
     return sum("SYNCS.EXCH.64" in op for op in ins[first + 1:])
 
 

@@ -249,16 +249,15 @@ struct SplitPush {
     return ((warp / num_splits) * (num_splits - 1) + (from < owner ? from : from - 1)) * kWarpBytes;
   }
 
-  // is_init_thread, lane 0 of the producer warpgroup's last warp (idle in both kernels), after
+  // Lane 0 of the producer warpgroup's last warp (idle in both kernels), after
   // the CTA barrier, off the path to the first k-block: the receive barrier (one arrival: its
   // expect_tx below) and the ready barrier (one arrival per owning peer), their init published
   // (fence.mbarrier_init), then the receive barrier's one phase armed with the bytes the peers
   // push. In thread 0 before the CTA barrier (v1.15) this took ~400 cycles of every split CTA's
   // path to its first tile (NOTES v1.15's trace: two inits, an integer division, the expect_tx).
   // Every thread of the CTA then arrives (relaxed) on the cluster barrier whose phase says "every
-  // barrier of the cluster is initialized" (the init thread's after this); each waits on it where
-  // it first needs it (hand_off; the producer warpgroup at its end).
-  __device__ __forceinline__ static bool is_init_thread() { return threadIdx.x == kNumWarps * 32 + 96; }
+  // barrier of the cluster is initialized" (the init thread's after this): init_phase_arrive. Each
+  // waits on it where it first needs it (hand_off; the producer warpgroup at its end).
   __device__ __forceinline__ static void init(uint32_t recv_bar, uint32_t ready_bar, uint32_t num_splits) {
     const uint32_t self = ptx::cluster_ctarank();
     ptx::mbar_init(recv_bar, 1);
@@ -266,6 +265,13 @@ struct SplitPush {
     ptx::fence_mbarrier_init();
     ptx::fence_proxy_async_shared();
     ptx::mbar_arrive_expect_tx(recv_bar, received_bytes(self, num_splits));
+  }
+  // Every thread, after the CTA barrier: the init thread's init (kInitHere; false where thread 0 did
+  // it before the barrier, FINEGEMM_DIAG_SPLIT_PUSH_INIT_AT_ENTRY), then the init phase's arrive.
+  template <bool kInitHere = true>
+  __device__ __forceinline__ static void init_phase_arrive(uint32_t recv_bar, uint32_t ready_bar, uint32_t num_splits) {
+    if (kInitHere && threadIdx.x == kNumWarps * 32 + 96) init(recv_bar, ready_bar, num_splits);
+    ptx::cluster_arrive_relaxed();
   }
 
   // Every consumer thread, once the CTA's wgmmas are done (after the consumers' named barrier):

@@ -372,10 +372,7 @@ __device__ __forceinline__ void sm90_bf16_gemm(const CUtensorMap* tmap_a, const 
     __syncthreads();
     // Push form: its barriers' init, then the cluster barrier's init phase (SplitPush::init).
     if constexpr (kSplitPush) {
-      if (split_push) {
-        if (SplitPush::is_init_thread()) SplitPush::init(recv_bar(), ready_bar(), num_splits);
-        ptx::cluster_arrive_relaxed();
-      }
+      if (split_push) SplitPush::init_phase_arrive(recv_bar(), ready_bar(), num_splits);
     }
   }
   // Nothing above touches global memory; everything below may (ptx::griddep_wait).

@@ -611,11 +611,8 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
     __syncthreads();
     // Push form: its barriers' init, then the cluster barrier's init phase (SplitPush::init).
     if constexpr (kSplitPush) {
-      if (split_cluster) {
-        if (!diag::kSplitPushInitAtEntry && SplitPush::is_init_thread())
-          SplitPush::init(recv_bar(), ready_bar(), num_splits);
-        ptx::cluster_arrive_relaxed();
-      }
+      if (split_cluster)
+        SplitPush::template init_phase_arrive<!diag::kSplitPushInitAtEntry>(recv_bar(), ready_bar(), num_splits);
     }
   }
   // Nothing above touches global memory; everything below may (ptx::griddep_wait).
