@@ -560,10 +560,8 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
     sched.k_range(split, num_kb, kb_begin, kb_end);
     // diag::kSplitOneOwner: the owner (split 0) of a 2-split cluster takes the lead's k-blocks
     // more, so that split 1's push lands while split 0 still runs (where every split keeps one).
-    // The workspace path of the same kernel splits alike, so both sum the same partials. Not with
-    // B groups: the host's rule (b_group_fits) wants every split's range whole groups.
-    if constexpr (kSplitPush && diag::kSplitOneOwner && kBGroup == 1) {
-      if (SplitPush::one_owner(num_splits)) {
+    if constexpr (kSplitPush && diag::kSplitOneOwner) {
+      if (split_cluster && SplitPush::one_owner(num_splits)) {
         const uint32_t lead = num_kb >= 2 * diag::kSplitOneOwnerLead + 2 ? diag::kSplitOneOwnerLead : 0u;
         const uint32_t mid = (num_kb + lead) / 2;
         kb_begin = split == 0 ? 0u : mid;
