@@ -217,22 +217,13 @@ __device__ __forceinline__ void gather_cluster_split_partials(float (&acc)[kNumA
 // out), one consumer warp's fragment each: lane l's chunk j (acc[4 j .. 4 j + 3]) at
 // (j * 32 + l) * 16 bytes, so a warp's 16-byte stores and loads of one chunk are 512
 // contiguous bytes.
-//
-// kOneOwner (diag::kSplitOneOwner): at 2 splits, split 0 owns every warp's rows and split 1 pushes
-// its whole partial (other split counts: as above).
-template <uint32_t kNumChunks, uint32_t kNumWarps, bool kOneOwner = false>
+template <uint32_t kNumChunks, uint32_t kNumWarps>
 struct SplitPush {
   static constexpr uint32_t kWarpBytes = kNumChunks * 32 * 16;
   static constexpr uint32_t kMaxSplits = 8;  // the portable cluster size (the host's cap)
 
-  __host__ __device__ static constexpr bool one_owner(uint32_t num_splits) { return kOneOwner && num_splits == 2; }
-  // The split that owns consumer warp `warp`'s rows.
-  __host__ __device__ static constexpr uint32_t owner_of(uint32_t warp, uint32_t num_splits) {
-    return one_owner(num_splits) ? 0u : warp % num_splits;
-  }
   // Consumer warps split `owner` owns.
   __host__ __device__ static constexpr uint32_t num_owned(uint32_t owner, uint32_t num_splits) {
-    if (one_owner(num_splits)) return owner == 0 ? kNumWarps : 0u;
     return owner < kNumWarps ? (kNumWarps - 1 - owner) / num_splits + 1 : 0;
   }
   // What split `self` receives: its receive barrier's transaction bytes.
@@ -250,13 +241,11 @@ struct SplitPush {
   // (the owners are splits 0 .. min(S, W) - 1). At least 1: a split with nothing to push
   // never waits on it.
   __device__ __forceinline__ static uint32_t ready_count(uint32_t self, uint32_t num_splits) {
-    if (one_owner(num_splits)) return 1u;
     const uint32_t owners = num_splits < kNumWarps ? num_splits : kNumWarps;
     const uint32_t n = owners - (self < owners ? 1u : 0u);
     return n > 0 ? n : 1u;
   }
   __device__ __forceinline__ static uint32_t slot(uint32_t warp, uint32_t from, uint32_t owner, uint32_t num_splits) {
-    if (one_owner(num_splits)) return warp * kWarpBytes;  // one sender
     return ((warp / num_splits) * (num_splits - 1) + (from < owner ? from : from - 1)) * kWarpBytes;
   }
 
@@ -285,37 +274,20 @@ struct SplitPush {
     ptx::cluster_arrive_relaxed();
   }
 
-  // How many of the ring's first stages the landing zone overlaps (the A stages lead the ring,
-  // kSmemA bytes each; past them it covers every stage).
-  template <uint32_t kSmemA, uint32_t kNumStages>
-  __device__ __forceinline__ static uint32_t landing_stages(uint32_t self, uint32_t num_splits) {
-    const uint32_t n = (received_bytes(self, num_splits) + kSmemA - 1) / kSmemA;
-    return n < kNumStages ? n : kNumStages;
-  }
-  // The early word (kOneOwner builds: the producer, once the landing zone's stages are read):
-  // "this split's landing zone is free", to every peer, if this split owns any rows. After the
-  // cluster barrier's init phase: the peers' barriers are initialized.
-  __device__ __forceinline__ static void send_ready(uint32_t self, uint32_t num_splits, uint32_t ready_bar) {
-    if (num_owned(self, num_splits) == 0) return;
-    for (uint32_t p = 0; p < num_splits; ++p)
-      if (p != self) ptx::mbar_arrive_cluster(ready_bar, p);
-  }
-
   // Every consumer thread, once the CTA's wgmmas are done (after the consumers' named barrier):
   // lane p of warp 0 tells peer p that this split's ring is free, if this split owns any rows
   // (default arrive semantics, release at CTA scope, as a multicast consumer frees a stage its
-  // peer then writes; kOneOwner builds: the producer said it earlier, send_ready). A warp a peer
-  // owns then waits for every owner's word and pushes its fragment (returns false: its part is
-  // done); an owned warp waits for its peers' bytes (acquire at cluster scope) and returns true:
-  // gather next.
+  // peer then writes). A warp a peer owns then waits for every owner's word and pushes its
+  // fragment (returns false: its part is done); an owned warp waits for its peers' bytes (acquire
+  // at cluster scope) and returns true: gather next.
   template <uint32_t kNumAcc>
   __device__ __forceinline__ static bool hand_off(const float (&acc)[kNumAcc], uint32_t self, uint32_t num_splits,
                                                   uint32_t landing, uint32_t recv_bar, uint32_t ready_bar) {
     ptx::cluster_wait();  // the init phase: the peers' barriers are initialized
     const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (!kOneOwner && threadIdx.x / 32 == 0 && self < kNumWarps && lane < num_splits && lane != self)
+    if (threadIdx.x / 32 == 0 && self < kNumWarps && lane < num_splits && lane != self)
       ptx::mbar_arrive_cluster(ready_bar, lane);
-    if (owner_of(warp, num_splits) != self) {
+    if (warp % num_splits != self) {
       ptx::mbar_wait(ready_bar, 0);
       push(acc, self, num_splits, landing, recv_bar);
       return false;
@@ -329,7 +301,7 @@ struct SplitPush {
   __device__ __forceinline__ static void push(const float (&acc)[kNumAcc], uint32_t self, uint32_t num_splits,
                                               uint32_t landing, uint32_t recv_bar) {
     static_assert(kNumAcc == 4 * kNumChunks, "wgmma D fragment");
-    const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32, owner = owner_of(warp, num_splits);
+    const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32, owner = warp % num_splits;
     const uint32_t dst = ptx::map_shared_rank(landing + slot(warp, self, owner, num_splits) + lane * 16, owner);
     const uint32_t bar = ptx::map_shared_rank(recv_bar, owner);
 #pragma unroll

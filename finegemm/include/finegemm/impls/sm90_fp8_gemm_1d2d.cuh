@@ -524,7 +524,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   // pull form, which FINEGEMM_DIAG_SPLIT_PULL keeps: NOTES v1.15). The landing zone takes the
   // ring's start at any split count (up to 1.75 x the tile at 4 consumer warps and 8 splits); the
   // staging follows it.
-  using SplitPush = epilogue::SplitPush<kNumChunks, kNumConsumerThreads / 32, diag::kSplitOneOwner>;
+  using SplitPush = epilogue::SplitPush<kNumChunks, kNumConsumerThreads / 32>;
   constexpr bool kSplitPush =
       kClusterSplit && !diag::kSplitPull &&
       SplitPush::max_landing_bytes() <= kNumStages * (Traits::kSmemA + Traits::kSmemB);
@@ -558,16 +558,6 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
   // kind) runs none: the producer loads nothing and the consumers write zeros.
   auto unit_k_blocks = [&](uint32_t split, bool skip, uint32_t& kb_begin, uint32_t& kb_end) {
     sched.k_range(split, num_kb, kb_begin, kb_end);
-    // diag::kSplitOneOwner: the owner (split 0) of a 2-split cluster takes the lead's k-blocks
-    // more, so that split 1's push lands while split 0 still runs (where every split keeps one).
-    if constexpr (kSplitPush && diag::kSplitOneOwner) {
-      if (split_cluster && SplitPush::one_owner(num_splits)) {
-        const uint32_t lead = num_kb >= 2 * diag::kSplitOneOwnerLead + 2 ? diag::kSplitOneOwnerLead : 0u;
-        const uint32_t mid = (num_kb + lead) / 2;
-        kb_begin = split == 0 ? 0u : mid;
-        kb_end = split == 0 ? mid : num_kb;
-      }
-    }
     if (skip) kb_end = kb_begin;
   };
   // The k-block that step kb of [kb_begin, kb_end) reads: kb itself, or with the developer
@@ -797,25 +787,6 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
           }
         }
       }
-      // diag::kSplitOneOwner: the owner's "ring free" word leaves once the consumers have released
-      // the last use of every stage the landing zone overlaps, some k-blocks before its main loop
-      // ends, so a peer done first pushes at once. The producer's next waits after its last load
-      // are exactly those releases (a stage never loaded: its fresh barrier passes).
-      if constexpr (kSplitPush && diag::kSplitOneOwner) {
-        if (split_cluster) {
-          const uint32_t self = ptx::cluster_ctarank();  // = the split (the host's cluster layout)
-          const uint32_t landing = SplitPush::template landing_stages<Traits::kSmemA, kNumStages>(self, num_splits);
-          for (uint32_t i = 0; i < kNumStages; ++i) {
-            if (stage < landing) ptx::mbar_wait(empty_bar(stage), phase ^ 1u);
-            if (++stage == kNumStages) {
-              stage = 0;
-              phase ^= 1u;
-            }
-          }
-          ptx::cluster_wait();  // the init phase (this thread's; the rest of the warpgroup's at its end)
-          SplitPush::send_ready(self, num_splits, ready_bar());
-        }
-      }
     } else if (kLayoutCheck && threadIdx.x / 32 == kNumConsumerThreads / 32 + 2) {
       // The layout's rules (one warp per CTA; the producer warpgroup's third warp is idle otherwise).
       if constexpr (kPsumLayout) {
@@ -925,7 +896,7 @@ __device__ __forceinline__ void sm90_fp8_gemm_1d2d(const CUtensorMap* tmap_a, co
     // cluster takes part in each cluster barrier.
     if (split_cluster) {
       if constexpr (kSplitPush) {
-        if (!diag::kSplitOneOwner || threadIdx.x != kNumConsumerThreads) ptx::cluster_wait();
+        ptx::cluster_wait();
       } else {
         epilogue::publish_split_partials_producer();
       }

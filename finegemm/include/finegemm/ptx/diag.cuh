@@ -73,14 +73,6 @@
 //                         the push form's two barriers initialized and armed by thread 0 before the
 //                         CTA barrier, as in v1.15, instead of by the producer warpgroup's idle warp
 //                         after it (SplitPush::init): the A/B baseline of v1.16.
-//   FINEGEMM_DIAG_SPLIT_ONE_OWNER=L  (FP8 kernel, correct results; not bitwise the default's at
-//                         L > 0: the splits sum other k-ranges) a 2-split cluster's split 0 owns
-//                         every row and takes about L more k-blocks than split 1 (k-blocks [0, mid)
-//                         with mid = floor((num_kb + L) / 2)); split 1 pushes its whole partial into split
-//                         0's ring as soon as split 0's producer has seen the landing zone's stages
-//                         read (the early "ring free" word), while split 0 still runs its last
-//                         k-blocks; split 0 alone sums and stores the tile. Other split counts keep
-//                         the reduce-scatter form (with the early word).
 //   FINEGEMM_DIAG_BF16_SPLIT_PUSH  (BF16 kernel, correct results, bitwise the default's) the FP8
 //                         kernel's push form in the BF16 kernel, except where the spread form runs
 //                         (chosen at run time). Off: level on the H200, and the mixed kernel cost the
@@ -268,14 +260,6 @@ constexpr bool kSplitPull = false;
 constexpr bool kSplitPushInitAtEntry = true;
 #else
 constexpr bool kSplitPushInitAtEntry = false;
-#endif
-
-#ifdef FINEGEMM_DIAG_SPLIT_ONE_OWNER
-constexpr bool kSplitOneOwner = true;
-constexpr uint32_t kSplitOneOwnerLead = FINEGEMM_DIAG_SPLIT_ONE_OWNER;
-#else
-constexpr bool kSplitOneOwner = false;
-constexpr uint32_t kSplitOneOwnerLead = 0;
 #endif
 
 #ifdef FINEGEMM_DIAG_BF16_SPLIT_PUSH
