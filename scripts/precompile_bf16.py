@@ -11,7 +11,7 @@ bench's k-grouped records use the heuristic's pick among them), the dense tn ker
 per-group k-grouped path (ops.K_GROUPED_SINGLE_LAUNCH = False, A/B runs), and the kernels of
 `bench bf16`'s grouped records (m-grouped configs and the per-group dense tn launches).
 Usage: FINEGEMM_CACHE_DIR=.fgcache python scripts/precompile_bf16.py [--sms 132] [--jobs 2] [--shapes-only]
-       [--b-group-twins 2 [4]]
+       [--b-group-twins 2 [4]] [--tune-shapes M,N,K ... [--tune-layouts nt ...] [--multicast]]
 """
 from __future__ import annotations
 
@@ -173,6 +173,23 @@ def b_group_twin_configs(sms: int, groups=()) -> list:
     return out
 
 
+def tune_configs(sms: int, shapes, layouts, multicast: bool, top: int = 16) -> list:
+    """What `tune bf16 --shapes ... --layouts ... [--multicast]` times (bf16 out), so that a re-tune
+    call on the GPU compiles nothing: the candidates with today's selection, and with --multicast
+    the 2-CTA pair twins."""
+    from finegemm.bench.tune import _with_current
+    from finegemm.heuristics.sm90_bf16_gemm import candidate_configs, multicast_twins
+
+    out = []
+    for (m, n, k) in shapes:
+        for layout in layouts:
+            a_mn, b_mn = LAYOUTS[layout]
+            cands, _ = _with_current(candidate_configs(m, n, k, sms, a_mn, b_mn, out_fp32=False, top=top),
+                                     select_config(m, n, k, sms, a_mn, b_mn, out_fp32=False))
+            out += multicast_twins(cands, sms) if multicast else cands
+    return out
+
+
 def kernel_sources(sms: int, shapes_only: bool = False, b_group_twins=()) -> dict[str, str]:
     """{kernel name: rendered source} of everything this script compiles."""
     keys = {}
@@ -214,8 +231,15 @@ def main() -> int:
     p.add_argument("--shapes-only", action="store_true")
     p.add_argument("--b-group-twins", type=int, nargs="+", default=[], choices=(2, 4), metavar="G",
                    help="also the B-group twins `tune bf16 --b-group G` times on its M <= 128 shapes")
+    p.add_argument("--tune-shapes", nargs="+", default=[], metavar="M,N,K",
+                   help="also what `tune bf16 --shapes M,N,K ...` times (with --tune-layouts, --multicast)")
+    p.add_argument("--tune-layouts", nargs="+", default=list(LAYOUTS), choices=list(LAYOUTS))
+    p.add_argument("--multicast", action="store_true", help="--tune-shapes: also the 2-CTA pair twins")
     args = p.parse_args()
     sources = kernel_sources(args.sms, args.shapes_only, args.b_group_twins)
+    shapes = [tuple(int(v) for v in s.split(",")) for s in args.tune_shapes]
+    for cfg in tune_configs(args.sms, shapes, args.tune_layouts, args.multicast):
+        sources[ops.kernel_name(cfg.kernel_key())] = ops.render(*cfg.kernel_key())
     print(f"{len(sources)} kernel configurations")
     jit.build_many(sources, args.jobs)
     return 0

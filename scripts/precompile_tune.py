@@ -1,6 +1,7 @@
 """Compile, without a GPU, every candidate kernel `python -m finegemm tune dense` will time.
 
 Usage: FINEGEMM_CACHE_DIR=.fgcache python scripts/precompile_tune.py [--shapes M,N,K ...] [--top 16] [--b-group 2 4]
+       [--masked | --masked-shapes G,M,N,K ...] [--wgrad] [--contiguous] [--k-grouped]
 """
 from __future__ import annotations
 
@@ -68,6 +69,9 @@ def main() -> int:
     p.add_argument("--curve", action="store_true")
     p.add_argument("--wgrad", action="store_true", help="also the candidates of `tune wgrad`")
     p.add_argument("--masked", action="store_true", help="also the candidates of `tune masked`")
+    p.add_argument("--masked-shapes", nargs="+", type=_parse_shape, metavar="G,M,N,K",
+                   help="also the candidates of `tune masked --shapes G,M,N,K ...` (instead of its defaults "
+                        "with --masked)")
     p.add_argument("--contiguous", action="store_true", help="also the candidates of `tune contiguous`")
     p.add_argument("--k-grouped", action="store_true", help="also the candidates of `tune k_grouped`")
     p.add_argument("--block-m", type=int, default=None,
@@ -88,11 +92,13 @@ def main() -> int:
                 if not ops.ACCUMULATE_C_IN_KERNEL_1D1D:  # C added after the kernel (ops: _AccumulateAfter)
                     cfg = dataclasses.replace(cfg, has_c=False)
                 cfgs[ops._kernel_name(cfg)] = cfg
-    if args.masked:
+    if args.masked or args.masked_shapes:
         from finegemm.bench.tune import masked_default_shapes
         from finegemm.heuristics.sm90_fp8_gemm import GEMM_GROUPED_MASKED, grouped_candidate_configs
         from finegemm.utils import align
-        for (g, m, n, k) in masked_default_shapes():
+        if any(len(s) != 4 for s in args.masked_shapes or ()):
+            p.error("--masked-shapes takes G,M,N,K")
+        for (g, m, n, k) in args.masked_shapes or masked_default_shapes():
             for cfg in grouped_candidate_configs(GEMM_GROUPED_MASKED, align(m, 128) + 128, n, k, g, args.sms, m, 0,
                                                  top=args.top):
                 cfgs[ops._kernel_name(cfg)] = cfg
