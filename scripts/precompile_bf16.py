@@ -174,20 +174,12 @@ def b_group_twin_configs(sms: int, groups=()) -> list:
 
 
 def tune_configs(sms: int, shapes, layouts, multicast: bool, top: int = 16) -> list:
-    """What `tune bf16 --shapes ... --layouts ... [--multicast]` times (bf16 out), so that a re-tune
-    call on the GPU compiles nothing: the candidates with today's selection, and with --multicast
-    the 2-CTA pair twins."""
-    from finegemm.bench.tune import _with_current
-    from finegemm.heuristics.sm90_bf16_gemm import candidate_configs, multicast_twins
+    """What `tune bf16 --shapes ... --layouts ... [--multicast]` times (bf16 out, its default top),
+    so that a re-tune call on the GPU compiles nothing."""
+    from finegemm.bench.tune import bf16_tune_candidates
 
-    out = []
-    for (m, n, k) in shapes:
-        for layout in layouts:
-            a_mn, b_mn = LAYOUTS[layout]
-            cands, _ = _with_current(candidate_configs(m, n, k, sms, a_mn, b_mn, out_fp32=False, top=top),
-                                     select_config(m, n, k, sms, a_mn, b_mn, out_fp32=False))
-            out += multicast_twins(cands, sms) if multicast else cands
-    return out
+    return [c for (m, n, k) in shapes for layout in layouts
+            for c in bf16_tune_candidates(m, n, k, layout, sms, top, multicast=multicast)[0]]
 
 
 def kernel_sources(sms: int, shapes_only: bool = False, b_group_twins=()) -> dict[str, str]:

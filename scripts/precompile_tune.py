@@ -93,14 +93,11 @@ def main() -> int:
                     cfg = dataclasses.replace(cfg, has_c=False)
                 cfgs[ops._kernel_name(cfg)] = cfg
     if args.masked or args.masked_shapes:
-        from finegemm.bench.tune import masked_default_shapes
-        from finegemm.heuristics.sm90_fp8_gemm import GEMM_GROUPED_MASKED, grouped_candidate_configs
-        from finegemm.utils import align
+        from finegemm.bench.tune import masked_default_shapes, masked_tune_candidates
         if any(len(s) != 4 for s in args.masked_shapes or ()):
             p.error("--masked-shapes takes G,M,N,K")
         for (g, m, n, k) in args.masked_shapes or masked_default_shapes():
-            for cfg in grouped_candidate_configs(GEMM_GROUPED_MASKED, align(m, 128) + 128, n, k, g, args.sms, m, 0,
-                                                 top=args.top):
+            for cfg in masked_tune_candidates(g, m, n, k, args.sms, args.top)[0]:
                 cfgs[ops._kernel_name(cfg)] = cfg
     if args.contiguous:
         from finegemm.bench.tune import contiguous_default_problems

@@ -614,3 +614,37 @@ def test_tuner_rows_record_the_launched_l2_promotion():
     merge = _load_script("merge_tuned_table")
     assert merge.same_config(entry["config"], row)
     assert not merge.same_config({f: row[f] for f in CONFIG_FIELDS}, row)  # an entry without the pair
+
+
+def test_precompile_bf16_tune_shapes_build_the_tuners_pair_twins():
+    """`precompile_bf16.py --tune-shapes ... --multicast` compiles what `tune bf16 --multicast` times:
+    today's selection, the candidates, and 2-CTA pairs sharing A and sharing B; without
+    --multicast no pair."""
+    from finegemm.heuristics import sm90_bf16_gemm as bh
+    from finegemm.ops import sm90_bf16_gemm as ops
+
+    pc = _load_script("precompile_bf16")
+    name = lambda c: ops.kernel_name(c.kernel_key())  # noqa: E731
+    shapes = [(4096, 2112, 7168)]
+    plain = pc.tune_configs(132, shapes, ["nt"], False)
+    pairs = pc.tune_configs(132, shapes, ["nt"], True)
+    assert not any(c.num_multicast == 2 for c in plain)
+    assert {name(c) for c in plain} < {name(c) for c in pairs}
+    shared = {c.multicast_on_a for c in pairs if c.num_multicast == 2}
+    assert shared == {True, False}, "pairs sharing A (2112 columns) and B (4096 rows)"
+    assert name(bh.select_config(4096, 2112, 7168, 132, False, False)) in {name(c) for c in plain}
+
+
+def test_masked_tune_candidates_hold_todays_selection():
+    """The list `tune masked` times and `precompile_tune.py --masked-shapes` compiles holds what the
+    library launches today (the table entry of masked G = 1 1024x4096x7168) at the index the tuner
+    marks as current, so a re-tune's winner is compared with it."""
+    from finegemm.bench.tune import masked_tune_candidates
+    from finegemm.heuristics.sm90_fp8_gemm import GEMM_GROUPED_MASKED, select_grouped_config
+    from finegemm.ops import sm90_fp8_gemm as ops
+
+    cands, cur = masked_tune_candidates(1, 1024, 4096, 7168, 132, 16)
+    today = select_grouped_config(GEMM_GROUPED_MASKED, 1024 + 128, 4096, 7168, 1, 132, 1024, 0)
+    assert (today.block_m, today.block_n) == (128, 256), "the shipped table's entry for this shape"
+    assert ops._kernel_name(cands[cur]) == ops._kernel_name(today)
+    assert len({ops._kernel_name(c) for c in cands}) > 4

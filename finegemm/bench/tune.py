@@ -276,6 +276,19 @@ def masked_default_shapes() -> list[tuple[int, int, int, int]]:
     return [(g, m, n, k) for (g, m) in MASKED_GM for (n, k) in GROUPED_NK]
 
 
+def masked_tune_candidates(g: int, m: int, n: int, k: int, num_sms: int, top: int,
+                           half_promote: bool = False) -> tuple[list, int]:
+    """(the configs `tune masked` times for (G, m per group, N, K), the index of today's selection
+    among them); scripts/precompile_tune.py --masked-shapes compiles the same list."""
+    from finegemm.heuristics.sm90_fp8_gemm import GEMM_GROUPED_MASKED, grouped_candidate_configs, select_grouped_config
+    from finegemm.utils import align
+
+    m_max = align(m, 128) + 128
+    current = select_grouped_config(GEMM_GROUPED_MASKED, m_max, n, k, g, num_sms, m, 0)
+    cands = grouped_candidate_configs(GEMM_GROUPED_MASKED, m_max, n, k, g, num_sms, m, 0, top=top)
+    return _with_current(_restrict(cands, current, None, half_promote), current)
+
+
 def tune_masked_shape(g: int, m: int, n: int, k: int, num_sms: int, top: int, num_tests: int, gen, log=print,
                       half_promote: bool = False) -> dict:
     """m_grouped_fp8_gemm_nt_masked with masked_m = m in every group (Mmax = m rounded up to 128,
@@ -283,7 +296,6 @@ def tune_masked_shape(g: int, m: int, n: int, k: int, num_sms: int, top: int, nu
     the exact reference, rows >= masked_m untouched, a bitwise repeat with fresh poison) and timed."""
     import finegemm
     from finegemm import reference
-    from finegemm.heuristics.sm90_fp8_gemm import GEMM_GROUPED_MASKED, grouped_candidate_configs, select_grouped_config
     from finegemm.ops import sm90_fp8_gemm as ops
 
     m_max = finegemm.align(m, 128) + 128
@@ -294,9 +306,7 @@ def tune_masked_shape(g: int, m: int, n: int, k: int, num_sms: int, top: int, nu
     masked_m = torch.full((g,), m, dtype=torch.int32, device="cuda")
     ref = reference.m_grouped_fp8_gemm_nt_masked(a, sfa, b, sfb, masked_m, out_dtype=torch.float32)
     d = torch.empty(g, m_max, n, device="cuda", dtype=torch.bfloat16)
-    current = select_grouped_config(GEMM_GROUPED_MASKED, m_max, n, k, g, num_sms, m, 0)
-    cands = grouped_candidate_configs(GEMM_GROUPED_MASKED, m_max, n, k, g, num_sms, m, 0, top=top)
-    cands, cur = _with_current(_restrict(cands, current, None, half_promote), current)
+    cands, cur = masked_tune_candidates(g, m, n, k, num_sms, top, half_promote)
 
     def check(cfg):
         def call():
@@ -521,14 +531,28 @@ def bf16_tune_shapes(shapes=None) -> list[tuple[int, int, int, bool]]:
     return [(*s, bench_fp32.get(tuple(s), False)) for s in shapes]
 
 
+def bf16_tune_candidates(m: int, n: int, k: int, layout: str, num_sms: int, top: int, out_fp32: bool = False,
+                         b_groups=(), multicast: bool = False) -> tuple[list, int]:
+    """(the configs `tune bf16` times for a dense problem, the index of today's selection among
+    them): the candidates, their B-group twins, and with multicast the 2-CTA pair twins of the
+    first ones (multicast_twins); scripts/precompile_bf16.py --tune-shapes compiles the same list."""
+    from finegemm.heuristics._common import b_group_twins
+    from finegemm.heuristics.sm90_bf16_gemm import (LAYOUTS, b_group_fits, candidate_configs, multicast_twins,
+                                                    select_config)
+
+    a_mn, b_mn = LAYOUTS[layout]
+    cands, cur = _with_current(candidate_configs(m, n, k, num_sms, a_mn, b_mn, out_fp32=out_fp32, top=top),
+                               select_config(m, n, k, num_sms, a_mn, b_mn, out_fp32=out_fp32))
+    cands = b_group_twins(cands, b_groups, b_group_fits)
+    return (multicast_twins(cands, num_sms) if multicast else cands), cur
+
+
 def tune_bf16_shape(m: int, n: int, k: int, layout: str, num_sms: int, top: int, num_tests: int, gen,
                     log=print, out_fp32: bool = False, b_groups=(), multicast: bool = False) -> dict:
     """Every candidate (heuristics.sm90_bf16_gemm.candidate_configs) of a dense BF16 problem: checked
     against the fp32 product on a NaN-poisoned output, twice (bitwise equal), then timed; with
     multicast, also the 2-CTA pair twins of the first ones (multicast_twins)."""
-    from finegemm.heuristics._common import b_group_twins
-    from finegemm.heuristics.sm90_bf16_gemm import (LAYOUTS, b_group_fits, candidate_configs, multicast_twins,
-                                                    select_config)
+    from finegemm.heuristics.sm90_bf16_gemm import LAYOUTS
     from finegemm.ops import sm90_bf16_gemm as ops
     from finegemm.testing import calc_diff
 
@@ -537,11 +561,7 @@ def tune_bf16_shape(m: int, n: int, k: int, layout: str, num_sms: int, top: int,
     b = torch.randn((k, n) if b_mn else (n, k), device="cuda", generator=gen).to(torch.bfloat16)
     ref = (a.t() if a_mn else a).float() @ (b if b_mn else b.t()).float()
     d = torch.empty(m, n, device="cuda", dtype=torch.float32 if out_fp32 else torch.bfloat16)
-    cands, cur = _with_current(candidate_configs(m, n, k, num_sms, a_mn, b_mn, out_fp32=out_fp32, top=top),
-                               select_config(m, n, k, num_sms, a_mn, b_mn, out_fp32=out_fp32))
-    cands = b_group_twins(cands, b_groups, b_group_fits)
-    if multicast:
-        cands = multicast_twins(cands, num_sms)
+    cands, cur = bf16_tune_candidates(m, n, k, layout, num_sms, top, out_fp32, b_groups, multicast)
 
     def row_of(cfg):
         return {"block_m": cfg.block_m, "block_n": cfg.block_n, "num_stages": cfg.num_stages,
