@@ -225,7 +225,8 @@ def main() -> int:
                    help="also the B-group twins `tune bf16 --b-group G` times on its M <= 128 shapes")
     p.add_argument("--tune-shapes", nargs="+", default=[], metavar="M,N,K",
                    help="also what `tune bf16 --shapes M,N,K ...` times (with --tune-layouts, --multicast)")
-    p.add_argument("--tune-layouts", nargs="+", default=list(LAYOUTS), choices=list(LAYOUTS))
+    p.add_argument("--tune-layouts", nargs="+", default=list(LAYOUTS), choices=list(LAYOUTS),
+                   help="--tune-shapes: the layouts `tune bf16 --layouts` times (default: all four)")
     p.add_argument("--multicast", action="store_true", help="--tune-shapes: also the 2-CTA pair twins")
     args = p.parse_args()
     sources = kernel_sources(args.sms, args.shapes_only, args.b_group_twins)
