@@ -22,6 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from finegemm import jit  # noqa: E402
+from finegemm.bench.tune import _parse_shape  # noqa: E402
 from finegemm.bench.bf16 import GROUPED_EXTRA_LAYOUTS, GROUPED_LAYOUTS, bench_shapes, grouped_plan  # noqa: E402
 from finegemm.heuristics.sm90_bf16_gemm import (  # noqa: E402
     GEMM_GROUPED_CONTIGUOUS,
@@ -223,15 +224,16 @@ def main() -> int:
     p.add_argument("--shapes-only", action="store_true")
     p.add_argument("--b-group-twins", type=int, nargs="+", default=[], choices=(2, 4), metavar="G",
                    help="also the B-group twins `tune bf16 --b-group G` times on its M <= 128 shapes")
-    p.add_argument("--tune-shapes", nargs="+", default=[], metavar="M,N,K",
+    p.add_argument("--tune-shapes", nargs="+", default=[], type=_parse_shape, metavar="M,N,K",
                    help="also what `tune bf16 --shapes M,N,K ...` times (with --tune-layouts, --multicast)")
     p.add_argument("--tune-layouts", nargs="+", default=list(LAYOUTS), choices=list(LAYOUTS),
                    help="--tune-shapes: the layouts `tune bf16 --layouts` times (default: all four)")
     p.add_argument("--multicast", action="store_true", help="--tune-shapes: also the 2-CTA pair twins")
     args = p.parse_args()
+    if any(len(s) != 3 for s in args.tune_shapes):
+        p.error("--tune-shapes takes M,N,K")
     sources = kernel_sources(args.sms, args.shapes_only, args.b_group_twins)
-    shapes = [tuple(int(v) for v in s.split(",")) for s in args.tune_shapes]
-    for cfg in tune_configs(args.sms, shapes, args.tune_layouts, args.multicast):
+    for cfg in tune_configs(args.sms, args.tune_shapes, args.tune_layouts, args.multicast):
         sources[ops.kernel_name(cfg.kernel_key())] = ops.render(*cfg.kernel_key())
     print(f"{len(sources)} kernel configurations")
     jit.build_many(sources, args.jobs)
