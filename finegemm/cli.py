@@ -73,6 +73,10 @@ def cmd_info(args) -> int:
             warnings.simplefilter("ignore")
             shim = jit.fastcall()
         print(f"launch shim    {'built' if shim else 'unavailable: prepared launches through ctypes'}")
+        from finegemm.jit import tensor_signature
+
+        tensor_signature.load()
+        print(f"C call keys    {tensor_signature.status()}")
     cache = jit.cache_dir()
     size = _dir_size(cache) if cache.exists() else 0
     nk = len(list((cache / "kernels").iterdir())) if (cache / "kernels").is_dir() else 0

@@ -3,7 +3,11 @@
 Every figure is host time only: the GPU is first given a long sleep kernel so the timed calls
 queue behind it (finegemm.bench._common.host_time_us). Parts:
   full_call         fp8_gemm_nt on tensors seen before (the fast path a serving loop takes)
-  fast_key          building + hashing the call signature (validation cache key)
+  fast_key          building the call signature (validation cache key; the C tensor signature)
+  fast_key_python   the same built through the Python accessors (what tensor subclasses take,
+                    and every call took before the C signature)
+  full_call_python_key
+                    full_call with the Python key builder
   prepared_launch   the cached PreparedCall alone (prepared handle: the Python launch shim, or
                     4-argument ctypes where the shim is unavailable, + cuLaunchKernelEx)
   prepared_launch_ctypes
@@ -37,6 +41,20 @@ import torch  # noqa: E402
 
 from finegemm.api import dense_fp8  # noqa: E402
 from finegemm.bench._common import host_time_us, run_metadata  # noqa: E402
+
+
+def python_key_parts(key, full) -> dict:
+    """fast_key_python and full_call_python_key: the key builder and a full call with the C tensor
+    signature swapped for the Python accessors."""
+    from finegemm.api import _validate
+
+    saved = _validate.signature_fn()
+    _validate._signature_fn = _validate._no_signature
+    try:
+        return {"c_signature": saved is not _validate._no_signature, "fast_key_python": host_time_us(key),
+                "full_call_python_key": host_time_us(full)}
+    finally:
+        _validate._signature_fn = saved
 
 
 def main() -> None:
@@ -82,6 +100,8 @@ def main() -> None:
             "full_call": host_time_us(full),
             "fast_key": host_time_us(lambda: dense_fp8.fp8_call_key((a, sfa), (b, sfb), d, None, None, "nk", False)),
             "prepared_launch": host_time_us(call),
+            **python_key_parts(lambda: dense_fp8.fp8_call_key((a, sfa), (b, sfb), d, None, None, "nk", False),
+                               full),
             "prepared_launch_ctypes": through_ctypes(),
             "oneshot_launch": host_time_us(oneshot),
             "split_k": call.cfg.split_k,

@@ -639,7 +639,20 @@ def test_deepgemm_switches_checked_kept_and_inert(monkeypatch):
     assert finegemm.get_ignore_compile_dims() is True and finegemm.get_deterministic_algorithms() is False
 
 
-def test_fast_path_reuses_only_identical_validated_calls(fake_cuda, monkeypatch):
+@pytest.fixture(params=["c_signature", "python_key"])
+def key_builder(request, monkeypatch):
+    """Each host fast-path test runs with both key builders: the C tensor signature (checked to be
+    in use) and the Python one it stands in for (tensor subclasses, a shim that did not build)."""
+    if request.param == "python_key":
+        monkeypatch.setattr(_validate, "_signature_fn", _validate._no_signature)
+    else:
+        from finegemm.jit import tensor_signature
+
+        assert _validate.signature_fn() is not _validate._no_signature, tensor_signature.status()
+    return request.param
+
+
+def test_fast_path_reuses_only_identical_validated_calls(fake_cuda, monkeypatch, key_builder):
     """A repeated call with identical tensors skips validation and planning; any change in a
     tensor's address/shape/stride/dtype goes through validation (and its errors) again."""
     from finegemm.api import dense_fp8
@@ -664,6 +677,7 @@ def test_fast_path_reuses_only_identical_validated_calls(fake_cuda, monkeypatch)
     for _ in range(3):
         finegemm.fp8_gemm_nt(a, b, d)
     assert len(prepared) == 1 and len(fake_cuda.calls) == 3
+    assert [type(k[0]) is bytes for k in dense_fp8._validated_calls] == [key_builder == "c_signature"]
     d2 = torch.empty(32, 256, dtype=torch.bfloat16)
     finegemm.fp8_gemm_nt(a, b, d2)
     assert len(prepared) == 2
@@ -726,7 +740,7 @@ def _contiguous_nt_problem(family: str, M: int, N: int, K: int, G: int):
 
 
 @pytest.mark.parametrize("family", ["fp8", "bf16"])
-def test_contiguous_fast_path_skips_only_the_argument_checks(fake_cuda, monkeypatch, family):
+def test_contiguous_fast_path_skips_only_the_argument_checks(fake_cuda, monkeypatch, family, key_builder):
     """A repeated m-grouped contiguous call with identical tensors and arguments skips the
     argument checks, never the GPU layout check; another tensor or an argument of another type
     (use_psum_layout=1 after False: equal, but rejected) is checked again."""
@@ -749,7 +763,7 @@ def test_contiguous_fast_path_skips_only_the_argument_checks(fake_cuda, monkeypa
 
 
 @pytest.mark.parametrize("family", ["fp8", "bf16"])
-def test_masked_fast_path_skips_only_the_argument_checks(fake_cuda, monkeypatch, family):
+def test_masked_fast_path_skips_only_the_argument_checks(fake_cuda, monkeypatch, family, key_builder):
     """A repeated masked call with identical tensors and arguments skips the argument checks;
     another expected_m, another tensor or an argument of another type is checked again."""
     validations, launched = _spy_fast_path(monkeypatch, family, "masked")
@@ -950,7 +964,7 @@ def test_grouped_prepared_masked_routing(fake_cuda, monkeypatch, preparable, fam
     assert torch.all(d == 5.0)
 
 
-def test_bf16_fast_path_reuses_only_identical_validated_calls(monkeypatch):
+def test_bf16_fast_path_reuses_only_identical_validated_calls(monkeypatch, key_builder):
     """Dense BF16 on "CUDA" (faked): the first call validates and prepares, identical repeats
     reuse the prepared launch, and a different tensor (or a wrong dtype) validates again."""
     from finegemm.api import bf16 as api_bf16

@@ -27,6 +27,7 @@ def test_info(tmp_path):
 
     if jit.have_nvcc():  # the prepared launches' shim is built into the cache (tests/test_jit.py calls it)
         assert "launch shim    built" in r.stdout
+        assert "C call keys    on" in r.stdout  # the host fast paths' keys through the shim
     from finegemm.api import _validate
 
     gated = ", ".join(sorted(_validate.UNVALIDATED_ON_GPU)) or "none"

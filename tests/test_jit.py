@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
 from finegemm import jit
 from finegemm.jit import compiler
@@ -389,3 +390,102 @@ def test_fastcall_missing_headers_keeps_ctypes(monkeypatch):
     monkeypatch.setattr(sysconfig, "get_paths", lambda *a, **k: {**real(*a, **k), "include": "/nonexistent"})
     with pytest.warns(RuntimeWarning, match="no Python.h"):
         assert jit.fastcall() is None
+
+
+# ----------------------------------------------------------------------------- C tensor signature
+@pytest.fixture
+def fresh_signature(monkeypatch):
+    """jit.tensor_signature configured from scratch in the test; configured again afterwards (the
+    shim's accessor table is process-wide)."""
+    from finegemm.api import _validate
+    from finegemm.jit import tensor_signature
+
+    monkeypatch.setattr(tensor_signature, "_state", {})
+    monkeypatch.setattr(_validate, "_signature_fn", None)
+    yield tensor_signature
+    monkeypatch.undo()
+    tensor_signature._state.clear()
+    assert tensor_signature.load() is not None
+
+
+def _python_signature(*tensors):
+    return [(t.data_ptr(), t.dtype, t.device.type, tuple(t.shape), t.stride()) for t in tensors]
+
+
+def test_tensor_signature_reads_what_the_python_accessors_read(fresh_signature):
+    """The C key: each tensor's address, shape and strides as PyTorch reports them, one dtype code
+    per dtype, equal bytes exactly when every tensor's metadata is equal, and None for anything that
+    is not a plain tensor (tensor subclasses, None, other objects, more than 8 tensors or dims)."""
+    sig = fresh_signature.load()
+    assert sig is not None, fresh_signature.status()
+    assert fresh_signature.status() == "on"
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(48, 80, generator=g)
+    tensors = [x, x.t(), x[7:, 16:], x[:, ::4], x.to(torch.bfloat16), x.to(torch.float8_e4m3fn),
+               x.to(torch.float8_e4m3fn)[:, 16:], x.view(torch.int32), x.reshape(6, 8, 80).permute(1, 2, 0),
+               torch.zeros(0, 128, dtype=torch.float8_e5m2), torch.nn.Parameter(x.clone())]
+    decoded = [d for t in tensors for d in fresh_signature._decode(sig(t))]
+    assert len(decoded) == len(tensors)
+    assert sig(*tensors[:8]) == b"".join(sig(t) for t in tensors[:8])  # up to 8 tensors, one after another
+    codes = {}
+    for t, (ptr, dtype, dev_type, dev_index, sizes, strides) in zip(tensors, decoded):
+        assert (ptr, sizes, strides, dev_type, dev_index) == (t.data_ptr(), tuple(t.shape), t.stride(), 0, -1)
+        assert codes.setdefault(t.dtype, dtype) == dtype
+    assert len(set(codes.values())) == len(codes)
+    # Equal bytes exactly when the Python accessors agree on every tensor.
+    variants = [x, x.view(48, 80), x[:], x[1:], x[:, :64], x.t().contiguous().t(), x.view(torch.int32),
+                torch.as_strided(x, (48, 80), (80, 1), 0), torch.as_strided(x, (48, 40), (80, 2), 0)]
+    for u in variants:
+        for v in variants:
+            assert (sig(u) == sig(v)) == (_python_signature(u) == _python_signature(v))
+            assert (sig(u, x) == sig(v, x)) == (sig(u) == sig(v))
+    assert sig(x) != sig(x, x) and sig() == b""
+
+    class _Sub(torch.Tensor):
+        pass
+
+    for refused in [(x.as_subclass(_Sub),), (x, None), (x, 1.0), ([x],), (x,) * 9,
+                    (torch.zeros([1] * 9),)]:
+        assert sig(*refused) is None
+    # Tensors without strides or storage answer None or their metadata, never an error.
+    for odd in (x.to_sparse(), torch.empty(3, 4, device="meta")):
+        out = sig(odd)
+        assert out is None or fresh_signature._decode(out)[0][4] == tuple(odd.shape)
+
+
+def test_tensor_signature_stays_off_when_its_checks_fail(fresh_signature, monkeypatch):
+    """The C key is only used after its reading of probe tensors matched PyTorch's: with the sizes
+    and strides accessors swapped (a wrong ABI) the check fails and the shim answers None; with no
+    offset holding the TensorImpl pointer, or the switch set, it is never configured."""
+    from finegemm.jit import runtime
+
+    swapped = list(fresh_signature._ACCESSORS)
+    i, j = swapped.index("sizes"), swapped.index("strides")
+    swapped[i], swapped[j] = swapped[j], swapped[i]
+    monkeypatch.setattr(fresh_signature, "_ACCESSORS", tuple(swapped))
+    assert fresh_signature.load() is None
+    assert "differ" in fresh_signature.status()
+    assert runtime.fastcall_module().tensor_signature(torch.zeros(2, 3)) is None  # switched off in C too
+
+    fresh_signature._state.clear()
+    monkeypatch.setattr(fresh_signature, "_ACCESSORS", tuple(fresh_signature._ACCESSORS))
+    monkeypatch.setattr(fresh_signature, "_CANDIDATE_OFFSETS", (32,))
+    assert fresh_signature.load() is None and "offset" in fresh_signature.status()
+
+    fresh_signature._state.clear()
+    monkeypatch.setenv("FINEGEMM_DISABLE_TENSOR_SIGNATURE", "1")
+    assert fresh_signature.load() is None and "FINEGEMM_DISABLE_TENSOR_SIGNATURE" in fresh_signature.status()
+
+
+def test_impl_word_reads_only_the_object_header_words():
+    from finegemm.jit import runtime
+
+    module = runtime.fastcall_module()
+    assert module is not None
+    t = torch.zeros(3)
+    assert t._cdata in [module.impl_word(t, off) for off in (16, 24)]
+    for bad in (0, 8, 12, 40, 4096, -8):
+        with pytest.raises(ValueError, match="offset"):
+            module.impl_word(t, bad)
+    with pytest.raises(ValueError, match="offset"):
+        module.impl_word(object(), 16)  # an object too small for the word

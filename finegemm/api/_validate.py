@@ -95,9 +95,34 @@ def typed_key(*values) -> tuple:
 _PLAIN_TYPES = frozenset((int, bool, float, str, type(None)))  # typed_key's common values, tested first
 
 
+def _no_signature(*tensors) -> None:
+    return None
+
+
+_signature_fn = None  # jit.tensor_signature's C function once looked up, else _no_signature
+
+
+def signature_fn():
+    """The C key of a call's tensors (jit.tensor_signature: bytes with each tensor's address,
+    shape, strides, dtype and device; ~0.2 us for five tensors instead of ~3.5 us through the
+    Python accessors), or a stand-in that answers None (the caller then builds the key in Python).
+    Looked up on the first CUDA call (it builds the Python launch shim)."""
+    global _signature_fn
+    fn = _signature_fn
+    if fn is None:
+        from finegemm.jit import tensor_signature
+
+        fn = _signature_fn = tensor_signature.load() or _no_signature
+    return fn
+
+
 def tensor_key(*tensors: torch.Tensor) -> tuple:
     """The host fast paths' key of tensors: what the validation rules read of each (address,
-    shape, strides, dtype), flat (a nested tuple per tensor costs more to build and hash)."""
+    shape, strides, dtype), flat (a nested tuple per tensor costs more to build and hash); the C
+    signature's one bytes object where every tensor is a plain torch.Tensor."""
+    sig = (_signature_fn or signature_fn())(*tensors)
+    if sig is not None:
+        return (sig,)
     key = ()
     for t in tensors:
         key += (t.data_ptr(), t.shape, t.stride(), t.dtype)

@@ -67,6 +67,12 @@ def fastcall():
     return fn.call_prepared if fn else None
 
 
+def fastcall_module():
+    """The Python launch shim's module (jit/fastcall.cpp), or None as fastcall()."""
+    fastcall()
+    return _fastcall or None
+
+
 def fast_kernel_launch():
     """The Python launch shim's launch_kernel(cuLaunchKernel address, function, grid_x, block_x,
     shared bytes, stream, params address) (jit/fastcall.cpp), or None as fastcall()."""
