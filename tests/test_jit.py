@@ -440,6 +440,11 @@ def test_tensor_signature_reads_what_the_python_accessors_read(fresh_signature):
             assert (sig(u) == sig(v)) == (_python_signature(u) == _python_signature(v))
             assert (sig(u, x) == sig(v, x)) == (sig(u) == sig(v))
     assert sig(x) != sig(x, x) and sig() == b""
+    # Metadata changed in place (the same object) reads anew.
+    y = x.clone()
+    before = sig(y)
+    y.t_()
+    assert sig(y) != before and fresh_signature._decode(sig(y))[0][4:] == (tuple(y.shape), y.stride())
 
     class _Sub(torch.Tensor):
         pass

@@ -62,3 +62,43 @@ def test_bf16_prepared_launch_through_the_shim():
     assert calls, "no cached BF16 call takes the shim"
     torch.cuda.synchronize()
     assert calc_diff(d, a.double() @ b.double().t()) < 1e-5
+
+
+def test_c_call_keys_on_cuda_tensors():
+    """The host fast path's C key on CUDA tensors: on, it reads the device (CUDA, the tensor's
+    index) and the address as PyTorch does; a seen call reuses its launch and reads the operands'
+    current contents; a d at another address, or a scale tensor whose strides changed in place,
+    is validated and planned again, and each answer matches the reference."""
+    from finegemm.api import _validate
+    from finegemm.jit import tensor_signature
+
+    sig = _validate.signature_fn()
+    assert sig is not _validate._no_signature, tensor_signature.status()
+    m, n, k = 96, 640, 1024
+    fn, call, d, ref = _fp8_call(m, n, k)
+    (ptr, _, dev_type, dev_index, sizes, strides), = tensor_signature._decode(sig(d))
+    assert (ptr, dev_type, dev_index, sizes, strides) == (d.data_ptr(), 1, d.device.index, (m, n), d.stride())
+    torch.cuda.synchronize()
+    assert calc_diff(d, ref) < 1e-5
+    g = torch.Generator(device="cuda").manual_seed(11)
+    a = torch.randn(m, k, device="cuda", generator=g).to(torch.float8_e4m3fn)
+    b = torch.randn(n, k, device="cuda", generator=g).to(torch.float8_e4m3fn)
+    sfa = finegemm.get_mn_major_tma_aligned_tensor(torch.rand(m, k // 128, device="cuda", generator=g) + 0.5)
+    sfb = torch.rand((n + 127) // 128, k // 128, device="cuda", generator=g) + 0.5
+    d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    finegemm.fp8_gemm_nt((a, sfa), (b, sfb), d)
+    key = dense_fp8.fp8_call_key((a, sfa), (b, sfb), d, None, None, "nk", False)
+    assert type(key[0]) is bytes and key in dense_fp8._validated_calls
+    a.copy_(torch.randn(m, k, device="cuda", generator=g).to(torch.float8_e4m3fn))  # same tensor, new values
+    finegemm.fp8_gemm_nt((a, sfa), (b, sfb), d)
+    torch.cuda.synchronize()
+    assert calc_diff(d, finegemm.reference.fp8_gemm_nt(a, sfa, b, sfb, out_dtype=torch.float32)) < 1e-5
+    # sfa's strides changed in place (the same object and address, MN-major -> K-major strides over
+    # the same memory: another legal layout, other values per element).
+    sfa_row = sfa.contiguous()
+    sfa.as_strided_(sfa_row.shape, sfa_row.stride())
+    assert dense_fp8.fp8_call_key((a, sfa), (b, sfb), d, None, None, "nk", False) != key
+    d2 = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    finegemm.fp8_gemm_nt((a, sfa), (b, sfb), d2)
+    torch.cuda.synchronize()
+    assert calc_diff(d2, finegemm.reference.fp8_gemm_nt(a, sfa, b, sfb, out_dtype=torch.float32)) < 1e-5
