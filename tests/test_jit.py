@@ -483,6 +483,16 @@ def test_tensor_signature_stays_off_when_its_checks_fail(fresh_signature, monkey
     assert fresh_signature.load() is None and "offset" in fresh_signature.status()
 
     fresh_signature._state.clear()
+    monkeypatch.setattr(fresh_signature, "_CANDIDATE_OFFSETS", (16, 24, 32))
+
+    def broken_check(signature, probes):  # an unexpected error after configuring: off, in C too
+        raise RuntimeError("probe failure")
+
+    monkeypatch.setattr(fresh_signature, "_check", broken_check)
+    assert fresh_signature.load() is None and "probe failure" in fresh_signature.status()
+    assert runtime.fastcall_module().tensor_signature(torch.zeros(2, 3)) is None
+
+    fresh_signature._state.clear()
     monkeypatch.setenv("FINEGEMM_DISABLE_TENSOR_SIGNATURE", "1")
     assert fresh_signature.load() is None and "FINEGEMM_DISABLE_TENSOR_SIGNATURE" in fresh_signature.status()
 

@@ -35,7 +35,11 @@ def load() -> Optional[Callable]:
         return _state["fn"]
     with _lock:
         if "fn" not in _state:
-            fn, why = _configure()
+            try:
+                fn, why = _configure()
+            except Exception as exc:  # noqa: BLE001 - anything unexpected keeps the Python key, once
+                fn, why = None, f"{type(exc).__name__}: {exc}"
+                _switch_off()
             _state["fn"], _state["why"] = fn, why
         return _state["fn"]
 
@@ -108,9 +112,18 @@ def _configure() -> tuple[Optional[Callable], str]:
     module.configure_tensor_abi(offsets[0], torch.Tensor, torch.nn.Parameter, *addresses)
     why = _check(module.tensor_signature, probes)
     if why:
-        module.configure_tensor_abi(0, torch.Tensor, torch.nn.Parameter, *addresses)
+        _switch_off()
         return None, why
     return module.tensor_signature, ""
+
+
+def _switch_off() -> None:
+    """The shim's tensor_signature answers None from now on (offset 0: nothing else is read)."""
+    from finegemm.jit import runtime
+
+    module = runtime.fastcall_module()
+    if module is not None:
+        module.configure_tensor_abi(0, type, type, *[0] * len(_ACCESSORS))
 
 
 def _check(signature: Callable, probes: list) -> str:
