@@ -105,10 +105,10 @@ PyObject* launch_kernel(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 // few words past the object header: at byte 16 in current PyTorch (`at::Tensor cdata`), at 24
 // where it was a c10::MaybeOwned<at::Tensor> (a flag, then the pointer). A pointer to that word
 // is an at::Tensor*, which is what the stable C shim's AtenTensorHandle is. The offset is not
-// assumed: jit.runtime finds it (impl_word against Tensor._cdata) and checks every field against
-// the Python accessors on probe tensors before it calls configure_tensor_abi; until then, and for
-// any object that is not exactly a torch.Tensor or torch.nn.Parameter, tensor_signature answers
-// None and the caller builds its key in Python.
+// assumed: jit/tensor_signature.py finds it (impl_word against Tensor._cdata), configures it, and
+// checks every field against the Python accessors on probe tensors (switching it off again on any
+// difference). Unconfigured, and for any object that is not exactly a torch.Tensor or
+// torch.nn.Parameter, tensor_signature answers None and the caller builds its key in Python.
 using AtenGetPtrFn = int32_t (*)(void* tensor, void** out);
 using AtenGetI64Fn = int32_t (*)(void* tensor, int64_t* out);
 using AtenGetI64PtrFn = int32_t (*)(void* tensor, int64_t** out);
