@@ -121,8 +121,11 @@ def tensor_key(*tensors: torch.Tensor) -> tuple:
     shape, strides, dtype), flat (a nested tuple per tensor costs more to build and hash); the C
     signature's one bytes object where every tensor is a plain torch.Tensor."""
     sig = (_signature_fn or signature_fn())(*tensors)
-    if sig is not None:
-        return (sig,)
+    return (sig,) if sig is not None else python_tensor_key(tensors)
+
+
+def python_tensor_key(tensors) -> tuple:
+    """tensor_key through PyTorch's Python accessors (tensor subclasses, or no C signature)."""
     key = ()
     for t in tensors:
         key += (t.data_ptr(), t.shape, t.stride(), t.dtype)

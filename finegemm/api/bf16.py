@@ -39,15 +39,14 @@ def _fast_key(layout: str, a, b, d, c, compiled_dims) -> Optional[tuple]:
     try:
         if not _v.on_cuda(d):
             return None
-        rest = (type(compiled_dims), compiled_dims, runtime.get_num_sms_setting())
-        # As api/dense_fp8.py's key: the C signature of the tensors (c last), else flat in Python.
+        # As api/dense_fp8.py's key: the tensors (c last when given; _validate.tensor_key inline),
+        # then the typed arguments.
         signature = _v._signature_fn or _v.signature_fn()
         sig = signature(a, b, d) if c is None else signature(a, b, d, c)
+        rest = (type(compiled_dims), compiled_dims, runtime.get_num_sms_setting())
         if sig is not None:
             return (layout, sig) + rest
-        key = (layout, a.data_ptr(), a.shape, a.stride(), a.dtype, b.data_ptr(), b.shape, b.stride(), b.dtype,
-               d.data_ptr(), d.shape, d.stride(), d.dtype) + rest
-        return key if c is None else key + (c.data_ptr(), c.shape, c.stride(), c.dtype)
+        return (layout,) + _v.python_tensor_key((a, b, d) if c is None else (a, b, d, c)) + rest
     except Exception:  # anything unusual takes the validating path, which raises the right error
         return None
 

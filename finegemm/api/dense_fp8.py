@@ -58,9 +58,8 @@ _MAX_VALIDATED_CALLS = 4096
 
 def fp8_call_key(a, b, d, c, recipe, x, y) -> Optional[tuple]:
     """Signature of a CUDA call for the fast path, or None (CPU tensors, odd argument types): each
-    tensor's address, shape, strides and dtype (what the validation rules read): the C signature's
-    bytes (_validate.signature_fn), or for tensor subclasses one flat tuple (a nested tuple per
-    tensor cost ~0.8 us more to build and hash: a tenth of the call on a slow host CPU).
+    tensor's address, shape, strides and dtype (what the validation rules read: _validate.tensor_key,
+    the C signature's bytes, or for tensor subclasses one flat tuple).
     a = (A, sfa), b = (B, sfb), d, optional c, the recipe and two more arguments x, y with their
     types: fp8_gemm_nt's compiled_dims and disable_ue8m0_cast, fp8_einsum's expr (and
     None). Each function keeps its own dict of keys."""
@@ -74,17 +73,13 @@ def fp8_call_key(a, b, d, c, recipe, x, y) -> Optional[tuple]:
         # typed: an argument the checks reject must not match a validated one by equality (True == 1)
         rest = (None if recipe is None else (type(recipe),) + tuple([(type(v), v) for v in recipe]),
                 type(x), x, type(y), y, runtime.get_num_sms_setting())
-        # The C signature where every tensor is a plain one (c included when given: with and without
-        # it the bytes differ in length, so they never compare equal), else the same in Python.
+        # _validate.tensor_key, inline on the hot path (a call costs ~0.1 us): the C signature, else
+        # the Python key. c last when given: with and without it the keys differ in length.
         signature = _v._signature_fn or _v.signature_fn()
         sig = signature(A, sfa, B, sfb, d) if c is None else signature(A, sfa, B, sfb, d, c)
         if sig is not None:
             return (sig,) + rest
-        key = (A.data_ptr(), A.shape, A.stride(), A.dtype, sfa.data_ptr(), sfa.shape, sfa.stride(), sfa.dtype,
-               B.data_ptr(), B.shape, B.stride(), B.dtype, sfb.data_ptr(), sfb.shape, sfb.stride(), sfb.dtype,
-               d.data_ptr(), d.shape, d.stride(), d.dtype) + rest
-        # c last: with and without it the keys differ in length, so they never compare equal.
-        return key if c is None else key + (c.data_ptr(), c.shape, c.stride(), c.dtype)
+        return _v.python_tensor_key((A, sfa, B, sfb, d) if c is None else (A, sfa, B, sfb, d, c)) + rest
     except Exception:  # anything unusual takes the validating path, which raises the right error
         return None
 
