@@ -14,13 +14,18 @@ queue behind it (finegemm.bench._common.host_time_us). Parts:
                     the same through ctypes (the shim switched off on the call object)
   oneshot_launch    the same call through the one-shot launcher (~30 ctypes arguments, tensor
                     maps encoded per call: what every call paid before prepared launches)
+  moved_call        full_call with the first level of the call cache forgotten before each call:
+                    the second level re-points the validated launch (tensors at new addresses)
+  validated_call    the same with both levels forgotten: validation, plan and encoding (a new
+                    shape or layout)
   raw_stream / capture_check / split_pointers
                     the per-call pieces of a prepared launch: the current raw stream, the
                     stream-capture test, and a split-K call's buffer lookup (which runs the test)
   torch_add         torch.add(x, y, out=z) on small tensors: what this CPU charges for one
                     trivial PyTorch launch
   torch_scaled_mm   cuBLAS blockwise through torch._scaled_mm, for comparison
-and for dense BF16: bf16_full_call (finegemm.bf16_gemm_nt, cached) and torch_matmul_out.
+and for dense BF16: bf16_full_call (finegemm.bf16_gemm_nt, cached), bf16_moved_call,
+bf16_validated_call and torch_matmul_out.
 Grouped calls (G = 8, N = 4096, K = 7168, repeated with the same tensors): full_call of the FP8
 contiguous (plain and psum layouts), FP8 masked (MN-major sfa), BF16 contiguous and BF16 masked
 calls; for the FP8 contiguous call also its parts: check_launch (the kept layout check alone),
@@ -55,6 +60,26 @@ def python_key_parts(key, full) -> dict:
                 "full_call_python_key": host_time_us(full)}
     finally:
         _validate._signature_fn = saved
+
+
+def uncached_parts(api, full) -> dict:
+    """moved_call and validated_call: `full` with its first-level key forgotten before each call
+    (the second level re-points the validated launch: what a call whose tensors moved costs),
+    and with both levels forgotten (the whole validation and plan: a new layout's cost)."""
+    first, second = api._validated_calls, api._moved_calls._entries
+
+    def moved():
+        first.clear()
+        full()
+
+    def validated():
+        first.clear()
+        second.clear()
+        full()
+
+    rec = {"moved_call": host_time_us(moved), "validated_call": host_time_us(validated)}
+    full()  # leaves both levels filled again
+    return rec
 
 
 def main() -> None:
@@ -104,6 +129,7 @@ def main() -> None:
                                full),
             "prepared_launch_ctypes": through_ctypes(),
             "oneshot_launch": host_time_us(oneshot),
+            **uncached_parts(dense_fp8, full),
             "split_k": call.cfg.split_k,
         }
         from finegemm.ops import _runtime
@@ -128,7 +154,10 @@ def main() -> None:
         a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
         d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        from finegemm.api import bf16 as api_bf16
+
         rec = {"bf16_full_call": host_time_us(lambda: finegemm.bf16_gemm_nt(a, b, d)),
+               **{f"bf16_{k_}": v for k_, v in uncached_parts(api_bf16, lambda: finegemm.bf16_gemm_nt(a, b, d)).items()},
                "torch_matmul_out": host_time_us(lambda: torch.matmul(a, b.t(), out=d))}
         results[f"bf16 {m}x{n}x{k}"] = rec
         print(f"bf16 {m}x{n}x{k}: " + ", ".join(f"{k_}={v:.2f}" for k_, v in rec.items()), flush=True)

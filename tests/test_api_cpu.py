@@ -709,6 +709,145 @@ def test_fast_path_reuses_only_identical_validated_calls(fake_cuda, monkeypatch,
         finegemm.fp8_gemm_nt(a, b, d, recipe=(True, 128, 128))
 
 
+def _real_launch_class(launched: list):
+    """A PreparedLaunch (ops/_runtime) whose one-shot launcher records (head pointers, tail): the
+    real call object, rebound() included, without a GPU."""
+    from finegemm.ops._runtime import PreparedLaunch
+
+    def launcher(fn, *rest):
+        launched.append(rest)
+        return 0
+
+    class _Launch(PreparedLaunch):
+        __slots__ = ()
+        _ns = {"_launcher": launcher, "_launcher_prepare": None, "_launch_prepared": None, "_free_prepared": None,
+               "_get_raw_stream": lambda index: 0, "_is_capturing": lambda: False}
+        _names = ("_launcher", "_launcher_prepare", "_launch_prepared", "_free_prepared")
+
+        def _describe(self) -> str:
+            return "fake launch"
+
+    return _Launch
+
+
+def test_moved_tensors_reuse_the_validated_layout(fake_cuda, monkeypatch, key_builder):
+    """Second level of the dense FP8 fast path: a call whose tensors have a validated call's
+    layout (shapes, strides, dtypes, devices, address mod 16, c is d) at new addresses skips the
+    checks and planning and launches at its own addresses; an overlap, another alignment class
+    or another layout is validated (and rejected) as before; without the C layout it validates."""
+    from finegemm.api import dense_fp8
+
+    launched, prepared, checks = [], [], []
+    launch_class = _real_launch_class(launched)
+
+    def prepare(A, sfa, B, sfb, d, c, rec):
+        prepared.append(rec)
+        head = (1, A.data_ptr(), B.data_ptr(), sfa.data_ptr(), sfb.data_ptr(), d.data_ptr(),
+                None if c is None else c.data_ptr())
+        return launch_class(types.SimpleNamespace(split_k=False), head, ("tail",), d.device, True, [])
+
+    real_checks = dense_fp8.checked_arguments
+    monkeypatch.setattr(dense_fp8, "checked_arguments", lambda *args: checks.append(1) or real_checks(*args))
+    monkeypatch.setattr(fake_cuda, "prepare", prepare, raising=False)
+    monkeypatch.setattr(dense_fp8, "_validated_calls", {})
+    monkeypatch.setattr(dense_fp8, "_moved_calls", _validate.MovedCalls((0, 2, 1, 3, 4, 5), 4, (0, 1, 2, 3), 5))
+    M, N, K = 32, 256, 128
+    (A, sfa, B, sfb), a, b = fp8_problem("nt", M, N, K, (1, 128, 128))
+    finegemm.fp8_gemm_nt(a, b, torch.empty(M, N, dtype=BF16))
+    assert (len(checks), len(prepared), len(launched)) == (1, 1, 1)
+    moved = key_builder == "c_signature"  # the Python key (tensor subclasses) has no second level
+
+    # New d, then new A and B too: launched at the new addresses, validated only without the C layout.
+    d2, A2, B2 = torch.empty(M, N, dtype=BF16), A.clone(), B.clone()
+    finegemm.fp8_gemm_nt((A2, sfa), (B2, sfb), d2)
+    assert len(launched) == 2 and launched[-1][:6] == (A2.data_ptr(), B2.data_ptr(), sfa.data_ptr(),
+                                                       sfb.data_ptr(), d2.data_ptr(), None)
+    assert (len(checks), len(prepared)) == ((1, 1) if moved else (2, 2))
+    finegemm.fp8_gemm_nt((A2, sfa), (B2, sfb), d2)  # now a first-level hit
+    assert (len(checks), len(prepared), len(launched)) == ((1, 1, 3) if moved else (2, 2, 3))
+
+    # d over A's bytes, in a layout and alignment class the second level has seen: the overlap
+    # rule's error, from the validating path.
+    storage = torch.empty(M * K + M * N * 2 + 64, dtype=torch.uint8)
+    A3 = storage[: M * K].view(FP8).view(M, K)
+    A3.copy_(A)
+    d_over = storage[M * K // 2: M * K // 2 + M * N * 2].view(BF16).view(M, N)
+    assert d_over.data_ptr() % 16 == A3.data_ptr() % 16 == 0
+    with pytest.raises(ValueError, match=r"d must not overlap a\[0\]"):
+        finegemm.fp8_gemm_nt((A3, sfa), b, d_over)
+    # Another alignment class: validated, and rejected by the TMA rule.
+    d_odd = storage[8: 8 + M * N * 2].view(BF16).view(M, N)
+    assert d_odd.data_ptr() % 16 == 8
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        finegemm.fp8_gemm_nt(a, b, d_odd)
+    # Another stride of d (a padded row pitch): a layout of its own, validated once, then moved.
+    before = len(checks)
+    padded = [torch.empty(M, N + 8, dtype=BF16)[:, :N] for _ in range(2)]  # both alive: two addresses
+    for d_padded in padded:
+        finegemm.fp8_gemm_nt(a, b, d_padded)
+    assert len(checks) == before + (1 if moved else 2)
+
+    # c is d and c beside d are two layouts; c over d (not d itself) is rejected at new addresses.
+    d32, c = torch.empty(M, N), torch.zeros(M, N)
+    finegemm.fp8_gemm_nt(a, b, d32, c)
+    finegemm.fp8_gemm_nt(a, b, d32, d32)
+    before = len(checks)
+    d32b, cb = torch.empty(M, N), torch.zeros(M, N)
+    finegemm.fp8_gemm_nt(a, b, d32b, cb)
+    finegemm.fp8_gemm_nt(a, b, cb, cb)
+    assert len(checks) == before + (0 if moved else 2)
+    assert launched[-2][4:6] == (d32b.data_ptr(), cb.data_ptr()) and launched[-1][4:6] == (cb.data_ptr(),) * 2
+    over = torch.zeros(M + 1, N)
+    with pytest.raises(ValueError, match="c must either be d itself"):
+        finegemm.fp8_gemm_nt(a, b, over[1:], over[:M])
+
+    # No C layout (e.g. the shim's tensor_layout disagreed with its signature): validated each time.
+    monkeypatch.setattr(_validate, "_layout_fn", _validate._no_layout)
+    before = len(checks)
+    finegemm.fp8_gemm_nt(a, b, torch.empty(M, N, dtype=BF16))
+    assert len(checks) == before + 1
+
+
+def test_moved_calls_keep_only_launches_at_the_callers_tensors():
+    """MovedCalls.learn keeps a launch only when its head points at the call's own tensors (a
+    copied scale or a temporary would be re-pointed wrongly), and only a cacheable one; rebound()
+    refuses a launch that is not cacheable."""
+    from finegemm.jit import tensor_signature
+
+    if tensor_signature.load_layout() is None:
+        pytest.skip(f"no C layout here: {tensor_signature.status()}")
+    launched = []
+    launch_class = _real_launch_class(launched)
+    a, b, d = torch.zeros(4, 16), torch.zeros(8, 16), torch.zeros(4, 8)
+    moved = _validate.MovedCalls(slots=(0, 1, 2, 3), output=2, inputs=(0, 1), c_index=3)
+    cfg = types.SimpleNamespace(split_k=False)
+    found = moved.key((a, b, d), ("nt",), False)
+    copy = b.clone()
+    moved.learn(found, (a, b, d), launch_class(cfg, (1, a.data_ptr(), copy.data_ptr(), d.data_ptr(), None),
+                                               (), d.device, True, []))
+    assert not moved._entries
+    not_cacheable = launch_class(cfg, (1, a.data_ptr(), b.data_ptr(), d.data_ptr(), None), (), d.device, False, [])
+    moved.learn(found, (a, b, d), not_cacheable)
+    assert not moved._entries
+    with pytest.raises(ValueError, match="cacheable"):
+        not_cacheable.rebound((1, 2, 3, None))
+    moved.learn(found, (a, b, d), launch_class(cfg, (1, a.data_ptr(), b.data_ptr(), d.data_ptr(), None), (),
+                                               d.device, True, []))
+    assert len(moved._entries) == 1
+    d2 = torch.zeros(4, 8)
+    call = moved.launch_for(moved.key((a, b, d2), ("nt",), False))
+    assert call is not None and call.head_pointers() == (a.data_ptr(), b.data_ptr(), d2.data_ptr(), None)
+    call()
+    assert launched == [(a.data_ptr(), b.data_ptr(), d2.data_ptr(), None, None, None, 0)]
+    # d inside b's bytes (same layout as a validated d): no launch from the second level.
+    buf = torch.zeros(8 * 16 + 64)
+    b_view = buf[:128].view(8, 16)
+    d_view = buf[64:96].view(4, 8)
+    assert d_view.data_ptr() % 16 == 0
+    assert moved.launch_for(moved.key((a, b_view, d_view), ("nt",), False)) is None
+    assert moved.launch_for(moved.key((a, b, d2), ("nn",), False)) is None  # other rest: not seen
+
+
 def _spy_fast_path(monkeypatch, family: str, kind: str) -> tuple[list, list]:
     """A fresh validated-call cache for the family's `kind` calls ("contiguous" / "masked"), and
     lists that record each validation (its function name) and each BF16 op launch (the FP8 op
@@ -1003,6 +1142,48 @@ def test_bf16_fast_path_reuses_only_identical_validated_calls(monkeypatch, key_b
     with pytest.raises(ValueError):
         finegemm.bf16_gemm_nt(a, rand_bf16(64, 96), d)  # K mismatch
     assert len(prepared) == 3
+
+
+def test_bf16_moved_tensors_reuse_the_validated_layout(monkeypatch, key_builder):
+    """Dense BF16's second level (as dense FP8's): moved a / b / d of a validated layout launch at
+    their addresses without the checks; d over b is rejected by the validating path; each
+    layout (nt, nn) has its own entry."""
+    from finegemm.api import bf16 as api_bf16
+
+    launched, prepared = [], []
+    launch_class = _real_launch_class(launched)
+
+    class _FakeBf16Ops(types.ModuleType):
+        def prepare(self, a, b, d, c, layout):
+            prepared.append(layout)
+            head = (1, a.data_ptr(), b.data_ptr(), d.data_ptr(), None if c is None else c.data_ptr())
+            return launch_class(types.SimpleNamespace(split_k=False), head, (layout,), d.device, True, [])
+
+    fake = _FakeBf16Ops("finegemm.ops.sm90_bf16_gemm")
+    import finegemm.ops as ops_pkg  # before the fake enters sys.modules (see _install_fake_ops)
+    monkeypatch.setitem(sys.modules, "finegemm.ops.sm90_bf16_gemm", fake)
+    monkeypatch.setattr(ops_pkg, "sm90_bf16_gemm", fake, raising=False)
+    monkeypatch.setattr(_validate, "on_cuda", lambda t: True)
+    monkeypatch.setattr(api_bf16, "_validated_calls", {})
+    monkeypatch.setattr(api_bf16, "_moved_calls", _validate.MovedCalls((0, 1, 2, 3), 2, (0, 1), 3))
+    moved = key_builder == "c_signature"
+    M, N, K = 32, 64, 128
+    a, b = rand_bf16(M, K), rand_bf16(N, K)
+    finegemm.bf16_gemm_nt(a, b, torch.empty(M, N, dtype=BF16))
+    a2, d2 = a.clone(), torch.empty(M, N, dtype=BF16)
+    finegemm.bf16_gemm_nt(a2, b, d2)
+    assert prepared == ["nt"] * (1 if moved else 2)
+    assert launched[-1] == (a2.data_ptr(), b.data_ptr(), d2.data_ptr(), None, None, None, "nt", 0)
+    b_nn = b.t().contiguous()
+    finegemm.bf16_gemm_nn(a, b_nn, d2)  # another layout: validated and planned
+    assert prepared[-1] == "nn" and len(prepared) == (2 if moved else 3)
+    # d inside b's bytes, both in seen layouts: the overlap error.
+    storage = torch.empty(N * K + M * N, dtype=BF16)
+    b_over = storage[: N * K].view(N, K)
+    d_over = storage[N * K - M * N // 2: N * K + M * N // 2].view(M, N)
+    assert d_over.data_ptr() % 16 == 0
+    with pytest.raises(ValueError, match="d must not overlap b"):
+        finegemm.bf16_gemm_nt(a, b_over, d_over)
 
 
 def test_unvalidated_kernels_are_gated(fake_cuda, monkeypatch):

@@ -403,6 +403,7 @@ def fresh_signature(monkeypatch):
 
     monkeypatch.setattr(tensor_signature, "_state", {})
     monkeypatch.setattr(_validate, "_signature_fn", None)
+    monkeypatch.setattr(_validate, "_layout_fn", None)
     yield tensor_signature
     monkeypatch.undo()
     tensor_signature._state.clear()
@@ -461,6 +462,38 @@ def test_tensor_signature_reads_what_the_python_accessors_read(fresh_signature):
     for odd in odds:
         out = sig(odd)
         assert out is None or fresh_signature._decode(out)[0][4] == tuple(odd.shape)
+
+
+def test_tensor_layout_is_the_signature_without_addresses(fresh_signature, monkeypatch):
+    """The host fast paths' second-level key: tensor_signature's words with every address reduced
+    modulo 16, and the addresses. Moved copies share a layout, another 16-byte alignment class
+    does not, and what has no signature has no layout. It is off where its check against the
+    signature fails, and whenever the signature is."""
+    layout, sig = fresh_signature.load_layout(), fresh_signature.load()
+    assert layout is not None and sig is not None, fresh_signature.status()
+    x = torch.randn(48, 80)
+    found, where = layout(x, x.t(), x[3:])
+    assert where == (x.data_ptr(), x.data_ptr(), x[3:].data_ptr())
+    assert [tuple(w) for w in fresh_signature._decode(found)] == [
+        (ptr % 16, *rest) for ptr, *rest in fresh_signature._decode(sig(x, x.t(), x[3:]))]
+    assert layout(x)[0] == layout(x.clone())[0] and layout(x)[1] != layout(x.clone())[1]
+    flat = x.view(-1)
+    assert x.data_ptr() % 16 == 0
+    assert layout(flat[2:102])[0] == layout(flat[6:106])[0] != layout(flat[4:104])[0]  # 8, 8, 0 mod 16
+    assert layout(flat[4:104])[0] == layout(flat[8:108])[0]
+
+    class _Sub(torch.Tensor):
+        pass
+
+    for refused in [(x.as_subclass(_Sub),), (x, None), (x,) * 9]:
+        assert layout(*refused) is None and sig(*refused) is None
+
+    fresh_signature._state.clear()
+    monkeypatch.setattr(fresh_signature, "_check_layout", lambda *args: "disagrees")
+    assert fresh_signature.load() is not None and fresh_signature.load_layout() is None
+    fresh_signature._state.clear()
+    monkeypatch.setenv("FINEGEMM_DISABLE_TENSOR_SIGNATURE", "1")
+    assert fresh_signature.load() is None and fresh_signature.load_layout() is None
 
 
 def test_tensor_signature_stays_off_when_its_checks_fail(fresh_signature, monkeypatch):

@@ -132,6 +132,109 @@ def python_tensor_key(tensors) -> tuple:
     return key
 
 
+def _no_layout(*tensors) -> None:
+    return None
+
+
+_layout_fn = None  # jit.tensor_signature's tensor_layout once looked up, else _no_layout
+
+
+def layout_fn():
+    """The C layout of a call's tensors and their addresses (jit.tensor_signature.load_layout:
+    (bytes, addresses)), or a stand-in that answers None (no second level then)."""
+    global _layout_fn
+    fn = _layout_fn
+    if fn is None:
+        from finegemm.jit import tensor_signature
+
+        fn = _layout_fn = tensor_signature.load_layout() or _no_layout
+    return fn
+
+
+class MovedCalls:
+    """The second level of a dense family's host fast path: its validated calls by layout, for
+    calls whose tensors moved.
+
+    Why: the first level (the family's dict of call keys) matches only tensors at the addresses
+    of a validated call. An eager loop whose activations or outputs move to new addresses paid
+    the whole validation again (~28 us of Python on a slow CPU) and a new plan. Every rule of a
+    dense call, and every choice its planning makes, reads only shapes, strides, dtypes, devices,
+    each base address modulo 16 (TMA alignment, vector stores) and whether c is d, except the
+    overlap rules. So a call whose tensors have the layout (jit's tensor_layout: all of those but
+    the addresses) of a validated one passes every other rule too, and its launch is the
+    validated one's at the new addresses. What is checked per call here: the output's byte span
+    against each input's (and c's against d's where c is not d), as check_no_overlap and
+    check_c_alias would; any overlap goes to the validating path, which raises or accepts.
+
+    `slots`: for each pointer of a prepared launch's head after the function, the index of its
+    tensor in the call's tensor tuple (an index past its end: c absent, the pointer None).
+    `output`: d's index; `inputs`: the indices whose spans d must not meet; `c_index`: c's.
+    """
+
+    def __init__(self, slots: tuple, output: int, inputs: tuple, c_index: int, limit: int = 1024) -> None:
+        self._slots = slots
+        self._output = output
+        self._inputs = inputs
+        self._c_index = c_index
+        self._limit = limit
+        self._entries: dict = {}
+
+    @staticmethod
+    def key(tensors: tuple, rest: tuple, c_is_d: bool) -> Optional[tuple]:
+        """(the second-level key, the tensors' addresses), or None (no C layout: a tensor
+        subclass, or the shim off)."""
+        found = (_layout_fn or layout_fn())(*tensors)
+        if found is None:
+            return None
+        return (found[0], c_is_d) + rest, found[1]
+
+    def launch_for(self, found: Optional[tuple]) -> object:
+        """The validated launch of found's layout re-pointed at its addresses (not run), or None:
+        no such layout, or an overlap for the validating path to judge."""
+        if found is None:
+            return None
+        key, addresses = found
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        launch, extents = entry
+        lo = addresses[self._output]
+        hi = lo + extents[self._output]
+        for i in self._inputs:
+            if addresses[i] < hi and lo < addresses[i] + extents[i]:
+                return None
+        c = self._c_index
+        if c < len(addresses) and not key[1] and addresses[c] < hi and lo < addresses[c] + extents[c]:
+            return None
+        n = len(addresses)
+        return launch.rebound(tuple([addresses[i] if i < n else None for i in self._slots]))
+
+    def learn(self, found: Optional[tuple], tensors: tuple, launch: object) -> None:
+        """Keep a validated call's cacheable prepared launch for its layout (found: key()'s
+        answer for its tensors). Only a launch whose head points at the call's own tensors
+        (no copies, no views at other addresses) can be re-pointed."""
+        if found is None or not getattr(launch, "cacheable", False) or not hasattr(launch, "rebound"):
+            return
+        key, addresses = found
+        n = len(addresses)
+        if launch.head_pointers() != tuple([addresses[i] if i < n else None for i in self._slots]):
+            return
+        extents = tuple([_byte_extent(t) for t in tensors])
+        if len(self._entries) >= self._limit:
+            self._entries.clear()
+        self._entries[key] = (launch, extents)
+
+
+def _byte_extent(t: torch.Tensor) -> int:
+    """Bytes from t's first element to past its last (as _byte_span; 0 for an empty tensor)."""
+    if 0 in t.shape:
+        return 0
+    extent = 1
+    for s, st in zip(t.shape, t.stride()):
+        extent += (s - 1) * st
+    return extent * t.element_size()
+
+
 class ValidatedCalls:
     """The keys of validated CUDA calls (api fast paths: a call whose key was seen skips the
     argument checks), each with what the API kept for it: True, or a prepared launch of its own

@@ -51,8 +51,20 @@ def _fast_key(layout: str, a, b, d, c, compiled_dims) -> Optional[tuple]:
         return None
 
 
+# The second level (as api/dense_fp8.py's): tensors (a, b, d[, c]), the launch's head points at
+# (a, b, d, c); d must not meet a or b (nor c, unless c is d).
+_moved_calls = _v.MovedCalls(slots=(0, 1, 2, 3), output=2, inputs=(0, 1), c_index=3)
+
+
+def _remember(key: tuple, call) -> None:
+    if len(_validated_calls) >= _MAX_VALIDATED_CALLS:
+        _validated_calls.clear()
+    _validated_calls[key] = call
+
+
 def _dense(fn: str, layout: str, a, b, d, c, compiled_dims) -> None:
     key = _fast_key(layout, a, b, d, c, compiled_dims)
+    moved = None
     if key is not None:
         try:
             call = _validated_calls.get(key)
@@ -61,11 +73,18 @@ def _dense(fn: str, layout: str, a, b, d, c, compiled_dims) -> None:
         if call is not None:
             call()
             return
-    _bf16_gemm(fn, layout, a, b, d, c, compiled_dims, key)
+        if key is not None and type(key[1]) is bytes:  # a seen layout at new addresses: re-pointed
+            moved = _v.MovedCalls.key((a, b, d) if c is None else (a, b, d, c), (layout,) + key[2:], c is d)
+            call = _moved_calls.launch_for(moved)
+            if call is not None:
+                _remember(key, call)
+                call()
+                return
+    _bf16_gemm(fn, layout, a, b, d, c, compiled_dims, key, moved)
 
 
 def _bf16_gemm(fn: str, layout: str, a: object, b: object, d: object, c: object, compiled_dims: object,
-               fast_key: Optional[tuple] = None) -> None:
+               fast_key: Optional[tuple] = None, moved_key: Optional[tuple] = None) -> None:
     a_mk = layout[0] == "n"
     b_nk = layout[1] == "t"
     a = _v.check_tensor(fn, "a", a)
@@ -100,9 +119,8 @@ def _bf16_gemm(fn: str, layout: str, a: object, b: object, d: object, c: object,
         if call is None:
             return
         if fast_key is not None and call.cacheable:
-            if len(_validated_calls) >= _MAX_VALIDATED_CALLS:
-                _validated_calls.clear()
-            _validated_calls[fast_key] = call
+            _remember(fast_key, call)
+            _moved_calls.learn(moved_key, (a, b, d) if c is None else (a, b, d, c), call)
         call()
         return
     a_nt = a if a_mk else a.t()

@@ -90,6 +90,21 @@ def _remember(key: tuple, call) -> None:
     _validated_calls[key] = call
 
 
+# The second level (fp8_gemm_nt): validated calls by their tensors' layout, for a call whose
+# tensors moved (_validate.MovedCalls). Tensors (A, sfa, B, sfb, d[, c]); the prepared launch's
+# head points at (A, B, sfa, sfb, d, c); d must not meet A, sfa, B or sfb (nor c, unless c is d).
+_moved_calls = _v.MovedCalls(slots=(0, 2, 1, 3, 4, 5), output=4, inputs=(0, 1, 2, 3), c_index=5)
+
+
+def _moved_key(a, b, d, c, key: tuple) -> Optional[tuple]:
+    """The second level's key of a call whose first-level key is `key` (None where that key is
+    not the C signature's, e.g. a tensor subclass)."""
+    if type(key[0]) is not bytes:
+        return None
+    tensors = (a[0], a[1], b[0], b[1], d) if c is None else (a[0], a[1], b[0], b[1], d, c)
+    return _v.MovedCalls.key(tensors, key[1:], c is d)
+
+
 def _fp8_gemm(
     fn: str,
     layout: str,
@@ -101,6 +116,7 @@ def _fp8_gemm(
     compiled_dims: object,
     disable_ue8m0_cast: object,
     fast_key: Optional[tuple] = None,
+    moved_key: Optional[tuple] = None,
 ) -> None:
     a_mk = layout[0] == "n"  # A stored [M, K] (K-major) else [K, M]
     b_nk = layout[1] == "t"  # B stored [N, K] (K-major) else [K, N]
@@ -113,7 +129,7 @@ def _fp8_gemm(
     if K == 0:
         write_empty_product(d, c)
         return
-    _run(fn, A, sfa, B, sfb, d, c, rec, a_mk, b_nk, fast_key)
+    _run(fn, A, sfa, B, sfb, d, c, rec, a_mk, b_nk, fast_key, moved_key)
 
 
 def checked_arguments(fn: str, layout: str, a: object, b: object, d: object, c: object, recipe: object,
@@ -172,7 +188,8 @@ def checked_arguments(fn: str, layout: str, a: object, b: object, d: object, c: 
     return A, sfa, B, sfb, d, c, rec, M, N, K
 
 
-def _run(fn: str, A, sfa, B, sfb, d, c, rec, a_mk: bool, b_nk: bool, fast_key: Optional[tuple]) -> None:
+def _run(fn: str, A, sfa, B, sfb, d, c, rec, a_mk: bool, b_nk: bool, fast_key: Optional[tuple],
+         moved_key: Optional[tuple] = None) -> None:
     """A validated call with M, N, K > 0: the SM90 kernel (CUDA) or the exact reference (CPU)."""
     # ---- canonical NT views (transposed views, never copies)
     A_nt = A if a_mk else A.t()
@@ -201,6 +218,7 @@ def _run(fn: str, A, sfa, B, sfb, d, c, rec, a_mk: bool, b_nk: bool, fast_key: O
             return
         if fast_key is not None and a_mk and b_nk and call.cacheable:
             _remember(fast_key, call)
+            _moved_calls.learn(moved_key, (A, sfa, B, sfb, d) if c is None else (A, sfa, B, sfb, d, c), call)
         call()
         return
 
@@ -253,6 +271,7 @@ def fp8_gemm_nt(
     disable_ue8m0_cast: bool = False,
 ) -> None:
     key = fp8_call_key(a, b, d, c, recipe, compiled_dims, disable_ue8m0_cast)
+    moved = None
     if key is not None:
         try:
             call = _validated_calls.get(key)
@@ -261,7 +280,14 @@ def fp8_gemm_nt(
         if call is not None:
             call()
             return
-    _fp8_gemm("fp8_gemm_nt", "nt", a, b, d, c, recipe, compiled_dims, disable_ue8m0_cast, key)
+        if key is not None:  # a seen layout at new addresses: its launch re-pointed
+            moved = _moved_key(a, b, d, c, key)
+            call = _moved_calls.launch_for(moved)
+            if call is not None:
+                _remember(key, call)
+                call()
+                return
+    _fp8_gemm("fp8_gemm_nt", "nt", a, b, d, c, recipe, compiled_dims, disable_ue8m0_cast, key, moved)
 
 
 def fp8_gemm_nn(

@@ -5,7 +5,8 @@
 //   (e.g. the contiguous layout check) whose argument block the caller built once;
 // - tensor_signature: the host fast paths' key of a call's tensors (address, shape, strides,
 //   dtype, device of each) in one bytes object, read through PyTorch's stable C accessors
-//   (aoti_torch_get_*) instead of ~20 Python attribute calls (~0.15-0.25 us each).
+//   (aoti_torch_get_*) instead of ~20 Python attribute calls (~0.15-0.25 us each);
+//   tensor_layout: the same without the addresses (their second level's key), and the addresses.
 //
 // Why: a cached GEMM call's host cost is a few microseconds, and a ctypes call with converted
 // arguments is ~0.4-1 us of it (argument objects, libffi). A METH_FASTCALL function reads four
@@ -236,6 +237,44 @@ PyObject* tensor_signature(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return PyBytes_FromStringAndSize(reinterpret_cast<const char*>(words), static_cast<Py_ssize_t>(n) * 8);
 }
 
+// tensor_layout(*tensors) -> (bytes, addresses) or None: tensor_signature's words with each
+// address word replaced by the address modulo 16, and the addresses as a tuple of ints. Equal
+// layouts mean equal shapes, strides, dtypes, devices and 16-byte alignment classes: everything
+// the dense calls' rules read except where the tensors lie (api/_validate.MovedCalls, the host
+// fast paths' second level, re-checks only that).
+PyObject* tensor_layout(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (g_abi.offset == 0 || nargs > kMaxSignatureTensors) Py_RETURN_NONE;
+  int64_t words[kMaxSignatureTensors * kWordsPerTensor];
+  uint64_t addresses[kMaxSignatureTensors];
+  int n = 0;
+  for (Py_ssize_t i = 0; i < nargs; ++i) {
+    const int w = signature_words(args[i], words + n);
+    if (w < 0) Py_RETURN_NONE;
+    addresses[i] = static_cast<uint64_t>(words[n + 1]);
+    words[n + 1] = static_cast<int64_t>(addresses[i] & 15u);
+    n += w;
+  }
+  PyObject* layout = PyBytes_FromStringAndSize(reinterpret_cast<const char*>(words), static_cast<Py_ssize_t>(n) * 8);
+  PyObject* where = layout != nullptr ? PyTuple_New(nargs) : nullptr;
+  if (where == nullptr) {
+    Py_XDECREF(layout);
+    return nullptr;
+  }
+  for (Py_ssize_t i = 0; i < nargs; ++i) {
+    PyObject* address = PyLong_FromUnsignedLongLong(static_cast<unsigned long long>(addresses[i]));
+    if (address == nullptr) {
+      Py_DECREF(layout);
+      Py_DECREF(where);
+      return nullptr;
+    }
+    PyTuple_SET_ITEM(where, i, address);
+  }
+  PyObject* out = PyTuple_Pack(2, layout, where);
+  Py_DECREF(layout);
+  Py_DECREF(where);
+  return out;
+}
+
 PyMethodDef kMethods[] = {
     {"call_prepared", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(call_prepared)), METH_FASTCALL,
      "call_prepared(function_address, handle, workspace, counters, stream) -> int"},
@@ -243,6 +282,8 @@ PyMethodDef kMethods[] = {
      "launch_kernel(cuLaunchKernel_address, function, grid_x, block_x, shared_bytes, stream, params) -> int"},
     {"tensor_signature", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(tensor_signature)),
      METH_FASTCALL, "tensor_signature(*tensors) -> bytes or None"},
+    {"tensor_layout", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(tensor_layout)), METH_FASTCALL,
+     "tensor_layout(*tensors) -> (bytes, addresses) or None"},
     {"impl_word", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(impl_word)), METH_FASTCALL,
      "impl_word(tensor, offset) -> int"},
     {"configure_tensor_abi", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(configure_tensor_abi)),

@@ -26,7 +26,9 @@ _ACCESSORS = ("data_ptr", "dim", "sizes", "strides", "dtype", "device_type", "de
 _CANDIDATE_OFFSETS = (16, 24, 32)  # after the object header: `at::Tensor cdata` (16) or MaybeOwned (24)
 
 _lock = threading.Lock()
-_state: dict = {}  # "fn": the configured function or None; "why": why it is off (for `finegemm info`)
+# "fn": the configured function or None; "why": why it is off (for `finegemm info`); "layout": the
+# shim's tensor_layout where it agrees with the signature (absent otherwise)
+_state: dict = {}
 
 
 def load() -> Optional[Callable]:
@@ -42,6 +44,14 @@ def load() -> Optional[Callable]:
                 _switch_off()
             _state["fn"], _state["why"] = fn, why
         return _state["fn"]
+
+
+def load_layout() -> Optional[Callable]:
+    """The shim's tensor_layout(*tensors) -> (bytes, addresses): tensor_signature without the
+    addresses (the host fast paths' second level, api/_validate.MovedCalls), or None where the
+    signature is off or the two disagree on the probes."""
+    load()
+    return _state.get("layout")
 
 
 def status() -> str:
@@ -114,6 +124,9 @@ def _configure() -> tuple[Optional[Callable], str]:
     if why:
         _switch_off()
         return None, why
+    layout = getattr(module, "tensor_layout", None)
+    if layout is not None and not _check_layout(layout, module.tensor_signature, probes):
+        _state["layout"] = layout
     return module.tensor_signature, ""
 
 
@@ -154,4 +167,20 @@ def _check(signature: Callable, probes: list) -> str:
 
     if any(signature(x) is not None for x in (a.as_subclass(_Sub), None, 3, "x", (a,))):
         return "a non-tensor or a tensor subclass got a signature"
+    return ""
+
+
+def _check_layout(layout: Callable, signature: Callable, probes: list) -> str:
+    """'' when tensor_layout answers each probe list's signature with every address word reduced
+    modulo 16, and the addresses; else what differs."""
+    for tensors in [(p,) for p in probes] + [(probes[0], probes[1], probes[7])]:
+        got = layout(*tensors)
+        sig = signature(*tensors)
+        if type(got) is not tuple or len(got) != 2 or type(got[0]) is not bytes:
+            return "tensor_layout answered no layout for a probe"
+        masked = [(ptr % 16, *rest) for ptr, *rest in _decode(sig)]
+        if [tuple(x) for x in _decode(got[0])] != masked or got[1] != tuple(t.data_ptr() for t in tensors):
+            return "tensor_layout disagrees with tensor_signature on a probe"
+    if layout(probes[0], None) is not None:
+        return "tensor_layout answered a non-tensor"
     return ""

@@ -271,6 +271,18 @@ class PreparedLaunch:
     def _describe(self) -> str:
         raise NotImplementedError
 
+    def head_pointers(self) -> tuple:
+        """The tensor addresses of the launch's head (everything after the kernel function)."""
+        return tuple(self._head[1:])
+
+    def rebound(self, pointers: tuple) -> "PreparedLaunch":
+        """The same launch with other tensor addresses (api/_validate.MovedCalls: a call whose
+        tensors have this one's layout elsewhere): a fresh call object, encoded on its first call.
+        Only for a cacheable launch, whose head points at the caller's tensors themselves."""
+        if not self.cacheable or len(pointers) != len(self._head) - 1:
+            raise ValueError("rebound: only a cacheable launch, with one address per head pointer")
+        return type(self)(self.cfg, (self._head[0],) + tuple(pointers), self._tail, self._device, True, ())
+
     # Whether the family's one-shot launcher takes (workspace, counters) between head and tail
     # (the m-grouped BF16 launcher has none: no split-K there).
     _one_shot_takes_buffers: bool = True

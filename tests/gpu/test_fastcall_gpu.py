@@ -102,3 +102,94 @@ def test_c_call_keys_on_cuda_tensors():
     finegemm.fp8_gemm_nt((a, sfa), (b, sfb), d2)
     torch.cuda.synchronize()
     assert calc_diff(d2, finegemm.reference.fp8_gemm_nt(a, sfa, b, sfb, out_dtype=torch.float32)) < 1e-5
+
+
+def _fp8_inputs(m, n, k, seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    a = torch.randn(m, k, device="cuda", generator=g).to(torch.float8_e4m3fn)
+    b = torch.randn(n, k, device="cuda", generator=g).to(torch.float8_e4m3fn)
+    sfa = finegemm.get_mn_major_tma_aligned_tensor(torch.rand(m, k // 128, device="cuda", generator=g) + 0.5)
+    sfb = torch.rand((n + 127) // 128, k // 128, device="cuda", generator=g) + 0.5
+    c = torch.randn(m, n, device="cuda", generator=g)
+    return (a, sfa), (b, sfb), c
+
+
+@pytest.mark.parametrize("mnk, out", [((64, 2112, 7168), "bf16"), ((128, 4096, 7168), "bf16"),
+                                      ((4096, 7168, 2048), "bf16"), ((17, 576, 512), "bf16"),
+                                      ((128, 4096, 7168), "c"), ((96, 640, 1024), "c_is_d")])
+def test_fp8_moved_tensors_take_the_second_level(mnk, out, monkeypatch):
+    """Calls whose tensors all moved (fresh A, B, scales, d and c in a validated call's layout)
+    launch the validated plan at their own addresses without the argument checks (split cluster,
+    split-K workspace and plain tiles; with c beside d and c = d). Each NaN-poisoned d is fully
+    written, matches the reference, and equals bitwise the fully validated call on the same inputs."""
+    from finegemm.api import _validate
+
+    assert _validate.layout_fn() is not _validate._no_layout
+    m, n, k = mnk
+    dtype = torch.bfloat16 if out == "bf16" else torch.float32
+
+    def run(a, b, c, keyed=True):
+        d = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
+        if out == "c_is_d":
+            d.copy_(c)
+            c = d
+        elif out != "c":
+            c = None
+        c_ref = None if c is None else c.clone()
+        if keyed:
+            finegemm.fp8_gemm_nt(a, b, d, c)
+        else:  # the validating path, no cache
+            dense_fp8._fp8_gemm("fp8_gemm_nt", "nt", a, b, d, c, None, "nk", False)
+        return d, c_ref
+
+    run(*_fp8_inputs(m, n, k, 1))  # validated: both levels learn it
+    checks = []
+    real = dense_fp8.checked_arguments
+    monkeypatch.setattr(dense_fp8, "checked_arguments", lambda *args: checks.append(args[0]) or real(*args))
+    for seed in (2, 3):
+        a, b, c = _fp8_inputs(m, n, k, seed)
+        checks.clear()
+        d, c_ref = run(a, b, c)
+        assert not checks, "a moved call was validated again"
+        torch.cuda.synchronize()
+        assert not d.isnan().any()
+        ref = finegemm.reference.fp8_gemm_nt(a[0], a[1], b[0], b[1], c=c_ref, out_dtype=torch.float32)
+        assert calc_diff(d, ref) < 1e-5
+        d_validated, _ = run(a, b, c, keyed=False)
+        torch.cuda.synchronize()
+        assert torch.equal(d, d_validated)
+
+
+def test_bf16_moved_tensors_take_the_second_level(monkeypatch):
+    """Dense BF16's second level on the GPU: moved a, b, d (nt and nn) launch without the checks,
+    and match the reference and the validated call bitwise; d over b is still rejected."""
+    from finegemm.api import _validate
+
+    assert _validate.layout_fn() is not _validate._no_layout
+    m, n, k = 64, 2112, 7168
+    checks = []
+    real = _validate.check_gemm_shapes
+    for layout, fn in (("nt", finegemm.bf16_gemm_nt), ("nn", finegemm.bf16_gemm_nn)):
+        def inputs(seed):
+            g = torch.Generator(device="cuda").manual_seed(seed)
+            a = torch.randn(m, k, device="cuda", generator=g, dtype=torch.bfloat16)
+            b = torch.randn(n, k, device="cuda", generator=g, dtype=torch.bfloat16)
+            return a, (b if layout == "nt" else b.t().contiguous()), b
+
+        a, b, _ = inputs(1)
+        fn(a, b, torch.empty(m, n, device="cuda", dtype=torch.bfloat16))
+        monkeypatch.setattr(_validate, "check_gemm_shapes", lambda *args: checks.append(args[0]) or real(*args))
+        a, b, b_nk = inputs(2)
+        d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        fn(a, b, d)
+        assert not checks, "a moved call was validated again"
+        d_validated = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        bf16_api._bf16_gemm(f"bf16_gemm_{layout}", layout, a, b, d_validated, None, "nk")
+        torch.cuda.synchronize()
+        assert calc_diff(d, a.double() @ b_nk.double().t()) < 1e-5 and torch.equal(d, d_validated)
+        monkeypatch.undo()
+    storage = torch.empty(n * k + m * n, device="cuda", dtype=torch.bfloat16)
+    b_over = storage[: n * k].view(n, k)
+    d_over = storage[n * k - m * n // 2: n * k + m * n // 2].view(m, n)
+    with pytest.raises(ValueError, match="d must not overlap b"):
+        finegemm.bf16_gemm_nt(a, b_over, d_over)
