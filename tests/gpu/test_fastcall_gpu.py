@@ -181,8 +181,12 @@ def test_bf16_moved_tensors_take_the_second_level(monkeypatch):
         monkeypatch.setattr(_validate, "check_gemm_shapes", lambda *args: checks.append(args[0]) or real(*args))
         a, b, b_nk = inputs(2)
         d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        key = bf16_api._fast_key(layout, a, b, d, None, "nk")
+        found = _validate.MovedCalls.key((a, b, d), (layout,) + key[2:], False)
+        why = (f"{len(bf16_api._moved_calls._entries)} entries, seen: {found[0] in bf16_api._moved_calls._entries}, "
+               f"addresses {found[1]}, rest {found[0][1:]}, entries' rest {[k[1:] for k in bf16_api._moved_calls._entries]}")
         fn(a, b, d)
-        assert not checks, "a moved call was validated again"
+        assert not checks, f"a moved call was validated again ({why})"
         d_validated = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
         bf16_api._bf16_gemm(f"bf16_gemm_{layout}", layout, a, b, d_validated, None, "nk")
         torch.cuda.synchronize()
