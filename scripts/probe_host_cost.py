@@ -16,6 +16,9 @@ queue behind it (finegemm.bench._common.host_time_us). Parts:
                     maps encoded per call: what every call paid before prepared launches)
   moved_call        full_call with the first level of the call cache forgotten before each call:
                     the second level re-points the validated launch (tensors at new addresses)
+  moved_lookup / moved_encode
+                    its parts: the second-level key and the re-pointed call object; that plus
+                    the host library's encoding of the launch (tensor maps, cluster fit)
   validated_call    the same with both levels forgotten: validation, plan and encoding (a new
                     shape or layout)
   raw_stream / capture_check / split_pointers
@@ -62,11 +65,15 @@ def python_key_parts(key, full) -> dict:
         _validate._signature_fn = saved
 
 
-def uncached_parts(api, full) -> dict:
+def uncached_parts(api, full, found) -> dict:
     """moved_call and validated_call: `full` with its first-level key forgotten before each call
     (the second level re-points the validated launch: what a call whose tensors moved costs),
-    and with both levels forgotten (the whole validation and plan: a new layout's cost)."""
+    and with both levels forgotten (the whole validation and plan: a new layout's cost). The
+    moved call's parts: moved_lookup (its second-level key and the re-pointed call object:
+    found() is the key) and moved_encode (that plus the host library's encoding of the launch)."""
     first, second = api._validated_calls, api._moved_calls._entries
+    lookup = lambda: api._moved_calls.launch_for(found())  # noqa: E731
+    parts = {"moved_lookup": host_time_us(lookup), "moved_encode": host_time_us(lambda: lookup()._make_handle())}
 
     def moved():
         first.clear()
@@ -77,7 +84,7 @@ def uncached_parts(api, full) -> dict:
         second.clear()
         full()
 
-    rec = {"moved_call": host_time_us(moved), "validated_call": host_time_us(validated)}
+    rec = {"moved_call": host_time_us(moved), **parts, "validated_call": host_time_us(validated)}
     full()  # leaves both levels filled again
     return rec
 
@@ -129,7 +136,8 @@ def main() -> None:
                                full),
             "prepared_launch_ctypes": through_ctypes(),
             "oneshot_launch": host_time_us(oneshot),
-            **uncached_parts(dense_fp8, full),
+            **uncached_parts(dense_fp8, full, lambda: dense_fp8._moved_key(
+                (a, sfa), (b, sfb), d, None, dense_fp8.fp8_call_key((a, sfa), (b, sfb), d, None, None, "nk", False))),
             "split_k": call.cfg.split_k,
         }
         from finegemm.ops import _runtime
@@ -154,10 +162,14 @@ def main() -> None:
         a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
         d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        from finegemm.api import _validate
         from finegemm.api import bf16 as api_bf16
 
         rec = {"bf16_full_call": host_time_us(lambda: finegemm.bf16_gemm_nt(a, b, d)),
-               **{f"bf16_{k_}": v for k_, v in uncached_parts(api_bf16, lambda: finegemm.bf16_gemm_nt(a, b, d)).items()},
+               **{f"bf16_{k_}": v for k_, v in uncached_parts(
+                   api_bf16, lambda: finegemm.bf16_gemm_nt(a, b, d),
+                   lambda: _validate.MovedCalls.key((a, b, d), ("nt",) + api_bf16._fast_key("nt", a, b, d, None, "nk")[2:],
+                                                    False)).items()},
                "torch_matmul_out": host_time_us(lambda: torch.matmul(a, b.t(), out=d))}
         results[f"bf16 {m}x{n}x{k}"] = rec
         print(f"bf16 {m}x{n}x{k}: " + ", ".join(f"{k_}={v:.2f}" for k_, v in rec.items()), flush=True)
