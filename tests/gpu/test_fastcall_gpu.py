@@ -179,6 +179,7 @@ def test_bf16_moved_tensors_take_the_second_level(monkeypatch):
         a, b, _ = inputs(1)
         fn(a, b, torch.empty(m, n, device="cuda", dtype=torch.bfloat16))
         monkeypatch.setattr(_validate, "check_gemm_shapes", lambda *args: checks.append(args[0]) or real(*args))
+        checks.clear()
         a, b, b_nk = inputs(2)
         d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
         key = bf16_api._fast_key(layout, a, b, d, None, "nk")
