@@ -125,3 +125,94 @@ def test_bf16_grouped_prepared_call_without_a_handle_passes_the_one_shot_argumen
     monkeypatch.setattr(ob.jit, "error_string", lambda code: f"error {code}")  # no host library needed
     with pytest.raises(RuntimeError, match=r"sm90_bf16_gemm grouped \(kind=2, G=2, m=64, n=256, k=512.*error 100001"):
         call()
+
+
+def _launch_class(symbol: str):
+    """A PreparedLaunch whose family functions are stand-ins (none is called here)."""
+    from finegemm.ops._runtime import PreparedLaunch
+
+    class _Launch(PreparedLaunch):
+        __slots__ = ()
+        _ns = {"_launcher": None, "_launcher_prepare": None, "_launch_prepared": None, "_free_prepared": None}
+        _names = ("_launcher", "_launcher_prepare", "_launch_prepared", "_free_prepared")
+        _rebind_symbol = symbol
+
+        def _describe(self) -> str:
+            return "fake launch"
+
+    return _Launch
+
+
+def test_rebound_copies_a_prepared_launch_in_the_host_library(monkeypatch):
+    """PreparedLaunch.rebound: where the launch is prepared (a handle, the shim in use) and its family
+    has a rebind symbol, the host library's copy at the new addresses becomes the new call's handle
+    (with the launch's shim and split-K answer), so its first call encodes nothing; a refusal (0), no
+    symbol, or no handle yet leaves the new call to encode itself. A launch that is not cacheable
+    cannot be rebound."""
+    from finegemm.ops import _runtime
+
+    calls = []
+    answer = {"handle": 4242}
+
+    def rebind(address, handle, *pointers):
+        calls.append((address, handle) + pointers)
+        return answer["handle"]
+
+    monkeypatch.setattr(_runtime, "_rebind_function", lambda symbol: (rebind, 99) if symbol == "fg_rebind_x" else None)
+    cfg = types.SimpleNamespace(split_k=True)
+    proto = _launch_class("fg_rebind_x")(cfg, (1, 16, 32, 48, None), ("tail",), CPU, True, [])
+    assert proto.head_pointers() == (16, 32, 48, None)
+    fresh = proto.rebound((64, 80, 96, None))  # not prepared yet: nothing to copy
+    assert fresh._handle is None and not calls and fresh.head_pointers() == (64, 80, 96, None)
+    proto._handle, proto._fast_call, proto._launch_address, proto._split_k = 77, object(), 5, False
+    copied = proto.rebound((64, 80, 96, None))
+    assert calls == [(99, 77, 64, 80, 96, None)]
+    assert (copied._handle, copied._fast_call, copied._launch_address, copied._split_k) == (4242, proto._fast_call, 5,
+                                                                                           False)
+    assert copied._tail == proto._tail and copied.cfg is cfg and copied.cacheable
+    answer["handle"] = 0  # the library refused: the new call encodes itself
+    refused = proto.rebound((64, 80, 96, None))
+    assert refused._handle is None and refused._split_k is True and len(calls) == 2
+    other = _launch_class("")(cfg, (1, 16, 32, 48, None), (), CPU, True, [])
+    other._handle, other._fast_call = 77, object()
+    assert other.rebound((64, 80, 96, None))._handle is None and len(calls) == 2
+    with pytest.raises(ValueError, match="one address per head pointer"):
+        proto.rebound((64, 80))
+    not_kept = _launch_class("fg_rebind_x")(cfg, (1, 16, 32, 48, None), (), CPU, False, [])
+    with pytest.raises(ValueError, match="cacheable"):
+        not_kept.rebound((64, 80, 96, None))
+    for launch in (proto, copied, other):  # no free function here: forget the fake handles
+        launch._handle = None
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("family, count", [("sm90_fp8_gemm", 6), ("sm90_bf16_gemm", 4)])
+def test_host_rebind_refuses_before_reading_the_handle(family, count):
+    """fg_rebind_prepared_<family> refuses a null handle, another pointer count or a null out
+    (FG_ERROR_INVALID_ARGUMENT, no handle written) before it reads the prepared launch; the launch
+    shim's rebind_prepared answers 0 for a refusal and checks its own arguments."""
+    from finegemm import jit
+    from finegemm.jit import runtime as jit_runtime
+
+    lib = jit.host_library()
+    u64 = ctypes.c_uint64
+    rebind = c_function(lib, f"fg_rebind_prepared_{family}",
+                        [u64, ctypes.POINTER(u64), ctypes.c_int, ctypes.POINTER(u64)])
+    pointers = (u64 * 8)(*range(16, 16 * 9, 16))
+    out = u64(7)
+    invalid = 100001  # fg::FG_ERROR_INVALID_ARGUMENT
+    assert rebind(0, pointers, count, ctypes.byref(out)) == invalid and out.value == 0
+    for wrong in (count - 1, count + 1, 0):
+        out.value = 7
+        assert rebind(8, pointers, wrong, ctypes.byref(out)) == invalid and out.value == 0  # a bogus handle: unread
+    assert rebind(0, pointers, count, None) == invalid
+    module = jit_runtime.fastcall_module()
+    if module is None:
+        pytest.skip("no launch shim here (no Python.h)")
+    address = ctypes.cast(rebind, ctypes.c_void_p).value
+    assert module.rebind_prepared(address, 0, *[16] * count) == 0
+    assert module.rebind_prepared(address, 8, *[16] * (count + 1)) == 0
+    with pytest.raises(ValueError, match="null function address"):
+        module.rebind_prepared(0, 8, 16)
+    with pytest.raises(TypeError, match="2 to 10 arguments"):
+        module.rebind_prepared(address, 8, *[16] * 9)

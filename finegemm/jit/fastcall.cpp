@@ -1,6 +1,7 @@
 // _finegemm_fastcall: CPython functions that call a launch through its address:
 // - call_prepared: a prepared launch of the host library (fg_launch_prepared_<family>(handle,
-//   workspace, counters, stream));
+//   workspace, counters, stream)); rebind_prepared: a copy of one at other tensors' addresses
+//   (fg_rebind_prepared_<family>);
 // - launch_kernel: the driver's cuLaunchKernel, for the small kernels rendered in finegemm/ops
 //   (e.g. the contiguous layout check) whose argument block the caller built once;
 // - tensor_signature: the host fast paths' key of a call's tensors (address, shape, strides,
@@ -54,6 +55,33 @@ PyObject* call_prepared(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
           reinterpret_cast<void*>(static_cast<uintptr_t>(v[3])), v[4]);
   Py_END_ALLOW_THREADS
   return PyLong_FromLong(rc);
+}
+
+using RebindPreparedFn = int (*)(uint64_t, const uint64_t*, int, uint64_t*);
+
+// rebind_prepared(function_address, handle, *pointers) -> int: a prepared launch re-pointed at other
+// tensors by the host library's fg_rebind_prepared_<family>(handle, pointers, count, &out) (None
+// reads as a null pointer); the new handle, or 0 where the library refused (the caller then
+// encodes the launch anew, which reports any real error).
+PyObject* rebind_prepared(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  constexpr Py_ssize_t kMaxPointers = 8;
+  if (nargs < 2 || nargs > 2 + kMaxPointers) {
+    PyErr_Format(PyExc_TypeError, "rebind_prepared: expected 2 to %zd arguments, got %zd", 2 + kMaxPointers, nargs);
+    return nullptr;
+  }
+  uint64_t address, handle, pointers[kMaxPointers];
+  if (!read_u64(args[0], &address) || !read_u64(args[1], &handle)) return nullptr;
+  for (Py_ssize_t i = 2; i < nargs; ++i) {
+    if (!read_u64(args[i], &pointers[i - 2])) return nullptr;
+  }
+  if (address == 0) {
+    PyErr_SetString(PyExc_ValueError, "rebind_prepared: null function address");
+    return nullptr;
+  }
+  const auto fn = reinterpret_cast<RebindPreparedFn>(static_cast<uintptr_t>(address));
+  uint64_t out = 0;
+  const int rc = fn(handle, pointers, static_cast<int>(nargs - 2), &out);
+  return PyLong_FromUnsignedLongLong(rc == 0 ? out : 0u);
 }
 
 using CuLaunchKernelFn = int (*)(void* f, unsigned grid_x, unsigned grid_y, unsigned grid_z, unsigned block_x,
@@ -278,6 +306,8 @@ PyObject* tensor_layout(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 PyMethodDef kMethods[] = {
     {"call_prepared", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(call_prepared)), METH_FASTCALL,
      "call_prepared(function_address, handle, workspace, counters, stream) -> int"},
+    {"rebind_prepared", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(rebind_prepared)), METH_FASTCALL,
+     "rebind_prepared(function_address, handle, *pointers) -> int"},
     {"launch_kernel", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(launch_kernel)), METH_FASTCALL,
      "launch_kernel(cuLaunchKernel_address, function, grid_x, block_x, shared_bytes, stream, params) -> int"},
     {"tensor_signature", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(tensor_signature)),

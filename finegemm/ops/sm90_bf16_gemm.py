@@ -236,6 +236,7 @@ class PreparedBf16Call(PreparedLaunch):
     _names = ("_launcher", "_launcher_prepare", "_launch_prepared", "_free_prepared")
     _cluster_symbol = "fg_sm90_bf16_gemm_prepared_cluster"
     _split_buffers_symbol = "fg_sm90_bf16_gemm_prepared_split_buffers"
+    _rebind_symbol = "fg_rebind_prepared_sm90_bf16_gemm"
 
     def _describe(self) -> str:
         cfg = self.cfg

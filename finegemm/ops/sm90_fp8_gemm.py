@@ -446,6 +446,7 @@ class PreparedCall(PreparedLaunch):
     _names = ("_launcher", "_launcher_prepare", "_launch_prepared", "_free_prepared")
     _cluster_symbol = "fg_sm90_fp8_gemm_prepared_cluster"
     _split_buffers_symbol = "fg_sm90_fp8_gemm_prepared_split_buffers"
+    _rebind_symbol = "fg_rebind_prepared_sm90_fp8_gemm"  # dense recipe (1, 128, 128) only: subclasses clear it
     _what = "sm90_fp8_gemm"
 
     def _describe(self) -> str:
@@ -536,6 +537,7 @@ class PreparedHeadSplitsCall(PreparedCall):
     launcher: D's map over D's full width)."""
 
     __slots__ = ()
+    _rebind_symbol = ""  # another prepare entry (its maps differ): a moved call encodes itself anew
     _names = ("_launcher_head_splits", "_launcher_prepare_head_splits", "_launch_prepared", "_free_prepared")
     _what = "sm90_fp8_gemm (head splits)"
 
@@ -581,6 +583,7 @@ class PreparedCall1d1d(PreparedCall):
     """A PreparedCall of the recipe (1, 1, 128) kernel (its own host launcher: sfb through TMA)."""
 
     __slots__ = ()
+    _rebind_symbol = ""  # another prepare entry (its maps differ): a moved call encodes itself anew
     _names = ("_launcher_1d1d", "_launcher_prepare_1d1d", "_launch_prepared", "_free_prepared")
     _what = "sm90_fp8_gemm (1, 1, 128)"
 
@@ -799,6 +802,7 @@ class PreparedGroupedCall(PreparedCall):
     """A PreparedCall of an m-grouped launch (contiguous or masked)."""
 
     __slots__ = ()
+    _rebind_symbol = ""  # another prepare entry (its maps differ): a moved call encodes itself anew
 
     def _describe(self) -> str:
         cfg = self.cfg
@@ -1089,6 +1093,7 @@ class PreparedHeadsPackedCall(PreparedCall):
     launcher: sfa's strides)."""
 
     __slots__ = ()
+    _rebind_symbol = ""  # another prepare entry (its maps differ): a moved call encodes itself anew
     _names = ("_launcher_heads_packed_gather", "_launcher_prepare_heads_packed_gather", "_launch_prepared",
               "_free_prepared")
     _what = "sm90_fp8_gemm heads-packed (fp8_einsum: m = b, n = d, k = r per head)"

@@ -104,6 +104,18 @@ def test_c_call_keys_on_cuda_tensors():
     assert calc_diff(d2, finegemm.reference.fp8_gemm_nt(a, sfa, b, sfb, out_dtype=torch.float32)) < 1e-5
 
 
+def _spy_encodes(monkeypatch) -> list:
+    """Records each prepared launch that encodes itself (PreparedLaunch._make_handle): a moved
+    call's launch is copied by the host library instead (fg_rebind_prepared_<family>)."""
+    from finegemm.ops import _runtime
+
+    encodes = []
+    real = _runtime.PreparedLaunch._make_handle
+    monkeypatch.setattr(_runtime.PreparedLaunch, "_make_handle",
+                        lambda self: encodes.append(type(self).__name__) or real(self))
+    return encodes
+
+
 def _fp8_inputs(m, n, k, seed):
     g = torch.Generator(device="cuda").manual_seed(seed)
     a = torch.randn(m, k, device="cuda", generator=g).to(torch.float8_e4m3fn)
@@ -119,9 +131,10 @@ def _fp8_inputs(m, n, k, seed):
                                       ((128, 4096, 7168), "c"), ((96, 640, 1024), "c_is_d")])
 def test_fp8_moved_tensors_take_the_second_level(mnk, out, monkeypatch):
     """Calls whose tensors all moved (fresh A, B, scales, d and c in a validated call's layout)
-    launch the validated plan at their own addresses without the argument checks (split cluster,
-    split-K workspace and plain tiles; with c beside d and c = d). Each NaN-poisoned d is fully
-    written, matches the reference, and equals bitwise the fully validated call on the same inputs."""
+    launch the validated plan at their own addresses without the argument checks, as a copy of the
+    validated launch made by the host library (no new encoding) (split cluster, split-K workspace
+    and plain tiles; with c beside d and c = d). Each NaN-poisoned d is fully written, matches the
+    reference, and equals bitwise the fully validated call on the same inputs."""
     from finegemm.api import _validate
 
     assert _validate.layout_fn() is not _validate._no_layout
@@ -143,14 +156,16 @@ def test_fp8_moved_tensors_take_the_second_level(mnk, out, monkeypatch):
         return d, c_ref
 
     run(*_fp8_inputs(m, n, k, 1))  # validated: both levels learn it
-    checks = []
+    checks, encodes = [], _spy_encodes(monkeypatch)
     real = dense_fp8.checked_arguments
     monkeypatch.setattr(dense_fp8, "checked_arguments", lambda *args: checks.append(args[0]) or real(*args))
     for seed in (2, 3):
         a, b, c = _fp8_inputs(m, n, k, seed)
         checks.clear()
+        encodes.clear()
         d, c_ref = run(a, b, c)
         assert not checks, "a moved call was validated again"
+        assert not encodes, "a moved call was encoded anew instead of copied by the host library"
         torch.cuda.synchronize()
         assert not d.isnan().any()
         ref = finegemm.reference.fp8_gemm_nt(a[0], a[1], b[0], b[1], c=c_ref, out_dtype=torch.float32)
@@ -179,6 +194,7 @@ def test_bf16_moved_tensors_take_the_second_level(monkeypatch):
         a, b, _ = inputs(1)
         fn(a, b, torch.empty(m, n, device="cuda", dtype=torch.bfloat16))
         monkeypatch.setattr(_validate, "check_gemm_shapes", lambda *args: checks.append(args[0]) or real(*args))
+        encodes = _spy_encodes(monkeypatch)
         checks.clear()
         a, b, b_nk = inputs(2)
         d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
@@ -188,6 +204,7 @@ def test_bf16_moved_tensors_take_the_second_level(monkeypatch):
                f"addresses {found[1]}, rest {found[0][1:]}, entries' rest {[k[1:] for k in bf16_api._moved_calls._entries]}")
         fn(a, b, d)
         assert not checks, f"a moved call was validated again ({why})"
+        assert not encodes, "a moved call was encoded anew instead of copied by the host library"
         d_validated = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
         bf16_api._bf16_gemm(f"bf16_gemm_{layout}", layout, a, b, d_validated, None, "nk")
         torch.cuda.synchronize()

@@ -3,6 +3,22 @@
 
 #include <cstdio>
 
+namespace fg {
+
+// cuTensorMapReplaceAddress on an encoded map (the prepared launches' rebind: a kept launch
+// re-pointed at tensors of the same layout). Declared where used (host/sm90_*_gemm.cpp); kept out
+// of common.h, whose bytes key every compiled kernel. Returns a CUresult or FG_ERROR_NO_DRIVER.
+int replace_tmap_address(CUtensorMap* tmap, void* address) {
+  const Driver& drv = driver();
+  if (!drv.ok) return FG_ERROR_NO_DRIVER;
+  using Fn = CUresult (*)(CUtensorMap*, void*);
+  static const Fn replace = reinterpret_cast<Fn>(dlsym(drv.handle, "cuTensorMapReplaceAddress"));
+  if (replace == nullptr) return FG_ERROR_NO_DRIVER;
+  return replace(tmap, address);
+}
+
+}  // namespace fg
+
 extern "C" {
 
 // Load `entry` from the cubin at `cubin_path` into the current context (or, when the calling

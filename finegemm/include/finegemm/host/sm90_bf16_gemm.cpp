@@ -14,6 +14,10 @@
 #include <cstring>
 #include <vector>
 
+namespace fg {
+int replace_tmap_address(CUtensorMap* tmap, void* address);  // host/common.cpp
+}
+
 namespace {
 
 constexpr int kBf16BlockK = 64;              // mirrors Sm90Bf16GemmTraits::BLOCK_K
@@ -54,6 +58,9 @@ struct Sm90Bf16Launch {
   unsigned grid = 0, threads = 0, smem_bytes = 0;
   unsigned cluster = 1;  // CTAs per cluster: num_splits for a split cluster (fg::split_cluster_size), else 1
   bool split_in_cluster = false;  // the splits are the cluster: no workspace, no counters
+  // Prepared by fg_prepare_sm90_bf16_gemm: every map starts at a, b or d, so
+  // fg_rebind_prepared_sm90_bf16_gemm may re-point it.
+  bool rebindable = false;
 };
 
 int launch_dense(const Sm90Bf16Launch& L, void* workspace, void* counters, uint64_t stream) {
@@ -379,10 +386,34 @@ int fg_prepare_sm90_bf16_gemm(uint64_t* out, uint64_t fn, void* a, void* b, void
   if (out == nullptr) return fg::FG_ERROR_INVALID_ARGUMENT;
   *out = 0;
   Sm90Bf16Launch* L = new Sm90Bf16Launch();
-  return fg::publish_prepared(L, encode_dense(L, fn, a, b, d, c, m, n, k, lda, ldb, ldd, a_mn_major, b_mn_major,
-                                              block_m, block_n, num_splits, out_fp32, tma_store, grid, smem_bytes,
-                                              l2_promotion),
-                              out);
+  const int rc = encode_dense(L, fn, a, b, d, c, m, n, k, lda, ldb, ldd, a_mn_major, b_mn_major, block_m, block_n,
+                              num_splits, out_fp32, tma_store, grid, smem_bytes, l2_promotion);
+  L->rebindable = true;
+  return fg::publish_prepared(L, rc, out);
+}
+
+// A copy of a prepared dense call at other tensors' addresses (as fg_rebind_prepared_sm90_fp8_gemm):
+// pointers = (a, b, d, c), count 4, c null exactly where the prepared call's is; the new tensors
+// have the prepared ones' shapes, strides, dtypes and 16-byte alignment (the caller's guarantee).
+int fg_rebind_prepared_sm90_bf16_gemm(uint64_t handle, const uint64_t* pointers, int count, uint64_t* out) {
+  if (out == nullptr) return fg::FG_ERROR_INVALID_ARGUMENT;
+  *out = 0;
+  if (handle == 0 || pointers == nullptr || count != 4) return fg::FG_ERROR_INVALID_ARGUMENT;
+  const Sm90Bf16Launch& P = *fg::prepared_from_handle<Sm90Bf16Launch>(handle);
+  void* a = reinterpret_cast<void*>(static_cast<uintptr_t>(pointers[0]));
+  void* b = reinterpret_cast<void*>(static_cast<uintptr_t>(pointers[1]));
+  void* d = reinterpret_cast<void*>(static_cast<uintptr_t>(pointers[2]));
+  void* c = reinterpret_cast<void*>(static_cast<uintptr_t>(pointers[3]));
+  if (!P.rebindable || a == nullptr || b == nullptr || d == nullptr || (c == nullptr) != (P.c_p == nullptr))
+    return fg::FG_ERROR_INVALID_ARGUMENT;
+  Sm90Bf16Launch* L = new Sm90Bf16Launch(P);
+  int rc = fg::replace_tmap_address(&L->tmap_a, a);
+  if (rc == CUDA_SUCCESS) rc = fg::replace_tmap_address(&L->tmap_a_last, a);
+  if (rc == CUDA_SUCCESS) rc = fg::replace_tmap_address(&L->tmap_b, b);
+  if (rc == CUDA_SUCCESS && (L->flags & kBf16FlagTmaStore) != 0) rc = fg::replace_tmap_address(&L->tmap_d, d);
+  L->d = d;
+  L->c_p = static_cast<const float*>(c);
+  return fg::publish_prepared(L, rc, out);
 }
 
 int fg_launch_prepared_sm90_bf16_gemm(uint64_t handle, void* workspace, void* counters, uint64_t stream) {

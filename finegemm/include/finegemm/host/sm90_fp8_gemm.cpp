@@ -12,6 +12,10 @@
 #include <cstdint>
 #include <cstring>
 
+namespace fg {
+int replace_tmap_address(CUtensorMap* tmap, void* address);  // host/common.cpp
+}
+
 namespace {
 
 constexpr int kBlockK = 128;
@@ -55,6 +59,9 @@ struct Sm90Fp8Launch {
   bool sfa_gather = false;
   const float* sfa_p = nullptr;
   uint32_t sfa_ld_m = 0, sfa_ld_g = 0, sfa_ld_k = 0;
+  // A dense call prepared by fg_prepare_sm90_fp8_gemm: every map starts at a, b, sfa or d (none
+  // gathers or groups), so fg_rebind_prepared_sm90_fp8_gemm may re-point it.
+  bool rebindable = false;
 };
 
 int launch(const Sm90Fp8Launch& L, void* workspace, void* counters, uint64_t stream) {
@@ -449,10 +456,41 @@ int fg_prepare_sm90_fp8_gemm(uint64_t* out, uint64_t fn, void* a, void* b, void*
   if (out == nullptr) return fg::FG_ERROR_INVALID_ARGUMENT;
   *out = 0;
   Sm90Fp8Launch* L = new Sm90Fp8Launch();
-  return fg::publish_prepared(L, encode_1d2d(L, fn, a, b, sfa, sfb, d, c, m, n, k, lda, ldb, ldd, sfa_ld, block_m, block_n,
-                                num_splits, num_multicast, multicast_on_a, out_fp32, tma_store, grid, smem_bytes,
-                                gemm_kind, grouped, num_groups, l2_promotion),
-                 out);
+  const int rc = encode_1d2d(L, fn, a, b, sfa, sfb, d, c, m, n, k, lda, ldb, ldd, sfa_ld, block_m, block_n,
+                             num_splits, num_multicast, multicast_on_a, out_fp32, tma_store, grid, smem_bytes,
+                             gemm_kind, grouped, num_groups, l2_promotion);
+  L->rebindable = gemm_kind == 0;
+  return fg::publish_prepared(L, rc, out);
+}
+
+// A copy of a prepared dense call (fg_prepare_sm90_fp8_gemm, gemm_kind 0) at other tensors'
+// addresses: pointers = (a, b, sfa, sfb, d, c), count 6, c null exactly where the prepared call's
+// is. The caller guarantees that the new tensors have the prepared ones' shapes, strides, dtypes
+// and 16-byte alignment (api/_validate.MovedCalls): then every decision of the encoding (plan,
+// boxes, cluster, vector / TMA stores) holds for them, each map (all start at a tensor's base) is
+// re-pointed with cuTensorMapReplaceAddress and the rest is copied. *out receives a handle of
+// its own (fg_free_prepared_sm90_fp8_gemm). Returns a CUresult or fg::FG_ERROR_*.
+int fg_rebind_prepared_sm90_fp8_gemm(uint64_t handle, const uint64_t* pointers, int count, uint64_t* out) {
+  if (out == nullptr) return fg::FG_ERROR_INVALID_ARGUMENT;
+  *out = 0;
+  if (handle == 0 || pointers == nullptr || count != 6) return fg::FG_ERROR_INVALID_ARGUMENT;
+  const Sm90Fp8Launch& P = *fg::prepared_from_handle<Sm90Fp8Launch>(handle);
+  void* p[6];
+  for (int i = 0; i < 6; ++i) p[i] = reinterpret_cast<void*>(static_cast<uintptr_t>(pointers[i]));
+  void *a = p[0], *b = p[1], *sfa = p[2], *sfb = p[3], *d = p[4], *c = p[5];
+  if (!P.rebindable || a == nullptr || b == nullptr || sfa == nullptr || sfb == nullptr || d == nullptr ||
+      (c == nullptr) != (P.c_p == nullptr))
+    return fg::FG_ERROR_INVALID_ARGUMENT;
+  Sm90Fp8Launch* L = new Sm90Fp8Launch(P);
+  int rc = fg::replace_tmap_address(&L->tmap_a, a);
+  if (rc == CUDA_SUCCESS) rc = fg::replace_tmap_address(&L->tmap_a_last, a);
+  if (rc == CUDA_SUCCESS) rc = fg::replace_tmap_address(&L->tmap_b, b);
+  if (rc == CUDA_SUCCESS) rc = fg::replace_tmap_address(&L->tmap_sfa, sfa);
+  if (rc == CUDA_SUCCESS && (L->flags & kFlagTmaStore) != 0) rc = fg::replace_tmap_address(&L->tmap_d, d);
+  L->sfb_p = static_cast<const float*>(sfb);
+  L->d = d;
+  L->c_p = static_cast<const float*>(c);
+  return fg::publish_prepared(L, rc, out);
 }
 
 // fp8_gemm_nt_skip_head_mid's fused launch: fg_launch_sm90_fp8_gemm's arguments (a dense bf16 call
