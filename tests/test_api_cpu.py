@@ -848,6 +848,44 @@ def test_moved_calls_keep_only_launches_at_the_callers_tensors():
     assert moved.launch_for(moved.key((a, b, d2), ("nn",), False)) is None  # other rest: not seen
 
 
+def test_moved_calls_copy_only_where_validated_and_can_be_switched_off(monkeypatch):
+    """The second level asks the launch for the host library's copy only where "host_rebind" is not
+    gated (FINEGEMM_ENABLE_UNVALIDATED=1 until its GPU suite passes) and not switched off
+    (FINEGEMM_DISABLE_PATHS=host_rebind); FINEGEMM_DISABLE_PATHS=dense_moved_calls switches the
+    second level off (the call is validated again)."""
+    from finegemm.jit import tensor_signature
+
+    if tensor_signature.load_layout() is None:
+        pytest.skip(f"no C layout here: {tensor_signature.status()}")
+    asked = []
+
+    class _Launch:
+        cacheable = True
+
+        def head_pointers(self):
+            return (a.data_ptr(), b.data_ptr(), d.data_ptr(), None)
+
+        def rebound(self, pointers, copy=True):
+            asked.append(copy)
+            return self
+
+    a, b, d = torch.zeros(4, 16), torch.zeros(8, 16), torch.zeros(4, 8)
+    moved = _validate.MovedCalls(slots=(0, 1, 2, 3), output=2, inputs=(0, 1), c_index=3)
+    moved.learn(moved.key((a, b, d), ("nt",), False), (a, b, d), _Launch())
+    d2 = torch.zeros(4, 8)
+    found = moved.key((a, b, d2), ("nt",), False)
+    monkeypatch.delenv("FINEGEMM_ENABLE_UNVALIDATED", raising=False)
+    monkeypatch.delenv("FINEGEMM_DISABLE_PATHS", raising=False)
+    assert moved.launch_for(found) is not None
+    monkeypatch.setenv("FINEGEMM_ENABLE_UNVALIDATED", "1")
+    assert moved.launch_for(found) is not None
+    monkeypatch.setenv("FINEGEMM_DISABLE_PATHS", "host_rebind")
+    assert moved.launch_for(found) is not None
+    expected_first = "host_rebind" not in _validate.UNVALIDATED_ON_GPU  # True once the suite passed
+    assert asked == [expected_first, True, False]
+    monkeypatch.setenv("FINEGEMM_DISABLE_PATHS", "dense_moved_calls")
+    assert moved.launch_for(found) is None and len(asked) == 3
+
 def _spy_fast_path(monkeypatch, family: str, kind: str) -> tuple[list, list]:
     """A fresh validated-call cache for the family's `kind` calls ("contiguous" / "masked"), and
     lists that record each validation (its function name) and each BF16 op launch (the FP8 op

@@ -195,7 +195,7 @@ class MovedCalls:
             return None
         key, addresses = found
         entry = self._entries.get(key)
-        if entry is None:
+        if entry is None or "dense_moved_calls" in disabled_paths():
             return None
         launch, extents = entry
         lo = addresses[self._output]
@@ -207,7 +207,8 @@ class MovedCalls:
         if c < len(addresses) and not key[1] and addresses[c] < hi and lo < addresses[c] + extents[c]:
             return None
         n = len(addresses)
-        return launch.rebound(tuple([addresses[i] if i < n else None for i in self._slots]))
+        return launch.rebound(tuple([addresses[i] if i < n else None for i in self._slots]),
+                              copy=gpu_validated("host_rebind"))
 
     def learn(self, found: Optional[tuple], tensors: tuple, launch: object) -> None:
         """Keep a validated call's cacheable prepared launch for its layout (found: key()'s
@@ -815,7 +816,9 @@ UNVALIDATED_ON_GPU: dict[str, tuple[str, str, str]] = {
     # themselves (H100, the lent card, 2026-12-05: 2026-12-05_h100_gpu_tests_a59da10.log, 2529
     # passed; sanitizers _h100_sanitize_*_einsum_psum_a59da10.log); fp8_einsum's heads-packed kernel
     # gathering sfa in place (H100, 2026-12-05: _h100_gpu_tests_extras_eaf3d65.log, 176 passed;
-    # _h100_sanitize_*_einsum_eaf3d65.log). Nothing is gated now.
+    # _h100_sanitize_*_einsum_eaf3d65.log).
+    "host_rebind": ("the moved dense calls' launch copied by the host library (fg_rebind_prepared_*, "
+                    "v1.20; until then a moved call encodes its launch anew)", "#3", "tests/gpu/test_fastcall_gpu.py"),
 }
 ENABLE_UNVALIDATED_ENV = "FINEGEMM_ENABLE_UNVALIDATED"
 
@@ -837,6 +840,10 @@ FALLBACK_CAPABILITIES = {
                                    "into per-row ids), then the GEMM on its ids",
     "bf16_contiguous_psum_in_gemm": "the BF16 contiguous calls with use_psum_layout run the layout-check kernel, then "
                                     "the GEMM on its ids",
+    "dense_moved_calls": "a dense call whose tensors moved (a validated layout at new addresses) is validated and "
+                         "planned again (~50-110 us of host time instead of ~8-18)",
+    "host_rebind": "a moved dense call's launch is encoded anew instead of copied by the host library (~10-17 us more "
+                   "host time)",
 }
 DISABLE_PATHS_ENV = "FINEGEMM_DISABLE_PATHS"
 

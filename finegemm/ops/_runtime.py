@@ -302,17 +302,17 @@ class PreparedLaunch:
     # its maps re-pointed, nothing re-planned); "" where the family (or this kind of call) has none.
     _rebind_symbol: str = ""
 
-    def rebound(self, pointers: tuple) -> "PreparedLaunch":
+    def rebound(self, pointers: tuple, copy: bool = True) -> "PreparedLaunch":
         """The same launch with other tensor addresses (api/_validate.MovedCalls: a call whose
-        tensors have this one's layout elsewhere), as a fresh call object. Where this launch is
-        prepared and its family can rebind, the host library copies it with its tensor maps
-        re-pointed (~1 us); otherwise the new object encodes itself on its first call (~10-17 us
-        on an H100 host). Only for a cacheable launch, whose head points at the caller's tensors."""
+        tensors have this one's layout elsewhere), as a fresh call object. With `copy`, where this
+        launch is prepared and its family can rebind, the host library copies it with its tensor
+        maps re-pointed (~1 us); otherwise the new object encodes itself on its first call (~10-17
+        us on an H100 host). Only for a cacheable launch, whose head points at the caller's tensors."""
         if not self.cacheable or len(pointers) != len(self._head) - 1:
             raise ValueError("rebound: only a cacheable launch, with one address per head pointer")
         new = type(self)(self.cfg, (self._head[0],) + tuple(pointers), self._tail, self._device, True, ())
         handle = self._handle
-        if handle and self._rebind_symbol and self._fast_call is not None:
+        if copy and handle and self._rebind_symbol and self._fast_call is not None:
             rebind = _rebind_function(self._rebind_symbol)
             copied = rebind[0](rebind[1], handle, *pointers) if rebind is not None else 0
             if copied:
