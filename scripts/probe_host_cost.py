@@ -19,6 +19,10 @@ queue behind it (finegemm.bench._common.host_time_us). Parts:
   moved_lookup / moved_encode
                     its parts: the second-level key and the re-pointed call object; that plus
                     the host library's encoding of the launch (tensor maps, cluster fit)
+  moved_call_copied / moved_lookup_copied / copied
+                    the same with the host library copying the kept launch (v1.20's
+                    fg_rebind_prepared_*, switched on for the measurement while gated), and
+                    whether the copy happened
   validated_call    the same with both levels forgotten: validation, plan and encoding (a new
                     shape or layout)
   raw_stream / capture_check / split_pointers
@@ -40,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -86,6 +91,22 @@ def uncached_parts(api, full, found) -> dict:
 
     rec = {"moved_call": host_time_us(moved), **parts, "validated_call": host_time_us(validated)}
     full()  # leaves both levels filled again
+    # The same moved call with the host library's copy of the launch (v1.20; gated until its GPU
+    # suite passes, so switched on here for the measurement): moved_call_copied, its lookup (which
+    # now includes the copy), and whether the copy happened (the call object came with a handle).
+    saved = os.environ.get("FINEGEMM_ENABLE_UNVALIDATED")
+    os.environ["FINEGEMM_ENABLE_UNVALIDATED"] = "1"
+    try:
+        probe = lookup()
+        rec["copied"] = probe is not None and bool(probe._handle)
+        rec["moved_call_copied"] = host_time_us(moved)
+        rec["moved_lookup_copied"] = host_time_us(lookup)
+    finally:
+        if saved is None:
+            os.environ.pop("FINEGEMM_ENABLE_UNVALIDATED", None)
+        else:
+            os.environ["FINEGEMM_ENABLE_UNVALIDATED"] = saved
+    full()
     return rec
 
 
