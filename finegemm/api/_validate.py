@@ -841,7 +841,7 @@ FALLBACK_CAPABILITIES = {
     "bf16_contiguous_psum_in_gemm": "the BF16 contiguous calls with use_psum_layout run the layout-check kernel, then "
                                     "the GEMM on its ids",
     "dense_moved_calls": "a dense call whose tensors moved (a validated layout at new addresses) is validated and "
-                         "planned again (~50-110 us of host time instead of ~8-18)",
+                         "planned again (50-120 us of host time instead of 16-31 on an H100 host)",
     "host_rebind": "a moved dense call's launch is encoded anew instead of copied by the host library (~10-17 us more "
                    "host time)",
 }
