@@ -132,6 +132,14 @@ def python_tensor_key(tensors) -> tuple:
     return key
 
 
+def keep_bounded(cache: dict, key: object, value: object, limit: int) -> None:
+    """cache[key] = value, the cache cleared first when it holds `limit` entries (the host fast
+    paths' caches: a loop over ever new tensors must not grow them without bound)."""
+    if len(cache) >= limit:
+        cache.clear()
+    cache[key] = value
+
+
 def _no_layout(*tensors) -> None:
     return None
 
@@ -220,14 +228,12 @@ class MovedCalls:
         n = len(addresses)
         if launch.head_pointers() != tuple([addresses[i] if i < n else None for i in self._slots]):
             return
-        extents = tuple([_byte_extent(t) for t in tensors])
-        if len(self._entries) >= self._limit:
-            self._entries.clear()
-        self._entries[key] = (launch, extents)
+        keep_bounded(self._entries, key, (launch, tuple([_byte_extent(t) for t in tensors])), self._limit)
 
 
 def _byte_extent(t: torch.Tensor) -> int:
-    """Bytes from t's first element to past its last (as _byte_span; 0 for an empty tensor)."""
+    """Bytes from t's first element to past its last (0 for an empty tensor): _byte_span's length,
+    which depends on the layout only (MovedCalls keeps it per layout)."""
     if 0 in t.shape:
         return 0
     extent = 1
@@ -297,9 +303,7 @@ class ValidatedCalls:
         """Keep `value` (truthy) for a validated call's key (None: nothing is kept)."""
         if key is None:
             return
-        if len(self._keys) >= self._limit:
-            self._keys.clear()
-        self._keys[key] = value
+        keep_bounded(self._keys, key, value, self._limit)
 
 
 ONE_SHOT = "one-shot"  # ValidatedCalls' value of a validated call that cannot be prepared
@@ -461,14 +465,11 @@ def check_k_alignment(fn: str, k: int, element_size: int, kind: str) -> None:
 
 
 def _byte_span(t: torch.Tensor) -> Optional[tuple[int, int]]:
-    shape = t.shape
-    if 0 in shape:
+    extent = _byte_extent(t)
+    if extent == 0:
         return None
-    extent = 1
-    for s, st in zip(shape, t.stride()):
-        extent += (s - 1) * st
     start = t.data_ptr()
-    return start, start + extent * t.element_size()
+    return start, start + extent
 
 
 def _has_self_overlap(t: torch.Tensor) -> bool:

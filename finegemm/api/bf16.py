@@ -57,9 +57,7 @@ _moved_calls = _v.MovedCalls(slots=(0, 1, 2, 3), output=2, inputs=(0, 1), c_inde
 
 
 def _remember(key: tuple, call) -> None:
-    if len(_validated_calls) >= _MAX_VALIDATED_CALLS:
-        _validated_calls.clear()
-    _validated_calls[key] = call
+    _v.keep_bounded(_validated_calls, key, call, _MAX_VALIDATED_CALLS)
 
 
 def _dense(fn: str, layout: str, a, b, d, c, compiled_dims) -> None:

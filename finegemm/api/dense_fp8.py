@@ -85,9 +85,7 @@ def fp8_call_key(a, b, d, c, recipe, x, y) -> Optional[tuple]:
 
 
 def _remember(key: tuple, call) -> None:
-    if len(_validated_calls) >= _MAX_VALIDATED_CALLS:
-        _validated_calls.clear()
-    _validated_calls[key] = call
+    _v.keep_bounded(_validated_calls, key, call, _MAX_VALIDATED_CALLS)
 
 
 # The second level (fp8_gemm_nt): validated calls by their tensors' layout, for a call whose
