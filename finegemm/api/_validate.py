@@ -203,7 +203,10 @@ class MovedCalls:
             return None
         key, addresses = found
         entry = self._entries.get(key)
-        if entry is None or "dense_moved_calls" in disabled_paths():
+        if entry is None:
+            return None
+        disabled = disabled_paths()  # read once per moved call (the environment is slow to read)
+        if "dense_moved_calls" in disabled:
             return None
         launch, extents = entry
         lo = addresses[self._output]
@@ -216,7 +219,7 @@ class MovedCalls:
             return None
         n = len(addresses)
         return launch.rebound(tuple([addresses[i] if i < n else None for i in self._slots]),
-                              copy=gpu_validated("host_rebind"))
+                              copy=gpu_validated("host_rebind", disabled))
 
     def learn(self, found: Optional[tuple], tensors: tuple, launch: object) -> None:
         """Keep a validated call's cacheable prepared launch for its layout (found: key()'s
@@ -866,11 +869,13 @@ def _parse_disabled_paths(raw: str) -> frozenset:
     return names
 
 
-def gpu_validated(capability: str) -> bool:
+def gpu_validated(capability: str, disabled: Optional[frozenset] = None) -> bool:
     """Whether a kernel capability with a fallback may run on CUDA: it passed its GPU suite (or
-    FINEGEMM_ENABLE_UNVALIDATED=1) and FINEGEMM_DISABLE_PATHS does not name it. Asked when a call
-    is planned, not on a kept call's hot path; require_gpu_validated raises instead."""
-    if capability in disabled_paths():
+    FINEGEMM_ENABLE_UNVALIDATED=1) and FINEGEMM_DISABLE_PATHS does not name it (`disabled`: that
+    variable's names when the caller has read them already; each read of the environment costs
+    ~1-2 us). Asked when a call is planned, not on a kept call's hot path; require_gpu_validated
+    raises instead."""
+    if capability in (disabled_paths() if disabled is None else disabled):
         return False
     return capability not in UNVALIDATED_ON_GPU or os.environ.get(ENABLE_UNVALIDATED_ENV) == "1"
 
