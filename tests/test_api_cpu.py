@@ -861,6 +861,7 @@ def test_moved_calls_copy_only_where_validated_and_can_be_switched_off(monkeypat
 
     class _Launch:
         cacheable = True
+        _rebind_symbol = "fg_rebind_prepared_sm90_fp8_gemm"  # a family that can copy a launch
 
         def head_pointers(self):
             return (a.data_ptr(), b.data_ptr(), d.data_ptr(), None)
@@ -1224,6 +1225,128 @@ def test_bf16_moved_tensors_reuse_the_validated_layout(monkeypatch, key_builder)
         finegemm.bf16_gemm_nt(a, b_over, d_over)
 
 
+def _real_masked_ops(monkeypatch, family: str, launched: list):
+    """The family's real ops module with a launcher that records (head, tail) and a fixed plan: its
+    real prepare_m_grouped_masked then builds the real prepared launch (argument order, tensor
+    pointers in head and tail) without a GPU; its plan_grouped calls are counted in the list it returns."""
+    from finegemm.heuristics.sm90_fp8_gemm import GEMM_GROUPED_MASKED
+    from finegemm.ops import sm90_bf16_gemm as bf16_ops
+    from finegemm.ops import sm90_fp8_gemm as fp8_ops
+
+    ops = fp8_ops if family == "fp8" else bf16_ops
+    plans = []
+    cfg = types.SimpleNamespace(split_k=False, block_m=64, block_n=128, num_multicast=1, multicast_on_a=False,
+                                tma_store=False, grid=1, smem_bytes=0, gemm_kind=GEMM_GROUPED_MASKED,
+                                l2_promotion=(0, 0), b_mn_major=False, num_groups=0)
+
+    def plan_grouped(*args, **kw):
+        plans.append(args)
+        return cfg, 1
+
+    def launcher(fn, *rest):
+        launched.append(rest)
+        return 0
+
+    monkeypatch.setattr(ops, "plan_grouped", plan_grouped)
+    monkeypatch.setattr(ops, "_get_raw_stream", lambda index: 0)
+    monkeypatch.setattr(ops, "_is_capturing", lambda: False, raising=False)
+    if family == "fp8":
+        monkeypatch.setattr(ops, "_get_launcher", lambda: None)
+        monkeypatch.setattr(ops, "_launcher", launcher)
+        monkeypatch.setattr(ops, "_launcher_prepare", None)
+    else:
+        monkeypatch.setattr(ops, "_get_grouped_launcher", lambda: launcher)
+        monkeypatch.setattr(ops, "_grouped_launcher", launcher)
+        monkeypatch.setattr(ops, "_grouped_prepare", None)
+    monkeypatch.setattr(ops, f"m_grouped_{family}_gemm_nt_masked", lambda *args: launched.append("one-shot"))
+    return plans
+
+
+@pytest.mark.parametrize("family", ["fp8", "bf16"])
+def test_masked_moved_tensors_reuse_the_validated_layout(monkeypatch, family, key_builder):
+    """The masked calls' second level (v1.21): a call whose tensors (masked_m among them) have a
+    validated call's layout at new addresses skips the checks and the plan and launches the real
+    prepared launch at its own addresses, masked_m's in the launch's tail (FP8) or head (BF16);
+    d over an input is rejected by the validating path; gated until its GPU suite passes,
+    switched off by FINEGEMM_DISABLE_PATHS=masked_moved_calls; none for the Python key."""
+    from finegemm.api import bf16 as api_bf16
+    from finegemm.api import grouped_fp8 as api_fp8
+
+    api = api_fp8 if family == "fp8" else api_bf16
+    shipped = api._validated_masked._moved  # a fresh cache with the module's own slots
+    monkeypatch.setattr(api, "_validated_masked", _validate.ValidatedCalls(moved=_validate.MovedCalls(
+        shipped._slots, shipped._output, shipped._inputs, shipped._c_index, switch=shipped._switch)))
+    validations = []
+    real_validate = api._validate_masked
+    monkeypatch.setattr(api, "_validate_masked", lambda *args: validations.append(1) or real_validate(*args))
+    monkeypatch.setattr(_validate, "on_cuda", lambda t: True)
+    monkeypatch.setenv("FINEGEMM_ENABLE_UNVALIDATED", "1")
+    monkeypatch.delenv("FINEGEMM_DISABLE_PATHS", raising=False)
+    launched = []
+    plans = _real_masked_ops(monkeypatch, family, launched)
+    G, Mmax, N, K = 2, 16, 128, 128
+    if family == "fp8":
+        A, B = rand_fp8(G, Mmax, K), rand_fp8(G, N, K)
+        sfa = torch.randn(G, K // 128, Mmax).abs().transpose(1, 2)  # MN-major: read in place
+        sfb = rand_sf(G, 1, 1)
+
+        def call(a_, d_, mm_):
+            finegemm.m_grouped_fp8_gemm_nt_masked((a_, sfa), (B, sfb), d_, mm_, 8)
+
+        def pointers(entry):  # (A, B, sfa, sfb, d, masked_m) of a recorded one-shot launch
+            from finegemm.ops.sm90_fp8_gemm import GROUPED_TAIL_POINTER
+            return entry[:5] + (entry[8 + GROUPED_TAIL_POINTER],)
+    else:
+        A, B = rand_bf16(G, Mmax, K), rand_bf16(G, N, K)
+
+        def call(a_, d_, mm_):
+            finegemm.m_grouped_bf16_gemm_nt_masked(a_, B, d_, mm_, 8)
+
+        def pointers(entry):  # (a, b, d, masked_m)
+            return entry[:4]
+    mm = torch.tensor([3, 16], dtype=torch.int32)
+    call(A, torch.empty(G, Mmax, N, dtype=BF16), mm)
+    assert (len(validations), len(plans), len(launched)) == (1, 1, 1)
+    moved = key_builder == "c_signature"  # the Python key (tensor subclasses) has no second level
+
+    A2, d2, mm2 = A.clone(), torch.empty(G, Mmax, N, dtype=BF16), mm.clone()
+    call(A2, d2, mm2)
+    assert (len(validations), len(plans)) == ((1, 1) if moved else (2, 2))
+    got = pointers(launched[-1])
+    assert d2.data_ptr() in got and mm2.data_ptr() in got and A2.data_ptr() in got
+    assert mm.data_ptr() not in got and A.data_ptr() not in got
+    call(A2, d2, mm2)  # now a first-level hit
+    assert len(validations) == (1 if moved else 2) and len(launched) == 3
+
+    # d over masked_m's bytes (both in seen layouts and alignment classes): the overlap error.
+    storage = torch.empty(G * Mmax * N + 64, dtype=BF16)
+    d_over = storage[: G * Mmax * N].view(G, Mmax, N)
+    mm_over = storage[64:68].view(torch.int32)
+    assert mm_over.data_ptr() % 16 == 0
+    with pytest.raises(ValueError, match="d must not overlap"):
+        call(A2, d_over, mm_over)
+    # Another layout: a masked_m of another dtype is rejected; a padded d (another row pitch) is
+    # validated and planned.
+    with pytest.raises(TypeError, match="masked_m"):
+        call(A2, d2, mm2.long())
+    before, plans_before = len(validations), len(plans)
+    d_padded = torch.empty(G, Mmax, N + 8, dtype=BF16)[..., :N]
+    call(A2, d_padded, mm2)
+    assert (len(validations), len(plans)) == (before + 1, plans_before + 1)
+    assert d_padded.data_ptr() in pointers(launched[-1]) and "one-shot" not in launched
+
+    # Gated while its GPU suite has not run; switched off by name.
+    gated = "masked_moved_calls" in _validate.UNVALIDATED_ON_GPU
+    for env, switched_off in (("FINEGEMM_ENABLE_UNVALIDATED", gated), ("FINEGEMM_DISABLE_PATHS", True)):
+        if env == "FINEGEMM_ENABLE_UNVALIDATED":
+            monkeypatch.delenv(env)
+        else:
+            monkeypatch.setenv(env, "masked_moved_calls")
+        before = len(validations)
+        call(A.clone(), torch.empty(G, Mmax, N, dtype=BF16), mm.clone())
+        assert len(validations) == before + (1 if switched_off or not moved else 0)
+
+
 def test_unvalidated_kernels_are_gated(fake_cuda, monkeypatch):
     """A capability listed in UNVALIDATED_ON_GPU raises on CUDA (naming the suite and the switch)
     and never reaches the ops layer; FINEGEMM_ENABLE_UNVALIDATED=1 lifts the gate."""
@@ -1256,11 +1379,12 @@ def test_every_built_kernel_is_validated():
     skip-head-mid epilogue and the FP8 / BF16 contiguous GEMMs checking their layout themselves
     passed on the H200 on 2026-12-05). A path built later is listed until its suite runs, and has
     a fallback (so the calls it serves work meanwhile): now the host library's copy of a moved
-    dense call's launch (2026-12-07; its fallback encodes the launch anew, GPU-tested)."""
+    dense call's launch (2026-12-07; its fallback encodes the launch anew, GPU-tested) and the
+    masked calls' second level (its fallback validates and plans the call again)."""
     from finegemm.api import _validate
     # The last four (fp8_einsum's heads-packed kernel, the GEMMs reading psum ends, that heads-packed
     # kernel gathering sfa in place) passed on an H100, 2026-12-05.
-    assert set(_validate.UNVALIDATED_ON_GPU) == {"host_rebind"}
+    assert set(_validate.UNVALIDATED_ON_GPU) == {"host_rebind", "masked_moved_calls"}
     assert set(_validate.UNVALIDATED_ON_GPU) <= set(_validate.FALLBACK_CAPABILITIES)
 
 

@@ -174,17 +174,23 @@ class MovedCalls:
     against each input's (and c's against d's where c is not d), as check_no_overlap and
     check_c_alias would; any overlap goes to the validating path, which raises or accepts.
 
-    `slots`: for each pointer of a prepared launch's head after the function, the index of its
+    `slots`: for each tensor pointer of a prepared launch (its head_pointers()), the index of its
     tensor in the call's tensor tuple (an index past its end: c absent, the pointer None).
     `output`: d's index; `inputs`: the indices whose spans d must not meet; `c_index`: c's.
+    `switch`: the FALLBACK_CAPABILITIES name that turns this level off (asked per moved call).
+
+    The m-grouped masked calls have one too (ValidatedCalls' `moved`): their rules read the same
+    things, masked_m's values are read on the GPU only, and their launch holds masked_m's address.
     """
 
-    def __init__(self, slots: tuple, output: int, inputs: tuple, c_index: int, limit: int = 1024) -> None:
+    def __init__(self, slots: tuple, output: int, inputs: tuple, c_index: int, limit: int = 1024,
+                 switch: str = "dense_moved_calls") -> None:
         self._slots = slots
         self._output = output
         self._inputs = inputs
         self._c_index = c_index
         self._limit = limit
+        self._switch = switch
         self._entries: dict = {}
 
     @staticmethod
@@ -206,7 +212,7 @@ class MovedCalls:
         if entry is None:
             return None
         disabled = disabled_paths()  # read once per moved call (the environment is slow to read)
-        if "dense_moved_calls" in disabled:
+        if not gpu_validated(self._switch, disabled):
             return None
         launch, extents = entry
         lo = addresses[self._output]
@@ -219,7 +225,7 @@ class MovedCalls:
             return None
         n = len(addresses)
         return launch.rebound(tuple([addresses[i] if i < n else None for i in self._slots]),
-                              copy=gpu_validated("host_rebind", disabled))
+                              copy=bool(launch._rebind_symbol) and gpu_validated("host_rebind", disabled))
 
     def learn(self, found: Optional[tuple], tensors: tuple, launch: object) -> None:
         """Keep a validated call's cacheable prepared launch for its layout (found: key()'s
@@ -251,9 +257,13 @@ class ValidatedCalls:
     (ops/*: addresses and buffers of its own, never the caller's tensors). Bounded (cleared when
     full)."""
 
-    def __init__(self, limit: int = 4096) -> None:
+    def __init__(self, limit: int = 4096, moved: Optional[MovedCalls] = None) -> None:
         self._keys: dict = {}
         self._limit = limit
+        # The second level (MovedCalls), for calls whose kept launches hold only the caller's
+        # tensors' addresses (m-grouped masked): keyed by the C layout, the function name and
+        # the typed arguments of a first-level key.
+        self._moved = moved
 
     def key(self, fn: str, d: object, tensors, values: tuple) -> Optional[tuple]:
         """(fn, tensor_key(*tensors()), typed_key(*values, the SM budget, the mk alignment)) of a
@@ -266,10 +276,13 @@ class ValidatedCalls:
         except Exception:
             return None
 
-    def launch(self, key: Optional[tuple], validate, *args) -> object:
-        """What the caller is to launch with: the value kept for its key when seen; else, when
-        validate(*args) (every argument check; it runs CPU and empty-product calls itself and
-        returns False) returned True, True (and the key is kept); else False."""
+    def launch(self, key: Optional[tuple], validate, *args, tensors=None) -> object:
+        """What the caller is to launch with: the value kept for its key when seen; else, with a
+        second level and `tensors` (a function answering the call's tensors, in the order of
+        `moved`'s slots), the launch of a validated call of the same layout re-pointed at these
+        tensors (kept for the key); else, when validate(*args) (every argument check; it runs CPU
+        and empty-product calls itself and returns False) returned True, True (and the key is
+        kept); else False."""
         try:
             if key is not None:
                 kept = self._keys.get(key)
@@ -277,12 +290,26 @@ class ValidatedCalls:
                     return kept
         except TypeError:  # an unhashable argument: validate (and raise what is wrong)
             key = None
+        if tensors is not None and self._moved is not None and key is not None:
+            found = self._moved_key(key, tensors())
+            moved = self._moved.launch_for(found)
+            if moved is not None:
+                self.keep(key, moved)
+                return moved
         if not validate(*args):
             return False
         self.keep(key, True)
         return True
 
-    def run_kept(self, key: Optional[tuple], kept: object, prepare) -> bool:
+    @staticmethod
+    def _moved_key(key: tuple, tensors: tuple) -> Optional[tuple]:
+        """MovedCalls.key of a call whose first-level key is `key` (None where that key is not
+        the C signature's: a tensor subclass, or the shim off)."""
+        if type(key[1]) is not bytes:
+            return None
+        return MovedCalls.key(tensors, (key[0],) + key[2:], False)
+
+    def run_kept(self, key: Optional[tuple], kept: object, prepare, tensors=None) -> bool:
         """Run a validated CUDA call (`kept`: launch()'s answer) through a prepared launch: True when
         one ran it, False when the caller is to launch it with every argument (one-shot).
 
@@ -290,7 +317,9 @@ class ValidatedCalls:
         Otherwise prepare(the kept launch, or None for a call without one) runs it through a
         prepared launch and returns that launch (kept for the key), or returns ONE_SHOT where the
         call can never be prepared (an input copied per call: kept, so it is not tried again), or
-        None where it cannot be prepared now (graph capture, another current device)."""
+        None where it cannot be prepared now (graph capture, another current device). With a
+        second level and `tensors` (as launch's), a launch prepared for the key is kept for its
+        layout too (MovedCalls.learn: only one that holds the caller's own tensors)."""
         if kept is ONE_SHOT:
             return False
         if kept is not True and kept() is not False:
@@ -300,6 +329,9 @@ class ValidatedCalls:
             return False
         if kept is True:
             self.keep(key, made)
+            if tensors is not None and self._moved is not None and key is not None and made is not ONE_SHOT:
+                t = tensors()
+                self._moved.learn(self._moved_key(key, t), t, made)
         return made is not ONE_SHOT
 
     def keep(self, key: Optional[tuple], value: object) -> None:
@@ -823,6 +855,9 @@ UNVALIDATED_ON_GPU: dict[str, tuple[str, str, str]] = {
     # _h100_sanitize_*_einsum_eaf3d65.log).
     "host_rebind": ("the moved dense calls' launch copied by the host library (fg_rebind_prepared_*, "
                     "v1.20; until then a moved call encodes its launch anew)", "#3", "tests/gpu/test_fastcall_gpu.py"),
+    "masked_moved_calls": ("the m-grouped masked calls' second level (v1.21: a validated layout at new addresses, "
+                           "masked_m's among them, re-points the kept launch; until then such a call is validated "
+                           "and planned again)", "#4", "tests/gpu/test_fastcall_gpu.py"),
 }
 ENABLE_UNVALIDATED_ENV = "FINEGEMM_ENABLE_UNVALIDATED"
 
@@ -846,6 +881,7 @@ FALLBACK_CAPABILITIES = {
                                     "the GEMM on its ids",
     "dense_moved_calls": "a dense call whose tensors moved (a validated layout at new addresses) is validated and "
                          "planned again (50-120 us of host time instead of 16-31 on an H100 host)",
+    "masked_moved_calls": "an m-grouped masked call (FP8 or BF16) whose tensors moved is validated and planned again",
     "host_rebind": "a moved dense call's launch is encoded anew instead of copied by the host library (~10-17 us more "
                    "host time)",
 }

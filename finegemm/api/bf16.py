@@ -355,19 +355,25 @@ def m_grouped_bf16_gemm_nt_masked(
     GPU, never by the host (no sync; a captured CUDA graph replays with new masked_m values).
     """
     fn = "m_grouped_bf16_gemm_nt_masked"
-    key = _validated_masked.key(fn, d, lambda: (a, b, d, masked_m), (expected_m, compiled_dims))
-    kept = _validated_masked.launch(key, _validate_masked, fn, a, b, d, masked_m, expected_m, compiled_dims)
+    def tensors():
+        return a, b, d, masked_m
+
+    key = _validated_masked.key(fn, d, tensors, (expected_m, compiled_dims))
+    kept = _validated_masked.launch(key, _validate_masked, fn, a, b, d, masked_m, expected_m, compiled_dims,
+                                    tensors=tensors)
     if not kept or _v.ran_kept(kept):
         return  # CPU, an empty product, or a seen call's prepared launch: done
     from finegemm.ops import sm90_bf16_gemm
 
     if not _validated_masked.run_kept(key, kept, lambda _: _v.run_prepared_launch(
-            sm90_bf16_gemm.prepare_m_grouped_masked(a, b, d, masked_m, expected_m))):
+            sm90_bf16_gemm.prepare_m_grouped_masked(a, b, d, masked_m, expected_m)), tensors):
         sm90_bf16_gemm.m_grouped_bf16_gemm_nt_masked(a, b, d, masked_m, expected_m)
 
 
-# The masked calls' host fast path (as the contiguous ones').
-_validated_masked = _v.ValidatedCalls()
+# The masked calls' host fast path (as the contiguous ones'), with a second level: tensors
+# (a, b, d, masked_m), which the launch points at in that order; d must not meet a, b or masked_m.
+_validated_masked = _v.ValidatedCalls(moved=_v.MovedCalls(
+    slots=(0, 1, 2, 3), output=2, inputs=(0, 1, 3), c_index=4, switch="masked_moved_calls"))
 
 
 def _validate_masked(fn: str, a: object, b: object, d: object, masked_m: object, expected_m: object,

@@ -292,23 +292,28 @@ def m_grouped_fp8_gemm_nt_masked(
     and replayed with other masked_m values.
     """
     fn = "m_grouped_fp8_gemm_nt_masked"
-    key = _validated_masked.key(fn, d, lambda: (a[0], a[1], b[0], b[1], d, masked_m),
-                                (expected_m, recipe, compiled_dims, disable_ue8m0_cast))
+    def tensors():
+        return a[0], a[1], b[0], b[1], d, masked_m
+
+    key = _validated_masked.key(fn, d, tensors, (expected_m, recipe, compiled_dims, disable_ue8m0_cast))
     kept = _validated_masked.launch(key, _validate_masked, fn, a, b, d, masked_m, expected_m, recipe, compiled_dims,
-                                    disable_ue8m0_cast)
+                                    disable_ue8m0_cast, tensors=tensors)
     if not kept or _v.ran_kept(kept):
-        return  # CPU, an empty product, or a seen call's prepared launch: done
+        return  # CPU, an empty product, or a seen (or moved) call's prepared launch: done
     from finegemm.ops import sm90_fp8_gemm  # lazy: the CUDA stack is only needed for CUDA tensors
 
     A, sfa, B, sfb = a[0], a[1], b[0], b[1]
     if not _validated_masked.run_kept(key, kept, lambda _: _v.run_prepared_launch(
-            sm90_fp8_gemm.prepare_m_grouped_masked(A, sfa, B, sfb, d, masked_m, expected_m))):
+            sm90_fp8_gemm.prepare_m_grouped_masked(A, sfa, B, sfb, d, masked_m, expected_m)), tensors):
         sm90_fp8_gemm.m_grouped_fp8_gemm_nt_masked(A, sfa, B, sfb, d, masked_m, expected_m)
 
 
 # The masked calls' host fast path (as the contiguous ones'): the prepared GEMM launch is kept
-# (masked_m is read on the GPU, so the launch is the same for every call of a key).
-_validated_masked = _v.ValidatedCalls()
+# (masked_m is read on the GPU, so the launch is the same for every call of a key). Its second
+# level: tensors (A, sfa, B, sfb, d, masked_m); the launch points at (A, B, sfa, sfb, d, no c) and,
+# in its tail, masked_m; d must not meet any input.
+_validated_masked = _v.ValidatedCalls(moved=_v.MovedCalls(
+    slots=(0, 2, 1, 3, 4, 6, 5), output=4, inputs=(0, 1, 2, 3, 5), c_index=6, switch="masked_moved_calls"))
 
 
 def _validate_masked(fn: str, a: object, b: object, d: object, masked_m: object, expected_m: object, recipe: object,

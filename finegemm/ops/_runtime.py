@@ -294,9 +294,19 @@ class PreparedLaunch:
     def _describe(self) -> str:
         raise NotImplementedError
 
+    # Where a launch's tensor addresses are: the first `_head_pointer_count` of its head after the
+    # function (-1: all of them), then the tail items at `_tail_pointer_at` (an m-grouped FP8
+    # launch's masked_m / ids sit in its tail).
+    _head_pointer_count: int = -1
+    _tail_pointer_at: tuple = ()
+
     def head_pointers(self) -> tuple:
-        """The tensor addresses of the launch's head (everything after the kernel function)."""
-        return tuple(self._head[1:])
+        """The launch's tensor addresses (rebound's `pointers`): its head's after the kernel
+        function, then its tail's at _tail_pointer_at."""
+        count = self._head_pointer_count
+        head = self._head[1:] if count < 0 else self._head[1:1 + count]
+        tail = self._tail
+        return tuple(head) + tuple([tail[i] for i in self._tail_pointer_at])
 
     # Host symbol copying a prepared launch to other tensors' addresses (fg_rebind_prepared_<family>:
     # its maps re-pointed, nothing re-planned); "" where the family (or this kind of call) has none.
@@ -308,9 +318,18 @@ class PreparedLaunch:
         launch is prepared and its family can rebind, the host library copies it with its tensor
         maps re-pointed (~1 us); otherwise the new object encodes itself on its first call (~10-17
         us on an H100 host). Only for a cacheable launch, whose head points at the caller's tensors."""
-        if not self.cacheable or len(pointers) != len(self._head) - 1:
-            raise ValueError("rebound: only a cacheable launch, with one address per head pointer")
-        new = type(self)(self.cfg, (self._head[0],) + tuple(pointers), self._tail, self._device, True, ())
+        count = self._head_pointer_count
+        in_head = len(self._head) - 1 if count < 0 else count
+        if not self.cacheable or len(pointers) != in_head + len(self._tail_pointer_at):
+            raise ValueError("rebound: only a cacheable launch, with one address per tensor pointer")
+        head = (self._head[0],) + tuple(pointers[:in_head]) + tuple(self._head[1 + in_head:])
+        tail = self._tail
+        if self._tail_pointer_at:
+            tail = list(tail)
+            for i, address in zip(self._tail_pointer_at, pointers[in_head:]):
+                tail[i] = address
+            tail = tuple(tail)
+        new = type(self)(self.cfg, head, tail, self._device, True, ())
         handle = self._handle
         if copy and handle and self._rebind_symbol and self._fast_call is not None:
             rebind = _rebind_function(self._rebind_symbol)

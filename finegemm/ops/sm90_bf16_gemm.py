@@ -540,6 +540,7 @@ class PreparedBf16GroupedCall(PreparedLaunch):
     _ns = globals()
     _names = ("_grouped_launcher", "_grouped_prepare", "_grouped_launch_prepared", "_grouped_free_prepared")
     _one_shot_takes_buffers = False
+    _head_pointer_count = 4  # a, b, d, masked_m / the ids (_grouped_arguments)
 
     def _describe(self) -> str:
         return _describe_grouped(self.cfg, self._head)

@@ -776,6 +776,9 @@ def _row_pitch(t2: torch.Tensor, inner: int, elems_16b: int) -> int:
     return t2.stride(0) if t2.shape[0] > 1 else align(inner, elems_16b)
 
 
+GROUPED_TAIL_POINTER = 17  # where _grouped_arguments' tail holds `grouped` (masked_m or the ids)
+
+
 def _grouped_arguments(cfg: Fp8GemmConfig, fn: int, a2, sfa, sfa_ld, b2, sfb, d2, m, n, k, grouped,
                        num_groups) -> tuple[tuple, tuple]:
     """The launcher's arguments of an m-grouped call before and after (workspace, counters)."""
@@ -803,6 +806,7 @@ class PreparedGroupedCall(PreparedCall):
 
     __slots__ = ()
     _rebind_symbol = ""  # another prepare entry (its maps differ): a moved call encodes itself anew
+    _tail_pointer_at = (GROUPED_TAIL_POINTER,)  # masked_m / the ids
 
     def _describe(self) -> str:
         cfg = self.cfg

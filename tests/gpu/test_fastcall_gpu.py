@@ -220,3 +220,76 @@ def test_bf16_moved_tensors_take_the_second_level(monkeypatch):
     d_over = storage[n * k - m * n // 2: n * k + m * n // 2].view(m, n)
     with pytest.raises(ValueError, match="d must not overlap b"):
         finegemm.bf16_gemm_nt(a, b_over, d_over)
+
+
+@pytest.mark.parametrize("family", ["fp8", "bf16"])
+@pytest.mark.parametrize("g, m_max, n, k", [(4, 256, 4096, 7168), (3, 17, 576, 512)])
+def test_masked_moved_tensors_take_the_second_level(family, g, m_max, n, k, monkeypatch):
+    """The masked calls' second level (v1.21) on the GPU: fresh A (and sfa), d and masked_m in a
+    validated call's layout launch without the argument checks or a new plan, and the kernel reads
+    the new masked_m (other values than the validated call's): rows < masked_m match the reference
+    and the uncached op bitwise, rows >= masked_m keep their NaN poison."""
+    from finegemm.api import _validate
+    from finegemm.api import grouped_fp8 as fp8_api
+    from finegemm.ops import sm90_bf16_gemm, sm90_fp8_gemm
+
+    assert _validate.layout_fn() is not _validate._no_layout
+    monkeypatch.setenv("FINEGEMM_ENABLE_UNVALIDATED", "1")  # the second level (gated until this suite passes)
+    api = fp8_api if family == "fp8" else bf16_api
+
+    def inputs(seed):
+        gen = torch.Generator(device="cuda").manual_seed(seed)
+        if family == "fp8":
+            a = torch.randn(g, m_max, k, device="cuda", generator=gen).to(torch.float8_e4m3fn)
+            sfa = finegemm.get_mn_major_tma_aligned_tensor(
+                torch.rand(g, m_max, k // 128, device="cuda", generator=gen) + 0.5)  # read in place: preparable
+            return (a, sfa)
+        return torch.randn(g, m_max, k, device="cuda", generator=gen, dtype=torch.bfloat16)
+
+    gen = torch.Generator(device="cuda").manual_seed(99)
+    if family == "fp8":
+        b = (torch.randn(g, n, k, device="cuda", generator=gen).to(torch.float8_e4m3fn),
+             torch.rand(g, (n + 127) // 128, k // 128, device="cuda", generator=gen) + 0.5)
+        call, op = finegemm.m_grouped_fp8_gemm_nt_masked, sm90_fp8_gemm.m_grouped_fp8_gemm_nt_masked
+    else:
+        b = torch.randn(g, n, k, device="cuda", generator=gen, dtype=torch.bfloat16)
+        call, op = finegemm.m_grouped_bf16_gemm_nt_masked, sm90_bf16_gemm.m_grouped_bf16_gemm_nt_masked
+
+    def fresh_d():
+        return torch.full((g, m_max, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+
+    first = [m_max, 0, min(5, m_max)][:g] + [m_max // 2] * max(g - 3, 0)
+    call(inputs(1), b, fresh_d(), torch.tensor(first, dtype=torch.int32, device="cuda"), m_max // 2)
+    validations, plans = [], []
+    real_validate = api._validate_masked
+    monkeypatch.setattr(api, "_validate_masked", lambda *args: validations.append(1) or real_validate(*args))
+    ops = sm90_fp8_gemm if family == "fp8" else sm90_bf16_gemm
+    real_plan = ops.plan_grouped
+    monkeypatch.setattr(ops, "plan_grouped", lambda *args, **kw: plans.append(1) or real_plan(*args, **kw))
+    for seed in (2, 3):
+        masked = [(seed * 7 + 3 * i) % (m_max + 1) for i in range(g)]
+        masked[seed % g] = m_max
+        masked_m = torch.tensor(masked, dtype=torch.int32, device="cuda")
+        a, d = inputs(seed), fresh_d()
+        validations.clear()
+        plans.clear()  # the uncached op below plans
+        call(a, b, d, masked_m, m_max // 2)
+        assert not validations and not plans, "a moved masked call was validated or planned again"
+        torch.cuda.synchronize()
+        if family == "fp8":
+            ref = finegemm.reference.m_grouped_fp8_gemm_nt_masked(a[0], a[1], b[0], b[1], masked_m,
+                                                                  out_dtype=torch.float64)
+            d_op = fresh_d()
+            op(a[0], a[1], b[0], b[1], d_op, masked_m, m_max // 2)
+        else:
+            ref = finegemm.reference.m_grouped_bf16_gemm_nt_masked(a, b, masked_m, out_dtype=torch.float64)
+            d_op = fresh_d()
+            op(a, b, d_op, masked_m, m_max // 2)
+        torch.cuda.synchronize()
+        for i, m in enumerate(masked):
+            assert torch.isnan(d[i, m:]).all(), f"group {i}: rows >= masked_m = {m} were written"
+            assert not torch.isnan(d[i, :m]).any(), f"group {i}: rows < masked_m = {m} not fully written"
+            assert torch.equal(d[i, :m], d_op[i, :m]), f"group {i}: differs from the uncached op"
+        rows = torch.cat([d[i, :m] for i, m in enumerate(masked)])
+        want = torch.cat([ref[i, :m] for i, m in enumerate(masked)])
+        assert calc_diff(rows, want) < 1e-5
