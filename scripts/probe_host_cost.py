@@ -262,7 +262,9 @@ def _grouped() -> dict:
 def _masked_moved(fp8_call, bf16_call) -> dict:
     """The masked calls' second level (v1.21; gated until its GPU suite passes, so switched on here):
     moved_call / bf16_moved_call (the first level forgotten before each call: a call whose tensors
-    moved) and validated_call / bf16_validated_call (both levels forgotten)."""
+    moved; its launch copied by the host library), moved_call_encoded (the same, the copy switched
+    off: the launch encodes itself anew) and validated_call / bf16_validated_call (both levels
+    forgotten). Assumes FINEGEMM_DISABLE_PATHS is unset."""
     from finegemm.api import bf16 as api_bf16
     from finegemm.api import grouped_fp8 as api_fp8
 
@@ -284,6 +286,11 @@ def _masked_moved(fp8_call, bf16_call) -> dict:
                 full()
 
             rec[f"{prefix}moved_call"] = host_time_us(moved)
+            os.environ["FINEGEMM_DISABLE_PATHS"] = "host_rebind"  # the moved launch encodes itself anew
+            try:
+                rec[f"{prefix}moved_call_encoded"] = host_time_us(moved)
+            finally:
+                os.environ.pop("FINEGEMM_DISABLE_PATHS", None)
             rec[f"{prefix}validated_call"] = host_time_us(validated)
             full()
     finally:

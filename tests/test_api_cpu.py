@@ -1337,13 +1337,15 @@ def test_masked_moved_tensors_reuse_the_validated_layout(monkeypatch, family, ke
 
     # Gated while its GPU suite has not run; switched off by name.
     gated = "masked_moved_calls" in _validate.UNVALIDATED_ON_GPU
+    alive = []  # each call's tensors at new addresses (a freed one could come back: a first-level hit)
     for env, switched_off in (("FINEGEMM_ENABLE_UNVALIDATED", gated), ("FINEGEMM_DISABLE_PATHS", True)):
         if env == "FINEGEMM_ENABLE_UNVALIDATED":
             monkeypatch.delenv(env)
         else:
             monkeypatch.setenv(env, "masked_moved_calls")
         before = len(validations)
-        call(A.clone(), torch.empty(G, Mmax, N, dtype=BF16), mm.clone())
+        alive.append((A.clone(), torch.empty(G, Mmax, N, dtype=BF16), mm.clone()))
+        call(*alive[-1])
         assert len(validations) == before + (1 if switched_off or not moved else 0)
 
 

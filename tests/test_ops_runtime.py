@@ -185,8 +185,37 @@ def test_rebound_copies_a_prepared_launch_in_the_host_library(monkeypatch):
         launch._handle = None
 
 
+def test_rebound_re_points_tensor_pointers_in_head_and_tail(monkeypatch):
+    """A launch whose tensor pointers are the first _head_pointer_count of its head (then plain
+    arguments, as the BF16 grouped launches) and its tail at _tail_pointer_at (masked_m in the FP8
+    grouped launches): head_pointers lists exactly those, and rebound replaces exactly those, passing
+    them to the host copy in that order."""
+    from finegemm.ops import _runtime
+
+    calls = []
+    monkeypatch.setattr(_runtime, "_rebind_function",
+                        lambda symbol: ((lambda address, handle, *p: calls.append(p) or 0), 99))
+    cfg = types.SimpleNamespace(split_k=False)
+    counted = type("_Counted", (_launch_class("fg_rebind_x"),), {"__slots__": (), "_head_pointer_count": 2})
+    proto = counted(cfg, (1, 16, 32, 7, 8), ("t",), CPU, True, [])
+    assert proto.head_pointers() == (16, 32)
+    moved = proto.rebound((64, 80))
+    assert moved._head == (1, 64, 80, 7, 8) and moved._tail == ("t",)
+    tailed = type("_Tailed", (_launch_class("fg_rebind_x"),), {"__slots__": (), "_tail_pointer_at": (1,)})
+    proto = tailed(cfg, (1, 16, None), (5, 48, 6), CPU, True, [])
+    assert proto.head_pointers() == (16, None, 48)
+    proto._handle, proto._fast_call = 77, object()
+    moved = proto.rebound((64, None, 96))
+    assert moved._head == (1, 64, None) and moved._tail == (5, 96, 6) and proto._tail == (5, 48, 6)
+    assert calls == [(64, None, 96)]
+    with pytest.raises(ValueError, match="one address per head pointer"):
+        proto.rebound((64, None))
+    proto._handle = None
+
+
 @pytest.mark.nvcc
-@pytest.mark.parametrize("family, count", [("sm90_fp8_gemm", 6), ("sm90_bf16_gemm", 4)])
+@pytest.mark.parametrize("family, count", [("sm90_fp8_gemm", 6), ("sm90_bf16_gemm", 4), ("sm90_fp8_masked", 7),
+                                           ("sm90_bf16_masked", 4)])
 def test_host_rebind_refuses_before_reading_the_handle(family, count):
     """fg_rebind_prepared_<family> refuses a null handle, another pointer count or a null out
     (FG_ERROR_INVALID_ARGUMENT, no handle written) before it reads the prepared launch; the launch

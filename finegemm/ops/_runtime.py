@@ -321,7 +321,8 @@ class PreparedLaunch:
         count = self._head_pointer_count
         in_head = len(self._head) - 1 if count < 0 else count
         if not self.cacheable or len(pointers) != in_head + len(self._tail_pointer_at):
-            raise ValueError("rebound: only a cacheable launch, with one address per tensor pointer")
+            raise ValueError("rebound: only a cacheable launch, with one address per head pointer (then per tail "
+                             "pointer)")
         head = (self._head[0],) + tuple(pointers[:in_head]) + tuple(self._head[1 + in_head:])
         tail = self._tail
         if self._tail_pointer_at:

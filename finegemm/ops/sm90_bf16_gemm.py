@@ -541,6 +541,8 @@ class PreparedBf16GroupedCall(PreparedLaunch):
     _names = ("_grouped_launcher", "_grouped_prepare", "_grouped_launch_prepared", "_grouped_free_prepared")
     _one_shot_takes_buffers = False
     _head_pointer_count = 4  # a, b, d, masked_m / the ids (_grouped_arguments)
+    # The host library copies only a masked launch (it refuses a contiguous one, never re-pointed).
+    _rebind_symbol = "fg_rebind_prepared_sm90_bf16_masked"
 
     def _describe(self) -> str:
         return _describe_grouped(self.cfg, self._head)
@@ -553,6 +555,7 @@ class PreparedBf16LayoutCheckedCall(PreparedBf16GroupedCall):
     __slots__ = ()
     _names = ("_grouped_launcher_layout_checked", "_grouped_prepare_layout_checked", "_grouped_launch_prepared",
               "_grouped_free_prepared")
+    _rebind_symbol = ""  # another prepare entry: no host copy
 
 
 def _prepared_grouped(cfg: Bf16GemmConfig, fn: int, *args) -> PreparedBf16GroupedCall:

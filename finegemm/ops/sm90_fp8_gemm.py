@@ -805,7 +805,9 @@ class PreparedGroupedCall(PreparedCall):
     """A PreparedCall of an m-grouped launch (contiguous or masked)."""
 
     __slots__ = ()
-    _rebind_symbol = ""  # another prepare entry (its maps differ): a moved call encodes itself anew
+    # The host library copies only a masked launch (it refuses a contiguous one, which is never
+    # re-pointed: api/_validate.MovedCalls serves the masked calls only).
+    _rebind_symbol = "fg_rebind_prepared_sm90_fp8_masked"
     _tail_pointer_at = (GROUPED_TAIL_POINTER,)  # masked_m / the ids
 
     def _describe(self) -> str:
@@ -866,6 +868,7 @@ class PreparedLayoutCheckedCall(PreparedGroupedCall):
 
     __slots__ = ()
     _names = ("_launcher_layout_checked", "_launcher_prepare_layout_checked", "_launch_prepared", "_free_prepared")
+    _rebind_symbol = ""  # another prepare entry: no host copy
 
     def _describe(self) -> str:
         cfg = self.cfg

@@ -226,7 +226,8 @@ def test_bf16_moved_tensors_take_the_second_level(monkeypatch):
 @pytest.mark.parametrize("g, m_max, n, k", [(4, 256, 4096, 7168), (3, 17, 576, 512)])
 def test_masked_moved_tensors_take_the_second_level(family, g, m_max, n, k, monkeypatch):
     """The masked calls' second level (v1.21) on the GPU: fresh A (and sfa), d and masked_m in a
-    validated call's layout launch without the argument checks or a new plan, and the kernel reads
+    validated call's layout launch without the argument checks, a new plan or a new encoding (the
+    host library's copy, fg_rebind_prepared_sm90_*_masked), and the kernel reads
     the new masked_m (other values than the validated call's): rows < masked_m match the reference
     and the uncached op bitwise, rows >= masked_m keep their NaN poison."""
     from finegemm.api import _validate
@@ -259,8 +260,11 @@ def test_masked_moved_tensors_take_the_second_level(family, g, m_max, n, k, monk
         return torch.full((g, m_max, n), float("nan"), device="cuda", dtype=torch.bfloat16)
 
     first = [m_max, 0, min(5, m_max)][:g] + [m_max // 2] * max(g - 3, 0)
-    call(inputs(1), b, fresh_d(), torch.tensor(first, dtype=torch.int32, device="cuda"), m_max // 2)
-    validations, plans = [], []
+    # Every call's tensors stay alive: a freed address handed out again would make a later call a
+    # first-level hit instead of a moved one.
+    alive = [(inputs(1), fresh_d(), torch.tensor(first, dtype=torch.int32, device="cuda"))]
+    call(alive[0][0], b, alive[0][1], alive[0][2], m_max // 2)
+    validations, plans, encodes = [], [], _spy_encodes(monkeypatch)
     real_validate = api._validate_masked
     monkeypatch.setattr(api, "_validate_masked", lambda *args: validations.append(1) or real_validate(*args))
     ops = sm90_fp8_gemm if family == "fp8" else sm90_bf16_gemm
@@ -271,10 +275,13 @@ def test_masked_moved_tensors_take_the_second_level(family, g, m_max, n, k, monk
         masked[seed % g] = m_max
         masked_m = torch.tensor(masked, dtype=torch.int32, device="cuda")
         a, d = inputs(seed), fresh_d()
+        alive.append((a, d, masked_m))
         validations.clear()
         plans.clear()  # the uncached op below plans
+        encodes.clear()
         call(a, b, d, masked_m, m_max // 2)
         assert not validations and not plans, "a moved masked call was validated or planned again"
+        assert not encodes, "a moved masked call's launch was encoded anew instead of copied by the host library"
         torch.cuda.synchronize()
         if family == "fp8":
             ref = finegemm.reference.m_grouped_fp8_gemm_nt_masked(a[0], a[1], b[0], b[1], masked_m,

@@ -244,6 +244,9 @@ struct Sm90Bf16GroupedLaunch {
   unsigned* layout_scratch = nullptr;
   int* layout_record = nullptr;
   uint32_t layout_info = 0;
+  // A masked call prepared by fg_prepare_sm90_bf16_grouped: every map starts at a, b or d (each
+  // covers all groups), so fg_rebind_prepared_sm90_bf16_masked may re-point it.
+  bool rebindable = false;
 };
 
 // Validates the arguments of fg_launch_sm90_bf16_grouped (documented there) and encodes L.
@@ -470,10 +473,34 @@ int fg_prepare_sm90_bf16_grouped(uint64_t* out, uint64_t fn, void* a, void* b, v
   if (out == nullptr) return fg::FG_ERROR_INVALID_ARGUMENT;
   *out = 0;
   Sm90Bf16GroupedLaunch* L = new Sm90Bf16GroupedLaunch();
-  return fg::publish_prepared(L, encode_grouped(L, fn, a, b, d, grouped, m, n, k, lda, ldb, ldd, block_m, block_n,
-                                                grid, smem_bytes, gemm_kind, num_groups, l2_promotion, b_mn_major,
-                                                ldb_group),
-                              out);
+  const int rc = encode_grouped(L, fn, a, b, d, grouped, m, n, k, lda, ldb, ldd, block_m, block_n, grid, smem_bytes,
+                                gemm_kind, num_groups, l2_promotion, b_mn_major, ldb_group);
+  L->rebindable = gemm_kind == 2;
+  return fg::publish_prepared(L, rc, out);
+}
+
+// A copy of a prepared masked call (fg_prepare_sm90_bf16_grouped, gemm_kind 2) at other tensors'
+// addresses (as fg_rebind_prepared_sm90_bf16_gemm): pointers = (a, b, d, masked_m), count 4, none
+// null; the new tensors have the prepared ones' shapes, strides, dtypes and 16-byte alignment (the
+// caller's guarantee). *out receives a handle of its own (fg_free_prepared_sm90_bf16_grouped).
+int fg_rebind_prepared_sm90_bf16_masked(uint64_t handle, const uint64_t* pointers, int count, uint64_t* out) {
+  if (out == nullptr) return fg::FG_ERROR_INVALID_ARGUMENT;
+  *out = 0;
+  if (handle == 0 || pointers == nullptr || count != 4) return fg::FG_ERROR_INVALID_ARGUMENT;
+  const Sm90Bf16GroupedLaunch& P = *fg::prepared_from_handle<Sm90Bf16GroupedLaunch>(handle);
+  void* a = reinterpret_cast<void*>(static_cast<uintptr_t>(pointers[0]));
+  void* b = reinterpret_cast<void*>(static_cast<uintptr_t>(pointers[1]));
+  void* d = reinterpret_cast<void*>(static_cast<uintptr_t>(pointers[2]));
+  void* masked_m = reinterpret_cast<void*>(static_cast<uintptr_t>(pointers[3]));
+  if (!P.rebindable || a == nullptr || b == nullptr || d == nullptr || masked_m == nullptr)
+    return fg::FG_ERROR_INVALID_ARGUMENT;
+  Sm90Bf16GroupedLaunch* L = new Sm90Bf16GroupedLaunch(P);
+  int rc = fg::replace_tmap_address(&L->tmap_a, a);
+  if (rc == CUDA_SUCCESS) rc = fg::replace_tmap_address(&L->tmap_b, b);
+  if (rc == CUDA_SUCCESS && (L->flags & kBf16FlagTmaStore) != 0) rc = fg::replace_tmap_address(&L->tmap_d, d);
+  L->d = d;
+  L->grouped = static_cast<const int*>(masked_m);
+  return fg::publish_prepared(L, rc, out);
 }
 
 // The contiguous launch of a kernel built with the in-kernel layout check (kLayoutCheck):

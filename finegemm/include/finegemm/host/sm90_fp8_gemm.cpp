@@ -24,6 +24,8 @@ constexpr int kBlockK = 128;
 constexpr int kMaxBlockNLeanLoop = 208;
 constexpr uint32_t kFlagVectorStores = 1u;  // mirrors impls::kFlagVectorStores
 constexpr uint32_t kFlagTmaStore = 2u;      // mirrors impls::kFlagTmaStore
+// Which host rebind may copy a prepared launch (Sm90Fp8Launch::rebindable).
+constexpr int kRebindNone = 0, kRebindDense = 1, kRebindMasked = 2;
 constexpr uint32_t kFlagCPrefetchMap = 4u;  // mirrors impls::kFlagCPrefetchMap
 constexpr uint32_t kFlagBGroup = 8u;        // mirrors impls::kFlagBGroup
 
@@ -59,9 +61,10 @@ struct Sm90Fp8Launch {
   bool sfa_gather = false;
   const float* sfa_p = nullptr;
   uint32_t sfa_ld_m = 0, sfa_ld_g = 0, sfa_ld_k = 0;
-  // A dense call prepared by fg_prepare_sm90_fp8_gemm: every map starts at a, b, sfa or d (none
-  // gathers or groups), so fg_rebind_prepared_sm90_fp8_gemm may re-point it.
-  bool rebindable = false;
+  // A dense or m-grouped masked call prepared by fg_prepare_sm90_fp8_gemm: every map starts at a,
+  // b, sfa or d (none gathers; a masked call's maps cover all groups from those bases), so
+  // fg_rebind_prepared_sm90_fp8_gemm / _masked may re-point it.
+  int rebindable = kRebindNone;
 };
 
 int launch(const Sm90Fp8Launch& L, void* workspace, void* counters, uint64_t stream) {
@@ -407,6 +410,26 @@ int encode_layout_checked(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void*
   return CUDA_SUCCESS;
 }
 
+// A copy of a prepared launch at other tensors' addresses, for fg_rebind_prepared_sm90_fp8_gemm /
+// _masked (which check the pointers): each map (all start at a tensor's base) re-pointed with
+// cuTensorMapReplaceAddress, the rest copied.
+int rebind_copy(const Sm90Fp8Launch& P, void* a, void* b, void* sfa, void* sfb, void* d, void* c, void* grouped,
+                uint64_t* out) {
+  Sm90Fp8Launch* L = new Sm90Fp8Launch(P);
+  int rc = fg::replace_tmap_address(&L->tmap_a, a);
+  if (rc == CUDA_SUCCESS) rc = fg::replace_tmap_address(&L->tmap_a_last, a);
+  if (rc == CUDA_SUCCESS) rc = fg::replace_tmap_address(&L->tmap_b, b);
+  if (rc == CUDA_SUCCESS) rc = fg::replace_tmap_address(&L->tmap_sfa, sfa);
+  if (rc == CUDA_SUCCESS && (L->flags & kFlagTmaStore) != 0) rc = fg::replace_tmap_address(&L->tmap_d, d);
+  L->sfb_p = static_cast<const float*>(sfb);
+  L->d = d;
+  L->c_p = static_cast<const float*>(c);
+  L->grouped_p = static_cast<const int*>(grouped);
+  return fg::publish_prepared(L, rc, out);
+}
+
+void* as_pointer(uint64_t address) { return reinterpret_cast<void*>(static_cast<uintptr_t>(address)); }
+
 }  // namespace
 
 extern "C" {
@@ -459,7 +482,7 @@ int fg_prepare_sm90_fp8_gemm(uint64_t* out, uint64_t fn, void* a, void* b, void*
   const int rc = encode_1d2d(L, fn, a, b, sfa, sfb, d, c, m, n, k, lda, ldb, ldd, sfa_ld, block_m, block_n,
                              num_splits, num_multicast, multicast_on_a, out_fp32, tma_store, grid, smem_bytes,
                              gemm_kind, grouped, num_groups, l2_promotion);
-  L->rebindable = gemm_kind == 0;
+  L->rebindable = gemm_kind == 0 ? kRebindDense : (gemm_kind == 2 ? kRebindMasked : kRebindNone);
   return fg::publish_prepared(L, rc, out);
 }
 
@@ -467,30 +490,35 @@ int fg_prepare_sm90_fp8_gemm(uint64_t* out, uint64_t fn, void* a, void* b, void*
 // addresses: pointers = (a, b, sfa, sfb, d, c), count 6, c null exactly where the prepared call's
 // is. The caller guarantees that the new tensors have the prepared ones' shapes, strides, dtypes
 // and 16-byte alignment (api/_validate.MovedCalls): then every decision of the encoding (plan,
-// boxes, cluster, vector / TMA stores) holds for them, each map (all start at a tensor's base) is
-// re-pointed with cuTensorMapReplaceAddress and the rest is copied. *out receives a handle of
-// its own (fg_free_prepared_sm90_fp8_gemm). Returns a CUresult or fg::FG_ERROR_*.
+// boxes, cluster, vector / TMA stores) holds for them. *out receives a handle of its own
+// (fg_free_prepared_sm90_fp8_gemm). Returns a CUresult or fg::FG_ERROR_*.
 int fg_rebind_prepared_sm90_fp8_gemm(uint64_t handle, const uint64_t* pointers, int count, uint64_t* out) {
   if (out == nullptr) return fg::FG_ERROR_INVALID_ARGUMENT;
   *out = 0;
   if (handle == 0 || pointers == nullptr || count != 6) return fg::FG_ERROR_INVALID_ARGUMENT;
   const Sm90Fp8Launch& P = *fg::prepared_from_handle<Sm90Fp8Launch>(handle);
-  void* p[6];
-  for (int i = 0; i < 6; ++i) p[i] = reinterpret_cast<void*>(static_cast<uintptr_t>(pointers[i]));
-  void *a = p[0], *b = p[1], *sfa = p[2], *sfb = p[3], *d = p[4], *c = p[5];
-  if (!P.rebindable || a == nullptr || b == nullptr || sfa == nullptr || sfb == nullptr || d == nullptr ||
-      (c == nullptr) != (P.c_p == nullptr))
+  void *a = as_pointer(pointers[0]), *b = as_pointer(pointers[1]), *sfa = as_pointer(pointers[2]);
+  void *sfb = as_pointer(pointers[3]), *d = as_pointer(pointers[4]), *c = as_pointer(pointers[5]);
+  if (P.rebindable != kRebindDense || a == nullptr || b == nullptr || sfa == nullptr || sfb == nullptr ||
+      d == nullptr || (c == nullptr) != (P.c_p == nullptr))
     return fg::FG_ERROR_INVALID_ARGUMENT;
-  Sm90Fp8Launch* L = new Sm90Fp8Launch(P);
-  int rc = fg::replace_tmap_address(&L->tmap_a, a);
-  if (rc == CUDA_SUCCESS) rc = fg::replace_tmap_address(&L->tmap_a_last, a);
-  if (rc == CUDA_SUCCESS) rc = fg::replace_tmap_address(&L->tmap_b, b);
-  if (rc == CUDA_SUCCESS) rc = fg::replace_tmap_address(&L->tmap_sfa, sfa);
-  if (rc == CUDA_SUCCESS && (L->flags & kFlagTmaStore) != 0) rc = fg::replace_tmap_address(&L->tmap_d, d);
-  L->sfb_p = static_cast<const float*>(sfb);
-  L->d = d;
-  L->c_p = static_cast<const float*>(c);
-  return fg::publish_prepared(L, rc, out);
+  return rebind_copy(P, a, b, sfa, sfb, d, c, nullptr, out);
+}
+
+// fg_rebind_prepared_sm90_fp8_gemm for a prepared m-grouped masked call (gemm_kind 2: its maps
+// cover every group from a, b, sfa and d): pointers = (a, b, sfa, sfb, d, c, masked_m), count 7,
+// c null, masked_m not null (read on the GPU at every launch).
+int fg_rebind_prepared_sm90_fp8_masked(uint64_t handle, const uint64_t* pointers, int count, uint64_t* out) {
+  if (out == nullptr) return fg::FG_ERROR_INVALID_ARGUMENT;
+  *out = 0;
+  if (handle == 0 || pointers == nullptr || count != 7) return fg::FG_ERROR_INVALID_ARGUMENT;
+  const Sm90Fp8Launch& P = *fg::prepared_from_handle<Sm90Fp8Launch>(handle);
+  void *a = as_pointer(pointers[0]), *b = as_pointer(pointers[1]), *sfa = as_pointer(pointers[2]);
+  void *sfb = as_pointer(pointers[3]), *d = as_pointer(pointers[4]), *masked_m = as_pointer(pointers[6]);
+  if (P.rebindable != kRebindMasked || a == nullptr || b == nullptr || sfa == nullptr || sfb == nullptr ||
+      d == nullptr || pointers[5] != 0 || masked_m == nullptr)
+    return fg::FG_ERROR_INVALID_ARGUMENT;
+  return rebind_copy(P, a, b, sfa, sfb, d, nullptr, masked_m, out);
 }
 
 // fp8_gemm_nt_skip_head_mid's fused launch: fg_launch_sm90_fp8_gemm's arguments (a dense bf16 call
