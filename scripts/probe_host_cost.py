@@ -238,8 +238,10 @@ def _grouped() -> dict:
             "m_grouped_fp8_gemm_nt_contiguous", False, a, sfa, b, sfb, d, ids, False))
         rec["bf16_full_call"] = host_time_us(lambda: finegemm.m_grouped_bf16_gemm_nt_contiguous(ab, bb, d, ids))
         rec["torch_add"] = host_time_us(lambda: torch.add(x, x, out=x))
+        rec.update(_grouped_moved("_validated_contiguous", fp8,
+                                  lambda: finegemm.m_grouped_bf16_gemm_nt_contiguous(ab, bb, d, ids)))
         results[f"contiguous G={g} m={m} {n}x{k}"] = rec
-        print(f"contiguous G={g} m={m}: " + ", ".join(f"{k_}={v:.2f}" for k_, v in rec.items()), flush=True)
+        print(f"contiguous G={g} m={m}: " + _fmt(rec), flush=True)
     m_max = 256
     a, sfa = quant.per_token_cast_to_fp8(torch.randn(g * m_max, k, device="cuda", dtype=torch.bfloat16))
     a = a.view(g, m_max, k)
@@ -251,20 +253,26 @@ def _grouped() -> dict:
                                                                                     200)),
            "bf16_full_call": host_time_us(lambda: finegemm.m_grouped_bf16_gemm_nt_masked(ab, bb, d, masked, 200)),
            "torch_add": host_time_us(lambda: torch.add(x, x, out=x))}
-    rec.update(_masked_moved(lambda: finegemm.m_grouped_fp8_gemm_nt_masked((a, sfa), (b, sfb), d, masked, 200),
-                             lambda: finegemm.m_grouped_bf16_gemm_nt_masked(ab, bb, d, masked, 200)))
+    rec.update(_grouped_moved("_validated_masked",
+                              lambda: finegemm.m_grouped_fp8_gemm_nt_masked((a, sfa), (b, sfb), d, masked, 200),
+                              lambda: finegemm.m_grouped_bf16_gemm_nt_masked(ab, bb, d, masked, 200)))
     results[f"masked G={g} Mmax={m_max} {n}x{k}"] = rec
-    print(f"masked G={g} Mmax={m_max}: " + ", ".join(f"{k_}={v:.2f}" for k_, v in rec.items()), flush=True)
+    print(f"masked G={g} Mmax={m_max}: " + _fmt(rec), flush=True)
     finegemm.check_errors()
     return results
 
 
-def _masked_moved(fp8_call, bf16_call) -> dict:
-    """The masked calls' second level (v1.21; gated until its GPU suite passes, so switched on here):
-    moved_call / bf16_moved_call (the first level forgotten before each call: a call whose tensors
-    moved; its launch copied by the host library), moved_call_encoded (the same, the copy switched
-    off: the launch encodes itself anew) and validated_call / bf16_validated_call (both levels
-    forgotten). Assumes FINEGEMM_DISABLE_PATHS is unset."""
+def _fmt(rec: dict) -> str:
+    return ", ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in rec.items())
+
+
+def _grouped_moved(cache: str, fp8_call, bf16_call) -> dict:
+    """The m-grouped calls' second level (v1.21 masked, v1.22 contiguous; gated until its GPU suite
+    passes, so switched on here), for the API caches named `cache`: moved_call / bf16_moved_call
+    (the first level forgotten before each call: a call whose tensors moved; its launch copied by
+    the host library where the family can), moved_call_encoded (the copy switched off: the launch
+    encodes itself anew), validated_call (both levels forgotten), learned (the second level kept
+    the call's layout) or moved_error. Assumes FINEGEMM_DISABLE_PATHS is unset."""
     from finegemm.api import bf16 as api_bf16
     from finegemm.api import grouped_fp8 as api_fp8
 
@@ -273,33 +281,36 @@ def _masked_moved(fp8_call, bf16_call) -> dict:
     os.environ["FINEGEMM_ENABLE_UNVALIDATED"] = "1"
     try:
         for prefix, api, full in (("", api_fp8, fp8_call), ("bf16_", api_bf16, bf16_call)):
-            cache = api._validated_masked
-            full()
+            calls = getattr(api, cache)
 
             def moved():
-                cache._keys.clear()
+                calls._keys.clear()
                 full()
 
             def validated():
-                cache._keys.clear()
-                cache._moved._entries.clear()
+                calls._keys.clear()
+                calls._moved._entries.clear()
                 full()
 
-            rec[f"{prefix}moved_call"] = host_time_us(moved)
-            os.environ["FINEGEMM_DISABLE_PATHS"] = "host_rebind"  # the moved launch encodes itself anew
             try:
-                rec[f"{prefix}moved_call_encoded"] = host_time_us(moved)
-            finally:
-                os.environ.pop("FINEGEMM_DISABLE_PATHS", None)
-            rec[f"{prefix}validated_call"] = host_time_us(validated)
-            full()
+                validated()
+                rec[f"{prefix}learned"] = bool(calls._moved._entries)
+                rec[f"{prefix}moved_call"] = host_time_us(moved)
+                os.environ["FINEGEMM_DISABLE_PATHS"] = "host_rebind"  # the moved launch encodes itself anew
+                try:
+                    rec[f"{prefix}moved_call_encoded"] = host_time_us(moved)
+                finally:
+                    os.environ.pop("FINEGEMM_DISABLE_PATHS", None)
+                rec[f"{prefix}validated_call"] = host_time_us(validated)
+                full()
+            except Exception as exc:  # noqa: BLE001 - recorded: the other measurements still run
+                rec[f"{prefix}moved_error"] = f"{type(exc).__name__}: {exc}"[:300]
     finally:
         if saved is None:
             os.environ.pop("FINEGEMM_ENABLE_UNVALIDATED", None)
         else:
             os.environ["FINEGEMM_ENABLE_UNVALIDATED"] = saved
     return rec
-
 
 if __name__ == "__main__":
     main()

@@ -1252,14 +1252,108 @@ def _real_masked_ops(monkeypatch, family: str, launched: list):
     monkeypatch.setattr(ops, "_is_capturing", lambda: False, raising=False)
     if family == "fp8":
         monkeypatch.setattr(ops, "_get_launcher", lambda: None)
-        monkeypatch.setattr(ops, "_launcher", launcher)
-        monkeypatch.setattr(ops, "_launcher_prepare", None)
+        for name in ("_launcher", "_launcher_layout_checked"):
+            monkeypatch.setattr(ops, name, launcher)
+        for name in ("_launcher_prepare", "_launcher_prepare_layout_checked"):
+            monkeypatch.setattr(ops, name, None)
+        monkeypatch.setattr(ops, "_layout_checked", lambda cfg, device, psum=False: (cfg, 1))
     else:
         monkeypatch.setattr(ops, "_get_grouped_launcher", lambda: launcher)
-        monkeypatch.setattr(ops, "_grouped_launcher", launcher)
-        monkeypatch.setattr(ops, "_grouped_prepare", None)
+        for name in ("_grouped_launcher", "_grouped_launcher_layout_checked"):
+            monkeypatch.setattr(ops, name, launcher)
+        for name in ("_grouped_prepare", "_grouped_prepare_layout_checked"):
+            monkeypatch.setattr(ops, name, None)
+        monkeypatch.setattr(ops, "load_grouped", lambda *args, **kw: 1)
     monkeypatch.setattr(ops, f"m_grouped_{family}_gemm_nt_masked", lambda *args: launched.append("one-shot"))
     return plans
+
+
+@pytest.mark.parametrize("family", ["fp8", "bf16"])
+def test_contiguous_moved_tensors_reuse_the_validated_layout(monkeypatch, family, key_builder):
+    """The contiguous calls' second level (v1.22): fresh A, d and grouped_layout in a validated
+    call's layout (the GEMM checking the layout itself, the shipped path) skip the checks and the
+    plan: the kept PreparedContiguous is re-pointed, each stream's GEMM launch at the new tensors
+    (grouped_layout's address in the FP8 launch's tail), its check buffers kept; d over
+    grouped_layout is rejected by the validating path; gated until its GPU suite passes; switched
+    off by FINEGEMM_DISABLE_PATHS=contiguous_moved_calls; none for the Python key."""
+    from finegemm.api import bf16 as api_bf16
+    from finegemm.api import grouped_fp8 as api_fp8
+    from finegemm.ops import contiguous_layout
+
+    api = api_fp8 if family == "fp8" else api_bf16
+    shipped = api._validated_contiguous._moved
+    monkeypatch.setattr(api, "_validated_contiguous", _validate.ValidatedCalls(moved=_validate.MovedCalls(
+        shipped._slots, shipped._output, shipped._inputs, shipped._c_index, switch=shipped._switch)))
+    validations = []
+    real_validate = api._validate_contiguous
+    monkeypatch.setattr(api, "_validate_contiguous", lambda *args: validations.append(1) or real_validate(*args))
+    monkeypatch.setattr(_validate, "on_cuda", lambda t: True)
+    monkeypatch.setenv("FINEGEMM_ENABLE_UNVALIDATED", "1")
+    monkeypatch.delenv("FINEGEMM_DISABLE_PATHS", raising=False)
+    checks = []
+    monkeypatch.setattr(contiguous_layout, "can_prepare", lambda index: True)
+    monkeypatch.setattr(contiguous_layout, "check_pending", lambda fn: None)
+    monkeypatch.setattr(contiguous_layout, "raw_stream", lambda index: 0)
+    monkeypatch.setattr(contiguous_layout, "checks_in_kernel", lambda family, psum: True)
+    monkeypatch.setattr(contiguous_layout, "in_kernel_check",
+                        lambda *args, **kw: checks.append(args) or (1001, 1002, 1003))
+    launched = []
+    plans = _real_masked_ops(monkeypatch, family, launched)
+    M, N, K, G = 256, 128, 128, 2
+    layout = torch.zeros(M, dtype=torch.int32)
+    if family == "fp8":
+        B, sfb = rand_fp8(G, N, K), rand_sf(G, 1, 1)
+        sfa = torch.randn(K // 128, M).abs().t()  # MN-major: read in place
+
+        def call(a_, d_, gl_):
+            finegemm.m_grouped_fp8_gemm_nt_contiguous((a_, sfa), (B, sfb), d_, gl_)
+
+        def pointers(entry):  # (A, B, sfa, sfb, d, grouped_layout) and the check buffers
+            from finegemm.ops.sm90_fp8_gemm import GROUPED_TAIL_POINTER
+            return entry[:5] + (entry[8 + GROUPED_TAIL_POINTER],) + entry[-4:-1]
+        A = rand_fp8(M, K)
+    else:
+        B = rand_bf16(G, N, K)
+
+        def call(a_, d_, gl_):
+            finegemm.m_grouped_bf16_gemm_nt_contiguous(a_, B, d_, gl_)
+
+        def pointers(entry):  # (a, b, d, grouped_layout) and the check buffers
+            return entry[:4] + entry[-4:-1]
+        A = rand_bf16(M, K)
+    call(A, torch.empty(M, N, dtype=BF16), layout)
+    assert (len(validations), len(plans), len(launched), len(checks)) == (1, 1, 1, 1)
+    assert pointers(launched[-1])[-3:] == (1001, 1002, 1003)
+    moved = key_builder == "c_signature"
+
+    alive = [(A.clone(), torch.empty(M, N, dtype=BF16), layout.clone())]
+    call(*alive[-1])
+    assert (len(validations), len(plans)) == ((1, 1) if moved else (2, 2))
+    got = pointers(launched[-1])
+    assert all(t.data_ptr() in got for t in alive[-1]) and A.data_ptr() not in got and layout.data_ptr() not in got
+    assert got[-3:] == (1001, 1002, 1003)  # the stream's check buffers, kept
+    call(*alive[-1])  # now a first-level hit
+    assert len(validations) == (1 if moved else 2) and len(launched) == 3
+
+    # d over grouped_layout (both in seen layouts and alignment classes): the overlap error.
+    storage = torch.empty(M * N + 64, dtype=BF16)
+    d_over = storage[: M * N].view(M, N)
+    gl_over = storage[64: 64 + M * 2].view(torch.int32)
+    assert gl_over.data_ptr() % 16 == 0
+    with pytest.raises(ValueError, match="d must not overlap"):
+        call(alive[-1][0], d_over, gl_over)
+
+    gated = "contiguous_moved_calls" in _validate.UNVALIDATED_ON_GPU
+    for env, switched_off in (("FINEGEMM_ENABLE_UNVALIDATED", gated), ("FINEGEMM_DISABLE_PATHS", True)):
+        if env == "FINEGEMM_ENABLE_UNVALIDATED":
+            monkeypatch.delenv(env)
+        else:
+            monkeypatch.setenv(env, "contiguous_moved_calls")
+        before = len(validations)
+        alive.append((A.clone(), torch.empty(M, N, dtype=BF16), layout.clone()))
+        call(*alive[-1])
+        assert len(validations) == before + (1 if switched_off or not moved else 0)
+    assert "one-shot" not in launched
 
 
 @pytest.mark.parametrize("family", ["fp8", "bf16"])
@@ -1382,11 +1476,11 @@ def test_every_built_kernel_is_validated():
     passed on the H200 on 2026-12-05). A path built later is listed until its suite runs, and has
     a fallback (so the calls it serves work meanwhile): now the host library's copy of a moved
     dense call's launch (2026-12-07; its fallback encodes the launch anew, GPU-tested) and the
-    masked calls' second level (its fallback validates and plans the call again)."""
+    masked and contiguous calls' second levels (their fallback validates and plans the call again)."""
     from finegemm.api import _validate
     # The last four (fp8_einsum's heads-packed kernel, the GEMMs reading psum ends, that heads-packed
     # kernel gathering sfa in place) passed on an H100, 2026-12-05.
-    assert set(_validate.UNVALIDATED_ON_GPU) == {"host_rebind", "masked_moved_calls"}
+    assert set(_validate.UNVALIDATED_ON_GPU) == {"host_rebind", "masked_moved_calls", "contiguous_moved_calls"}
     assert set(_validate.UNVALIDATED_ON_GPU) <= set(_validate.FALLBACK_CAPABILITIES)
 
 

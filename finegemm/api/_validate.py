@@ -179,8 +179,10 @@ class MovedCalls:
     `output`: d's index; `inputs`: the indices whose spans d must not meet; `c_index`: c's.
     `switch`: the FALLBACK_CAPABILITIES name that turns this level off (asked per moved call).
 
-    The m-grouped masked calls have one too (ValidatedCalls' `moved`): their rules read the same
-    things, masked_m's values are read on the GPU only, and their launch holds masked_m's address.
+    The m-grouped calls have one too (ValidatedCalls' `moved`): their rules read the same things,
+    masked_m's and grouped_layout's values are read on the GPU only, and their launches hold those
+    tensors' addresses (contiguous: only a GEMM that checks the layout itself; ops/contiguous_layout
+    PreparedContiguous.rebound).
     """
 
     def __init__(self, slots: tuple, output: int, inputs: tuple, c_index: int, limit: int = 1024,
@@ -855,6 +857,10 @@ UNVALIDATED_ON_GPU: dict[str, tuple[str, str, str]] = {
     # _h100_sanitize_*_einsum_eaf3d65.log).
     "host_rebind": ("the moved dense calls' launch copied by the host library (fg_rebind_prepared_*, "
                     "v1.20; until then a moved call encodes its launch anew)", "#3", "tests/gpu/test_fastcall_gpu.py"),
+    "contiguous_moved_calls": ("the m-grouped contiguous calls' second level (v1.22: a validated layout at new "
+                               "addresses, grouped_layout's among them, re-points the kept GEMM launches that check "
+                               "the layout themselves; until then such a call is validated and planned again)", "#4",
+                               "tests/gpu/test_fastcall_gpu.py"),
     "masked_moved_calls": ("the m-grouped masked calls' second level (v1.21: a validated layout at new addresses, "
                            "masked_m's among them, re-points the kept launch; until then such a call is validated "
                            "and planned again)", "#4", "tests/gpu/test_fastcall_gpu.py"),
@@ -882,6 +888,8 @@ FALLBACK_CAPABILITIES = {
     "dense_moved_calls": "a dense call whose tensors moved (a validated layout at new addresses) is validated and "
                          "planned again (50-120 us of host time instead of 16-31 on an H100 host)",
     "masked_moved_calls": "an m-grouped masked call (FP8 or BF16) whose tensors moved is validated and planned again",
+    "contiguous_moved_calls": "an m-grouped contiguous call (FP8 or BF16) whose tensors moved is validated and planned "
+                              "again",
     "host_rebind": "a moved dense call's launch is encoded anew instead of copied by the host library (~10-17 us more "
                    "host time)",
 }

@@ -192,15 +192,22 @@ def _check_grouped_b(fn: str, b: torch.Tensor, k_a: int, b_kn: bool = False) -> 
     return G, N
 
 
-# Host fast path of the contiguous calls (as api/grouped_fp8.py's, nn included: B is read in place).
-_validated_contiguous = _v.ValidatedCalls()
+# Host fast path of the contiguous calls (as api/grouped_fp8.py's, nn included: B is read in place),
+# with a second level: tensors (a, b, d, grouped_layout), which the GEMM launch points at in that
+# order; d must not meet a, b or grouped_layout.
+_validated_contiguous = _v.ValidatedCalls(moved=_v.MovedCalls(
+    slots=(0, 1, 2, 3), output=2, inputs=(0, 1, 3), c_index=4, switch="contiguous_moved_calls"))
 
 
 def _m_grouped_contiguous(fn: str, b_kn: bool, a: object, b: object, d: object, grouped_layout: object,
                           *flags: object) -> None:
     """flags: compiled_dims, use_psum_layout, ensure_zero_padding, expected_m_for_psum_layout."""
-    key = _validated_contiguous.key(fn, d, lambda: (a, b, d, grouped_layout), flags)
-    kept = _validated_contiguous.launch(key, _validate_contiguous, fn, b_kn, a, b, d, grouped_layout, *flags)
+    def tensors():
+        return a, b, d, grouped_layout
+
+    key = _validated_contiguous.key(fn, d, tensors, flags)
+    kept = _validated_contiguous.launch(key, _validate_contiguous, fn, b_kn, a, b, d, grouped_layout, *flags,
+                                        tensors=tensors)
     if not kept or _v.ran_kept(kept):
         return  # CPU, an empty product, or a seen call's prepared launch: done
     from finegemm.ops import contiguous_layout, sm90_bf16_gemm
@@ -218,7 +225,7 @@ def _m_grouped_contiguous(fn: str, b_kn: bool, a: object, b: object, d: object, 
             fn, prepared, grouped_layout, a.shape[0], b.shape[0], flags[1],
             lambda ids: sm90_bf16_gemm.prepare_m_grouped_contiguous(a, b, d, ids, b_kn), prepare_checked)
 
-    if _validated_contiguous.run_kept(key, kept, prepare):
+    if _validated_contiguous.run_kept(key, kept, prepare, tensors):
         return
     alignment = quant.get_mk_alignment_for_contiguous_layout()
     if contiguous_layout.checks_in_kernel("bf16", flags[1]):

@@ -72,17 +72,24 @@ def _check_b(fn: str, B: torch.Tensor, sfb: torch.Tensor, K_a: int, b_kn: bool =
 # skips the argument checks (grouped_layout's values are checked on the GPU in every call). An nt
 # call also keeps a prepared launch per stream (ops/contiguous_layout.PreparedContiguous: the layout
 # check and the GEMM, each one launch without argument encoding), where its inputs need no copy.
-_validated_contiguous = _v.ValidatedCalls()
+# Its second level (MovedCalls, as the masked calls'): tensors (A, sfa, B, sfb, d, grouped_layout);
+# the GEMM launch points at (A, B, sfa, sfb, d, no c) and, in its tail, grouped_layout.
+_validated_contiguous = _v.ValidatedCalls(moved=_v.MovedCalls(
+    slots=(0, 2, 1, 3, 4, 6, 5), output=4, inputs=(0, 1, 2, 3, 5), c_index=6, switch="contiguous_moved_calls"))
 
 
 def _m_grouped_contiguous(fn: str, b_kn: bool, a: object, b: object, d: object, grouped_layout: object,
                           *flags: object) -> None:
     """flags: recipe, compiled_dims, disable_ue8m0_cast, use_psum_layout, ensure_zero_padding,
     expected_m_for_psum_layout."""
-    key = _validated_contiguous.key(fn, d, lambda: (a[0], a[1], b[0], b[1], d, grouped_layout), flags)
-    kept = _validated_contiguous.launch(key, _validate_contiguous, fn, b_kn, a, b, d, grouped_layout, *flags)
+    def tensors():
+        return a[0], a[1], b[0], b[1], d, grouped_layout
+
+    key = _validated_contiguous.key(fn, d, tensors, flags)
+    kept = _validated_contiguous.launch(key, _validate_contiguous, fn, b_kn, a, b, d, grouped_layout, *flags,
+                                        tensors=tensors)
     if not kept or _v.ran_kept(kept):
-        return  # CPU, an empty product, or a seen call's prepared launch: done
+        return  # CPU, an empty product, or a seen (or moved) call's prepared launch: done
     A, sfa, B, sfb = a[0], a[1], b[0], b[1]
 
     def prepare(prepared):
@@ -99,7 +106,7 @@ def _m_grouped_contiguous(fn: str, b_kn: bool, a: object, b: object, d: object, 
             fn, prepared, grouped_layout, A.shape[0], B.shape[0], flags[3],
             lambda ids: sm90_fp8_gemm.prepare_m_grouped_contiguous(A, sfa, B, sfb, d, ids), prepare_checked)
 
-    if not _validated_contiguous.run_kept(key, kept, prepare):
+    if not _validated_contiguous.run_kept(key, kept, prepare, tensors):
         _launch_contiguous(fn, b_kn, A, sfa, B, sfb, d, grouped_layout, flags[3])
 
 

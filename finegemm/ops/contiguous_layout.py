@@ -488,6 +488,7 @@ class PreparedContiguous:
 
     __slots__ = ("fn", "in_kernel", "_plan", "_m", "_groups", "_alignment", "_device", "_streams")
     MAX_STREAMS = 8  # entries kept per call; more streams: the entries are cleared
+    _rebind_symbol = ""  # its GEMM launches have their own prepare entries: no host-library copy
 
     def __init__(self, fn: str, grouped_layout: torch.Tensor, m: int, num_groups: int, use_psum_layout: bool,
                  alignment: int, in_kernel: bool = False) -> None:
@@ -534,6 +535,30 @@ class PreparedContiguous:
             self._streams.clear()
         self._streams[stream] = (p, params, gemm)
         return True
+
+    # The second level (api/_validate.MovedCalls) re-points a call whose GEMM checks the layout
+    # itself: its entries' launches hold only the caller's tensors and the streams' check buffers.
+    # A standalone check's plan holds grouped_layout's address in its argument block: not re-pointed.
+    @property
+    def cacheable(self) -> bool:
+        return self.in_kernel and bool(self._streams) and all(e[2].cacheable for e in self._streams.values())
+
+    def head_pointers(self) -> tuple:
+        """The caller's tensor addresses the entries' GEMM launches hold (the same in every entry)."""
+        return next(iter(self._streams.values()))[2].head_pointers()
+
+    def rebound(self, pointers: tuple, copy: bool = True) -> "PreparedContiguous":
+        """This call at other tensors of the same layout (MovedCalls): each stream's GEMM launch
+        re-pointed (PreparedLaunch.rebound), the streams' check buffers kept. Only for a cacheable
+        one (a GEMM checking the layout itself)."""
+        if not self.cacheable:
+            raise ValueError("rebound: only a contiguous call whose GEMM checks the layout itself")
+        new = object.__new__(PreparedContiguous)
+        new.fn, new.in_kernel, new._plan = self.fn, True, None
+        new._m, new._groups, new._alignment, new._device = self._m, self._groups, self._alignment, self._device
+        new._streams = {stream: (None, None, entry[2].rebound(pointers, copy))
+                        for stream, entry in self._streams.items()}
+        return new
 
     def __call__(self) -> bool:
         """Check the layout and run the GEMM on the current stream: True, or False (nothing launched)

@@ -300,3 +300,85 @@ def test_masked_moved_tensors_take_the_second_level(family, g, m_max, n, k, monk
         rows = torch.cat([d[i, :m] for i, m in enumerate(masked)])
         want = torch.cat([ref[i, :m] for i, m in enumerate(masked)])
         assert calc_diff(rows, want) < 1e-5
+
+
+def _contiguous_layout(g, m, seed):
+    """int32 [m]: groups in runs of 128-row multiples (in a seeded order), the rest -1 padding."""
+    gen = torch.Generator().manual_seed(seed)
+    layout = torch.full((m,), -1, dtype=torch.int32)
+    row = 0
+    for group in torch.randperm(g, generator=gen).tolist():
+        rows = 128 * int(torch.randint(0, max(m // (128 * g), 1) + 1, (1,), generator=gen))
+        layout[row:row + rows] = group
+        row += rows
+    return layout.cuda()
+
+
+@pytest.mark.parametrize("family", ["fp8", "bf16"])
+@pytest.mark.parametrize("g, m, n, k", [(4, 4096, 4096, 7168), (3, 640, 576, 512)])
+def test_contiguous_moved_tensors_take_the_second_level(family, g, m, n, k, monkeypatch):
+    """The contiguous calls' second level (v1.22) on the GPU: fresh A (and sfa), d and grouped_layout
+    (another assignment of rows to groups) in a validated call's layout launch without the argument
+    checks or a new plan; the GEMM checks and reads the new layout: every row matches the reference
+    (padding rows zero) and, bitwise, a call validated afresh on the same inputs."""
+    from finegemm.api import _validate
+    from finegemm.api import grouped_fp8 as fp8_api
+    from finegemm.ops import sm90_bf16_gemm, sm90_fp8_gemm
+
+    assert _validate.layout_fn() is not _validate._no_layout
+    monkeypatch.setenv("FINEGEMM_ENABLE_UNVALIDATED", "1")  # the second level (gated until this suite passes)
+    api = fp8_api if family == "fp8" else bf16_api
+    ops = sm90_fp8_gemm if family == "fp8" else sm90_bf16_gemm
+
+    def inputs(seed):
+        gen = torch.Generator(device="cuda").manual_seed(seed)
+        if family == "fp8":
+            a = torch.randn(m, k, device="cuda", generator=gen).to(torch.float8_e4m3fn)
+            return (a, finegemm.get_mn_major_tma_aligned_tensor(torch.rand(m, k // 128, device="cuda", generator=gen)
+                                                                + 0.5))
+        return torch.randn(m, k, device="cuda", generator=gen, dtype=torch.bfloat16)
+
+    gen = torch.Generator(device="cuda").manual_seed(77)
+    if family == "fp8":
+        b = (torch.randn(g, n, k, device="cuda", generator=gen).to(torch.float8_e4m3fn),
+             torch.rand(g, (n + 127) // 128, k // 128, device="cuda", generator=gen) + 0.5)
+        call = finegemm.m_grouped_fp8_gemm_nt_contiguous
+
+        def reference(a, layout):
+            return finegemm.reference.m_grouped_fp8_gemm_nt_contiguous(a[0], a[1], b[0], b[1], layout,
+                                                                       out_dtype=torch.float64)
+    else:
+        b = torch.randn(g, n, k, device="cuda", generator=gen, dtype=torch.bfloat16)
+        call = finegemm.m_grouped_bf16_gemm_nt_contiguous
+
+        def reference(a, layout):
+            return finegemm.reference.m_grouped_bf16_gemm_nt_contiguous(a, b, layout, out_dtype=torch.float64)
+
+    def fresh_d():
+        return torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+
+    alive = [(inputs(1), fresh_d(), _contiguous_layout(g, m, 1))]  # kept alive: no address handed out again
+    call(alive[0][0], b, alive[0][1], alive[0][2])
+    validations, plans = [], []
+    real_validate = api._validate_contiguous
+    monkeypatch.setattr(api, "_validate_contiguous", lambda *args: validations.append(1) or real_validate(*args))
+    real_plan = ops.plan_grouped
+    monkeypatch.setattr(ops, "plan_grouped", lambda *args, **kw: plans.append(1) or real_plan(*args, **kw))
+    for seed in (2, 3):
+        a, d, layout = inputs(seed), fresh_d(), _contiguous_layout(g, m, seed)
+        alive.append((a, d, layout))
+        validations.clear()
+        plans.clear()
+        call(a, b, d, layout)
+        assert not validations and not plans, "a moved contiguous call was validated or planned again"
+        finegemm.check_errors()
+        torch.cuda.synchronize()
+        assert not d.isnan().any()
+        assert torch.all(d[layout < 0] == 0), "padding rows not zeroed"
+        assert calc_diff(d, reference(a, layout)) < 1e-5
+        with monkeypatch.context() as fresh:  # the same inputs validated afresh (no cache at all)
+            fresh.setattr(api, "_validated_contiguous", _validate.ValidatedCalls())
+            d_validated = fresh_d()
+            call(a, b, d_validated, layout)
+        torch.cuda.synchronize()
+        assert torch.equal(d, d_validated)
