@@ -1225,6 +1225,26 @@ def test_bf16_moved_tensors_reuse_the_validated_layout(monkeypatch, key_builder)
         finegemm.bf16_gemm_nt(a, b_over, d_over)
 
 
+def _spy_moved_calls(monkeypatch, family: str, kind: str) -> list:
+    """A fresh `kind` ("masked" / "contiguous") call cache of the family's API with the module's own
+    second level (its slots, fresh entries), the second level let through its gate, faked CUDA; the
+    list records each validation."""
+    from finegemm.api import bf16 as api_bf16
+    from finegemm.api import grouped_fp8 as api_fp8
+
+    api = api_fp8 if family == "fp8" else api_bf16
+    shipped = getattr(api, f"_validated_{kind}")._moved
+    monkeypatch.setattr(api, f"_validated_{kind}", _validate.ValidatedCalls(moved=_validate.MovedCalls(
+        shipped._slots, shipped._output, shipped._inputs, shipped._c_index, switch=shipped._switch)))
+    validations = []
+    real_validate = getattr(api, f"_validate_{kind}")
+    monkeypatch.setattr(api, f"_validate_{kind}", lambda *args: validations.append(1) or real_validate(*args))
+    monkeypatch.setattr(_validate, "on_cuda", lambda t: True)
+    monkeypatch.setenv("FINEGEMM_ENABLE_UNVALIDATED", "1")
+    monkeypatch.delenv("FINEGEMM_DISABLE_PATHS", raising=False)
+    return validations
+
+
 def _real_masked_ops(monkeypatch, family: str, launched: list):
     """The family's real ops module with a launcher that records (head, tail) and a fixed plan: its
     real prepare_m_grouped_masked then builds the real prepared launch (argument order, tensor
@@ -1276,20 +1296,9 @@ def test_contiguous_moved_tensors_reuse_the_validated_layout(monkeypatch, family
     (grouped_layout's address in the FP8 launch's tail), its check buffers kept; d over
     grouped_layout is rejected by the validating path; gated until its GPU suite passes; switched
     off by FINEGEMM_DISABLE_PATHS=contiguous_moved_calls; none for the Python key."""
-    from finegemm.api import bf16 as api_bf16
-    from finegemm.api import grouped_fp8 as api_fp8
     from finegemm.ops import contiguous_layout
 
-    api = api_fp8 if family == "fp8" else api_bf16
-    shipped = api._validated_contiguous._moved
-    monkeypatch.setattr(api, "_validated_contiguous", _validate.ValidatedCalls(moved=_validate.MovedCalls(
-        shipped._slots, shipped._output, shipped._inputs, shipped._c_index, switch=shipped._switch)))
-    validations = []
-    real_validate = api._validate_contiguous
-    monkeypatch.setattr(api, "_validate_contiguous", lambda *args: validations.append(1) or real_validate(*args))
-    monkeypatch.setattr(_validate, "on_cuda", lambda t: True)
-    monkeypatch.setenv("FINEGEMM_ENABLE_UNVALIDATED", "1")
-    monkeypatch.delenv("FINEGEMM_DISABLE_PATHS", raising=False)
+    validations = _spy_moved_calls(monkeypatch, family, "contiguous")
     checks = []
     monkeypatch.setattr(contiguous_layout, "can_prepare", lambda index: True)
     monkeypatch.setattr(contiguous_layout, "check_pending", lambda fn: None)
@@ -1363,19 +1372,7 @@ def test_masked_moved_tensors_reuse_the_validated_layout(monkeypatch, family, ke
     prepared launch at its own addresses, masked_m's in the launch's tail (FP8) or head (BF16);
     d over an input is rejected by the validating path; gated until its GPU suite passes,
     switched off by FINEGEMM_DISABLE_PATHS=masked_moved_calls; none for the Python key."""
-    from finegemm.api import bf16 as api_bf16
-    from finegemm.api import grouped_fp8 as api_fp8
-
-    api = api_fp8 if family == "fp8" else api_bf16
-    shipped = api._validated_masked._moved  # a fresh cache with the module's own slots
-    monkeypatch.setattr(api, "_validated_masked", _validate.ValidatedCalls(moved=_validate.MovedCalls(
-        shipped._slots, shipped._output, shipped._inputs, shipped._c_index, switch=shipped._switch)))
-    validations = []
-    real_validate = api._validate_masked
-    monkeypatch.setattr(api, "_validate_masked", lambda *args: validations.append(1) or real_validate(*args))
-    monkeypatch.setattr(_validate, "on_cuda", lambda t: True)
-    monkeypatch.setenv("FINEGEMM_ENABLE_UNVALIDATED", "1")
-    monkeypatch.delenv("FINEGEMM_DISABLE_PATHS", raising=False)
+    validations = _spy_moved_calls(monkeypatch, family, "masked")
     launched = []
     plans = _real_masked_ops(monkeypatch, family, launched)
     G, Mmax, N, K = 2, 16, 128, 128
