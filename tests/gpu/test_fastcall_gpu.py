@@ -307,8 +307,8 @@ def _contiguous_layout(g, m, seed):
     gen = torch.Generator().manual_seed(seed)
     layout = torch.full((m,), -1, dtype=torch.int32)
     row = 0
-    for group in torch.randperm(g, generator=gen).tolist():
-        rows = 128 * int(torch.randint(0, max(m // (128 * g), 1) + 1, (1,), generator=gen))
+    for i, group in enumerate(torch.randperm(g, generator=gen).tolist()):  # the first one never empty
+        rows = 128 * int(torch.randint(1 if i == 0 else 0, max(m // (128 * g), 1) + 1, (1,), generator=gen))
         layout[row:row + rows] = group
         row += rows
     return layout.cuda()
