@@ -24,10 +24,10 @@ constexpr int kBlockK = 128;
 constexpr int kMaxBlockNLeanLoop = 208;
 constexpr uint32_t kFlagVectorStores = 1u;  // mirrors impls::kFlagVectorStores
 constexpr uint32_t kFlagTmaStore = 2u;      // mirrors impls::kFlagTmaStore
-// Which host rebind may copy a prepared launch (Sm90Fp8Launch::rebindable).
-constexpr int kRebindNone = 0, kRebindDense = 1, kRebindMasked = 2;
 constexpr uint32_t kFlagCPrefetchMap = 4u;  // mirrors impls::kFlagCPrefetchMap
 constexpr uint32_t kFlagBGroup = 8u;        // mirrors impls::kFlagBGroup
+// Which host rebind may copy a prepared launch (Sm90Fp8Launch::rebindable).
+constexpr int kRebindNone = 0, kRebindDense = 1, kRebindMasked = 2;
 
 
 // Everything one launch needs except the stream and the split-K buffers. The tensor maps are
