@@ -4,7 +4,7 @@
 #   bash scripts/device_run.sh [all|tests|bench|sanitize|tune|pending|ab_contiguous|ab_bf16_half_a|ab_rotate|
 #                               fp8_einsum|ab_einsum|ab_einsum_tma|ab_split_tma|psum|psum_ncu|b_stream|ab_b_group|ab_b_group_bf16|b_group|b_group_check|ab_ffma_yield|
 #                               ab_split_spread|ab_fp32_direct|bf16_m128|skinny_l2|
-#                               bf16_multicast|cluster_fence]
+#                               bf16_multicast|cluster_fence|host]
 # "pending": the same-run A/Bs waiting for a GPU (below; their variant kernels precompiled into the
 # carried cache by scripts/precompile_pending.sh).
 # Every later GPU claim in benchmarks/results/ comes from this script.
@@ -321,6 +321,16 @@ if [[ "$what" == cluster_fence ]]; then
     /tmp/probe_cluster_fence $args 2>&1 | tee -a "$OUT/cluster_fence.jsonl"
     status=$(( status | ${PIPESTATUS[0]} ))
   done
+fi
+if [[ "$what" == host ]]; then
+  # The host fast paths' GPU suite (it lifts the gates host_rebind, masked_moved_calls and
+  # contiguous_moved_calls: drop them from UNVALIDATED_ON_GPU when it passes), then their cost per
+  # call (cached, moved, moved with the copy off, validated) into host_cost.json.
+  timeout 240 python3 -m pytest -q -rs -m gpu tests/gpu/test_fastcall_gpu.py -p no:cacheprovider 2>&1 \
+    | tee "$OUT/fastcall_tests.log"
+  status=$(( status | ${PIPESTATUS[0]} ))
+  timeout 150 python3 scripts/probe_host_cost.py --out "$OUT/host_cost.json" 2>&1 | tee "$OUT/host_cost.log"
+  status=$(( status | ${PIPESTATUS[0]} ))
 fi
 if [[ "$what" == all || "$what" == bench ]]; then
   for suite in ${FINEGEMM_BENCH_SUITES:-dense grouped bf16}; do
