@@ -1225,6 +1225,23 @@ def test_bf16_moved_tensors_reuse_the_validated_layout(monkeypatch, key_builder)
         finegemm.bf16_gemm_nt(a, b_over, d_over)
 
 
+def _check_gate_and_switch(monkeypatch, switch: str, validations: list, moved: bool, fresh, call) -> None:
+    """A second level is off while `switch` is gated (FINEGEMM_ENABLE_UNVALIDATED unset) and when
+    FINEGEMM_DISABLE_PATHS names it: a call on fresh() tensors of a seen layout is validated again
+    (with `moved` False, the Python key, it is validated anyway)."""
+    gated = switch in _validate.UNVALIDATED_ON_GPU
+    alive = []  # each call's tensors at new addresses (a freed one could come back: a first-level hit)
+    for env, switched_off in (("FINEGEMM_ENABLE_UNVALIDATED", gated), ("FINEGEMM_DISABLE_PATHS", True)):
+        if env == "FINEGEMM_ENABLE_UNVALIDATED":
+            monkeypatch.delenv(env)
+        else:
+            monkeypatch.setenv(env, switch)
+        before = len(validations)
+        alive.append(fresh())
+        call(*alive[-1])
+        assert len(validations) == before + (1 if switched_off or not moved else 0)
+
+
 def _spy_moved_calls(monkeypatch, family: str, kind: str) -> list:
     """A fresh `kind` ("masked" / "contiguous") call cache of the family's API with the module's own
     second level (its slots, fresh entries), the second level let through its gate, faked CUDA; the
@@ -1352,16 +1369,8 @@ def test_contiguous_moved_tensors_reuse_the_validated_layout(monkeypatch, family
     with pytest.raises(ValueError, match="d must not overlap"):
         call(alive[-1][0], d_over, gl_over)
 
-    gated = "contiguous_moved_calls" in _validate.UNVALIDATED_ON_GPU
-    for env, switched_off in (("FINEGEMM_ENABLE_UNVALIDATED", gated), ("FINEGEMM_DISABLE_PATHS", True)):
-        if env == "FINEGEMM_ENABLE_UNVALIDATED":
-            monkeypatch.delenv(env)
-        else:
-            monkeypatch.setenv(env, "contiguous_moved_calls")
-        before = len(validations)
-        alive.append((A.clone(), torch.empty(M, N, dtype=BF16), layout.clone()))
-        call(*alive[-1])
-        assert len(validations) == before + (1 if switched_off or not moved else 0)
+    _check_gate_and_switch(monkeypatch, "contiguous_moved_calls", validations, moved,
+                           lambda: (A.clone(), torch.empty(M, N, dtype=BF16), layout.clone()), call)
     assert "one-shot" not in launched
 
 
@@ -1426,18 +1435,8 @@ def test_masked_moved_tensors_reuse_the_validated_layout(monkeypatch, family, ke
     assert (len(validations), len(plans)) == (before + 1, plans_before + 1)
     assert d_padded.data_ptr() in pointers(launched[-1]) and "one-shot" not in launched
 
-    # Gated while its GPU suite has not run; switched off by name.
-    gated = "masked_moved_calls" in _validate.UNVALIDATED_ON_GPU
-    alive = []  # each call's tensors at new addresses (a freed one could come back: a first-level hit)
-    for env, switched_off in (("FINEGEMM_ENABLE_UNVALIDATED", gated), ("FINEGEMM_DISABLE_PATHS", True)):
-        if env == "FINEGEMM_ENABLE_UNVALIDATED":
-            monkeypatch.delenv(env)
-        else:
-            monkeypatch.setenv(env, "masked_moved_calls")
-        before = len(validations)
-        alive.append((A.clone(), torch.empty(G, Mmax, N, dtype=BF16), mm.clone()))
-        call(*alive[-1])
-        assert len(validations) == before + (1 if switched_off or not moved else 0)
+    _check_gate_and_switch(monkeypatch, "masked_moved_calls", validations, moved,
+                           lambda: (A.clone(), torch.empty(G, Mmax, N, dtype=BF16), mm.clone()), call)
 
 
 def test_unvalidated_kernels_are_gated(fake_cuda, monkeypatch):

@@ -263,8 +263,8 @@ class ValidatedCalls:
         self._keys: dict = {}
         self._limit = limit
         # The second level (MovedCalls), for calls whose kept launches hold only the caller's
-        # tensors' addresses (m-grouped masked): keyed by the C layout, the function name and
-        # the typed arguments of a first-level key.
+        # tensors' addresses (m-grouped masked and contiguous): keyed by the C layout, the
+        # function name and the typed arguments of a first-level key.
         self._moved = moved
 
     def key(self, fn: str, d: object, tensors, values: tuple) -> Optional[tuple]:

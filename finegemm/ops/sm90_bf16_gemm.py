@@ -541,7 +541,8 @@ class PreparedBf16GroupedCall(PreparedLaunch):
     _names = ("_grouped_launcher", "_grouped_prepare", "_grouped_launch_prepared", "_grouped_free_prepared")
     _one_shot_takes_buffers = False
     _head_pointer_count = 4  # a, b, d, masked_m / the ids (_grouped_arguments)
-    # The host library copies only a masked launch (it refuses a contiguous one, never re-pointed).
+    # The host library copies only a masked launch (contiguous ones: as PreparedGroupedCall's note in
+    # ops/sm90_fp8_gemm.py).
     _rebind_symbol = "fg_rebind_prepared_sm90_bf16_masked"
 
     def _describe(self) -> str:

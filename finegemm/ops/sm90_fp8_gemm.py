@@ -805,8 +805,9 @@ class PreparedGroupedCall(PreparedCall):
     """A PreparedCall of an m-grouped launch (contiguous or masked)."""
 
     __slots__ = ()
-    # The host library copies only a masked launch (it refuses a contiguous one, which is never
-    # re-pointed: api/_validate.MovedCalls serves the masked calls only).
+    # The host library copies only a masked launch. A contiguous one on finegemm's ids buffer is
+    # never re-pointed (its PreparedContiguous is not cacheable); one checking the layout itself is
+    # a PreparedLayoutCheckedCall (no copy).
     _rebind_symbol = "fg_rebind_prepared_sm90_fp8_masked"
     _tail_pointer_at = (GROUPED_TAIL_POINTER,)  # masked_m / the ids
 
