@@ -213,9 +213,67 @@ def test_rebound_re_points_tensor_pointers_in_head_and_tail(monkeypatch):
     proto._handle = None
 
 
+def test_contiguous_rebound_copies_each_streams_launch(monkeypatch):
+    """PreparedContiguous.rebound (a GEMM checking the layout itself) re-points every stream's launch
+    and passes `copy` on: with it, the host library's copy becomes each new launch's handle (the
+    stream's check scratch stays in the copied launch); without it, each new launch encodes itself.
+    The kept call is left as it was."""
+    from finegemm.ops import _runtime
+    from finegemm.ops.contiguous_layout import PreparedContiguous
+
+    calls = []
+    monkeypatch.setattr(_runtime, "_rebind_function",
+                        lambda symbol: ((lambda address, handle, *p: calls.append((handle,) + p) or handle + 1000), 9)
+                        if symbol == "fg_rebind_x" else None)
+    cfg = types.SimpleNamespace(split_k=False)
+    tailed = type("_Tailed", (_launch_class("fg_rebind_x"),), {"__slots__": (), "_tail_pointer_at": (0,)})
+    kept = object.__new__(PreparedContiguous)
+    kept.fn, kept.in_kernel, kept._plan, kept._m, kept._groups, kept._alignment, kept._device = (
+        "f", True, None, 256, 2, 128, CPU)
+    kept._streams = {}
+    for stream, handle in ((11, 1), (12, 2)):
+        launch = tailed(cfg, (1, 16, 32), (48, "scratch"), CPU, True, [])
+        launch._handle, launch._fast_call = handle, object()
+        kept._streams[stream] = (None, None, launch)
+    assert kept.cacheable and kept.head_pointers() == (16, 32, 48)
+    moved = kept.rebound((64, 80, 96), copy=True)
+    assert sorted(calls) == [(1, 64, 80, 96), (2, 64, 80, 96)]
+    for stream, handle in ((11, 1), (12, 2)):
+        launch = moved._streams[stream][2]
+        assert launch._handle == handle + 1000 and launch._head == (1, 64, 80) and launch._tail == (96, "scratch")
+        assert kept._streams[stream][2]._handle == handle and kept._streams[stream][2]._tail == (48, "scratch")
+    assert moved.cacheable and moved.head_pointers() == (64, 80, 96)
+    encoded = kept.rebound((64, 80, 96), copy=False)
+    assert len(calls) == 2 and all(e[2]._handle is None for e in encoded._streams.values())
+    for call in (kept, moved):  # no free function here: forget the fake handles
+        for entry in call._streams.values():
+            entry[2]._handle = None
+
+
+@pytest.mark.nvcc
+def test_rebind_symbols_are_the_host_librarys():
+    """Each prepared launch class that names a host rebind entry names one the host library exports
+    (a wrong name would leave every moved call encoding its launch anew, silently); the GEMMs that
+    check a contiguous layout themselves have their own entries (their launches hold the check's
+    buffers), the layouts read from finegemm's ids buffer none."""
+    from finegemm import jit
+    from finegemm.ops import sm90_bf16_gemm as ob
+    from finegemm.ops import sm90_fp8_gemm as of
+
+    lib = jit.host_library()
+    classes = [of.PreparedCall, of.PreparedGroupedCall, of.PreparedLayoutCheckedCall, ob.PreparedBf16Call,
+               ob.PreparedBf16GroupedCall, ob.PreparedBf16LayoutCheckedCall]
+    for cls in classes:
+        assert cls._rebind_symbol and hasattr(lib, cls._rebind_symbol), cls.__name__
+    assert of.PreparedLayoutCheckedCall._rebind_symbol == "fg_rebind_prepared_sm90_fp8_contiguous"
+    assert ob.PreparedBf16LayoutCheckedCall._rebind_symbol == "fg_rebind_prepared_sm90_bf16_contiguous"
+    assert len({cls._rebind_symbol for cls in classes}) == len(classes)
+
+
 @pytest.mark.nvcc
 @pytest.mark.parametrize("family, count", [("sm90_fp8_gemm", 6), ("sm90_bf16_gemm", 4), ("sm90_fp8_masked", 7),
-                                           ("sm90_bf16_masked", 4)])
+                                           ("sm90_bf16_masked", 4), ("sm90_fp8_contiguous", 7),
+                                           ("sm90_bf16_contiguous", 4)])
 def test_host_rebind_refuses_before_reading_the_handle(family, count):
     """fg_rebind_prepared_<family> refuses a null handle, another pointer count or a null out
     (FG_ERROR_INVALID_ARGUMENT, no handle written) before it reads the prepared launch; the launch

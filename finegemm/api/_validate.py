@@ -226,8 +226,9 @@ class MovedCalls:
         if c < len(addresses) and not key[1] and addresses[c] < hi and lo < addresses[c] + extents[c]:
             return None
         n = len(addresses)
+        # copy: the launch takes the host library's copy where its family has one (else it encodes anew).
         return launch.rebound(tuple([addresses[i] if i < n else None for i in self._slots]),
-                              copy=bool(launch._rebind_symbol) and gpu_validated("host_rebind", disabled))
+                              copy=gpu_validated("host_rebind", disabled))
 
     def learn(self, found: Optional[tuple], tensors: tuple, launch: object) -> None:
         """Keep a validated call's cacheable prepared launch for its layout (found: key()'s
@@ -855,8 +856,9 @@ UNVALIDATED_ON_GPU: dict[str, tuple[str, str, str]] = {
     # passed; sanitizers _h100_sanitize_*_einsum_psum_a59da10.log); fp8_einsum's heads-packed kernel
     # gathering sfa in place (H100, 2026-12-05: _h100_gpu_tests_extras_eaf3d65.log, 176 passed;
     # _h100_sanitize_*_einsum_eaf3d65.log).
-    "host_rebind": ("the moved dense calls' launch copied by the host library (fg_rebind_prepared_*, "
-                    "v1.20; until then a moved call encodes its launch anew)", "#3", "tests/gpu/test_fastcall_gpu.py"),
+    "host_rebind": ("the moved calls' launch copied by the host library (fg_rebind_prepared_*: dense v1.20, masked "
+                    "v1.21, contiguous v1.23; until then a moved call encodes its launch anew)", "#3",
+                    "tests/gpu/test_fastcall_gpu.py"),
     "contiguous_moved_calls": ("the m-grouped contiguous calls' second level (v1.22: a validated layout at new "
                                "addresses, grouped_layout's among them, re-points the kept GEMM launches that check "
                                "the layout themselves; until then such a call is validated and planned again)", "#4",
@@ -890,8 +892,8 @@ FALLBACK_CAPABILITIES = {
     "masked_moved_calls": "an m-grouped masked call (FP8 or BF16) whose tensors moved is validated and planned again",
     "contiguous_moved_calls": "an m-grouped contiguous call (FP8 or BF16) whose tensors moved is validated and planned "
                               "again",
-    "host_rebind": "a moved dense call's launch is encoded anew instead of copied by the host library (~10-17 us more "
-                   "host time)",
+    "host_rebind": "a moved call's launch (dense, masked or contiguous) is encoded anew instead of copied by the host "
+                   "library (~10-17 us more host time)",
 }
 DISABLE_PATHS_ENV = "FINEGEMM_DISABLE_PATHS"
 

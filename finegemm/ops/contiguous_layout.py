@@ -488,7 +488,6 @@ class PreparedContiguous:
 
     __slots__ = ("fn", "in_kernel", "_plan", "_m", "_groups", "_alignment", "_device", "_streams")
     MAX_STREAMS = 8  # entries kept per call; more streams: the entries are cleared
-    _rebind_symbol = ""  # its GEMM launches have their own prepare entries: no host-library copy
 
     def __init__(self, fn: str, grouped_layout: torch.Tensor, m: int, num_groups: int, use_psum_layout: bool,
                  alignment: int, in_kernel: bool = False) -> None:
@@ -549,8 +548,9 @@ class PreparedContiguous:
 
     def rebound(self, pointers: tuple, copy: bool = True) -> "PreparedContiguous":
         """This call at other tensors of the same layout (MovedCalls): each stream's GEMM launch
-        re-pointed (PreparedLaunch.rebound), the streams' check buffers kept. Only for a cacheable
-        one (a GEMM checking the layout itself)."""
+        re-pointed (PreparedLaunch.rebound; with `copy`, the host library's copy of it,
+        fg_rebind_prepared_<family>_contiguous), the streams' check buffers kept. Only for a
+        cacheable one (a GEMM checking the layout itself)."""
         if not self.cacheable:
             raise ValueError("rebound: only a contiguous call whose GEMM checks the layout itself")
         new = object.__new__(PreparedContiguous)

@@ -541,8 +541,8 @@ class PreparedBf16GroupedCall(PreparedLaunch):
     _names = ("_grouped_launcher", "_grouped_prepare", "_grouped_launch_prepared", "_grouped_free_prepared")
     _one_shot_takes_buffers = False
     _head_pointer_count = 4  # a, b, d, masked_m / the ids (_grouped_arguments)
-    # The host library copies only a masked launch (contiguous ones: as PreparedGroupedCall's note in
-    # ops/sm90_fp8_gemm.py).
+    # The host library copies a masked launch here, a layout-checked contiguous one in the subclass
+    # (as PreparedGroupedCall's note in ops/sm90_fp8_gemm.py).
     _rebind_symbol = "fg_rebind_prepared_sm90_bf16_masked"
 
     def _describe(self) -> str:
@@ -556,7 +556,7 @@ class PreparedBf16LayoutCheckedCall(PreparedBf16GroupedCall):
     __slots__ = ()
     _names = ("_grouped_launcher_layout_checked", "_grouped_prepare_layout_checked", "_grouped_launch_prepared",
               "_grouped_free_prepared")
-    _rebind_symbol = ""  # another prepare entry: no host copy
+    _rebind_symbol = "fg_rebind_prepared_sm90_bf16_contiguous"  # keeps the stream's check scratch
 
 
 def _prepared_grouped(cfg: Bf16GemmConfig, fn: int, *args) -> PreparedBf16GroupedCall:

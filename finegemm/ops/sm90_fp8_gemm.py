@@ -805,9 +805,9 @@ class PreparedGroupedCall(PreparedCall):
     """A PreparedCall of an m-grouped launch (contiguous or masked)."""
 
     __slots__ = ()
-    # The host library copies only a masked launch. A contiguous one on finegemm's ids buffer is
+    # The host library copies a masked launch here. A contiguous one on finegemm's ids buffer is
     # never re-pointed (its PreparedContiguous is not cacheable); one checking the layout itself is
-    # a PreparedLayoutCheckedCall (no copy).
+    # a PreparedLayoutCheckedCall (its own rebind entry).
     _rebind_symbol = "fg_rebind_prepared_sm90_fp8_masked"
     _tail_pointer_at = (GROUPED_TAIL_POINTER,)  # masked_m / the ids
 
@@ -869,7 +869,7 @@ class PreparedLayoutCheckedCall(PreparedGroupedCall):
 
     __slots__ = ()
     _names = ("_launcher_layout_checked", "_launcher_prepare_layout_checked", "_launch_prepared", "_free_prepared")
-    _rebind_symbol = ""  # another prepare entry: no host copy
+    _rebind_symbol = "fg_rebind_prepared_sm90_fp8_contiguous"  # keeps the stream's check scratch
 
     def _describe(self) -> str:
         cfg = self.cfg

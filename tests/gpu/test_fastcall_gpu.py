@@ -319,8 +319,9 @@ def _contiguous_layout(g, m, seed):
 def test_contiguous_moved_tensors_take_the_second_level(family, g, m, n, k, monkeypatch):
     """The contiguous calls' second level (v1.22) on the GPU: fresh A (and sfa), d and grouped_layout
     (another assignment of rows to groups) in a validated call's layout launch without the argument
-    checks or a new plan; the GEMM checks and reads the new layout: every row matches the reference
-    (padding rows zero) and, bitwise, a call validated afresh on the same inputs."""
+    checks, a new plan or a new encoding (v1.23: the host library copies the launch); the GEMM checks
+    and reads the new layout: every row matches the reference (padding rows zero) and, bitwise, a
+    call validated afresh on the same inputs; a broken layout at new addresses is still reported."""
     from finegemm.api import _validate
     from finegemm.api import grouped_fp8 as fp8_api
     from finegemm.ops import sm90_bf16_gemm, sm90_fp8_gemm
@@ -359,7 +360,7 @@ def test_contiguous_moved_tensors_take_the_second_level(family, g, m, n, k, monk
 
     alive = [(inputs(1), fresh_d(), _contiguous_layout(g, m, 1))]  # kept alive: no address handed out again
     call(alive[0][0], b, alive[0][1], alive[0][2])
-    validations, plans = [], []
+    validations, plans, encodes = [], [], _spy_encodes(monkeypatch)
     real_validate = api._validate_contiguous
     monkeypatch.setattr(api, "_validate_contiguous", lambda *args: validations.append(1) or real_validate(*args))
     real_plan = ops.plan_grouped
@@ -369,8 +370,10 @@ def test_contiguous_moved_tensors_take_the_second_level(family, g, m, n, k, monk
         alive.append((a, d, layout))
         validations.clear()
         plans.clear()
+        encodes.clear()
         call(a, b, d, layout)
         assert not validations and not plans, "a moved contiguous call was validated or planned again"
+        assert not encodes, "a moved contiguous call's launch was encoded anew instead of copied by the host library"
         finegemm.check_errors()
         torch.cuda.synchronize()
         assert not d.isnan().any()
@@ -382,3 +385,16 @@ def test_contiguous_moved_tensors_take_the_second_level(family, g, m, n, k, monk
             call(a, b, d_validated, layout)
         torch.cuda.synchronize()
         assert torch.equal(d, d_validated)
+    # The copied launch checks the layout it now points at (the stream's scratch and record kept).
+    bad = _contiguous_layout(g, m, 4)
+    bad[0] = g + 3
+    a, d = inputs(4), fresh_d()
+    alive.append((a, d, bad))
+    validations.clear()
+    encodes.clear()
+    finegemm.check_errors()
+    call(a, b, d, bad)
+    assert not validations and not encodes, "the broken layout's call was not a moved one"
+    with pytest.raises(ValueError, match=r"grouped_layout values must be -1 \(padding row\) or a group id"):
+        finegemm.check_errors()
+    finegemm.check_errors()  # reported once

@@ -231,6 +231,9 @@ int k_grouped_tables(const int32_t* ks, int num_groups, bool skip_empty, std::ve
   return static_cast<int>(tables->size());
 }
 
+// Which host rebind may copy a prepared grouped launch (Sm90Bf16GroupedLaunch::rebindable).
+constexpr int kBf16RebindNone = 0, kBf16RebindMasked = 1, kBf16RebindContiguous = 2;
+
 // Everything one m-grouped launch needs except the stream (as Sm90Bf16Launch).
 struct Sm90Bf16GroupedLaunch {
   CUtensorMap tmap_a, tmap_b, tmap_d;
@@ -244,9 +247,10 @@ struct Sm90Bf16GroupedLaunch {
   unsigned* layout_scratch = nullptr;
   int* layout_record = nullptr;
   uint32_t layout_info = 0;
-  // A masked call prepared by fg_prepare_sm90_bf16_grouped: every map starts at a, b or d (each
-  // covers all groups), so fg_rebind_prepared_sm90_bf16_masked may re-point it.
-  bool rebindable = false;
+  // A masked call prepared by fg_prepare_sm90_bf16_grouped, or a contiguous one by
+  // fg_prepare_sm90_bf16_grouped_layout_checked: every map starts at a, b or d (each covers all
+  // groups), so fg_rebind_prepared_sm90_bf16_masked / _contiguous may re-point it.
+  int rebindable = kBf16RebindNone;
 };
 
 // Validates the arguments of fg_launch_sm90_bf16_grouped (documented there) and encodes L.
@@ -347,6 +351,30 @@ int encode_grouped_layout_checked(Sm90Bf16GroupedLaunch* L, uint64_t fn, void* a
   L->layout_record = static_cast<int*>(layout_record);
   L->layout_info = static_cast<uint32_t>(layout_info);
   return CUDA_SUCCESS;
+}
+
+// fg_rebind_prepared_sm90_bf16_masked / _contiguous: a prepared grouped launch of `kind` at pointers
+// = (a, b, d, grouped), count 4, none null (grouped: masked_m, or the caller's grouped_layout; read
+// on the GPU at every launch). A layout-checked launch keeps the check's scratch and record (the
+// stream's, not the caller's).
+int rebind_grouped(uint64_t handle, const uint64_t* pointers, int count, uint64_t* out, int kind) {
+  if (out == nullptr) return fg::FG_ERROR_INVALID_ARGUMENT;
+  *out = 0;
+  if (handle == 0 || pointers == nullptr || count != 4) return fg::FG_ERROR_INVALID_ARGUMENT;
+  const Sm90Bf16GroupedLaunch& P = *fg::prepared_from_handle<Sm90Bf16GroupedLaunch>(handle);
+  void* a = reinterpret_cast<void*>(static_cast<uintptr_t>(pointers[0]));
+  void* b = reinterpret_cast<void*>(static_cast<uintptr_t>(pointers[1]));
+  void* d = reinterpret_cast<void*>(static_cast<uintptr_t>(pointers[2]));
+  void* grouped = reinterpret_cast<void*>(static_cast<uintptr_t>(pointers[3]));
+  if (P.rebindable != kind || a == nullptr || b == nullptr || d == nullptr || grouped == nullptr)
+    return fg::FG_ERROR_INVALID_ARGUMENT;
+  Sm90Bf16GroupedLaunch* L = new Sm90Bf16GroupedLaunch(P);
+  int rc = fg::replace_tmap_address(&L->tmap_a, a);
+  if (rc == CUDA_SUCCESS) rc = fg::replace_tmap_address(&L->tmap_b, b);
+  if (rc == CUDA_SUCCESS && (L->flags & kBf16FlagTmaStore) != 0) rc = fg::replace_tmap_address(&L->tmap_d, d);
+  L->d = d;
+  L->grouped = static_cast<const int*>(grouped);
+  return fg::publish_prepared(L, rc, out);
 }
 
 }  // namespace
@@ -475,7 +503,7 @@ int fg_prepare_sm90_bf16_grouped(uint64_t* out, uint64_t fn, void* a, void* b, v
   Sm90Bf16GroupedLaunch* L = new Sm90Bf16GroupedLaunch();
   const int rc = encode_grouped(L, fn, a, b, d, grouped, m, n, k, lda, ldb, ldd, block_m, block_n, grid, smem_bytes,
                                 gemm_kind, num_groups, l2_promotion, b_mn_major, ldb_group);
-  L->rebindable = gemm_kind == 2;
+  L->rebindable = gemm_kind == 2 ? kBf16RebindMasked : kBf16RebindNone;
   return fg::publish_prepared(L, rc, out);
 }
 
@@ -484,23 +512,7 @@ int fg_prepare_sm90_bf16_grouped(uint64_t* out, uint64_t fn, void* a, void* b, v
 // null; the new tensors have the prepared ones' shapes, strides, dtypes and 16-byte alignment (the
 // caller's guarantee). *out receives a handle of its own (fg_free_prepared_sm90_bf16_grouped).
 int fg_rebind_prepared_sm90_bf16_masked(uint64_t handle, const uint64_t* pointers, int count, uint64_t* out) {
-  if (out == nullptr) return fg::FG_ERROR_INVALID_ARGUMENT;
-  *out = 0;
-  if (handle == 0 || pointers == nullptr || count != 4) return fg::FG_ERROR_INVALID_ARGUMENT;
-  const Sm90Bf16GroupedLaunch& P = *fg::prepared_from_handle<Sm90Bf16GroupedLaunch>(handle);
-  void* a = reinterpret_cast<void*>(static_cast<uintptr_t>(pointers[0]));
-  void* b = reinterpret_cast<void*>(static_cast<uintptr_t>(pointers[1]));
-  void* d = reinterpret_cast<void*>(static_cast<uintptr_t>(pointers[2]));
-  void* masked_m = reinterpret_cast<void*>(static_cast<uintptr_t>(pointers[3]));
-  if (!P.rebindable || a == nullptr || b == nullptr || d == nullptr || masked_m == nullptr)
-    return fg::FG_ERROR_INVALID_ARGUMENT;
-  Sm90Bf16GroupedLaunch* L = new Sm90Bf16GroupedLaunch(P);
-  int rc = fg::replace_tmap_address(&L->tmap_a, a);
-  if (rc == CUDA_SUCCESS) rc = fg::replace_tmap_address(&L->tmap_b, b);
-  if (rc == CUDA_SUCCESS && (L->flags & kBf16FlagTmaStore) != 0) rc = fg::replace_tmap_address(&L->tmap_d, d);
-  L->d = d;
-  L->grouped = static_cast<const int*>(masked_m);
-  return fg::publish_prepared(L, rc, out);
+  return rebind_grouped(handle, pointers, count, out, kBf16RebindMasked);
 }
 
 // The contiguous launch of a kernel built with the in-kernel layout check (kLayoutCheck):
@@ -530,11 +542,18 @@ int fg_prepare_sm90_bf16_grouped_layout_checked(uint64_t* out, uint64_t fn, void
   if (out == nullptr) return fg::FG_ERROR_INVALID_ARGUMENT;
   *out = 0;
   Sm90Bf16GroupedLaunch* L = new Sm90Bf16GroupedLaunch();
+  L->rebindable = kBf16RebindContiguous;  // encode_grouped_layout_checked accepts gemm_kind 1 only
   return fg::publish_prepared(L, encode_grouped_layout_checked(L, fn, a, b, d, grouped, m, n, k, lda, ldb, ldd,
                                                                block_m, block_n, grid, smem_bytes, gemm_kind,
                                                                num_groups, l2_promotion, b_mn_major, ldb_group,
                                                                layout_scratch, layout_record, layout_info),
                               out);
+}
+
+// fg_rebind_prepared_sm90_bf16_masked for a launch prepared by
+// fg_prepare_sm90_bf16_grouped_layout_checked: pointers = (a, b, d, grouped_layout), count 4, none null.
+int fg_rebind_prepared_sm90_bf16_contiguous(uint64_t handle, const uint64_t* pointers, int count, uint64_t* out) {
+  return rebind_grouped(handle, pointers, count, out, kBf16RebindContiguous);
 }
 
 // The prepared launch: (workspace, counters) are accepted for the families' common signature and

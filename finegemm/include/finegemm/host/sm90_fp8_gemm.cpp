@@ -27,7 +27,7 @@ constexpr uint32_t kFlagTmaStore = 2u;      // mirrors impls::kFlagTmaStore
 constexpr uint32_t kFlagCPrefetchMap = 4u;  // mirrors impls::kFlagCPrefetchMap
 constexpr uint32_t kFlagBGroup = 8u;        // mirrors impls::kFlagBGroup
 // Which host rebind may copy a prepared launch (Sm90Fp8Launch::rebindable).
-constexpr int kRebindNone = 0, kRebindDense = 1, kRebindMasked = 2;
+constexpr int kRebindNone = 0, kRebindDense = 1, kRebindMasked = 2, kRebindContiguous = 3;
 
 
 // Everything one launch needs except the stream and the split-K buffers. The tensor maps are
@@ -61,9 +61,10 @@ struct Sm90Fp8Launch {
   bool sfa_gather = false;
   const float* sfa_p = nullptr;
   uint32_t sfa_ld_m = 0, sfa_ld_g = 0, sfa_ld_k = 0;
-  // A dense or m-grouped masked call prepared by fg_prepare_sm90_fp8_gemm: every map starts at a,
-  // b, sfa or d (none gathers; a masked call's maps cover all groups from those bases), so
-  // fg_rebind_prepared_sm90_fp8_gemm / _masked may re-point it.
+  // A dense or m-grouped masked call prepared by fg_prepare_sm90_fp8_gemm, or a contiguous one by
+  // fg_prepare_sm90_fp8_gemm_layout_checked: every map starts at a, b, sfa or d (none gathers; a
+  // grouped call's maps cover all groups from those bases), so fg_rebind_prepared_sm90_fp8_gemm /
+  // _masked / _contiguous may re-point it.
   int rebindable = kRebindNone;
 };
 
@@ -411,7 +412,7 @@ int encode_layout_checked(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void*
 }
 
 // A copy of a prepared launch at other tensors' addresses, for fg_rebind_prepared_sm90_fp8_gemm /
-// _masked (which check the pointers): each map (all start at a tensor's base) re-pointed with
+// rebind_grouped (which check the pointers): each map (all start at a tensor's base) re-pointed with
 // cuTensorMapReplaceAddress, the rest copied.
 int rebind_copy(const Sm90Fp8Launch& P, void* a, void* b, void* sfa, void* sfb, void* d, void* c, void* grouped,
                 uint64_t* out) {
@@ -429,6 +430,22 @@ int rebind_copy(const Sm90Fp8Launch& P, void* a, void* b, void* sfa, void* sfb, 
 }
 
 void* as_pointer(uint64_t address) { return reinterpret_cast<void*>(static_cast<uintptr_t>(address)); }
+
+// fg_rebind_prepared_sm90_fp8_masked / _contiguous: a prepared m-grouped launch of `kind` at
+// pointers = (a, b, sfa, sfb, d, c, grouped), count 7, c null, grouped not null (masked_m, or the
+// caller's grouped_layout: read on the GPU at every launch).
+int rebind_grouped(uint64_t handle, const uint64_t* pointers, int count, uint64_t* out, int kind) {
+  if (out == nullptr) return fg::FG_ERROR_INVALID_ARGUMENT;
+  *out = 0;
+  if (handle == 0 || pointers == nullptr || count != 7) return fg::FG_ERROR_INVALID_ARGUMENT;
+  const Sm90Fp8Launch& P = *fg::prepared_from_handle<Sm90Fp8Launch>(handle);
+  void *a = as_pointer(pointers[0]), *b = as_pointer(pointers[1]), *sfa = as_pointer(pointers[2]);
+  void *sfb = as_pointer(pointers[3]), *d = as_pointer(pointers[4]), *grouped = as_pointer(pointers[6]);
+  if (P.rebindable != kind || a == nullptr || b == nullptr || sfa == nullptr || sfb == nullptr || d == nullptr ||
+      pointers[5] != 0 || grouped == nullptr)
+    return fg::FG_ERROR_INVALID_ARGUMENT;
+  return rebind_copy(P, a, b, sfa, sfb, d, nullptr, grouped, out);
+}
 
 }  // namespace
 
@@ -509,16 +526,7 @@ int fg_rebind_prepared_sm90_fp8_gemm(uint64_t handle, const uint64_t* pointers, 
 // cover every group from a, b, sfa and d): pointers = (a, b, sfa, sfb, d, c, masked_m), count 7,
 // c null, masked_m not null (read on the GPU at every launch).
 int fg_rebind_prepared_sm90_fp8_masked(uint64_t handle, const uint64_t* pointers, int count, uint64_t* out) {
-  if (out == nullptr) return fg::FG_ERROR_INVALID_ARGUMENT;
-  *out = 0;
-  if (handle == 0 || pointers == nullptr || count != 7) return fg::FG_ERROR_INVALID_ARGUMENT;
-  const Sm90Fp8Launch& P = *fg::prepared_from_handle<Sm90Fp8Launch>(handle);
-  void *a = as_pointer(pointers[0]), *b = as_pointer(pointers[1]), *sfa = as_pointer(pointers[2]);
-  void *sfb = as_pointer(pointers[3]), *d = as_pointer(pointers[4]), *masked_m = as_pointer(pointers[6]);
-  if (P.rebindable != kRebindMasked || a == nullptr || b == nullptr || sfa == nullptr || sfb == nullptr ||
-      d == nullptr || pointers[5] != 0 || masked_m == nullptr)
-    return fg::FG_ERROR_INVALID_ARGUMENT;
-  return rebind_copy(P, a, b, sfa, sfb, d, nullptr, masked_m, out);
+  return rebind_grouped(handle, pointers, count, out, kRebindMasked);
 }
 
 // fp8_gemm_nt_skip_head_mid's fused launch: fg_launch_sm90_fp8_gemm's arguments (a dense bf16 call
@@ -588,12 +596,20 @@ int fg_prepare_sm90_fp8_gemm_layout_checked(uint64_t* out, uint64_t fn, void* a,
   if (out == nullptr) return fg::FG_ERROR_INVALID_ARGUMENT;
   *out = 0;
   Sm90Fp8Launch* L = new Sm90Fp8Launch();
+  L->rebindable = kRebindContiguous;  // encode_layout_checked accepts gemm_kind 1 only
   return fg::publish_prepared(L, encode_layout_checked(L, fn, a, b, sfa, sfb, d, c, m, n, k, lda, ldb, ldd, sfa_ld,
                                                        block_m, block_n, num_splits, num_multicast, multicast_on_a,
                                                        out_fp32, tma_store, grid, smem_bytes, gemm_kind, grouped,
                                                        num_groups, l2_promotion, layout_scratch, layout_record,
                                                        layout_info),
                               out);
+}
+
+// fg_rebind_prepared_sm90_fp8_masked for a launch prepared by fg_prepare_sm90_fp8_gemm_layout_checked:
+// pointers = (a, b, sfa, sfb, d, c, grouped_layout), count 7, c null, grouped_layout not null. The
+// check's scratch and record are kept (the stream's, not the caller's).
+int fg_rebind_prepared_sm90_fp8_contiguous(uint64_t handle, const uint64_t* pointers, int count, uint64_t* out) {
+  return rebind_grouped(handle, pointers, count, out, kRebindContiguous);
 }
 
 // fp8_einsum "bhr,hdr->bhd" on a kernel built with kHeadsPacked: fg_launch_sm90_fp8_gemm's
