@@ -365,8 +365,10 @@ def test_contiguous_moved_tensors_take_the_second_level(family, g, m, n, k, monk
     monkeypatch.setattr(api, "_validate_contiguous", lambda *args: validations.append(1) or real_validate(*args))
     real_plan = ops.plan_grouped
     monkeypatch.setattr(ops, "plan_grouped", lambda *args, **kw: plans.append(1) or real_plan(*args, **kw))
-    for seed in (2, 3):
-        a, d, layout = inputs(seed), fresh_d(), _contiguous_layout(g, m, seed)
+
+    def moved_call(seed, layout):
+        """One call at fresh tensors (kept alive) in the validated layout: its (a, d)."""
+        a, d = inputs(seed), fresh_d()
         alive.append((a, d, layout))
         validations.clear()
         plans.clear()
@@ -374,6 +376,11 @@ def test_contiguous_moved_tensors_take_the_second_level(family, g, m, n, k, monk
         call(a, b, d, layout)
         assert not validations and not plans, "a moved contiguous call was validated or planned again"
         assert not encodes, "a moved contiguous call's launch was encoded anew instead of copied by the host library"
+        return a, d
+
+    for seed in (2, 3):
+        layout = _contiguous_layout(g, m, seed)
+        a, d = moved_call(seed, layout)
         finegemm.check_errors()
         torch.cuda.synchronize()
         assert not d.isnan().any()
@@ -388,13 +395,8 @@ def test_contiguous_moved_tensors_take_the_second_level(family, g, m, n, k, monk
     # The copied launch checks the layout it now points at (the stream's scratch and record kept).
     bad = _contiguous_layout(g, m, 4)
     bad[0] = g + 3
-    a, d = inputs(4), fresh_d()
-    alive.append((a, d, bad))
-    validations.clear()
-    encodes.clear()
     finegemm.check_errors()
-    call(a, b, d, bad)
-    assert not validations and not encodes, "the broken layout's call was not a moved one"
+    moved_call(4, bad)
     with pytest.raises(ValueError, match=r"grouped_layout values must be -1 \(padding row\) or a group id"):
         finegemm.check_errors()
     finegemm.check_errors()  # reported once
