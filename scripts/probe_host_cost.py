@@ -33,6 +33,8 @@ queue behind it (finegemm.bench._common.host_time_us). Parts:
   torch_scaled_mm   cuBLAS blockwise through torch._scaled_mm, for comparison
 and for dense BF16: bf16_full_call (finegemm.bf16_gemm_nt, cached), bf16_moved_call,
 bf16_validated_call and torch_matmul_out.
+fp8_einsum at MLA decode sizes: full_call and its second level's moved_call / moved_call_encoded /
+validated_call (as the grouped calls' below).
 Grouped calls (G = 8, N = 4096, K = 7168, repeated with the same tensors): full_call of the FP8
 contiguous (plain and psum layouts), FP8 masked (MN-major sfa), BF16 contiguous and BF16 masked
 calls; for the FP8 contiguous call also its parts: check_launch (the kept layout check alone),
@@ -195,6 +197,10 @@ def main() -> None:
         results[f"bf16 {m}x{n}x{k}"] = rec
         print(f"bf16 {m}x{n}x{k}: " + ", ".join(f"{k_}={v:.2f}" for k_, v in rec.items()), flush=True)
     results.update(_grouped())
+    einsum = _einsum()
+    results.update(einsum)
+    for name, rec in einsum.items():
+        print(f"{name}: " + _fmt(rec), flush=True)
     out = dict(run_metadata(), command=" ".join(["python", "scripts/probe_host_cost.py"] + sys.argv[1:]), unit="us host time per call", records=results)
     if args.out:
         with open(args.out, "w") as f:
@@ -267,27 +273,31 @@ def _fmt(rec: dict) -> str:
 
 
 def _grouped_moved(cache: str, fp8_call, bf16_call) -> dict:
-    """The m-grouped calls' second level (v1.21 masked, v1.22 contiguous; gated until its GPU suite
-    passes, so switched on here), for the API caches named `cache`: moved_call / bf16_moved_call
-    (the first level forgotten before each call: a call whose tensors moved; its launch copied by
-    the host library where the family can), moved_call_encoded (the copy switched off: the launch
-    encodes itself anew), validated_call (both levels forgotten), learned (the second level kept
-    the call's layout) or moved_error. Assumes FINEGEMM_DISABLE_PATHS is unset."""
+    """_moved_costs of the m-grouped calls (v1.21 masked, v1.22 contiguous) for the API caches
+    named `cache`: the FP8 call's records unprefixed, the BF16 call's prefixed bf16_."""
     from finegemm.api import bf16 as api_bf16
     from finegemm.api import grouped_fp8 as api_fp8
 
+    return _moved_costs([("", getattr(api_fp8, cache), fp8_call), ("bf16_", getattr(api_bf16, cache), bf16_call)])
+
+
+def _moved_costs(entries) -> dict:
+    """A second level's host costs (gated until its GPU suite passes, so switched on here), for each
+    (prefix, its ValidatedCalls, a call): moved_call (the first level forgotten before each call: a
+    call whose tensors moved; its launch copied by the host library where the family can),
+    moved_call_encoded (the copy switched off: the launch encodes itself anew), validated_call (both
+    levels forgotten), learned (the second level kept the call's layout) or moved_error. Assumes
+    FINEGEMM_DISABLE_PATHS is unset."""
     rec = {}
     saved = os.environ.get("FINEGEMM_ENABLE_UNVALIDATED")
     os.environ["FINEGEMM_ENABLE_UNVALIDATED"] = "1"
     try:
-        for prefix, api, full in (("", api_fp8, fp8_call), ("bf16_", api_bf16, bf16_call)):
-            calls = getattr(api, cache)
-
-            def moved():
+        for prefix, calls, full in entries:
+            def moved(calls=calls, full=full):
                 calls._keys.clear()
                 full()
 
-            def validated():
+            def validated(calls=calls, full=full):
                 calls._keys.clear()
                 calls._moved._entries.clear()
                 full()
@@ -311,6 +321,31 @@ def _grouped_moved(cache: str, fp8_call, bf16_call) -> dict:
         else:
             os.environ["FINEGEMM_ENABLE_UNVALIDATED"] = saved
     return rec
+
+
+def _einsum() -> dict:
+    """fp8_einsum "bhr,hdr->bhd" at MLA decode sizes (h = 128, r = 512, d = 128; b = 64, bf16 d):
+    full_call (cached) and its second level's costs (v1.24, _moved_costs)."""
+    import importlib
+
+    import finegemm
+
+    mod = importlib.import_module("finegemm.api.fp8_einsum")
+    batch, heads, r, n = 64, 128, 512, 128
+    A, sfa = finegemm.per_token_cast_to_fp8(torch.randn(batch * heads, r, device="cuda"))
+    A, sfa = A.view(batch, heads, r), sfa.view(batch, heads, -1)
+    B = torch.randn(heads, n, r, device="cuda").to(torch.float8_e4m3fn)
+    sfb = torch.rand(heads, 1, r // 128, device="cuda")
+    d = torch.empty(batch, heads, n, device="cuda", dtype=torch.bfloat16)
+
+    def full():
+        finegemm.fp8_einsum("bhr,hdr->bhd", (A, sfa), (B, sfb), d)
+
+    full()
+    rec = {"full_call": host_time_us(full)}
+    rec.update(_moved_costs([("", mod._validated, full)]))
+    return {f"fp8_einsum b={batch} h={heads} r={r} d={n}": rec}
+
 
 if __name__ == "__main__":
     main()

@@ -1439,6 +1439,81 @@ def test_masked_moved_tensors_reuse_the_validated_layout(monkeypatch, family, ke
                            lambda: (A.clone(), torch.empty(G, Mmax, N, dtype=BF16), mm.clone()), call)
 
 
+@pytest.mark.parametrize("with_c", [False, True])
+def test_fp8_einsum_moved_tensors_reuse_the_validated_layout(monkeypatch, with_c, key_builder):
+    """fp8_einsum's second level (v1.24): fresh A, sfa and d (fp32, c = d) in a validated call's
+    layout skip the checks and the plan and launch the real prepared heads-packed launch at their
+    own addresses (A, B, sfa, sfb, d, c in its head); d over an input is rejected by the validating
+    path; c is d only matches a call where c was d; gated until its GPU suite passes, switched off
+    by FINEGEMM_DISABLE_PATHS=einsum_moved_calls; none for the Python key."""
+    import importlib
+
+    from finegemm.ops import sm90_fp8_gemm as ops
+
+    mod = importlib.import_module("finegemm.api.fp8_einsum")
+    shipped = mod._validated._moved
+    monkeypatch.setattr(mod, "_validated", _validate.ValidatedCalls(moved=_validate.MovedCalls(
+        shipped._slots, shipped._output, shipped._inputs, shipped._c_index, switch=shipped._switch),
+        signature_at=mod._validated._signature_at))
+    validations, plans, launched = [], [], []
+    real_checked = mod._checked
+    monkeypatch.setattr(mod, "_checked", lambda *args: validations.append(1) or real_checked(*args))
+    monkeypatch.setattr(_validate, "on_cuda", lambda t: True)
+    monkeypatch.setenv("FINEGEMM_ENABLE_UNVALIDATED", "1")
+    monkeypatch.delenv("FINEGEMM_DISABLE_PATHS", raising=False)
+    cfg = types.SimpleNamespace(split_k=False, num_splits=1, block_m=64, block_n=64, num_multicast=1,
+                                multicast_on_a=False, tma_store=False, grid=1, smem_bytes=0, l2_promotion=(0, 0))
+    monkeypatch.setattr(ops, "plan_heads_packed", lambda *args, **kw: plans.append(args) or (cfg, 1))
+    monkeypatch.setattr(ops, "_get_launcher", lambda: None)
+    monkeypatch.setattr(ops, "_launcher_heads_packed_gather", lambda fn, *rest: launched.append(rest) or 0)
+    monkeypatch.setattr(ops, "_launcher_prepare_heads_packed_gather", None)
+    monkeypatch.setattr(ops, "_get_raw_stream", lambda index: 0)
+    monkeypatch.setattr(ops, "fp8_einsum_heads_packed", lambda *args, **kw: launched.append("one-shot"))
+    batch, heads, r, n = 4, 2, 128, 64
+    B, sfb = rand_fp8(heads, n, r), rand_sf(heads, 1, 1)
+
+    def fresh():
+        return rand_fp8(batch, heads, r), rand_sf(batch, heads, 1), torch.zeros(batch, heads, n, dtype=F32)
+
+    def call(a_, sfa_, d_, c_=None):
+        finegemm.fp8_einsum("bhr,hdr->bhd", (a_, sfa_), (B, sfb), d_, c=c_)
+
+    def c_of(d_):
+        return d_ if with_c else None
+
+    A, sfa, d = fresh()
+    call(A, sfa, d, c_of(d))
+    assert (len(validations), len(plans), len(launched)) == (1, 1, 1)
+    moved = key_builder == "c_signature"  # the Python key (tensor subclasses) has no second level
+    A2, sfa2, d2 = fresh()
+    call(A2, sfa2, d2, c_of(d2))
+    assert (len(validations), len(plans)) == ((1, 1) if moved else (2, 2))
+    want = (A2.data_ptr(), B.data_ptr(), sfa2.data_ptr(), sfb.data_ptr(), d2.data_ptr(),
+            d2.data_ptr() if with_c else None)
+    assert launched[-1][:6] == want
+    call(A2, sfa2, d2, c_of(d2))  # now a first-level hit
+    assert len(validations) == (1 if moved else 2) and len(launched) == 3 and "one-shot" not in launched
+
+    # c given where the validated call had none (or not where it had c = d): another layout.
+    before = len(validations)
+    A3, sfa3, d3 = fresh()
+    call(A3, sfa3, d3, None if with_c else d3)
+    assert len(validations) == before + 1
+    if with_c:  # a c of d's layout that is not d: not the validated call's (c is d) layout
+        A4, sfa4, d4 = fresh()
+        call(A4, sfa4, d4, torch.zeros_like(d4))
+        assert len(validations) == before + 2
+    # d over an input (A's bytes, same alignment class): the validating path raises.
+    storage = torch.zeros(batch * heads * n * 4 + 64, dtype=torch.uint8)
+    d_over = storage[: batch * heads * n * 4].view(F32).view(batch, heads, n)
+    a_over = storage[64: 64 + batch * heads * r].view(torch.float8_e4m3fn).view(batch, heads, r)
+    with pytest.raises(ValueError, match="d must not overlap"):
+        call(a_over, sfa2, d_over, c_of(d_over))
+
+    _check_gate_and_switch(monkeypatch, "einsum_moved_calls", validations, moved,
+                           lambda: (lambda t: (t[0], t[1], t[2], c_of(t[2])))(fresh()), call)
+
+
 def test_unvalidated_kernels_are_gated(fake_cuda, monkeypatch):
     """A capability listed in UNVALIDATED_ON_GPU raises on CUDA (naming the suite and the switch)
     and never reaches the ops layer; FINEGEMM_ENABLE_UNVALIDATED=1 lifts the gate."""
@@ -1476,7 +1551,8 @@ def test_every_built_kernel_is_validated():
     from finegemm.api import _validate
     # The last four (fp8_einsum's heads-packed kernel, the GEMMs reading psum ends, that heads-packed
     # kernel gathering sfa in place) passed on an H100, 2026-12-05.
-    assert set(_validate.UNVALIDATED_ON_GPU) == {"host_rebind", "masked_moved_calls", "contiguous_moved_calls"}
+    assert set(_validate.UNVALIDATED_ON_GPU) == {"host_rebind", "masked_moved_calls", "contiguous_moved_calls",
+                                                 "einsum_moved_calls"}
     assert set(_validate.UNVALIDATED_ON_GPU) <= set(_validate.FALLBACK_CAPABILITIES)
 
 

@@ -253,16 +253,17 @@ def test_contiguous_rebound_copies_each_streams_launch(monkeypatch):
 @pytest.mark.nvcc
 def test_rebind_symbols_are_the_host_librarys():
     """Each prepared launch class that names a host rebind entry names one the host library exports
-    (a wrong name would leave every moved call encoding its launch anew, silently); the GEMMs that
-    check a contiguous layout themselves have their own entries (their launches hold the check's
-    buffers), the layouts read from finegemm's ids buffer none."""
+    (a wrong name would leave every moved call encoding its launch anew, silently), one entry per
+    prepare entry: the GEMMs that check a contiguous layout themselves have their own (their
+    launches hold the check's buffers), and so has fp8_einsum's heads-packed launch (sfa gathered
+    through its pointer)."""
     from finegemm import jit
     from finegemm.ops import sm90_bf16_gemm as ob
     from finegemm.ops import sm90_fp8_gemm as of
 
     lib = jit.host_library()
-    classes = [of.PreparedCall, of.PreparedGroupedCall, of.PreparedLayoutCheckedCall, ob.PreparedBf16Call,
-               ob.PreparedBf16GroupedCall, ob.PreparedBf16LayoutCheckedCall]
+    classes = [of.PreparedCall, of.PreparedGroupedCall, of.PreparedLayoutCheckedCall, of.PreparedHeadsPackedCall,
+               ob.PreparedBf16Call, ob.PreparedBf16GroupedCall, ob.PreparedBf16LayoutCheckedCall]
     for cls in classes:
         assert cls._rebind_symbol and hasattr(lib, cls._rebind_symbol), cls.__name__
     assert of.PreparedLayoutCheckedCall._rebind_symbol == "fg_rebind_prepared_sm90_fp8_contiguous"
@@ -273,7 +274,7 @@ def test_rebind_symbols_are_the_host_librarys():
 @pytest.mark.nvcc
 @pytest.mark.parametrize("family, count", [("sm90_fp8_gemm", 6), ("sm90_bf16_gemm", 4), ("sm90_fp8_masked", 7),
                                            ("sm90_bf16_masked", 4), ("sm90_fp8_contiguous", 7),
-                                           ("sm90_bf16_contiguous", 4)])
+                                           ("sm90_bf16_contiguous", 4), ("sm90_fp8_heads_packed", 6)])
 def test_host_rebind_refuses_before_reading_the_handle(family, count):
     """fg_rebind_prepared_<family> refuses a null handle, another pointer count or a null out
     (FG_ERROR_INVALID_ARGUMENT, no handle written) before it reads the prepared launch; the launch

@@ -260,13 +260,15 @@ class ValidatedCalls:
     (ops/*: addresses and buffers of its own, never the caller's tensors). Bounded (cleared when
     full)."""
 
-    def __init__(self, limit: int = 4096, moved: Optional[MovedCalls] = None) -> None:
+    def __init__(self, limit: int = 4096, moved: Optional[MovedCalls] = None, signature_at: int = 1) -> None:
         self._keys: dict = {}
         self._limit = limit
         # The second level (MovedCalls), for calls whose kept launches hold only the caller's
-        # tensors' addresses (m-grouped masked and contiguous): keyed by the C layout, the
-        # function name and the typed arguments of a first-level key.
+        # tensors' addresses (m-grouped masked and contiguous, fp8_einsum): keyed by the C layout
+        # and the rest of a first-level key (the function name, the typed arguments), whose C
+        # signature is at `signature_at` (1 after key()'s function name; 0 in fp8_call_key's keys).
         self._moved = moved
+        self._signature_at = signature_at
 
     def key(self, fn: str, d: object, tensors, values: tuple) -> Optional[tuple]:
         """(fn, tensor_key(*tensors()), typed_key(*values, the SM budget, the mk alignment)) of a
@@ -304,13 +306,16 @@ class ValidatedCalls:
         self.keep(key, True)
         return True
 
-    @staticmethod
-    def _moved_key(key: tuple, tensors: tuple) -> Optional[tuple]:
+    def _moved_key(self, key: tuple, tensors: tuple) -> Optional[tuple]:
         """MovedCalls.key of a call whose first-level key is `key` (None where that key is not
         the C signature's: a tensor subclass, or the shim off)."""
-        if type(key[1]) is not bytes:
+        at = self._signature_at
+        if type(key[at]) is not bytes:
             return None
-        return MovedCalls.key(tensors, (key[0],) + key[2:], False)
+        moved = self._moved
+        c = moved._c_index
+        c_is_d = c < len(tensors) and tensors[c] is tensors[moved._output]
+        return MovedCalls.key(tensors, key[:at] + key[at + 1:], c_is_d)
 
     def run_kept(self, key: Optional[tuple], kept: object, prepare, tensors=None) -> bool:
         """Run a validated CUDA call (`kept`: launch()'s answer) through a prepared launch: True when
@@ -863,6 +868,9 @@ UNVALIDATED_ON_GPU: dict[str, tuple[str, str, str]] = {
                                "addresses, grouped_layout's among them, re-points the kept GEMM launches that check "
                                "the layout themselves; until then such a call is validated and planned again)", "#4",
                                "tests/gpu/test_fastcall_gpu.py"),
+    "einsum_moved_calls": ("fp8_einsum's second level (v1.24: a validated layout at new addresses re-points the "
+                           "kept heads-packed launch; until then such a call is validated and planned again)", "#3",
+                           "tests/gpu/test_fastcall_gpu.py"),
     "masked_moved_calls": ("the m-grouped masked calls' second level (v1.21: a validated layout at new addresses, "
                            "masked_m's among them, re-points the kept launch; until then such a call is validated "
                            "and planned again)", "#4", "tests/gpu/test_fastcall_gpu.py"),
@@ -892,6 +900,7 @@ FALLBACK_CAPABILITIES = {
     "masked_moved_calls": "an m-grouped masked call (FP8 or BF16) whose tensors moved is validated and planned again",
     "contiguous_moved_calls": "an m-grouped contiguous call (FP8 or BF16) whose tensors moved is validated and planned "
                               "again",
+    "einsum_moved_calls": "an fp8_einsum call whose tensors moved is validated and planned again",
     "host_rebind": "a moved call's launch (dense, masked or contiguous) is encoded anew instead of copied by the host "
                    "library (~10-17 us more host time)",
 }

@@ -82,12 +82,22 @@ def fp8_einsum(expr: str, a: tuple[torch.Tensor, torch.Tensor], b: tuple[torch.T
     # seen call with a prepared launch re-launches it at once: its route was chosen when the call
     # was first planned (FINEGEMM_DISABLE_PATHS is read then, as for every kept call).
     key = fp8_call_key(a, b, d, c, recipe, expr, None)  # flat and inline: ~1 us less than ValidatedCalls.key
-    kept = _validated.launch(key, _validate_and_run_cpu, expr, a, b, d, c, recipe)
+    kept = _validated.launch(key, _validate_and_run_cpu, expr, a, b, d, c, recipe,
+                             tensors=lambda: _tensors(a, b, d, c))
     if kept and not _v.ran_kept(kept):
         _run(a[0], a[1], b[0], b[1], d, c, key, kept)
 
 
-_validated = _v.ValidatedCalls()
+# The second level (as fp8_gemm_nt's): a call whose tensors moved but keep a validated call's
+# layout re-points that call's prepared heads-packed launch (its route, sfa in place, is decided
+# by strides and dtypes alone). Tensors (A, sfa, B, sfb, d[, c]); the launch points at (A, B, sfa,
+# sfb, d, c); d must not meet A, sfa, B or sfb (nor c, unless c is d).
+_validated = _v.ValidatedCalls(moved=_v.MovedCalls(slots=(0, 2, 1, 3, 4, 5), output=4, inputs=(0, 1, 2, 3), c_index=5,
+                                                   switch="einsum_moved_calls"), signature_at=0)
+
+
+def _tensors(a, b, d, c) -> tuple:
+    return (a[0], a[1], b[0], b[1], d) if c is None else (a[0], a[1], b[0], b[1], d, c)
 
 
 def _validate_and_run_cpu(expr, a, b, d, c, recipe) -> bool:
@@ -122,7 +132,8 @@ def _run(A, sfa, B, sfb, d, c, key=None, kept=True) -> None:
             else:
                 tma = _v.gpu_validated(TMA_STORE)
                 if not _validated.run_kept(key, kept, lambda _: _v.run_prepared_launch(
-                        sm90_fp8_gemm.prepare_fp8_einsum_heads_packed(A, sfa, B, sfb, d, c, tma_store=tma))):
+                        sm90_fp8_gemm.prepare_fp8_einsum_heads_packed(A, sfa, B, sfb, d, c, tma_store=tma)),
+                        lambda: (A, sfa, B, sfb, d) if c is None else (A, sfa, B, sfb, d, c)):
                     sm90_fp8_gemm.fp8_einsum_heads_packed(A, sfa, B, sfb, d, c, sfa_gather=True, tma_store=tma)
             return
     if d.dtype == torch.bfloat16:

@@ -1101,7 +1101,7 @@ class PreparedHeadsPackedCall(PreparedCall):
     launcher: sfa's strides)."""
 
     __slots__ = ()
-    _rebind_symbol = ""  # another prepare entry (its maps differ): a moved call encodes itself anew
+    _rebind_symbol = "fg_rebind_prepared_sm90_fp8_heads_packed"  # sfa's pointer re-pointed (no map)
     _names = ("_launcher_heads_packed_gather", "_launcher_prepare_heads_packed_gather", "_launch_prepared",
               "_free_prepared")
     _what = "sm90_fp8_gemm heads-packed (fp8_einsum: m = b, n = d, k = r per head)"

@@ -400,3 +400,71 @@ def test_contiguous_moved_tensors_take_the_second_level(family, g, m, n, k, monk
     with pytest.raises(ValueError, match=r"grouped_layout values must be -1 \(padding row\) or a group id"):
         finegemm.check_errors()
     finegemm.check_errors()  # reported once
+
+
+@pytest.mark.parametrize("batch, heads, r, n, dtype, c_is_d", [(64, 128, 512, 128, torch.bfloat16, False),
+                                                               (17, 3, 256, 136, torch.float32, True),
+                                                               (1, 16, 512, 128, torch.float32, False)])
+def test_fp8_einsum_moved_tensors_take_the_second_level(batch, heads, r, n, dtype, c_is_d, monkeypatch):
+    """fp8_einsum's second level (v1.24) on the GPU: fresh A, sfa and d (fp32: c = d holding other
+    values) in a validated call's layout launch without the argument checks, a new plan or a new
+    encoding (the host library copies the heads-packed launch, sfa's pointer re-pointed): the
+    result is within 1e-5 of the float64 product and bitwise a call validated afresh."""
+    import importlib
+
+    from finegemm.api import _validate
+    from finegemm.ops import sm90_fp8_gemm
+
+    mod = importlib.import_module("finegemm.api.fp8_einsum")
+    assert _validate.layout_fn() is not _validate._no_layout
+    monkeypatch.setenv("FINEGEMM_ENABLE_UNVALIDATED", "1")  # the second level (gated until this suite passes)
+    monkeypatch.delenv("FINEGEMM_DISABLE_PATHS", raising=False)
+    shipped = mod._validated
+    monkeypatch.setattr(mod, "_validated", _validate.ValidatedCalls(moved=_validate.MovedCalls(
+        shipped._moved._slots, shipped._moved._output, shipped._moved._inputs, shipped._moved._c_index,
+        switch=shipped._moved._switch), signature_at=shipped._signature_at))
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    per_head = [finegemm.per_block_cast_to_fp8(torch.randn(n, r, device="cuda", generator=gen)) for _ in range(heads)]
+    B, sfb = torch.stack([p[0] for p in per_head]), torch.stack([p[1] for p in per_head])
+    b_deq = B.double() * sfb.double().repeat_interleave(128, 1)[:, :n].repeat_interleave(128, 2)[..., :r]
+
+    def inputs(seed):
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        A, sfa = finegemm.per_token_cast_to_fp8(torch.randn(batch * heads, r, device="cuda", generator=g))
+        d = torch.randn(batch, heads, n, device="cuda", generator=g).to(dtype)  # c's values where c = d
+        return A.view(batch, heads, r), sfa.view(batch, heads, -1), d
+
+    def call(A, sfa, d):
+        finegemm.fp8_einsum("bhr,hdr->bhd", (A, sfa), (B, sfb), d, c=d if c_is_d else None)
+
+    def exact(A, sfa, c_values):
+        a_deq = A.double() * sfa.double().repeat_interleave(128, 2)[..., :r]
+        product = torch.einsum("bhr,hdr->bhd", a_deq, b_deq)
+        return product + c_values.double() if c_is_d else product
+
+    alive = [inputs(1)]  # every call's tensors kept alive: no address handed out again
+    call(*alive[0])
+    validations, plans, encodes = [], [], _spy_encodes(monkeypatch)
+    real_checked = mod._checked
+    monkeypatch.setattr(mod, "_checked", lambda *args: validations.append(1) or real_checked(*args))
+    real_plan = sm90_fp8_gemm.plan_heads_packed
+    monkeypatch.setattr(sm90_fp8_gemm, "plan_heads_packed",
+                        lambda *args, **kw: plans.append(1) or real_plan(*args, **kw))
+    for seed in (2, 3):
+        A, sfa, d = inputs(seed)
+        alive.append((A, sfa, d))
+        c_values = d.clone()
+        d_validated = d.clone()
+        validations.clear()
+        plans.clear()
+        encodes.clear()
+        call(A, sfa, d)
+        assert not validations and not plans, "a moved fp8_einsum call was validated or planned again"
+        assert not encodes, "a moved fp8_einsum call's launch was encoded anew instead of copied by the host library"
+        torch.cuda.synchronize()
+        assert calc_diff(d, exact(A, sfa, c_values)) < 1e-5
+        with monkeypatch.context() as fresh:  # the same inputs validated afresh (no cache at all)
+            fresh.setattr(mod, "_validated", _validate.ValidatedCalls())
+            call(A, sfa, d_validated)
+        torch.cuda.synchronize()
+        assert torch.equal(d, d_validated)

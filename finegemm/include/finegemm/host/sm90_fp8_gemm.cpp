@@ -27,7 +27,7 @@ constexpr uint32_t kFlagTmaStore = 2u;      // mirrors impls::kFlagTmaStore
 constexpr uint32_t kFlagCPrefetchMap = 4u;  // mirrors impls::kFlagCPrefetchMap
 constexpr uint32_t kFlagBGroup = 8u;        // mirrors impls::kFlagBGroup
 // Which host rebind may copy a prepared launch (Sm90Fp8Launch::rebindable).
-constexpr int kRebindNone = 0, kRebindDense = 1, kRebindMasked = 2, kRebindContiguous = 3;
+constexpr int kRebindNone = 0, kRebindDense = 1, kRebindMasked = 2, kRebindContiguous = 3, kRebindHeadsPacked = 4;
 
 
 // Everything one launch needs except the stream and the split-K buffers. The tensor maps are
@@ -61,10 +61,11 @@ struct Sm90Fp8Launch {
   bool sfa_gather = false;
   const float* sfa_p = nullptr;
   uint32_t sfa_ld_m = 0, sfa_ld_g = 0, sfa_ld_k = 0;
-  // A dense or m-grouped masked call prepared by fg_prepare_sm90_fp8_gemm, or a contiguous one by
-  // fg_prepare_sm90_fp8_gemm_layout_checked: every map starts at a, b, sfa or d (none gathers; a
-  // grouped call's maps cover all groups from those bases), so fg_rebind_prepared_sm90_fp8_gemm /
-  // _masked / _contiguous may re-point it.
+  // A dense or m-grouped masked call prepared by fg_prepare_sm90_fp8_gemm, a contiguous one by
+  // fg_prepare_sm90_fp8_gemm_layout_checked, or fp8_einsum's by _heads_packed_gather: every map
+  // starts at a, b, sfa or d (a grouped call's maps cover all groups from those bases; a gathered
+  // sfa has no map, only its pointer), so fg_rebind_prepared_sm90_fp8_gemm / _masked / _contiguous
+  // / _heads_packed may re-point it.
   int rebindable = kRebindNone;
 };
 
@@ -411,8 +412,8 @@ int encode_layout_checked(Sm90Fp8Launch* L, uint64_t fn, void* a, void* b, void*
   return CUDA_SUCCESS;
 }
 
-// A copy of a prepared launch at other tensors' addresses, for fg_rebind_prepared_sm90_fp8_gemm /
-// rebind_grouped (which check the pointers): each map (all start at a tensor's base) re-pointed with
+// A copy of a prepared launch at other tensors' addresses, for rebind_with_c / rebind_grouped
+// (which check the pointers): each map (all start at a tensor's base) re-pointed with
 // cuTensorMapReplaceAddress, the rest copied.
 int rebind_copy(const Sm90Fp8Launch& P, void* a, void* b, void* sfa, void* sfb, void* d, void* c, void* grouped,
                 uint64_t* out) {
@@ -420,7 +421,8 @@ int rebind_copy(const Sm90Fp8Launch& P, void* a, void* b, void* sfa, void* sfb, 
   int rc = fg::replace_tmap_address(&L->tmap_a, a);
   if (rc == CUDA_SUCCESS) rc = fg::replace_tmap_address(&L->tmap_a_last, a);
   if (rc == CUDA_SUCCESS) rc = fg::replace_tmap_address(&L->tmap_b, b);
-  if (rc == CUDA_SUCCESS) rc = fg::replace_tmap_address(&L->tmap_sfa, sfa);
+  if (rc == CUDA_SUCCESS && !L->sfa_gather) rc = fg::replace_tmap_address(&L->tmap_sfa, sfa);
+  if (L->sfa_gather) L->sfa_p = static_cast<const float*>(sfa);  // read in place: no map (zeroed)
   if (rc == CUDA_SUCCESS && (L->flags & kFlagTmaStore) != 0) rc = fg::replace_tmap_address(&L->tmap_d, d);
   L->sfb_p = static_cast<const float*>(sfb);
   L->d = d;
@@ -430,6 +432,22 @@ int rebind_copy(const Sm90Fp8Launch& P, void* a, void* b, void* sfa, void* sfb, 
 }
 
 void* as_pointer(uint64_t address) { return reinterpret_cast<void*>(static_cast<uintptr_t>(address)); }
+
+// fg_rebind_prepared_sm90_fp8_gemm / _heads_packed: a prepared launch of `kind` at pointers = (a, b,
+// sfa, sfb, d, c), count 6, c null exactly where the prepared call's is.
+int rebind_with_c(uint64_t handle, const uint64_t* pointers, int count, uint64_t* out, int kind) {
+  if (out == nullptr) return fg::FG_ERROR_INVALID_ARGUMENT;
+  *out = 0;
+  if (handle == 0 || pointers == nullptr || count != 6) return fg::FG_ERROR_INVALID_ARGUMENT;
+  const Sm90Fp8Launch& P = *fg::prepared_from_handle<Sm90Fp8Launch>(handle);
+  void *a = as_pointer(pointers[0]), *b = as_pointer(pointers[1]), *sfa = as_pointer(pointers[2]);
+  void *sfb = as_pointer(pointers[3]), *d = as_pointer(pointers[4]), *c = as_pointer(pointers[5]);
+  if (P.rebindable != kind || a == nullptr || b == nullptr || sfa == nullptr || sfb == nullptr || d == nullptr ||
+      (c == nullptr) != (P.c_p == nullptr))
+    return fg::FG_ERROR_INVALID_ARGUMENT;
+  // grouped: a heads-packed launch's (null: every group full), a dense one's null.
+  return rebind_copy(P, a, b, sfa, sfb, d, c, const_cast<int*>(P.grouped_p), out);
+}
 
 // fg_rebind_prepared_sm90_fp8_masked / _contiguous: a prepared m-grouped launch of `kind` at
 // pointers = (a, b, sfa, sfb, d, c, grouped), count 7, c null, grouped not null (masked_m, or the
@@ -510,16 +528,7 @@ int fg_prepare_sm90_fp8_gemm(uint64_t* out, uint64_t fn, void* a, void* b, void*
 // boxes, cluster, vector / TMA stores) holds for them. *out receives a handle of its own
 // (fg_free_prepared_sm90_fp8_gemm). Returns a CUresult or fg::FG_ERROR_*.
 int fg_rebind_prepared_sm90_fp8_gemm(uint64_t handle, const uint64_t* pointers, int count, uint64_t* out) {
-  if (out == nullptr) return fg::FG_ERROR_INVALID_ARGUMENT;
-  *out = 0;
-  if (handle == 0 || pointers == nullptr || count != 6) return fg::FG_ERROR_INVALID_ARGUMENT;
-  const Sm90Fp8Launch& P = *fg::prepared_from_handle<Sm90Fp8Launch>(handle);
-  void *a = as_pointer(pointers[0]), *b = as_pointer(pointers[1]), *sfa = as_pointer(pointers[2]);
-  void *sfb = as_pointer(pointers[3]), *d = as_pointer(pointers[4]), *c = as_pointer(pointers[5]);
-  if (P.rebindable != kRebindDense || a == nullptr || b == nullptr || sfa == nullptr || sfb == nullptr ||
-      d == nullptr || (c == nullptr) != (P.c_p == nullptr))
-    return fg::FG_ERROR_INVALID_ARGUMENT;
-  return rebind_copy(P, a, b, sfa, sfb, d, c, nullptr, out);
+  return rebind_with_c(handle, pointers, count, out, kRebindDense);
 }
 
 // fg_rebind_prepared_sm90_fp8_gemm for a prepared m-grouped masked call (gemm_kind 2: its maps
@@ -660,11 +669,19 @@ int fg_prepare_sm90_fp8_gemm_heads_packed_gather(uint64_t* out, uint64_t fn, voi
   if (out == nullptr) return fg::FG_ERROR_INVALID_ARGUMENT;
   *out = 0;
   Sm90Fp8Launch* L = new Sm90Fp8Launch();
+  L->rebindable = kRebindHeadsPacked;
   return fg::publish_prepared(L, encode_heads_packed(L, fn, a, b, sfa, sfb, d, c, m, n, k, lda, ldb, ldd, sfa_ld,
                                                      block_m, block_n, num_splits, num_multicast, multicast_on_a,
                                                      out_fp32, tma_store, grid, smem_bytes, gemm_kind, grouped,
                                                      num_groups, l2_promotion, true, sfa_ld_g, sfa_ld_k),
                               out);
+}
+
+// fg_rebind_prepared_sm90_fp8_gemm for a launch prepared by
+// fg_prepare_sm90_fp8_gemm_heads_packed_gather (fp8_einsum): pointers = (a, b, sfa, sfb, d, c),
+// count 6, c null exactly where the prepared call's is; sfa's pointer replaced (read in place).
+int fg_rebind_prepared_sm90_fp8_heads_packed(uint64_t handle, const uint64_t* pointers, int count, uint64_t* out) {
+  return rebind_with_c(handle, pointers, count, out, kRebindHeadsPacked);
 }
 
 // Recipe (1,1,128) ("1D1D", weight gradients) of the same kernel family (template flag k1D1D):
