@@ -1542,17 +1542,15 @@ def test_unvalidated_kernels_are_gated(fake_cuda, monkeypatch):
 
 
 def test_every_built_kernel_is_validated():
-    """Every built CUDA kernel path has passed its GPU suite but those listed here (the fused
-    skip-head-mid epilogue and the FP8 / BF16 contiguous GEMMs checking their layout themselves
-    passed on the H200 on 2026-12-05). A path built later is listed until its suite runs, and has
-    a fallback (so the calls it serves work meanwhile): now the host library's copy of a moved
-    dense call's launch (2026-12-07; its fallback encodes the launch anew, GPU-tested) and the
-    masked and contiguous calls' second levels (their fallback validates and plans the call again)."""
+    """Every built CUDA kernel path has passed its GPU suite (the fused skip-head-mid epilogue and the
+    FP8 / BF16 contiguous GEMMs checking their layout themselves on the H200, 2026-12-05; the host
+    fast paths' second levels and the host library's launch copies on an H100, 2026-12-07). A path
+    built later is listed until its suite runs, and has a fallback (so the calls it serves work
+    meanwhile)."""
     from finegemm.api import _validate
-    # The last four (fp8_einsum's heads-packed kernel, the GEMMs reading psum ends, that heads-packed
-    # kernel gathering sfa in place) passed on an H100, 2026-12-05.
-    assert set(_validate.UNVALIDATED_ON_GPU) == {"host_rebind", "masked_moved_calls", "contiguous_moved_calls",
-                                                 "einsum_moved_calls"}
+    # fp8_einsum's heads-packed kernel, the GEMMs reading psum ends and that heads-packed kernel
+    # gathering sfa in place passed on an H100, 2026-12-05.
+    assert set(_validate.UNVALIDATED_ON_GPU) == set()
     assert set(_validate.UNVALIDATED_ON_GPU) <= set(_validate.FALLBACK_CAPABILITIES)
 
 

@@ -860,20 +860,10 @@ UNVALIDATED_ON_GPU: dict[str, tuple[str, str, str]] = {
     # themselves (H100, the lent card, 2026-12-05: 2026-12-05_h100_gpu_tests_a59da10.log, 2529
     # passed; sanitizers _h100_sanitize_*_einsum_psum_a59da10.log); fp8_einsum's heads-packed kernel
     # gathering sfa in place (H100, 2026-12-05: _h100_gpu_tests_extras_eaf3d65.log, 176 passed;
-    # _h100_sanitize_*_einsum_eaf3d65.log).
-    "host_rebind": ("the moved calls' launch copied by the host library (fg_rebind_prepared_*: dense v1.20, masked "
-                    "v1.21, contiguous v1.23; until then a moved call encodes its launch anew)", "#3",
-                    "tests/gpu/test_fastcall_gpu.py"),
-    "contiguous_moved_calls": ("the m-grouped contiguous calls' second level (v1.22: a validated layout at new "
-                               "addresses, grouped_layout's among them, re-points the kept GEMM launches that check "
-                               "the layout themselves; until then such a call is validated and planned again)", "#4",
-                               "tests/gpu/test_fastcall_gpu.py"),
-    "einsum_moved_calls": ("fp8_einsum's second level (v1.24: a validated layout at new addresses re-points the "
-                           "kept heads-packed launch; until then such a call is validated and planned again)", "#3",
-                           "tests/gpu/test_fastcall_gpu.py"),
-    "masked_moved_calls": ("the m-grouped masked calls' second level (v1.21: a validated layout at new addresses, "
-                           "masked_m's among them, re-points the kept launch; until then such a call is validated "
-                           "and planned again)", "#4", "tests/gpu/test_fastcall_gpu.py"),
+    # _h100_sanitize_*_einsum_eaf3d65.log); the host fast paths' second levels and copies
+    # (host_rebind, masked / contiguous / einsum_moved_calls: H100, 2026-12-07, 735778f:
+    # _h100_fastcall_gpu_tests_735778f.log, memcheck clean, the whole GPU suite with them open
+    # _h100_gpu_suite_gates_lifted_735778f.log, 2824 passed).
 }
 ENABLE_UNVALIDATED_ENV = "FINEGEMM_ENABLE_UNVALIDATED"
 
