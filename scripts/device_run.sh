@@ -323,9 +323,9 @@ if [[ "$what" == cluster_fence ]]; then
   done
 fi
 if [[ "$what" == host ]]; then
-  # The host fast paths' GPU suite (it lifts the gates host_rebind, masked_moved_calls and
-  # contiguous_moved_calls: drop them from UNVALIDATED_ON_GPU when it passes), then their cost per
-  # call (cached, moved, moved with the copy off, validated) into host_cost.json.
+  # The host fast paths' GPU suite (the second levels and the host library's launch copies; it
+  # lifted their gates at 735778f), then their cost per call (cached, moved, moved with the copy
+  # off, validated) into host_cost.json.
   timeout 240 python3 -m pytest -q -rs -m gpu tests/gpu/test_fastcall_gpu.py -p no:cacheprovider 2>&1 \
     | tee "$OUT/fastcall_tests.log"
   status=$(( status | ${PIPESTATUS[0]} ))
