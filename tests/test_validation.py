@@ -817,3 +817,29 @@ def test_self_overlapping_output_is_rejected():
     rows = torch.empty(4 * 16, dtype=torch.bfloat16).as_strided((4, 16), (8, 1))  # rows overlap by half
     with pytest.raises(ValueError, match=r"d must not have elements that share memory"):
         finegemm.bf16_gemm_nt(a, torch.randn(16, 64).to(torch.bfloat16), rows)
+
+
+def test_disabled_paths_follow_every_environment_write(monkeypatch):
+    """FINEGEMM_DISABLE_PATHS is read through os.environ's own dict (api/_validate._environment_reader,
+    ~10x cheaper per moved call): every way of writing the variable from Python is seen at once,
+    and a name without a fallback still raises, naming the variable."""
+    import os
+
+    from finegemm.api import _validate
+
+    monkeypatch.delenv("FINEGEMM_DISABLE_PATHS", raising=False)
+    assert _validate.disabled_paths() == frozenset()
+    monkeypatch.setenv("FINEGEMM_DISABLE_PATHS", "host_rebind")
+    assert _validate.disabled_paths() == {"host_rebind"}
+    os.environ["FINEGEMM_DISABLE_PATHS"] = "dense_moved_calls:masked_moved_calls"
+    assert _validate.disabled_paths() == {"dense_moved_calls", "masked_moved_calls"}
+    os.environ.update(FINEGEMM_DISABLE_PATHS="")
+    assert _validate.disabled_paths() == frozenset()
+    del os.environ["FINEGEMM_DISABLE_PATHS"]
+    assert _validate.disabled_paths() == frozenset()
+    os.environ.setdefault("FINEGEMM_DISABLE_PATHS", "no_such_path")
+    with pytest.raises(ValueError, match=r"FINEGEMM_DISABLE_PATHS='no_such_path': unknown path\(s\)"):
+        _validate.disabled_paths()
+    os.environ.pop("FINEGEMM_DISABLE_PATHS")
+    assert _validate.disabled_paths() == frozenset()
+    assert _validate.gpu_validated("host_rebind") is True

@@ -897,9 +897,27 @@ FALLBACK_CAPABILITIES = {
 DISABLE_PATHS_ENV = "FINEGEMM_DISABLE_PATHS"
 
 
+def _environment_reader(name: str):
+    """A function answering whether the environment variable `name` is set (its value as os.environ
+    stores it, or None) in ~0.1 us: a lookup in os.environ's own dict, which every os.environ write
+    updates (os.environ.get encodes the key and decodes the value: ~1.4 us a read, paid per moved
+    call before). Where os.environ has no such dict, os.environ.get itself."""
+    data, encodekey = getattr(os.environ, "_data", None), getattr(os.environ, "encodekey", None)
+    if isinstance(data, dict) and callable(encodekey):
+        key = encodekey(name)
+        return lambda: data.get(key)
+    return lambda: os.environ.get(name)
+
+
+_disable_paths_set = _environment_reader(DISABLE_PATHS_ENV)
+_NO_PATHS: frozenset = frozenset()
+
+
 def disabled_paths() -> frozenset:
     """The capabilities FINEGEMM_DISABLE_PATHS names (separated by ',' or ':'); a name that is not
     in FALLBACK_CAPABILITIES raises ValueError naming the variable and the allowed names."""
+    if _disable_paths_set() is None:  # the usual case, asked per moved call: no decoding
+        return _NO_PATHS
     return _parse_disabled_paths(os.environ.get(DISABLE_PATHS_ENV, ""))
 
 
