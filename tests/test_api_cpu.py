@@ -1514,6 +1514,73 @@ def test_fp8_einsum_moved_tensors_reuse_the_validated_layout(monkeypatch, with_c
                            lambda: (lambda t: (t[0], t[1], t[2], c_of(t[2])))(fresh()), call)
 
 
+def test_skip_head_mid_moved_tensors_reuse_the_validated_layout(monkeypatch, key_builder):
+    """fp8_gemm_nt_skip_head_mid's second level (v1.26): fresh A, sfa and d in a validated call's
+    layout skip the checks and the plan and launch the real prepared fused launch at their own
+    addresses (A, B, sfa, sfb, d in its head, D's width and the splits in its tail); d over an input
+    is rejected by the validating path; other head splits are another layout; gated until its GPU
+    suite passes, switched off by FINEGEMM_DISABLE_PATHS=skip_head_mid_moved_calls; none for the
+    Python key."""
+    import importlib
+
+    from finegemm.ops import sm90_fp8_gemm as ops
+
+    mod = importlib.import_module("finegemm.api.skip_head_mid")
+    shipped = mod._validated._moved
+    monkeypatch.setattr(mod, "_validated", _validate.ValidatedCalls(moved=_validate.MovedCalls(
+        shipped._slots, shipped._output, shipped._inputs, shipped._c_index, switch=shipped._switch)))
+    validations, plans, launched = [], [], []
+    real_validate = mod._validate
+    monkeypatch.setattr(mod, "_validate", lambda *args: validations.append(1) or real_validate(*args))
+    monkeypatch.setattr(_validate, "on_cuda", lambda t: True)
+    monkeypatch.setenv("FINEGEMM_ENABLE_UNVALIDATED", "1")
+    monkeypatch.delenv("FINEGEMM_DISABLE_PATHS", raising=False)
+    cfg = types.SimpleNamespace(split_k=False, num_splits=1, block_m=64, block_n=128, num_multicast=1,
+                                multicast_on_a=False, tma_store=True, grid=1, smem_bytes=0, l2_promotion=(0, 0),
+                                b_group=0)
+    monkeypatch.setattr(ops, "_head_split_config", lambda *args: plans.append(args) or cfg)
+    monkeypatch.setattr(ops, "plan", lambda *args, **kw: (cfg, 1))
+    monkeypatch.setattr(ops, "_get_launcher", lambda: None)
+    monkeypatch.setattr(ops, "_launcher_head_splits", lambda fn, *rest: launched.append(rest) or 0)
+    monkeypatch.setattr(ops, "_launcher_prepare_head_splits", None)
+    monkeypatch.setattr(ops, "_get_raw_stream", lambda index: 0)
+    m, heads, splits, k = 8, 2, (128, 64, 128), 256
+    n = heads * 256
+    B, sfb = rand_fp8(n, k), rand_sf(n // 128, k // 128)
+
+    def fresh():
+        sfa = torch.randn(k // 128, m).abs().t()  # MN-major: read in place
+        return rand_fp8(m, k), sfa, torch.zeros(m, n + heads * 64, dtype=BF16)
+
+    def call(a_, sfa_, d_, splits_=splits):
+        finegemm.fp8_gemm_nt_skip_head_mid((a_, sfa_), (B, sfb), d_, splits_)
+
+    A, sfa, d = fresh()
+    call(A, sfa, d)
+    assert (len(validations), len(plans), len(launched)) == (1, 1, 1)
+    moved = key_builder == "c_signature"  # the Python key (tensor subclasses) has no second level
+    A2, sfa2, d2 = fresh()
+    call(A2, sfa2, d2)
+    assert (len(validations), len(plans)) == ((1, 1) if moved else (2, 2))
+    entry = launched[-1]
+    assert entry[:6] == (A2.data_ptr(), B.data_ptr(), sfa2.data_ptr(), sfb.data_ptr(), d2.data_ptr(), None)
+    assert entry[-5:-1] == (d2.shape[1],) + splits  # D's width and the splits, then the stream
+    call(A2, sfa2, d2)  # now a first-level hit
+    assert len(validations) == (1 if moved else 2) and len(launched) == 3
+
+    before = len(validations)
+    call(A2, sfa2, torch.zeros(m, n + heads * 32, dtype=BF16), (128, 32, 128))  # other splits: another layout
+    assert len(validations) == before + 1
+    # d over sfa (in the seen layout and alignment classes): the validating path raises.
+    storage = torch.zeros(m * (n + heads * 64) * 2 + 64, dtype=torch.uint8)
+    d_over = storage[: m * (n + heads * 64) * 2].view(BF16).view(m, n + heads * 64)
+    sfa_over = storage[64: 64 + m * (k // 128) * 4].view(F32).view(k // 128, m).t()
+    with pytest.raises(ValueError, match=r"d must not overlap a\[1\] \(sfa\)"):
+        call(A2, sfa_over, d_over)
+
+    _check_gate_and_switch(monkeypatch, "skip_head_mid_moved_calls", validations, moved, fresh, call)
+
+
 def test_unvalidated_kernels_are_gated(fake_cuda, monkeypatch):
     """A capability listed in UNVALIDATED_ON_GPU raises on CUDA (naming the suite and the switch)
     and never reaches the ops layer; FINEGEMM_ENABLE_UNVALIDATED=1 lifts the gate."""
@@ -1546,11 +1613,12 @@ def test_every_built_kernel_is_validated():
     FP8 / BF16 contiguous GEMMs checking their layout themselves on the H200, 2026-12-05; the host
     fast paths' second levels and the host library's launch copies on an H100, 2026-12-07). A path
     built later is listed until its suite runs, and has a fallback (so the calls it serves work
-    meanwhile)."""
+    meanwhile): now fp8_gemm_nt_skip_head_mid's second level (its fallback validates and plans the
+    call again)."""
     from finegemm.api import _validate
     # fp8_einsum's heads-packed kernel, the GEMMs reading psum ends and that heads-packed kernel
     # gathering sfa in place passed on an H100, 2026-12-05.
-    assert set(_validate.UNVALIDATED_ON_GPU) == set()
+    assert set(_validate.UNVALIDATED_ON_GPU) == {"skip_head_mid_moved_calls"}
     assert set(_validate.UNVALIDATED_ON_GPU) <= set(_validate.FALLBACK_CAPABILITIES)
 
 

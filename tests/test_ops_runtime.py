@@ -263,7 +263,7 @@ def test_rebind_symbols_are_the_host_librarys():
 
     lib = jit.host_library()
     classes = [of.PreparedCall, of.PreparedGroupedCall, of.PreparedLayoutCheckedCall, of.PreparedHeadsPackedCall,
-               ob.PreparedBf16Call, ob.PreparedBf16GroupedCall, ob.PreparedBf16LayoutCheckedCall]
+               of.PreparedHeadSplitsCall, ob.PreparedBf16Call, ob.PreparedBf16GroupedCall, ob.PreparedBf16LayoutCheckedCall]
     for cls in classes:
         assert cls._rebind_symbol and hasattr(lib, cls._rebind_symbol), cls.__name__
     assert of.PreparedLayoutCheckedCall._rebind_symbol == "fg_rebind_prepared_sm90_fp8_contiguous"
@@ -274,7 +274,8 @@ def test_rebind_symbols_are_the_host_librarys():
 @pytest.mark.nvcc
 @pytest.mark.parametrize("family, count", [("sm90_fp8_gemm", 6), ("sm90_bf16_gemm", 4), ("sm90_fp8_masked", 7),
                                            ("sm90_bf16_masked", 4), ("sm90_fp8_contiguous", 7),
-                                           ("sm90_bf16_contiguous", 4), ("sm90_fp8_heads_packed", 6)])
+                                           ("sm90_bf16_contiguous", 4), ("sm90_fp8_heads_packed", 6),
+                                           ("sm90_fp8_head_splits", 6)])
 def test_host_rebind_refuses_before_reading_the_handle(family, count):
     """fg_rebind_prepared_<family> refuses a null handle, another pointer count or a null out
     (FG_ERROR_INVALID_ARGUMENT, no handle written) before it reads the prepared launch; the launch

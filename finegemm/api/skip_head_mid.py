@@ -72,18 +72,25 @@ def fp8_gemm_nt_skip_head_mid(
     """
     key = _validated.key(_FN, d, lambda: (a[0], a[1], b[0], b[1], d),
                          (head_splits, recipe, compiled_dims, disable_ue8m0_cast))
-    kept = _validated.launch(key, _validate, a, b, d, head_splits, recipe, compiled_dims, disable_ue8m0_cast)
+    kept = _validated.launch(key, _validate, a, b, d, head_splits, recipe, compiled_dims, disable_ue8m0_cast,
+                             tensors=lambda: (a[0], a[1], b[0], b[1], d))
     if not kept or _v.ran_kept(kept):
         return  # CPU, nothing to write, or a seen call's prepared launch: done
     A, sfa, B, sfb = a[0], a[1], b[0], b[1]
     splits = tuple(head_splits)
-    if not _validated.run_kept(key, kept, lambda _: _kept_launch(A, sfa, B, sfb, d, splits)):
+    if not _validated.run_kept(key, kept, lambda _: _kept_launch(A, sfa, B, sfb, d, splits),
+                               lambda: (A, sfa, B, sfb, d)):
         _run(a, b, d, splits, recipe, compiled_dims, disable_ue8m0_cast)
 
 
 # The host fast path (as the m-grouped calls'): a validated call's key keeps its fused launch, or
-# ONE_SHOT where the call takes the scratch path (or a plain GEMM) every time.
-_validated = _v.ValidatedCalls()
+# ONE_SHOT where the call takes the scratch path (or a plain GEMM) every time. Its second level
+# (as fp8_gemm_nt's): a call whose tensors moved but keep a validated call's layout re-points that
+# call's fused launch (whether a call is fused is decided by shapes, strides, dtypes and d's
+# alignment). Tensors (A, sfa, B, sfb, d); the launch points at (A, B, sfa, sfb, d, no c); d must
+# not meet any input.
+_validated = _v.ValidatedCalls(moved=_v.MovedCalls(slots=(0, 2, 1, 3, 4, 5), output=4, inputs=(0, 1, 2, 3), c_index=5,
+                                                   switch="skip_head_mid_moved_calls"))
 
 
 def _validate(a: object, b: object, d: object, head_splits: object, recipe: object, compiled_dims: object,

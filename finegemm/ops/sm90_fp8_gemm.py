@@ -537,7 +537,7 @@ class PreparedHeadSplitsCall(PreparedCall):
     launcher: D's map over D's full width)."""
 
     __slots__ = ()
-    _rebind_symbol = ""  # another prepare entry (its maps differ): a moved call encodes itself anew
+    _rebind_symbol = "fg_rebind_prepared_sm90_fp8_head_splits"  # D's map over d's full width re-pointed
     _names = ("_launcher_head_splits", "_launcher_prepare_head_splits", "_launch_prepared", "_free_prepared")
     _what = "sm90_fp8_gemm (head splits)"
 

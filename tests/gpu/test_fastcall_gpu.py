@@ -468,3 +468,62 @@ def test_fp8_einsum_moved_tensors_take_the_second_level(batch, heads, r, n, dtyp
             call(A, sfa, d_validated)
         torch.cuda.synchronize()
         assert torch.equal(d, d_validated)
+
+
+@pytest.mark.parametrize("m, splits, heads, k", [(128, (128, 64, 128), 32, 512), (17, (128, 64, 128), 32, 512)])
+def test_skip_head_mid_moved_tensors_take_the_second_level(m, splits, heads, k, monkeypatch):
+    """fp8_gemm_nt_skip_head_mid's second level (v1.26) on the GPU: fresh A, sfa and d in a validated
+    call's layout launch the fused kernel without the argument checks, a new plan or a new encoding
+    (the host library copies the launch, D's map re-pointed): each head's columns bitwise those of
+    fp8_gemm_nt on the same inputs, the mid columns untouched, and bitwise a call validated afresh."""
+    import importlib
+
+    from finegemm.api import _validate
+    from finegemm.ops import sm90_fp8_gemm
+
+    mod = importlib.import_module("finegemm.api.skip_head_mid")
+    assert _validate.layout_fn() is not _validate._no_layout
+    monkeypatch.setenv("FINEGEMM_ENABLE_UNVALIDATED", "1")  # the second level (gated until this suite passes)
+    monkeypatch.delenv("FINEGEMM_DISABLE_PATHS", raising=False)
+    shipped = mod._validated._moved
+    monkeypatch.setattr(mod, "_validated", _validate.ValidatedCalls(moved=_validate.MovedCalls(
+        shipped._slots, shipped._output, shipped._inputs, shipped._c_index, switch=shipped._switch)))
+    left, mid, right = splits
+    n = heads * (left + right)
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    b = finegemm.per_block_cast_to_fp8(torch.randn(n, k, device="cuda", generator=gen))
+
+    def inputs(seed):
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        a = finegemm.per_token_cast_to_fp8(torch.randn(m, k, device="cuda", generator=g))
+        return a, torch.full((m, n + heads * mid), float("nan"), dtype=torch.bfloat16, device="cuda")
+
+    alive = [inputs(1)]  # every call's tensors kept alive: no address handed out again
+    finegemm.fp8_gemm_nt_skip_head_mid(alive[0][0], b, alive[0][1], splits)
+    validations, plans, encodes = [], [], _spy_encodes(monkeypatch)
+    real_validate = mod._validate
+    monkeypatch.setattr(mod, "_validate", lambda *args: validations.append(1) or real_validate(*args))
+    real_plan = sm90_fp8_gemm._head_split_config
+    monkeypatch.setattr(sm90_fp8_gemm, "_head_split_config", lambda *args: plans.append(1) or real_plan(*args))
+    for seed in (2, 3):
+        a, d = inputs(seed)
+        alive.append((a, d))
+        validations.clear()
+        plans.clear()
+        encodes.clear()
+        finegemm.fp8_gemm_nt_skip_head_mid(a, b, d, splits)
+        assert not validations and not plans, "a moved skip-head-mid call was validated or planned again"
+        assert not encodes, "a moved skip-head-mid call's launch was encoded anew instead of copied"
+        plain = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+        finegemm.fp8_gemm_nt(a, b, plain)
+        torch.cuda.synchronize()
+        got, want = d.view(m, heads, left + mid + right), plain.view(m, heads, left + right)
+        assert torch.equal(got[:, :, :left], want[:, :, :left])
+        assert torch.equal(got[:, :, left + mid:], want[:, :, left:])
+        assert torch.isnan(got[:, :, left:left + mid]).all(), "the mid columns were written"
+        with monkeypatch.context() as fresh:  # the same inputs validated afresh (no cache at all)
+            fresh.setattr(mod, "_validated", _validate.ValidatedCalls())
+            d_validated = torch.full_like(d, float("nan"))
+            finegemm.fp8_gemm_nt_skip_head_mid(a, b, d_validated, splits)
+        torch.cuda.synchronize()
+        assert torch.equal(d.nan_to_num(7.0), d_validated.nan_to_num(7.0))

@@ -27,7 +27,8 @@ constexpr uint32_t kFlagTmaStore = 2u;      // mirrors impls::kFlagTmaStore
 constexpr uint32_t kFlagCPrefetchMap = 4u;  // mirrors impls::kFlagCPrefetchMap
 constexpr uint32_t kFlagBGroup = 8u;        // mirrors impls::kFlagBGroup
 // Which host rebind may copy a prepared launch (Sm90Fp8Launch::rebindable).
-constexpr int kRebindNone = 0, kRebindDense = 1, kRebindMasked = 2, kRebindContiguous = 3, kRebindHeadsPacked = 4;
+constexpr int kRebindNone = 0, kRebindDense = 1, kRebindMasked = 2, kRebindContiguous = 3, kRebindHeadsPacked = 4,
+              kRebindHeadSplits = 5;
 
 
 // Everything one launch needs except the stream and the split-K buffers. The tensor maps are
@@ -62,10 +63,11 @@ struct Sm90Fp8Launch {
   const float* sfa_p = nullptr;
   uint32_t sfa_ld_m = 0, sfa_ld_g = 0, sfa_ld_k = 0;
   // A dense or m-grouped masked call prepared by fg_prepare_sm90_fp8_gemm, a contiguous one by
-  // fg_prepare_sm90_fp8_gemm_layout_checked, or fp8_einsum's by _heads_packed_gather: every map
-  // starts at a, b, sfa or d (a grouped call's maps cover all groups from those bases; a gathered
-  // sfa has no map, only its pointer), so fg_rebind_prepared_sm90_fp8_gemm / _masked / _contiguous
-  // / _heads_packed may re-point it.
+  // fg_prepare_sm90_fp8_gemm_layout_checked, fp8_einsum's by _heads_packed_gather, or
+  // fp8_gemm_nt_skip_head_mid's by _head_splits: every map starts at a, b, sfa or d (a grouped
+  // call's maps cover all groups from those bases, the head splits' D map all of d's columns; a
+  // gathered sfa has no map, only its pointer), so fg_rebind_prepared_sm90_fp8_gemm / _masked /
+  // _contiguous / _heads_packed / _head_splits may re-point it.
   int rebindable = kRebindNone;
 };
 
@@ -433,8 +435,8 @@ int rebind_copy(const Sm90Fp8Launch& P, void* a, void* b, void* sfa, void* sfb, 
 
 void* as_pointer(uint64_t address) { return reinterpret_cast<void*>(static_cast<uintptr_t>(address)); }
 
-// fg_rebind_prepared_sm90_fp8_gemm / _heads_packed: a prepared launch of `kind` at pointers = (a, b,
-// sfa, sfb, d, c), count 6, c null exactly where the prepared call's is.
+// fg_rebind_prepared_sm90_fp8_gemm / _heads_packed / _head_splits: a prepared launch of `kind` at
+// pointers = (a, b, sfa, sfb, d, c), count 6, c null exactly where the prepared call's is.
 int rebind_with_c(uint64_t handle, const uint64_t* pointers, int count, uint64_t* out, int kind) {
   if (out == nullptr) return fg::FG_ERROR_INVALID_ARGUMENT;
   *out = 0;
@@ -566,11 +568,19 @@ int fg_prepare_sm90_fp8_gemm_head_splits(uint64_t* out, uint64_t fn, void* a, vo
   if (out == nullptr) return fg::FG_ERROR_INVALID_ARGUMENT;
   *out = 0;
   Sm90Fp8Launch* L = new Sm90Fp8Launch();
+  L->rebindable = kRebindHeadSplits;
   return fg::publish_prepared(L, encode_head_splits(L, fn, a, b, sfa, sfb, d, c, m, n, k, lda, ldb, ldd, sfa_ld,
                                                     block_m, block_n, num_splits, num_multicast, multicast_on_a,
                                                     out_fp32, tma_store, grid, smem_bytes, gemm_kind, grouped,
                                                     num_groups, l2_promotion, d_cols, left, mid, right),
                               out);
+}
+
+// fg_rebind_prepared_sm90_fp8_gemm for a launch prepared by fg_prepare_sm90_fp8_gemm_head_splits
+// (fp8_gemm_nt_skip_head_mid): pointers = (a, b, sfa, sfb, d, c), count 6, c null; D's map re-pointed
+// over the same d_cols columns.
+int fg_rebind_prepared_sm90_fp8_head_splits(uint64_t handle, const uint64_t* pointers, int count, uint64_t* out) {
+  return rebind_with_c(handle, pointers, count, out, kRebindHeadSplits);
 }
 
 // The m-grouped contiguous launch of a kernel built with the in-kernel layout check (kLayoutCheck):
