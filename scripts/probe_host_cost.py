@@ -33,8 +33,8 @@ queue behind it (finegemm.bench._common.host_time_us). Parts:
   torch_scaled_mm   cuBLAS blockwise through torch._scaled_mm, for comparison
 and for dense BF16: bf16_full_call (finegemm.bf16_gemm_nt, cached), bf16_moved_call,
 bf16_validated_call and torch_matmul_out.
-fp8_einsum at MLA decode sizes: full_call and its second level's moved_call / moved_call_encoded /
-validated_call (as the grouped calls' below).
+fp8_einsum at MLA decode sizes and fp8_gemm_nt_skip_head_mid (M = 128): full_call and the second
+level's moved_call / moved_call_encoded / validated_call (as the grouped calls' below).
 Grouped calls (G = 8, N = 4096, K = 7168, repeated with the same tensors): full_call of the FP8
 contiguous (plain and psum layouts), FP8 masked (MN-major sfa), BF16 contiguous and BF16 masked
 calls; for the FP8 contiguous call also its parts: check_launch (the kept layout check alone),
@@ -197,10 +197,10 @@ def main() -> None:
         results[f"bf16 {m}x{n}x{k}"] = rec
         print(f"bf16 {m}x{n}x{k}: " + ", ".join(f"{k_}={v:.2f}" for k_, v in rec.items()), flush=True)
     results.update(_grouped())
-    einsum = _einsum()
-    results.update(einsum)
-    for name, rec in einsum.items():
-        print(f"{name}: " + _fmt(rec), flush=True)
+    for part in (_einsum(), _skip_head_mid()):
+        results.update(part)
+        for name, rec in part.items():
+            print(f"{name}: " + _fmt(rec), flush=True)
     out = dict(run_metadata(), command=" ".join(["python", "scripts/probe_host_cost.py"] + sys.argv[1:]), unit="us host time per call", records=results)
     if args.out:
         with open(args.out, "w") as f:
@@ -345,6 +345,28 @@ def _einsum() -> dict:
     rec = {"full_call": host_time_us(full)}
     rec.update(_moved_costs([("", mod._validated, full)]))
     return {f"fp8_einsum b={batch} h={heads} r={r} d={n}": rec}
+
+
+def _skip_head_mid() -> dict:
+    """fp8_gemm_nt_skip_head_mid at M = 128, N = 8192 (32 heads of 128 + 128 columns, 64 skipped),
+    K = 512: full_call (cached) and its second level's costs (v1.26, _moved_costs)."""
+    import importlib
+
+    import finegemm
+
+    mod = importlib.import_module("finegemm.api.skip_head_mid")
+    m, n, k, splits = 128, 8192, 512, (128, 64, 128)
+    a = finegemm.per_token_cast_to_fp8(torch.randn(m, k, device="cuda"))
+    b = finegemm.per_block_cast_to_fp8(torch.randn(n, k, device="cuda"))
+    d = torch.empty(m, n + n // 256 * 64, device="cuda", dtype=torch.bfloat16)
+
+    def full():
+        finegemm.fp8_gemm_nt_skip_head_mid(a, b, d, splits)
+
+    full()
+    rec = {"full_call": host_time_us(full)}
+    rec.update(_moved_costs([("", mod._validated, full)]))
+    return {f"skip_head_mid {m}x{n}x{k} {splits}": rec}
 
 
 if __name__ == "__main__":
