@@ -1250,12 +1250,21 @@ def _spy_moved_calls(monkeypatch, family: str, kind: str) -> list:
     from finegemm.api import grouped_fp8 as api_fp8
 
     api = api_fp8 if family == "fp8" else api_bf16
-    shipped = getattr(api, f"_validated_{kind}")._moved
-    monkeypatch.setattr(api, f"_validated_{kind}", _validate.ValidatedCalls(moved=_validate.MovedCalls(
-        shipped._slots, shipped._output, shipped._inputs, shipped._c_index, switch=shipped._switch)))
+    return _spy_second_level(monkeypatch, api, f"_validated_{kind}", f"_validate_{kind}")
+
+
+def _spy_second_level(monkeypatch, module, cache: str, check: str) -> list:
+    """module.<cache> (a ValidatedCalls with a second level) replaced by a fresh one with the same
+    levels (slots, switch, key form), the second level let through its gate, faked CUDA; the list
+    records each call of module.<check> (the validation)."""
+    shipped = getattr(module, cache)
+    moved = shipped._moved
+    monkeypatch.setattr(module, cache, _validate.ValidatedCalls(moved=_validate.MovedCalls(
+        moved._slots, moved._output, moved._inputs, moved._c_index, switch=moved._switch),
+        signature_at=shipped._signature_at))
     validations = []
-    real_validate = getattr(api, f"_validate_{kind}")
-    monkeypatch.setattr(api, f"_validate_{kind}", lambda *args: validations.append(1) or real_validate(*args))
+    real_validate = getattr(module, check)
+    monkeypatch.setattr(module, check, lambda *args: validations.append(1) or real_validate(*args))
     monkeypatch.setattr(_validate, "on_cuda", lambda t: True)
     monkeypatch.setenv("FINEGEMM_ENABLE_UNVALIDATED", "1")
     monkeypatch.delenv("FINEGEMM_DISABLE_PATHS", raising=False)
@@ -1451,16 +1460,8 @@ def test_fp8_einsum_moved_tensors_reuse_the_validated_layout(monkeypatch, with_c
     from finegemm.ops import sm90_fp8_gemm as ops
 
     mod = importlib.import_module("finegemm.api.fp8_einsum")
-    shipped = mod._validated._moved
-    monkeypatch.setattr(mod, "_validated", _validate.ValidatedCalls(moved=_validate.MovedCalls(
-        shipped._slots, shipped._output, shipped._inputs, shipped._c_index, switch=shipped._switch),
-        signature_at=mod._validated._signature_at))
-    validations, plans, launched = [], [], []
-    real_checked = mod._checked
-    monkeypatch.setattr(mod, "_checked", lambda *args: validations.append(1) or real_checked(*args))
-    monkeypatch.setattr(_validate, "on_cuda", lambda t: True)
-    monkeypatch.setenv("FINEGEMM_ENABLE_UNVALIDATED", "1")
-    monkeypatch.delenv("FINEGEMM_DISABLE_PATHS", raising=False)
+    validations = _spy_second_level(monkeypatch, mod, "_validated", "_checked")
+    plans, launched = [], []
     cfg = types.SimpleNamespace(split_k=False, num_splits=1, block_m=64, block_n=64, num_multicast=1,
                                 multicast_on_a=False, tma_store=False, grid=1, smem_bytes=0, l2_promotion=(0, 0))
     monkeypatch.setattr(ops, "plan_heads_packed", lambda *args, **kw: plans.append(args) or (cfg, 1))
@@ -1526,15 +1527,8 @@ def test_skip_head_mid_moved_tensors_reuse_the_validated_layout(monkeypatch, key
     from finegemm.ops import sm90_fp8_gemm as ops
 
     mod = importlib.import_module("finegemm.api.skip_head_mid")
-    shipped = mod._validated._moved
-    monkeypatch.setattr(mod, "_validated", _validate.ValidatedCalls(moved=_validate.MovedCalls(
-        shipped._slots, shipped._output, shipped._inputs, shipped._c_index, switch=shipped._switch)))
-    validations, plans, launched = [], [], []
-    real_validate = mod._validate
-    monkeypatch.setattr(mod, "_validate", lambda *args: validations.append(1) or real_validate(*args))
-    monkeypatch.setattr(_validate, "on_cuda", lambda t: True)
-    monkeypatch.setenv("FINEGEMM_ENABLE_UNVALIDATED", "1")
-    monkeypatch.delenv("FINEGEMM_DISABLE_PATHS", raising=False)
+    validations = _spy_second_level(monkeypatch, mod, "_validated", "_validate")
+    plans, launched = [], []
     cfg = types.SimpleNamespace(split_k=False, num_splits=1, block_m=64, block_n=128, num_multicast=1,
                                 multicast_on_a=False, tma_store=True, grid=1, smem_bytes=0, l2_promotion=(0, 0),
                                 b_group=0)

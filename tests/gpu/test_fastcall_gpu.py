@@ -116,6 +116,17 @@ def _spy_encodes(monkeypatch) -> list:
     return encodes
 
 
+def _fresh_second_level(monkeypatch, module) -> None:
+    """module._validated replaced by an empty cache with the same levels (slots, switch, key form)."""
+    from finegemm.api import _validate
+
+    shipped = module._validated
+    moved = shipped._moved
+    monkeypatch.setattr(module, "_validated", _validate.ValidatedCalls(moved=_validate.MovedCalls(
+        moved._slots, moved._output, moved._inputs, moved._c_index, switch=moved._switch),
+        signature_at=shipped._signature_at))
+
+
 def _fp8_inputs(m, n, k, seed):
     g = torch.Generator(device="cuda").manual_seed(seed)
     a = torch.randn(m, k, device="cuda", generator=g).to(torch.float8_e4m3fn)
@@ -419,10 +430,7 @@ def test_fp8_einsum_moved_tensors_take_the_second_level(batch, heads, r, n, dtyp
     assert _validate.layout_fn() is not _validate._no_layout
     monkeypatch.setenv("FINEGEMM_ENABLE_UNVALIDATED", "1")  # the second level (gated until this suite passes)
     monkeypatch.delenv("FINEGEMM_DISABLE_PATHS", raising=False)
-    shipped = mod._validated
-    monkeypatch.setattr(mod, "_validated", _validate.ValidatedCalls(moved=_validate.MovedCalls(
-        shipped._moved._slots, shipped._moved._output, shipped._moved._inputs, shipped._moved._c_index,
-        switch=shipped._moved._switch), signature_at=shipped._signature_at))
+    _fresh_second_level(monkeypatch, mod)
     gen = torch.Generator(device="cuda").manual_seed(11)
     per_head = [finegemm.per_block_cast_to_fp8(torch.randn(n, r, device="cuda", generator=gen)) for _ in range(heads)]
     B, sfb = torch.stack([p[0] for p in per_head]), torch.stack([p[1] for p in per_head])
@@ -485,9 +493,7 @@ def test_skip_head_mid_moved_tensors_take_the_second_level(m, splits, heads, k, 
     assert _validate.layout_fn() is not _validate._no_layout
     monkeypatch.setenv("FINEGEMM_ENABLE_UNVALIDATED", "1")  # the second level (gated until this suite passes)
     monkeypatch.delenv("FINEGEMM_DISABLE_PATHS", raising=False)
-    shipped = mod._validated._moved
-    monkeypatch.setattr(mod, "_validated", _validate.ValidatedCalls(moved=_validate.MovedCalls(
-        shipped._slots, shipped._output, shipped._inputs, shipped._c_index, switch=shipped._switch)))
+    _fresh_second_level(monkeypatch, mod)
     left, mid, right = splits
     n = heads * (left + right)
     gen = torch.Generator(device="cuda").manual_seed(5)
